@@ -1,0 +1,30 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Each bootstraps .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# This machine has a local CPU wheel of torch 2.13.0; an unpinned torch pulls a multi-GB CUDA build.
+TORCH_PIN ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_PIN)" -e ".[mlx,torch,postgres,dev]"
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/specfleet models fetch smollm2-135m
+	$(BIN)/specfleet matrix run configs/matrices/demo.yaml
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check specfleet tests bench tools
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

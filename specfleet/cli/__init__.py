@@ -1,0 +1,1 @@
+"""specfleet.cli."""

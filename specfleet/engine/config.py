@@ -1,0 +1,78 @@
+"""Prompt-lookup configuration and its validation (spec section 1.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+DEFAULT_NGRAM_MAX = 3
+DEFAULT_NGRAM_MIN = 2
+DEFAULT_MAX_DRAFT = 7
+# The index keeps one key per position per n-gram length: memory grows with range x context.
+NGRAM_MAX_LIMIT = 16
+MAX_DRAFT_LIMIT = 64
+
+Policy = Literal["graded", "gated"]
+PolicyChoice = Literal["auto", "graded", "gated"]
+POLICY_CHOICES: tuple[str, ...] = ("auto", "graded", "gated")
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration mistake; the message names the flag and its bound."""
+
+
+@dataclass(frozen=True)
+class PromptLookupConfig:
+    """How the drafter looks up proposals and how the governor sizes them.
+
+    Args:
+        ngram_max: longest suffix tried first.
+        ngram_min: shortest suffix tried.
+        max_draft: most proposals per round (verify width = max_draft + 1).
+        adaptive: False always asks for `max_draft` (no governor, no pauses, no probes).
+        policy: resolved drafting policy ("graded" or "gated"); ignored when not adaptive.
+    """
+
+    ngram_max: int = DEFAULT_NGRAM_MAX
+    ngram_min: int = DEFAULT_NGRAM_MIN
+    max_draft: int = DEFAULT_MAX_DRAFT
+    adaptive: bool = True
+    policy: Policy = "graded"
+
+    def validate(self) -> PromptLookupConfig:
+        """Raise `ConfigError` naming the flag and bound; return self when valid."""
+        if self.ngram_min < 1:
+            raise ConfigError("ngram-min must be at least 1")
+        if self.ngram_max < self.ngram_min:
+            raise ConfigError(
+                f"ngram-max ({self.ngram_max}) must be >= ngram-min ({self.ngram_min})"
+            )
+        if self.ngram_max > NGRAM_MAX_LIMIT:
+            raise ConfigError(f"ngram-max ({self.ngram_max}) must be at most {NGRAM_MAX_LIMIT}")
+        if self.max_draft < 1:
+            raise ConfigError("max-draft must be at least 1")
+        if self.max_draft > MAX_DRAFT_LIMIT:
+            raise ConfigError(f"max-draft ({self.max_draft}) must be at most {MAX_DRAFT_LIMIT}")
+        if self.policy not in ("graded", "gated"):
+            raise ConfigError(f"policy must be graded or gated, got {self.policy!r}")
+        return self
+
+    def with_max_draft(self, max_draft: int) -> PromptLookupConfig:
+        return replace(self, max_draft=max_draft)
+
+
+def resolve_policy(choice: str, device: str) -> Policy:
+    """Resolve a policy choice for a device: `auto` is gated on CUDA, graded elsewhere.
+
+    Args:
+        choice: "auto", "graded" or "gated".
+        device: the backend device ("cuda", "metal", "mps", "cpu", ...).
+
+    Returns:
+        "graded" or "gated".
+    """
+    if choice == "auto":
+        return "gated" if device == "cuda" else "graded"
+    if choice in ("graded", "gated"):
+        return choice  # type: ignore[return-value]
+    raise ConfigError(f"prompt-lookup-policy must be one of auto, graded, gated; got {choice!r}")

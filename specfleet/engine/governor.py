@@ -1,0 +1,175 @@
+"""Draft policies: how many tokens to propose each round (spec sections 3 and 4).
+
+`Graded` (PR #2074, tuned on Apple Silicon) shrinks the block with an EMA of landed tokens
+and pauses on timers 4..32 after three misses. `Gated` (PR #2092, tuned on GB10) uses only
+a narrow (2) or full block, starts narrow on probation, and pauses with no timer until a
+shadow probe confirms two unverified tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from specfleet.engine.config import PromptLookupConfig
+
+MISSES_BEFORE_COOLDOWN = 3
+MIN_COOLDOWN = 4
+MAX_COOLDOWN = 32
+EMA_FACTOR = 0.5
+# Verify width 3: the widest below CUDA's 4-row multirow kernel instantiation.
+GATED_NARROW_DRAFT = 2
+GATED_FULL_AT = 1.5
+GATED_START_EMA = 1.0
+
+
+def round_half_away(x: float) -> int:
+    """Rust's `f64::round` for x >= 0; Python's `round` is banker's (2.5 -> 2)."""
+    return math.floor(x + 0.5)
+
+
+@dataclass(frozen=True)
+class GovernorState:
+    """A snapshot for round traces."""
+
+    policy: str
+    ema: float
+    misses: int
+    paused: bool
+    cooldown: int = 0
+    probation: bool = False
+
+
+class DraftGovernor(Protocol):
+    """What the round loop asks of a policy."""
+
+    def budget(self) -> int:
+        """Proposals allowed this round; called exactly once per loop iteration."""
+        ...
+
+    def record(self, accepted: int) -> None:
+        """Feed back a drafted round's landed proposals."""
+        ...
+
+    def probes_while_paused(self) -> bool: ...
+
+    def shadow_confirmed(self) -> None: ...
+
+    def state(self) -> GovernorState: ...
+
+
+class GradedGovernor:
+    """PR #2074's governor: budget `floor(2*ema + 0.5) + 2`, pauses of 4, 8, 16, 32 rounds."""
+
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft
+        self.ema = float(max_draft)  # optimistic: an edit's first match gets the full block
+        self.misses = 0
+        self.cooldown = 0
+        self.next_cooldown = MIN_COOLDOWN
+
+    def budget(self) -> int:
+        if self.cooldown > 0:
+            self.cooldown -= 1
+            return 0
+        return max(1, min(round_half_away(2.0 * self.ema) + 2, self.max_draft))
+
+    def record(self, accepted: int) -> None:
+        self.ema = EMA_FACTOR * self.ema + EMA_FACTOR * accepted
+        if accepted > 0:
+            self.misses = 0
+            self.next_cooldown = MIN_COOLDOWN
+            return
+        self.misses += 1
+        if self.misses >= MISSES_BEFORE_COOLDOWN:
+            self.misses = 0
+            self.cooldown = self.next_cooldown
+            self.next_cooldown = min(2 * self.next_cooldown, MAX_COOLDOWN)
+
+    def probes_while_paused(self) -> bool:
+        return False
+
+    def shadow_confirmed(self) -> None:
+        return None
+
+    def state(self) -> GovernorState:
+        return GovernorState("graded", self.ema, self.misses, self.cooldown > 0, self.cooldown)
+
+
+class GatedGovernor:
+    """PR #2092's governor: narrow or full blocks, probation, timer-free pause."""
+
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft
+        self.ema = GATED_START_EMA
+        self.misses = 0
+        self.drafting = True
+        self.probation = True  # the first drafted round has no evidence
+
+    def budget(self) -> int:
+        if not self.drafting:
+            return 0
+        if self.ema >= GATED_FULL_AT:
+            return self.max_draft
+        return min(GATED_NARROW_DRAFT, self.max_draft)
+
+    def record(self, accepted: int) -> None:
+        self.ema = EMA_FACTOR * self.ema + EMA_FACTOR * accepted
+        # Only a whole narrow block's worth ends probation; one stray token does not.
+        if accepted >= min(GATED_NARROW_DRAFT, self.max_draft):
+            self.probation = False
+        if accepted > 0:
+            self.misses = 0
+            return
+        self.misses += 1
+        if self.probation or self.misses >= MISSES_BEFORE_COOLDOWN:
+            self.drafting = False
+            self.misses = 0
+
+    def probes_while_paused(self) -> bool:
+        return not self.drafting
+
+    def shadow_confirmed(self) -> None:
+        if not self.probes_while_paused():
+            return
+        self.drafting = True
+        self.probation = True
+        self.misses = 0
+        self.ema = GATED_START_EMA
+
+    def state(self) -> GovernorState:
+        return GovernorState(
+            "gated", self.ema, self.misses, not self.drafting, probation=self.probation
+        )
+
+
+class FixedGovernor:
+    """Non-adaptive mode: always `max_draft`; never pauses, records or probes."""
+
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft
+
+    def budget(self) -> int:
+        return self.max_draft
+
+    def record(self, accepted: int) -> None:
+        return None
+
+    def probes_while_paused(self) -> bool:
+        return False
+
+    def shadow_confirmed(self) -> None:
+        return None
+
+    def state(self) -> GovernorState:
+        return GovernorState("fixed", float(self.max_draft), 0, False)
+
+
+def make_governor(config: PromptLookupConfig) -> DraftGovernor:
+    """The governor a validated config asks for."""
+    if not config.adaptive:
+        return FixedGovernor(config.max_draft)
+    if config.policy == "gated":
+        return GatedGovernor(config.max_draft)
+    return GradedGovernor(config.max_draft)

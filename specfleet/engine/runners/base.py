@@ -1,0 +1,82 @@
+"""The one seam between the engine core and a backend (MLX, torch, toy).
+
+Handles (`Logits`, `Tokens`) are opaque backend values: lazy arrays on MLX, device tensors
+on torch, plain lists on the toy runners. The core never looks inside them; it only passes
+them back to the runner that made them. Every method that returns a handle may return
+before the device has computed it; only `read_tokens` and `read_row` wait (host reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+Logits = Any  # rows of next-token logits, one row per input token
+Tokens = Any  # a 1-D array of token ids living on the device
+
+
+class UnsupportedModelError(ValueError):
+    """A model prompt lookup cannot drive (e.g. its caches cannot be trimmed)."""
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """One loaded model and its KV caches on one device.
+
+    Attributes:
+        engine: "mlx", "torch" or "toy".
+        device: "metal", "cuda", "mps" or "cpu" (the toy runners say "cpu").
+        eos_ids: token ids that end a reply; never emitted.
+        vocab_size: number of logit columns.
+    """
+
+    engine: str
+    device: str
+    eos_ids: frozenset[int]
+    vocab_size: int
+
+    def reset(self) -> None:
+        """Drop all cached positions: fresh caches, `cache_len() == 0`."""
+        ...
+
+    def prefill(self, prompt: Sequence[int]) -> Logits:
+        """Append the whole prompt to the caches exactly as plain decoding does (same
+        chunking), and return the logits of its last position (one row)."""
+        ...
+
+    def forward(self, tokens: Sequence[int] | Tokens) -> Logits:
+        """Append `tokens` to the caches and return one logits row per token, lazily.
+
+        `tokens` is a host list (verify block, synchronous step) or a device `Tokens`
+        handle of one token (a pipelined step whose input the host has not read yet).
+        """
+        ...
+
+    def argmax(self, logits: Logits) -> Tokens:
+        """Per-row greedy choice, ties to the lowest id, lazily, on the device."""
+        ...
+
+    def submit(self, tokens: Tokens) -> None:
+        """Start computing `tokens` without waiting (mx.async_eval, a CUDA copy to pinned
+        memory with an event); a no-op where the backend is synchronous."""
+        ...
+
+    def read_tokens(self, tokens: Tokens) -> list[int]:
+        """The host read: wait for `tokens` and return them as ints."""
+        ...
+
+    def read_row(self, logits: Logits, row: int) -> Sequence[float]:
+        """Wait for `logits` and return row `row` on the host (float64-convertible)."""
+        ...
+
+    def trim(self, n: int) -> None:
+        """Drop the last `n` cached positions of every cache (no-op for 0)."""
+        ...
+
+    def cache_len(self) -> int:
+        """Positions held by the caches."""
+        ...
+
+    def clear_allocator_cache(self) -> None:
+        """Return freed device memory to the allocator (non-semantic)."""
+        ...

@@ -1,0 +1,109 @@
+"""The messages between the head and a worker: one planned run and its result.
+
+These pydantic models are the contract shared by the planner (`jobs/plan.py`), the worker
+(`workers/host.py`), the scheduler and the store (`store/`). Units are in the names.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Arm = Literal["plain", "auto", "graded", "gated", "fixed"]
+RunStatus = Literal["pending", "running", "done", "failed", "interrupted"]
+StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
+
+
+class Target(BaseModel):
+    """Where a run executes: a host, an engine on it and the engine's device."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    engine: Literal["mlx", "torch", "toy"]
+    device: Literal["metal", "cuda", "mps", "cpu"]
+
+    @property
+    def label(self) -> str:
+        return f"{self.host}/{self.engine}/{self.device}"
+
+
+class LookupOptions(BaseModel):
+    """Prompt-lookup knobs of an arm (spec 1.2 defaults)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ngram_min: int = 2
+    ngram_max: int = 3
+    max_draft: int = 7
+    adaptive: bool = True
+
+
+class LoopGuard(BaseModel):
+    """Stop when the last `period * repeats` tokens repeat one period in [min, max] (spec 10)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_period: int = Field(1, ge=1)
+    max_period: int = Field(64, ge=1)
+    repeats: int = Field(8, ge=2)
+
+
+class RunSpec(BaseModel):
+    """One timed generation the head asks a worker to perform."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_key: str
+    matrix_id: str | None = None
+    target: Target
+    model: str
+    prompt_name: str
+    prompt_text: str
+    chat: bool = True
+    arm: Arm
+    lookup: LookupOptions = LookupOptions()
+    repeat: int = 0
+    max_tokens: int
+    temperature: float = 0.0
+    seed: int | None = None
+    loop_guard: LoopGuard | None = None
+
+
+class RunResult(BaseModel):
+    """Everything a worker measured for one run; written to `runs` as is."""
+
+    run_key: str
+    status: Literal["done", "failed", "interrupted"]
+    error: str | None = None
+    target: Target
+    resolved_policy: Literal["plain", "graded", "gated", "fixed"] | None = None
+    output_text: str = ""
+    token_ids: list[int] = []
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    total_s: float = 0.0
+    tok_per_s: float = 0.0  # whole call, prefill included (the reference's headline figure)
+    warmup_s: float = 0.0
+    stop_reason: StopReason | None = None
+    rounds: int = 0
+    drafted_rounds: int = 0
+    paused_rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    shadow_confirmations: int = 0
+    loop_share: float = 0.0  # fraction of generated tokens inside a trailing repeated cycle
+    load_before: tuple[float, float, float] | None = None
+    load_after: tuple[float, float, float] | None = None
+    noisy: bool = False
+    weights_hash: str | None = None
+    prompt_hash: str | None = None
+    engine_config: dict = {}
+    versions: dict = {}
+    host_fingerprint: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
