@@ -1,0 +1,164 @@
+"""Divergence forensics: replay two greedy paths to the row where they part (spec 8.3).
+
+A speculative reply may leave plain greedy decoding where a multi-token verify row rounds a
+near-tie the other way. To tell such a flip from a bug, both paths are teacher-forced with
+the runner up to the divergence row and the top-2 logits read there: path A as plain decoding
+runs it (prefill, then one-token forwards), path B with the last tokens fed as one verify-wide
+block, so the kernel that made the flip is the one measured. Plain Python over `Runner`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from specfleet.engine.runners.base import Runner
+
+# Competing-token logit gap below which a divergence counts as a near-tie flip. fp32 kernels
+# disagree by ~1e-4, bf16 logits of magnitude 16-32 move in steps of 0.125: 0.25 covers both
+# with room, while a real bug (wrong cache trim, wrong token) leaves gaps of whole logits.
+NEAR_TIE_LOGIT_MARGIN = 0.25
+# Width of a default verify block: max_draft 7 proposals + the last emitted token.
+DEFAULT_VERIFY_WIDTH = 8
+
+Verdict = Literal["near-tie", "suspect"]
+
+
+@dataclass(frozen=True)
+class PathRow:
+    """What one path's replay saw at the divergence row.
+
+    Attributes:
+        top2: ((id, logit), (id, logit)), best first (ties to the lowest id).
+        margin: top-1 logit minus top-2 logit.
+        gap: logit of this path's own token minus logit of the other path's token.
+        width: tokens fed in the forward that produced the row (1 = plain one-token step).
+    """
+
+    top2: tuple[tuple[int, float], tuple[int, float]]
+    margin: float
+    gap: float
+    width: int
+
+
+@dataclass(frozen=True)
+class RowMargins:
+    """Both paths at the first differing generated token `row`."""
+
+    row: int
+    token_a: int
+    token_b: int
+    a: PathRow
+    b: PathRow
+
+    @property
+    def min_gap(self) -> float:
+        """Smallest absolute gap between the two competing tokens over both paths."""
+        return min(abs(self.a.gap), abs(self.b.gap))
+
+
+def first_divergence(tokens_a: Sequence[int], tokens_b: Sequence[int]) -> int | None:
+    """Index of the first differing token; the shorter length if one is a prefix of the
+    other; None when both are equal."""
+    for i, (x, y) in enumerate(zip(tokens_a, tokens_b, strict=False)):
+        if x != y:
+            return i
+    if len(tokens_a) == len(tokens_b):
+        return None
+    return min(len(tokens_a), len(tokens_b))
+
+
+def top2(row: Sequence[float]) -> tuple[tuple[int, float], tuple[int, float]]:
+    """The two best (id, logit) pairs of a logits row, ties toward the lowest id."""
+    values = np.asarray(row, dtype=np.float64)
+    best = int(np.argmax(values))
+    rest = values.copy()
+    rest[best] = -np.inf
+    second = int(np.argmax(rest))
+    return (best, float(values[best])), (second, float(values[second]))
+
+
+def logits_at(
+    runner: Runner, prompt_ids: Sequence[int], tokens: Sequence[int], row: int, width: int = 1
+) -> list[float]:
+    """Teacher-force `tokens[:row]` after the prompt and return the logits predicting
+    `tokens[row]`.
+
+    Args:
+        runner: a loaded model; its caches are reset first.
+        prompt_ids: the prompt as plain decoding prefilled it.
+        tokens: the generated tokens of the path.
+        row: index of the generated token whose logits are wanted.
+        width: the last `width` context tokens go in one forward (capped at `row`); the rest
+            one token per forward, as plain decoding does.
+
+    Returns:
+        The logits row as floats.
+    """
+    runner.reset()
+    logits = runner.prefill(list(prompt_ids))
+    if row == 0:
+        return [float(x) for x in runner.read_row(logits, 0)]
+    width = max(1, min(width, row))
+    for token in tokens[: row - width]:
+        step = runner.forward([int(token)])
+        # keep lazy backends from stacking an unbounded graph
+        runner.submit(runner.argmax(step))
+    block = runner.forward([int(t) for t in tokens[row - width : row]])
+    return [float(x) for x in runner.read_row(block, width - 1)]
+
+
+def _path_row(logits: list[float], own: int, other: int, width: int) -> PathRow:
+    best = top2(logits)
+    own_logit = logits[own] if own < len(logits) else float("-inf")
+    other_logit = logits[other] if other < len(logits) else float("-inf")
+    return PathRow(best, best[0][1] - best[1][1], own_logit - other_logit, width)
+
+
+def replay_margins(
+    runner: Runner,
+    prompt_ids: Sequence[int],
+    tokens_a: Sequence[int],
+    tokens_b: Sequence[int],
+    row: int,
+    width_a: int = 1,
+    width_b: int = DEFAULT_VERIFY_WIDTH,
+) -> RowMargins:
+    """Replay both paths to `row` and read the top-2 logits of each there.
+
+    Args:
+        runner: a loaded model of the target that produced both replies.
+        prompt_ids: the prompt token ids both runs were prefilled with.
+        tokens_a: reference path (plain greedy), replayed with `width_a`-wide forwards.
+        tokens_b: the other path (speculative), whose last `width_b` context tokens are fed
+            as one verify-like block.
+        row: first differing generated token (`first_divergence`); both must reach it.
+
+    Returns:
+        `RowMargins`; when one path ended at `row` its token is -1 (EOS or the limit) and
+        the gaps compare against the other token only.
+    """
+    token_a = int(tokens_a[row]) if row < len(tokens_a) else -1
+    token_b = int(tokens_b[row]) if row < len(tokens_b) else -1
+    logits_a = logits_at(runner, prompt_ids, tokens_a, row, width_a)
+    logits_b = logits_at(runner, prompt_ids, tokens_b, row, width_b)
+    other_a = token_b if token_b >= 0 else top2(logits_a)[1][0]
+    other_b = token_a if token_a >= 0 else top2(logits_b)[1][0]
+    own_a = token_a if token_a >= 0 else top2(logits_a)[0][0]
+    own_b = token_b if token_b >= 0 else top2(logits_b)[0][0]
+    return RowMargins(
+        row=row,
+        token_a=token_a,
+        token_b=token_b,
+        a=_path_row(logits_a, own_a, other_a, max(1, min(width_a, row or 1))),
+        b=_path_row(logits_b, own_b, other_b, max(1, min(width_b, row or 1))),
+    )
+
+
+def classify(margins: RowMargins, threshold: float = NEAR_TIE_LOGIT_MARGIN) -> Verdict:
+    """`near-tie` when the competing tokens are within `threshold` logits on both paths,
+    else `suspect` (a flip no rounding explains)."""
+    return "near-tie" if max(abs(margins.a.gap), abs(margins.b.gap)) < threshold else "suspect"

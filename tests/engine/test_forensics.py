@@ -1,0 +1,149 @@
+"""Divergence forensics on a toy runner whose logits are exact and depend on forward width."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from specfleet.engine.forensics import (
+    NEAR_TIE_LOGIT_MARGIN,
+    classify,
+    first_divergence,
+    logits_at,
+    replay_margins,
+    top2,
+)
+
+VOCAB = 6
+
+
+class WidthToy:
+    """A runner whose row logits are `fn(context, width)`: exact, cache-dependent, and
+    able to round a near-tie differently in a wide forward (what spec 8.3 describes)."""
+
+    engine = "toy"
+    device = "cpu"
+    eos_ids = frozenset()
+    vocab_size = VOCAB
+
+    def __init__(self, fn: Callable[[tuple[int, ...], int], list[float]]):
+        self.fn = fn
+        self.cache: list[int] = []
+        self.forwards: list[int] = []
+
+    def reset(self) -> None:
+        self.cache = []
+        self.forwards = []
+
+    def prefill(self, prompt: Sequence[int]) -> list[list[float]]:
+        self.cache = list(prompt)
+        return [self.fn(tuple(self.cache), 1)]
+
+    def forward(self, tokens: Sequence[int]) -> list[list[float]]:
+        rows = []
+        for token in tokens:
+            self.cache.append(int(token))
+            rows.append(self.fn(tuple(self.cache), len(tokens)))
+        self.forwards.append(len(tokens))
+        return rows
+
+    def argmax(self, logits):
+        return [top2(row)[0][0] for row in logits]
+
+    def submit(self, tokens) -> None:
+        pass
+
+    def read_tokens(self, tokens) -> list[int]:
+        return list(tokens)
+
+    def read_row(self, logits, row: int) -> list[float]:
+        return logits[row]
+
+    def trim(self, n: int) -> None:
+        del self.cache[len(self.cache) - n :]
+
+    def cache_len(self) -> int:
+        return len(self.cache)
+
+    def clear_allocator_cache(self) -> None:
+        pass
+
+
+def _one_hot(token: int, value: float = 10.0) -> list[float]:
+    row = [0.0] * VOCAB
+    row[token] = value
+    return row
+
+
+def near_tie_model(context: tuple[int, ...], width: int) -> list[float]:
+    """Counts up mod 5; after 4 generated tokens tokens 3 and 4 tie within 0.01, and a wide
+    forward tips the tie toward 4."""
+    if len(context) == 2 + 4:
+        row = [0.0] * VOCAB
+        row[3], row[4] = 7.0, 6.99 + (0.02 if width > 1 else 0.0)
+        return row
+    return _one_hot((context[-1] + 1) % 5)
+
+
+def bug_model(context: tuple[int, ...], width: int) -> list[float]:
+    """Like near_tie_model but the wide forward changes the winner by whole logits."""
+    if len(context) == 2 + 4 and width > 1:
+        return _one_hot(5)
+    return _one_hot((context[-1] + 1) % 5)
+
+
+PROMPT = [0, 1]
+
+
+def test_first_divergence_equal_prefix_and_different() -> None:
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+    assert first_divergence([], []) is None
+
+
+def test_top2_ties_toward_lowest_id() -> None:
+    assert top2([1.0, 3.0, 3.0, 2.0]) == ((1, 3.0), (2, 3.0))
+
+
+def test_logits_at_feeds_one_token_steps_then_one_block() -> None:
+    runner = WidthToy(near_tie_model)
+    tokens = [2, 3, 4, 0, 3]
+    row = logits_at(runner, PROMPT, tokens, 4, width=3)
+    assert runner.forwards == [1, 3]
+    assert row[4] == pytest.approx(7.01)
+    row0 = logits_at(runner, PROMPT, tokens, 0, width=8)
+    assert row0 == _one_hot(2)
+
+
+def test_near_tie_flip_is_classified_near_tie() -> None:
+    plain = [2, 3, 4, 0, 3, 4]
+    spec = [2, 3, 4, 0, 4, 0]
+    row = first_divergence(plain, spec)
+    margins = replay_margins(WidthToy(near_tie_model), PROMPT, plain, spec, row)
+    assert (margins.row, margins.token_a, margins.token_b) == (4, 3, 4)
+    assert margins.a.top2 == ((3, 7.0), (4, 6.99))
+    assert margins.a.gap == pytest.approx(0.01)
+    assert margins.b.gap == pytest.approx(0.01)
+    assert (margins.a.width, margins.b.width) == (1, 4)
+    assert classify(margins) == "near-tie"
+    assert classify(margins, threshold=0.005) == "suspect"
+
+
+def test_whole_logit_flip_is_suspect() -> None:
+    plain = [2, 3, 4, 0, 1]
+    spec = [2, 3, 4, 0, 5]
+    margins = replay_margins(WidthToy(bug_model), PROMPT, plain, spec, 4)
+    assert margins.a.gap == pytest.approx(10.0)
+    assert margins.b.top2[0] == (5, 10.0)
+    assert margins.min_gap > NEAR_TIE_LOGIT_MARGIN
+    assert classify(margins) == "suspect"
+
+
+def test_one_path_ended_compares_against_runner_up() -> None:
+    plain = [2, 3, 4, 0]
+    spec = [2, 3, 4, 0, 5]
+    margins = replay_margins(WidthToy(bug_model), PROMPT, plain, spec, 4)
+    assert margins.token_a == -1
+    assert margins.b.gap == pytest.approx(10.0)
