@@ -1,0 +1,194 @@
+"""Counters, timings and round traces of one generation (spec sections 5, 2.11 and 10).
+
+Also the two repetition checks: the loop guard that stops a reply (spec 10, checked after
+every emitted token) and `loop_share`, which flags a finished reply that ended in a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from specfleet.engine.config import ConfigError
+from specfleet.engine.governor import GovernorState
+
+RoundKind = Literal["pipelined", "sync", "verify", "drain"]
+
+
+@dataclass
+class PromptLookupStats:
+    """Counters of one `generate` call (spec 5).
+
+    Attributes:
+        rounds: forwards in the decode loop (pipelined submissions, sync steps, verifies).
+        drafted_rounds: verifies with at least one proposal.
+        paused_rounds: one-token forwards whose budget was 0 (lookup on only).
+        proposed: proposals verified.
+        accepted: proposals that landed.
+        shadow_confirmations: shadow probes that came true.
+    """
+
+    rounds: int = 0
+    drafted_rounds: int = 0
+    paused_rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    shadow_confirmations: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / proposed, 0.0 when nothing was proposed."""
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    def tokens_per_forward(self, generated: int) -> float:
+        """Tokens per decode-loop forward; the prefill token is excluded (spec 10).
+
+        Args:
+            generated: tokens the call emitted, the prefill token included.
+
+        Returns:
+            max(generated - 1, 0) / rounds, or 0.0 with no rounds.
+        """
+        return max(generated - 1, 0) / self.rounds if self.rounds else 0.0
+
+    def summary_line(self, generated: int) -> str:
+        """The `[Prompt lookup] ...` line the CLI prints on stderr (fields in spec order)."""
+        return (
+            f"[Prompt lookup] rounds={self.rounds} drafted_rounds={self.drafted_rounds} "
+            f"paused_rounds={self.paused_rounds} proposed={self.proposed} "
+            f"accepted={self.accepted} acceptance_rate={self.acceptance_rate:.4f} "
+            f"tokens_per_forward={self.tokens_per_forward(generated):.4f} "
+            f"shadow_confirmations={self.shadow_confirmations}"
+        )
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Wall-clock seconds: prefill ends after the first token's host read."""
+
+    prefill_s: float
+    decode_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class RoundTrace:
+    """One loop iteration, recorded when `generate(..., trace=True)`.
+
+    Attributes:
+        index: iteration number, from 0.
+        kind: "pipelined" (a one-token step submitted before its input was read), "sync"
+            (synchronous one-token step), "verify" (a block with proposals), "drain" (the
+            in-flight token read with nothing new submitted).
+        width: forward width submitted this round (0 for "drain").
+        budget: the budget this round (after the remaining-1 cap).
+        proposed: proposals verified (0 unless "verify").
+        accepted: proposals that landed.
+        emitted: tokens emitted this round.
+        policy: the governor's state after the round (None for plain decoding).
+        cache_len: positions cached after the round.
+        context_len: prompt + emitted tokens after the round.
+        in_flight: whether a pipelined step is in flight after the round.
+    """
+
+    index: int
+    kind: RoundKind
+    width: int
+    budget: int
+    proposed: int
+    accepted: int
+    emitted: int
+    policy: GovernorState | None
+    cache_len: int
+    context_len: int
+    in_flight: bool
+
+
+@dataclass(frozen=True)
+class LoopGuardConfig:
+    """Stop when the last `p * repeats` generated tokens are one period-p pattern repeated.
+
+    Args:
+        min_period: shortest period checked.
+        max_period: longest period checked.
+        repeats: how many whole repetitions fire the guard.
+    """
+
+    min_period: int = 1
+    max_period: int = 64
+    repeats: int = 8
+
+    def validate(self) -> LoopGuardConfig:
+        """Raise `ConfigError` naming the field; return self when valid."""
+        if self.min_period < 1:
+            raise ConfigError("loop-guard min_period must be at least 1")
+        if self.max_period < self.min_period:
+            raise ConfigError(
+                f"loop-guard max_period ({self.max_period}) must be >= min_period "
+                f"({self.min_period})"
+            )
+        if self.repeats < 2:
+            raise ConfigError("loop-guard repeats must be at least 2")
+        return self
+
+
+def loop_guard_fires(
+    generated: Sequence[int], min_period: int, max_period: int, repeats: int
+) -> bool:
+    """Whether the generated tokens (prompt excluded) end in `repeats` copies of one period.
+
+    Args:
+        generated: the emitted tokens so far.
+        min_period: shortest period p tried.
+        max_period: longest period p tried.
+        repeats: whole repetitions required.
+
+    Returns:
+        True when, for some p in [min_period, max_period], the last p * repeats tokens are
+        one period-p pattern repeated `repeats` times.
+    """
+    length = len(generated)
+    last = generated[-1] if length else None
+    for period in range(min_period, max_period + 1):
+        span = period * repeats
+        if span > length:
+            break
+        # Cheap rejection first: most periods fail on the newest token.
+        if generated[length - 1 - period] != last:
+            continue
+        tail = generated[length - span :]
+        if tail[period:] == tail[:-period]:
+            return True
+    return False
+
+
+def _trailing_run(tokens: Sequence[int], period: int) -> int:
+    """Length of the longest suffix that is periodic with `period`."""
+    length = len(tokens)
+    i = length - 1
+    while i - period >= 0 and tokens[i] == tokens[i - period]:
+        i -= 1
+    return min(length, (length - 1 - i) + period)
+
+
+def loop_share(tokens: Sequence[int], max_period: int = 64, min_repeats: int = 3) -> float:
+    """Fraction of a reply inside a trailing repeated cycle.
+
+    Args:
+        tokens: the generated tokens (prompt excluded).
+        max_period: longest cycle tried (periods 1..max_period).
+        min_repeats: how many repetitions make a loop (a partial last one counts toward
+            the run length, not toward the repetitions).
+
+    Returns:
+        Length of the longest trailing run periodic with some period p that holds at least
+        `min_repeats` copies of its cycle, divided by len(tokens); 0.0 when there is none.
+    """
+    length = len(tokens)
+    best = 0
+    for period in range(1, min(max_period, length) + 1):
+        run = _trailing_run(tokens, period)
+        if run >= period * min_repeats:
+            best = max(best, run)
+    return best / length if length else 0.0
