@@ -35,6 +35,7 @@ app = typer.Typer(
 # (module, attribute): each module under specfleet/cli/ owns one noun.
 # A module exposing `app` becomes a group; one exposing `register(app)` adds top-level commands.
 SUBCOMMANDS: list[str] = [
+    "generate",
 ]
 
 

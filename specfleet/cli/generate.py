@@ -1,0 +1,399 @@
+"""`specfleet generate` and `specfleet calibrate`: one model, one host, no fleet (spec 9).
+
+`generate` mirrors the reference `generate --prompt-lookup` command: the reply on stdout,
+then `[Generated N tokens in X s = Y tok/s]` (whole call including prefill); with prompt
+lookup the `[Prompt lookup] ...` counters line on stderr. `calibrate` prints the per-width
+verify cost table of spec 7.6.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specfleet.engine.config import (
+    DEFAULT_MAX_DRAFT,
+    DEFAULT_NGRAM_MAX,
+    DEFAULT_NGRAM_MIN,
+    ConfigError,
+    PromptLookupConfig,
+    resolve_policy,
+)
+from specfleet.errors import UserError
+
+ENGINES = ("mlx", "torch")
+DEVICES = ("auto", "cpu", "metal", "cuda", "mps")
+POLICIES = ("auto", "graded", "gated")
+# ConfigError messages start with the bound's short name; the CLI names the whole flag.
+_LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A runner ready to generate, and where its weights came from."""
+
+    runner: Any
+    alias: str
+    path: str
+    weights_hash: str | None
+
+
+def default_engine() -> str:
+    """MLX on macOS (Metal), torch elsewhere."""
+    return "mlx" if sys.platform == "darwin" else "torch"
+
+
+def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
+    """Return `value` if it is one of `choices`, else raise a one-line `UserError`."""
+    if value not in choices:
+        raise UserError(f"{flag} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
+    """Parse `MIN,MAX,REPEATS` (1 <= MIN <= MAX, REPEATS >= 2) for `--loop-guard`."""
+    if text is None:
+        return None
+    expected = "MIN,MAX,REPEATS integers with 1 <= MIN <= MAX and REPEATS >= 2"
+    parts = text.split(",")
+    try:
+        values = tuple(int(part) for part in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise UserError(f"--loop-guard expects {expected}; got {text!r}")
+    min_period, max_period, repeats = values
+    if min_period < 1 or max_period < min_period or repeats < 2:
+        raise UserError(f"--loop-guard expects {expected}; got {text!r}")
+    return (min_period, max_period, repeats)
+
+
+def lookup_config(
+    ngram_min: int, ngram_max: int, max_draft: int, adaptive: bool, policy: str, device: str
+) -> PromptLookupConfig:
+    """Build and validate the prompt-lookup config; errors name the `--prompt-lookup-*` flag."""
+    check_choice("--prompt-lookup-policy", policy, POLICIES)
+    config = PromptLookupConfig(
+        ngram_max=ngram_max,
+        ngram_min=ngram_min,
+        max_draft=max_draft,
+        adaptive=adaptive,
+        policy=resolve_policy(policy, device),
+    )
+    try:
+        return config.validate()
+    except ConfigError as err:
+        raise UserError(f"{_LOOKUP_FLAG_PREFIX}{err}") from None
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt text from `--prompt` or `--prompt-file` (exactly one, not empty)."""
+    if prompt is not None and prompt_file is not None:
+        raise UserError("--prompt and --prompt-file: give one, not both")
+    if prompt_file is not None:
+        if not prompt_file.is_file():
+            raise UserError(f"--prompt-file: no such file {str(prompt_file)!r}")
+        prompt = prompt_file.read_text(encoding="utf-8")
+    if prompt is None:
+        raise UserError("--prompt: give the prompt text with --prompt/-p or --prompt-file")
+    if not prompt.strip():
+        raise UserError("--prompt: the prompt is empty; give some text")
+    return prompt
+
+
+def resolve_device(engine: str, device: str) -> str:
+    """Turn `auto` into the best device the engine sees; check an explicit one is sane."""
+    check_choice("--device", device, DEVICES)
+    if engine == "mlx" and device == "mps":
+        raise UserError("--device mps is a torch device; MLX uses metal, cuda or cpu")
+    if engine == "torch" and device == "metal":
+        raise UserError("--device metal is an MLX device; torch on a Mac uses mps")
+    if device != "auto":
+        return device
+    if engine == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    import mlx.core as mx
+
+    if mx.metal.is_available():
+        return "metal"
+    cuda = getattr(mx, "cuda", None)
+    return "cuda" if cuda is not None and cuda.is_available() else "cpu"
+
+
+def _runner_class(engine: str) -> Any:
+    try:
+        if engine == "torch":
+            from specfleet.engine.runners.torch import TorchRunner
+
+            return TorchRunner
+        from specfleet.engine.runners.mlx import MlxRunner
+
+        return MlxRunner
+    except ImportError as err:
+        raise UserError(
+            f"--engine {engine}: the {engine} engine is not installed ({err.name or err}); "
+            f"install it with pip install 'specfleet[{engine}]'"
+        ) from None
+
+
+def load_model(model: str, engine: str, device: str) -> LoadedModel:
+    """Resolve `model` (alias or path) for `engine` and load it on `device`.
+
+    Args:
+        model: an alias of configs/models.yaml or a local model folder.
+        engine: "mlx" or "torch".
+        device: "auto", "cpu", "metal", "cuda" or "mps".
+
+    Returns:
+        The loaded runner with the model's provenance.
+    """
+    check_choice("--engine", engine, ENGINES)
+    from specfleet.engine.models import resolve_model
+
+    resolved = resolve_model(model, engine)
+    if not Path(resolved.path).exists():
+        raise UserError(
+            f"--model {model}: {resolved.path} does not exist; "
+            f"fetch it with `specfleet models fetch {resolved.alias}` or pass a model folder"
+        )
+    runner_class = _runner_class(engine)
+    runner = runner_class.load(resolved.path, resolve_device(engine, device))
+    return LoadedModel(runner, resolved.alias, str(resolved.path), resolved.weights_hash)
+
+
+def encode(runner: Any, text: str, chat: bool | None) -> list[int]:
+    """Token ids of the prompt; `chat=None` applies the chat template where there is one."""
+    ids = list(runner.encode_prompt(text, chat=True if chat is None else chat))
+    if not ids:
+        raise UserError("--prompt: the prompt encodes to no tokens")
+    return ids
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """Everything `generate` was asked, validated before any model is loaded."""
+
+    text: str
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    use_lookup: bool
+    policy: str
+    ngram_min: int
+    ngram_max: int
+    max_draft: int
+    adaptive: bool
+    loop_guard: tuple[int, int, int] | None
+
+
+def validate_request(request: GenerateRequest) -> None:
+    """Check every flag's bound before loading anything (the model load takes seconds)."""
+    if request.max_tokens < 1:
+        raise UserError(f"--max-tokens must be at least 1; got {request.max_tokens}")
+    if request.temperature < 0:
+        raise UserError(f"--temp must be >= 0; got {request.temperature}")
+    lookup_config(
+        request.ngram_min,
+        request.ngram_max,
+        request.max_draft,
+        request.adaptive,
+        request.policy,
+        "cpu",
+    )
+
+
+def run_generation(
+    loaded: LoadedModel, request: GenerateRequest, *, chat: bool | None, warm_up: bool, trace: bool
+) -> dict[str, Any]:
+    """Warm up (timed apart), generate, and return the result as one JSON-ready dict."""
+    from specfleet.engine.loop import generate, warm_up_verify_widths
+    from specfleet.engine.sampling import SamplerConfig
+
+    runner = loaded.runner
+    prompt_ids = encode(runner, request.text, chat)
+    lookup = None
+    if request.use_lookup:
+        lookup = lookup_config(
+            request.ngram_min,
+            request.ngram_max,
+            request.max_draft,
+            request.adaptive,
+            request.policy,
+            runner.device,
+        )
+    warmup_s = 0.0
+    if warm_up:
+        start_s = time.perf_counter()
+        warm_up_verify_widths(runner, prompt_ids, request.max_draft)
+        warmup_s = time.perf_counter() - start_s
+    sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
+    result = generate(
+        runner,
+        prompt_ids,
+        max_tokens=request.max_tokens,
+        lookup=lookup,
+        sampler=sampler.validate(),
+        loop_guard=request.loop_guard,
+        trace=trace,
+    )
+    return result_dict(loaded, prompt_ids, lookup, result, warmup_s)
+
+
+def result_dict(
+    loaded: LoadedModel,
+    prompt_ids: list[int],
+    lookup: PromptLookupConfig | None,
+    result: Any,
+    warmup_s: float,
+) -> dict[str, Any]:
+    """The `--json` object: text, token ids, counters, timings (seconds), provenance."""
+    tokens = list(result.tokens)
+    timings = result.timings
+    stats = result.stats
+    counters = dataclasses.asdict(stats)
+    counters["acceptance_rate"] = stats.acceptance_rate
+    counters["tokens_per_forward"] = stats.tokens_per_forward(len(tokens))
+    return {
+        "text": loaded.runner.decode(tokens),
+        "token_ids": tokens,
+        "prompt_tokens": len(prompt_ids),
+        "generated_tokens": len(tokens),
+        "stop_reason": result.stop_reason,
+        "timings": {
+            "prefill_s": timings.prefill_s,
+            "decode_s": timings.decode_s,
+            "total_s": timings.total_s,
+            "warmup_s": warmup_s,
+        },
+        "tok_per_s": len(tokens) / timings.total_s if timings.total_s > 0 else 0.0,
+        "prompt_lookup": dataclasses.asdict(lookup) if lookup is not None else None,
+        "counters": counters,
+        "summary_line": stats.summary_line(len(tokens)) if lookup is not None else None,
+        "model": {"alias": loaded.alias, "path": loaded.path, "weights_hash": loaded.weights_hash},
+        "engine": loaded.runner.engine,
+        "device": loaded.runner.device,
+        "trace": [dataclasses.asdict(row) for row in (result.trace or [])],
+    }
+
+
+def generated_line(result: dict[str, Any]) -> str:
+    """`[Generated N tokens in X s = Y tok/s]`, whole call including prefill."""
+    return (
+        f"[Generated {result['generated_tokens']} tokens in {result['timings']['total_s']:.3f} s"
+        f" = {result['tok_per_s']:.2f} tok/s]"
+    )
+
+
+def trace_line(row: dict[str, Any]) -> str:
+    """One round of `--trace` as `key=value` pairs."""
+    policy = row.get("policy")
+    fields = {key: value for key, value in row.items() if key != "policy"}
+    text = " ".join(f"{key}={value}" for key, value in fields.items())
+    if policy:
+        text += " policy=" + ",".join(f"{key}={value}" for key, value in policy.items())
+    return f"[Trace] {text}"
+
+
+def print_result(result: dict[str, Any], *, as_json: bool, trace: bool) -> None:
+    """Print the reply and the counters the way the reference CLI does."""
+    if as_json:
+        if not trace:
+            result = {key: value for key, value in result.items() if key != "trace"}
+        typer.echo(json.dumps(result))
+        return
+    if result["timings"]["warmup_s"] > 0:
+        typer.echo(f"[Warm-up] verify widths in {result['timings']['warmup_s']:.3f} s", err=True)
+    if trace:
+        for row in result["trace"]:
+            typer.echo(trace_line(row), err=True)
+    typer.echo(result["text"])
+    typer.echo(generated_line(result))
+    if result["summary_line"] is not None:
+        typer.echo(result["summary_line"], err=True)
+    if result["stop_reason"] == "loop_guard":
+        typer.echo("[Loop guard] the reply repeated itself; stopped", err=True)
+
+
+def generate_command(
+    model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
+    prompt_file: Annotated[
+        Path | None, typer.Option("--prompt-file", help="Read the prompt.")
+    ] = None,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")
+    ] = 256,
+    temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
+    seed: Annotated[int | None, typer.Option("--seed", help="Sampler seed.")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="mlx or torch.")] = default_engine(),
+    device: Annotated[
+        str, typer.Option("--device", help="auto, cpu, metal, cuda or mps.")
+    ] = "auto",
+    prompt_lookup: Annotated[
+        bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup.")
+    ] = False,
+    policy: Annotated[
+        str, typer.Option("--prompt-lookup-policy", help="auto, graded or gated.")
+    ] = "auto",
+    ngram_min: Annotated[int, typer.Option("--prompt-lookup-ngram-min")] = DEFAULT_NGRAM_MIN,
+    ngram_max: Annotated[int, typer.Option("--prompt-lookup-ngram-max")] = DEFAULT_NGRAM_MAX,
+    max_draft: Annotated[int, typer.Option("--prompt-lookup-max-draft")] = DEFAULT_MAX_DRAFT,
+    no_adaptive: Annotated[
+        bool, typer.Option("--prompt-lookup-no-adaptive", help="Always propose max-draft tokens.")
+    ] = False,
+    chat: Annotated[
+        bool | None,
+        typer.Option(
+            "--chat/--no-chat", help="Apply the chat template (default: where there is one)."
+        ),
+    ] = None,
+    loop_guard: Annotated[
+        str | None,
+        typer.Option("--loop-guard", help="MIN,MAX,REPEATS: stop a reply that repeats one period."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    trace: Annotated[bool, typer.Option("--trace", help="Print the round-by-round trace.")] = False,
+    warm_up: Annotated[
+        bool,
+        typer.Option("--warm-up/--no-warm-up", help="Run every verify width once before timing."),
+    ] = True,
+) -> None:
+    """Generate one reply, with or without prompt lookup, and print its speed."""
+    request = GenerateRequest(
+        text=read_prompt(prompt, prompt_file),
+        max_tokens=max_tokens,
+        temperature=temp,
+        seed=seed,
+        use_lookup=prompt_lookup,
+        policy=policy,
+        ngram_min=ngram_min,
+        ngram_max=ngram_max,
+        max_draft=max_draft,
+        adaptive=not no_adaptive,
+        loop_guard=parse_loop_guard(loop_guard),
+    )
+    validate_request(request)
+    check_choice("--engine", engine, ENGINES)
+    check_choice("--device", device, DEVICES)
+    loaded = load_model(model, engine, device)
+    result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace)
+    print_result(result, as_json=as_json, trace=trace)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the top-level `generate` and `calibrate` commands to the root app."""
+    app.command("generate")(generate_command)
+    from specfleet.cli.calibrate import calibrate_command
+
+    app.command("calibrate")(calibrate_command)
