@@ -1,0 +1,97 @@
+"""Machine locks: one timed run at a time per physical machine, across every driver.
+
+The worker actor already runs one `run` at a time, but that alone is not enough: two matrices
+submitted from two drivers would both mark their runs `running` while one waits in the
+actor's queue (its timing would include the wait), and a driver could not tell "busy with
+another matrix" from "stuck". So each scheduler takes a lease on the machine from one named,
+detached lock actor before it dispatches a run and gives it back when the result is stored.
+
+Why an actor and not a Ray placement group or custom resource: an actor method call does not
+hold resources, and a lease must outlive no driver — a killed driver's lease is reclaimed as
+soon as Ray marks its job dead (or at the latest when the lease expires).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import ray
+
+LOCK_ACTOR_NAME = "specfleet-machine-locks"
+NAMESPACE = "specfleet"
+# The head node carries this resource; the lock lives with the cluster, not with a host.
+_HEAD_RESOURCE = "node:__internal_head__"
+
+
+class MachineLocks:
+    """Leases keyed by machine: `{machine: (owner, job_id, expires_at)}`."""
+
+    def __init__(self) -> None:
+        self._leases: dict[str, tuple[str, str | None, float]] = {}
+
+    def acquire(self, machine: str, owner: str, job_id: str | None, lease_s: float) -> bool:
+        """Take (or renew) the lease on `machine` for `owner`; False while another holds it."""
+        held = self._leases.get(machine)
+        if held is not None and held[0] != owner and not self._expired(held):
+            return False
+        self._leases[machine] = (owner, job_id, time.monotonic() + lease_s)
+        return True
+
+    def release(self, machine: str, owner: str) -> bool:
+        held = self._leases.get(machine)
+        if held is None or held[0] != owner:
+            return False
+        del self._leases[machine]
+        return True
+
+    def holders(self) -> dict[str, str]:
+        return {m: lease[0] for m, lease in self._leases.items() if not self._expired(lease)}
+
+    def _expired(self, lease: tuple[str, str | None, float]) -> bool:
+        _, job_id, expires_at = lease
+        return time.monotonic() > expires_at or _job_is_dead(job_id)
+
+
+def _job_is_dead(job_id: str | None) -> bool:
+    if job_id is None:
+        return False
+    try:
+        # Private but stable GCS read: lets a killed driver's lease go at once, not at expiry.
+        from ray._private import state
+
+        return any(j["JobID"] == job_id and j["IsDead"] for j in state.jobs())
+    except Exception:  # noqa: BLE001 - fall back to lease expiry
+        return False
+
+
+def lock_actor():
+    """The cluster's lock actor, created on the head node on first use.
+
+    Returns:
+        An ActorHandle of `MachineLocks` (named, detached, namespace `specfleet`).
+    """
+    remote = ray.remote(MachineLocks).options(
+        name=LOCK_ACTOR_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",  # shared by every driver; outlives any one matrix
+        get_if_exists=True,  # two drivers starting at once get the same actor
+        num_cpus=0,
+        resources={_HEAD_RESOURCE: 0.001},  # pin to the head: a removed host must not take it
+        max_restarts=-1,  # a restart forgets leases; the worker's 1-wide group still serializes
+        max_concurrency=1,
+    )
+    return remote.remote()
+
+
+def new_owner(matrix_id: str) -> str:
+    """A lease owner id unique to this scheduler call."""
+    return f"{matrix_id}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def current_job_id() -> str | None:
+    try:
+        return ray.get_runtime_context().get_job_id()
+    except Exception:  # noqa: BLE001 - not connected: no liveness check, lease expiry only
+        return None
