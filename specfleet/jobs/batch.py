@@ -1,0 +1,125 @@
+"""Generation batches: a JSONL file of prompts run on one target (`specfleet job generate`).
+
+Each line of the file is a JSON object `{"name"?: str, "prompt": str, "max_tokens"?: int}`;
+blank lines are skipped. Unnamed prompts are called `line-<n>` after their line number.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from specfleet.errors import UserError
+from specfleet.jobs.run import Target
+from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
+from specfleet.jobs.userinput import first_problem, read_text, validation_message
+
+
+def parse_target_ref(text: str, flag: str = "--target") -> TargetRef:
+    """Parse `HOST/ENGINE` or `HOST/ENGINE/DEVICE`.
+
+    Args:
+        text: what the user typed.
+        flag: the flag named in error messages.
+
+    Returns:
+        The reference; match it against the fleet's targets with `select_target`.
+    """
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UserError(f"{flag}: expected HOST/ENGINE or HOST/ENGINE/DEVICE, got {text!r}")
+    fields = dict(zip(("host", "engine", "device"), parts, strict=False))
+    try:
+        return TargetRef.model_validate(fields)
+    except ValidationError as err:
+        raise UserError(validation_message(flag, TargetRef, err)) from None
+
+
+def select_target(ref: TargetRef, targets: list[Target], flag: str = "--target") -> Target:
+    """The one target of the fleet that `ref` names.
+
+    Args:
+        ref: the user's reference.
+        targets: the fleet's targets.
+        flag: the flag named in error messages.
+
+    Returns:
+        The matching target.
+
+    Raises:
+        UserError: no target or more than one matches.
+    """
+    found = [t for t in targets if ref.matches(t)]
+    if len(found) == 1:
+        return found[0]
+    known = ", ".join(sorted(t.label for t in targets)) or "none"
+    if not found:
+        raise UserError(f"{flag}: no target {_ref_label(ref)} in the fleet (targets: {known})")
+    raise UserError(f"{flag}: {_ref_label(ref)} names {len(found)} targets; add the device "
+                    f"({', '.join(sorted(t.label for t in found))})")
+
+
+def _ref_label(ref: TargetRef) -> str:
+    return "/".join(p for p in (ref.host, ref.engine, ref.device) if p)
+
+
+def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
+    """Read a JSONL prompt file; a bad line is one `UserError` naming file and line."""
+    label = str(path)
+    prompts: list[GeneratePrompt] = []
+    for number, line in enumerate(read_text(Path(path), label).splitlines(), start=1):
+        if line.strip():
+            prompts.append(_prompt_line(line, f"{label}: line {number}", number))
+    if not prompts:
+        raise UserError(f'{label}: no prompts; expected one JSON object per line, e.g. '
+                        '{"prompt": "..."}')
+    _check_unique_names(prompts, label)
+    return prompts
+
+
+def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
+    try:
+        data: Any = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(data, dict):
+        raise UserError(f'{where}: expected a JSON object like {{"prompt": "..."}}')
+    data.setdefault("name", f"line-{number}")
+    try:
+        return GeneratePrompt.model_validate(data)
+    except ValidationError as err:
+        raise UserError(validation_message(where, GeneratePrompt, err)) from None
+
+
+def _check_unique_names(prompts: list[GeneratePrompt], label: str) -> None:
+    seen: set[str] = set()
+    for prompt in prompts:
+        if prompt.name in seen:
+            raise UserError(f"{label}: duplicate prompt name '{prompt.name}'")
+        seen.add(prompt.name or "")
+
+
+def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSpec:
+    """Build a generation job from a JSONL prompt file and the command's flags.
+
+    Args:
+        prompts_path: the JSONL file.
+        **options: `model`, `target` (a `TargetRef` or `HOST/ENGINE[/DEVICE]`), and any of
+            `policy`, `lookup`, `max_tokens`, `temperature`, `seed`, `chat`, `loop_guard`
+            (the `GenerateJobSpec` fields); a bad value names its flag (`--max-tokens`).
+
+    Returns:
+        The job.
+    """
+    prompts = read_prompt_lines(prompts_path)
+    if isinstance(options.get("target"), str):
+        options["target"] = parse_target_ref(options["target"])
+    try:
+        return GenerateJobSpec.model_validate({**options, "prompts": prompts})
+    except ValidationError as err:
+        where, text = first_problem(GenerateJobSpec, err)
+        flag = "--" + where.split(".")[0].split("[")[0].replace("_", "-")
+        raise UserError(f"{flag}: {text}") from None

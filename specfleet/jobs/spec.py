@@ -1,0 +1,339 @@
+"""What users submit: a benchmark matrix (YAML), a parity matrix, a batch of prompts.
+
+A matrix file reads like the reference harness's cases:
+
+    name: demo
+    models: [smollm2-135m]
+    prompts: [edit_fn, {name: story, max_tokens: 800}, {name: hi, text: "Say hi."}]
+    arms: [plain, graded, {arm: gated, max_draft: 4}]
+    repeats: 3
+    max_tokens: {default: 400, mlx: 64}
+    targets: {engines: [torch, mlx]}
+
+Every mistake is ONE `UserError` line: `file: field.path: what is expected`. Prompt names
+refer to `<name>.txt` (or `.md`) in the prompt directory: `prompt_dir` in the file (relative
+to the file), else `../prompts` next to the file's folder (i.e. `configs/prompts`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from specfleet.errors import UserError
+from specfleet.jobs.run import Arm, LookupOptions, LoopGuard, Target
+from specfleet.jobs.spec_checks import check_matrix
+from specfleet.jobs.spec_checks import find_prompt_file as find_prompt_file  # re-export
+from specfleet.jobs.userinput import read_yaml, validation_message
+
+Engine = Literal["mlx", "torch", "toy"]
+Device = Literal["metal", "cuda", "mps", "cpu"]
+ENGINES: tuple[str, ...] = ("mlx", "torch", "toy")
+MAX_TOKENS_LIMIT = 131072
+MAX_REPEATS = 100
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class _Strict(BaseModel):
+    # Strict: YAML already has types; "3" for an integer is a mistake worth naming.
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+def _int_to_limit(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"default": value}
+    return value
+
+
+_Limit = Annotated[int | None, Field(ge=1, le=MAX_TOKENS_LIMIT)]
+
+
+class TokenLimit(_Strict):
+    """`max_tokens`: one integer, or a mapping with `default` and/or per-engine values."""
+
+    default: _Limit = None
+    mlx: _Limit = None
+    torch: _Limit = None
+    toy: _Limit = None
+
+    def for_engine(self, engine: str) -> int | None:
+        """The limit for `engine`: its own value, else `default`, else None."""
+        own = getattr(self, engine, None)
+        return own if own is not None else self.default
+
+
+TokenLimitField = Annotated[
+    TokenLimit, BeforeValidator(_int_to_limit, json_schema_input_type=int | TokenLimit)
+]
+
+
+class TargetSelector(_Strict):
+    """Which targets a matrix (or one prompt) runs on; an empty list means all."""
+
+    kinds: list[str] = []
+    hosts: list[str] = []
+    engines: list[Engine] = []
+    devices: list[Device] = []
+
+    def matches(self, target: Target, kind: str | None = None) -> bool:
+        """True when `target` (of host kind `kind`) passes every non-empty list.
+
+        Args:
+            target: the (host, engine, device) to test.
+            kind: the host's kind label (e.g. `mac-mlx`); None never matches a kinds list.
+
+        Returns:
+            Whether the target is selected.
+        """
+        return (
+            (not self.kinds or kind in self.kinds)
+            and (not self.hosts or target.host in self.hosts)
+            and (not self.engines or target.engine in self.engines)
+            and (not self.devices or target.device in self.devices)
+        )
+
+    def describe(self) -> str:
+        parts = [f"{field} in [{', '.join(values)}]" for field, values in self._lists() if values]
+        return "; ".join(parts) if parts else "all targets"
+
+    def _lists(self) -> list[tuple[str, list[str]]]:
+        return [("kinds", self.kinds), ("hosts", self.hosts), ("engines", list(self.engines)),
+                ("devices", list(self.devices))]
+
+
+def _name_to_prompt(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class PromptEntry(_Strict):
+    """A prompt: a file name in the prompt directory, or inline text."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    text: str | None = None
+    max_tokens: TokenLimitField | None = None
+    targets: TargetSelector | None = None
+
+
+def _name_to_arm(value: Any) -> Any:
+    return {"arm": value} if isinstance(value, str) else value
+
+
+class ArmSpec(_Strict):
+    """An arm: `plain`, `auto`, `graded`, `gated` or `fixed` (non-adaptive), with options."""
+
+    arm: Arm
+    ngram_min: int | None = None
+    ngram_max: int | None = None
+    max_draft: int | None = None
+
+    def given_options(self) -> dict[str, int]:
+        return {k: v for k, v in self.model_dump(exclude={"arm"}).items() if v is not None}
+
+    def lookup_options(self) -> LookupOptions:
+        """The prompt-lookup knobs this arm runs with (spec 1.2 defaults where not given)."""
+        return LookupOptions(**self.given_options(), adaptive=self.arm != "fixed")
+
+
+def _parse_loop_guard(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"expected 'min_period,max_period,repeats' (e.g. 1,64,8), got {value!r}")
+    return dict(zip(("min_period", "max_period", "repeats"), map(int, parts), strict=True))
+
+
+LoopGuardField = Annotated[
+    LoopGuard, BeforeValidator(_parse_loop_guard, json_schema_input_type=str | LoopGuard)
+]
+
+
+class MatrixSpec(_Strict):
+    """A benchmark matrix: models x prompts x arms x repeats on every selected target."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    models: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    prompts: list[Annotated[PromptEntry, BeforeValidator(
+        _name_to_prompt, json_schema_input_type=str | PromptEntry)]] = Field(min_length=1)
+    arms: list[Annotated[ArmSpec, BeforeValidator(
+        _name_to_arm, json_schema_input_type=Arm | ArmSpec)]] = Field(min_length=1)
+    repeats: int = Field(3, ge=1, le=MAX_REPEATS)
+    max_tokens: TokenLimitField = TokenLimit(default=256)
+    temperature: float = Field(0.0, ge=0.0, le=10.0)
+    seed: int | None = None
+    chat: bool = True
+    loop_guard: LoopGuardField | None = None
+    require_quiet: bool = False
+    speedups: bool = True  # report speed-ups over plain, which needs the plain arm
+    targets: TargetSelector = TargetSelector()
+    prompt_suffix: dict[str, str] = {}  # per model alias, e.g. " /no_think" for Qwen3
+    prompt_dir: str | None = None
+
+    def arm_names(self) -> list[str]:
+        return [a.arm for a in self.arms]
+
+    def max_tokens_for(self, prompt: PromptEntry, engine: str) -> int:
+        """The token limit of `prompt` on `engine`: the prompt's own, else the global one."""
+        own = prompt.max_tokens.for_engine(engine) if prompt.max_tokens else None
+        if own is not None:
+            return own
+        limit = self.max_tokens.for_engine(engine)
+        if limit is None:
+            raise UserError(f"matrix '{self.name}': max_tokens: no limit for engine '{engine}'")
+        return limit
+
+    def runs_per_target(self) -> int:
+        return len(self.models) * len(self.prompts) * len(self.arms) * self.repeats
+
+
+class ParitySpec(MatrixSpec):
+    """A greedy one-repeat matrix for parity checks; `overridden` says what was forced."""
+
+    repeats: int = Field(1, ge=1, le=1)
+    temperature: float = Field(0.0, ge=0.0, le=0.0)
+    overridden: list[str] = []
+
+
+class GeneratePrompt(_Strict):
+    """One line of a generation batch (JSONL): `{"name"?, "prompt", "max_tokens"?}`."""
+
+    name: str | None = Field(None, pattern=NAME_PATTERN)
+    prompt: str = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+
+
+class TargetRef(_Strict):
+    """A target named by the user: HOST/ENGINE or HOST/ENGINE/DEVICE."""
+
+    host: str = Field(min_length=1)
+    engine: Engine
+    device: Device | None = None
+
+    def matches(self, target: Target) -> bool:
+        return (target.host, target.engine) == (self.host, self.engine) and (
+            self.device is None or self.device == target.device)
+
+
+class GenerateJobSpec(_Strict):
+    """A batch of prompts run once each on one target with one policy, outputs stored."""
+
+    model: str = Field(min_length=1)
+    target: TargetRef
+    prompts: list[GeneratePrompt] = Field(min_length=1)
+    policy: Arm = "auto"
+    lookup: LookupOptions = LookupOptions()
+    max_tokens: int = Field(256, ge=1, le=MAX_TOKENS_LIMIT)
+    temperature: float = Field(0.0, ge=0.0, le=10.0)
+    seed: int | None = None
+    chat: bool = True
+    loop_guard: LoopGuard | None = None
+
+
+# ---- loading -----------------------------------------------------------------------------
+
+
+def read_prompt_text(path: Path) -> str:
+    """A prompt file's text without its final newline (editors add one; it is no content)."""
+    return path.read_text(encoding="utf-8").rstrip("\r\n")
+
+
+def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> MatrixSpec:
+    """Load and check a matrix YAML file.
+
+    Args:
+        path: the YAML file.
+        prompt_dir: where named prompts live; default: `prompt_dir` in the file (relative to
+            it), else `<file's folder>/../prompts`.
+
+    Returns:
+        The spec, with `prompt_dir` set to the absolute directory prompts were checked in.
+
+    Raises:
+        UserError: one line naming the file, the field path and what is expected.
+    """
+    label = str(path)
+    data = read_yaml(Path(path), label)
+    base = Path(path).resolve().parent
+    return parse_matrix_spec(data, label, base, prompt_dir)
+
+
+def parse_matrix_spec(
+    data: Any, label: str, base_dir: Path, prompt_dir: str | Path | None = None
+) -> MatrixSpec:
+    """Check already-parsed YAML data as a matrix (see `load_matrix_spec`)."""
+    if data is None:
+        raise UserError(f"{label}: the file is empty; expected a matrix (name, models, prompts, arms)")
+    if not isinstance(data, dict):
+        raise UserError(f"{label}: expected a mapping of fields at the top level, got "
+                        f"{type(data).__name__}")
+    try:
+        spec = MatrixSpec.model_validate(data)
+    except ValidationError as err:
+        raise UserError(validation_message(label, MatrixSpec, err)) from None
+    directory = _prompt_dir(spec, base_dir, prompt_dir)
+    check_matrix(spec, label, directory)
+    return spec.model_copy(update={"prompt_dir": str(directory)})
+
+
+def _prompt_dir(spec: MatrixSpec, base_dir: Path, override: str | Path | None) -> Path:
+    if override is not None:
+        return Path(override).resolve()
+    if spec.prompt_dir is not None:
+        return (base_dir / spec.prompt_dir).resolve()
+    return (base_dir.parent / "prompts").resolve()
+
+
+def load_parity_spec(path: str | Path, prompt_dir: str | Path | None = None) -> ParitySpec:
+    """Load a matrix file as a parity check: greedy (temperature 0), one repeat, plain needed.
+
+    Args:
+        path: the YAML file (any matrix file; repeats and temperature are forced).
+        prompt_dir: as in `load_matrix_spec`.
+
+    Returns:
+        The parity spec; `overridden` lists forced changes, e.g. `repeats 3 -> 1`.
+    """
+    spec = load_matrix_spec(path, prompt_dir)
+    if "plain" not in spec.arm_names():
+        raise UserError(f"{path}: arms: add the plain arm: parity compares every arm with plain")
+    forced = []
+    if spec.repeats != 1:
+        forced.append(f"repeats {spec.repeats} -> 1")
+    if spec.temperature != 0.0:
+        forced.append(f"temperature {spec.temperature} -> 0")
+    fields = spec.model_dump(exclude={"repeats", "temperature"})
+    return ParitySpec.model_validate({**fields, "overridden": forced})
+
+
+def validate_file(path: str | Path, prompt_dir: str | Path | None = None) -> str:
+    """Check a matrix file and describe it in one line (for `specfleet matrix validate`).
+
+    Args:
+        path: the YAML file.
+        prompt_dir: as in `load_matrix_spec`.
+
+    Returns:
+        e.g. `demo.yaml: matrix 'demo' is valid: 1 model x 5 prompts x 3 arms x 3 repeats =
+        45 runs per target (engines in [torch, mlx])`.
+
+    Raises:
+        UserError: the first mistake, one line.
+    """
+    spec = load_matrix_spec(path, prompt_dir)
+    counts = (f"{_count(len(spec.models), 'model')} x {_count(len(spec.prompts), 'prompt')} x "
+              f"{_count(len(spec.arms), 'arm')} x {_count(spec.repeats, 'repeat')}")
+    return (f"{path}: matrix '{spec.name}' is valid: {counts} = {spec.runs_per_target()} runs "
+            f"per target ({spec.targets.describe()})")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def matrix_json_schema() -> dict[str, Any]:
+    """The JSON schema of a matrix file (for `specfleet matrix schema` and editors)."""
+    schema = MatrixSpec.model_json_schema(mode="validation")
+    schema["title"] = "specfleet matrix"
+    return schema

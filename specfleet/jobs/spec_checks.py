@@ -1,0 +1,137 @@
+"""Checks across fields of a matrix that types alone cannot express.
+
+Each check raises one `UserError` line `file: field.path: what is expected`; they run in the
+order of the file's fields so the first mistake a reader would meet is the one reported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specfleet.engine.config import ConfigError, PromptLookupConfig
+from specfleet.errors import UserError
+
+if TYPE_CHECKING:
+    from specfleet.jobs.spec import ArmSpec, MatrixSpec
+
+PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
+
+# Which option a validation message of `PromptLookupConfig.validate` is about.
+_OPTION_OF_MESSAGE = (("ngram-min", "ngram_min"), ("ngram-max", "ngram_max"),
+                      ("max-draft", "max_draft"))
+
+
+def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
+    """Raise `UserError` for the first cross-field mistake in `spec`.
+
+    Args:
+        spec: a type-checked matrix.
+        label: the file name used in messages.
+        prompt_dir: the directory named prompts are read from.
+    """
+    _check_models(spec, label)
+    _check_prompts(spec, label, prompt_dir)
+    _check_arms(spec, label)
+    _check_max_tokens(spec, label)
+    _check_loop_guard(spec, label)
+    _check_prompt_suffix(spec, label)
+
+
+def find_prompt_file(prompt_dir: Path, name: str) -> Path | None:
+    """`<name>.txt`, `<name>.md` or `<name>` in `prompt_dir`, the first that exists."""
+    for suffix in PROMPT_SUFFIXES:
+        candidate = prompt_dir / f"{name}{suffix}"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _check_models(spec: MatrixSpec, label: str) -> None:
+    seen: set[str] = set()
+    for i, model in enumerate(spec.models):
+        if not model.strip():
+            raise UserError(f"{label}: models[{i}]: must not be blank")
+        if model in seen:
+            raise UserError(f"{label}: models[{i}]: duplicate model '{model}' (list each once)")
+        seen.add(model)
+
+
+def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
+    seen: set[str] = set()
+    for i, prompt in enumerate(spec.prompts):
+        if prompt.name in seen:
+            raise UserError(f"{label}: prompts[{i}].name: duplicate prompt '{prompt.name}'")
+        seen.add(prompt.name)
+        if prompt.text is not None:
+            if not prompt.text.strip():
+                raise UserError(f"{label}: prompts[{i}].text: must not be empty")
+            continue
+        if find_prompt_file(prompt_dir, prompt.name) is None:
+            raise UserError(f"{label}: prompts[{i}]: {_missing_prompt(prompt_dir, prompt.name)}")
+
+
+def _missing_prompt(prompt_dir: Path, name: str) -> str:
+    if not prompt_dir.is_dir():
+        return (f"no prompt '{name}': prompt directory {prompt_dir} does not exist "
+                "(set prompt_dir, or give {name, text} inline)")
+    known = sorted(p.stem for p in prompt_dir.iterdir() if p.is_file())
+    listing = ", ".join(known) if known else "none"
+    return f"no prompt file '{name}.txt' in {prompt_dir} (available: {listing})"
+
+
+def _check_arms(spec: MatrixSpec, label: str) -> None:
+    seen: set[str] = set()
+    for i, arm in enumerate(spec.arms):
+        if arm.arm in seen:
+            raise UserError(f"{label}: arms[{i}]: duplicate arm '{arm.arm}' (each arm once)")
+        seen.add(arm.arm)
+        _check_arm_options(arm, f"{label}: arms[{i}]")
+    lookup_arms = seen - {"plain"}
+    if spec.speedups and lookup_arms and "plain" not in seen:
+        raise UserError(f"{label}: arms: add the plain arm: speed-ups are measured over plain "
+                        "(or set speedups: false)")
+
+
+def _check_arm_options(arm: ArmSpec, where: str) -> None:
+    given = arm.given_options()
+    if arm.arm == "plain" and given:
+        raise UserError(f"{where}.{next(iter(given))}: the plain arm takes no prompt-lookup "
+                        "options")
+    try:
+        PromptLookupConfig(**given).validate()
+    except ConfigError as err:
+        raise UserError(f"{where}.{_option_named(str(err), given)}: {err}") from None
+
+
+def _option_named(message: str, given: dict[str, int]) -> str:
+    if message.startswith("ngram-max") and "ngram-min" in message and "ngram_max" not in given:
+        return "ngram_min"  # the user set only ngram_min; the default ngram_max is not at fault
+    for flag, field in _OPTION_OF_MESSAGE:
+        if message.startswith(flag):
+            return field
+    return "options"
+
+
+def _check_max_tokens(spec: MatrixSpec, label: str) -> None:
+    engines = list(spec.targets.engines) or [None]
+    for engine in engines:
+        limit = spec.max_tokens.for_engine(engine) if engine else spec.max_tokens.default
+        if limit is None:
+            needed = f"'default' or '{engine}'" if engine else "'default'"
+            raise UserError(f"{label}: max_tokens: give {needed} (a limit for every engine the "
+                            "matrix may run on)")
+
+
+def _check_loop_guard(spec: MatrixSpec, label: str) -> None:
+    guard = spec.loop_guard
+    if guard is not None and guard.max_period < guard.min_period:
+        raise UserError(f"{label}: loop_guard.max_period: must be >= min_period "
+                        f"({guard.min_period}), got {guard.max_period}")
+
+
+def _check_prompt_suffix(spec: MatrixSpec, label: str) -> None:
+    for model in spec.prompt_suffix:
+        if model not in spec.models:
+            raise UserError(f"{label}: prompt_suffix.{model}: not one of models "
+                            f"({', '.join(spec.models)})")

@@ -1,0 +1,219 @@
+"""Reading user files and turning their mistakes into one line each.
+
+`read_yaml` parses a YAML file (refusing duplicate keys, which PyYAML would otherwise
+silently let the last one win); `validation_message` turns a pydantic `ValidationError`
+into `field.path[2].name: what is expected, got what` for the first problem found.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from specfleet.errors import UserError
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {line})", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def read_text(path: Path, label: str) -> str:
+    """Read a UTF-8 text file or raise one `UserError` line naming it.
+
+    Args:
+        path: the file to read.
+        label: how the file is named in messages (the path as the user gave it).
+
+    Returns:
+        The file's text.
+    """
+    if not path.exists():
+        raise UserError(f"{label}: no such file")
+    if path.is_dir():
+        raise UserError(f"{label}: is a directory, expected a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{label}: not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise UserError(f"{label}: cannot read ({err.strerror})") from None
+
+
+def read_yaml(path: Path, label: str) -> Any:
+    """Parse a YAML file; syntax errors and duplicate keys become one `UserError` line.
+
+    Args:
+        path: the YAML file.
+        label: how the file is named in messages.
+
+    Returns:
+        The parsed document (None for an empty file).
+    """
+    text = read_text(path, label)
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = err.problem or err.context or "invalid YAML"
+        raise UserError(f"{label}: {where}YAML syntax error: {problem}") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{label}: YAML syntax error: {err}") from None
+
+
+def format_loc(loc: tuple[Any, ...]) -> str:
+    """`('arms', 2, 'max_draft')` -> `arms[2].max_draft`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def describe_value(value: Any) -> str:
+    """A short description of what the user wrote, for `got ...`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the last element of `loc` (for field suggestions)."""
+    current: Any = root
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        model = _first_model(current)
+        if model is None or part not in model.model_fields:
+            return None
+        current = model.model_fields[part].annotation
+    return _first_model(current)
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _first_model(typing.get_args(annotation)[0])
+    if origin in (list, typing.Union, types.UnionType) or origin is dict:
+        for arg in typing.get_args(annotation):
+            found = _first_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _unknown_field(root: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    model = _model_at(root, loc)
+    if model is None:
+        return "unknown field"
+    names = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown field ({hint}expected one of: {', '.join(names)})"
+
+
+_EXPECTED = {
+    "int_type": "expected an integer",
+    "int_from_float": "expected an integer",
+    "float_type": "expected a number",
+    "bool_type": "expected true or false",
+    "string_type": "expected a string",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+}
+
+
+def _error_text(root: type[BaseModel], error: dict[str, Any]) -> str:
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return _unknown_field(root, tuple(error["loc"]))
+    if kind in _EXPECTED:
+        return f"{_EXPECTED[kind]}, got {describe_value(value)}"
+    if kind == "literal_error":
+        return f"expected one of {ctx['expected']}, got {describe_value(value)}"
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = ctx.get("ge", ctx.get("gt"))
+        word = "at least" if kind == "greater_than_equal" else "more than"
+        return f"must be {word} {bound}, got {describe_value(value)}"
+    if kind in ("less_than_equal", "less_than"):
+        bound = ctx.get("le", ctx.get("lt"))
+        word = "at most" if kind == "less_than_equal" else "less than"
+        return f"must be {word} {bound}, got {describe_value(value)}"
+    if kind in ("too_short", "string_too_short"):
+        return "must not be empty"
+    if kind == "string_pattern_mismatch":
+        return f"use letters, digits, '_', '-' and '.' only, got {describe_value(value)}"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    return str(error["msg"])
+
+
+def first_problem(root: type[BaseModel], err: ValidationError) -> tuple[str, str]:
+    """The field path and the expectation of the first problem in `err`.
+
+    Args:
+        root: the model that was validated, used to suggest field names.
+        err: pydantic's error.
+
+    Returns:
+        (`arms[2].max_draft`, `must be at most 64, got 65`); further problems are counted
+        at the end of the text, not listed.
+    """
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return format_loc(tuple(first["loc"])), _error_text(root, first) + more
+
+
+def validation_message(label: str, root: type[BaseModel], err: ValidationError) -> str:
+    """One line for the first problem in `err`: `label: field.path: expectation`.
+
+    Args:
+        label: the file (or flag) the data came from.
+        root: the model that was validated, used to suggest field names.
+        err: pydantic's error.
+
+    Returns:
+        The message.
+    """
+    where, text = first_problem(root, err)
+    return f"{label}: {where}: {text}" if where else f"{label}: {text}"
