@@ -1,0 +1,191 @@
+"""PyTorch / transformers runner: `AutoModelForCausalLM`, `DynamicCache`, CUDA pipelining.
+
+Plain decoding here means transformers' own greedy `generate`: one forward of the whole
+prompt computing only the last row (`logits_to_keep=1`), then one-token forwards. The
+runner does exactly that, so the first token and caches equal plain decoding.
+
+On CUDA the one-token step is pipelined the way MLX does it: `argmax` stays on the device,
+`submit` copies it non-blocking into pinned host memory and records an event, and
+`read_tokens` waits on that event only, so the host reads token n while step n+1 runs. On
+CPU (and MPS) every call is synchronous and `submit` does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specfleet.engine.runners.base import UnsupportedModelError
+from specfleet.errors import UserError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+@dataclass
+class TorchTokens:
+    """A device tensor of token ids plus, once submitted, its pinned host copy and event."""
+
+    ids: torch.Tensor
+    host: torch.Tensor | None = None
+    event: Any = field(default=None, repr=False)
+
+
+def resolve_device(device: str) -> str:
+    """Map "auto" to cuda, then mps, then cpu; refuse a device this host lacks."""
+    if device not in DEVICES:
+        raise UserError(f"--device for torch must be one of {', '.join(DEVICES)}, got {device!r}")
+    cuda = torch.cuda.is_available()
+    mps = bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
+    if device == "auto":
+        return "cuda" if cuda else "mps" if mps else "cpu"
+    if (device == "cuda" and not cuda) or (device == "mps" and not mps):
+        raise UserError(f"--device {device}: torch {torch.__version__} here cannot use it")
+    return device
+
+
+class TorchRunner:
+    """One transformers causal LM and its `DynamicCache` on one device (a `Runner`).
+
+    Attributes:
+        tokenizer: the Hugging Face tokenizer loaded with the model.
+        model: the `PreTrainedModel`.
+    """
+
+    engine = "torch"
+
+    def __init__(self, model, tokenizer, device: str) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.vocab_size = int(model.config.get_text_config().vocab_size)
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self._torch_device = torch.device(device)
+        self._cache = None
+        self.reset()
+        _check_trimmable(self._cache, model)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "auto") -> TorchRunner:
+        """Load a Hugging Face model folder.
+
+        Args:
+            path: folder with config.json, weights and tokenizer.
+            device: "auto", "cpu", "cuda" or "mps".
+
+        Returns:
+            TorchRunner, float32 on CPU, the checkpoint's dtype on accelerators.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        resolved = resolve_device(device)
+        dtype = torch.float32 if resolved == "cpu" else "auto"
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        model.to(resolved).eval()
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        return cls(model, tokenizer, resolved)
+
+    # -- text <-> ids ---------------------------------------------------------------
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
+        """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt."""
+        return encode_with_template(self.tokenizer, text, chat)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # -- Runner protocol ------------------------------------------------------------
+    def reset(self) -> None:
+        from transformers import DynamicCache
+
+        self._cache = DynamicCache(config=self.model.config)
+
+    @torch.inference_mode()
+    def prefill(self, prompt: Sequence[int]) -> torch.Tensor:
+        ids = torch.tensor([list(prompt)], dtype=torch.long, device=self._torch_device)
+        # transformers' generate computes only the last row at prefill: same kernels here.
+        out = self.model(input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def forward(self, tokens: Sequence[int] | TorchTokens) -> torch.Tensor:
+        if isinstance(tokens, TorchTokens):
+            ids = tokens.ids.reshape(1, -1)
+        else:
+            ids = torch.tensor([list(tokens)], dtype=torch.long, device=self._torch_device)
+        out = self.model(input_ids=ids, cache=self._cache, use_cache=True)
+        return out.logits[0]
+
+    def argmax(self, logits: torch.Tensor) -> TorchTokens:
+        # torch.argmax returns the first maximal index: ties go to the lowest id.
+        return TorchTokens(torch.argmax(logits, dim=-1))
+
+    def submit(self, tokens: TorchTokens) -> None:
+        if self.device != "cuda" or tokens.event is not None:
+            return
+        tokens.host = torch.empty(tokens.ids.shape, dtype=tokens.ids.dtype, pin_memory=True)
+        tokens.host.copy_(tokens.ids, non_blocking=True)
+        tokens.event = torch.cuda.Event()
+        tokens.event.record()
+
+    def read_tokens(self, tokens: TorchTokens) -> list[int]:
+        if tokens.event is not None:
+            tokens.event.synchronize()  # waits for this copy only, not the step queued after it
+            return [int(t) for t in tokens.host.tolist()]
+        return [int(t) for t in tokens.ids.tolist()]
+
+    def read_row(self, logits: torch.Tensor, row: int) -> np.ndarray:
+        return logits[row].detach().to("cpu", torch.float64).numpy()
+
+    def trim(self, n: int) -> None:
+        if n > 0:
+            self._cache.crop(-n)  # transformers 5: a negative count drops that many tokens
+
+    def cache_len(self) -> int:
+        return int(self._cache.get_seq_length())
+
+    def clear_allocator_cache(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        elif self.device == "mps":
+            torch.mps.empty_cache()
+
+
+def encode_with_template(tokenizer, text: str, chat: bool) -> list[int]:
+    """Shared by both runners: chat template with generation prompt, or raw encoding."""
+    if not text:
+        raise UserError("--prompt is empty: give some text to continue")
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer.encode(text)]
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(int(t) for t in source)
+    return frozenset(ids)
+
+
+def _check_trimmable(cache, model) -> None:
+    """Only full-attention dynamic layers roll back exactly by dropping their tail."""
+    from transformers.cache_utils import DynamicLayer
+
+    kinds = {type(layer) for layer in getattr(cache, "layers", [])}
+    if not kinds or kinds != {DynamicLayer}:
+        names = ", ".join(sorted(k.__name__ for k in kinds)) or "no layers"
+        raise UnsupportedModelError(
+            f"{model.config.model_type}: prompt lookup needs KV caches it can trim, "
+            f"this model's cache uses {names}"
+        )
