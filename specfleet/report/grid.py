@@ -1,0 +1,74 @@
+"""A titled table of strings, rendered with rich (terminal), as markdown, or as CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# Wide enough that rich never wraps a matrix table; tables keep their natural width.
+CONSOLE_WIDTH = 400
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Headers and rows of text; `notes` are lines printed under the table."""
+
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...] = ()
+
+
+def to_rich(grids: list[Grid], heading: str = "") -> str:
+    """Render grids with rich as plain text (no colour codes), one after the other."""
+    out = io.StringIO()
+    console = Console(file=out, width=CONSOLE_WIDTH, color_system=None, highlight=False)
+    if heading:
+        console.print(Text(heading))
+    for grid in grids:
+        # the title on its own line: a table title would wrap at the table's width
+        console.print(Text(grid.title))
+        table = Table(box=box.SIMPLE_HEAD)
+        for i, header in enumerate(grid.headers):
+            table.add_column(Text(header), no_wrap=True, justify="left" if i < 2 else "right")
+        for row in grid.rows:
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
+        for note in grid.notes:
+            console.print(Text(note), soft_wrap=True)
+        console.print()
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).rstrip() + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def to_markdown(grids: list[Grid], heading: str = "", level: int = 3) -> str:
+    """Render grids as GitHub markdown tables, each under a heading of `level`."""
+    lines = [heading, ""] if heading else []
+    for grid in grids:
+        lines += [f"{'#' * level} {grid.title}", ""]
+        lines.append("| " + " | ".join(_md_cell(h) for h in grid.headers) + " |")
+        lines.append("|" + "---|" * len(grid.headers))
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in grid.rows]
+        if grid.notes:
+            lines.append("")
+            lines += list(grid.notes)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def to_csv(headers: list[str], rows: list[list[object]]) -> str:
+    """Plain CSV text with a header line."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows(["" if v is None else v for v in row] for row in rows)
+    return out.getvalue()

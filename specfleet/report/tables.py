@@ -1,0 +1,282 @@
+"""The matrix tables users read: plain tok/s, speed-ups over plain, counters and parity.
+
+Per target, like the reference record (spec 7.4): rows model x arm, columns prompts, each
+speed-up with its spread beside it. Markers (explained under every table):
+`!` spread above 5%, `within noise` inside plain's spread, `LOOP` replies loop (kept out of
+the headline), `=` identical to plain, `≠` diverged from plain.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+
+from specfleet.errors import UserError
+from specfleet.report.grid import Grid, to_csv, to_markdown, to_rich
+from specfleet.report.view import PLAIN, SPREAD_FLAG, CellView, MatrixView
+
+FORMATS = ("table", "json", "csv", "markdown")
+PIVOTS = (None, "target")
+DASH = "–"
+LEGEND = (
+    f"Speed-up = median tok/s of the arm / median plain tok/s (whole call incl. prefill); "
+    f"±x% = (max-min)/median over repeats; ! spread > {SPREAD_FLAG:.0%}; plain rows show the "
+    f"noise floor; 'within noise' = inside plain's spread; LOOP = replies loop (kept out of "
+    f"the headline); = identical to plain, ≠ diverged."
+)
+
+
+def pct(value: float | None) -> str:
+    return DASH if value is None else f"±{value * 100:.1f}%"
+
+
+def speedup_text(cell: CellView | None) -> str:
+    """"1.39x ±1.2% =" plus the markers that apply."""
+    if cell is None or not cell.rates:
+        return DASH
+    if cell.arm == PLAIN:
+        return f"1.00x {pct(cell.spread)}{'!' if cell.spread_flag else ''}"
+    if cell.speedup is None:
+        return DASH
+    parts = [f"{cell.speedup:.2f}x", pct(cell.spread) + ("!" if cell.spread_flag else "")]
+    if cell.within_noise:
+        parts.append("within noise")
+    if cell.loop:
+        parts.append("LOOP")
+    if cell.parity:
+        parts.append("=" if cell.parity == "identical" else "≠")
+    return " ".join(parts)
+
+
+def parity_text(cell: CellView) -> str:
+    if cell.parity is None:
+        return DASH
+    if cell.parity == "identical":
+        return "identical"
+    char = f" (char {cell.diverge_char})" if cell.diverge_char is not None else ""
+    return f"diverges at token {cell.diverge_token}{char}"
+
+
+def rates_text(cell: CellView) -> str:
+    rates = ", ".join(f"{r:.2f}" for r in cell.rates)
+    return f"{cell.median_tok_per_s:.2f} [{rates}]"
+
+
+def plain_grid(view: MatrixView, target: str) -> Grid:
+    """Plain decoding tok/s (median over repeats, spread beside it), model x prompt."""
+    rows = []
+    for model in view.models:
+        cells = [view.cell(target, model, p, PLAIN) for p in view.prompts]
+        text = [
+            DASH if c is None or not c.rates else f"{c.median_tok_per_s:.1f} {pct(c.spread)}"
+            + ("!" if c.spread_flag else "")
+            for c in cells
+        ]
+        rows.append((model, *text))
+    return Grid(f"Plain decoding, tok/s (median) — {target}", ("Model", *view.prompts), tuple(rows))
+
+
+def speedup_grid(view: MatrixView, target: str) -> Grid:
+    """Speed-up over plain, rows model x arm, columns prompts."""
+    rows = []
+    for model in view.models:
+        for arm in view.arms:
+            cells = [view.cell(target, model, p, arm) for p in view.prompts]
+            if all(c is None for c in cells):
+                continue
+            rows.append((model, arm, *(speedup_text(c) for c in cells)))
+    notes = (*headline(view, target), LEGEND)
+    return Grid(
+        f"Prompt lookup over plain — {target}", ("Model", "arm", *view.prompts), tuple(rows), notes
+    )
+
+
+def counters_grid(view: MatrixView, target: str) -> Grid:
+    """Counters of the first repetition and parity, one row per model, prompt and arm."""
+    headers = ("Model / prompt", "arm", "tok", "rounds/drafted/paused", "prop/acc", "acc rate",
+               "tpf", "shadow conf.", "vs plain", "median [rates]")
+    rows = []
+    for model in view.models:
+        for prompt in view.prompts:
+            first = True
+            for arm in view.arms:
+                cell = view.cell(target, model, prompt, arm)
+                if cell is None or not cell.rates:
+                    continue
+                rows.append((f"{model} {prompt}" if first else "", arm, *_counter_cols(cell)))
+                first = False
+    return Grid(f"Counters and parity (first repetition) — {target}", headers, tuple(rows))
+
+
+def _counter_cols(cell: CellView) -> tuple[str, ...]:
+    c = cell.counters
+    tok = str(c.generated_tokens)
+    loop = " LOOP" if cell.loop else ""
+    if cell.arm == PLAIN:
+        return (tok, DASH, DASH, DASH, DASH, DASH, DASH, rates_text(cell) + loop)
+    return (
+        tok,
+        f"{c.rounds}/{c.drafted_rounds}/{c.paused_rounds}",
+        f"{c.proposed}/{c.accepted}",
+        f"{c.acceptance_rate:.4f}",
+        f"{c.tokens_per_forward:.4f}",
+        str(c.shadow_confirmations),
+        parity_text(cell),
+        rates_text(cell) + loop,
+    )
+
+
+def geo_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def headline(view: MatrixView, target: str) -> list[str]:
+    """One line per lookup arm: geometric-mean speed-up over cells that do not loop; looping
+    cells are listed apart, never averaged in."""
+    lines = []
+    for arm in view.lookup_arms:
+        cells = [
+            c for c in view.cells
+            if c.target == target and c.arm == arm and c.speedup is not None
+        ]
+        kept = [c for c in cells if not c.loop]
+        looped = [c for c in cells if c.loop]
+        if kept:
+            values = [c.speedup for c in kept]
+            noise = sum(c.within_noise for c in kept)
+            lines.append(
+                f"Headline {arm}: {geo_mean(values):.2f}x geometric mean over {len(kept)} cells "
+                f"({min(values):.2f}x–{max(values):.2f}x, {noise} within noise)"
+            )
+        if looped:
+            apart = ", ".join(f"{c.model}/{c.prompt} {c.speedup:.2f}x" for c in looped)
+            lines.append(f"Kept out of the {arm} headline (replies loop): {apart}")
+    return lines
+
+
+def pivot_grid(view: MatrixView) -> Grid:
+    """The same model, prompt and arm on every target side by side."""
+    rows = []
+    for model in view.models:
+        for prompt in view.prompts:
+            for arm in view.lookup_arms:
+                cols = [_pivot_text(view, t, model, prompt, arm) for t in view.targets]
+                if any(col != DASH for col in cols):
+                    rows.append((model, prompt, arm, *cols))
+    note = "Each target: plain tok/s · speed-up ±spread · acceptance rate · parity vs plain."
+    return Grid(
+        "Across targets", ("Model", "prompt", "arm", *view.targets), tuple(rows), (note, LEGEND)
+    )
+
+
+def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str) -> str:
+    plain = view.cell(target, model, prompt, PLAIN)
+    cell = view.cell(target, model, prompt, arm)
+    if cell is None and plain is None:
+        return DASH
+    base = f"{plain.median_tok_per_s:.1f} tok/s" if plain and plain.rates else DASH
+    if cell is None:
+        return f"{base} · {DASH}"
+    return f"{base} · {speedup_text(cell)} · acc {cell.counters.acceptance_rate:.2f}"
+
+
+def grids_for(view: MatrixView, pivot: str | None) -> list[Grid]:
+    """The tables of a matrix in reading order."""
+    if pivot == "target":
+        return [pivot_grid(view)]
+    grids = []
+    for target in view.targets:
+        grids += [plain_grid(view, target), speedup_grid(view, target), counters_grid(view, target)]
+    return grids
+
+
+def cell_record(cell: CellView) -> dict:
+    """One cell as a flat dict (json / csv)."""
+    record = asdict(cell)
+    record["n"] = cell.n
+    record.update(record.pop("counters"))
+    record["rates"] = list(cell.rates)
+    return record
+
+
+def pivot_records(view: MatrixView) -> list[dict]:
+    out = []
+    for model in view.models:
+        for prompt in view.prompts:
+            for arm in view.lookup_arms:
+                per_target = {}
+                for target in view.targets:
+                    plain = view.cell(target, model, prompt, PLAIN)
+                    cell = view.cell(target, model, prompt, arm)
+                    if cell is None and plain is None:
+                        continue
+                    per_target[target] = {
+                        "plain_tok_per_s": plain.median_tok_per_s if plain else None,
+                        "speedup": cell.speedup if cell else None,
+                        "acceptance_rate": cell.counters.acceptance_rate if cell else None,
+                        "parity": cell.parity if cell else None,
+                    }
+                if per_target:
+                    out.append({"model": model, "prompt": prompt, "arm": arm,
+                                "targets": per_target})
+    return out
+
+
+def _csv(view: MatrixView, pivot: str | None) -> str:
+    if pivot == "target":
+        fields = ("plain_tok_per_s", "speedup", "acceptance_rate", "parity")
+        headers = ["model", "prompt", "arm"] + [f"{t}:{f}" for t in view.targets for f in fields]
+        rows = [
+            [r["model"], r["prompt"], r["arm"]]
+            + [r["targets"].get(t, {}).get(f) for t in view.targets for f in fields]
+            for r in pivot_records(view)
+        ]
+        return to_csv(headers, rows)
+    records = [cell_record(c) for c in view.cells]
+    headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
+    rows = [[_csv_value(r[h]) for h in headers] for r in records]
+    return to_csv(headers, rows)
+
+
+def _csv_value(value):
+    return ";".join(f"{v:g}" for v in value) if isinstance(value, list) else value
+
+
+def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) -> str:
+    """Render a `MatrixView` in one of `FORMATS` (see `render_matrix`)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if pivot not in PIVOTS:
+        raise UserError(f"--pivot: unknown pivot {pivot!r}; expected 'target'")
+    heading = f"Matrix {view.matrix_id} ({view.name})"
+    if fmt == "table":
+        return to_rich(grids_for(view, pivot), heading)
+    if fmt == "markdown":
+        return to_markdown(grids_for(view, pivot), f"## {heading}")
+    if fmt == "csv":
+        return _csv(view, pivot)
+    body = {"matrix_id": view.matrix_id, "name": view.name, "targets": list(view.targets)}
+    if pivot == "target":
+        body["rows"] = pivot_records(view)
+    else:
+        body["cells"] = [cell_record(c) for c in view.cells]
+        body["headline"] = {t: headline(view, t) for t in view.targets}
+    return json.dumps(body, indent=2, default=str) + "\n"
+
+
+def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None = None) -> str:
+    """The speed-up tables of a stored matrix.
+
+    Args:
+        store: an open `specfleet.store.Store`.
+        matrix_id: the matrix to show (an unknown id raises `UserError`).
+        fmt: "table" (rich, for a terminal), "json", "csv" or "markdown".
+        pivot: None (one block of tables per target) or "target" (targets side by side).
+
+    Returns:
+        The rendered text, ending with a newline.
+    """
+    from specfleet.report.build import build_view
+
+    return render_view(build_view(store, matrix_id), fmt, pivot)

@@ -1,0 +1,101 @@
+"""What a matrix looks like to a reader: one frozen `CellView` per (target, model, prompt, arm).
+
+The renderers (`tables.py`, `record.py`) read only these dataclasses; `build_view` fills them
+from the store's rows and `jobs/summarize.py`'s statistics, so the numbers are computed in one
+place and every output format shows the same ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# A cell whose per-repeat spread exceeds this relative width is flagged (issue 7).
+SPREAD_FLAG = 0.05
+PLAIN = "plain"
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Prompt-lookup counters of a cell's first repetition (spec 5), as the record shows."""
+
+    generated_tokens: int = 0
+    rounds: int = 0
+    drafted_rounds: int = 0
+    paused_rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    shadow_confirmations: int = 0
+    acceptance_rate: float = 0.0
+    tokens_per_forward: float = 0.0
+
+
+@dataclass(frozen=True)
+class CellView:
+    """One cell of a matrix on one target, ready to print.
+
+    Attributes:
+        target: "host/engine/device".
+        rates: whole-call tok/s of each done repetition, in repeat order.
+        median_tok_per_s: median of `rates`.
+        spread: (max - min) / median of `rates`.
+        speedup: median arm tok/s over median plain tok/s (None for plain or no plain).
+        noise_floor: plain's spread on the same target, model and prompt.
+        within_noise: the speed-up lies inside the noise floor (neither gain nor loss).
+        spread_flag: spread above `SPREAD_FLAG`.
+        loop: replies loop (loop share above the threshold); kept out of headlines.
+        parity: "identical", "diverged" or None (plain, or nothing to compare).
+        diverge_token / diverge_char: first differing token / character against plain.
+        noisy_runs: repetitions the worker flagged as run on a busy host.
+    """
+
+    target: str
+    model: str
+    prompt: str
+    arm: str
+    rates: tuple[float, ...]
+    median_tok_per_s: float
+    spread: float
+    speedup: float | None = None
+    noise_floor: float | None = None
+    within_noise: bool = False
+    spread_flag: bool = False
+    loop: bool = False
+    loop_share: float = 0.0
+    parity: str | None = None
+    diverge_token: int | None = None
+    diverge_char: int | None = None
+    counters: Counters = field(default_factory=Counters)
+    noisy_runs: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.rates)
+
+
+@dataclass(frozen=True)
+class MatrixView:
+    """All cells of one matrix, with the axes in the order the spec listed them."""
+
+    matrix_id: str
+    name: str
+    targets: tuple[str, ...]
+    models: tuple[str, ...]
+    prompts: tuple[str, ...]
+    arms: tuple[str, ...]
+    cells: tuple[CellView, ...]
+
+    def cell(self, target: str, model: str, prompt: str, arm: str) -> CellView | None:
+        """The cell at these coordinates, or None when nothing was measured there."""
+        for cell in self.cells:
+            if (cell.target, cell.model, cell.prompt, cell.arm) == (target, model, prompt, arm):
+                return cell
+        return None
+
+    @property
+    def lookup_arms(self) -> tuple[str, ...]:
+        return tuple(arm for arm in self.arms if arm != PLAIN)
+
+
+def ordered(values) -> tuple[str, ...]:
+    """Distinct values in first-seen order."""
+    return tuple(dict.fromkeys(values))
