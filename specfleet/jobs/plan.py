@@ -1,0 +1,182 @@
+"""Expand a spec into the ordered list of runs the scheduler executes.
+
+Ordering guarantee (what `plan_runs` returns, and the order runs must execute in on a
+target): targets sorted by label; within a target, models in spec order, then prompts in
+spec order, then repeats 0..n-1; within one (target, model, prompt, repeat) every arm runs
+back to back, in rotated spec order: repeat r starts at arm `r mod len(arms)`. With arms
+[plain, graded, gated] that is plain graded gated / graded gated plain / gated plain graded,
+so slow drift of the machine (heat, neighbours) hits every arm at every position alike.
+
+Run keys are deterministic: a hash of (matrix id, host, engine, device, model, prompt, arm,
+repeat), so planning the same matrix twice yields the same keys (idempotent store writes,
+`resume` re-queues exactly what is missing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from specfleet.errors import UserError
+from specfleet.jobs.run import LookupOptions, RunSpec, Target
+from specfleet.jobs.spec import (
+    ArmSpec,
+    GenerateJobSpec,
+    MatrixSpec,
+    PromptEntry,
+    find_prompt_file,
+    read_prompt_text,
+)
+
+RUN_KEY_HEX = 32  # 128 bits: collisions are out of reach for any fleet's history
+
+
+def run_key(*parts: object) -> str:
+    """A stable key for a run: the first 128 bits of SHA-256 over the parts as JSON.
+
+    Args:
+        *parts: strings and integers identifying the run, in a fixed order.
+
+    Returns:
+        32 lowercase hex digits; the same parts always give the same key.
+    """
+    blob = json.dumps([str(p) if not isinstance(p, int) else p for p in parts])
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:RUN_KEY_HEX]
+
+
+def rotated(items: list, start: int) -> list:
+    """`items` rotated to begin at index `start mod len(items)`."""
+    if not items:
+        return []
+    k = start % len(items)
+    return items[k:] + items[:k]
+
+
+def select_targets(
+    spec: MatrixSpec, targets: list[Target], host_kinds: Mapping[str, str] | None = None
+) -> list[Target]:
+    """The targets the spec's selector keeps, de-duplicated and sorted by label.
+
+    Args:
+        spec: the matrix.
+        targets: every target of the fleet.
+        host_kinds: host name -> kind label (`mac-mlx`, `gb10-cuda`, `linux-cpu`, ...);
+            hosts missing here never match a `kinds` selector.
+
+    Returns:
+        The selected targets.
+
+    Raises:
+        UserError: none is selected.
+    """
+    kinds = host_kinds or {}
+    chosen = {t.label: t for t in targets if spec.targets.matches(t, kinds.get(t.host))}
+    if not chosen:
+        known = ", ".join(sorted(t.label for t in targets)) or "none"
+        raise UserError(f"matrix '{spec.name}': targets: no target matches "
+                        f"({spec.targets.describe()}); the fleet has: {known}")
+    return [chosen[label] for label in sorted(chosen)]
+
+
+def prompt_texts(spec: MatrixSpec, prompt_dir: str | Path | None = None) -> dict[str, str]:
+    """Every prompt's text by name: inline text, or the file read from the prompt directory.
+
+    Args:
+        spec: the matrix.
+        prompt_dir: overrides `spec.prompt_dir` (set by `load_matrix_spec`).
+
+    Returns:
+        name -> text (without the file's final newline).
+    """
+    directory = Path(prompt_dir or spec.prompt_dir or "configs/prompts")
+    texts: dict[str, str] = {}
+    for prompt in spec.prompts:
+        texts[prompt.name] = prompt.text if prompt.text is not None else _read(directory, prompt)
+    return texts
+
+
+def _read(directory: Path, prompt: PromptEntry) -> str:
+    path = find_prompt_file(directory, prompt.name)
+    if path is None:
+        raise UserError(f"prompts: no prompt file '{prompt.name}.txt' in {directory}")
+    return read_prompt_text(path)
+
+
+def plan_runs(
+    spec: MatrixSpec,
+    targets: list[Target],
+    matrix_id: str,
+    prompt_dir: str | Path | None = None,
+    host_kinds: Mapping[str, str] | None = None,
+) -> list[RunSpec]:
+    """Expand a matrix into runs, in execution order (see the module docstring).
+
+    Args:
+        spec: the matrix (from `load_matrix_spec`).
+        targets: the fleet's targets; the spec's selector (and each prompt's) filters them.
+        matrix_id: the id the store gives this matrix; part of every run key.
+        prompt_dir: where named prompts are read; default `spec.prompt_dir`.
+        host_kinds: host name -> kind, for `targets.kinds` selectors.
+
+    Returns:
+        One `RunSpec` per (target, model, prompt, repeat, arm).
+    """
+    texts = prompt_texts(spec, prompt_dir)
+    kinds = host_kinds or {}
+    runs: list[RunSpec] = []
+    for target in select_targets(spec, targets, kinds):
+        for model in spec.models:
+            for prompt in spec.prompts:
+                if prompt.targets and not prompt.targets.matches(target, kinds.get(target.host)):
+                    continue
+                text = texts[prompt.name] + spec.prompt_suffix.get(model, "")
+                runs += _cell_runs(spec, target, model, prompt, text, matrix_id)
+    return runs
+
+
+def _cell_runs(spec: MatrixSpec, target: Target, model: str, prompt: PromptEntry, text: str,
+               matrix_id: str) -> list[RunSpec]:
+    max_tokens = spec.max_tokens_for(prompt, target.engine)
+    runs = []
+    for repeat in range(spec.repeats):
+        for arm in rotated(list(spec.arms), repeat):
+            key = run_key(matrix_id, target.host, target.engine, target.device, model,
+                          prompt.name, arm.arm, repeat)
+            runs.append(RunSpec(
+                run_key=key, matrix_id=matrix_id, target=target, model=model,
+                prompt_name=prompt.name, prompt_text=text, chat=spec.chat, arm=arm.arm,
+                lookup=_lookup(arm), repeat=repeat, max_tokens=max_tokens,
+                temperature=spec.temperature, seed=spec.seed, loop_guard=spec.loop_guard,
+            ))
+    return runs
+
+
+def _lookup(arm: ArmSpec) -> LookupOptions:
+    return arm.lookup_options() if arm.arm != "plain" else LookupOptions()
+
+
+def plan_generate_runs(job: GenerateJobSpec, target: Target, job_id: str) -> list[RunSpec]:
+    """One run per prompt of a generation batch, in file order, on one target.
+
+    Args:
+        job: the batch (from `load_generate_job`).
+        target: the target `job.target` resolved to (see `batch.select_target`).
+        job_id: the id the store gives the batch; part of every run key.
+
+    Returns:
+        The runs; `arm` is the job's policy and `repeat` is 0.
+    """
+    lookup = job.lookup.model_copy(update={"adaptive": job.policy != "fixed"})
+    return [
+        RunSpec(
+            run_key=run_key(job_id, target.host, target.engine, target.device, job.model,
+                            prompt.name, job.policy, 0),
+            matrix_id=job_id, target=target, model=job.model, prompt_name=prompt.name or "",
+            prompt_text=prompt.prompt, chat=job.chat, arm=job.policy, lookup=lookup, repeat=0,
+            max_tokens=prompt.max_tokens or job.max_tokens, temperature=job.temperature,
+            seed=job.seed, loop_guard=job.loop_guard,
+        )
+        for prompt in job.prompts
+    ]
