@@ -1,0 +1,391 @@
+"""What a host is: OS, chip, memory, engines and devices, versions -> `HostInfo`.
+
+Detection is cheap by default: engines are found with `importlib.util.find_spec` and small
+probes (torch's `version.py` read as text, `nvidia-smi`, `sysctl`), never by importing torch or
+MLX. `detect_host(full=True)` imports them to ask the devices directly.
+
+Also here: the load sampler (load average, CPU and GPU utilisation) and the quiet check a
+worker runs before each timed run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+import specfleet
+from specfleet.engine.config import resolve_policy
+from specfleet.jobs.run import Target
+
+# Engines a real run can use, in the order targets are listed.
+ENGINES: tuple[str, ...] = ("mlx", "torch")
+VERSIONED_PACKAGES: tuple[str, ...] = ("ray", "mlx", "mlx-lm", "torch", "transformers")
+# A host is quiet when processes other than ours keep fewer than this many cores busy per
+# core it has (0.25 on 8 cores: under 2 cores' worth of foreign work). The 1-minute load
+# average is not used for this: it still carries our own previous run for a minute.
+QUIET_BUSY_PER_CORE = 0.25
+_PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """One host as the fleet sees it.
+
+    Attributes:
+        name: the fleet name of the host (label `specfleet.host`).
+        machine_id: stable id of the machine (/etc/machine-id, IOPlatformUUID, or MAC-based).
+        os: "linux", "darwin", ...; os_release: kernel / macOS version string.
+        chip: CPU brand or Apple chip; gpu: NVIDIA GPU name or None.
+        engines: engine -> devices present, e.g. {"torch": ("cuda", "cpu")}.
+        versions: python, specfleet (+ git commit), ray, mlx, mlx-lm, torch, transformers.
+        kind: mac-mlx | gb10-cuda | linux-cuda | linux-cpu | mac-cpu | <os>-cpu.
+    """
+
+    name: str
+    machine_id: str
+    os: str
+    os_release: str
+    arch: str
+    chip: str
+    gpu: str | None
+    cpu_count: int
+    memory_gb: float
+    engines: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    kind: str = "linux-cpu"
+
+    def targets(self) -> list[Target]:
+        """Every (host, engine, device) this host can run, best device first."""
+        return [
+            Target(host=self.name, engine=engine, device=device)
+            for engine in ENGINES
+            for device in self.engines.get(engine, ())
+        ]
+
+    def default_policies(self) -> dict[str, str]:
+        """Target label -> the backend's default drafting policy (`auto` resolved)."""
+        return {t.label: resolve_policy("auto", t.device) for t in self.targets()}
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of what makes this host's numbers comparable: hardware and library
+        versions, but neither the fleet name nor specfleet's own version (that is what a
+        regression check compares)."""
+        parts = {k: v for k, v in asdict(self).items() if k != "name"}
+        parts["versions"] = {
+            k: v for k, v in self.versions.items() if not k.startswith("specfleet")
+        }
+        blob = json.dumps(parts, sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        """Plain dict (lists for tuples) plus targets, default policies and fingerprint."""
+        out = asdict(self)
+        out["engines"] = {k: list(v) for k, v in self.engines.items()}
+        out["targets"] = [t.label for t in self.targets()]
+        out["default_policies"] = self.default_policies()
+        out["fingerprint"] = self.fingerprint
+        return out
+
+
+def detect_host(name: str | None = None, *, full: bool = False) -> HostInfo:
+    """Detect this machine.
+
+    Args:
+        name: fleet name; default `SPECFLEET_HOST` or the short host name.
+        full: import torch / MLX to ask for devices (slower, exact).
+
+    Returns:
+        A `HostInfo`.
+    """
+    os_name = platform.system().lower()
+    arch = platform.machine().lower()
+    gpu = _gpu_name(full)
+    engines = {
+        "mlx": _mlx_devices(os_name, arch, full),
+        "torch": _torch_devices(os_name, arch, gpu, full),
+    }
+    engines = {k: v for k, v in engines.items() if v}
+    return HostInfo(
+        name=name or default_host_name(),
+        machine_id=machine_id(),
+        os=os_name,
+        os_release=platform.release(),
+        arch=arch,
+        chip=_chip(os_name),
+        gpu=gpu,
+        cpu_count=os.cpu_count() or 1,
+        memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
+        engines=engines,
+        versions=library_versions(),
+        kind=host_kind(os_name, arch, gpu),
+    )
+
+
+def default_host_name() -> str:
+    """`SPECFLEET_HOST`, else the short host name (lower case)."""
+    return os.environ.get("SPECFLEET_HOST") or socket.gethostname().split(".")[0].lower()
+
+
+def host_kind(os_name: str, arch: str, gpu: str | None) -> str:
+    """mac-mlx (Apple Silicon), gb10-cuda (GB10 / DGX Spark), linux-cuda, linux-cpu, ..."""
+    if os_name == "darwin":
+        return "mac-mlx" if arch in ("arm64", "aarch64") else "mac-cpu"
+    if gpu:
+        is_gb10 = "gb10" in gpu.lower() or (arch == "aarch64" and "nvidia" in gpu.lower())
+        return "gb10-cuda" if is_gb10 else f"{os_name}-cuda"
+    return f"{os_name}-cpu"
+
+
+def machine_id() -> str:
+    """/etc/machine-id on Linux, IOPlatformUUID on macOS, else a MAC-derived id."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        text = _read_text(path).strip()
+        if text:
+            return text
+    out = _probe(["ioreg", "-rd1", "-c", "IOPlatformExpertDevice"])
+    match = re.search(r'"IOPlatformUUID"\s*=\s*"([^"]+)"', out)
+    return match.group(1) if match else f"mac-{uuid.getnode():012x}"
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of python, specfleet (with git commit when run from a checkout) and engines."""
+    versions = {"python": platform.python_version(), "specfleet": specfleet.__version__}
+    commit = _git_commit()
+    if commit:
+        versions["specfleet_commit"] = commit
+    for dist in VERSIONED_PACKAGES:
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _git_commit() -> str | None:
+    root = Path(specfleet.__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    return _probe(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"]).strip() or None
+
+
+def _chip(os_name: str) -> str:
+    if os_name == "darwin":
+        brand = _probe(["sysctl", "-n", "machdep.cpu.brand_string"]).strip()
+        if brand:
+            return brand
+    for line in _read_text("/proc/cpuinfo").splitlines():
+        if line.startswith(("model name", "Model", "Hardware")):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _gpu_name(full: bool) -> str | None:
+    if full and _has("torch"):
+        import torch  # only on request: it takes seconds
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    if shutil.which("nvidia-smi"):
+        names = _probe(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).strip()
+        return names.splitlines()[0].strip() if names else None
+    return None
+
+
+def _mlx_devices(os_name: str, arch: str, full: bool) -> tuple[str, ...]:
+    if not _has("mlx"):
+        return ()
+    if full:
+        import mlx.core as mx
+
+        gpu = "metal" if os_name == "darwin" else "cuda"
+        return (gpu, "cpu") if mx.is_available(mx.gpu) else ("cpu",)
+    if os_name == "darwin" and arch == "arm64":
+        return ("metal", "cpu")
+    cuda_backend = any(_dist_present(d) for d in ("mlx-cuda", "mlx-cuda-12", "mlx-cuda-13"))
+    return ("cuda", "cpu") if cuda_backend else ("cpu",)
+
+
+def _torch_devices(os_name: str, arch: str, gpu: str | None, full: bool) -> tuple[str, ...]:
+    if not _has("torch"):
+        return ()
+    if full:
+        import torch
+
+        devices = ["cuda"] if torch.cuda.is_available() else []
+        devices += ["mps"] if torch.backends.mps.is_available() else []
+        return (*devices, "cpu")
+    if os_name == "darwin":
+        return ("mps", "cpu") if arch == "arm64" else ("cpu",)
+    return ("cuda", "cpu") if gpu and _torch_cuda_build() else ("cpu",)
+
+
+def _torch_cuda_build() -> bool:
+    """True when the installed torch was built with CUDA (read from torch/version.py)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return False
+    text = _read_text(str(Path(spec.origin).parent / "version.py"))
+    match = re.search(r"^cuda\s*(?::[^=]*)?=\s*(.+)$", text, re.MULTILINE)
+    return bool(match) and match.group(1).strip() not in ("None", "''", '""')
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _dist_present(dist: str) -> bool:
+    try:
+        importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _probe(cmd: list[str]) -> str:
+    """stdout of a small system command, '' when it is missing or fails."""
+    if not shutil.which(cmd[0]):
+        return ""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+# ---- load sampling ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    """One point of a host's load series (stored per host and matrix)."""
+
+    at: float  # unix time
+    load_1m: float
+    load_5m: float
+    load_15m: float
+    cpu_percent: float  # whole machine, 0-100
+    gpu_util_percent: float | None  # first NVIDIA GPU, None without nvidia-smi
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1/5/15-minute load averages."""
+    one, five, fifteen = os.getloadavg()
+    return (round(one, 3), round(five, 3), round(fifteen, 3))
+
+
+def gpu_utilization() -> float | None:
+    """Utilisation of the first NVIDIA GPU in percent, None when there is none."""
+    out = _probe(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"])
+    try:
+        return float(out.splitlines()[0]) if out.strip() else None
+    except ValueError:
+        return None
+
+
+def sample_load() -> LoadSample:
+    """Sample load average, CPU (since the previous call) and GPU utilisation now."""
+    return LoadSample(
+        time.time(), *load_average(), psutil.cpu_percent(interval=None), gpu_utilization()
+    )
+
+
+@dataclass(frozen=True)
+class QuietCheck:
+    """Whether a host is quiet enough for a timed run, and why not."""
+
+    quiet: bool
+    foreign_busy_cores: float  # cores kept busy by processes other than this one
+    threshold_cores: float
+    reason: str
+
+
+class ForeignCpuMeter:
+    """Measures how many cores processes other than this one keep busy.
+
+    Call `update()` now and then (the worker's sampler thread does, every second); `check()`
+    reads the last window at once, so a quiet check costs no waiting between runs.
+    """
+
+    def __init__(self) -> None:
+        self._proc = psutil.Process()
+        self._last = self._snapshot()
+        self._busy_cores: float | None = None
+
+    def _snapshot(self) -> tuple[float, float, float]:
+        sys_t = psutil.cpu_times()
+        busy_s = sum(sys_t) - sys_t.idle - getattr(sys_t, "iowait", 0.0)
+        own = self._proc.cpu_times()
+        return (time.monotonic(), busy_s, own.user + own.system)
+
+    def update(self, min_window_s: float = 0.2) -> float:
+        """Close the current window (waiting until it is `min_window_s` long); return busy cores."""
+        wait_s = min_window_s - (time.monotonic() - self._last[0])
+        if wait_s > 0:
+            time.sleep(wait_s)
+        now = self._snapshot()
+        elapsed_s = max(now[0] - self._last[0], 1e-6)
+        foreign_s = (now[1] - self._last[1]) - (now[2] - self._last[2])
+        self._busy_cores = max(foreign_s, 0.0) / elapsed_s
+        self._last = now
+        return self._busy_cores
+
+    def check(
+        self, threshold_per_core: float = QUIET_BUSY_PER_CORE, fresh: bool = False
+    ) -> QuietCheck:
+        """Quiet when foreign busy cores < threshold_per_core x cores (see QUIET_BUSY_PER_CORE).
+
+        Args:
+            threshold_per_core: busy cores allowed per core.
+            fresh: first close the current window when it is at least 0.2 s long (no wait).
+        """
+        stale = time.monotonic() - self._last[0] >= 0.2
+        if self._busy_cores is None or (fresh and stale):
+            self.update()
+        busy = self._busy_cores or 0.0
+        limit = threshold_per_core * (os.cpu_count() or 1)
+        reason = (
+            ""
+            if busy < limit
+            else f"other processes keep {busy:.2f} cores busy (limit {limit:.2f})"
+        )
+        return QuietCheck(busy < limit, round(busy, 3), round(limit, 3), reason)
+
+
+def is_quiet(threshold_per_core: float = QUIET_BUSY_PER_CORE, window_s: float = 0.5) -> bool:
+    """Whether other processes keep fewer than `threshold_per_core` x cores busy over `window_s`.
+
+    Args:
+        threshold_per_core: busy cores allowed per core (default QUIET_BUSY_PER_CORE = 0.25).
+        window_s: how long to measure.
+
+    Returns:
+        True when the host is quiet.
+    """
+    meter = ForeignCpuMeter()
+    meter.update(window_s)
+    return meter.check(threshold_per_core).quiet

@@ -1,0 +1,342 @@
+"""HostWorker: what runs on one host, as a plain class (tested without Ray).
+
+It answers `ping` / `info` / `status` at once from any thread, keeps loaded models (bounded
+by memory), warms each model once per max draft (recorded apart as `warmup_s`), runs one
+`RunSpec` at a time and returns a `RunResult` with every field filled. A run can be
+cancelled between rounds. A sampler thread keeps the host's load series while it is busy.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from specfleet.engine.config import PromptLookupConfig
+from specfleet.jobs.run import RunResult, RunSpec
+from specfleet.workers.hardware import (
+    QUIET_BUSY_PER_CORE,
+    ForeignCpuMeter,
+    HostInfo,
+    QuietCheck,
+    detect_host,
+    load_average,
+    sample_load,
+)
+from specfleet.workers.loaded import LoadedModel, LoadedModels
+from specfleet.workers.runsetup import (
+    ActiveRunMarker,
+    engine_config,
+    load_runner,
+    prompt_hash,
+    run_policy,
+    sampler_config,
+)
+from specfleet.workers.toy import build_toy_runner, toy_weights_hash
+
+# Share of host memory the loaded models may take together (the rest: KV caches, the OS).
+MODEL_MEMORY_SHARE = 0.5
+LOAD_SAMPLE_PERIOD_S = 5.0
+_METER_TICK_S = 1.0
+_MAX_SAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A run made ready: runner, encoded prompt, resolved policy and provenance."""
+
+    runner: Any
+    prompt_ids: list[int]
+    lookup: PromptLookupConfig | None
+    policy: str
+    warmup_s: float
+    weights_hash: str | None
+    model_path: str
+
+
+class HostWorker:
+    """One host's worker. Thread-safe: control calls never wait for a run.
+
+    Args:
+        host: fleet name of the host (default: detected).
+        info: a detected `HostInfo` to reuse (default: `detect_host(host)`).
+        memory_budget_gb: loaded models' total size (default MODEL_MEMORY_SHARE of memory).
+        sample_period_s: how often the load series is sampled while busy.
+        quiet_threshold_per_core: see `hardware.QUIET_BUSY_PER_CORE`.
+    """
+
+    def __init__(
+        self,
+        host: str | None = None,
+        *,
+        info: HostInfo | None = None,
+        memory_budget_gb: float | None = None,
+        sample_period_s: float = LOAD_SAMPLE_PERIOD_S,
+        quiet_threshold_per_core: float = QUIET_BUSY_PER_CORE,
+    ) -> None:
+        self._info = info or detect_host(host)
+        budget_gb = memory_budget_gb or self._info.memory_gb * MODEL_MEMORY_SHARE
+        self._models = LoadedModels(int(budget_gb * 2**30))
+        self._resolved: dict[tuple[str, str], Any] = {}
+        self._run_lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._current: str | None = None
+        self._runs_done = 0
+        self._samples: deque[dict] = deque(maxlen=_MAX_SAMPLES)
+        self._sample_period_s = sample_period_s
+        self._last_sample_at = 0.0
+        self._quiet_threshold = quiet_threshold_per_core
+        self._meter = ForeignCpuMeter()
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_loop, name="load-sampler", daemon=True)
+        self._sampler.start()
+
+    # ---- control: answered at once, from any thread --------------------------------------
+
+    @property
+    def host(self) -> str:
+        return self._info.name
+
+    def info(self) -> dict:
+        """The host's `HostInfo` as a dict (targets, default policies, fingerprint included)."""
+        return self._info.to_dict()
+
+    def ping(self) -> dict:
+        """Liveness: host, pid, busy flag and the run in progress."""
+        current = self._current
+        return {
+            "host": self.host,
+            "pid": os.getpid(),
+            "at": time.time(),
+            "busy": current is not None,
+            "run_key": current,
+        }
+
+    def status(self) -> dict:
+        """`ping` plus loaded models, runs done, the quiet check and versions."""
+        return {
+            **self.ping(),
+            "kind": self._info.kind,
+            "runs_done": self._runs_done,
+            "loaded_models": self._models.summaries(),
+            "quiet": asdict(self.quiet_check()),
+            "versions": dict(self._info.versions),
+            "fingerprint": self._info.fingerprint,
+        }
+
+    def quiet_check(self) -> QuietCheck:
+        """Whether the host is quiet now (foreign CPU use over the last second or so)."""
+        return self._meter.check(self._quiet_threshold)
+
+    def cancel(self, run_key: str | None = None) -> bool:
+        """Ask the run in progress (or only `run_key`) to stop at the next round.
+
+        Returns:
+            True when a matching run was in progress.
+        """
+        current = self._current
+        if current is None or (run_key is not None and run_key != current):
+            return False
+        self._cancel.set()
+        return True
+
+    def drain_load_samples(self) -> list[dict]:
+        """The load samples taken since the last drain (oldest first), then forgotten."""
+        out = []
+        while self._samples:
+            out.append(self._samples.popleft())
+        return out
+
+    def close(self) -> None:
+        """Stop the sampler thread and drop loaded models."""
+        self._stop.set()
+        self._sampler.join(timeout=5)
+        self._models.clear()
+
+    # ---- the run --------------------------------------------------------------------------
+
+    def run(self, spec: RunSpec) -> RunResult:
+        """Run one spec (one at a time; a second caller waits) and return its result.
+
+        An exception inside the run becomes a result with status "failed" and the error.
+        A cancelled run returns status "interrupted", stop reason "cancelled".
+        """
+        with self._run_lock:
+            self._cancel.clear()
+            self._current = spec.run_key
+            try:
+                with ActiveRunMarker() as marker:
+                    return self._run_locked(spec, other_run_active=not marker.exclusive)
+            finally:
+                self._current = None
+                self._runs_done += 1
+
+    def _run_locked(self, spec: RunSpec, other_run_active: bool) -> RunResult:
+        started_at = datetime.now(UTC)
+        self._maybe_sample(spec.run_key)
+        try:
+            prepared = self._prepare(spec)
+            quiet = self._meter.check(self._quiet_threshold, fresh=True)
+            load_before = load_average()
+            generation = self._generate(spec, prepared)
+        except Exception as err:  # a failed run is a result, not a crash of the worker
+            return self._failed(spec, err, started_at)
+        result = self._result(spec, prepared, generation, started_at)
+        noisy = other_run_active or not quiet.quiet
+        return result.model_copy(update={"load_before": load_before, "noisy": noisy})
+
+    def _prepare(self, spec: RunSpec) -> _Prepared:
+        lookup, policy = run_policy(spec)
+        if spec.target.engine == "toy":
+            runner = build_toy_runner(spec.model, spec.prompt_text)
+            entry = LoadedModel(
+                ("toy", "cpu", spec.model), runner, 0, toy_weights_hash(spec.model), 0.0
+            )
+            warmup_s = 0.0  # toy runners are exact and built per run: nothing to warm
+        else:
+            entry = self._load(spec)
+            warmup_s = 0.0
+        prompt_ids = entry.runner.encode_prompt(spec.prompt_text, spec.chat)
+        if spec.target.engine != "toy":
+            warmup_s = self._warm(entry, prompt_ids, spec.lookup.max_draft)
+        entry.runs += 1
+        return _Prepared(
+            entry.runner, prompt_ids, lookup, policy, warmup_s, entry.weights_hash, entry.key[2]
+        )
+
+    def _load(self, spec: RunSpec) -> LoadedModel:
+        engine, device = spec.target.engine, spec.target.device
+        resolved = self._resolve(spec.model, engine)
+        key = (engine, device, str(resolved.path))
+
+        def load() -> LoadedModel:
+            start = time.perf_counter()
+            runner = load_runner(engine, str(resolved.path), device)
+            return LoadedModel(
+                key,
+                runner,
+                int(resolved.size_bytes or 0),
+                resolved.weights_hash,
+                time.perf_counter() - start,
+            )
+
+        return self._models.get_or_load(key, int(resolved.size_bytes or 0), load)
+
+    def _resolve(self, model: str, engine: str) -> Any:
+        if (model, engine) not in self._resolved:
+            from specfleet.engine.models import resolve_model
+
+            self._resolved[(model, engine)] = resolve_model(model, engine)
+        return self._resolved[(model, engine)]
+
+    def _warm(self, entry: LoadedModel, prompt_ids: list[int], max_draft: int) -> float:
+        """Warm every verify width once per (model, max_draft); 0.0 when already warm."""
+        if max_draft in entry.warmed_drafts:
+            return 0.0
+        from specfleet.engine.loop import warm_up_verify_widths
+
+        entry.warmed_drafts[max_draft] = warm_up_verify_widths(entry.runner, prompt_ids, max_draft)
+        entry.runner.reset()
+        return entry.warmed_drafts[max_draft]
+
+    def _generate(self, spec: RunSpec, prepared: _Prepared) -> Any:
+        from specfleet.engine.loop import generate
+
+        guard = spec.loop_guard
+        return generate(
+            prepared.runner,
+            prepared.prompt_ids,
+            max_tokens=spec.max_tokens,
+            lookup=prepared.lookup,
+            sampler=sampler_config(spec),
+            loop_guard=(guard.min_period, guard.max_period, guard.repeats) if guard else None,
+            should_stop=self._cancel.is_set,
+        )
+
+    def _result(
+        self, spec: RunSpec, prepared: _Prepared, gen: Any, started_at: datetime
+    ) -> RunResult:
+        from specfleet.engine.stats import loop_share
+
+        tokens = [int(t) for t in gen.tokens]
+        stats, timings = gen.stats, gen.timings
+        cancelled = gen.stop_reason == "cancelled"
+        return RunResult(
+            **self._provenance(spec, prepared, started_at),
+            status="interrupted" if cancelled else "done",
+            error="cancelled" if cancelled else None,
+            output_text=prepared.runner.decode(tokens),
+            token_ids=tokens,
+            prompt_tokens=len(prepared.prompt_ids),
+            generated_tokens=len(tokens),
+            prefill_s=timings.prefill_s,
+            decode_s=timings.decode_s,
+            total_s=timings.total_s,
+            tok_per_s=len(tokens) / timings.total_s if timings.total_s > 0 else 0.0,
+            warmup_s=prepared.warmup_s,
+            stop_reason=gen.stop_reason,
+            **{k: int(getattr(stats, k, 0)) for k in _COUNTERS},
+            loop_share=loop_share(tokens),
+        )
+
+    def _provenance(self, spec: RunSpec, prepared: _Prepared, started_at: datetime) -> dict:
+        return {
+            "run_key": spec.run_key,
+            "target": spec.target,
+            "resolved_policy": prepared.policy,
+            "weights_hash": prepared.weights_hash,
+            "prompt_hash": prompt_hash(spec.prompt_text),
+            "engine_config": engine_config(
+                spec, prepared.lookup, prepared.policy, prepared.model_path, prepared.warmup_s
+            ),
+            "versions": dict(self._info.versions),
+            "host_fingerprint": self._info.fingerprint,
+            "load_after": load_average(),
+            "started_at": started_at,
+            "finished_at": datetime.now(UTC),
+        }
+
+    def _failed(self, spec: RunSpec, err: BaseException, started_at: datetime) -> RunResult:
+        message = f"{type(err).__name__}: {err}".strip().splitlines()[0][:500]
+        return RunResult(
+            run_key=spec.run_key,
+            status="failed",
+            error=message,
+            target=spec.target,
+            prompt_hash=prompt_hash(spec.prompt_text),
+            versions=dict(self._info.versions),
+            host_fingerprint=self._info.fingerprint,
+            load_after=load_average(),
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+        )
+
+    # ---- load series -----------------------------------------------------------------------
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(_METER_TICK_S):
+            self._meter.update(min_window_s=0.0)
+            if self._current is not None:
+                self._maybe_sample(self._current)
+
+    def _maybe_sample(self, run_key: str) -> None:
+        if time.monotonic() - self._last_sample_at < self._sample_period_s:
+            return
+        self._last_sample_at = time.monotonic()
+        sample = asdict(sample_load())
+        sample.update(host=self.host, run_key=run_key, busy=True)
+        self._samples.append(sample)
+
+
+_COUNTERS = (
+    "rounds",
+    "drafted_rounds",
+    "paused_rounds",
+    "proposed",
+    "accepted",
+    "shadow_confirmations",
+)

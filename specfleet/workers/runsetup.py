@@ -1,0 +1,108 @@
+"""Run setup helpers of a worker: the arm resolved to a policy, the sampler, loading a real
+runner, the engine config stored with a run, the prompt hash, and the machine-wide marker
+that tells whether another specfleet run is active on this machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+from dataclasses import asdict
+from typing import Any
+
+from specfleet.engine.config import PromptLookupConfig, resolve_policy
+from specfleet.jobs.run import RunSpec
+
+
+def run_policy(spec: RunSpec) -> tuple[PromptLookupConfig | None, str]:
+    """The arm resolved for the target's device: (lookup config or None, policy name).
+
+    plain -> (None, "plain"); auto -> the device default; graded / gated as named;
+    fixed (or adaptive=False) -> non-adaptive lookup, "fixed".
+    """
+    if spec.arm == "plain":
+        return None, "plain"
+    options = spec.lookup
+    adaptive = options.adaptive and spec.arm != "fixed"
+    choice = "auto" if spec.arm == "fixed" else spec.arm
+    policy = resolve_policy(choice, spec.target.device)
+    config = PromptLookupConfig(
+        ngram_max=options.ngram_max,
+        ngram_min=options.ngram_min,
+        max_draft=options.max_draft,
+        adaptive=adaptive,
+        policy=policy,
+    )
+    return config.validate(), policy if adaptive else "fixed"
+
+
+def engine_config(
+    spec: RunSpec, lookup: PromptLookupConfig | None, policy: str, model_path: str, warmup_s: float
+) -> dict:
+    """The exact engine settings of a run, stored with it (provenance)."""
+    guard = spec.loop_guard
+    return {
+        "engine": spec.target.engine,
+        "device": spec.target.device,
+        "model": spec.model,
+        "model_path": model_path,
+        "policy": policy,
+        "lookup": asdict(lookup) if lookup else None,
+        "chat": spec.chat,
+        "temperature": spec.temperature,
+        "seed": spec.seed,
+        "loop_guard": guard.model_dump() if guard else None,
+        "warmed": spec.target.engine != "toy",
+        "warmup_s": round(warmup_s, 4),
+    }
+
+
+def prompt_hash(text: str) -> str:
+    """sha256 of the prompt text (UTF-8)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_runner(engine: str, path: str, device: str) -> Any:
+    """Load a real runner (imports the backend only here)."""
+    if engine == "torch":
+        from specfleet.engine.runners.torch import TorchRunner
+
+        return TorchRunner.load(path, device)
+    if engine == "mlx":
+        from specfleet.engine.runners.mlx import MlxRunner
+
+        return MlxRunner.load(path, device)
+    raise ValueError(f"unknown engine {engine!r}")
+
+
+def sampler_config(spec: RunSpec) -> Any:
+    """The engine sampler of a run (greedy at temperature 0)."""
+    from specfleet.engine.sampling import SamplerConfig
+
+    return SamplerConfig(temperature=spec.temperature, seed=spec.seed).validate()
+
+
+class ActiveRunMarker:
+    """A machine-wide flock held during a run: tells whether another specfleet run is active."""
+
+    def __init__(self) -> None:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        self._path = os.path.join(tempfile.gettempdir(), f"specfleet-{uid}-active-run.lock")
+        self._fd: int | None = None
+        self.exclusive = False
+
+    def __enter__(self) -> ActiveRunMarker:
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.exclusive = True
+        except BlockingIOError:
+            self.exclusive = False  # someone else is running: this run is flagged noisy
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing releases the lock
+            self._fd = None

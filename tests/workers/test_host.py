@@ -1,0 +1,167 @@
+"""HostWorker without Ray: toy-engine runs, arms, failures, cancel, control calls, load series."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from specfleet.jobs.run import LookupOptions, LoopGuard, RunSpec, Target
+from specfleet.workers.hardware import detect_host
+from specfleet.workers.host import HostWorker
+from specfleet.workers.loaded import LoadedModel, LoadedModels
+from specfleet.workers.runsetup import ActiveRunMarker, prompt_hash, run_policy
+
+PROMPT = "def add(a, b):\n    return a + b\n"
+
+
+def spec(
+    key: str = "k1",
+    *,
+    model: str = "script",
+    arm: str = "graded",
+    device: str = "cpu",
+    max_tokens: int = 40,
+    **kw,
+) -> RunSpec:
+    return RunSpec(
+        run_key=key,
+        target=Target(host="box1", engine="toy", device=device),
+        model=model,
+        prompt_name="p",
+        prompt_text=PROMPT,
+        arm=arm,
+        max_tokens=max_tokens,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = HostWorker(info=detect_host("box1"), sample_period_s=0.05)
+    yield w
+    w.close()
+
+
+def test_plain_and_lookup_runs_agree_and_fill_every_field(worker: HostWorker) -> None:
+    plain = worker.run(spec("p", arm="plain"))
+    graded = worker.run(spec("g", arm="graded"))
+    assert plain.status == graded.status == "done", (plain.error, graded.error)
+    # ScriptModel continues the prompt: the reply is the prompt's bytes again.
+    assert plain.output_text == (PROMPT * 3)[: len(PROMPT) + 40][len(PROMPT) :]
+    assert graded.token_ids == plain.token_ids and graded.output_text == plain.output_text
+    assert plain.resolved_policy == "plain" and plain.proposed == 0
+    assert graded.resolved_policy == "graded" and graded.accepted > 20
+    assert graded.rounds < plain.rounds
+    for r in (plain, graded):
+        assert r.generated_tokens == 40 and r.prompt_tokens == len(PROMPT.encode())
+        assert r.stop_reason == "max_tokens"
+        assert r.total_s > 0 and r.tok_per_s == pytest.approx(40 / r.total_s)
+        assert r.load_before is not None and r.load_after is not None
+        assert r.prompt_hash == prompt_hash(PROMPT) and r.weights_hash
+        assert r.host_fingerprint == worker.info()["fingerprint"]
+        assert r.versions["python"] and r.engine_config["model"] == "script"
+        assert r.started_at <= r.finished_at
+        assert r.loop_share < 0.2
+    assert graded.engine_config["lookup"]["policy"] == "graded"
+
+
+def test_arms_resolve_by_device() -> None:
+    assert run_policy(spec(arm="plain")) == (None, "plain")
+    assert run_policy(spec(arm="auto", device="cuda"))[1] == "gated"
+    assert run_policy(spec(arm="auto", device="metal"))[1] == "graded"
+    cfg, name = run_policy(spec(arm="fixed"))
+    assert name == "fixed" and cfg.adaptive is False
+    cfg, name = run_policy(spec(arm="gated", lookup=LookupOptions(adaptive=False)))
+    assert name == "fixed" and cfg.max_draft == 7
+
+
+def test_a_looping_reply_has_a_high_loop_share_and_the_guard_stops_it(worker: HostWorker) -> None:
+    looping = worker.run(spec("c1", model="constant", arm="plain", max_tokens=64))
+    assert looping.loop_share > 0.9 and looping.generated_tokens == 64
+    guarded = worker.run(
+        spec(
+            "c2",
+            model="constant",
+            arm="graded",
+            max_tokens=64,
+            loop_guard=LoopGuard(min_period=1, max_period=1, repeats=8),
+        )
+    )
+    assert guarded.stop_reason == "loop_guard" and guarded.generated_tokens == 8
+
+
+def test_an_exception_inside_a_run_is_a_failed_result(worker: HostWorker) -> None:
+    result = worker.run(spec("f", model="fail"))
+    assert result.status == "failed"
+    assert result.error == "RuntimeError: toy model failed on purpose"
+    assert worker.run(spec("after")).status == "done"  # the worker goes on
+    bad = worker.run(spec("bad", model="nosuchkind"))
+    assert bad.status == "failed" and "toy model is <kind>" in bad.error
+
+
+def test_control_calls_answer_during_a_run_and_cancel_stops_it(worker: HostWorker) -> None:
+    slow = spec("slow", model="script:20ms", arm="plain", max_tokens=400)  # ~8 s uncancelled
+    time.sleep(0.06)  # one sample period (fixture: 0.05 s) since the last run's sample
+    worker.drain_load_samples()
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(r=worker.run(slow)))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not worker.ping()["busy"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    start = time.monotonic()
+    assert worker.ping()["run_key"] == "slow"
+    assert worker.status()["busy"] and worker.info()["name"] == "box1"
+    assert time.monotonic() - start < 0.5
+    time.sleep(0.2)
+    assert worker.cancel("another-run") is False
+    assert worker.cancel("slow") is True
+    thread.join(timeout=5)
+    result = box["r"]
+    assert result.status == "interrupted" and result.stop_reason == "cancelled"
+    assert 0 < result.generated_tokens < 100
+    assert worker.ping()["busy"] is False and worker.cancel() is False
+    samples = worker.drain_load_samples()
+    assert samples and samples[0]["run_key"] == "slow" and "load_1m" in samples[0]
+    assert worker.drain_load_samples() == []
+
+
+def test_runs_are_one_at_a_time(worker: HostWorker) -> None:
+    specs = [spec(f"s{i}", model="script:5ms", arm="plain", max_tokens=10) for i in range(3)]
+    results: list = []
+    threads = [threading.Thread(target=lambda s=s: results.append(worker.run(s))) for s in specs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    spans = sorted((r.started_at, r.finished_at) for r in results)
+    assert len(spans) == 3
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_another_active_specfleet_run_flags_the_run_noisy(worker: HostWorker) -> None:
+    with ActiveRunMarker() as other:
+        assert other.exclusive
+        result = worker.run(spec("n1"))
+    assert result.status == "done" and result.noisy
+
+
+def test_loaded_models_evict_the_least_recently_used() -> None:
+    models = LoadedModels(budget_bytes=100)
+    loads: list[str] = []
+
+    def loader(name: str, size: int):
+        def load() -> LoadedModel:
+            loads.append(name)
+            return LoadedModel(("toy", "cpu", name), object(), size, None, 0.0)
+
+        return load
+
+    models.get_or_load(("toy", "cpu", "a"), 40, loader("a", 40))
+    models.get_or_load(("toy", "cpu", "b"), 40, loader("b", 40))
+    models.get_or_load(("toy", "cpu", "a"), 40, loader("a", 40))  # hit: a is now newest
+    models.get_or_load(("toy", "cpu", "c"), 40, loader("c", 40))  # evicts b
+    assert loads == ["a", "b", "c"]
+    assert [k[2] for k in models.lru_keys()] == ["a", "c"] and models.used_bytes() == 80
