@@ -1,0 +1,131 @@
+"""Database URLs and SQLAlchemy engines: SQLite (default) and PostgreSQL via psycopg 3.
+
+SQLite runs in WAL mode with foreign keys on and a long busy timeout; writes open their
+transaction with `BEGIN IMMEDIATE`, so concurrent writers queue instead of failing with
+"database is locked" half-way through a transaction.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+
+from specfleet.errors import UserError
+
+ENV_VAR = "SPECFLEET_DB"
+BUSY_TIMEOUT_S = 60.0
+# Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
+WRITE_OPTION = "specfleet_write"
+_SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
+
+
+def default_db_path() -> Path:
+    """The default SQLite file: `specfleet.db` in the platform's user data dir."""
+    return Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "specfleet.db"
+
+
+def resolve_url(url: str | None = None) -> URL:
+    """Turn `--db`, else `SPECFLEET_DB`, else the default file into a SQLAlchemy URL.
+
+    Args:
+        url: a SQLAlchemy URL (`sqlite:///...`, `postgresql+psycopg://...`) or a file path.
+
+    Returns:
+        The parsed URL; `postgresql://` is read as `postgresql+psycopg://`.
+
+    Raises:
+        UserError: an unsupported scheme or an unparsable URL.
+    """
+    source = "--db" if url else ENV_VAR
+    raw = url or os.environ.get(ENV_VAR) or ""
+    if not raw:
+        path = default_db_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return URL.create("sqlite", database=str(path))
+    if "://" not in raw:
+        return URL.create("sqlite", database=str(Path(raw).expanduser().resolve()))
+    try:
+        parsed = make_url(raw)
+    except ArgumentError:
+        raise UserError(f"{source}: cannot parse {raw!r}; expected {' or '.join(_SCHEMES)}") from None
+    return _check_driver(parsed, source)
+
+
+def _check_driver(parsed: URL, source: str) -> URL:
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg"):
+        return parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+        if not parsed.database or parsed.database == ":memory:":
+            raise UserError(f"{source}: a SQLite URL needs a file path (sqlite:///PATH)")
+        return parsed.set(drivername="sqlite")
+    scheme = parsed.drivername
+    raise UserError(
+        f"{source}: unsupported database scheme {scheme!r}; expected {' or '.join(_SCHEMES)}"
+    )
+
+
+def display_url(url: URL) -> str:
+    """The URL as text with any password hidden."""
+    return url.render_as_string(hide_password=True)
+
+
+def make_engine(url: URL) -> Engine:
+    """Create the engine for `url` with specfleet's connection settings."""
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 10, "application_name": "specfleet"},
+    )
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        # We emit BEGIN ourselves (below); pysqlite's implicit transactions would defer it.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            cur.execute("PRAGMA journal_mode = WAL")
+        # WAL + NORMAL: commits survive a crashed process; only power loss can drop the last.
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        immediate = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def translate_error(err: DBAPIError, url: URL) -> UserError | None:
+    """A one-line UserError for a connection problem the user can fix, else None."""
+    text = str(getattr(err, "orig", err) or err).strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    where = display_url(url)
+    low = text.lower()
+    if url.get_backend_name() == "sqlite":
+        path = url.database
+        if "readonly" in low or "read-only" in low or "unable to open" in low:
+            return UserError(f"--db: cannot write the SQLite file {path} ({first})")
+        if "not a database" in low or "malformed" in low or "corrupt" in low:
+            return UserError(f"--db: {path} is not a usable SQLite database ({first})")
+        return None
+    if "password authentication failed" in low or "authentication" in low:
+        return UserError(f"--db: PostgreSQL refused the credentials for {where} ({first})")
+    if "does not exist" in low:
+        return UserError(f"--db: {first} (at {where})")
+    if "connection" in low or "timeout" in low or "could not" in low:
+        return UserError(f"--db: cannot reach PostgreSQL at {where} ({first})")
+    return None

@@ -1,0 +1,21 @@
+"""What the store refuses: conflicts and unknown ids."""
+
+from __future__ import annotations
+
+from specfleet.errors import UserError
+
+
+class StoreError(Exception):
+    """A write the store refuses (a bug in the caller, not a user mistake)."""
+
+
+class StoreConflict(StoreError):
+    """A second, different write to something already settled (a `done` run, a run key)."""
+
+
+class UnknownRun(StoreError):
+    """No run with this run key."""
+
+
+class UnknownMatrix(UserError):
+    """No matrix (or generation job) with this id."""

@@ -1,0 +1,81 @@
+"""Export runs and aggregates as JSON or CSV (to a path or an open text file)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from specfleet.errors import UserError
+from specfleet.store.rows import RunRow
+
+FORMATS = ("json", "csv")
+
+
+def export_runs(rows: Iterable[RunRow], fmt: str, out: str | Path | TextIO) -> int:
+    """Write runs (from `Store.runs`) as JSON (a list of objects) or CSV (one row each).
+
+    Args:
+        rows: the runs.
+        fmt: "json" or "csv".
+        out: a file path or an open text file.
+
+    Returns:
+        How many rows were written.
+    """
+    return export_aggregates(rows, fmt, out)
+
+
+def export_aggregates(rows: Iterable[Any], fmt: str, out: str | Path | TextIO) -> int:
+    """Write any store rows (cells, speed-ups, history, comparisons, ...) as JSON or CSV.
+
+    In CSV, list and dict values are JSON text and datetimes ISO 8601 (UTC).
+
+    Returns:
+        How many rows were written.
+    """
+    if fmt not in FORMATS:
+        raise UserError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    records = [_record(row) for row in rows]
+    if isinstance(out, str | Path):
+        with open(out, "w", encoding="utf-8", newline="") as handle:
+            _write(records, fmt, handle)
+    else:
+        _write(records, fmt, out)
+    return len(records)
+
+
+def _record(row: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        return dataclasses.asdict(row)
+    return dict(row)
+
+
+def _write(records: Sequence[dict[str, Any]], fmt: str, handle: TextIO) -> None:
+    if fmt == "json":
+        json.dump(records, handle, indent=1, default=_json_default)
+        handle.write("\n")
+        return
+    columns = list(records[0]) if records else []
+    writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        writer.writerow({key: _csv_value(value) for key, value in record.items()})
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot export {type(value).__name__}")
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(value, separators=(",", ":"))
+    return value

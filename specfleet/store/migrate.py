@@ -1,0 +1,95 @@
+"""Create or upgrade the schema with the Alembic migrations shipped in the package.
+
+Upgrades run inside one transaction holding a lock (SQLite: `BEGIN IMMEDIATE`; PostgreSQL:
+`pg_advisory_xact_lock`), so two processes opening a fresh database at once both succeed:
+the second waits, then finds the schema current. A database stamped with a revision this
+code does not know (made by a newer specfleet) is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.engine import URL
+
+from specfleet.errors import UserError
+from specfleet.store.engine import WRITE_OPTION, display_url
+from specfleet.store.models import Base
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# Arbitrary fixed key of the PostgreSQL advisory lock that serialises upgrades.
+PG_UPGRADE_LOCK = 7_361_120_418_205_001
+
+
+class FutureSchemaError(UserError):
+    """The database was written by a newer specfleet; it is left untouched."""
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """A programmatic Alembic config pointing at the packaged migrations."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    """The newest revision this code knows."""
+    head = _script().get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision the database is stamped with (None: no schema yet)."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def _check_known(rev: str | None, conn: Connection, url: URL) -> None:
+    if rev is None:
+        clash = set(inspect(conn).get_table_names()) & set(Base.metadata.tables)
+        if clash:
+            raise UserError(
+                f"--db: {display_url(url)} has tables {sorted(clash)} but no specfleet "
+                "schema revision; point --db at an empty or specfleet database"
+            )
+        return
+    known = {s.revision for s in _script().walk_revisions()}
+    if rev not in known:
+        raise FutureSchemaError(
+            f"--db: {display_url(url)} has schema revision {rev}, newer than this specfleet "
+            f"(knows up to {head_revision()}); upgrade specfleet to use it"
+        )
+
+
+def ensure_schema(engine: Engine, url: URL) -> str:
+    """Create or upgrade the schema if needed; returns the revision now in place."""
+    head = head_revision()
+    with engine.connect() as conn:
+        rev = current_revision(conn)
+        _check_known(rev, conn, url)
+    if rev == head:
+        return head
+    return upgrade(engine, url)
+
+
+def upgrade(engine: Engine, url: URL) -> str:
+    """Upgrade to head under the upgrade lock, in one transaction; returns the head revision."""
+    head = head_revision()
+    with engine.connect().execution_options(**{WRITE_OPTION: True}) as conn, conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_UPGRADE_LOCK})
+        rev = current_revision(conn)
+        _check_known(rev, conn, url)
+        if rev != head:
+            command.upgrade(alembic_config(conn), "head")
+    return head

@@ -1,0 +1,1 @@
+"""Alembic migrations of the result store, shipped inside the package (no alembic.ini)."""

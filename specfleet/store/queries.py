@@ -1,0 +1,203 @@
+"""The store's reads: matrices, filtered runs, cells, speed-ups, history and comparisons."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import fields
+from datetime import datetime
+from statistics import median
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from specfleet.jobs.run import RunSpec, Target
+from specfleet.store import aggregate
+from specfleet.store.errors import UnknownMatrix
+from specfleet.store.models import Host, Matrix, Prompt, Run
+from specfleet.store.rows import (
+    CellRow,
+    CompareRow,
+    HistoryPoint,
+    MatrixRow,
+    RunRow,
+    SpeedupRow,
+)
+from specfleet.store.values import naive_utc, run_spec
+
+RUN_FIELDS = tuple(f.name for f in fields(RunRow))
+CELL_COLUMNS = (
+    Run.host, Run.engine, Run.device, Run.model, Run.prompt_name, Run.arm, Run.tok_per_s,
+    Run.noisy, *(getattr(Run, name) for name in aggregate.COUNTERS),
+)
+Many = str | Sequence[str] | None
+_EQ_FILTERS = {
+    "host": Run.host, "engine": Run.engine, "device": Run.device, "model": Run.model,
+    "prompt": Run.prompt_name, "arm": Run.arm, "matrix": Run.matrix_id, "job": Run.job_id,
+    "status": Run.status, "specfleet_version": Run.specfleet_version,
+}
+
+
+def run_conditions(
+    *, host: Many = None, kind: Many = None, engine: Many = None, device: Many = None,
+    model: Many = None, prompt: Many = None, arm: Many = None, matrix: Many = None,
+    job: Many = None, status: Many = None, specfleet_version: Many = None,
+    since: datetime | None = None, until: datetime | None = None,
+) -> list:
+    """WHERE conditions for `runs`; each filter takes one value or a list of values.
+
+    `kind` matches the host kind recorded by `upsert_host`; `since`/`until` bound the run's
+    finish time (runs not finished are left out when either is given).
+    """
+    given = dict(host=host, engine=engine, device=device, model=model, prompt=prompt, arm=arm,
+                 matrix=matrix, job=job, status=status, specfleet_version=specfleet_version)
+    conds = [_in(_EQ_FILTERS[name], value) for name, value in given.items() if value is not None]
+    if kind is not None:
+        conds.append(Run.host.in_(select(Host.name).where(_in(Host.kind, kind))))
+    if since is not None:
+        conds.append(Run.finished_at >= naive_utc(since))
+    if until is not None:
+        conds.append(Run.finished_at < naive_utc(until))
+    return conds
+
+
+def _in(column, value):
+    if isinstance(value, str):
+        return column == value
+    return column.in_(list(value))
+
+
+class StoreQueries:
+    """Read methods of `Store` (mixed in; needs `_read()` and `display_url`)."""
+
+    display_url: str
+
+    def _read(self) -> Session:  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    def get_matrix(self, matrix_id: str) -> MatrixRow:
+        """One matrix with its run counts per status; UnknownMatrix if there is none."""
+        with self._read() as session:
+            matrix = session.get(Matrix, matrix_id)
+            if matrix is None:
+                raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
+            return _matrix_row(matrix, _status_counts(session, [matrix_id])[matrix_id])
+
+    def list_matrices(self, limit: int | None = None) -> list[MatrixRow]:
+        """Matrices, newest first, with their run counts per status."""
+        with self._read() as session:
+            stmt = select(Matrix).order_by(Matrix.submitted_at.desc(), Matrix.id).limit(limit)
+            matrices = session.scalars(stmt).all()
+            counts = _status_counts(session, None if limit is None else [m.id for m in matrices])
+            return [_matrix_row(m, counts[m.id]) for m in matrices]
+
+    def runs(self, **filters) -> list[RunRow]:
+        """Runs matching the filters of `run_conditions`, in matrix and plan order."""
+        columns = [getattr(Run, name) for name in RUN_FIELDS]
+        stmt = (
+            select(*columns).where(*run_conditions(**filters))
+            .order_by(Run.matrix_id, Run.job_id, Run.plan_order, Run.id)
+        )
+        with self._read() as session:
+            return [RunRow(*row) for row in session.execute(stmt)]
+
+    def runs_not_done(self, matrix_id: str) -> list[RunSpec]:
+        """The runs of a matrix that are not `done`, in plan order, as RunSpecs."""
+        self.get_matrix(matrix_id)
+        stmt = (
+            select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)
+            .where(Run.matrix_id == matrix_id, Run.status != "done").order_by(Run.plan_order)
+        )
+        with self._read() as session:
+            return [run_spec(run, text) for run, text in session.execute(stmt)]
+
+    def cells(self, matrix_id: str | None = None, **filters) -> list[CellRow]:
+        """Aggregates of `done` runs per (host, engine, device, model, prompt, arm).
+
+        Args:
+            matrix_id: restrict to one matrix (same as `matrix=`).
+            **filters: any filter of `run_conditions` (`status` is always `done`).
+        """
+        if matrix_id is not None:
+            filters["matrix"] = matrix_id
+        filters["status"] = "done"
+        stmt = select(*CELL_COLUMNS).where(*run_conditions(**filters))
+        with self._read() as session:
+            return aggregate.cell_rows(session.execute(stmt))
+
+    def speedups(self, matrix_id: str) -> list[SpeedupRow]:
+        """Each arm's median tok/s over plain's in the same target, model and prompt."""
+        self.get_matrix(matrix_id)
+        return aggregate.speedup_rows(self.cells(matrix_id))
+
+    def compare(self, matrix_a: str, matrix_b: str) -> list[CompareRow]:
+        """Every cell of two matrices side by side, ratio = b / a, regressions flagged."""
+        self.get_matrix(matrix_a)
+        self.get_matrix(matrix_b)
+        return aggregate.compare_rows(self.cells(matrix_a), self.cells(matrix_b))
+
+    def cell_history(
+        self, model: str, prompt: str, arm: str, target: Target | str | None = None
+    ) -> list[HistoryPoint]:
+        """One cell across matrices, oldest first (one point per matrix and target).
+
+        Args:
+            target: a Target, a `host/engine/device` label, a host name, or None for all.
+        """
+        stmt = (
+            select(Run.matrix_id, Matrix.name, Matrix.submitted_at, Run.host, Run.engine,
+                   Run.device, Run.arm, Run.tok_per_s)
+            .join(Matrix, Matrix.id == Run.matrix_id)
+            .where(Run.model == model, Run.prompt_name == prompt,
+                   Run.arm.in_(sorted({arm, "plain"})), Run.status == "done",
+                   *_target_conditions(target))
+        )
+        groups: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        with self._read() as session:
+            for row in session.execute(stmt):
+                key = (row.submitted_at, row.matrix_id, row.name, row.host, row.engine, row.device)
+                groups[key][row.arm].append(row.tok_per_s)
+        return [_history_point(key, arms, arm) for key, arms in sorted(groups.items())
+                if arms.get(arm)]
+
+
+def _target_conditions(target: Target | str | None) -> list:
+    if target is None:
+        return []
+    if isinstance(target, Target):
+        return [Run.host == target.host, Run.engine == target.engine, Run.device == target.device]
+    parts = target.split("/")[:3]
+    columns = (Run.host, Run.engine, Run.device)[: len(parts)]
+    return [col == part for col, part in zip(columns, parts, strict=True)]
+
+
+def _history_point(key: tuple, arms: dict[str, list[float]], arm: str) -> HistoryPoint:
+    submitted_at, matrix_id, name, host, engine, device = key
+    tps, plain = arms[arm], arms.get("plain")
+    mid = float(median(tps))
+    plain_mid = float(median(plain)) if plain else None
+    return HistoryPoint(
+        matrix_id=matrix_id, matrix_name=name, submitted_at=submitted_at, host=host,
+        engine=engine, device=device, n=len(tps), median_tok_per_s=mid,
+        min_tok_per_s=min(tps), max_tok_per_s=max(tps), spread=aggregate.spread(tps),
+        plain_median_tok_per_s=plain_mid, speedup=mid / plain_mid if plain_mid else None,
+    )
+
+
+def _status_counts(session: Session, ids: list[str] | None) -> dict[str, dict[str, int]]:
+    """Run counts per status of the given matrices (None: all of them)."""
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    stmt = select(Run.matrix_id, Run.status, func.count()).group_by(Run.matrix_id, Run.status)
+    if ids is not None:
+        stmt = stmt.where(Run.matrix_id.in_(ids))
+    for matrix_id, status, n in session.execute(stmt):
+        counts[matrix_id][status] = n
+    return counts
+
+
+def _matrix_row(matrix: Matrix, counts: dict[str, int]) -> MatrixRow:
+    return MatrixRow(
+        id=matrix.id, name=matrix.name, spec=matrix.spec, spec_hash=matrix.spec_hash,
+        submitted_at=matrix.submitted_at, finished_at=matrix.finished_at, status=matrix.status,
+        specfleet_version=matrix.specfleet_version, counts=dict(counts),
+    )

@@ -1,0 +1,207 @@
+"""Frozen rows the store returns: runs, matrices and the aggregates the CLI prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One stored run, everything planned and measured."""
+
+    run_key: str
+    matrix_id: str | None
+    job_id: str | None
+    plan_order: int
+    host: str
+    engine: str
+    device: str
+    model: str
+    weights_hash: str | None
+    prompt_name: str
+    prompt_hash: str
+    chat: bool
+    arm: str
+    resolved_policy: str | None
+    repeat: int
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    lookup: dict[str, Any]
+    loop_guard: dict[str, Any] | None
+    status: str
+    error: str | None
+    output_text: str | None
+    token_ids: list[int] | None
+    prompt_tokens: int | None
+    generated_tokens: int | None
+    prefill_s: float | None
+    decode_s: float | None
+    total_s: float | None
+    warmup_s: float | None
+    tok_per_s: float | None
+    stop_reason: str | None
+    rounds: int | None
+    drafted_rounds: int | None
+    paused_rounds: int | None
+    proposed: int | None
+    accepted: int | None
+    shadow_confirmations: int | None
+    loop_share: float | None
+    noisy: bool | None
+    load_before: list[float] | None
+    load_after: list[float] | None
+    engine_config: dict[str, Any] | None
+    versions: dict[str, Any] | None
+    specfleet_version: str
+    host_fingerprint: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """A matrix and how many of its runs are in each status."""
+
+    id: str
+    name: str
+    spec: dict[str, Any]
+    spec_hash: str
+    submitted_at: datetime
+    finished_at: datetime | None
+    status: str
+    specfleet_version: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_runs(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """What a cell is: one arm of one model on one prompt on one target."""
+
+    host: str
+    engine: str
+    device: str
+    model: str
+    prompt: str
+    arm: str
+
+
+@dataclass(frozen=True)
+class CellRow:
+    """Aggregates of the `done` runs of one cell (tok/s: whole call, prefill included)."""
+
+    host: str
+    engine: str
+    device: str
+    model: str
+    prompt: str
+    arm: str
+    n: int
+    median_tok_per_s: float
+    min_tok_per_s: float
+    max_tok_per_s: float
+    spread: float  # (max - min) / median
+    median_generated_tokens: float
+    median_rounds: float
+    median_drafted_rounds: float
+    median_paused_rounds: float
+    median_proposed: float
+    median_accepted: float
+    median_shadow_confirmations: float
+    median_loop_share: float
+    noisy_count: int
+
+
+@dataclass(frozen=True)
+class SpeedupRow:
+    """One arm's median tok/s over plain's median in the same target, model and prompt."""
+
+    host: str
+    engine: str
+    device: str
+    model: str
+    prompt: str
+    arm: str
+    n: int
+    median_tok_per_s: float
+    spread: float
+    plain_n: int
+    plain_median_tok_per_s: float | None
+    speedup: float | None
+    noise_floor: float | None  # plain's relative spread
+    beyond_noise: bool | None  # |speedup - 1| larger than the noise floor
+    noisy_count: int
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One cell in one matrix, for a cell's history over time."""
+
+    matrix_id: str
+    matrix_name: str
+    submitted_at: datetime
+    host: str
+    engine: str
+    device: str
+    n: int
+    median_tok_per_s: float
+    min_tok_per_s: float
+    max_tok_per_s: float
+    spread: float
+    plain_median_tok_per_s: float | None
+    speedup: float | None
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One cell in two matrices side by side; ratio = b / a."""
+
+    host: str
+    engine: str
+    device: str
+    model: str
+    prompt: str
+    arm: str
+    n_a: int
+    n_b: int
+    median_a: float | None
+    median_b: float | None
+    spread_a: float | None
+    spread_b: float | None
+    ratio: float | None
+    regression: bool  # b slower than a by more than either side's spread
+
+
+@dataclass(frozen=True)
+class WidthCostRow:
+    """Cost of one verify width on a target."""
+
+    host: str
+    engine: str
+    device: str
+    model: str
+    width: int
+    sync_ms: float
+    pipelined_ms: float | None
+    measured_at: datetime
+
+
+@dataclass(frozen=True)
+class LoadSampleRow:
+    """One load reading of a host."""
+
+    host: str
+    matrix_id: str | None
+    t: datetime
+    load1: float
+    load5: float | None = None
+    load15: float | None = None
+    cpu_util: float | None = None
+    gpu_util: float | None = None

@@ -1,0 +1,131 @@
+"""Per-host series beside the runs: verify-width costs and load samples (noisy hosts)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from specfleet.jobs.run import Target
+from specfleet.store.models import LoadSample, WidthCost
+from specfleet.store.rows import LoadSampleRow, WidthCostRow
+from specfleet.store.values import bulk_insert, naive_utc, utcnow
+
+LOAD_FIELDS = ("t", "load1", "load5", "load15", "cpu_util", "gpu_util")
+WidthCosts = Mapping[int, tuple[float, float | None]] | Iterable[Any]
+
+
+class StoreSeries:
+    """Width-cost and load-sample methods of `Store` (mixed in)."""
+
+    def _read(self) -> Session:  # pragma: no cover - provided by Store
+        raise NotImplementedError
+
+    def _write(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover
+        raise NotImplementedError
+
+    def record_width_costs(
+        self, target: Target, model: str, costs: WidthCosts, measured_at: datetime | None = None
+    ) -> int:
+        """Store one calibration of verify widths on a target.
+
+        Args:
+            target: where it was measured.
+            model: the model alias.
+            costs: `{width: (sync_ms, pipelined_ms)}`, or items with `width`, `sync_ms` and
+                `pipelined_ms` (attributes or keys).
+            measured_at: when (default now).
+
+        Returns:
+            How many widths were stored.
+        """
+        moment = naive_utc(measured_at) or utcnow()
+        base = {"host": target.host, "engine": target.engine, "device": target.device,
+                "model": model, "measured_at": moment}
+        rows = [{**base, **item} for item in _cost_items(costs)]
+        with self._write() as session:
+            bulk_insert(session, WidthCost, rows)
+        return len(rows)
+
+    def width_costs(
+        self, host: str | None = None, engine: str | None = None, device: str | None = None,
+        model: str | None = None, latest: bool = True,
+    ) -> list[WidthCostRow]:
+        """Stored width costs, by target, model and width; `latest` keeps the newest
+        measurement of each (target, model, width)."""
+        conds = [col == val for col, val in ((WidthCost.host, host), (WidthCost.engine, engine),
+                 (WidthCost.device, device), (WidthCost.model, model)) if val is not None]
+        stmt = select(WidthCost).where(*conds).order_by(
+            WidthCost.host, WidthCost.engine, WidthCost.device, WidthCost.model, WidthCost.width,
+            WidthCost.measured_at, WidthCost.id,
+        )
+        with self._read() as session:
+            rows = [_width_row(w) for w in session.scalars(stmt)]
+        if not latest:
+            return rows
+        # Sorted oldest first, so the last row of each key is the newest measurement.
+        newest = {(r.host, r.engine, r.device, r.model, r.width): r for r in rows}
+        return list(newest.values())
+
+    def record_load_samples(
+        self, host: str, samples: Iterable[Any], matrix_id: str | None = None
+    ) -> int:
+        """Store load readings of a host (items with t, load1, load5, load15, cpu_util,
+        gpu_util as attributes or keys; missing ones are stored as NULL).
+
+        Returns:
+            How many samples were stored.
+        """
+        rows = [{"host": host, "matrix_id": matrix_id, **_pick(s, LOAD_FIELDS)} for s in samples]
+        for row in rows:
+            row["t"] = naive_utc(row["t"])
+        with self._write() as session:
+            bulk_insert(session, LoadSample, rows)
+        return len(rows)
+
+    def load_samples(
+        self, host: str | None = None, matrix_id: str | None = None,
+        since: datetime | None = None, until: datetime | None = None,
+    ) -> list[LoadSampleRow]:
+        """Load readings, oldest first."""
+        stmt = select(LoadSample).order_by(LoadSample.t, LoadSample.id)
+        if host is not None:
+            stmt = stmt.where(LoadSample.host == host)
+        if matrix_id is not None:
+            stmt = stmt.where(LoadSample.matrix_id == matrix_id)
+        if since is not None:
+            stmt = stmt.where(LoadSample.t >= naive_utc(since))
+        if until is not None:
+            stmt = stmt.where(LoadSample.t < naive_utc(until))
+        with self._read() as session:
+            return [
+                LoadSampleRow(host=s.host, matrix_id=s.matrix_id,
+                              **{name: getattr(s, name) for name in LOAD_FIELDS})
+                for s in session.scalars(stmt)
+            ]
+
+
+def _cost_items(costs: WidthCosts) -> Iterator[dict[str, Any]]:
+    if isinstance(costs, Mapping):
+        for width, (sync_ms, pipelined_ms) in costs.items():
+            yield {"width": int(width), "sync_ms": sync_ms, "pipelined_ms": pipelined_ms}
+        return
+    for item in costs:
+        yield _pick(item, ("width", "sync_ms", "pipelined_ms"))
+
+
+def _pick(item: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    if isinstance(item, Mapping):
+        return {name: item.get(name) for name in names}
+    return {name: getattr(item, name, None) for name in names}
+
+
+def _width_row(w: WidthCost) -> WidthCostRow:
+    return WidthCostRow(
+        host=w.host, engine=w.engine, device=w.device, model=w.model, width=w.width,
+        sync_ms=w.sync_ms, pipelined_ms=w.pipelined_ms, measured_at=w.measured_at,
+    )

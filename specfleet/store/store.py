@@ -1,0 +1,296 @@
+"""The repository the scheduler and CLI call: `open_store()` and `Store`'s write methods.
+
+Every method is one short transaction. On SQLite, writes begin with `BEGIN IMMEDIATE` (so a
+second writer waits on the busy timeout instead of failing mid-transaction); on PostgreSQL
+the run row is locked with `SELECT ... FOR UPDATE` before it is compared and written.
+Reads live in `queries.py`; `Store` forwards to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from datetime import datetime
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
+
+import specfleet
+from specfleet.jobs.run import RunResult, RunSpec, Target
+from specfleet.store import values
+from specfleet.store.engine import (
+    WRITE_OPTION,
+    display_url,
+    make_engine,
+    resolve_url,
+    translate_error,
+)
+from specfleet.store.errors import StoreConflict, UnknownMatrix, UnknownRun
+from specfleet.store.migrate import ensure_schema
+from specfleet.store.models import GenerationJob, Host, Matrix, Prompt, Run
+from specfleet.store.queries import StoreQueries
+from specfleet.store.series import StoreSeries
+from specfleet.store.values import utcnow
+
+FINAL_MATRIX_STATUSES = ("done", "failed", "interrupted", "cancelled")
+
+try:  # psycopg is the `postgres` extra; SQLite-only installs run without it
+    import psycopg
+
+    _DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error)
+except ImportError:  # pragma: no cover
+    _DRIVER_ERRORS = (sqlite3.Error,)
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open the store at `url` (else `SPECFLEET_DB`, else the default SQLite file).
+
+    Creates or upgrades the schema on first use.
+
+    Args:
+        url: `sqlite:///PATH`, `postgresql+psycopg://USER:PW@HOST:PORT/DB` or a file path.
+
+    Returns:
+        A ready `Store`; call `close()` when done.
+
+    Raises:
+        UserError: a bad scheme, unreachable server, bad credentials, a read-only or corrupted
+            SQLite file, or a schema newer than this code (left untouched).
+    """
+    resolved = resolve_url(url)
+    engine = make_engine(resolved)
+    with connection_errors(resolved, engine):
+        ensure_schema(engine, resolved)
+    return Store(engine, resolved)
+
+
+@contextlib.contextmanager
+def connection_errors(url: URL, engine: Engine | None = None) -> Iterator[None]:
+    """Turn connection faults the user can fix into one-line UserErrors."""
+    try:
+        yield
+    except (DBAPIError, *_DRIVER_ERRORS) as err:
+        if engine is not None:
+            engine.dispose()
+        user_error = translate_error(err, url)
+        if user_error is None:
+            raise
+        raise user_error from None
+    except BaseException:
+        if engine is not None:
+            engine.dispose()
+        raise
+
+
+def new_matrix_id(name: str) -> str:
+    """A short readable id: the name's slug and six hex digits (`demo-3fa9c2`)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:24] or "matrix"
+    return f"{slug}-{secrets.token_hex(3)}"
+
+
+class Store(StoreQueries, StoreSeries):
+    """Writes and reads of one database; see the module docstring for transactions."""
+
+    def __init__(self, engine: Engine, url: URL):
+        self.engine = engine
+        self.url = url
+        self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+
+    @property
+    def display_url(self) -> str:
+        return display_url(self.url)
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Session]:
+        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def _read(self) -> Session:
+        return Session(self.engine)
+
+    # hosts ---------------------------------------------------------------------------------
+
+    def upsert_host(self, info: dict) -> None:
+        """Insert or refresh a host (keys: name, machine_id, kind, os, arch, chip, memory_gb,
+        versions); `first_seen_at` is kept, `last_seen_at` set to now."""
+        if not info.get("name"):
+            raise ValueError("upsert_host needs a non-empty 'name'")
+        row = values.host_values(info, utcnow())
+        with self._write() as session:
+            values.upsert(session, Host, row, ["name"], exclude=("first_seen_at",))
+
+    # matrices and jobs ---------------------------------------------------------------------
+
+    def create_matrix(
+        self, name: str, spec: dict, runs: list[RunSpec], matrix_id: str | None = None
+    ) -> str:
+        """Store a matrix and all its runs as `pending`, in plan order, in one transaction.
+
+        Args:
+            name: the matrix's name.
+            spec: the submitted spec (JSON-able); its hash is stored beside it.
+            runs: the planned runs in plan order; their run keys must be new.
+            matrix_id: an id chosen by the caller (see `new_matrix_id`); generated if None.
+
+        Returns:
+            The matrix id.
+
+        Raises:
+            StoreConflict: a run key repeats or already exists; nothing is written.
+        """
+        matrix_id = matrix_id or new_matrix_id(name)
+        now = utcnow()
+        matrix = Matrix(
+            id=matrix_id, name=name, spec=spec, spec_hash=values.json_hash(spec),
+            submitted_at=now, status="running", specfleet_version=specfleet.__version__,
+        )
+        self._insert_planned(matrix, runs, now, matrix_id=matrix_id)
+        return matrix_id
+
+    def create_generation_job(
+        self, name: str, target: Target, model: str, runs: list[RunSpec],
+        params: dict | None = None, job_id: str | None = None,
+    ) -> str:
+        """Store a batch of prompts run on one target, with its runs `pending`.
+
+        Returns:
+            The job id (runs point at it through `job_id`).
+        """
+        job_id = job_id or new_matrix_id(f"gen-{name}")
+        now = utcnow()
+        job = GenerationJob(
+            id=job_id, name=name, host=target.host, engine=target.engine, device=target.device,
+            model=model, params=params or {}, submitted_at=now, status="running",
+            specfleet_version=specfleet.__version__,
+        )
+        self._insert_planned(job, runs, now, job_id=job_id)
+        return job_id
+
+    def _insert_planned(self, parent, runs: list[RunSpec], now: datetime, **link) -> None:
+        keys = [r.run_key for r in runs]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise StoreConflict(f"run key {dup!r} appears twice in one plan")
+        try:
+            with self._write() as session:
+                if session.get(type(parent), parent.id) is not None:
+                    raise StoreConflict(f"id {parent.id!r} already exists")
+                session.add(parent)
+                session.flush()
+                values.check_new_keys(session, keys)
+                prompts = {values.text_hash(r.prompt_text): r.prompt_text for r in runs}
+                values.insert_ignore(
+                    session, Prompt, [{"text_hash": h, "text": t} for h, t in prompts.items()]
+                )
+                rows = [values.planned_run(r, i, now, **link) for i, r in enumerate(runs)]
+                values.bulk_insert(session, Run, rows)
+        except IntegrityError as err:
+            raise StoreConflict(f"plan not stored: {str(err.orig).splitlines()[0]}") from None
+
+    def finish_matrix(self, matrix_id: str, status: str) -> None:
+        """Set a matrix's final status (done, failed, interrupted, cancelled) and finish time."""
+        self._finish(Matrix, matrix_id, status)
+
+    def finish_generation_job(self, job_id: str, status: str) -> None:
+        """Set a generation job's final status and finish time."""
+        self._finish(GenerationJob, job_id, status)
+
+    def _finish(self, model, ident: str, status: str) -> None:
+        if status not in FINAL_MATRIX_STATUSES:
+            raise ValueError(f"status must be one of {FINAL_MATRIX_STATUSES}, not {status!r}")
+        with self._write() as session:
+            row = session.get(model, ident, with_for_update=True)
+            if row is None:
+                raise UnknownMatrix(f"no matrix or job {ident!r} in {self.display_url}")
+            row.status, row.finished_at = status, utcnow()
+
+    def requeue(self, matrix_id: str) -> int:
+        """Put every run of the matrix that is not `done` back to `pending`.
+
+        Returns:
+            How many runs were re-queued.
+        """
+        with self._write() as session:
+            matrix = session.get(Matrix, matrix_id, with_for_update=True)
+            if matrix is None:
+                raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
+            matrix.status, matrix.finished_at = "running", None
+            result = session.execute(
+                update(Run)
+                .where(Run.matrix_id == matrix_id, Run.status != "done")
+                .values(status="pending", error=None, started_at=None, finished_at=None)
+            )
+            return result.rowcount
+
+    # runs ----------------------------------------------------------------------------------
+
+    def mark_running(self, run_key: str) -> None:
+        """Mark a run as started now; a `done` run is refused with StoreConflict."""
+        with self._write() as session:
+            run = self._locked_run(session, run_key)
+            if run.status == "done":
+                raise StoreConflict(f"run {run_key!r} is already done; it is never replayed")
+            run.status, run.error, run.started_at = "running", None, utcnow()
+
+    def record_result(self, result: RunResult) -> None:
+        """Write a run's result; an identical second write is a no-op.
+
+        Raises:
+            UnknownRun: the run key was never planned.
+            StoreConflict: the run is `done` with a different result, or the result comes
+                from another target than planned.
+        """
+        digest = values.result_hash(result)
+        with self._write() as session:
+            run = self._locked_run(session, result.run_key)
+            if run.status == "done":
+                if run.result_hash == digest:
+                    return
+                raise StoreConflict(f"run {result.run_key!r} is done with a different result")
+            planned = (run.host, run.engine, run.device)
+            got = (result.target.host, result.target.engine, result.target.device)
+            if planned != got:
+                raise StoreConflict(
+                    f"run {result.run_key!r} was planned on {'/'.join(planned)}, "
+                    f"result came from {'/'.join(got)}"
+                )
+            values.apply_result(run, result, digest, utcnow())
+
+    def mark_interrupted(self, run_key: str, reason: str) -> None:
+        """Mark a run interrupted (lost worker); a `done` run is left as it is."""
+        self._settle(run_key, "interrupted", reason)
+
+    def mark_failed(self, run_key: str, error: str) -> None:
+        """Mark a run failed with its error; a `done` run is left as it is."""
+        self._settle(run_key, "failed", error)
+
+    def _settle(self, run_key: str, status: str, error: str) -> None:
+        with self._write() as session:
+            run = self._locked_run(session, run_key)
+            if run.status == "done":
+                return
+            run.status, run.error, run.finished_at = status, error, utcnow()
+
+    @staticmethod
+    def _locked_run(session: Session, run_key: str) -> Run:
+        run = session.scalars(
+            select(Run).where(Run.run_key == run_key).with_for_update()
+        ).one_or_none()
+        if run is None:
+            raise UnknownRun(f"no run with key {run_key!r}")
+        return run
