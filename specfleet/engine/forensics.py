@@ -10,7 +10,7 @@ block, so the kernel that made the flip is the one measured. Plain Python over `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import numpy as np
@@ -162,3 +162,43 @@ def classify(margins: RowMargins, threshold: float = NEAR_TIE_LOGIT_MARGIN) -> V
     """`near-tie` when the competing tokens are within `threshold` logits on both paths,
     else `suspect` (a flip no rounding explains)."""
     return "near-tie" if max(abs(margins.a.gap), abs(margins.b.gap)) < threshold else "suspect"
+
+
+def replay_divergence(
+    runner: Runner,
+    prompt_ids: Sequence[int],
+    tokens_a: Sequence[int],
+    tokens_b: Sequence[int],
+    row: int,
+    width_b: int = DEFAULT_VERIFY_WIDTH,
+) -> dict:
+    """`replay_margins` plus the two competing tokens decoded, as a plain dict (what a worker
+    sends back to the head).
+
+    Args:
+        runner: a loaded runner; `decode(ids)` is used when it has one.
+        width_b: verify width of path B (the arm's max_draft + 1).
+
+    Returns:
+        {"margins": RowMargins as a dict, "text_a": str, "text_b": str}.
+    """
+    margins = replay_margins(runner, prompt_ids, tokens_a, tokens_b, row, width_b=width_b)
+    decode = getattr(runner, "decode", None)
+
+    def text(token: int) -> str:
+        return decode([token]) if decode is not None and token >= 0 else ""
+
+    return {"margins": asdict(margins), "text_a": text(margins.token_a),
+            "text_b": text(margins.token_b)}
+
+
+def margins_from_dict(data: dict) -> RowMargins:
+    """Rebuild `RowMargins` from `asdict` output (after a trip through Ray or JSON)."""
+
+    def path(p: dict) -> PathRow:
+        (i1, l1), (i2, l2) = p["top2"]
+        return PathRow(((int(i1), float(l1)), (int(i2), float(l2))), float(p["margin"]),
+                       float(p["gap"]), int(p["width"]))
+
+    return RowMargins(int(data["row"]), int(data["token_a"]), int(data["token_b"]),
+                      path(data["a"]), path(data["b"]))

@@ -175,6 +175,25 @@ class HostWorker:
                 self._current = None
                 self._runs_done += 1
 
+    def replay_divergence(
+        self, spec: RunSpec, tokens_a: list[int], tokens_b: list[int], row: int
+    ) -> dict:
+        """Parity forensics (spec 8.3): teacher-force plain's reply (`tokens_a`) and the arm
+        run `spec`'s reply (`tokens_b`) to `row`; top-2 logits of both paths there.
+
+        Returns:
+            `engine.forensics.replay_divergence`'s dict (margins, both tokens decoded).
+        """
+        from specfleet.engine.forensics import replay_divergence
+
+        with self._run_lock:  # the runner's caches are shared with timed runs
+            prepared = self._prepare(spec)
+            try:
+                return replay_divergence(prepared.runner, prepared.prompt_ids, tokens_a,
+                                         tokens_b, row, width_b=spec.lookup.max_draft + 1)
+            finally:
+                prepared.runner.reset()
+
     def _run_locked(self, spec: RunSpec, other_run_active: bool) -> RunResult:
         started_at = datetime.now(UTC)
         self._maybe_sample(spec.run_key)

@@ -1,0 +1,188 @@
+"""Greedy parity of a matrix: every arm against plain on the same target, plain across
+targets, and (optionally) against a baseline matrix.
+
+A divergence is replayed on the target (`Replayer`) to read the top-2 logits of both paths
+at the first differing token, then classified `near-tie` (the competing tokens are within
+`NEAR_TIE_LOGIT_MARGIN` logits on both paths: a verify row rounded a near-tie the other way,
+spec 8.3) or `suspect` (anything else). A divergence that could not be replayed is
+`unverified`. Verdicts compare each cell's first repetition, as the reference record does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import combinations
+
+from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, RowMargins, classify
+from specfleet.report.build import PLAIN, done_runs, group_runs, load_matrix, parity_of
+
+Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a worker's replay found at a divergence row."""
+
+    margins: RowMargins
+    text_a: str  # the plain path's token, decoded ("" when that path ended)
+    text_b: str
+
+
+# (plain run, arm run, row) -> Replay, or None when the target cannot be reached
+Replayer = Callable[[object, object, int], Replay | None]
+
+
+@dataclass(frozen=True)
+class ArmParity:
+    """One arm against plain on one target, model and prompt."""
+
+    target: str
+    model: str
+    prompt: str
+    arm: str
+    verdict: Verdict
+    token: int | None = None
+    char: int | None = None
+    replay: Replay | None = None
+
+
+@dataclass(frozen=True)
+class CrossTarget:
+    """Plain replies of one model and prompt on two targets."""
+
+    model: str
+    prompt: str
+    target_a: str
+    target_b: str
+    agree: bool
+    token: int | None = None
+    char: int | None = None
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A reply identical to plain in the baseline matrix that differs now."""
+
+    target: str
+    model: str
+    prompt: str
+    arm: str
+    baseline_id: str
+    token: int | None
+    char: int | None
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    matrix_id: str
+    threshold: float
+    arms: tuple[ArmParity, ...]
+    cross: tuple[CrossTarget, ...]
+    regressions: tuple[Regression, ...] = ()
+    baseline_id: str | None = None
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(a.verdict == verdict for a in self.arms)
+
+    def failed(self, allow_unverified: bool = False) -> bool:
+        """True when CI should fail: a suspect divergence, a regression, or (unless allowed)
+        a divergence nobody could replay."""
+        bad = self.count("suspect") + len(self.regressions)
+        return bad > 0 or (not allow_unverified and self.count("unverified") > 0)
+
+
+def _classify(key, plain, run, replayer, threshold) -> ArmParity:
+    verdict, token, char = parity_of(run, plain)
+    if verdict == "identical":
+        return ArmParity(*key, "identical")
+    replay = replayer(plain, run, token) if replayer and token is not None else None
+    if replay is None:
+        return ArmParity(*key, "unverified", token, char)
+    return ArmParity(*key, classify(replay.margins, threshold), token, char, replay)
+
+
+def arm_parity(groups: dict, replayer: Replayer | None, threshold: float) -> list[ArmParity]:
+    """Each arm's first repetition against plain's first repetition on the same target."""
+    out = []
+    for key, runs in groups.items():
+        plain = groups.get((*key[:3], PLAIN))
+        if key[3] == PLAIN or not plain:
+            continue
+        out.append(_classify(key, plain[0], runs[0], replayer, threshold))
+    return out
+
+
+def cross_target(groups: dict) -> list[CrossTarget]:
+    """Plain replies of the same model and prompt compared between every pair of targets."""
+    plains: dict[tuple[str, str], dict[str, object]] = {}
+    for (target, model, prompt, arm), runs in groups.items():
+        if arm == PLAIN:
+            plains.setdefault((model, prompt), {})[target] = runs[0]
+    out = []
+    for (model, prompt), by_target in plains.items():
+        for ta, tb in combinations(by_target, 2):
+            verdict, token, char = parity_of(_as_arm(by_target[tb]), by_target[ta])
+            out.append(CrossTarget(model, prompt, ta, tb, verdict == "identical", token, char))
+    return out
+
+
+class _as_arm:
+    """A plain run seen as a non-plain one, so `parity_of` compares it."""
+
+    arm = "other"
+
+    def __init__(self, run) -> None:
+        self.token_ids, self.output_text = run.token_ids, run.output_text
+
+
+def regressions(groups: dict, baseline: dict, baseline_id: str) -> list[Regression]:
+    """Arms identical to plain in `baseline` whose reply now differs from plain."""
+    out = []
+    for key, runs in groups.items():
+        plain, then_runs, then_plain = (
+            groups.get((*key[:3], PLAIN)), baseline.get(key), baseline.get((*key[:3], PLAIN)),
+        )
+        if key[3] == PLAIN or not (plain and then_runs and then_plain):
+            continue
+        if parity_of(then_runs[0], then_plain[0])[0] != "identical":
+            continue
+        verdict, token, char = parity_of(runs[0], plain[0])
+        if verdict != "identical":
+            out.append(Regression(*key, baseline_id, token, char))
+    return out
+
+
+def check_parity(
+    store,
+    matrix_id: str,
+    replayer: Replayer | None = None,
+    baseline_id: str | None = None,
+    threshold: float = NEAR_TIE_LOGIT_MARGIN,
+) -> ParityReport:
+    """Parity verdicts of a stored matrix.
+
+    Args:
+        store: an open `Store`.
+        matrix_id: the matrix to check (unknown id: `UserError`).
+        replayer: replays a divergence on its target; None marks divergences `unverified`.
+        baseline_id: a matrix whose identical replies must stay identical.
+        threshold: competing-token logit gap below which a divergence is a near-tie.
+
+    Returns:
+        The `ParityReport`.
+    """
+    load_matrix(store, matrix_id)
+    groups = group_runs(done_runs(store, matrix_id))
+    found: list[Regression] = []
+    if baseline_id is not None:
+        load_matrix(store, baseline_id)
+        found = regressions(groups, group_runs(done_runs(store, baseline_id)), baseline_id)
+    return ParityReport(
+        matrix_id=matrix_id,
+        threshold=threshold,
+        arms=tuple(arm_parity(groups, replayer, threshold)),
+        cross=tuple(cross_target(groups)),
+        regressions=tuple(found),
+        baseline_id=baseline_id,
+    )

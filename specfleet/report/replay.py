@@ -1,0 +1,66 @@
+"""Replayers for parity forensics: ask the worker of a run's target to replay a divergence.
+
+A worker is a plain `HostWorker` (in this process) or its Ray actor handle; both expose
+`replay_divergence(spec, tokens_a, tokens_b, row) -> dict` (see `engine/forensics.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from specfleet.engine.forensics import margins_from_dict
+from specfleet.jobs.run import RunSpec
+from specfleet.report.parity import Replay, Replayer
+from specfleet.store.models import Prompt, Run
+from specfleet.store.values import run_spec
+
+REPLAY_TIMEOUT_S = 600.0
+
+
+def stored_spec(store, run_key: str) -> RunSpec:
+    """The RunSpec of a stored run, prompt text included."""
+    stmt = (
+        select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)
+        .where(Run.run_key == run_key)
+    )
+    with Session(store.engine) as session:
+        run, text = session.execute(stmt).one()
+        return run_spec(run, text)
+
+
+def _call(worker: Any, *args) -> dict:
+    method = worker.replay_divergence
+    if hasattr(method, "remote"):  # a Ray actor handle
+        import ray
+
+        return ray.get(method.remote(*args), timeout=REPLAY_TIMEOUT_S)
+    return method(*args)
+
+
+def worker_replayer(store, workers: dict[str, Any], any_host: Any | None = None) -> Replayer:
+    """A `Replayer` that sends each divergence to the worker of the run's host.
+
+    Args:
+        store: the open store the runs come from (for the prompt text and lookup options).
+        workers: host name -> HostWorker or its actor handle.
+        any_host: a worker that may replay runs of the exact, host-independent "toy" engine
+            whatever host they ran on (None: only `workers`).
+
+    Returns:
+        The replayer; it returns None for a run whose host has no worker here.
+    """
+
+    def replay(plain, run, row: int) -> Replay | None:
+        worker = workers.get(run.host)
+        if worker is None and run.engine == "toy":
+            worker = any_host
+        if worker is None:
+            return None
+        spec = stored_spec(store, run.run_key)
+        data = _call(worker, spec, list(plain.token_ids or []), list(run.token_ids or []), row)
+        return Replay(margins_from_dict(data["margins"]), data["text_a"], data["text_b"])
+
+    return replay
