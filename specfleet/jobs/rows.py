@@ -1,0 +1,138 @@
+"""Plain rows for the summaries: one stored run, whatever shape it arrived in.
+
+`to_rows` accepts dicts (store query rows, JSON) or objects with attributes (`RunResult`
+joined with its `RunSpec`, ORM rows). Fields read, each by name:
+`target` (a `Target`, a mapping or a `host/engine/device` label) or `host`/`engine`/`device`;
+`model`; `prompt_name` (or `prompt`); `arm`; `repeat` (default: order of appearance in its
+cell); `tok_per_s`; `status` (default `done`); `loop_share`; `noisy`; `token_ids`;
+`output_text`; counters either as a `counters` mapping or as top-level fields
+(`rounds`, `drafted_rounds`, `paused_rounds`, `proposed`, `accepted`,
+`shadow_confirmations`, `generated_tokens`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+COUNTER_FIELDS: tuple[str, ...] = (
+    "rounds", "drafted_rounds", "paused_rounds", "proposed", "accepted",
+    "shadow_confirmations", "generated_tokens",
+)
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """One cell of a matrix: a target label, a model, a prompt and an arm."""
+
+    target: str
+    model: str
+    prompt: str
+    arm: str
+
+    def with_arm(self, arm: str) -> CellKey:
+        return replace(self, arm=arm)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The engine's counters of one run (spec section 5)."""
+
+    rounds: int = 0
+    drafted_rounds: int = 0
+    paused_rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    shadow_confirmations: int = 0
+    generated_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return max(self.generated_tokens - 1, 0) / self.rounds if self.rounds else 0.0
+
+
+@dataclass(frozen=True)
+class Row:
+    """One run, normalized."""
+
+    key: CellKey
+    repeat: int
+    tok_per_s: float
+    status: str
+    loop_share: float
+    noisy: bool
+    token_ids: tuple[int, ...] | None
+    output_text: str | None
+    counters: Counters
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def target_label(obj: Any) -> str:
+    """`host/engine/device` of a row's `target` (object, mapping or label) or its fields."""
+    target = _get(obj, "target")
+    if isinstance(target, str):
+        return target
+    if target is None:
+        target = obj
+    label = getattr(target, "label", None)
+    if isinstance(label, str):
+        return label
+    return "/".join(str(_get(target, part, "?")) for part in ("host", "engine", "device"))
+
+
+def _counters(obj: Any) -> Counters:
+    source = _get(obj, "counters") or obj
+    return Counters(**{name: int(_get(source, name, 0) or 0) for name in COUNTER_FIELDS})
+
+
+def to_row(obj: Any) -> Row:
+    """Normalize one run (mapping or object); `repeat` is -1 when the run does not say."""
+    key = CellKey(target_label(obj), str(_get(obj, "model")),
+                  str(_get(obj, "prompt_name", _get(obj, "prompt"))), str(_get(obj, "arm")))
+    tokens = _get(obj, "token_ids")
+    text = _get(obj, "output_text")
+    repeat = _get(obj, "repeat")
+    return Row(
+        key=key, repeat=-1 if repeat is None else int(repeat),
+        tok_per_s=float(_get(obj, "tok_per_s", 0.0) or 0.0),
+        status=str(_get(obj, "status", "done") or "done"),
+        loop_share=float(_get(obj, "loop_share", 0.0) or 0.0),
+        noisy=bool(_get(obj, "noisy", False)),
+        token_ids=None if tokens is None else tuple(int(t) for t in tokens),
+        output_text=None if text is None else str(text),
+        counters=_counters(obj),
+    )
+
+
+def to_rows(runs: Iterable[Any]) -> list[Row]:
+    """Normalize runs; a run without `repeat` gets its order of appearance in its cell."""
+    rows = [run if isinstance(run, Row) else to_row(run) for run in runs]
+    seen: dict[CellKey, int] = {}
+    out = []
+    for row in rows:
+        index = seen.get(row.key, 0)
+        seen[row.key] = index + 1
+        out.append(row if row.repeat >= 0 else replace(row, repeat=index))
+    return out
+
+
+def group_by_cell(rows: Iterable[Row]) -> dict[CellKey, list[Row]]:
+    """Rows by cell, cells sorted by key, rows within a cell by repeat."""
+    cells: dict[CellKey, list[Row]] = {}
+    for row in rows:
+        cells.setdefault(row.key, []).append(row)
+    return {key: sorted(cells[key], key=lambda r: r.repeat) for key in sorted(cells)}

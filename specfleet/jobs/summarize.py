@@ -1,0 +1,329 @@
+"""Medians, speed-ups over plain, noise verdicts, loop flags, parity verdicts, headlines.
+
+Pure Python over plain rows (see `jobs/rows.py` for the accepted shapes). Definitions:
+
+* Cell statistics use the `done` runs of a cell: median, min, max tok/s, n, and the relative
+  spread `(max - min) / median` (0 for one run). A spread above `SPREAD_FLAG` (5%) is flagged.
+* Speed-up of an arm = median arm tok/s / median plain tok/s on the same target, model and
+  prompt (whole call including prefill, as the reference record). The plain cell's relative
+  spread is the noise floor: `|speed-up - 1| <= floor` is "within noise", otherwise "gain"
+  or "loss".
+* A cell loops when the median `loop_share` of its runs exceeds `LOOP_SHARE_FLAG` (0.2): its
+  reply is mostly a repeated cycle, which prompt lookup copies for free. A speed-up whose arm
+  or plain cell loops is kept out of the headline and returned apart, never dropped.
+* Parity compares the first `done` repetition of each arm with plain's on the same target:
+  identical token ids, or the first differing token index (the shorter length when one
+  reply is a prefix of the other) and, given both decoded texts, the first differing
+  character index.
+* The headline is, per target and arm, the geometric mean of the non-looping speed-ups.
+
+History and matrix-vs-matrix comparisons live in `jobs/changes.py` (re-exported here).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specfleet.jobs.changes import (  # noqa: F401 (re-exported)
+    CHANGE_ALPHA,
+    MANN_WHITNEY_MIN_N,
+    CellComparison,
+    ChangeTest,
+    HistoryStep,
+    compare_cells,
+    compare_matrices,
+    detect_change,
+    history_changes,
+)
+from specfleet.jobs.rows import CellKey, Counters, Row, group_by_cell, to_rows
+
+SPREAD_FLAG = 0.05  # relative spread above which a cell's repeats disagree too much to trust
+LOOP_SHARE_FLAG = 0.2  # median loop share above which a cell's replies count as looping
+
+Verdict = Literal["gain", "loss", "within noise"]
+ParityStatus = Literal["identical", "diverged", "missing"]
+
+
+@dataclass(frozen=True)
+class CellStats:
+    """tok/s statistics of one cell over its `done` runs (repeat order in `values`)."""
+
+    key: CellKey
+    n: int
+    n_failed: int
+    values: tuple[float, ...]
+    median_tok_per_s: float | None
+    min_tok_per_s: float | None
+    max_tok_per_s: float | None
+    spread: float | None
+    spread_flag: bool
+    loop_share: float
+    looping: bool
+    noisy_runs: int
+    counters: Counters | None  # of the first done repetition, as the reference record
+
+
+@dataclass(frozen=True)
+class SpeedUp:
+    """An arm's median over plain's median on one target, model and prompt."""
+
+    key: CellKey
+    ratio: float
+    arm_median_tok_per_s: float
+    plain_median_tok_per_s: float
+    noise_floor: float  # plain's relative spread
+    verdict: Verdict
+    spread_flag: bool  # the arm's or plain's spread exceeds SPREAD_FLAG
+    looping: bool  # the arm's or plain's replies loop
+
+
+@dataclass(frozen=True)
+class Headline:
+    """Geometric-mean speed-up of one arm on one target over its non-looping cells."""
+
+    target: str
+    arm: str
+    geomean_speedup: float | None
+    cells: int
+    gains: int
+    losses: int
+    within_noise: int
+    looping_excluded: int
+
+
+@dataclass(frozen=True)
+class ParityVerdict:
+    """One reply compared with a reference reply (plain on the same target, or another target)."""
+
+    key: CellKey
+    reference: CellKey
+    status: ParityStatus
+    token_index: int | None = None
+    char_index: int | None = None
+    reference_token: int | None = None
+    candidate_token: int | None = None
+
+
+@dataclass(frozen=True)
+class MatrixSummary:
+    """Everything the tables print; looping speed-ups are apart from the headline ones."""
+
+    cells: tuple[CellStats, ...]
+    speedups: tuple[SpeedUp, ...]
+    looping: tuple[SpeedUp, ...]
+    headline: tuple[Headline, ...]
+    parity: tuple[ParityVerdict, ...]
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """(max - min) / median; 0 for fewer than two values or a zero median."""
+    if len(values) < 2:
+        return 0.0
+    median = statistics.median(values)
+    return (max(values) - min(values)) / median if median else 0.0
+
+
+def _cell(key: CellKey, rows: list[Row]) -> CellStats:
+    done = [r for r in rows if r.done]
+    values = tuple(r.tok_per_s for r in done)
+    spread = relative_spread(values) if values else None
+    loop = statistics.median(r.loop_share for r in done) if done else 0.0
+    return CellStats(
+        key=key, n=len(done), n_failed=len(rows) - len(done), values=values,
+        median_tok_per_s=statistics.median(values) if values else None,
+        min_tok_per_s=min(values) if values else None,
+        max_tok_per_s=max(values) if values else None,
+        spread=spread, spread_flag=spread is not None and spread > SPREAD_FLAG,
+        loop_share=loop, looping=loop > LOOP_SHARE_FLAG,
+        noisy_runs=sum(r.noisy for r in done),
+        counters=done[0].counters if done else None,
+    )
+
+
+def cell_stats(runs: Iterable[Any]) -> list[CellStats]:
+    """Statistics of every cell, sorted by (target, model, prompt, arm).
+
+    Args:
+        runs: rows in any shape `rows.to_rows` accepts.
+
+    Returns:
+        One `CellStats` per cell; cells whose runs all failed have n = 0 and None medians.
+    """
+    return [_cell(key, rows) for key, rows in group_by_cell(to_rows(runs)).items()]
+
+
+def noise_verdict(ratio: float, noise_floor: float) -> Verdict:
+    """"within noise" when |ratio - 1| <= noise_floor, else "gain" or "loss"."""
+    if abs(ratio - 1.0) <= noise_floor + 1e-12:
+        return "within noise"
+    return "gain" if ratio > 1.0 else "loss"
+
+
+def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
+    """Speed-up over plain of every non-plain cell that has a measured plain partner.
+
+    Args:
+        cells: from `cell_stats`.
+
+    Returns:
+        Speed-ups in cell order (looping ones included, flagged).
+    """
+    by_key = {c.key: c for c in cells}
+    out = []
+    for key, cell in by_key.items():
+        plain = by_key.get(key.with_arm("plain"))
+        if key.arm == "plain" or plain is None or not cell.n or not plain.n:
+            continue
+        ratio = cell.median_tok_per_s / plain.median_tok_per_s if plain.median_tok_per_s else 0.0
+        out.append(SpeedUp(
+            key=key, ratio=ratio, arm_median_tok_per_s=cell.median_tok_per_s,
+            plain_median_tok_per_s=plain.median_tok_per_s, noise_floor=plain.spread or 0.0,
+            verdict=noise_verdict(ratio, plain.spread or 0.0),
+            spread_flag=cell.spread_flag or plain.spread_flag,
+            looping=cell.looping or plain.looping,
+        ))
+    return out
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    """Geometric mean of positive values; None when there are none."""
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return None
+    return math.exp(sum(math.log(v) for v in positive) / len(positive))
+
+
+def headline(ups: Iterable[SpeedUp]) -> list[Headline]:
+    """Per (target, arm): geomean speed-up and verdict counts over non-looping cells.
+
+    Args:
+        ups: from `speedups`, looping ones included (they are counted, not averaged).
+
+    Returns:
+        Headlines sorted by target, then arm.
+    """
+    groups: dict[tuple[str, str], list[SpeedUp]] = {}
+    for up in ups:
+        groups.setdefault((up.key.target, up.key.arm), []).append(up)
+    out = []
+    for (target, arm), group in sorted(groups.items()):
+        kept = [u for u in group if not u.looping]
+        verdicts = [u.verdict for u in kept]
+        out.append(Headline(
+            target=target, arm=arm, geomean_speedup=geomean([u.ratio for u in kept]),
+            cells=len(kept), gains=verdicts.count("gain"), losses=verdicts.count("loss"),
+            within_noise=verdicts.count("within noise"), looping_excluded=len(group) - len(kept),
+        ))
+    return out
+
+
+def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """Index of the first difference; the shorter length when one is a prefix; None if equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare_replies(reference: Row, candidate: Row) -> ParityVerdict:
+    """Compare one reply with a reference reply by token ids, else by text.
+
+    Args:
+        reference: the reference run (plain on the same target, usually).
+        candidate: the run compared with it.
+
+    Returns:
+        "identical", "diverged" (with indices) or "missing" (neither tokens nor texts).
+    """
+    token_index = char_index = None
+    have_tokens = reference.token_ids is not None and candidate.token_ids is not None
+    have_text = reference.output_text is not None and candidate.output_text is not None
+    if have_tokens:
+        token_index = first_divergence(reference.token_ids, candidate.token_ids)
+    if have_text and (token_index is not None or not have_tokens):
+        char_index = first_divergence(reference.output_text, candidate.output_text)
+    if not (have_tokens or have_text):
+        return ParityVerdict(candidate.key, reference.key, "missing")
+    if token_index is None and char_index is None:
+        return ParityVerdict(candidate.key, reference.key, "identical")
+    ref_tok, cand_tok = _tokens_at(reference.token_ids, candidate.token_ids, token_index)
+    return ParityVerdict(candidate.key, reference.key, "diverged", token_index, char_index,
+                         ref_tok, cand_tok)
+
+
+def _tokens_at(a: Sequence[int] | None, b: Sequence[int] | None, i: int | None):
+    if a is None or b is None or i is None:
+        return None, None
+    return (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
+
+
+def _first_done(rows: list[Row]) -> Row | None:
+    return next((r for r in rows if r.done), None)
+
+
+def parity_verdicts(runs: Iterable[Any]) -> list[ParityVerdict]:
+    """Each non-plain arm's first done repetition against plain's on the same target.
+
+    Args:
+        runs: rows in any shape `rows.to_rows` accepts.
+
+    Returns:
+        One verdict per non-plain cell; "missing" when either side has no done run.
+    """
+    cells = group_by_cell(to_rows(runs))
+    out = []
+    for key, rows in cells.items():
+        if key.arm == "plain":
+            continue
+        plain_key = key.with_arm("plain")
+        plain, arm = _first_done(cells.get(plain_key, [])), _first_done(rows)
+        if plain is None or arm is None:
+            out.append(ParityVerdict(key, plain_key, "missing"))
+        else:
+            out.append(compare_replies(plain, arm))
+    return out
+
+
+def cross_target_parity(runs: Iterable[Any]) -> list[ParityVerdict]:
+    """Plain replies of one model and prompt on every target against the first target's.
+
+    Args:
+        runs: rows in any shape `rows.to_rows` accepts.
+
+    Returns:
+        One verdict per (model, prompt, target other than the first by label).
+    """
+    plains: dict[tuple[str, str], list[Row]] = {}
+    for key, rows in group_by_cell(to_rows(runs)).items():
+        first = _first_done(rows)
+        if key.arm == "plain" and first is not None:
+            plains.setdefault((key.model, key.prompt), []).append(first)
+    out = []
+    for group in plains.values():
+        out += [compare_replies(group[0], other) for other in group[1:]]
+    return out
+
+
+def summarize(runs: Iterable[Any]) -> MatrixSummary:
+    """Everything for the matrix tables in one pass.
+
+    Args:
+        runs: rows in any shape `rows.to_rows` accepts.
+
+    Returns:
+        Cells, non-looping speed-ups, looping speed-ups (apart), headlines and parity.
+    """
+    rows = to_rows(runs)
+    cells = cell_stats(rows)
+    ups = speedups(cells)
+    return MatrixSummary(
+        cells=tuple(cells),
+        speedups=tuple(u for u in ups if not u.looping),
+        looping=tuple(u for u in ups if u.looping),
+        headline=tuple(headline(ups)),
+        parity=tuple(parity_verdicts(rows)),
+    )
