@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from specfleet.engine.runners.base import UnsupportedModelError
+from specfleet.engine.runners.common import encode_with_template, eos_id_set
 from specfleet.errors import UserError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -57,13 +58,15 @@ class TorchRunner:
     """
 
     engine = "torch"
+    trimmable = True  # load refuses any model whose cache cannot be trimmed
+    state_layout = "external"
 
     def __init__(self, model, tokenizer, device: str) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.device = device
         self.vocab_size = int(model.config.get_text_config().vocab_size)
-        self.eos_ids = _eos_ids(model, tokenizer)
+        self.eos_ids = eos_id_set(model.generation_config.eos_token_id, tokenizer.eos_token_id)
         self._torch_device = torch.device(device)
         self._cache = None
         self.reset()
@@ -152,30 +155,6 @@ class TorchRunner:
             torch.cuda.empty_cache()
         elif self.device == "mps":
             torch.mps.empty_cache()
-
-
-def encode_with_template(tokenizer, text: str, chat: bool) -> list[int]:
-    """Shared by both runners: chat template with generation prompt, or raw encoding."""
-    if not text:
-        raise UserError("--prompt is empty: give some text to continue")
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
-    return [int(t) for t in tokenizer.encode(text)]
-
-
-def _eos_ids(model, tokenizer) -> frozenset[int]:
-    ids: set[int] = set()
-    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
-        if isinstance(source, int):
-            ids.add(source)
-        elif source:
-            ids.update(int(t) for t in source)
-    return frozenset(ids)
 
 
 def _check_trimmable(cache, model) -> None:

@@ -1,0 +1,67 @@
+"""Helpers both real runners share: prompt encoding and top-2 forensics over `read_row`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specfleet.errors import UserError
+
+
+def encode_with_template(tokenizer: Any, text: str, chat: bool) -> list[int]:
+    """Token ids of `text`; with `chat` (and a template), the user turn plus generation prompt.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (or mlx-lm's wrapper of one).
+        text: the prompt text (not empty).
+        chat: apply the chat template when the tokenizer has one.
+
+    Returns:
+        Token ids as plain ints.
+    """
+    if not text:
+        raise UserError("--prompt is empty: give some text to continue")
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer.encode(text)]
+
+
+def top2(runner: Any, logits: Any, row: int) -> tuple[int, float, int, float]:
+    """The two best tokens of one logits row, ties to the lowest id (parity forensics).
+
+    Args:
+        runner: the runner that produced `logits`.
+        logits: a logits handle from `prefill` / `forward`.
+        row: row index within `logits`.
+
+    Returns:
+        (id1, logit1, id2, logit2) with logit1 >= logit2.
+    """
+    values = np.asarray(runner.read_row(logits, row), dtype=np.float64)
+    first = int(np.argmax(values))
+    rest = values.copy()
+    rest[first] = -np.inf
+    second = int(np.argmax(rest))
+    return first, float(values[first]), second, float(values[second])
+
+
+def relative_margin(logit1: float, logit2: float) -> float:
+    """(logit1 - logit2) / max(|logit1|, 1): the near-tie measure the parity tests use."""
+    return (logit1 - logit2) / max(abs(logit1), 1.0)
+
+
+def eos_id_set(*sources: Any) -> frozenset[int]:
+    """Union of EOS ids given as ints, iterables of ints, or None."""
+    ids: set[int] = set()
+    for source in sources:
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(int(t) for t in source)
+    return frozenset(ids)

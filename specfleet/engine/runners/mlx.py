@@ -1,0 +1,181 @@
+"""MLX runner on mlx-lm (>= 0.32): its loader, its prompt caches, its prefill chunking.
+
+Plain decoding here means mlx-lm's `generate_step`: the prompt minus its last token in
+`PREFILL_STEP_SIZE` chunks (caches evaluated after each), then the last token alone; then
+one-token steps, each submitted with `mx.async_eval` before the previous token is read.
+The runner repeats exactly that, so the first token and the caches equal plain decoding.
+
+Devices: Metal (Apple Silicon), CUDA (GB10 through `mlx[cuda13]`, other NVIDIA boxes through
+`mlx[cuda12]`) and CPU (`mlx[cpu]`), all chosen through `mx`. Only the CPU backend runs on
+the machine this was written on; the GPU branches are kept to the few lines below.
+
+Linux CPU speed-up (optional, never required): the `mlx[cpu]` wheel bundles netlib's
+reference BLAS; starting Python with Debian's OpenBLAS preloaded made decoding ~3x faster
+here, e.g. `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 OPENBLAS_CORETYPE=SKYLAKEX`
+(pick a core type the CPU's flags support; without it Debian's 0.3.21 picks Prescott).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from specfleet.engine.runners.base import UnsupportedModelError
+from specfleet.engine.runners.common import encode_with_template, eos_id_set
+from specfleet.errors import UserError
+
+DEVICES = ("auto", "cpu", "metal", "cuda")
+PREFILL_STEP_SIZE = 2048  # mlx_lm.generate.generate_step's default chunk
+
+
+def _gpu_kind() -> str | None:
+    """Which GPU backend this MLX build has: "metal", "cuda" or None."""
+    if mx.metal.is_available():
+        return "metal"
+    cuda = getattr(mx, "cuda", None)  # the module exists from mlx 0.26 on
+    if cuda is not None and cuda.is_available():
+        return "cuda"
+    return None
+
+
+def resolve_device(device: str) -> str:
+    """Map "auto" to the GPU backend when there is one, else "cpu"; refuse a missing one."""
+    if device not in DEVICES:
+        raise UserError(f"--device for mlx must be one of {', '.join(DEVICES)}, got {device!r}")
+    gpu = _gpu_kind()
+    if device == "auto":
+        return gpu or "cpu"
+    if device != "cpu" and device != gpu:
+        raise UserError(f"--device {device}: this MLX build has {gpu or 'no GPU backend'}")
+    return device
+
+
+class MlxRunner:
+    """One mlx-lm model and its prompt caches on one device (a `Runner`).
+
+    Attributes:
+        tokenizer: mlx-lm's `TokenizerWrapper` (chat template included).
+        model: the mlx-lm `nn.Module`.
+    """
+
+    engine = "mlx"
+    trimmable = True  # load refuses any model whose caches cannot be trimmed
+    state_layout = "external"
+
+    def __init__(self, model, tokenizer, device: str) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self._mx_device = mx.cpu if device == "cpu" else mx.gpu
+        # Our own stream, as mlx-lm's generation_stream: lazy steps queue behind each other.
+        self._stream = mx.new_thread_local_stream(self._mx_device)
+        self.vocab_size = _vocab_size(model)
+        self.eos_ids = eos_id_set(getattr(tokenizer, "eos_token_ids", None), tokenizer.eos_token_id)
+        self._cache: list[Any] = []
+        self.reset()
+        if not can_trim_prompt_cache(self._cache):
+            kinds = sorted({type(c).__name__ for c in self._cache if not c.is_trimmable()})
+            raise UnsupportedModelError(
+                f"prompt lookup needs KV caches it can trim; this model's {', '.join(kinds)} cannot"
+            )
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "auto") -> MlxRunner:
+        """Load an mlx-lm model folder (MLX checkpoint or plain Hugging Face safetensors).
+
+        Args:
+            path: folder with config.json, safetensors and tokenizer.
+            device: "auto", "cpu", "metal" or "cuda".
+
+        Returns:
+            MlxRunner; on CPU every floating parameter is float32.
+        """
+        from mlx_lm import load as mlx_load
+
+        resolved = resolve_device(device)
+        mx.set_default_device(mx.cpu if resolved == "cpu" else mx.gpu)
+        model, tokenizer = mlx_load(str(path))
+        if resolved == "cpu":
+            _to_float32(model)
+        return cls(model, tokenizer, resolved)
+
+    # -- text <-> ids ---------------------------------------------------------------
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
+        """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt."""
+        return encode_with_template(self.tokenizer, text, chat)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # -- Runner protocol ------------------------------------------------------------
+    def reset(self) -> None:
+        self._cache = make_prompt_cache(self.model)
+
+    def prefill(self, prompt: Sequence[int]) -> mx.array:
+        tokens = mx.array(list(prompt))
+        with mx.stream(self._stream):
+            done = 0
+            while len(prompt) - done > 1:
+                step = min(PREFILL_STEP_SIZE, len(prompt) - done - 1)
+                self.model(tokens[done : done + step][None], cache=self._cache)
+                mx.eval([c.state for c in self._cache])
+                done += step
+                mx.clear_cache()
+            # The last token alone, as generate_step's first `_step`: one row of logits.
+            logits = self.model(tokens[done:][None], cache=self._cache)
+            return logits[:, -1, :]
+
+    def forward(self, tokens: Sequence[int] | mx.array) -> mx.array:
+        ids = tokens if isinstance(tokens, mx.array) else mx.array(list(tokens))
+        with mx.stream(self._stream):
+            return self.model(ids.reshape(1, -1), cache=self._cache)[0]
+
+    def argmax(self, logits: mx.array) -> mx.array:
+        # mx.argmax returns the first maximal index: ties go to the lowest id.
+        with mx.stream(self._stream):
+            return mx.argmax(logits, axis=-1)
+
+    def submit(self, tokens: mx.array) -> None:
+        mx.async_eval(tokens)
+
+    def read_tokens(self, tokens: mx.array) -> list[int]:
+        return [int(t) for t in tokens.tolist()]
+
+    def read_row(self, logits: mx.array, row: int) -> np.ndarray:
+        return np.array(logits[row].astype(mx.float32), dtype=np.float64)
+
+    def trim(self, n: int) -> None:
+        if n > 0:
+            trim_prompt_cache(self._cache, n)
+
+    def cache_len(self) -> int:
+        return int(self._cache[0].offset) if self._cache else 0
+
+    def clear_allocator_cache(self) -> None:
+        mx.clear_cache()
+
+
+def _vocab_size(model) -> int:
+    args = getattr(model, "args", None)
+    size = getattr(args, "vocab_size", None)
+    if size is None:
+        size = getattr(getattr(args, "text_config", None), "vocab_size", None)
+    return int(size) if size is not None else int(model.model.embed_tokens.weight.shape[0])
+
+
+def _to_float32(model) -> None:
+    """MLX's CPU backend: compute in float32 (bf16/fp16 checkpoints are slow and coarse there).
+
+    Quantized weights stay packed integers; only their float scales and biases are cast,
+    which is exact.
+    """
+    from mlx.utils import tree_flatten
+
+    dtypes = {v.dtype for _, v in tree_flatten(model.parameters())}
+    if dtypes & {mx.float16, mx.bfloat16}:
+        model.set_dtype(mx.float32)
