@@ -324,8 +324,9 @@ def validate_file(path: str | Path, prompt_dir: str | Path | None = None) -> str
     spec = load_matrix_spec(path, prompt_dir)
     counts = (f"{_count(len(spec.models), 'model')} x {_count(len(spec.prompts), 'prompt')} x "
               f"{_count(len(spec.arms), 'arm')} x {_count(spec.repeats, 'repeat')}")
-    return (f"{path}: matrix '{spec.name}' is valid: {counts} = {spec.runs_per_target()} runs "
-            f"per target ({spec.targets.describe()})")
+    upto = "up to " if any(p.targets for p in spec.prompts) else ""
+    return (f"{path}: matrix '{spec.name}' is valid: {counts} = {upto}{spec.runs_per_target()} "
+            f"runs per target ({spec.targets.describe()})")
 
 
 def _count(n: int, noun: str) -> str:
