@@ -20,7 +20,7 @@ class _SpecfleetGroup(TyperGroup):
             return super().invoke(ctx)
         except (UserError, ConfigError) as err:
             click.echo(f"error: {err}", err=True)
-            raise click.exceptions.Exit(2) from None
+            raise typer.Exit(2) from None  # typer 0.29 vendors click: its own Exit
 
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ app = typer.Typer(
 # A module exposing `app` becomes a group; one exposing `register(app)` adds top-level commands.
 SUBCOMMANDS: list[str] = [
     "generate",
+    "db",
 ]
 
 

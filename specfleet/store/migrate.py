@@ -49,6 +49,11 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> set[str]:
+    """Every revision this code ships."""
+    return {s.revision for s in _script().walk_revisions()}
+
+
 def current_revision(conn: Connection) -> str | None:
     """The revision the database is stamped with (None: no schema yet)."""
     return MigrationContext.configure(conn).get_current_revision()
@@ -63,8 +68,7 @@ def _check_known(rev: str | None, conn: Connection, url: URL) -> None:
                 "schema revision; point --db at an empty or specfleet database"
             )
         return
-    known = {s.revision for s in _script().walk_revisions()}
-    if rev not in known:
+    if rev not in known_revisions():
         raise FutureSchemaError(
             f"--db: {display_url(url)} has schema revision {rev}, newer than this specfleet "
             f"(knows up to {head_revision()}); upgrade specfleet to use it"

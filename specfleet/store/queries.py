@@ -43,12 +43,16 @@ def run_conditions(
     model: Many = None, prompt: Many = None, arm: Many = None, matrix: Many = None,
     job: Many = None, status: Many = None, specfleet_version: Many = None,
     since: datetime | None = None, until: datetime | None = None,
+    matrix_id: Many = None, job_id: Many = None,
 ) -> list:
     """WHERE conditions for `runs`; each filter takes one value or a list of values.
 
     `kind` matches the host kind recorded by `upsert_host`; `since`/`until` bound the run's
-    finish time (runs not finished are left out when either is given).
+    finish time (runs not finished are left out when either is given). `matrix_id` and
+    `job_id` are accepted as spellings of `matrix` and `job`.
     """
+    matrix = matrix if matrix is not None else matrix_id
+    job = job if job is not None else job_id
     given = dict(host=host, engine=engine, device=device, model=model, prompt=prompt, arm=arm,
                  matrix=matrix, job=job, status=status, specfleet_version=specfleet_version)
     conds = [_in(_EQ_FILTERS[name], value) for name, value in given.items() if value is not None]
@@ -101,12 +105,20 @@ class StoreQueries:
         with self._read() as session:
             return [RunRow(*row) for row in session.execute(stmt)]
 
-    def runs_not_done(self, matrix_id: str) -> list[RunSpec]:
-        """The runs of a matrix that are not `done`, in plan order, as RunSpecs."""
+    def runs_not_done(
+        self, matrix_id: str, statuses: Sequence[str] | None = None
+    ) -> list[RunSpec]:
+        """The runs of a matrix that are not `done`, in plan order, as RunSpecs.
+
+        Args:
+            matrix_id: the matrix.
+            statuses: only runs in these statuses (default: every status but `done`).
+        """
         self.get_matrix(matrix_id)
+        wanted = Run.status.in_(list(statuses)) if statuses is not None else Run.status != "done"
         stmt = (
             select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)
-            .where(Run.matrix_id == matrix_id, Run.status != "done").order_by(Run.plan_order)
+            .where(Run.matrix_id == matrix_id, wanted).order_by(Run.plan_order)
         )
         with self._read() as session:
             return [run_spec(run, text) for run, text in session.execute(stmt)]

@@ -16,7 +16,7 @@ from specfleet.store.rows import LoadSampleRow, WidthCostRow
 from specfleet.store.values import bulk_insert, naive_utc, utcnow
 
 LOAD_FIELDS = ("t", "load1", "load5", "load15", "cpu_util", "gpu_util")
-WidthCosts = Mapping[int, tuple[float, float | None]] | Iterable[Any]
+WidthCosts = Mapping[int, tuple[float, float | None]] | Iterable[Any] | Any
 
 
 class StoreSeries:
@@ -36,8 +36,8 @@ class StoreSeries:
         Args:
             target: where it was measured.
             model: the model alias.
-            costs: `{width: (sync_ms, pipelined_ms)}`, or items with `width`, `sync_ms` and
-                `pipelined_ms` (attributes or keys).
+            costs: an `engine.calibrate.WidthCosts`, `{width: (sync_ms, pipelined_ms)}`, or
+                items with `width`, `sync_ms` and `pipelined_ms` (attributes or keys).
             measured_at: when (default now).
 
         Returns:
@@ -113,6 +113,12 @@ def _cost_items(costs: WidthCosts) -> Iterator[dict[str, Any]]:
     if isinstance(costs, Mapping):
         for width, (sync_ms, pipelined_ms) in costs.items():
             yield {"width": int(width), "sync_ms": sync_ms, "pipelined_ms": pipelined_ms}
+        return
+    sync = getattr(costs, "sync_ms", None)
+    if isinstance(sync, list | tuple):
+        # engine.calibrate.WidthCosts: sync_ms[i] is width i + 1; one pipelined step time.
+        for i, sync_ms in enumerate(sync):
+            yield {"width": i + 1, "sync_ms": sync_ms, "pipelined_ms": costs.pipelined_ms}
         return
     for item in costs:
         yield _pick(item, ("width", "sync_ms", "pipelined_ms"))

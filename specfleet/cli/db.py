@@ -1,0 +1,54 @@
+"""`specfleet db`: create/upgrade the result store's schema and show its revision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from specfleet.store.engine import display_url, make_engine, resolve_url
+from specfleet.store.migrate import current_revision, head_revision, known_revisions, upgrade
+from specfleet.store.store import connection_errors
+
+app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
+
+DB_HELP = "Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; default $SPECFLEET_DB, else the user data dir."
+
+
+@app.command("upgrade")
+def upgrade_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> None:
+    """Create or upgrade the schema to this specfleet's newest revision."""
+    url = resolve_url(db)
+    engine = make_engine(url)
+    with connection_errors(url, engine):
+        with engine.connect() as conn:
+            before = current_revision(conn)
+        after = upgrade(engine, url)
+    engine.dispose()
+    typer.echo(f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
+
+
+@app.command("current")
+def current_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> None:
+    """Show the database's schema revision and URL (password hidden); changes nothing."""
+    url = resolve_url(db)
+    typer.echo(f"url: {display_url(url)}")
+    if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
+        typer.echo("revision: none (no database file yet; `specfleet db upgrade` creates it)")
+        return
+    engine = make_engine(url)
+    with connection_errors(url, engine), engine.connect() as conn:
+        rev = current_revision(conn)
+    engine.dispose()
+    typer.echo(f"revision: {_describe(rev)}")
+
+
+def _describe(rev: str | None) -> str:
+    head = head_revision()
+    if rev is None:
+        return f"none (empty; `specfleet db upgrade` creates revision {head})"
+    if rev == head:
+        return f"{rev} (head)"
+    if rev in known_revisions():
+        return f"{rev} (behind head {head}; run `specfleet db upgrade`)"
+    return f"{rev} (newer than this specfleet, which knows up to {head}; upgrade specfleet)"
