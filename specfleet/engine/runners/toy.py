@@ -217,3 +217,16 @@ class ZeroCostRunner:
 
     def clear_allocator_cache(self) -> None:
         return None
+
+
+def lcg_tokens(seed: int, length: int, alphabet: int) -> list[int]:
+    """The spec's test-prompt generator (spec 6 helpers, spec 10).
+
+    64-bit wrapping LCG: advance the state first, then take `(state >> 33) % alphabet`.
+    """
+    state = seed
+    tokens = []
+    for _ in range(length):
+        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        tokens.append((state >> 33) % alphabet)
+    return tokens
