@@ -26,7 +26,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import Arm, LookupOptions, LoopGuard, Target
 from specfleet.jobs.spec_checks import check_matrix
 from specfleet.jobs.spec_checks import find_prompt_file as find_prompt_file  # re-export
-from specfleet.jobs.userinput import read_yaml, validation_message
+from specfleet.jobs.userinput import describe_value, read_yaml, validation_message
 
 Engine = Literal["mlx", "torch", "toy"]
 Device = Literal["metal", "cuda", "mps", "cpu"]
@@ -43,6 +43,8 @@ class _Strict(BaseModel):
 
 def _int_to_limit(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= MAX_TOKENS_LIMIT:
+            raise ValueError(f"must be between 1 and {MAX_TOKENS_LIMIT}, got {value}")
         return {"default": value}
     return value
 
@@ -267,7 +269,7 @@ def parse_matrix_spec(
         raise UserError(f"{label}: the file is empty; expected a matrix (name, models, prompts, arms)")
     if not isinstance(data, dict):
         raise UserError(f"{label}: expected a mapping of fields at the top level, got "
-                        f"{type(data).__name__}")
+                        f"{describe_value(data)}")
     try:
         spec = MatrixSpec.model_validate(data)
     except ValidationError as err:

@@ -28,9 +28,8 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            line = key_node.start_mark.line + 1
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {line})", key_node.start_mark
+                None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
