@@ -1,19 +1,15 @@
-"""Fill a `MatrixView` from the store: rates and counters from the runs, speed-ups and noise
-floors from the store's aggregates, parity against plain's first repetition."""
+"""Fill a `MatrixView` from the store's runs with `jobs/summarize.py`'s statistics (cell
+medians and spreads, speed-ups and noise verdicts, loop flags, parity, headlines)."""
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
-from specfleet.engine.forensics import first_divergence
 from specfleet.errors import UserError
-from specfleet.report.view import PLAIN, SPREAD_FLAG, CellView, Counters, MatrixView, ordered
-
-# A reply whose trailing repeated cycle covers more than this share of its tokens loops
-# (issue 7); such cells are marked and kept out of headline speed-ups.
-LOOP_SHARE_THRESHOLD = 0.2
+from specfleet.jobs import summarize
+from specfleet.jobs.rows import to_row
+from specfleet.report.view import PLAIN, CellView, Counters, MatrixView, ordered
 
 Key = tuple[str, str, str, str]  # target label, model, prompt, arm
 
@@ -51,87 +47,77 @@ def group_runs(runs: Iterable) -> dict[Key, list]:
     return dict(cells)
 
 
-def counters_of(run) -> Counters:
-    """Counters of one run with the derived ratios of spec 5 / 10."""
-    generated = run.generated_tokens or 0
-    rounds, proposed, accepted = run.rounds or 0, run.proposed or 0, run.accepted or 0
+def counters_of(counters) -> Counters:
+    """The view's counters from summarize's (first done repetition), ratios included."""
+    if counters is None:
+        return Counters()
     return Counters(
-        generated_tokens=generated,
-        rounds=rounds,
-        drafted_rounds=run.drafted_rounds or 0,
-        paused_rounds=run.paused_rounds or 0,
-        proposed=proposed,
-        accepted=accepted,
-        shadow_confirmations=run.shadow_confirmations or 0,
-        acceptance_rate=accepted / proposed if proposed else 0.0,
-        tokens_per_forward=max(generated - 1, 0) / rounds if rounds else 0.0,
+        generated_tokens=counters.generated_tokens,
+        rounds=counters.rounds,
+        drafted_rounds=counters.drafted_rounds,
+        paused_rounds=counters.paused_rounds,
+        proposed=counters.proposed,
+        accepted=counters.accepted,
+        shadow_confirmations=counters.shadow_confirmations,
+        acceptance_rate=counters.acceptance_rate,
+        tokens_per_forward=counters.tokens_per_forward,
     )
-
-
-def first_char_divergence(text_a: str, text_b: str) -> int | None:
-    """First differing character (or the shorter length); None when equal."""
-    return first_divergence(text_a, text_b)
 
 
 def parity_of(run, plain) -> tuple[str | None, int | None, int | None]:
     """(verdict, token index, char index) of one arm run against plain's."""
     if plain is None or run.arm == PLAIN:
         return None, None, None
-    token = first_divergence(run.token_ids or [], plain.token_ids or [])
-    char = first_char_divergence(run.output_text or "", plain.output_text or "")
-    if token is None and char is None:
+    verdict = summarize.compare_replies(to_row(plain), to_row(run))
+    if verdict.status == "identical":
         return "identical", None, None
-    return "diverged", token, char
+    return "diverged", verdict.token_index, verdict.char_index
 
 
-def spread_of(rates: list[float]) -> tuple[float, float]:
-    """(median, (max - min) / median)."""
-    median = statistics.median(rates)
-    return median, (max(rates) - min(rates)) / median if median > 0 else 0.0
-
-
-def cell_view(key: Key, runs: list, plain_runs: list | None) -> CellView:
-    """One cell from its runs and plain's runs on the same target, model and prompt."""
-    rates = [r.tok_per_s or 0.0 for r in runs]
-    median, spread = spread_of(rates)
-    loop_share = statistics.median(r.loop_share or 0.0 for r in runs)
-    speedup = noise_floor = None
-    within = loop = False
-    plain_loop = 0.0
-    if plain_runs:
-        plain_median, noise_floor = spread_of([r.tok_per_s or 0.0 for r in plain_runs])
-        plain_loop = statistics.median(r.loop_share or 0.0 for r in plain_runs)
-        if key[3] != PLAIN and plain_median > 0:
-            speedup = median / plain_median
-            within = abs(speedup - 1.0) <= noise_floor
-    loop = max(loop_share, plain_loop if key[3] != PLAIN else 0.0) > LOOP_SHARE_THRESHOLD
-    parity, token, char = parity_of(runs[0], plain_runs[0] if plain_runs else None)
+def cell_view(stats, speedup, parity) -> CellView:
+    """One cell from summarize's statistics, speed-up and parity verdict (None: none)."""
+    key = stats.key
+    diverged = parity is not None and parity.status == "diverged"
     return CellView(
-        target=key[0], model=key[1], prompt=key[2], arm=key[3], rates=tuple(rates),
-        median_tok_per_s=median, spread=spread, speedup=speedup, noise_floor=noise_floor,
-        within_noise=within, spread_flag=spread > SPREAD_FLAG, loop=loop, loop_share=loop_share,
-        parity=parity, diverge_token=token, diverge_char=char, counters=counters_of(runs[0]),
-        noisy_runs=sum(bool(r.noisy) for r in runs),
+        target=key.target, model=key.model, prompt=key.prompt, arm=key.arm,
+        rates=stats.values, median_tok_per_s=stats.median_tok_per_s or 0.0,
+        spread=stats.spread or 0.0,
+        speedup=speedup.ratio if speedup else None,
+        noise_floor=speedup.noise_floor if speedup else None,
+        within_noise=bool(speedup and speedup.verdict == "within noise"),
+        spread_flag=stats.spread_flag,
+        loop=speedup.looping if speedup else stats.looping,
+        loop_share=stats.loop_share,
+        parity=None if parity is None or parity.status == "missing" else
+        ("diverged" if diverged else "identical"),
+        diverge_token=parity.token_index if diverged else None,
+        diverge_char=parity.char_index if diverged else None,
+        counters=counters_of(stats.counters),
+        noisy_runs=stats.noisy_runs,
     )
 
 
 def view_of_runs(matrix_id: str, name: str, runs: list) -> MatrixView:
-    """A `MatrixView` of done runs (plan order gives the order of the axes)."""
-    groups = group_runs(runs)
-    cells = []
-    for key, group in groups.items():
-        cells.append(cell_view(key, group, groups.get((*key[:3], PLAIN))))
-    arms = ordered(r.arm for r in runs)
+    """A `MatrixView` of a matrix's runs (plan order gives the order of the axes)."""
+    rows = summarize.to_rows(runs)
+    stats = [s for s in summarize.cell_stats(rows) if s.n]
+    ups = summarize.speedups(stats)
+    by_up = {u.key: u for u in ups}
+    by_parity = {v.key: v for v in summarize.parity_verdicts(rows)}
+    cells = tuple(cell_view(s, by_up.get(s.key), by_parity.get(s.key)) for s in stats)
+    done = [r for r in runs if r.status == "done"]
+    arms = ordered(r.arm for r in done)
     if PLAIN in arms:
         arms = (PLAIN, *(a for a in arms if a != PLAIN))
     return MatrixView(
         matrix_id=matrix_id,
         name=name,
-        targets=ordered(target_label(r) for r in runs),
-        models=ordered(r.model for r in runs),
-        prompts=ordered(r.prompt_name for r in runs),
+        targets=ordered(target_label(r) for r in done),
+        models=ordered(r.model for r in done),
+        prompts=ordered(r.prompt_name for r in done),
         arms=arms,
-        cells=tuple(cells),
+        cells=cells,
+        headlines=tuple(summarize.headline(ups)),
     )
 
 

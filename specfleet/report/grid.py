@@ -23,6 +23,7 @@ class Grid:
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     notes: tuple[str, ...] = ()
+    left_cols: int = 2  # leading label columns, left-aligned; the rest align right
 
 
 def to_rich(grids: list[Grid], heading: str = "") -> str:
@@ -36,7 +37,7 @@ def to_rich(grids: list[Grid], heading: str = "") -> str:
         console.print(Text(grid.title))
         table = Table(box=box.SIMPLE_HEAD)
         for i, header in enumerate(grid.headers):
-            table.add_column(Text(header), no_wrap=True, justify="left" if i < 2 else "right")
+            table.add_column(Text(header), no_wrap=True, justify="left" if i < grid.left_cols else "right")
         for row in grid.rows:
             table.add_row(*(Text(cell) for cell in row))
         console.print(table)

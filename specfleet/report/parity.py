@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import combinations
 
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, RowMargins, classify
+from specfleet.jobs import summarize
 from specfleet.report.build import PLAIN, done_runs, group_runs, load_matrix, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified"
@@ -113,27 +113,13 @@ def arm_parity(groups: dict, replayer: Replayer | None, threshold: float) -> lis
     return out
 
 
-def cross_target(groups: dict) -> list[CrossTarget]:
-    """Plain replies of the same model and prompt compared between every pair of targets."""
-    plains: dict[tuple[str, str], dict[str, object]] = {}
-    for (target, model, prompt, arm), runs in groups.items():
-        if arm == PLAIN:
-            plains.setdefault((model, prompt), {})[target] = runs[0]
-    out = []
-    for (model, prompt), by_target in plains.items():
-        for ta, tb in combinations(by_target, 2):
-            verdict, token, char = parity_of(_as_arm(by_target[tb]), by_target[ta])
-            out.append(CrossTarget(model, prompt, ta, tb, verdict == "identical", token, char))
-    return out
-
-
-class _as_arm:
-    """A plain run seen as a non-plain one, so `parity_of` compares it."""
-
-    arm = "other"
-
-    def __init__(self, run) -> None:
-        self.token_ids, self.output_text = run.token_ids, run.output_text
+def cross_target(runs: list) -> list[CrossTarget]:
+    """Plain replies of the same model and prompt on every target against the first one's."""
+    return [
+        CrossTarget(v.key.model, v.key.prompt, v.reference.target, v.key.target,
+                    v.status == "identical", v.token_index, v.char_index)
+        for v in summarize.cross_target_parity(runs) if v.status != "missing"
+    ]
 
 
 def regressions(groups: dict, baseline: dict, baseline_id: str) -> list[Regression]:
@@ -173,7 +159,8 @@ def check_parity(
         The `ParityReport`.
     """
     load_matrix(store, matrix_id)
-    groups = group_runs(done_runs(store, matrix_id))
+    runs = done_runs(store, matrix_id)
+    groups = group_runs(runs)
     found: list[Regression] = []
     if baseline_id is not None:
         load_matrix(store, baseline_id)
@@ -182,7 +169,7 @@ def check_parity(
         matrix_id=matrix_id,
         threshold=threshold,
         arms=tuple(arm_parity(groups, replayer, threshold)),
-        cross=tuple(cross_target(groups)),
+        cross=tuple(cross_target(runs)),
         regressions=tuple(found),
         baseline_id=baseline_id,
     )

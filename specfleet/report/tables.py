@@ -9,7 +9,6 @@ the headline), `=` identical to plain, `≠` diverged from plain.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict
 
 from specfleet.errors import UserError
@@ -127,31 +126,25 @@ def _counter_cols(cell: CellView) -> tuple[str, ...]:
     )
 
 
-def geo_mean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def headline(view: MatrixView, target: str) -> list[str]:
-    """One line per lookup arm: geometric-mean speed-up over cells that do not loop; looping
-    cells are listed apart, never averaged in."""
+    """One line per lookup arm: geometric-mean speed-up over cells that do not loop (from
+    `jobs/summarize.py`); looping cells are listed apart, never averaged in."""
     lines = []
-    for arm in view.lookup_arms:
-        cells = [
-            c for c in view.cells
-            if c.target == target and c.arm == arm and c.speedup is not None
-        ]
-        kept = [c for c in cells if not c.loop]
-        looped = [c for c in cells if c.loop]
-        if kept:
-            values = [c.speedup for c in kept]
-            noise = sum(c.within_noise for c in kept)
+    order = {arm: i for i, arm in enumerate(view.arms)}
+    for item in sorted(view.headlines, key=lambda h: order.get(h.arm, len(order))):
+        if item.target != target:
+            continue
+        if item.geomean_speedup is not None:
             lines.append(
-                f"Headline {arm}: {geo_mean(values):.2f}x geometric mean over {len(kept)} cells "
-                f"({min(values):.2f}x–{max(values):.2f}x, {noise} within noise)"
+                f"Headline {item.arm}: {item.geomean_speedup:.2f}x geometric mean over "
+                f"{item.cells} cells ({item.gains} gains, {item.losses} losses, "
+                f"{item.within_noise} within noise)"
             )
+        looped = [c for c in view.cells if c.target == target and c.arm == item.arm and c.loop
+                  and c.speedup is not None]
         if looped:
             apart = ", ".join(f"{c.model}/{c.prompt} {c.speedup:.2f}x" for c in looped)
-            lines.append(f"Kept out of the {arm} headline (replies loop): {apart}")
+            lines.append(f"Kept out of the {item.arm} headline (replies loop): {apart}")
     return lines
 
 
@@ -161,13 +154,14 @@ def pivot_grid(view: MatrixView) -> Grid:
     for model in view.models:
         for prompt in view.prompts:
             for arm in view.lookup_arms:
+                if all(view.cell(t, model, prompt, arm) is None for t in view.targets):
+                    continue
                 cols = [_pivot_text(view, t, model, prompt, arm) for t in view.targets]
                 if any(col != DASH for col in cols):
                     rows.append((model, prompt, arm, *cols))
     note = "Each target: plain tok/s · speed-up ±spread · acceptance rate · parity vs plain."
-    return Grid(
-        "Across targets", ("Model", "prompt", "arm", *view.targets), tuple(rows), (note, LEGEND)
-    )
+    return Grid("Across targets", ("Model", "prompt", "arm", *view.targets), tuple(rows),
+                (note, LEGEND), left_cols=3)
 
 
 def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str) -> str:

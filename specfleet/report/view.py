@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# A cell whose per-repeat spread exceeds this relative width is flagged (issue 7).
-SPREAD_FLAG = 0.05
+from specfleet.jobs.summarize import LOOP_SHARE_FLAG, SPREAD_FLAG, Headline
+
+__all__ = ["LOOP_SHARE_FLAG", "SPREAD_FLAG", "CellView", "Counters", "MatrixView", "PLAIN"]
 PLAIN = "plain"
 
 
@@ -83,6 +84,7 @@ class MatrixView:
     prompts: tuple[str, ...]
     arms: tuple[str, ...]
     cells: tuple[CellView, ...]
+    headlines: tuple[Headline, ...] = ()
 
     def cell(self, target: str, model: str, prompt: str, arm: str) -> CellView | None:
         """The cell at these coordinates, or None when nothing was measured there."""

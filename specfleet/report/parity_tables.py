@@ -1,0 +1,93 @@
+"""Parity verdicts as tables (rich, markdown) or JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from specfleet.errors import UserError
+from specfleet.report.grid import Grid, to_markdown, to_rich
+from specfleet.report.parity import ArmParity, ParityReport
+
+PARITY_FORMATS = ("table", "json", "markdown")
+DASH = "–"
+
+
+def where_text(token: int | None, char: int | None) -> str:
+    char_text = f" (char {char})" if char is not None else ""
+    return f"token {token}{char_text}" if token is not None else f"char {char}"
+
+
+def forensics_text(item: ArmParity) -> str:
+    """The competing tokens and their logit gaps on both paths."""
+    if item.replay is None:
+        return "not replayed (no worker for this target)" if item.verdict == "unverified" else DASH
+    m, r = item.replay.margins, item.replay
+    return (
+        f"plain {r.text_a!r} vs {item.arm} {r.text_b!r}; gap {m.a.gap:+.4f} on plain's path "
+        f"(top-2 margin {m.a.margin:.4f}), {m.b.gap:+.4f} on a width-{m.b.width} verify "
+        f"(margin {m.b.margin:.4f})"
+    )
+
+
+def arm_grid(report: ParityReport) -> Grid:
+    rows = []
+    for item in report.arms:
+        where = DASH if item.verdict == "identical" else where_text(item.token, item.char)
+        rows.append((item.target, item.model, item.prompt, item.arm, item.verdict, where,
+                     forensics_text(item)))
+    note = (
+        f"near-tie: the two competing tokens are within {report.threshold} logits on both "
+        f"paths (a verify row rounded a near-tie the other way, spec 8.3); suspect: anything "
+        f"else; unverified: the divergence could not be replayed on its target."
+    )
+    return Grid("Parity against plain on the same target (first repetition)",
+                ("target", "model", "prompt", "arm", "verdict", "first divergence", "forensics"),
+                tuple(rows), (summary_line(report), note), left_cols=7)
+
+
+def cross_grid(report: ParityReport) -> Grid:
+    rows = tuple(
+        (c.model, c.prompt, c.target_a, c.target_b,
+         "agree" if c.agree else f"diverge at {where_text(c.token, c.char)}")
+        for c in report.cross
+    )
+    return Grid("Plain replies across targets", ("model", "prompt", "target A", "target B",
+                                                 "verdict"), rows, left_cols=5)
+
+
+def regression_grid(report: ParityReport) -> Grid:
+    rows = tuple(
+        (r.target, r.model, r.prompt, r.arm, where_text(r.token, r.char))
+        for r in report.regressions
+    )
+    return Grid(f"Regressions against baseline {report.baseline_id} (identical there, not now)",
+                ("target", "model", "prompt", "arm", "now diverges at"), rows, left_cols=5)
+
+
+def summary_line(report: ParityReport) -> str:
+    counts = ", ".join(f"{report.count(v)} {v}"
+                       for v in ("identical", "near-tie", "suspect", "unverified"))
+    line = f"Parity of {report.matrix_id}: {counts}"
+    if report.baseline_id is not None:
+        line += f"; {len(report.regressions)} regressions against {report.baseline_id}"
+    return line
+
+
+def render_parity(report: ParityReport, fmt: str = "table") -> str:
+    """The parity report in `fmt` ("table", "markdown" or "json")."""
+    if fmt not in PARITY_FORMATS:
+        raise UserError(
+            f"--format: unknown format {fmt!r}; expected one of {', '.join(PARITY_FORMATS)}"
+        )
+    if fmt == "json":
+        body = asdict(report)
+        body["summary"] = summary_line(report)
+        return json.dumps(body, indent=2) + "\n"
+    grids = [arm_grid(report)]
+    if report.cross:
+        grids.append(cross_grid(report))
+    if report.baseline_id is not None:
+        grids.append(regression_grid(report))
+    heading = f"Parity — matrix {report.matrix_id}"
+    return to_rich(grids, heading) if fmt == "table" else to_markdown(grids, f"## {heading}")

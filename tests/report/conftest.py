@@ -1,0 +1,34 @@
+"""A real SQLite store seeded once per module with real toy-engine runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from specfleet.store.store import open_store
+from specfleet.workers.host import HostWorker
+from tests.report.seed import demo_seeds, seed_matrix
+
+DEMO_ID = "demo-000001"
+
+
+@pytest.fixture(scope="module")
+def worker():
+    worker = HostWorker("h1", sample_period_s=3600.0)
+    yield worker
+    worker.close()
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory, worker):
+    path = tmp_path_factory.mktemp("store") / "specfleet.db"
+    store = open_store(str(path))
+    seed_matrix(store, worker, "demo", demo_seeds(), DEMO_ID)
+    store.close()
+    return path
+
+
+@pytest.fixture()
+def store(db_path):
+    store = open_store(str(db_path))
+    yield store
+    store.close()

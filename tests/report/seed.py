@@ -1,0 +1,79 @@
+"""Seed a real store with real toy-engine runs (a real HostWorker), then set the tok/s (and,
+where a test needs a divergence, one token) to known values so speed-ups are exact."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specfleet.jobs.run import RunSpec, Target
+
+H1 = Target(host="h1", engine="toy", device="cpu")
+H2 = Target(host="h2", engine="toy", device="cpu")
+PROMPTS = {"copy": "hello world hello world", "echo": "the cat sat on the mat"}
+PLAIN_RATES = [100.0, 101.0, 99.0]  # median 100, spread 2%: the noise floor
+
+
+@dataclass(frozen=True)
+class Seed:
+    """One cell: its repeats' tok/s, and optionally token `row` replaced by `token`."""
+
+    target: Target
+    model: str
+    prompt: str
+    arm: str
+    rates: tuple[float, ...]
+    patch: tuple[int, int] | None = None
+    prompt_text: str | None = None
+
+
+def seed_matrix(store, worker, name: str, seeds: list[Seed], matrix_id: str) -> str:
+    """Create a matrix of `seeds`, run each repeat on the toy engine, store the results."""
+    specs, plan = [], []
+    for seed in seeds:
+        for repeat, rate in enumerate(seed.rates):
+            spec = RunSpec(
+                run_key=f"{matrix_id}/{seed.target.label}/{seed.model}/{seed.prompt}/"
+                f"{seed.arm}/{repeat}",
+                matrix_id=matrix_id, target=seed.target, model=seed.model,
+                prompt_name=seed.prompt, prompt_text=seed.prompt_text or PROMPTS[seed.prompt],
+                arm=seed.arm, repeat=repeat, max_tokens=16,
+            )
+            specs.append(spec)
+            plan.append((spec, rate, seed.patch))
+    store.create_matrix(name, {"name": name}, specs, matrix_id=matrix_id)
+    for spec, rate, patch in plan:
+        result = worker.run(spec)
+        update: dict = {"tok_per_s": rate}
+        if patch is not None:
+            tokens = list(result.token_ids)
+            tokens[patch[0]] = patch[1]
+            update.update(token_ids=tokens, output_text=bytes(tokens).decode(errors="replace"))
+        store.record_result(result.model_copy(update=update))
+    store.finish_matrix(matrix_id, "done")
+    return matrix_id
+
+
+def demo_seeds() -> list[Seed]:
+    """Two targets, two prompts, plain / graded / gated, and one looping model.
+
+    h1 copy: graded 1.50x, gated 1.005x (within plain's 2% noise floor).
+    h1 echo: gated spread 20% (flagged). h2 copy: graded diverges at token 5 (suspect).
+    h2 echo: every arm carries the same changed token 3, so plain disagrees across targets.
+    constant (h1 copy): replies loop; graded 4.00x kept out of the headline.
+    """
+    seeds = []
+    for target in (H1, H2):
+        for prompt in PROMPTS:
+            patch = (3, ord("X")) if (target, prompt) == (H2, "echo") else None
+            seeds += [
+                Seed(target, "script", prompt, "plain", tuple(PLAIN_RATES), patch),
+                Seed(target, "script", prompt, "graded", (150.0, 152.0, 148.0),
+                     (5, ord("Z")) if (target, prompt) == (H2, "copy") else patch),
+                Seed(target, "script", prompt, "gated",
+                     (90.0, 100.0, 110.0) if prompt == "echo" else (100.5, 101.0, 100.0), patch),
+            ]
+    seeds += [
+        Seed(H1, "constant", "copy", "plain", (50.0, 50.0, 50.0)),
+        Seed(H1, "constant", "copy", "graded", (200.0, 200.0, 200.0)),
+    ]
+    return seeds
