@@ -1,0 +1,174 @@
+"""Shared fixtures: a throwaway PostgreSQL server, and a store URL per test on both backends.
+
+`pg_server` (session) installs PostgreSQL's Debian package if `initdb` is missing, then runs a
+private cluster as a non-root user on a free loopback port with its socket in a temp dir, and
+stops it at the end. If it cannot start, every test that asked for it FAILS (never skips).
+`pg_url` is a fresh empty database per test; `store_url` runs a test on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PG_SUPERUSER = "postgres"
+# A role that must log in with a password (pg_hba: scram), for bad-credential tests.
+PG_PASSWORD_USER = "specfleet_pw"
+PG_PASSWORD = "right-password"
+_START_OPTIONS = (
+    "-c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
+    "-c full_page_writes=off -c max_connections=200"
+)
+
+
+@dataclass(frozen=True)
+class PgServer:
+    """A running throwaway PostgreSQL cluster."""
+
+    port: int
+    root: Path
+    bin_dir: Path
+    host: str = "127.0.0.1"
+
+    def url(self, database: str = "postgres", user: str = PG_SUPERUSER,
+            password: str | None = None) -> str:
+        auth = f"{user}:{password}" if password is not None else user
+        return f"postgresql+psycopg://{auth}@{self.host}:{self.port}/{database}"
+
+    def admin(self):
+        import psycopg
+
+        return psycopg.connect(
+            host=self.host, port=self.port, user=PG_SUPERUSER, dbname="postgres", autocommit=True
+        )
+
+    def create_database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with self.admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with self.admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _find_pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parent.parent.name))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _install_postgres() -> None:
+    prefix: list[str] = []
+    if os.geteuid() != 0:
+        if not shutil.which("sudo"):
+            pytest.fail("PostgreSQL is not installed and there is no root or sudo to install it")
+        prefix = ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [*prefix, "apt-get", "install", "-y", "-q", "postgresql"]
+    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
+        subprocess.run([*prefix, "apt-get", "update", "-q"], env=env, capture_output=True)
+        done = subprocess.run(install, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.fail(f"apt-get install postgresql failed: {done.stderr[-2000:]}")
+
+
+def _as_pg_user(cmd: list[str]) -> list[str]:
+    """Run as `postgres` when we are root (PostgreSQL refuses to run as root)."""
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("runuser"):
+        return ["runuser", "-u", PG_SUPERUSER, "--", *cmd]
+    return ["su", PG_SUPERUSER, "-s", "/bin/sh", "-c", shlex.join(cmd)]
+
+
+def _run(cmd: list[str], what: str, log: Path | None = None) -> None:
+    done = subprocess.run(_as_pg_user(cmd), capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        tail = log.read_text()[-2000:] if log and log.exists() else ""
+        pytest.fail(f"PostgreSQL {what} failed ({done.returncode}): {done.stderr[-2000:]} {tail}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _make_root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="specfleet-pg-"))
+    if os.geteuid() == 0:
+        user = pwd.getpwnam(PG_SUPERUSER)
+        os.chown(root, user.pw_uid, user.pw_gid)
+    root.chmod(0o700)
+    return root
+
+
+def _init_cluster(bin_dir: Path, root: Path) -> Path:
+    data = root / "data"
+    _run([str(bin_dir / "initdb"), "-A", "trust", "-U", PG_SUPERUSER, "-E", "UTF8",
+          "--no-sync", "-D", str(data)], "initdb")
+    hba = data / "pg_hba.conf"
+    # First match wins: the password role must authenticate, everyone else is trusted.
+    rule = f"host all {PG_PASSWORD_USER} 127.0.0.1/32 scram-sha-256\n"
+    hba.write_text(rule + hba.read_text())
+    return data
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A private PostgreSQL cluster for the whole session (fails loudly if it cannot run)."""
+    bin_dir = _find_pg_bin()
+    if bin_dir is None:
+        _install_postgres()
+        bin_dir = _find_pg_bin()
+    if bin_dir is None:
+        pytest.fail("PostgreSQL's initdb not found even after apt-get install postgresql")
+    root = _make_root()
+    data = _init_cluster(bin_dir, root)
+    port, log = _free_port(), root / "server.log"
+    options = f"{_START_OPTIONS} -p {port} -k {root}"
+    _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
+          "-o", options, "start"], "start", log)
+    server = PgServer(port=port, root=root, bin_dir=bin_dir)
+    try:
+        with server.admin() as conn:
+            conn.execute(f"CREATE ROLE {PG_PASSWORD_USER} LOGIN PASSWORD '{PG_PASSWORD}'")
+        yield server
+    finally:
+        with contextlib.suppress(Exception):
+            _run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test (dropped afterwards)."""
+    name = pg_server.create_database()
+    yield pg_server.url(name)
+    pg_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request, tmp_path: Path) -> str:
+    """A fresh database URL for this test: once on SQLite (temp dir), once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'specfleet.db'}"
+    return request.getfixturevalue("pg_url")
