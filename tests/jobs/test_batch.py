@@ -1,0 +1,67 @@
+"""Generation batches: JSONL prompts, target references, one-line mistakes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specfleet.errors import UserError
+from specfleet.jobs.batch import load_generate_job, parse_target_ref, select_target
+from specfleet.jobs.run import Target
+
+TARGETS = [Target(host="a", engine="torch", device="cpu"),
+           Target(host="a", engine="mlx", device="cpu"),
+           Target(host="a", engine="mlx", device="cuda")]
+
+
+def test_parse_and_select_target() -> None:
+    assert select_target(parse_target_ref("a/torch"), TARGETS) == TARGETS[0]
+    assert select_target(parse_target_ref("a/mlx/cuda"), TARGETS) == TARGETS[2]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a", "--target: expected HOST/ENGINE or HOST/ENGINE/DEVICE, got 'a'"),
+    ("a//cpu", "--target: expected HOST/ENGINE or HOST/ENGINE/DEVICE, got 'a//cpu'"),
+    ("a/jax", "--target: engine: expected one of 'mlx', 'torch' or 'toy', got 'jax'"),
+    ("a/mlx/tpu", "--target: device: expected one of"),
+])
+def test_bad_target_refs(text: str, message: str) -> None:
+    with pytest.raises(UserError, match="^" + message.replace("(", r"\(")):
+        parse_target_ref(text)
+
+
+def test_unknown_or_ambiguous_target() -> None:
+    with pytest.raises(UserError, match=r"^--target: no target b/mlx in the fleet \(targets: "):
+        select_target(parse_target_ref("b/mlx"), TARGETS)
+    with pytest.raises(UserError, match=r"a/mlx names 2 targets; add the device"):
+        select_target(parse_target_ref("a/mlx"), TARGETS)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "b.jsonl: no prompts"),
+    ('{"prompt": "x"}\nnot json\n', "b.jsonl: line 2: not JSON"),
+    ('["x"]\n', 'b.jsonl: line 1: expected a JSON object like {"prompt": "..."}'),
+    ('{"text": "x"}\n', "b.jsonl: line 1: prompt: required field is missing (+1 more)"),
+    ('{"prompt": ""}\n', "b.jsonl: line 1: prompt: must not be empty"),
+    ('{"prompt": "x", "max_tokens": 0}\n', "b.jsonl: line 1: max_tokens: must be at least 1"),
+    ('{"prompt": "x", "name": "a"}\n{"prompt": "y", "name": "a"}\n',
+     "b.jsonl: duplicate prompt name 'a'"),
+])
+def test_bad_prompt_files(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "b.jsonl"
+    path.write_text(text)
+    with pytest.raises(UserError) as info:
+        load_generate_job(path, model="m", target="a/torch")
+    assert str(info.value).startswith(f"{tmp_path}/{message}"), str(info.value)
+
+
+def test_bad_flags_name_the_flag(tmp_path: Path) -> None:
+    path = tmp_path / "b.jsonl"
+    path.write_text('{"prompt": "x"}\n')
+    with pytest.raises(UserError, match=r"^--max-tokens: must be at least 1, got 0$"):
+        load_generate_job(path, model="m", target="a/torch", max_tokens=0)
+    with pytest.raises(UserError, match=r"^--policy: expected one of"):
+        load_generate_job(path, model="m", target="a/torch", policy="fast")
+    with pytest.raises(UserError, match=r"no such file$"):
+        load_generate_job(tmp_path / "none.jsonl", model="m", target="a/torch")
