@@ -6,9 +6,11 @@ import pytest
 
 from specfleet.store.store import open_store
 from specfleet.workers.host import HostWorker
-from tests.report.seed import demo_seeds, seed_matrix
+from tests.report.seed import after_seeds, demo_seeds, mixed_seeds, seed_matrix
 
 DEMO_ID = "demo-000001"
+AFTER_ID = "after-000002"
+MIXED_ID = "mixed-000003"
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +25,8 @@ def db_path(tmp_path_factory, worker):
     path = tmp_path_factory.mktemp("store") / "specfleet.db"
     store = open_store(str(path))
     seed_matrix(store, worker, "demo", demo_seeds(), DEMO_ID)
+    seed_matrix(store, worker, "after", after_seeds(), AFTER_ID)
+    seed_matrix(store, worker, "mixed", mixed_seeds(), MIXED_ID)
     store.close()
     return path
 

@@ -77,3 +77,28 @@ def demo_seeds() -> list[Seed]:
         Seed(H1, "constant", "copy", "graded", (200.0, 200.0, 200.0)),
     ]
     return seeds
+
+
+def after_seeds() -> list[Seed]:
+    """The demo a code change later: h1 copy graded slower (1.20x), h1 copy gated now
+    diverges (a regression against the demo), h2 copy graded identical again."""
+    out = []
+    for seed in demo_seeds():
+        if (seed.target, seed.model, seed.prompt) == (H1, "script", "copy"):
+            if seed.arm == "graded":
+                seed = Seed(H1, "script", "copy", "graded", (120.0, 121.0, 119.0))
+            elif seed.arm == "gated":
+                seed = Seed(H1, "script", "copy", "gated", seed.rates, (5, ord("Q")))
+        elif (seed.target, seed.prompt, seed.arm) == (H2, "copy", "graded"):
+            seed = Seed(H2, "script", "copy", "graded", seed.rates)
+        out.append(seed)
+    return out
+
+
+def mixed_seeds() -> list[Seed]:
+    """h1 script copy plain / graded again, but with another prompt text under that name."""
+    text = "a different prompt text"
+    return [
+        Seed(H1, "script", "copy", "plain", tuple(PLAIN_RATES), prompt_text=text),
+        Seed(H1, "script", "copy", "graded", (120.0, 121.0, 119.0), prompt_text=text),
+    ]

@@ -1,0 +1,90 @@
+"""Parity verdicts on a seeded store: replayed on the real toy engine through a HostWorker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specfleet.engine.forensics import PathRow, RowMargins
+from specfleet.errors import UserError
+from specfleet.report.parity import Replay, check_parity
+from specfleet.report.parity_tables import render_parity
+from specfleet.report.replay import worker_replayer
+from tests.report.conftest import AFTER_ID, DEMO_ID
+
+
+def _by_cell(report):
+    return {(a.target, a.model, a.prompt, a.arm): a for a in report.arms}
+
+
+def test_divergence_is_replayed_and_suspect(store, worker) -> None:
+    report = check_parity(store, DEMO_ID, worker_replayer(store, {"h1": worker}, worker))
+    item = _by_cell(report)[("h2/toy/cpu", "script", "copy", "graded")]
+    assert (item.verdict, item.token, item.char) == ("suspect", 5, 5)
+    margins = item.replay.margins
+    # the script model puts 10 on its token: the patched 'Z' loses by 10 logits on both paths
+    assert (margins.token_a, margins.token_b) == (ord(" "), ord("Z"))
+    assert margins.a.gap == pytest.approx(10.0) and margins.b.gap == pytest.approx(-10.0)
+    assert margins.b.width == 5
+    assert (item.replay.text_a, item.replay.text_b) == (" ", "Z")
+    assert report.count("identical") == 8 and report.count("suspect") == 1
+    assert report.failed()
+
+
+def test_cross_target_plain_replies(store) -> None:
+    report = check_parity(store, DEMO_ID)
+    cross = {(c.model, c.prompt): c for c in report.cross}
+    assert cross[("script", "copy")].agree
+    echo = cross[("script", "echo")]
+    assert not echo.agree and (echo.token, echo.char) == (3, 3)
+    assert (echo.target_a, echo.target_b) == ("h1/toy/cpu", "h2/toy/cpu")
+
+
+def test_without_a_worker_the_divergence_is_unverified(store) -> None:
+    report = check_parity(store, DEMO_ID, worker_replayer(store, {}))
+    assert report.count("unverified") == 1 and report.count("suspect") == 0
+    assert report.failed() and not report.failed(allow_unverified=True)
+
+
+def _near_tie_replayer(plain, run, row):
+    a = PathRow(((32, 7.0), (90, 6.95)), 0.05, 0.05, 1)
+    b = PathRow(((90, 7.01), (32, 6.99)), 0.02, 0.02, 8)
+    return Replay(RowMargins(row, 32, 90, a, b), " ", "Z")
+
+
+def test_small_gaps_on_both_paths_are_a_near_tie(store) -> None:
+    report = check_parity(store, DEMO_ID, _near_tie_replayer)
+    assert report.count("near-tie") == 1 and not report.failed()
+    assert check_parity(store, DEMO_ID, _near_tie_replayer, threshold=0.01).count("suspect") == 1
+
+
+def test_baseline_regressions(store, worker) -> None:
+    replayer = worker_replayer(store, {}, worker)
+    report = check_parity(store, AFTER_ID, replayer, baseline_id=DEMO_ID)
+    assert [(r.target, r.prompt, r.arm, r.token) for r in report.regressions] == [
+        ("h1/toy/cpu", "copy", "gated", 5)
+    ]
+    assert report.failed()
+    # h2 copy graded diverged in the demo and is identical now: an improvement, not a regression
+    back = check_parity(store, DEMO_ID, replayer, baseline_id=AFTER_ID)
+    assert [(r.target, r.arm) for r in back.regressions] == [("h2/toy/cpu", "graded")]
+
+
+def test_unknown_baseline_is_a_user_error(store) -> None:
+    with pytest.raises(UserError, match="missing-1"):
+        check_parity(store, DEMO_ID, baseline_id="missing-1")
+
+
+def test_render_table_and_json(store, worker) -> None:
+    report = check_parity(store, AFTER_ID, worker_replayer(store, {}, worker), DEMO_ID)
+    text = render_parity(report)
+    assert "Parity of after-000002: 8 identical, 0 near-tie, 1 suspect, 0 unverified; " \
+           "1 regressions against demo-000001" in text
+    assert "plain ' ' vs gated 'Q'; gap +10.0000" in text
+    assert "Regressions against baseline demo-000001" in text
+    body = json.loads(render_parity(report, "json"))
+    assert body["regressions"][0]["arm"] == "gated"
+    assert render_parity(report, "markdown").startswith("## Parity")
+    with pytest.raises(UserError):
+        render_parity(report, "csv")

@@ -1,0 +1,96 @@
+"""The matrix tables on a seeded store: known speed-ups, markers, formats, pivot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from specfleet.errors import UserError
+from specfleet.report.tables import render_matrix, speedup_text
+from specfleet.report.view import CellView
+from tests.report.conftest import DEMO_ID
+
+
+def _line(text: str, *needles: str) -> str:
+    """The one line of `text` containing every needle."""
+    lines = [line for line in text.splitlines() if all(n in line for n in needles)]
+    assert len(lines) == 1, (needles, lines)
+    return lines[0]
+
+
+def test_table_shows_speedups_markers_and_headline(store) -> None:
+    text = render_matrix(store, DEMO_ID)
+    assert "Prompt lookup over plain — h1/toy/cpu" in text
+    graded = _line(text.split("— h2/toy/cpu")[0], "script", "graded", "1.50x")
+    assert graded.count("1.50x ±2.7% =") == 2
+    gated = _line(text.split("— h2/toy/cpu")[0], "script", "gated", "within noise")
+    assert "±20.0%!" in gated and "1.00x ±1.0% within noise =" in gated
+    assert "4.00x ±0.0% LOOP =" in text
+    assert "Headline graded: 1.50x geometric mean over 2 cells (2 gains" in text
+    assert "Kept out of the graded headline (replies loop): constant/copy 4.00x" in text
+    h2 = text.split("Prompt lookup over plain — h2/toy/cpu")[1]
+    assert "1.50x ±2.7% ≠" in _line(h2.split("Headline")[0], "graded")
+    assert "diverges at token 5 (char 5)" in h2
+
+
+def test_plain_and_counters_tables(store) -> None:
+    text = render_matrix(store, DEMO_ID)
+    plain = text.split("Plain decoding, tok/s (median) — h1/toy/cpu")[1].split("Prompt")[0]
+    assert "100.0 ±2.0%   100.0 ±2.0%" in plain
+    counters = text.split("Counters and parity (first repetition) — h1/toy/cpu")[1]
+    row = _line(counters.split("Plain decoding")[0], "graded", "15/11")
+    assert "4/3/0" in row and "0.7333" in row and "3.7500" in row and "identical" in row
+    assert "150.00 [150.00, 152.00, 148.00]" in row
+
+
+def test_markdown_has_pipe_tables(store) -> None:
+    text = render_matrix(store, DEMO_ID, fmt="markdown")
+    assert "### Prompt lookup over plain — h1/toy/cpu" in text
+    assert "| script | graded | 1.50x ±2.7% = | 1.50x ±2.7% = |" in text
+
+
+def test_json_and_csv_carry_every_cell(store) -> None:
+    body = json.loads(render_matrix(store, DEMO_ID, fmt="json"))
+    cells = {(c["target"], c["model"], c["prompt"], c["arm"]): c for c in body["cells"]}
+    assert len(cells) == 14
+    graded = cells[("h1/toy/cpu", "script", "copy", "graded")]
+    assert graded["speedup"] == pytest.approx(1.5) and graded["rates"] == [150.0, 152.0, 148.0]
+    assert cells[("h1/toy/cpu", "constant", "copy", "graded")]["loop"] is True
+    assert cells[("h2/toy/cpu", "script", "copy", "graded")]["diverge_token"] == 5
+    rows = list(csv.DictReader(io.StringIO(render_matrix(store, DEMO_ID, fmt="csv"))))
+    assert len(rows) == 14
+    assert {r["spread_flag"] for r in rows if r["arm"] == "gated" and r["prompt"] == "echo"} == {
+        "True"}
+
+
+def test_pivot_puts_targets_side_by_side(store) -> None:
+    text = render_matrix(store, DEMO_ID, pivot="target")
+    row = _line(text, "script", "copy", "graded")
+    assert row.count("100.0 tok/s · 1.50x ±2.7%") == 2 and "≠" in row
+    assert "constant" in text and "gated" not in _line(text, "constant", "copy")
+    rows = list(csv.DictReader(io.StringIO(render_matrix(store, DEMO_ID, "csv", "target"))))
+    first = next(r for r in rows if (r["model"], r["prompt"], r["arm"]) ==
+                 ("script", "copy", "graded"))
+    assert first["h2/toy/cpu:parity"] == "diverged"
+    assert float(first["h1/toy/cpu:speedup"]) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("kwargs", [{"fmt": "html"}, {"pivot": "model"}])
+def test_bad_format_or_pivot_is_a_user_error(store, kwargs) -> None:
+    with pytest.raises(UserError):
+        render_matrix(store, DEMO_ID, **kwargs)
+
+
+def test_unknown_matrix_is_a_user_error(store) -> None:
+    with pytest.raises(UserError, match="nope"):
+        render_matrix(store, "nope")
+
+
+def test_speedup_text_markers() -> None:
+    cell = CellView("t", "m", "p", "gated", (1.0,), 1.0, 0.07, speedup=0.97, spread_flag=True,
+                    loop=True, parity="diverged")
+    assert speedup_text(cell) == "0.97x ±7.0%! LOOP ≠"
+    assert speedup_text(None) == "–"
