@@ -1,0 +1,292 @@
+"""The head side of the fleet: connect (or start the embedded fleet), discover hosts, health.
+
+- `connect()` with no address starts the embedded fleet: a local Ray instance bound to
+  127.0.0.1 with one worker for this machine. With an address it joins as a client.
+- Hosts are found by node label (`specfleet.host`, `specfleet.kind`), never by node id.
+- Health of a host: healthy (ping answered) -> suspect (actor unavailable or no answer in
+  time: restarting, node gone) -> dead (actor died for good) or healthy again.
+
+Token auth is on everywhere (`RAY_AUTH_MODE=token`, token file mode 0600); see docs/fleet.md.
+The `fleet up / join / leave` commands live in `specfleet/cluster/membership.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
+
+from specfleet.errors import UserError
+from specfleet.workers.actor import (
+    HOST_LABEL,
+    KIND_LABEL,
+    NAMESPACE,
+    SLOT_RESOURCE,
+    get_worker,
+    list_workers,
+    start_worker,
+    wait_ready,
+)
+from specfleet.workers.hardware import detect_host
+
+HEALTHY, SUSPECT, DEAD = "healthy", "suspect", "dead"
+DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
+WORKER_START_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class FleetConnection:
+    """How this process is connected: the GCS address, embedded or not, the local host."""
+
+    address: str
+    embedded: bool
+    local_host: str | None = None
+
+
+@dataclass(frozen=True)
+class HostNode:
+    """A host as Ray's node table shows it."""
+
+    host: str
+    kind: str
+    node_id: str
+    node_ip: str
+    alive: bool
+
+
+@dataclass(frozen=True)
+class HostHealth:
+    """One health reading of a host's worker."""
+
+    host: str
+    state: str  # healthy | suspect | dead
+    reason: str = ""
+    ping: dict = field(default_factory=dict)
+
+
+# ---- auth and binding ------------------------------------------------------------------
+
+
+def token_path() -> Path:
+    """Where the Ray token lives: `RAY_AUTH_TOKEN_PATH` or Ray's default ~/.ray/auth_token."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or DEFAULT_TOKEN_PATH)
+
+
+def ensure_token(create: bool) -> Path | None:
+    """Make sure a Ray token exists (creating it if asked) with mode 0600.
+
+    Returns:
+        The token file, or None when the token comes from `RAY_AUTH_TOKEN`.
+
+    Raises:
+        UserError: no token and `create` is False (a client or a joining host).
+    """
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    path = token_path()
+    if not path.exists():
+        if not create:
+            raise UserError(
+                f"no Ray token at {path}: copy the head's token file there (mode 600) "
+                "or set RAY_AUTH_TOKEN"
+            )
+        import secrets
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))  # 256 bits, the format `ray get-auth-token` writes
+    if stat.S_IMODE(path.stat().st_mode) != 0o600:
+        path.chmod(0o600)  # Ray writes 0644; the token is the only key to the cluster
+    return path
+
+
+def enable_token_auth() -> None:
+    """Set `RAY_AUTH_MODE=token` for this process and the Ray processes it starts."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from ray._raylet import Config
+
+    Config.initialize("")  # Ray caches its config: make this process see token mode now
+
+
+def bind_loopback() -> None:
+    """Keep a local-only Ray instance on 127.0.0.1 (nothing listens on the network)."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read at import; Ray resolves the node IP from it
+
+
+# ---- connect ---------------------------------------------------------------------------
+
+
+def connect(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    host: str | None = None,
+    worker_kwargs: dict | None = None,
+) -> FleetConnection:
+    """Connect to the fleet, or start the embedded one when no address is given.
+
+    Args:
+        address: the head's GCS address (`HOST:6379`); None starts the embedded fleet.
+        num_cpus: CPUs the embedded Ray instance accounts (default: all cores).
+        host: fleet name of this machine in the embedded fleet (default: detected).
+        worker_kwargs: `HostWorker` keyword arguments for the embedded worker.
+
+    Returns:
+        The `FleetConnection`.
+    """
+    if ray.is_initialized():
+        context = ray.get_runtime_context()
+        return FleetConnection(context.gcs_address, embedded=False)
+    enable_token_auth()
+    if address is not None:
+        ensure_token(create=False)
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        return FleetConnection(ray.get_runtime_context().gcs_address, embedded=False)
+    return _start_embedded(num_cpus, host, worker_kwargs)
+
+
+def _start_embedded(
+    num_cpus: int | None, host: str | None, worker_kwargs: dict | None
+) -> FleetConnection:
+    ensure_token(create=True)
+    bind_loopback()
+    info = detect_host(host)
+    ray.init(
+        address="local",  # always a new instance, never another local cluster found on disk
+        num_cpus=num_cpus or info.cpu_count,  # explicit: Ray's own guess ignores cgroups
+        include_dashboard=False,  # nothing to look at locally; one less port
+        namespace=NAMESPACE,
+        labels={HOST_LABEL: info.name, KIND_LABEL: info.kind},
+        resources={SLOT_RESOURCE: 1},
+        log_to_driver=False,  # worker logs stay in Ray's session dir, not on the CLI
+    )
+    wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
+    return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
+
+
+def disconnect() -> None:
+    """Leave the Ray session (an embedded fleet stops with it)."""
+    ray.shutdown()
+
+
+# ---- discovery and health --------------------------------------------------------------
+
+
+def discover_hosts(include_dead: bool = False) -> list[HostNode]:
+    """Hosts by node label (`specfleet.host`); one entry per host, alive nodes first."""
+    found: dict[str, HostNode] = {}
+    for node in ray.nodes():
+        labels = node.get("Labels") or {}
+        name = labels.get(HOST_LABEL)
+        if not name or (not node["Alive"] and not include_dead):
+            continue
+        entry = HostNode(
+            name,
+            labels.get(KIND_LABEL, "?"),
+            node["NodeID"],
+            node.get("NodeManagerAddress", ""),
+            bool(node["Alive"]),
+        )
+        if name not in found or (entry.alive and not found[name].alive):
+            found[name] = entry
+    return sorted(found.values(), key=lambda h: h.host)
+
+
+def health(host: str, timeout_s: float = 2.0) -> HostHealth:
+    """Ping a host's worker once and classify the answer.
+
+    Returns:
+        healthy (answered), suspect (unavailable or no answer within `timeout_s`: restarting,
+        its node gone or busy starting), or dead (died for good, or no worker at all).
+    """
+    handle = get_worker(host)
+    if handle is None:
+        return HostHealth(host, DEAD, "no worker actor")
+    try:
+        ping = ray.get(handle.ping.remote(), timeout=timeout_s)
+    except ActorUnavailableError as err:
+        return HostHealth(host, SUSPECT, _first_line(err))
+    except GetTimeoutError:
+        return HostHealth(host, SUSPECT, f"no answer within {timeout_s:g} s")
+    except ActorDiedError as err:
+        return HostHealth(host, DEAD, _first_line(err))
+    return HostHealth(host, HEALTHY, ping=ping)
+
+
+def wait_for_health(
+    host: str, states: tuple[str, ...], timeout_s: float, poll_s: float = 0.5
+) -> HostHealth:
+    """Poll `health(host)` until its state is one of `states`.
+
+    Raises:
+        TimeoutError: not reached within `timeout_s` (the message has the last reading).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reading = health(host, timeout_s=min(2.0, max(poll_s, 0.2)))
+        if reading.state in states or time.monotonic() > deadline:
+            break
+        time.sleep(poll_s)
+    if reading.state not in states:
+        raise TimeoutError(f"{host} stayed {reading.state} ({reading.reason}) for {timeout_s:g} s")
+    return reading
+
+
+def fleet_status(timeout_s: float = 3.0) -> list[dict]:
+    """One row per host: kind, node, health, busy, targets, default policies, loaded models,
+    versions. Status calls go to every worker at once; a worker that does not answer within
+    `timeout_s` is reported with its health instead."""
+    nodes = {h.host: h for h in discover_hosts(include_dead=True)}
+    names = sorted(set(nodes) | set(list_workers()))
+    pending = {}
+    for name in names:
+        handle = get_worker(name)
+        if handle is not None:
+            pending[name] = (handle.status.remote(), handle.info.remote())
+    return [_status_row(name, nodes.get(name), pending.get(name), timeout_s) for name in names]
+
+
+def _status_row(name: str, node: HostNode | None, refs: Any, timeout_s: float) -> dict:
+    row: dict = {
+        "host": name,
+        "kind": node.kind if node else "?",
+        "node_alive": bool(node and node.alive),
+    }
+    if refs is None:
+        return {**row, "health": DEAD, "reason": "no worker actor"}
+    try:
+        status, info = ray.get(list(refs), timeout=timeout_s)
+    except (ActorUnavailableError, GetTimeoutError) as err:
+        return {**row, "health": SUSPECT, "reason": _first_line(err)}
+    except ActorDiedError as err:
+        return {**row, "health": DEAD, "reason": _first_line(err)}
+    return {
+        **row,
+        "health": HEALTHY,
+        "busy": status["busy"],
+        "run_key": status["run_key"],
+        "machine_id": info["machine_id"],
+        "chip": info["chip"],
+        "memory_gb": info["memory_gb"],
+        "targets": info["targets"],
+        "default_policies": info["default_policies"],
+        "loaded_models": status["loaded_models"],
+        "quiet": status["quiet"]["quiet"],
+        "versions": info["versions"],
+    }
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__

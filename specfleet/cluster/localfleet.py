@@ -1,0 +1,143 @@
+"""A simulated fleet on one machine: a Ray head plus one labelled node per host name.
+
+For tests and `bench/scheduler.py`: each "host" is a real raylet labelled
+`specfleet.host=<name>` with one `specfleet_slot`, so worker actors land exactly as on a
+real fleet, and removing / re-adding a node is a host leaving and rejoining. Token auth is
+on (a throwaway token file), everything binds to 127.0.0.1, health checks are fast.
+
+    with LocalFleet(["h1", "h2"]) as fleet:
+        workers = fleet.start_workers()
+        ...
+        fleet.remove_host("h1"); fleet.add_host("h1")
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from specfleet.cluster.fleet import bind_loopback, enable_token_auth, ensure_token
+from specfleet.workers.actor import (
+    HOST_LABEL,
+    KIND_LABEL,
+    NAMESPACE,
+    SLOT_RESOURCE,
+    start_worker,
+    wait_ready,
+)
+
+# A lost node is declared dead after ~3 missed 200 ms checks instead of ~30 s.
+FAST_HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 200,
+    "health_check_timeout_ms": 500,
+    "health_check_failure_threshold": 3,
+}
+_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+
+
+class LocalFleet:
+    """Head + one labelled node per host, the driver connected in namespace `specfleet`.
+
+    Args:
+        hosts: host names, one node each.
+        kind: the `specfleet.kind` label of every node.
+        cpus_per_host: CPUs each host node accounts (the head has 1 and no slot).
+        worker_kwargs: `HostWorker` keyword arguments for `start_workers`.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        *,
+        kind: str = "linux-cpu",
+        cpus_per_host: int = 1,
+        worker_kwargs: dict | None = None,
+    ) -> None:
+        self.hosts = list(hosts)
+        self.kind = kind
+        self.cpus_per_host = cpus_per_host
+        self.worker_kwargs = worker_kwargs
+        self.cluster: Any = None
+        self._nodes: dict[str, Any] = {}
+        self._saved_env: dict[str, str | None] = {}
+        self._saved_multinode = True
+        self._tmp = tempfile.TemporaryDirectory(prefix="specfleet-fleet-")
+
+    @property
+    def address(self) -> str:
+        return self.cluster.address
+
+    def start(self) -> LocalFleet:
+        """Start the head and every host node, then connect this process."""
+        from ray._private import ray_constants
+        from ray.cluster_utils import Cluster
+
+        self._saved_env = {k: os.environ.get(k) for k in _AUTH_ENV}
+        self._saved_multinode = ray_constants.ENABLE_RAY_CLUSTER
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(Path(self._tmp.name) / "auth_token")
+        enable_token_auth()
+        ensure_token(create=True)
+        bind_loopback()
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "_system_config": FAST_HEALTH_CHECKS},
+        )
+        for host in self.hosts:
+            self.add_host(host)
+        ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        return self
+
+    def add_host(self, host: str) -> Any:
+        """Add (or re-add) the node standing for `host`."""
+        node = self.cluster.add_node(
+            num_cpus=self.cpus_per_host,
+            labels={HOST_LABEL: host, KIND_LABEL: self.kind},
+            resources={SLOT_RESOURCE: 1},
+        )
+        self._nodes[host] = node
+        return node
+
+    def remove_host(self, host: str) -> None:
+        """Kill the node of `host` at once (a host lost without notice)."""
+        self.cluster.remove_node(self._nodes.pop(host), allow_graceful=False)
+
+    def start_workers(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Start every host's worker actor and wait until each answers a ping."""
+        handles = {h: start_worker(h, self.worker_kwargs) for h in self.hosts}
+        for handle in handles.values():
+            wait_ready(handle, timeout_s)
+        return handles
+
+    def shutdown(self) -> None:
+        """Disconnect, stop every node and restore the auth environment."""
+        try:
+            ray.shutdown()
+            if self.cluster is not None:
+                self.cluster.shutdown()
+        finally:
+            self._restore_env()
+            self._tmp.cleanup()
+
+    def _restore_env(self) -> None:
+        from ray._private import ray_constants
+        from ray._raylet import Config
+
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        ray_constants.ENABLE_RAY_CLUSTER = self._saved_multinode
+        Config.initialize("")
+
+    def __enter__(self) -> LocalFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,165 @@
+"""The scheduler on a real multi-node Ray cluster (head + two labelled nodes = two hosts).
+
+Toy-engine runs keep it fast; one short real torch run when the bundled model is present.
+Faults: a node removed mid-matrix, a run failing inside the worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import pytest
+
+from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, resume, run_matrix
+from specfleet.jobs.plan import run_key
+from specfleet.jobs.run import RunSpec, Target
+from specfleet.store import open_store
+from tests.cluster.raycluster import start_fleet, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+FAST = SchedulerOptions(progress=False, suspect_grace_s=0.5, call_timeout_s=10.0, poll_s=0.1)
+PROMPT = "def add(a, b):\n    return a + b\n" * 3
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    cluster = start_fleet(("alpha", "beta"))
+    cluster.handles = cluster.workers()
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as opened:
+        yield opened
+
+
+def make_runs(matrix_id: str, plan: dict[str, list[tuple[str, str, int]]]) -> list[RunSpec]:
+    """RunSpecs for (model, arm, max_tokens) per host, on the toy engine."""
+    runs = []
+    for host, items in plan.items():
+        target = Target(host=host, engine="toy", device="cpu")
+        for i, (model, arm, max_tokens) in enumerate(items):
+            runs.append(RunSpec(
+                run_key=run_key(matrix_id, host, model, arm, i), matrix_id=matrix_id,
+                target=target, model=model, prompt_name=f"p{i}", prompt_text=PROMPT,
+                arm=arm, repeat=i, max_tokens=max_tokens,
+            ))
+    return runs
+
+
+def new_matrix(store, name: str, plan) -> tuple[str, list[RunSpec]]:
+    runs = make_runs(name, plan)
+    return store.create_matrix(name, {"name": name}, runs, matrix_id=name), runs
+
+
+def statuses(store, matrix_id: str) -> dict[str, str]:
+    return {row.run_key: row.status for row in store.runs(matrix=matrix_id)}
+
+
+def assert_no_overlap(rows, machine_of=lambda row: row.host) -> None:
+    by_machine = defaultdict(list)
+    for row in rows:
+        by_machine[machine_of(row)].append((row.started_at, row.finished_at, row.run_key))
+    for spans in by_machine.values():
+        spans.sort()
+        for (_, end, key), (start, _, nxt) in zip(spans, spans[1:], strict=False):
+            assert start >= end, f"{nxt} started before {key} finished"
+
+
+def test_every_run_is_stored_once_in_plan_order_per_host(fleet, store):
+    quick = [("script:1ms", arm, 12) for arm in ("plain", "graded", "gated")] * 3
+    matrix_id, runs = new_matrix(store, "basic", {"alpha": quick, "beta": quick[:4]})
+    events = []
+    outcome = run_matrix(store, matrix_id, fleet.handles, events.append, options=FAST)
+    assert (outcome.status, outcome.done, outcome.failed, outcome.pending) == ("done", 13, 0, 0)
+    assert outcome.hosts["alpha"].done == 9 and outcome.hosts["beta"].done == 4
+    rows = store.runs(matrix=matrix_id)
+    assert len(rows) == 13 and {r.status for r in rows} == {"done"}
+    assert all(r.generated_tokens == 12 for r in rows)
+    assert_no_overlap(rows)
+    for host in ("alpha", "beta"):  # each host ran its queue in plan order
+        started = [e.run_key for e in events if e.host == host and e.status == "running"]
+        assert started == [r.run_key for r in runs if r.target.host == host]
+    assert store.get_matrix(matrix_id).status == "done"
+
+
+def test_two_matrices_at_once_and_hosts_sharing_a_machine_never_overlap(fleet, tmp_path):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    plan = {"alpha": [("script:2ms", "plain", 6)] * 5, "beta": [("script:2ms", "plain", 6)] * 5}
+    one_machine = {"alpha": "box", "beta": "box"}
+    outcomes = {}
+
+    def submit(name: str) -> None:
+        with open_store(url) as own:
+            matrix_id, _ = new_matrix(own, name, plan)
+            outcomes[name] = run_matrix(own, matrix_id, fleet.handles, options=FAST,
+                                        machines=one_machine)
+
+    threads = [threading.Thread(target=submit, args=(n,)) for n in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert {o.status for o in outcomes.values()} == {"done"}
+    with open_store(url) as check:
+        rows = check.runs(status="done")
+    assert len(rows) == 20
+    assert_no_overlap(rows, machine_of=lambda row: "box")
+
+
+def test_a_run_failing_in_the_worker_is_failed_and_the_matrix_goes_on(fleet, store):
+    plan = {"alpha": [("script:1ms", "plain", 8), ("fail", "graded", 8),
+                      ("script:1ms", "gated", 8)],
+            "beta": [("script:1ms", "plain", 8)] * 2}
+    matrix_id, runs = new_matrix(store, "failing", plan)
+    outcome = run_matrix(store, matrix_id, fleet.handles, options=FAST)
+    assert (outcome.done, outcome.failed, outcome.status) == (4, 1, "failed")
+    failed = store.runs(matrix=matrix_id, status="failed")
+    assert [r.run_key for r in failed] == [runs[1].run_key]
+    assert failed[0].error == "RuntimeError: toy model failed on purpose"
+    assert outcome.hosts["alpha"].health == "healthy"
+
+
+def test_runs_of_a_host_without_worker_stay_pending(fleet, store):
+    matrix_id, _ = new_matrix(store, "orphan", {"alpha": [("script:1ms", "plain", 4)],
+                                                "gamma": [("script:1ms", "plain", 4)] * 2})
+    outcome = run_matrix(store, matrix_id, {"alpha": fleet.handles["alpha"]}, options=FAST)
+    assert (outcome.done, outcome.pending, outcome.status) == (1, 2, "interrupted")
+    assert store.get_matrix(matrix_id).counts == {"done": 1, "pending": 2}
+
+
+def test_lost_node_interrupts_its_run_the_other_host_finishes_resume_completes(fleet, store):
+    slow = [("script:40ms", "plain", 40)] * 3  # ~1.6 s each: the node goes mid-run
+    quick = [("script:1ms", "plain", 8)] * 6
+    matrix_id, runs = new_matrix(store, "lost", {"alpha": slow, "beta": quick})
+    first_alpha = runs[0].run_key
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(
+        outcome=run_matrix(store, matrix_id, fleet.handles, options=FAST)))
+    worker.start()
+    assert wait_until(lambda: statuses(store, matrix_id)[first_alpha] == "running", 30)
+    fleet.remove_host("alpha")
+    worker.join(timeout=60)
+    outcome = result["outcome"]
+    assert outcome.hosts["alpha"].interrupted == 1 and outcome.hosts["alpha"].pending == 2
+    assert outcome.hosts["beta"].done == 6 and outcome.status == "interrupted"
+    after_loss = statuses(store, matrix_id)
+    assert after_loss[first_alpha] == "interrupted"
+    assert "worker lost" in store.runs(matrix=matrix_id, status="interrupted")[0].error
+
+    fleet.add_host("alpha")  # the host rejoins with the same labels; its actor comes back
+    fleet.handles = fleet.workers()
+    outcome = resume(store, matrix_id, fleet.handles, options=FAST)
+    assert (outcome.status, outcome.done, outcome.failed) == ("done", 3, 0)
+    rows = store.runs(matrix=matrix_id)
+    assert len(rows) == len(runs) and len({r.run_key for r in rows}) == len(runs)
+    assert {r.status for r in rows} == {"done"}
+    assert_no_overlap(rows)
+
+
+def test_dispatch_runs_with_nothing_to_do_returns_at_once(fleet, store):
+    assert dispatch_runs(store, [], fleet.handles, options=FAST) == {}
