@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from specfleet.engine.config import ConfigError, PromptLookupConfig
 from specfleet.errors import UserError
-from specfleet.jobs.run import Target
+from specfleet.jobs.run import LookupOptions, Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
 from specfleet.jobs.userinput import first_problem, read_text, validation_message
 
@@ -118,8 +119,20 @@ def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSp
     if isinstance(options.get("target"), str):
         options["target"] = parse_target_ref(options["target"])
     try:
-        return GenerateJobSpec.model_validate({**options, "prompts": prompts})
+        job = GenerateJobSpec.model_validate({**options, "prompts": prompts})
     except ValidationError as err:
         where, text = first_problem(GenerateJobSpec, err)
         flag = "--" + where.split(".")[0].split("[")[0].replace("_", "-")
         raise UserError(f"{flag}: {text}") from None
+    _check_lookup(job.lookup)
+    return job
+
+
+def _check_lookup(lookup: LookupOptions) -> None:
+    config = PromptLookupConfig(ngram_min=lookup.ngram_min, ngram_max=lookup.ngram_max,
+                                max_draft=lookup.max_draft)
+    try:
+        config.validate()
+    except ConfigError as err:
+        flag = str(err).split(" ")[0]  # "max-draft (65) must be ..." names its option first
+        raise UserError(f"--prompt-lookup-{flag}: {err}") from None

@@ -63,5 +63,10 @@ def test_bad_flags_name_the_flag(tmp_path: Path) -> None:
         load_generate_job(path, model="m", target="a/torch", max_tokens=0)
     with pytest.raises(UserError, match=r"^--policy: expected one of"):
         load_generate_job(path, model="m", target="a/torch", policy="fast")
+    with pytest.raises(UserError, match=r"^--prompt-lookup-max-draft: max-draft \(65\) must be "
+                       r"at most 64$"):
+        load_generate_job(path, model="m", target="a/torch", lookup={"max_draft": 65})
+    with pytest.raises(UserError, match=r"^--prompt-lookup-ngram-max: ngram-max \(1\) must be"):
+        load_generate_job(path, model="m", target="a/torch", lookup={"ngram_max": 1})
     with pytest.raises(UserError, match=r"no such file$"):
         load_generate_job(tmp_path / "none.jsonl", model="m", target="a/torch")
