@@ -155,23 +155,31 @@ LoopGuardField = Annotated[
 class MatrixSpec(_Strict):
     """A benchmark matrix: models x prompts x arms x repeats on every selected target."""
 
-    name: str = Field(pattern=NAME_PATTERN)
-    models: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    name: str = Field(pattern=NAME_PATTERN, description="Matrix name (letters, digits, _-.).")
+    models: list[Annotated[str, Field(min_length=1)]] = Field(
+        min_length=1, description="Model aliases of configs/models.yaml (or model paths).")
     prompts: list[Annotated[PromptEntry, BeforeValidator(
-        _name_to_prompt, json_schema_input_type=str | PromptEntry)]] = Field(min_length=1)
+        _name_to_prompt, json_schema_input_type=str | PromptEntry)]] = Field(
+        min_length=1, description="Prompt file names (in prompt_dir) or {name, text}.")
     arms: list[Annotated[ArmSpec, BeforeValidator(
-        _name_to_arm, json_schema_input_type=Arm | ArmSpec)]] = Field(min_length=1)
-    repeats: int = Field(3, ge=1, le=MAX_REPEATS)
-    max_tokens: TokenLimitField = TokenLimit(default=256)
-    temperature: float = Field(0.0, ge=0.0, le=10.0)
-    seed: int | None = None
-    chat: bool = True
-    loop_guard: LoopGuardField | None = None
-    require_quiet: bool = False
-    speedups: bool = True  # report speed-ups over plain, which needs the plain arm
-    targets: TargetSelector = TargetSelector()
-    prompt_suffix: dict[str, str] = {}  # per model alias, e.g. " /no_think" for Qwen3
-    prompt_dir: str | None = None
+        _name_to_arm, json_schema_input_type=Arm | ArmSpec)]] = Field(
+        min_length=1, description="plain, auto, graded, gated, fixed; or {arm, options}.")
+    repeats: int = Field(3, ge=1, le=MAX_REPEATS, description="Repetitions of every cell.")
+    max_tokens: TokenLimitField = Field(
+        TokenLimit(default=256), description="New-token limit: N or {default, mlx, torch}.")
+    temperature: float = Field(0.0, ge=0.0, le=10.0, description="0 = greedy.")
+    seed: int | None = Field(None, description="Sampling seed (same for every repeat).")
+    chat: bool = Field(True, description="Wrap prompts in the model's chat template.")
+    loop_guard: LoopGuardField | None = Field(
+        None, description="Stop looping replies: 'min,max,repeats' or a mapping (spec 10).")
+    require_quiet: bool = Field(False, description="Wait for a quiet host before each run.")
+    speedups: bool = Field(True, description="Report speed-ups over plain (needs plain).")
+    targets: TargetSelector = Field(
+        TargetSelector(), description="Target selector; an empty list selects all.")
+    prompt_suffix: dict[str, str] = Field(
+        {}, description="Text appended to every prompt per model, e.g. ' /no_think'.")
+    prompt_dir: str | None = Field(
+        None, description="Prompt folder relative to this file; default ../prompts.")
 
     def arm_names(self) -> list[str]:
         return [a.arm for a in self.arms]
