@@ -69,6 +69,25 @@ def _check_driver(parsed: URL, source: str) -> URL:
     )
 
 
+def check_writable(url: URL) -> None:
+    """Refuse a SQLite file (or its directory, where WAL keeps its side files) we can't write.
+
+    Raises:
+        UserError: naming the path and what is wrong with it.
+    """
+    if url.get_backend_name() != "sqlite":
+        return
+    path = Path(url.database)
+    if not path.parent.is_dir():
+        raise UserError(f"--db: directory {path.parent} does not exist")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise UserError(f"--db: the SQLite file {path} is read-only; specfleet needs to write it")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(
+            f"--db: directory {path.parent} is read-only; SQLite needs to write its WAL files there"
+        )
+
+
 def display_url(url: URL) -> str:
     """The URL as text with any password hidden."""
     return url.render_as_string(hide_password=True)

@@ -25,6 +25,7 @@ from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.store import values
 from specfleet.store.engine import (
     WRITE_OPTION,
+    check_writable,
     display_url,
     make_engine,
     resolve_url,
@@ -63,6 +64,7 @@ def open_store(url: str | None = None) -> Store:
             SQLite file, or a schema newer than this code (left untouched).
     """
     resolved = resolve_url(url)
+    check_writable(resolved)
     engine = make_engine(resolved)
     with connection_errors(resolved, engine):
         ensure_schema(engine, resolved)
@@ -77,6 +79,8 @@ def connection_errors(url: URL, engine: Engine | None = None) -> Iterator[None]:
     except (DBAPIError, *_DRIVER_ERRORS) as err:
         if engine is not None:
             engine.dispose()
+        if isinstance(err, IntegrityError | sqlite3.IntegrityError):
+            raise  # a constraint the caller broke, never a connection problem
         user_error = translate_error(err, url)
         if user_error is None:
             raise
@@ -117,7 +121,12 @@ class Store(StoreQueries, StoreSeries):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Session]:
-        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
+        # A file made read-only (or a server gone) after opening is still the user's to fix.
+        with (
+            connection_errors(self.url),
+            Session(self._write_engine, expire_on_commit=False) as session,
+            session.begin(),
+        ):
             yield session
 
     def _read(self) -> Session:

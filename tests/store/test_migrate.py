@@ -1,0 +1,119 @@
+"""Schema creation and upgrades: from empty, models == migrations, future revisions refused."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from specfleet.errors import UserError
+from specfleet.store import FutureSchemaError, head_revision, open_store
+from specfleet.store.engine import resolve_url
+from specfleet.store.models import Base
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def raw_engine(url: str):
+    return create_engine(resolve_url(url))
+
+
+def snapshot(url: str) -> tuple:
+    """What a database holds: its revision, tables and matrix rows (plus file bytes)."""
+    engine = raw_engine(url)
+    with engine.connect() as conn:
+        rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+        tables = sorted(inspect(conn).get_table_names())
+        matrices = conn.execute(text("SELECT id, status FROM matrices ORDER BY id")).all()
+    engine.dispose()
+    path = resolve_url(url).database if url.startswith("sqlite") else None
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+    return rev, tables, matrices, digest
+
+
+def test_upgrade_from_empty_creates_every_table(store_url):
+    with open_store(store_url):
+        pass
+    engine = raw_engine(store_url)
+    with engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == head_revision()
+        tables = set(inspect(conn).get_table_names())
+    engine.dispose()
+    assert tables == set(Base.metadata.tables) | {"alembic_version"}
+
+
+def test_models_match_the_migrations(store_url):
+    with open_store(store_url):
+        pass
+    engine = raw_engine(store_url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_reopening_is_a_no_op(store_url):
+    with open_store(store_url) as store:
+        matrix_id = store.create_matrix("demo", {}, [])
+    before = snapshot(store_url)
+    with open_store(store_url) as store:
+        assert store.get_matrix(matrix_id).name == "demo"
+    assert snapshot(store_url)[:3] == before[:3]
+
+
+def test_future_revision_is_refused_and_untouched(store_url):
+    with open_store(store_url) as store:
+        store.create_matrix("demo", {}, [])
+    engine = raw_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+    engine.dispose()
+    before = snapshot(store_url)
+    with pytest.raises(FutureSchemaError) as err:
+        open_store(store_url)
+    message = str(err.value)
+    assert "\n" not in message and "9999_from_the_future" in message
+    assert "newer than this specfleet" in message
+    assert snapshot(store_url) == before
+
+
+def test_foreign_tables_without_revision_are_refused(store_url):
+    engine = raw_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE runs (id INTEGER PRIMARY KEY)"))
+    engine.dispose()
+    with pytest.raises(UserError, match="no specfleet schema revision"):
+        open_store(store_url)
+
+
+@pytest.mark.slow
+def test_migrations_ship_in_a_non_editable_install(tmp_path):
+    """Build the wheel, then open a store from it with the checkout off sys.path."""
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path / "dist"), str(REPO)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("specfleet-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "specfleet/store/migrations/env.py" in names
+    assert "specfleet/store/migrations/versions/0001_initial.py" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = (
+        "import specfleet.store as s, sys; from specfleet.store import open_store;"
+        f"assert s.__file__.startswith({str(site)!r}), s.__file__;"
+        f"st = open_store({str(tmp_path / 'w.db')!r}); print(st.list_matrices())"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(site), "HOME": str(tmp_path)})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"
