@@ -203,6 +203,8 @@ def test_gated_shadow_probe_confirms_exactly_the_resumed_copy(sampler, pipelined
     assert result.stats.drafted_rounds >= 3 and result.stats.accepted >= 10
     kinds = [t.kind for t in result.trace]
     assert ("pipelined" in kinds) == pipelined
+    # A paused Gated loop pipelines at once (spec 4.2), with no two synchronous rounds.
+    assert kinds[3] == ("pipelined" if pipelined else "sync")
     assert kinds[:3] == ["sync", "sync", "verify"]  # 300->100, 100->101, narrow [102,103]
     assert result.trace[2].proposed == 2 and result.trace[2].accepted == 0
     check_rounds(result, len(PROBE_PROMPT), len(PROBE_REPLY))
