@@ -36,7 +36,11 @@ app = typer.Typer(
 # A module exposing `app` becomes a group; one exposing `register(app)` adds top-level commands.
 SUBCOMMANDS: list[str] = [
     "generate",
+    "models",
     "db",
+    "matrix",
+    "results",
+    "parity",
 ]
 
 

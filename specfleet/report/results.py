@@ -1,0 +1,131 @@
+"""`specfleet results`: stored runs (or their cells) matching filters, as tables, JSON or CSV."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+from typing import get_args
+
+from specfleet.errors import UserError
+from specfleet.jobs.run import Arm, Target
+from specfleet.report.build import view_of_runs
+from specfleet.report.grid import Grid, to_csv, to_rich
+from specfleet.report.tables import DASH, cell_record, pct, render_view, speedup_text
+from specfleet.report.view import LOOP_SHARE_FLAG, MatrixView
+from specfleet.store.export import export_runs
+
+RESULT_FORMATS = ("table", "json", "csv")
+ENGINES = get_args(Target.model_fields["engine"].annotation)
+DEVICES = get_args(Target.model_fields["device"].annotation)
+ARMS = get_args(Arm)
+
+
+def parse_time(value: str | None, flag: str) -> datetime | None:
+    """An ISO date or date-time (UTC when no zone is given), or None."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise UserError(
+            f"{flag}: expected an ISO date or time like 2026-11-29 or 2026-11-29T10:00, "
+            f"got {value!r}"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> None:
+    for value in values or []:
+        if value not in allowed:
+            raise UserError(f"{flag}: unknown value {value!r}; expected one of "
+                            f"{', '.join(allowed)}")
+
+
+def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=None,
+                prompt=None, arm=None, matrix=None, version=None, since=None,
+                until=None) -> dict:
+    """Validate CLI filters (lists of values, ISO times) into `Store.runs` keyword filters.
+
+    Raises:
+        UserError: an unknown engine, device or arm, an unknown matrix id, a bad time.
+    """
+    _check_choices(engine, ENGINES, "--engine")
+    _check_choices(device, DEVICES, "--device")
+    _check_choices(arm, ARMS, "--arm")
+    for matrix_id in matrix or []:
+        store.get_matrix(matrix_id)
+    start, end = parse_time(since, "--since"), parse_time(until, "--until")
+    if start and end and start >= end:
+        raise UserError(f"--since ({since}) must be before --until ({until})")
+    given = dict(host=host, kind=kind, engine=engine, device=device, model=model,
+                 prompt=prompt, arm=arm, matrix=matrix, specfleet_version=version)
+    filters = {name: list(value) for name, value in given.items() if value}
+    if start:
+        filters["since"] = start
+    if end:
+        filters["until"] = end
+    return filters
+
+
+def runs_grid(runs: list) -> Grid:
+    """One row per run."""
+    rows = []
+    for run in runs:
+        tok_s = DASH if run.tok_per_s is None else f"{run.tok_per_s:.2f}"
+        acc = f"{run.accepted / run.proposed:.4f}" if run.proposed else DASH
+        flags = " ".join(flag for flag, on in (
+            ("LOOP", (run.loop_share or 0.0) > LOOP_SHARE_FLAG), ("noisy", bool(run.noisy)),
+        ) if on)
+        finished = run.finished_at.strftime("%Y-%m-%d %H:%M") if run.finished_at else DASH
+        rows.append((
+            run.matrix_id or run.job_id or DASH, f"{run.host}/{run.engine}/{run.device}",
+            run.model, run.prompt_name, run.arm, str(run.repeat), run.status, tok_s,
+            str(run.generated_tokens or 0), acc, flags or DASH, finished,
+        ))
+    headers = ("matrix", "target", "model", "prompt", "arm", "rep", "status", "tok/s",
+               "tokens", "acc rate", "flags", "finished (UTC)")
+    return Grid(f"{len(runs)} runs", headers, tuple(rows), left_cols=7)
+
+
+def cells_grid(view: MatrixView) -> Grid:
+    """One row per cell (done runs): n, median tok/s with spread, speed-up and markers."""
+    rows = []
+    for c in view.cells:
+        median = f"{c.median_tok_per_s:.2f} {pct(c.spread)}" + ("!" if c.spread_flag else "")
+        acc = f"{c.counters.acceptance_rate:.4f}" if c.arm != "plain" else DASH
+        rows.append((c.target, c.model, c.prompt, c.arm, str(c.n), median,
+                     speedup_text(c) if c.arm != "plain" else DASH, acc))
+    headers = ("target", "model", "prompt", "arm", "n", "median tok/s", "speed-up", "acc rate")
+    return Grid(f"{len(view.cells)} cells (done runs)", headers, tuple(rows), left_cols=4)
+
+
+def render_results(runs: list, fmt: str = "table", cells: bool = False,
+                   pivot: str | None = None) -> str:
+    """Runs (or, with `cells` or `pivot`, their cells) as text.
+
+    Args:
+        runs: `RunRow`s from `Store.runs`.
+        fmt: "table", "json" or "csv".
+        cells: aggregate the done runs per cell.
+        pivot: "target" puts each model, prompt and arm on every target side by side.
+    """
+    if fmt not in RESULT_FORMATS:
+        raise UserError(f"--format: unknown format {fmt!r}; expected one of "
+                        f"{', '.join(RESULT_FORMATS)}")
+    if pivot is not None or cells:
+        view = view_of_runs("results", "filtered runs", runs)
+        if pivot is not None:
+            return render_view(view, fmt, pivot)
+        if fmt == "table":
+            return to_rich([cells_grid(view)])
+        records = [cell_record(c) for c in view.cells]
+        if fmt == "json":
+            return json.dumps(records, indent=2) + "\n"
+        headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
+        return to_csv(headers, [[r[h] for h in headers] for r in records])
+    if fmt == "table":
+        return to_rich([runs_grid(runs)])
+    out = io.StringIO()
+    export_runs(runs, fmt, out)
+    return out.getvalue()

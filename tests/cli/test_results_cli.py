@@ -1,0 +1,106 @@
+"""`results`, `history`, `compare` and `matrix show` through the real Typer app on a seeded
+SQLite store (`--db`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from tests.report.conftest import AFTER_ID, DEMO_ID, MIXED_ID, db_path, worker  # noqa: F401
+
+runner = CliRunner()
+
+
+def invoke(db_path, *args: str):  # noqa: F811
+    return runner.invoke(app, [*args, "--db", str(db_path)])
+
+
+def test_matrix_show_table_and_pivot(db_path) -> None:  # noqa: F811
+    result = invoke(db_path, "matrix", "show", DEMO_ID)
+    assert result.exit_code == 0, result.output
+    assert "1.50x ±2.7% =" in result.output and "4.00x ±0.0% LOOP =" in result.output
+    assert "±20.0%! within noise" in result.output
+    pivot = invoke(db_path, "matrix", "show", DEMO_ID, "--pivot", "target", "--format", "json")
+    rows = json.loads(pivot.stdout)["rows"]
+    graded = next(r for r in rows if (r["model"], r["prompt"], r["arm"]) ==
+                  ("script", "copy", "graded"))
+    assert graded["targets"]["h2/toy/cpu"]["parity"] == "diverged"
+
+
+def test_results_runs_and_filters(db_path) -> None:  # noqa: F811
+    result = invoke(db_path, "results", "--matrix", MIXED_ID, "--arm", "graded",
+                    "--format", "json")
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)
+    assert [r["tok_per_s"] for r in runs] == [120.0, 121.0, 119.0]
+    table = invoke(db_path, "results", "--matrix", MIXED_ID)
+    assert "6 runs" in table.output
+    both = invoke(db_path, "results", "--matrix", DEMO_ID, "--matrix", AFTER_ID, "--host", "h2",
+                  "--prompt", "copy", "--arm", "graded", "--format", "csv")
+    assert len(list(csv.DictReader(io.StringIO(both.stdout)))) == 6
+
+
+def test_results_cells_and_pivot(db_path) -> None:  # noqa: F811
+    cells = invoke(db_path, "results", "--matrix", DEMO_ID, "--model", "script", "--cells",
+                   "--format", "json")
+    records = json.loads(cells.stdout)
+    assert len(records) == 12
+    graded = [r for r in records if r["arm"] == "graded"]
+    assert {round(r["speedup"], 3) for r in graded} == {1.5}
+    pivot = invoke(db_path, "results", "--matrix", DEMO_ID, "--pivot", "target")
+    assert pivot.exit_code == 0 and "h1/toy/cpu" in pivot.output and "h2/toy/cpu" in pivot.output
+    assert "Across targets" in pivot.output
+
+
+def test_history_flags_a_change_and_names_the_test(db_path) -> None:  # noqa: F811
+    result = invoke(db_path, "history", "--model", "script", "--prompt", "copy", "--arm",
+                    "graded", "--target", "h1/toy/cpu")
+    assert result.exit_code == 0, result.output
+    assert "CHANGED 0.80x (mann-whitney p=0.100)" in result.output
+    assert "two-sided Mann-Whitney U" in result.output
+    body = json.loads(invoke(db_path, "history", "--model", "script", "--prompt", "copy",
+                             "--arm", "graded", "--format", "json").stdout)
+    assert [(r["target"], r["matrix_id"]) for r in body][:2] == [
+        ("h1/toy/cpu", DEMO_ID), ("h1/toy/cpu", AFTER_ID)]
+
+
+def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None:  # noqa: F811
+    same = invoke(db_path, "compare", DEMO_ID, AFTER_ID)
+    assert same.exit_code == 0, same.output
+    assert "REGRESSION" in same.output and "1 regressions in 14 cells" in same.output
+    mixed = invoke(db_path, "compare", DEMO_ID, MIXED_ID, "--format", "json")
+    row = next(r for r in json.loads(mixed.stdout) if r["arm"] == "graded")
+    assert row["verdict"] == "slower" and row["differs"] == ["prompt hash"]
+    assert row["ratio"] == pytest.approx(0.8)
+    text = invoke(db_path, "compare", DEMO_ID, MIXED_ID).output
+    assert "not called a regression, the cells differ in prompt hash" in text
+    allowed = invoke(db_path, "compare", DEMO_ID, MIXED_ID, "--allow-mixed").output
+    assert "REGRESSION (--allow-mixed; the cells differ in prompt hash)" in allowed
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["matrix", "show", "nope-123456"], "nope-123456"),
+    (["matrix", "show", DEMO_ID, "--format", "html"], "--format"),
+    (["matrix", "show", DEMO_ID, "--pivot", "host"], "--pivot"),
+    (["results", "--engine", "cuda"], "--engine"),
+    (["results", "--arm", "fast"], "--arm"),
+    (["results", "--since", "yesterday"], "--since"),
+    (["results", "--since", "2026-02-01", "--until", "2026-01-01"], "--since"),
+    (["results", "--matrix", "nope-123456"], "nope-123456"),
+    (["results", "--format", "xml"], "--format"),
+    (["history", "--model", "script", "--prompt", "copy", "--arm", "fixed"], "no done runs"),
+    (["history", "--model", "script", "--prompt", "copy", "--arm", "graded", "--target",
+      "a/b/c/d"], "--target"),
+    (["compare", DEMO_ID, "nope-123456"], "nope-123456"),
+    (["compare", DEMO_ID, AFTER_ID, "--format", "markdown"], "--format"),
+])
+def test_bad_input_is_one_line_and_exit_2(db_path, args, needle) -> None:  # noqa: F811
+    result = invoke(db_path, *args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
