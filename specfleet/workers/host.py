@@ -189,8 +189,14 @@ class HostWorker:
         with self._run_lock:  # the runner's caches are shared with timed runs
             prepared = self._prepare(spec)
             try:
-                return replay_divergence(prepared.runner, prepared.prompt_ids, tokens_a,
-                                         tokens_b, row, width_b=spec.lookup.max_draft + 1)
+                return replay_divergence(
+                    prepared.runner,
+                    prepared.prompt_ids,
+                    tokens_a,
+                    tokens_b,
+                    row,
+                    width_b=spec.lookup.max_draft + 1,
+                )
             finally:
                 prepared.runner.reset()
 
