@@ -15,7 +15,7 @@ from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, resume,
 from specfleet.jobs.plan import run_key
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.store import open_store
-from tests.cluster.raycluster import start_fleet, wait_until
+from tests.cluster.raycluster import start_fleet, wait_until, workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -26,7 +26,7 @@ PROMPT = "def add(a, b):\n    return a + b\n" * 3
 @pytest.fixture(scope="module")
 def fleet():
     cluster = start_fleet(("alpha", "beta"))
-    cluster.handles = cluster.workers()
+    cluster.handles = workers(cluster)
     yield cluster
     cluster.shutdown()
 
@@ -152,7 +152,7 @@ def test_lost_node_interrupts_its_run_the_other_host_finishes_resume_completes(f
     assert "worker lost" in store.runs(matrix=matrix_id, status="interrupted")[0].error
 
     fleet.add_host("alpha")  # the host rejoins with the same labels; its actor comes back
-    fleet.handles = fleet.workers()
+    fleet.handles = workers(fleet)
     outcome = resume(store, matrix_id, fleet.handles, options=FAST)
     assert (outcome.status, outcome.done, outcome.failed) == ("done", 3, 0)
     rows = store.runs(matrix=matrix_id)
