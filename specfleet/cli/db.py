@@ -33,15 +33,17 @@ def upgrade_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> No
 def current_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> None:
     """Show the database's schema revision and URL (password hidden); changes nothing."""
     url = resolve_url(db)
-    typer.echo(f"url: {display_url(url)}")
+    typer.echo(f"url: {display_url(url)}\nrevision: {_read_revision(url)}")
+
+
+def _read_revision(url) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
-        typer.echo("revision: none (no database file yet; `specfleet db upgrade` creates it)")
-        return
+        return "none (no database file yet; `specfleet db upgrade` creates it)"
     engine = make_engine(url)
     with connection_errors(url, engine), engine.connect() as conn:
         rev = current_revision(conn)
     engine.dispose()
-    typer.echo(f"revision: {_describe(rev)}")
+    return _describe(rev)
 
 
 def _describe(rev: str | None) -> str:

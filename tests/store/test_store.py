@@ -8,7 +8,7 @@ import pytest
 
 from specfleet.jobs.run import Target
 from specfleet.store import StoreConflict, UnknownMatrix, UnknownRun
-from tests.store.factory import HOST_A, HOST_B, grid, result, spec
+from tests.store.factory import HOST_B, grid, result, spec
 
 
 def test_create_matrix_stores_every_run_pending_in_plan_order(store):

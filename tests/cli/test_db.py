@@ -1,0 +1,178 @@
+"""`specfleet db upgrade|current`, and every bad database a user can point it at."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.store import head_revision, open_store
+from specfleet.store.engine import resolve_url
+from tests.conftest import PG_PASSWORD, PG_PASSWORD_USER
+
+NOBODY = 65534
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_upgrade_then_current(store_url):
+    result = invoke("db", "current", "--db", store_url)
+    assert result.exit_code == 0, result.output
+    assert "revision: none" in result.output
+    result = invoke("db", "upgrade", "--db", store_url)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().endswith(f"-> {head_revision()} (head)")
+    result = invoke("db", "current", "--db", store_url)
+    assert result.output.splitlines()[1] == f"revision: {head_revision()} (head)"
+    again = invoke("db", "upgrade", "--db", store_url)
+    assert f"{head_revision()} -> {head_revision()}" in again.output
+
+
+def test_current_on_a_missing_file_creates_nothing(tmp_path):
+    path = tmp_path / "none.db"
+    result = invoke("db", "current", "--db", str(path))
+    assert result.exit_code == 0 and "no database file yet" in result.output
+    assert not path.exists()
+
+
+def test_env_var_is_honoured(tmp_path, monkeypatch):
+    path = tmp_path / "env.db"
+    monkeypatch.setenv("SPECFLEET_DB", str(path))
+    assert invoke("db", "upgrade").exit_code == 0
+    assert path.exists()
+    assert invoke("db", "current").output.splitlines()[0] == f"url: sqlite:///{path}"
+
+
+def test_current_hides_the_password(pg_server, pg_url):
+    database = pg_url.rsplit("/", 1)[1]
+    url = pg_server.url(database, PG_PASSWORD_USER, PG_PASSWORD)
+    result = invoke("db", "current", "--db", url)
+    assert result.exit_code == 0, result.output
+    assert PG_PASSWORD not in result.output and f"{PG_PASSWORD_USER}:***@" in result.output
+
+
+def test_wrong_scheme():
+    assert_one_line_error(invoke("db", "upgrade", "--db", "mysql://u@h/db"),
+                          "--db", "'mysql'", "postgresql+psycopg://")
+
+
+def test_unreachable_server():
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"postgresql+psycopg://u:secret@127.0.0.1:{port}/db"
+    result = invoke("db", "upgrade", "--db", url)
+    assert_one_line_error(result, "cannot reach PostgreSQL", f"127.0.0.1:{port}")
+    assert "secret" not in result.output
+
+
+def test_bad_credentials_write_nothing(pg_server, pg_url):
+    database = pg_url.rsplit("/", 1)[1]
+    url = pg_server.url(database, PG_PASSWORD_USER, "wrong-password")
+    result = invoke("db", "upgrade", "--db", url)
+    assert_one_line_error(result, "refused the credentials", PG_PASSWORD_USER)
+    assert "wrong-password" not in result.output
+    engine = create_engine(pg_url)
+    with engine.connect() as conn:
+        assert inspect(conn).get_table_names() == []
+    engine.dispose()
+
+
+def test_corrupted_file_is_left_as_it_was(tmp_path):
+    path = tmp_path / "bad.db"
+    path.write_bytes(b"this is not a database, just forty-odd bytes" * 10)
+    before = digest(path)
+    for command in ("upgrade", "current"):
+        assert_one_line_error(invoke("db", command, "--db", str(path)), str(path),
+                              "not a usable SQLite database")
+    assert digest(path) == before
+
+
+def test_future_revision_via_the_cli(store_url):
+    invoke("db", "upgrade", "--db", store_url)
+    engine = create_engine(resolve_url(store_url))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'ffff'"))
+    engine.dispose()
+    assert_one_line_error(invoke("db", "upgrade", "--db", store_url), "revision ffff", "newer")
+    current = invoke("db", "current", "--db", store_url)
+    assert current.exit_code == 0 and "ffff (newer than this specfleet" in current.output
+
+
+def _as_nobody(fn) -> dict:
+    """Run `fn` as an unprivileged user when we are root (root ignores file modes)."""
+    if os.geteuid() != 0:
+        return fn()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop privileges, report through the pipe, never return to pytest
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            payload = json.dumps(fn())
+        except BaseException as err:  # noqa: BLE001 - reported to the parent
+            payload = json.dumps({"child_error": repr(err)})
+        os.write(write, payload.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_read_only_file_is_refused_and_untouched():
+    folder = Path(tempfile.mkdtemp(prefix="specfleet-ro-"))
+    try:
+        path = folder / "ro.db"
+        open_store(str(path)).close()
+        for side in folder.glob("ro.db-*"):
+            side.unlink()
+        path.chmod(0o444)
+        folder.chmod(0o755)  # the unprivileged user can neither write the file nor the folder
+        before = digest(path)
+
+        def attempt() -> dict:
+            result = invoke("db", "upgrade", "--db", str(path))
+            return {"code": result.exit_code, "output": result.output}
+
+        got = _as_nobody(attempt)
+        assert got.get("code") == 2, got
+        lines = got["output"].strip().splitlines()
+        assert len(lines) == 1 and "read-only" in lines[0] and str(path) in lines[0]
+        assert digest(path) == before and sorted(os.listdir(folder)) == ["ro.db"]
+    finally:
+        for item in folder.iterdir():
+            item.unlink()
+        folder.rmdir()
+
+
+def test_open_store_refuses_a_missing_directory(tmp_path):
+    from specfleet.errors import UserError
+
+    with pytest.raises(UserError, match="does not exist"):
+        open_store(str(tmp_path / "no" / "such" / "dir.db"))
