@@ -162,7 +162,9 @@ def document(report: str, baseline_s: float, total: int, killed: int) -> str:
         "Each mutation is a text replacement in a private copy of `specfleet/`; the engine tests "
         f"({', '.join(Path(t).name for t in ENGINE_TESTS)}) then run there with `-x`. Unmutated "
         f"they pass in {baseline_s:.1f} s. The first failing test is the one that killed it; the "
-        "seconds column is the (shared machine's) wall time to the kill.\n\n"
+        "seconds column is the (shared machine's) wall time to the kill. Several tests can kill "
+        "one mutation; e.g. both probe-start mutations and `no shadow lookups` also fail the "
+        "6.38 probe-alignment test run alone.\n\n"
         f"**{killed} of {total} mutations killed.**\n\n{report}\n"
     )
 
