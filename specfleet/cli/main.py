@@ -41,6 +41,7 @@ SUBCOMMANDS: list[str] = [
     "matrix",
     "results",
     "parity",
+    "report",
     "fleet",
 ]
 

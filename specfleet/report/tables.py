@@ -67,6 +67,8 @@ def plain_grid(view: MatrixView, target: str) -> Grid:
     rows = []
     for model in view.models:
         cells = [view.cell(target, model, p, PLAIN) for p in view.prompts]
+        if all(c is None for c in cells):
+            continue
         text = [
             DASH if c is None or not c.rates else f"{c.median_tok_per_s:.1f} {pct(c.spread)}"
             + ("!" if c.spread_flag else "")

@@ -1,0 +1,38 @@
+"""`specfleet report ID [--out DIR]`: the markdown record, PNG plots and raw CSV of a matrix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specfleet.report.record import write_record
+from specfleet.store.store import open_store
+
+DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
+           "default $SPECFLEET_DB, else the user data dir.")
+
+
+def report(
+    matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Folder for the record (default: reports/MATRIX_ID).")] = None,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+) -> None:
+    """Write the benchmark record of a matrix: markdown, PNG plots, raw runs as CSV."""
+    from specfleet.errors import UserError
+
+    target = out or Path("reports") / matrix_id
+    if target.exists() and not target.is_dir():
+        raise UserError(f"--out: {target} exists and is not a folder")
+    with open_store(db) as store:
+        files = write_record(store, matrix_id, target)
+    typer.echo(f"record: {files.markdown}")
+    for path in (*files.plots, files.csv):
+        typer.echo(f"  {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `report` to the root app."""
+    app.command("report")(report)

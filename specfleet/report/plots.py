@@ -1,0 +1,116 @@
+"""PNG plots of a matrix (matplotlib, Agg backend): a speed-up heatmap per target and the
+per-run tok/s of every arm."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from specfleet.report.view import PLAIN, MatrixView  # noqa: E402
+
+ARM_COLORS = {"plain": "#555555", "graded": "#1f77b4", "gated": "#d62728", "auto": "#2ca02c",
+              "fixed": "#9467bd"}
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
+
+
+def _marks(cell) -> str:
+    marks = []
+    if cell.within_noise:
+        marks.append("~")
+    if cell.spread_flag:
+        marks.append("!")
+    if cell.loop:
+        marks.append("L")
+    if cell.parity == "diverged":
+        marks.append("≠")
+    return " ".join(marks)
+
+
+def _heat_data(view: MatrixView, target: str, rows: list[tuple[str, str]]) -> np.ndarray:
+    """log2 speed-ups; NaN where nothing was measured or the replies loop (drawn grey)."""
+    data = np.full((max(len(rows), 1), len(view.prompts)), np.nan)
+    for i, (model, arm) in enumerate(rows):
+        for j, prompt in enumerate(view.prompts):
+            cell = view.cell(target, model, prompt, arm)
+            if cell is not None and cell.speedup and not cell.loop:
+                data[i, j] = np.log2(cell.speedup)
+    return data
+
+
+def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
+    """Rows model x lookup arm, columns prompts, colour = speed-up over plain on a log scale
+    centred on 1.0x; looping cells grey (kept out of the scale, as out of the headline)."""
+    rows = [(m, a) for m in view.models for a in view.lookup_arms
+            if any(view.cell(target, m, p, a) for p in view.prompts)]
+    data = _heat_data(view, target, rows)
+    finite = data[np.isfinite(data)]
+    limit = max(float(np.abs(finite).max()) if finite.size else 0.0, np.log2(1.1))
+    fig, ax = plt.subplots(figsize=(2.4 + 1.4 * len(view.prompts), 1.4 + 0.55 * len(rows)))
+    ax.set_facecolor("#dddddd")
+    image = ax.imshow(data, cmap="RdYlGn", vmin=-limit, vmax=limit, aspect="auto")
+    for i, (model, arm) in enumerate(rows):
+        for j, prompt in enumerate(view.prompts):
+            cell = view.cell(target, model, prompt, arm)
+            if cell is not None and cell.speedup is not None:
+                ax.text(j, i, f"{cell.speedup:.2f}x\n{_marks(cell)}".strip(), ha="center",
+                        va="center", fontsize=8)
+    ax.set_xticks(range(len(view.prompts)), view.prompts)
+    ax.set_yticks(range(len(rows)), [f"{m} · {a}" for m, a in rows])
+    ax.set_title(f"Speed-up over plain — {target}\n~ within noise  ! spread>5%  "
+                 f"L loop (grey)  ≠ diverged", fontsize=9)
+    bar = fig.colorbar(image, ax=ax, label="median arm / median plain tok/s")
+    ticks = np.linspace(-limit, limit, 5)
+    bar.set_ticks(ticks, labels=[f"{2 ** t:.2f}x" for t in ticks])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
+    """Per-run tok/s of every arm, grouped by model and prompt; a bar marks each median."""
+    groups = [(m, p) for m in view.models for p in view.prompts
+              if view.cell(target, m, p, PLAIN) or any(view.cell(target, m, p, a)
+                                                       for a in view.arms)]
+    width = 0.8 / max(len(view.arms), 1)
+    fig, ax = plt.subplots(figsize=(2.0 + 1.1 * len(groups), 4.0))
+    labelled: set[str] = set()
+    for k, arm in enumerate(view.arms):
+        for g, (model, prompt) in enumerate(groups):
+            cell = view.cell(target, model, prompt, arm)
+            if cell is None or not cell.rates:
+                continue
+            x = g - 0.4 + width * (k + 0.5)
+            xs = x + np.linspace(-width / 4, width / 4, len(cell.rates))
+            ax.scatter(xs, cell.rates, s=14, color=ARM_COLORS.get(arm, "#333333"),
+                       label=None if arm in labelled else arm, marker="x" if cell.loop else "o")
+            labelled.add(arm)
+            ax.hlines(cell.median_tok_per_s, x - width / 2.5, x + width / 2.5,
+                      color=ARM_COLORS.get(arm, "#333333"))
+    ax.set_xticks(range(len(groups)), [f"{m}\n{p}" for m, p in groups], fontsize=8)
+    ax.set_ylabel("tok/s (whole call, prefill included)")
+    ax.set_title(f"Per-run tok/s by arm — {target} (x: replies loop)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(view: MatrixView, out_dir: Path) -> list[Path]:
+    """Both plots for every target; returns the files written."""
+    paths = []
+    for target in view.targets:
+        paths.append(speedup_heatmap(view, target, out_dir / f"speedup-{slug(target)}.png"))
+        paths.append(run_scatter(view, target, out_dir / f"runs-{slug(target)}.png"))
+    return paths

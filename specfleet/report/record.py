@@ -1,0 +1,186 @@
+"""`specfleet report ID`: a markdown record of a matrix, in the spirit of the reference's
+`docs/benchmark_results/` file, with PNG plots and the raw runs as CSV beside it."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from specfleet.jobs.changes import CHANGE_ALPHA
+from specfleet.report.build import done_runs, load_matrix, target_label, view_of_runs
+from specfleet.report.grid import Grid, to_markdown
+from specfleet.report.parity import check_parity
+from specfleet.report.parity_tables import cross_grid, where_text
+from specfleet.report.plots import write_plots
+from specfleet.report.tables import DASH, grids_for
+from specfleet.report.view import LOOP_SHARE_FLAG, SPREAD_FLAG
+from specfleet.store.export import export_runs
+from specfleet.store.models import Host, LoadSample, Prompt
+
+METHOD = (
+    "- Each target runs every model, prompt and repeat with the arms back to back in "
+    "rotating order, so load drift hits all arms alike (plan order in the raw data).",
+    "- Rate = generated tokens / whole call, prefill included (the reference's headline "
+    "figure), after the worker warmed every verify width once (kept apart as warm-up).",
+    "- Cell value = median arm tok/s / median plain tok/s on the same target, model and "
+    "prompt; spread = (max - min) / median over the repeats; a spread above "
+    f"{SPREAD_FLAG:.0%} is flagged; plain's spread is the noise floor and a speed-up inside "
+    "it reads 'within noise'.",
+    f"- A cell whose median loop share exceeds {LOOP_SHARE_FLAG} loops (its reply is mostly a "
+    "repeated cycle prompt lookup copies for free): marked LOOP, kept out of the headline.",
+    "- Counters and parity come from each cell's first repetition; parity compares token ids "
+    "with plain's on the same target (first differing token and character).",
+    f"- Changes over time: Mann-Whitney U over the repeats (changed when p <= {CHANGE_ALPHA}).",
+)
+
+
+@dataclass(frozen=True)
+class RecordFiles:
+    markdown: Path
+    csv: Path
+    plots: tuple[Path, ...]
+
+
+def _read(store, stmt) -> list:
+    with Session(store.engine) as session:
+        return list(session.scalars(stmt))
+
+
+def environment_grid(store, runs: list) -> Grid:
+    """Every host of the matrix: kind, OS, chip, memory and library versions."""
+    names = sorted({r.host for r in runs})
+    hosts = {h.name: h for h in _read(store, select(Host).where(Host.name.in_(names)))}
+    rows = []
+    for name in names:
+        host = hosts.get(name)
+        versions = next((r.versions for r in runs if r.host == name and r.versions), None)
+        versions = versions or (host.versions if host else {}) or {}
+        text = ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or DASH
+        if host is None:
+            rows.append((name, DASH, DASH, DASH, DASH, text))
+            continue
+        memory = f"{host.memory_gb:.0f} GB" if host.memory_gb else DASH
+        rows.append((name, host.kind or DASH, f"{host.os or DASH} {host.arch or ''}".strip(),
+                     host.chip or DASH, memory, text))
+    return Grid("Environment", ("host", "kind", "OS", "chip", "memory", "versions"),
+                tuple(rows), left_cols=6)
+
+
+def prompts_grid(store, runs: list) -> Grid:
+    """Prompt names, text hashes, prompt token counts and the start of each text."""
+    hashes = {r.prompt_name: r.prompt_hash for r in runs}
+    texts = {p.text_hash: p.text for p in
+             _read(store, select(Prompt).where(Prompt.text_hash.in_(set(hashes.values()))))}
+    rows = []
+    for name, digest in hashes.items():
+        tokens = sorted({r.prompt_tokens for r in runs if r.prompt_name == name
+                         and r.prompt_tokens})
+        text = " ".join(texts.get(digest, "").split())
+        rows.append((name, digest[:12], "/".join(map(str, tokens)) or DASH,
+                     text[:90] + ("…" if len(text) > 90 else "")))
+    return Grid("Prompts", ("prompt", "text sha256", "prompt tokens", "text"), tuple(rows),
+                left_cols=4)
+
+
+def load_grid(store, matrix_id: str, runs: list) -> Grid:
+    """Load average over the run per host: the worker's samples and each run's readings."""
+    samples = _read(store, select(LoadSample).where(LoadSample.matrix_id == matrix_id))
+    rows = []
+    for host in sorted({r.host for r in runs}):
+        series = [s.load1 for s in samples if s.host == host]
+        readings = [r.load_before[0] for r in runs if r.host == host and r.load_before]
+        readings += [r.load_after[0] for r in runs if r.host == host and r.load_after]
+        noisy = sum(bool(r.noisy) for r in runs if r.host == host)
+        rows.append((host, *_load_cols(series), *_load_cols(readings), str(noisy)))
+    return Grid("Load average over the run (1-minute)",
+                ("host", "sampled n", "sampled median", "sampled range", "per-run n",
+                 "per-run median", "per-run range", "runs flagged noisy"), tuple(rows))
+
+
+def _load_cols(values: list[float]) -> tuple[str, str, str]:
+    if not values:
+        return "0", DASH, DASH
+    return (str(len(values)), f"{statistics.median(values):.2f}",
+            f"{min(values):.2f}–{max(values):.2f}")
+
+
+def parity_grid(store, matrix_id: str) -> list[Grid]:
+    """Arm-vs-plain verdicts (no replay: `specfleet parity ID` adds the forensics)."""
+    report = check_parity(store, matrix_id)
+    rows = tuple(
+        (a.target, a.model, a.prompt, a.arm,
+         "identical" if a.verdict == "identical" else f"diverges at {where_text(a.token, a.char)}")
+        for a in report.arms
+    )
+    note = "Forensics (competing tokens, logit margins, near-tie or suspect): `specfleet parity ID`."
+    grids = [Grid("Parity against plain (first repetition)",
+                  ("target", "model", "prompt", "arm", "verdict"), rows, (note,), left_cols=5)]
+    return grids + ([cross_grid(report)] if report.cross else [])
+
+
+def raw_grid(runs: list) -> Grid:
+    """Every run: counters, timings, loop share, load."""
+    rows = []
+    for r in runs:
+        load = "/".join(f"{x[0]:.2f}" if x else DASH for x in (r.load_before, r.load_after))
+        rows.append((
+            target_label(r), r.model, r.prompt_name, r.arm, str(r.repeat),
+            str(r.generated_tokens or 0), f"{r.tok_per_s or 0:.2f}", f"{r.prefill_s or 0:.3f}",
+            f"{r.total_s or 0:.3f}",
+            f"{r.rounds or 0}/{r.drafted_rounds or 0}/{r.paused_rounds or 0}",
+            f"{r.proposed or 0}/{r.accepted or 0}", str(r.shadow_confirmations or 0),
+            f"{r.loop_share or 0:.2f}", "yes" if r.noisy else "no", load, r.stop_reason or DASH,
+        ))
+    headers = ("target", "model", "prompt", "arm", "rep", "tok", "tok/s", "prefill s",
+               "total s", "rounds/drafted/paused", "prop/acc", "shadow", "loop share",
+               "noisy", "load before/after", "stop")
+    return Grid("Raw per-run data (plan order)", headers, tuple(rows), left_cols=5)
+
+
+def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
+    """The whole record as markdown text."""
+    matrix = load_matrix(store, matrix_id)
+    runs = done_runs(store, matrix_id)
+    view = view_of_runs(matrix_id, matrix.name, runs)
+    finished = (f"finished {matrix.finished_at:%Y-%m-%d %H:%M} UTC" if matrix.finished_at
+                else "not finished")
+    lines = [
+        f"# Benchmark record: {matrix.name} (`{matrix_id}`)", "",
+        f"Submitted {matrix.submitted_at:%Y-%m-%d %H:%M} UTC, {finished}; status "
+        f"{matrix.status}; specfleet {matrix.specfleet_version}; spec sha256 "
+        f"`{matrix.spec_hash[:12]}`; runs by status: {json.dumps(matrix.counts)}.", "",
+        "## Method", "", *METHOD, "", "Matrix spec:", "", "```json",
+        json.dumps(matrix.spec, indent=2, default=str), "```", "",
+    ]
+    body = [environment_grid(store, runs), prompts_grid(store, runs)]
+    results = grids_for(view, None) + (grids_for(view, "target") if len(view.targets) > 1 else [])
+    tail = [*parity_grid(store, matrix_id), load_grid(store, matrix_id, runs)]
+    plots = ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
+    return "\n".join([
+        *lines, to_markdown(body, level=2), "## Results", "",
+        to_markdown(results), to_markdown(tail, level=2), *plots,
+        to_markdown([raw_grid(runs)], level=2), "Raw data as CSV: `runs.csv`.", "",
+    ])
+
+
+def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
+    """Write `<id>.md`, `runs.csv` and the PNG plots into `out_dir` (created if needed).
+
+    Raises:
+        UserError: an unknown matrix id.
+    """
+    matrix = load_matrix(store, matrix_id)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = done_runs(store, matrix_id)
+    plots = write_plots(view_of_runs(matrix_id, matrix.name, runs), out)
+    markdown = out / f"{matrix_id}.md"
+    markdown.write_text(record_markdown(store, matrix_id, [p.name for p in plots]))
+    csv_path = out / "runs.csv"
+    export_runs(store.runs(matrix=matrix_id), "csv", csv_path)
+    return RecordFiles(markdown, csv_path, tuple(plots))

@@ -1,0 +1,60 @@
+"""The markdown record, its PNG plots and raw CSV, directly and through `specfleet report`."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.errors import UserError
+from specfleet.report.record import write_record
+from tests.report.conftest import DEMO_ID
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_record_sections_plots_and_csv(store, tmp_path) -> None:
+    files = write_record(store, DEMO_ID, tmp_path / "rec")
+    text = files.markdown.read_text()
+    for heading in ("# Benchmark record: demo (`demo-000001`)", "## Method", "## Environment",
+                    "## Prompts", "### Plain decoding, tok/s (median) — h1/toy/cpu",
+                    "### Prompt lookup over plain — h2/toy/cpu", "### Across targets",
+                    "## Parity against plain (first repetition)",
+                    "## Plain replies across targets", "## Load average over the run",
+                    "## Plots", "## Raw per-run data (plan order)"):
+        assert heading in text, heading
+    assert "| script | graded | 1.50x ±2.7% = | 1.50x ±2.7% = |" in text
+    assert "| h2/toy/cpu | script | copy | graded | diverges at token 5 (char 5) |" in text
+    assert "| copy | 79cc5fcbf139 |" in text  # sha256 of the prompt text, shortened
+    assert "![speedup-h1-toy-cpu.png](speedup-h1-toy-cpu.png)" in text
+    names = sorted(p.name for p in files.plots)
+    assert names == ["runs-h1-toy-cpu.png", "runs-h2-toy-cpu.png", "speedup-h1-toy-cpu.png",
+                     "speedup-h2-toy-cpu.png"]
+    for path in files.plots:
+        assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 5000
+    raw = list(csv.DictReader(files.csv.open()))
+    assert len(raw) == 42 and {r["status"] for r in raw} == {"done"}
+    assert text.count("| h1/toy/cpu | script | copy | graded |") == 3 + 1  # raw rows + parity
+
+
+def test_unknown_matrix(store, tmp_path) -> None:
+    with pytest.raises(UserError, match="nope-1"):
+        write_record(store, "nope-1", tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_report_cli_writes_and_prints_paths(db_path, tmp_path) -> None:
+    out = tmp_path / "r"
+    result = CliRunner().invoke(app, ["report", DEMO_ID, "--out", str(out), "--db", str(db_path)])
+    assert result.exit_code == 0, result.output
+    assert f"record: {out / (DEMO_ID + '.md')}" in result.output
+    assert (out / "runs.csv").exists()
+    bad = CliRunner().invoke(app, ["report", "nope-1", "--out", str(out), "--db", str(db_path)])
+    assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    clash = CliRunner().invoke(app, ["report", DEMO_ID, "--out", str(afile), "--db",
+                                     str(db_path)])
+    assert clash.exit_code == 2 and "--out" in clash.stderr
