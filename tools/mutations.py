@@ -28,6 +28,8 @@ ENGINE_TESTS = [
     "tests/engine/test_stats.py",
     "tests/engine/test_sampling.py",
     "tests/engine/test_loop.py",
+    "tests/engine/test_reference.py",
+    "tests/engine/test_warmup.py",
     "tests/engine/runners/test_toy.py",
 ]
 

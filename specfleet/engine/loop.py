@@ -20,6 +20,7 @@ from typing import Any, Literal
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.governor import DraftGovernor, make_governor
 from specfleet.engine.lookup import SHADOW_CONFIRM, NgramIndex, ShadowProbe
+from specfleet.engine.reference import sequential_reference
 from specfleet.engine.runners.base import Runner, UnsupportedModelError
 from specfleet.engine.sampling import HostSampler, SamplerConfig
 from specfleet.engine.stats import (
@@ -30,12 +31,18 @@ from specfleet.engine.stats import (
     Timings,
     loop_guard_fires,
 )
+from specfleet.engine.warmup import warm_up_verify_widths
 
 PLAIN_ROUNDS_BEFORE_PIPELINE = 2  # lookup pipelines on the third consecutive empty round
 ALLOCATOR_CLEAR_EVERY = 256  # generated tokens between allocator-cache clears (non-semantic)
 FORCE_SYNC_ENV = "SPECFLEET_FORCE_SYNC"  # presence (any value) disables pipelining
 
 StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
+
+__all__ = [
+    "Generation", "generate", "sequential_reference", "unsupported_reason",
+    "warm_up_verify_widths",
+]
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,14 @@ def _resolve_pipeline(pipeline: bool | None, sampler: SamplerConfig) -> bool:
     return pipeline
 
 
-def _check_request(runner, prompt, max_tokens, lookup, sampler, loop_guard) -> None:
+def _check_request(
+    runner: Runner,
+    prompt: Sequence[int],
+    max_tokens: int,
+    lookup: PromptLookupConfig | None,
+    sampler: SamplerConfig,
+    loop_guard: tuple[int, int, int] | None,
+) -> None:
     if not prompt:
         raise ValueError("the prompt is empty: prompt lookup needs at least one prompt token")
     if max_tokens < 0:
@@ -338,7 +352,8 @@ def generate(
         trace: record one `RoundTrace` per round.
         should_stop: polled between rounds; True ends the reply as "cancelled".
         pipeline: None allows pipelining unless `SPECFLEET_FORCE_SYNC` is set or the
-            sampler needs host rows; False forbids it.
+            sampler needs host rows; False forbids it; True forces it (greedy
+            batched-argmax samplers only).
 
     Returns:
         The `Generation`.
@@ -372,68 +387,3 @@ def generate(
     end = time.perf_counter()
     timings = Timings(prefill_end - start, end - prefill_end, end - start)
     return Generation(s.generated, s.stats, timings, s.stop_reason, s.trace or [])
-
-
-def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int) -> float:
-    """Run every verify width once and roll it back (spec 2.10).
-
-    Args:
-        runner: the model; its caches are reset and end at the prompt's length.
-        prompt: the prompt to prefill (not empty).
-        max_draft: widths 2..max_draft+1 are executed.
-
-    Returns:
-        Seconds spent.
-    """
-    if not prompt:
-        raise ValueError("the warm-up prompt is empty")
-    start = time.perf_counter()
-    runner.reset()
-    runner.read_tokens(runner.argmax(runner.prefill(prompt)))
-    last = prompt[-1]
-    for width in range(2, max_draft + 2):
-        runner.read_tokens(runner.argmax(runner.forward([last] * width)))
-        runner.trim(width)
-    runner.clear_allocator_cache()
-    return time.perf_counter() - start
-
-
-def sequential_reference(
-    runner: Runner,
-    prompt: Sequence[int],
-    max_tokens: int,
-    sampler: SamplerConfig,
-    loop_guard: tuple[int, int, int] | None = None,
-) -> list[int]:
-    """Strictly sequential decoding: one forward per prompt token, then one per token.
-
-    Every token is sampled on the host against the full history (prompt + emitted).
-
-    Args:
-        runner: the model; reset first.
-        prompt: prompt token ids (not empty).
-        max_tokens: most tokens to emit.
-        sampler: the sampler (its seed gives the same draws as `generate`).
-        loop_guard: (min_period, max_period, repeats), as in `generate`.
-
-    Returns:
-        The emitted tokens (EOS excluded).
-    """
-    if not prompt:
-        raise ValueError("the prompt is empty")
-    host = HostSampler(sampler)
-    runner.reset()
-    history, generated = list(prompt), []
-    for token in prompt:
-        logits = runner.forward([token])
-    while len(generated) < max_tokens:
-        token = host.sample(runner.read_row(logits, 0), history)
-        if token in runner.eos_ids:
-            break
-        history.append(token)
-        generated.append(token)
-        if loop_guard is not None and loop_guard_fires(generated, *loop_guard):
-            break
-        if len(generated) < max_tokens:
-            logits = runner.forward([token])
-    return generated

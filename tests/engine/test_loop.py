@@ -15,7 +15,6 @@ from specfleet.engine.loop import (
     generate,
     sequential_reference,
     unsupported_reason,
-    warm_up_verify_widths,
 )
 from specfleet.engine.runners.base import UnsupportedModelError
 from specfleet.engine.runners.toy import (
@@ -25,7 +24,6 @@ from specfleet.engine.runners.toy import (
     ScriptModel,
     ToyRunner,
     UntrimmableModel,
-    WidthRecordingModel,
     lcg_tokens,
 )
 from specfleet.engine.sampling import SamplerConfig
@@ -163,21 +161,6 @@ def test_generate_refuses_a_model_without_external_caches():
         generate(UntrimmableModel(), [1, 2], max_tokens=4, lookup=PromptLookupConfig())
     # Plain decoding never trims, so it still runs.
     assert generate(UntrimmableModel(), [1, 2], max_tokens=4).tokens == [3] * 4
-
-
-# --- 6.29: verify-width warm-up -------------------------------------------------------
-
-
-def test_warmup_runs_every_verify_width_and_rolls_each_back():
-    """6.29 warmup_runs_every_verify_width_and_rolls_each_back."""
-    model = WidthRecordingModel()
-    model.forward([1, 1, 1])  # stale state is reset first
-    seconds = warm_up_verify_widths(model, [1, 2, 3, 4, 5], cfg(3, 2, 4).max_draft)
-    assert model.forward_widths[1:] == [5, 2, 3, 4, 5]
-    assert model.cache_len() == 5 and model.cache == [1, 2, 3, 4, 5]
-    assert seconds >= 0.0
-    with pytest.raises(ValueError):
-        warm_up_verify_widths(model, [], 4)
 
 
 # --- 6.38: the probe-alignment test, pipelined and synchronous -------------------------
@@ -353,15 +336,6 @@ def test_requests_are_validated():
         generate(ConstantModel(), [1], max_tokens=4, sampler=SamplerConfig(temperature=-1))
     with pytest.raises(ValueError, match="max_tokens"):
         generate(ConstantModel(), [1], max_tokens=-1)
-
-
-def test_sequential_reference_feeds_one_token_per_forward():
-    model = InductionModel()
-    out = sequential_reference(model, [1, 2, 3], 10, GREEDY)
-    assert len(out) == 10 and model.forward_widths == [1] * 12
-    assert sequential_reference(ConstantModel(), [3] * 4, 50, GREEDY, (1, 1, 8)) == [3] * 8
-    with pytest.raises(ValueError):
-        sequential_reference(model, [], 4, GREEDY)
 
 
 @pytest.mark.parametrize("policy", ["graded", "gated"])
