@@ -6,18 +6,20 @@ The scheduler developer owns `run`, `resume`, `status`, `list`, `validate` and `
 
 from __future__ import annotations
 
+import json
+from collections import Counter, defaultdict
 from typing import Annotated
 
 import typer
 
+from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, OneLineUsageGroup, open_fleet
+from specfleet.jobs.plan import plan_runs
+from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
-from specfleet.store.store import open_store
+from specfleet.store.store import new_matrix_id, open_store
 
-app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show.",
-                  no_args_is_help=True)
-
-DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
-           "default $SPECFLEET_DB, else the user data dir.")
+app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, validate, schema.",
+                  no_args_is_help=True, cls=OneLineUsageGroup)
 
 
 @app.command("show")
@@ -32,3 +34,140 @@ def show(
     """The speed-up tables of a matrix: plain tok/s, speed-ups over plain, counters, parity."""
     with open_store(db) as store:
         typer.echo(render_matrix(store, matrix_id, fmt, pivot), nl=False)
+
+
+# ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
+
+
+def _options(no_progress: bool, require_quiet: bool):
+    from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
+
+    return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet)
+
+
+def _print_outcome(store, outcome) -> None:
+    typer.echo(
+        f"matrix {outcome.matrix_id}: {outcome.status} ({outcome.done} done, "
+        f"{outcome.failed} failed, {outcome.interrupted} interrupted, {outcome.pending} "
+        f"pending this call; {outcome.wall_s:.1f} s)"
+    )
+    if store.get_matrix(outcome.matrix_id).counts.get("done"):
+        typer.echo(render_matrix(store, outcome.matrix_id, "table"), nl=False)
+    if outcome.status != "done":
+        typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}")
+    typer.echo(f"matrix id: {outcome.matrix_id}")
+
+
+@app.command("run")
+def run(
+    file: Annotated[str, typer.Argument(help="Matrix YAML file.")],
+    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    require_quiet: Annotated[bool, typer.Option(
+        "--require-quiet", help="Wait for a quiet host before each timed run.")] = False,
+    no_progress: Annotated[bool, typer.Option(
+        "--no-progress", help="No progress bars.")] = False,
+) -> None:
+    """Plan a matrix, run it on the fleet, store every run, print the speed-up tables.
+
+    Exit status 0 when every run is done, 1 when some failed or were interrupted.
+    """
+    spec = load_matrix_spec(file)  # every file mistake is one line, before anything else
+    quiet = require_quiet or spec.require_quiet
+    with open_store(db) as store:
+        view = open_fleet(address, with_toy="toy" in spec.targets.engines)
+        matrix_id = new_matrix_id(spec.name)
+        runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+        store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=matrix_id)
+        typer.echo(f"matrix {matrix_id}: {len(runs)} runs on "
+                   f"{len({r.target.label for r in runs})} targets", err=True)
+        from specfleet.cluster.scheduler import run_matrix
+
+        outcome = run_matrix(store, matrix_id, view.workers,
+                             options=_options(no_progress, quiet), machines=view.machines)
+        _print_outcome(store, outcome)
+    if outcome.status != "done":
+        raise typer.Exit(1)
+
+
+@app.command("resume")
+def resume_cmd(
+    matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
+    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    require_quiet: Annotated[bool, typer.Option(
+        "--require-quiet", help="Wait for a quiet host before each timed run.")] = False,
+    no_progress: Annotated[bool, typer.Option(
+        "--no-progress", help="No progress bars.")] = False,
+) -> None:
+    """Re-queue every run of a matrix that is not done and run them; done runs are kept."""
+    with open_store(db) as store:
+        matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
+        hosts = sorted({row.host for row in store.runs(matrix=matrix_id)})
+        view = open_fleet(address, hosts=hosts)
+        quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
+        from specfleet.cluster.scheduler import resume
+
+        outcome = resume(store, matrix_id, view.workers,
+                         options=_options(no_progress, quiet), machines=view.machines)
+        _print_outcome(store, outcome)
+    if outcome.status != "done":
+        raise typer.Exit(1)
+
+
+@app.command("status")
+def status(
+    matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+) -> None:
+    """A matrix's status, its runs per host and status, and the errors of unfinished runs."""
+    with open_store(db) as store:
+        matrix = store.get_matrix(matrix_id)
+        rows = store.runs(matrix=matrix_id)
+    typer.echo(f"matrix {matrix.id} ({matrix.name}): {matrix.status}; "
+               f"{_counts_text(matrix.counts)}; submitted {matrix.submitted_at:%Y-%m-%d %H:%M}")
+    per_host: dict[str, Counter] = defaultdict(Counter)
+    for row in rows:
+        per_host[f"{row.host}/{row.engine}/{row.device}"][row.status] += 1
+    for target, counts in sorted(per_host.items()):
+        typer.echo(f"  {target}: {_counts_text(counts)}")
+    for row in rows:
+        if row.status in ("failed", "interrupted") and row.error:
+            typer.echo(f"  {row.status} {row.run_key[:12]} {row.model} {row.prompt_name} "
+                       f"{row.arm} #{row.repeat}: {row.error}")
+
+
+@app.command("list")
+def list_cmd(
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N matrices.")] = 20,
+) -> None:
+    """Matrices, newest first: id, name, status, runs done of total, submitted."""
+    with open_store(db) as store:
+        matrices = store.list_matrices(limit=limit)
+    if not matrices:
+        typer.echo("no matrices yet")
+    for m in matrices:
+        typer.echo(f"{m.id:<32} {m.name:<20} {m.status:<12} "
+                   f"{m.counts.get('done', 0)}/{m.total_runs} done  {m.submitted_at:%Y-%m-%d %H:%M}")
+
+
+@app.command("validate")
+def validate(file: Annotated[str, typer.Argument(help="Matrix YAML file.")]) -> None:
+    """Check a matrix file without running it: one line per mistake, exit 2."""
+    spec = load_matrix_spec(file)
+    typer.echo(f"{file}: ok: {len(spec.models)} models x {len(spec.prompts)} prompts x "
+               f"{len(spec.arms)} arms x {spec.repeats} repeats = {spec.runs_per_target()} "
+               f"runs per target ({spec.targets.describe()})")
+
+
+@app.command("schema")
+def schema() -> None:
+    """The JSON schema of a matrix file."""
+    typer.echo(json.dumps(MatrixSpec.model_json_schema(), indent=2))
+
+
+def _counts_text(counts) -> str:
+    order = ("done", "running", "pending", "failed", "interrupted")
+    parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
+    return ", ".join(parts) or "no runs"
