@@ -60,6 +60,7 @@ def read_head_versions(address: str) -> dict[str, str]:
     """
     from ray._raylet import GcsClient
 
+    _check_reachable(address)
     try:
         client = GcsClient(address=address)
         raw = client.internal_kv_get(
@@ -69,6 +70,14 @@ def read_head_versions(address: str) -> dict[str, str]:
     except Exception as err:  # any failure here means: cannot read the head
         raise UserError(f"cannot read versions from head {address}: {_line(err)}") from None
     return {"python": meta["python_version"], "ray": meta["ray_version"]}
+
+
+def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise UserError(f"cannot reach the head at {address}: {_line(err)}") from None
 
 
 def check_versions(head: dict[str, str], local: dict[str, str]) -> None:

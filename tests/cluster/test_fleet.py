@@ -1,0 +1,230 @@
+"""The fleet on a real multi-node Ray cluster: discovery, status, health, a host lost and back,
+joins refused on mismatched versions, the CLI as a token-auth client and the embedded fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+import ray
+from ray.exceptions import RayActorError
+
+from specfleet.cluster import fleet as fleet_mod
+from specfleet.cluster.fleet import (
+    DEAD,
+    HEALTHY,
+    SUSPECT,
+    discover_hosts,
+    ensure_token,
+    fleet_status,
+    health,
+    wait_for_health,
+)
+from specfleet.cluster.localfleet import LocalFleet
+from specfleet.cluster.membership import (
+    check_versions,
+    join_command,
+    local_versions,
+    read_head_versions,
+    start_env,
+    up_command,
+)
+from specfleet.errors import UserError
+from specfleet.jobs.run import RunSpec, Target
+from specfleet.workers.actor import get_worker, start_worker, stop_worker, wait_ready
+
+TIMEOUT_S = 30
+SPECFLEET = [os.path.join(os.path.dirname(sys.executable), "specfleet")]
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    with LocalFleet(
+        ["h1", "h2"], kind="linux-cpu", worker_kwargs={"sample_period_s": 3600.0}
+    ) as local:
+        local.start_workers()
+        yield local
+
+
+def spec(host: str, key: str, model: str = "script", max_tokens: int = 20) -> RunSpec:
+    return RunSpec(
+        run_key=key,
+        target=Target(host=host, engine="toy", device="cpu"),
+        model=model,
+        prompt_name="p",
+        prompt_text="one two three four. ",
+        arm="auto",
+        max_tokens=max_tokens,
+    )
+
+
+def cli(
+    *args: str, env: dict | None = None, unset: tuple[str, ...] = (), timeout: float = 120
+) -> subprocess.CompletedProcess:
+    child_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
+    return subprocess.run(
+        [*SPECFLEET, *args], capture_output=True, text=True, timeout=timeout, env=child_env
+    )
+
+
+# ---- no cluster needed -------------------------------------------------------------------
+
+
+def test_join_refuses_mismatched_versions_in_one_line() -> None:
+    head = {"python": "3.11.7", "ray": "2.60.0"}
+    check_versions(head, dict(head))
+    with pytest.raises(UserError) as err:
+        check_versions(head, {"python": "3.11.9", "ray": "2.59.1"})
+    message = str(err.value)
+    assert "\n" not in message
+    assert "Python 3.11.7 (this host has 3.11.9)" in message
+    assert "ray[default]==2.60.0 (this host has 2.59.1)" in message
+
+
+def test_join_of_an_unreachable_head_is_one_line_at_once() -> None:
+    start = time.monotonic()
+    done = cli("fleet", "join", "127.0.0.1:1", "--name", "h9", env={"RAY_AUTH_TOKEN": "x" * 64})
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: cannot reach the head at 127.0.0.1:1: ")
+    assert time.monotonic() - start < 30
+
+
+def test_a_client_without_a_token_is_told_where_to_put_it(tmp_path) -> None:
+    missing = tmp_path / "nope" / "auth_token"
+    done = cli(
+        "fleet",
+        "status",
+        "--address",
+        "127.0.0.1:6379",
+        env={"RAY_AUTH_TOKEN_PATH": str(missing)},
+        unset=("RAY_AUTH_TOKEN",),
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"error: no Ray token at {missing}: copy the head's token file there (mode 600) "
+        "or set RAY_AUTH_TOKEN"
+    )
+
+
+def test_token_file_is_created_and_tightened_to_0600(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "auth_token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    assert ensure_token(create=True) == path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and len(path.read_text()) == 64
+    path.chmod(0o644)  # what a bare `ray.init()` leaves behind
+    ensure_token(create=False)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_ray_start_command_lines() -> None:
+    up = up_command("mac1", "mac-mlx", port=6380, node_ip="10.0.0.5")
+    assert up[:3] == ["ray", "start", "--head"] and "--dashboard-host=127.0.0.1" in up
+    assert "--labels=specfleet.host=mac1,specfleet.kind=mac-mlx" in up
+    assert '--resources={"specfleet_slot": 1}' in up and "--node-ip-address=10.0.0.5" in up
+    join = join_command("10.0.0.1:6379", "spark1", "gb10-cuda", num_cpus=20)
+    assert join[:3] == ["ray", "start", "--address=10.0.0.1:6379"] and "--num-cpus=20" in join
+    assert start_env("darwin")["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1"
+    assert start_env("linux")["RAY_AUTH_MODE"] == "token"
+
+
+# ---- on the shared two-host cluster --------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_hosts_are_discovered_by_label_and_reported(fleet: LocalFleet) -> None:
+    hosts = discover_hosts()
+    assert [(h.host, h.kind, h.alive) for h in hosts] == [
+        ("h1", "linux-cpu", True),
+        ("h2", "linux-cpu", True),
+    ]
+    rows = {r["host"]: r for r in fleet_status()}
+    assert set(rows) == {"h1", "h2"}
+    for host, row in rows.items():
+        assert row["health"] == HEALTHY and row["busy"] is False
+        assert f"{host}/torch/cpu" in row["targets"]
+        assert row["default_policies"][f"{host}/torch/cpu"] == "graded"
+        assert row["versions"]["ray"] == ray.__version__
+
+
+@pytest.mark.slow
+def test_the_head_reports_its_versions_to_a_joining_host(fleet: LocalFleet) -> None:
+    assert read_head_versions(fleet.address) == local_versions()
+
+
+@pytest.mark.slow
+def test_the_cli_connects_as_a_token_client(fleet: LocalFleet) -> None:
+    done = cli("fleet", "status", "--address", fleet.address, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout)
+    assert [(r["host"], r["health"]) for r in rows] == [("h1", HEALTHY), ("h2", HEALTHY)]
+
+
+@pytest.mark.slow
+def test_a_lost_host_goes_suspect_and_comes_back_on_rejoin(fleet: LocalFleet) -> None:
+    before = ray.get(get_worker("h2").ping.remote(), timeout=TIMEOUT_S)
+    running = get_worker("h2").run.remote(spec("h2", "lost", "script:20ms", max_tokens=1000))
+    wait_until_busy("h2")
+    fleet.remove_host("h2")
+    with pytest.raises(RayActorError):  # the scheduler marks such a run `interrupted`
+        ray.get(running, timeout=TIMEOUT_S)
+    assert wait_for_health("h2", (SUSPECT,), timeout_s=TIMEOUT_S).state == SUSPECT
+    # The other host carries on meanwhile.
+    assert (
+        ray.get(get_worker("h1").run.remote(spec("h1", "ok")), timeout=TIMEOUT_S).status == "done"
+    )
+    assert [h.host for h in discover_hosts()] == ["h1"]
+    fleet.add_host("h2")
+    back = wait_for_health("h2", (HEALTHY,), timeout_s=90)
+    assert back.ping["node_host_label"] == "h2"
+    assert back.ping["node_id"] != before["node_id"] and back.ping["pid"] != before["pid"]
+    again = ray.get(get_worker("h2").run.remote(spec("h2", "again")), timeout=TIMEOUT_S)
+    assert again.status == "done"
+
+
+@pytest.mark.slow
+def test_a_stopped_worker_is_dead_until_started_again(fleet: LocalFleet) -> None:
+    handle = get_worker("h1")
+    assert stop_worker("h1") is True
+    deadline = time.monotonic() + TIMEOUT_S
+    while get_worker("h1") is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert health("h1").state == DEAD
+    with pytest.raises(RayActorError):
+        ray.get(handle.ping.remote(), timeout=TIMEOUT_S)
+    wait_ready(start_worker("h1", {"sample_period_s": 3600.0}), TIMEOUT_S)
+    assert health("h1").state == HEALTHY
+
+
+def wait_until_busy(host: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not ray.get(get_worker(host).ping.remote(), timeout=TIMEOUT_S)["busy"]:
+        assert time.monotonic() < deadline, f"{host} never started its run"
+        time.sleep(0.05)
+
+
+# ---- the embedded fleet (its own Ray instance, in a child process) --------------------------
+
+
+@pytest.mark.slow
+def test_the_embedded_fleet_starts_with_one_worker_for_this_machine(tmp_path) -> None:
+    token = tmp_path / "auth_token"
+    done = cli(
+        "fleet",
+        "status",
+        "--json",
+        env={"RAY_AUTH_TOKEN_PATH": str(token), "SPECFLEET_HOST": "solo"},
+        unset=("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "SPECFLEET_ADDRESS"),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(done.stdout)
+    assert row["host"] == "solo" and row["health"] == HEALTHY
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert fleet_mod.HEALTHY == HEALTHY
