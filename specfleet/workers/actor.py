@@ -69,6 +69,13 @@ class WorkerActor:
     def run(self, spec: RunSpec) -> RunResult:
         return self._worker.run(spec)
 
+    @ray.method(concurrency_group="run")  # never beside a timed run
+    def calibrate(
+        self, model: str, engine: str, device: str, max_width: int = 10,
+        measure: dict | None = None,
+    ) -> dict:
+        return self._worker.calibrate(model, engine, device, max_width, **(measure or {}))
+
     @ray.method(concurrency_group="control")
     def ping(self) -> dict:
         context = ray.get_runtime_context()

@@ -200,6 +200,30 @@ class HostWorker:
             finally:
                 prepared.runner.reset()
 
+    def calibrate(
+        self, model: str, engine: str, device: str, max_width: int = 10, **measure: int
+    ) -> dict:
+        """Per-width verify cost table (spec 7.6) of `model` on this host's engine and device.
+
+        Holds the run lock like a timed run (added by the scheduler developer for
+        `specfleet job calibrate`). `measure`: more `measure_width_costs` keyword arguments.
+
+        Returns:
+            `engine.calibrate.WidthCosts` as a dict.
+        """
+        from specfleet.engine.calibrate import measure_width_costs
+        from specfleet.jobs.run import Target
+
+        target = Target(host=self.host, engine=engine, device=device)
+        spec = RunSpec(run_key="calibrate", target=target, model=model, prompt_name="calibrate",
+                       prompt_text="calibrate", arm="plain", max_tokens=1)
+        with self._run_lock:
+            prepared = self._prepare(spec)
+            try:
+                return asdict(measure_width_costs(prepared.runner, max_width, **measure))
+            finally:
+                prepared.runner.reset()
+
     def _run_locked(self, spec: RunSpec, other_run_active: bool) -> RunResult:
         started_at = datetime.now(UTC)
         self._maybe_sample(spec.run_key)
