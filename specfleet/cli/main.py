@@ -39,6 +39,7 @@ SUBCOMMANDS: list[str] = [
     "models",
     "db",
     "matrix",
+    "job",
     "results",
     "parity",
     "report",

@@ -1,0 +1,183 @@
+"""`specfleet job ...`: generation batches on one target, and the width-cost table per target.
+
+`job generate` runs a JSONL batch of prompts on one target of the fleet through the scheduler
+(one run per prompt, stored as a generation job) and prints each reply. `job calibrate`
+measures the per-width verify cost table (spec 7.6) on every target and stores it per host.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, OneLineUsageGroup, open_fleet
+from specfleet.errors import UserError
+from specfleet.jobs.run import Target
+from specfleet.store.store import new_matrix_id, open_store
+
+app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
+                  no_args_is_help=True, cls=OneLineUsageGroup)
+
+DEFAULT_MODEL = "smollm2-135m"
+CALIBRATE_TIMEOUT_S = 1800.0
+ENGINES = ("mlx", "torch", "toy")
+
+
+@app.command("generate")
+def generate(
+    prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line.")],
+    target: Annotated[str, typer.Option("--target", help="HOST/ENGINE or HOST/ENGINE/DEVICE.")],
+    policy: Annotated[str, typer.Option("--policy", help="auto, graded, gated, fixed or plain.")] = "auto",
+    model: Annotated[str, typer.Option("--model", help="Model alias.")] = DEFAULT_MODEL,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
+    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bars.")] = False,
+) -> None:
+    """Run a batch of prompts on one target, store the outputs as a generation job, print them.
+
+    Exit status 0 when every prompt is done, 1 otherwise.
+    """
+    from specfleet.jobs.batch import load_generate_job, select_target
+    from specfleet.jobs.plan import plan_generate_runs
+
+    options: dict[str, Any] = {"model": model, "target": target, "policy": policy}
+    if max_tokens is not None:
+        options["max_tokens"] = max_tokens
+    job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
+    with open_store(db) as store:
+        view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host])
+        chosen = select_target(job.target, view.targets)
+        job_id = new_matrix_id(f"gen-{Path(prompts).stem}")
+        # Generation runs belong to the job, not to a matrix (runs.matrix_id is a foreign key).
+        runs = [r.model_copy(update={"matrix_id": None})
+                for r in plan_generate_runs(job, chosen, job_id)]
+        params = job.model_dump(mode="json", exclude={"prompts", "target"})
+        store.create_generation_job(Path(prompts).stem, chosen, job.model, runs, params, job_id)
+        status = _dispatch(store, runs, view, no_progress, job_id)
+        store.finish_generation_job(job_id, status)
+        _print_outputs(store, job_id)
+    typer.echo(f"job id: {job_id} ({status})")
+    if status != "done":
+        raise typer.Exit(1)
+
+
+def _dispatch(store, runs, view, no_progress: bool, job_id: str) -> str:
+    from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
+
+    tallies = dispatch_runs(store, runs, view.workers, options=SchedulerOptions(
+        progress=not no_progress), machines=view.machines, owner=job_id)
+    if all(t.done == t.done + t.failed + t.interrupted + t.pending for t in tallies.values()):
+        return "done"
+    if any(t.interrupted or t.pending for t in tallies.values()):
+        return "interrupted"
+    return "failed"
+
+
+def _print_outputs(store, job_id: str) -> None:
+    for row in store.runs(job=job_id):
+        if row.status != "done":
+            typer.echo(f"== {row.prompt_name}: {row.status}: {row.error or ''}")
+            continue
+        typer.echo(f"== {row.prompt_name}: {row.generated_tokens} tokens, "
+                   f"{row.tok_per_s or 0:.1f} tok/s ({row.resolved_policy})")
+        typer.echo(row.output_text or "")
+
+
+@app.command("calibrate")
+def calibrate(
+    model: Annotated[str, typer.Option("--model", help="Model alias.")],
+    engine: Annotated[str | None, typer.Option("--engine", help="Only this engine (mlx, torch, toy).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
+    max_width: Annotated[int, typer.Option("--max-width", help="Widest verify block.")] = 10,
+    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+) -> None:
+    """Measure the per-width verify cost table on every target and store it per host.
+
+    One host runs one calibration at a time, never beside a timed run (machine lease).
+    Exit status 0 when every target was measured, 1 otherwise.
+    """
+    if engine is not None and engine not in ENGINES:
+        raise UserError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if not 1 <= max_width <= 65:
+        raise UserError(f"--max-width must be between 1 and 65; got {max_width}")
+    with open_store(db) as store:
+        view = open_fleet(address, with_toy=engine == "toy",
+                          hosts=[host] if host is not None else None)
+        targets = [t for t in view.targets if engine is None or t.engine == engine]
+        if not targets:
+            raise UserError(f"no target to calibrate (engine {engine or 'any'}, "
+                            f"host {host or 'any'}); see `specfleet fleet status`")
+        failures = _calibrate_all(store, view, targets, model, max_width)
+    if failures:
+        raise typer.Exit(1)
+
+
+def _calibrate_all(store, view, targets: list[Target], model: str, max_width: int) -> int:
+    """One calibration per host at a time, hosts in parallel; returns how many failed."""
+    import ray
+
+    from specfleet.cluster import locks
+
+    queues: dict[str, deque[Target]] = {}
+    for target in targets:
+        queues.setdefault(target.host, deque()).append(target)
+    lock, owner = locks.lock_actor(), locks.new_owner("calibrate")
+    job_id = locks.current_job_id()
+    inflight: dict[Any, tuple[Target, float]] = {}
+    failures = 0
+    while any(queues.values()) or inflight:
+        busy = {t.host for t, _ in inflight.values()}
+        for name, queue in queues.items():
+            machine = view.machines.get(name, name)
+            if name in busy or not queue or not _lease(lock, machine, owner, job_id):
+                continue
+            target = queue.popleft()
+            ref = view.workers[name].calibrate.remote(model, target.engine, target.device, max_width)
+            inflight[ref] = (target, time.monotonic())
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0) if inflight else ([], [])
+        for ref in ready:
+            target, _ = inflight.pop(ref)
+            failures += not _store_costs(store, ref, target, model)
+            ray.get(lock.release.remote(view.machines.get(target.host, target.host), owner),
+                    timeout=10)
+        for ref, (target, sent) in list(inflight.items()):
+            if time.monotonic() - sent > CALIBRATE_TIMEOUT_S:
+                inflight.pop(ref)
+                typer.echo(f"{target.label}: calibration timed out", err=True)
+                failures += 1
+        if not ready and not inflight:
+            time.sleep(0.2)  # waiting for a lease held by a running matrix
+    return failures
+
+
+def _lease(lock, machine: str, owner: str, job_id: str | None) -> bool:
+    import ray
+
+    try:
+        return bool(ray.get(lock.acquire.remote(machine, owner, job_id, CALIBRATE_TIMEOUT_S),
+                            timeout=10))
+    except Exception:  # noqa: BLE001 - lock actor restarting: try again next pass
+        return False
+
+
+def _store_costs(store, ref, target: Target, model: str) -> bool:
+    import ray
+
+    try:
+        costs = ray.get(ref, timeout=60)
+    except Exception as err:  # noqa: BLE001 - one target's failure does not stop the rest
+        message = " ".join(str(getattr(err, "cause", None) or err).split())[:300]
+        typer.echo(f"{target.label}: calibration failed: {message}", err=True)
+        return False
+    table = {w: (ms, costs["pipelined_ms"]) for w, ms in enumerate(costs["sync_ms"], start=1)}
+    store.record_width_costs(target, model, table)
+    typer.echo(f"{target.label} {model}: pipelined step {costs['pipelined_ms']:.3f} ms; "
+               "verify cost by width " + " ".join(
+                   f"{w}:{r:.2f}" for w, r in enumerate(costs["ratio"], start=1)))
+    return True
