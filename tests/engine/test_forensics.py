@@ -11,6 +11,8 @@ from specfleet.engine.forensics import (
     classify,
     first_divergence,
     logits_at,
+    margins_from_dict,
+    replay_divergence,
     replay_margins,
     top2,
 )
@@ -147,3 +149,33 @@ def test_one_path_ended_compares_against_runner_up() -> None:
     margins = replay_margins(WidthToy(bug_model), PROMPT, plain, spec, 4)
     assert margins.token_a == -1
     assert margins.b.gap == pytest.approx(10.0)
+
+
+@pytest.fixture(scope="module")
+def torch_runner():
+    from specfleet.engine.models import fetch_bundled, resolve_model
+    from specfleet.engine.runners.torch import TorchRunner
+
+    fetch_bundled()
+    return TorchRunner.load(resolve_model("smollm2-135m", "torch").path, "cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_real_model_replay_of_a_forced_flip_is_suspect(torch_runner) -> None:
+    from specfleet.engine.loop import generate
+
+    prompt = torch_runner.encode_prompt("Write one sentence about the sea.")
+    plain = [int(t) for t in generate(torch_runner, prompt, max_tokens=4).tokens]
+    row = 3
+    runner_up = top2(logits_at(torch_runner, prompt, plain, row))[1][0]
+    forced = plain[:row] + [runner_up]
+    data = replay_divergence(torch_runner, prompt, plain, forced, row, width_b=3)
+    a, b = data["margins"]["a"], data["margins"]["b"]
+    assert a["top2"][0][0] == plain[row] and a["top2"][1][0] == runner_up
+    # fp32 on CPU: a width-3 verify row matches the one-token step to rounding
+    assert b["top2"][0][0] == plain[row] and b["gap"] == pytest.approx(-a["gap"], abs=1e-3)
+    assert data["text_a"] == torch_runner.decode([plain[row]])
+    expected = "near-tie" if a["gap"] < NEAR_TIE_LOGIT_MARGIN else "suspect"
+    assert data["margins"]["b"]["width"] == 3
+    assert classify(margins_from_dict(data["margins"])) == expected
