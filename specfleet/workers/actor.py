@@ -76,6 +76,12 @@ class WorkerActor:
     ) -> dict:
         return self._worker.calibrate(model, engine, device, max_width, **(measure or {}))
 
+    @ray.method(concurrency_group="run")  # shares the runner's caches with timed runs
+    def replay_divergence(
+        self, spec: RunSpec, tokens_a: list[int], tokens_b: list[int], row: int
+    ) -> dict:
+        return self._worker.replay_divergence(spec, tokens_a, tokens_b, row)
+
     @ray.method(concurrency_group="control")
     def ping(self) -> dict:
         context = ray.get_runtime_context()
