@@ -404,7 +404,7 @@ samplers = st.sampled_from([
 ])
 
 
-@settings(max_examples=250, deadline=None, derandomize=True)
+@settings(max_examples=500, deadline=None, derandomize=True)
 @given(
     make_model=toy_models(),
     prompt=st.lists(st.integers(0, 2), min_size=1, max_size=40),
