@@ -108,34 +108,14 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     return prompt
 
 
-def resolve_device(engine: str, device: str) -> str:
-    """Turn `auto` into the best device the engine sees; check an explicit one is sane."""
-    check_choice("--device", device, DEVICES)
-    if engine == "mlx" and device == "mps":
-        raise UserError("--device mps is a torch device; MLX uses metal, cuda or cpu")
-    if engine == "torch" and device == "metal":
-        raise UserError("--device metal is an MLX device; torch on a Mac uses mps")
-    if device != "auto":
-        return device
-    if engine == "torch":
-        import torch
-
-        if torch.cuda.is_available():
-            return "cuda"
-        return "mps" if torch.backends.mps.is_available() else "cpu"
-    import mlx.core as mx
-
-    if mx.metal.is_available():
-        return "metal"
-    cuda = getattr(mx, "cuda", None)
-    return "cuda" if cuda is not None and cuda.is_available() else "cpu"
-
-
 def _runner_class(engine: str) -> Any:
     try:
         if engine == "torch":
+            from transformers.utils import logging as hf_logging
+
             from specfleet.engine.runners.torch import TorchRunner
 
+            hf_logging.disable_progress_bar()  # the weight-loading bar would clutter stderr
             return TorchRunner
         from specfleet.engine.runners.mlx import MlxRunner
 
@@ -159,16 +139,22 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
         The loaded runner with the model's provenance.
     """
     check_choice("--engine", engine, ENGINES)
+    check_choice("--device", device, DEVICES)
     from specfleet.engine.models import resolve_model
+    from specfleet.engine.runners.base import UnsupportedModelError
 
     resolved = resolve_model(model, engine)
-    if not Path(resolved.path).exists():
+    if resolved.path is None or not Path(resolved.path).exists():
         raise UserError(
-            f"--model {model}: {resolved.path} does not exist; "
-            f"fetch it with `specfleet models fetch {resolved.alias}` or pass a model folder"
+            f"--model {model}: not on disk; fetch it with `specfleet models fetch` "
+            "or pass a model folder"
         )
     runner_class = _runner_class(engine)
-    runner = runner_class.load(resolved.path, resolve_device(engine, device))
+    try:
+        # The runner resolves "auto" and refuses a device this host lacks.
+        runner = runner_class.load(resolved.path, device)
+    except UnsupportedModelError as err:
+        raise UserError(f"--model {model}: {err}") from None
     return LoadedModel(runner, resolved.alias, str(resolved.path), resolved.weights_hash)
 
 
@@ -218,6 +204,7 @@ def run_generation(
 ) -> dict[str, Any]:
     """Warm up (timed apart), generate, and return the result as one JSON-ready dict."""
     from specfleet.engine.loop import generate, warm_up_verify_widths
+    from specfleet.engine.runners.base import UnsupportedModelError
     from specfleet.engine.sampling import SamplerConfig
 
     runner = loaded.runner
@@ -238,15 +225,18 @@ def run_generation(
         warm_up_verify_widths(runner, prompt_ids, request.max_draft)
         warmup_s = time.perf_counter() - start_s
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
-    result = generate(
-        runner,
-        prompt_ids,
-        max_tokens=request.max_tokens,
-        lookup=lookup,
-        sampler=sampler.validate(),
-        loop_guard=request.loop_guard,
-        trace=trace,
-    )
+    try:
+        result = generate(
+            runner,
+            prompt_ids,
+            max_tokens=request.max_tokens,
+            lookup=lookup,
+            sampler=sampler.validate(),
+            loop_guard=request.loop_guard,
+            trace=trace,
+        )
+    except UnsupportedModelError as err:
+        raise UserError(f"--prompt-lookup: {loaded.alias}: {err}") from None
     return result_dict(loaded, prompt_ids, lookup, result, warmup_s)
 
 
@@ -258,6 +248,8 @@ def result_dict(
     warmup_s: float,
 ) -> dict[str, Any]:
     """The `--json` object: text, token ids, counters, timings (seconds), provenance."""
+    from specfleet.engine.stats import loop_share
+
     tokens = list(result.tokens)
     timings = result.timings
     stats = result.stats
@@ -270,6 +262,7 @@ def result_dict(
         "prompt_tokens": len(prompt_ids),
         "generated_tokens": len(tokens),
         "stop_reason": result.stop_reason,
+        "loop_share": loop_share(tokens),
         "timings": {
             "prefill_s": timings.prefill_s,
             "decode_s": timings.decode_s,

@@ -1,0 +1,227 @@
+"""`specfleet generate` / `specfleet calibrate` through the real Typer app (spec 9).
+
+Flag errors run without a model. The rest drive the bundled SmolLM2-135M on the torch
+engine (fetched once into the user cache by `specfleet models fetch smollm2-135m`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "smollm2-135m"
+# A prompt the bundled model answers by copying: prompt lookup has something to draft.
+EDIT_PROMPT = (
+    "Return this Python function unchanged:\n\n"
+    "def total(prices):\n    result = 0\n    for price in prices:\n"
+    "        result = result + price\n    return result\n"
+)
+# The bundled model answers this with "1, 1, 1, ..." until stopped.
+LOOPING_PROMPT = "List the numbers 1 1 1 1 1 1 1 1 1 1 1 1 and continue the pattern."
+SUMMARY_RE = re.compile(
+    r"^\[Prompt lookup\] rounds=\d+ drafted_rounds=\d+ paused_rounds=\d+ proposed=\d+ "
+    r"accepted=\d+ acceptance_rate=\d+\.\d{4} tokens_per_forward=\d+\.\d{4} "
+    r"shadow_confirmations=\d+$"
+)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def generate_json(*args: str) -> dict:
+    result = invoke(
+        "generate", "-m", MODEL, "--engine", "torch", "--device", "cpu", "--json", *args
+    )
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def bundled_model() -> str:
+    from specfleet.engine.models import fetch_bundled, resolve_model
+
+    fetch_bundled()
+    return str(resolve_model(MODEL, "torch").path)
+
+
+def looping_prompt() -> str:
+    path = REPO / "configs" / "prompts" / "looping.txt"
+    return path.read_text() if path.is_file() else LOOPING_PROMPT
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--prompt-lookup-ngram-min", "0"], "--prompt-lookup-ngram-min must be at least 1"),
+        (
+            ["--prompt-lookup-ngram-min", "3", "--prompt-lookup-ngram-max", "2"],
+            "--prompt-lookup-ngram-max (2) must be >= ngram-min (3)",
+        ),
+        (["--prompt-lookup-ngram-max", "17"], "--prompt-lookup-ngram-max (17) must be at most 16"),
+        (["--prompt-lookup-max-draft", "0"], "--prompt-lookup-max-draft must be at least 1"),
+        (["--prompt-lookup-max-draft", "65"], "--prompt-lookup-max-draft (65) must be at most 64"),
+        (["--prompt-lookup-policy", "eager"], "--prompt-lookup-policy must be one of auto"),
+        (["--loop-guard", "3,2,8"], "--loop-guard expects MIN,MAX,REPEATS"),
+        (["--loop-guard", "1,2"], "--loop-guard expects MIN,MAX,REPEATS"),
+        (["--loop-guard", "a,b,c"], "--loop-guard expects MIN,MAX,REPEATS"),
+        (["--loop-guard", "1,4,1"], "REPEATS >= 2"),
+        (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+        (["--temp", "-1"], "--temp must be >= 0"),
+        (["--engine", "jax"], "--engine must be one of mlx, torch"),
+        (["--device", "tpu"], "--device must be one of auto"),
+    ],
+)
+def test_a_bad_flag_is_one_line_naming_the_flag_and_exit_2(args, expected):
+    result = invoke("generate", "-m", MODEL, "-p", "hi", *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["-m", "/no/such/model/folder", "-p", "hi"], "/no/such/model/folder"),
+        (["-m", MODEL, "-p", "   "], "--prompt"),
+        (["-m", MODEL], "--prompt"),
+        (["-m", MODEL, "--prompt-file", "/no/such/prompt.txt"], "--prompt-file"),
+        (["-m", MODEL, "-p", "hi", "--prompt-file", "/no/such/prompt.txt"], "not both"),
+    ],
+)
+def test_a_missing_model_or_prompt_is_one_line_and_exit_2(args, expected):
+    result = invoke("generate", "--engine", "torch", *args)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert expected in lines[0]
+
+
+def test_calibrate_refuses_bad_counts_in_one_line():
+    result = invoke("calibrate", "-m", MODEL, "--max-width", "0")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == ["error: --max-width must be at least 1; got 0"]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_json_shape_and_lookup_reply_identical_to_plain(bundled_model):
+    plain = generate_json("-p", EDIT_PROMPT, "-n", "40")
+    lookup = generate_json("-p", EDIT_PROMPT, "-n", "40", "--prompt-lookup", "--trace")
+    assert set(plain) >= {
+        "text",
+        "token_ids",
+        "prompt_tokens",
+        "generated_tokens",
+        "stop_reason",
+        "timings",
+        "tok_per_s",
+        "counters",
+        "prompt_lookup",
+        "model",
+        "engine",
+        "device",
+        "loop_share",
+    }
+    assert "trace" not in plain  # only with --trace
+    assert plain["prompt_lookup"] is None and plain["summary_line"] is None
+    assert set(plain["timings"]) == {"prefill_s", "decode_s", "total_s", "warmup_s"}
+    generated = plain["generated_tokens"]
+    assert generated == len(plain["token_ids"]) > 20
+    assert plain["stop_reason"] == ("max_tokens" if generated == 40 else "eos")
+    assert plain["timings"]["total_s"] > 0 and plain["timings"]["warmup_s"] > 0
+    assert plain["tok_per_s"] == pytest.approx(generated / plain["timings"]["total_s"])
+    assert (plain["engine"], plain["device"], plain["model"]["alias"]) == ("torch", "cpu", MODEL)
+    # Prompt lookup drafts from the copied function and still emits plain's exact reply.
+    assert lookup["token_ids"] == plain["token_ids"]
+    assert lookup["text"] == plain["text"]
+    assert lookup["prompt_lookup"]["policy"] == "graded"  # auto on a CPU host
+    counters = lookup["counters"]
+    assert counters["drafted_rounds"] > 0 and counters["accepted"] > 0
+    assert SUMMARY_RE.match(lookup["summary_line"])
+    kinds = {row["kind"] for row in lookup["trace"]}
+    assert "verify" in kinds
+    # The prefill token is emitted before the first round.
+    assert sum(row["emitted"] for row in lookup["trace"]) == generated - 1
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_text_mode_prints_reply_generated_line_and_summary_on_stderr(bundled_model):
+    result = invoke(
+        "generate",
+        "-m",
+        MODEL,
+        "--engine",
+        "torch",
+        "-p",
+        EDIT_PROMPT,
+        "-n",
+        "12",
+        "--prompt-lookup",
+        "--prompt-lookup-policy",
+        "gated",
+        "--no-warm-up",
+    )
+    assert result.exit_code == 0, result.stderr
+    out_lines = result.stdout.rstrip("\n").splitlines()
+    assert re.fullmatch(
+        r"\[Generated 12 tokens in \d+\.\d{3} s = \d+\.\d{2} tok/s\]", out_lines[-1]
+    )
+    assert "[Prompt lookup]" not in result.stdout
+    summary = [line for line in result.stderr.splitlines() if line.startswith("[Prompt lookup]")]
+    assert len(summary) == 1 and SUMMARY_RE.match(summary[0])
+    assert "[Warm-up]" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_loop_guard_stops_plain_and_lookup_at_the_same_token(bundled_model):
+    prompt = looping_prompt()
+    plain = generate_json("-p", prompt, "-n", "160", "--loop-guard", "1,8,12")
+    lookup = generate_json("-p", prompt, "-n", "160", "--loop-guard", "1,8,12", "--prompt-lookup")
+    assert plain["stop_reason"] == lookup["stop_reason"] == "loop_guard"
+    assert lookup["token_ids"] == plain["token_ids"]
+    assert plain["generated_tokens"] < 160
+    # Lookup copied the loop before the guard fired: the stop can land mid-block.
+    assert lookup["counters"]["accepted"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_calibrate_prints_the_width_table(bundled_model):
+    result = invoke(
+        "calibrate",
+        "-m",
+        MODEL,
+        "--engine",
+        "torch",
+        "--device",
+        "cpu",
+        "--max-width",
+        "3",
+        "--prompt-len",
+        "16",
+        "--runs",
+        "1",
+        "--steps",
+        "3",
+        "--sync-rounds",
+        "2",
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"pipelined step: \d+\.\d{3} ms", lines[2])
+    rows = [line.split() for line in lines[4:]]
+    assert [row[0] for row in rows] == ["1", "2", "3"]
+    assert all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
