@@ -1,0 +1,242 @@
+"""`specfleet matrix ...` and `specfleet job ...` on a real two-host Ray cluster.
+
+The driver-kill test runs `specfleet matrix run` in a real subprocess and SIGKILLs it mid
+matrix; `matrix resume` then completes it without losing or doubling a run. The bad-input
+table checks that every malformed file and call is one line, exit 2, store untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.store import open_store
+from tests.cluster.raycluster import start_fleet, wait_until, workers
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+TOY_MATRIX = """\
+name: toy-cli
+models: ["script:1ms"]
+prompts:
+  - {name: code, text: "def add(a, b):\\n    return a + b\\n"}
+arms: [plain, graded]
+repeats: 2
+max_tokens: 12
+targets: {engines: [toy]}
+"""
+GOOD_FIELDS = """\
+models: ["script:1ms"]
+prompts: [{name: p, text: "hello hello"}]
+arms: [plain]
+"""
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    cluster = start_fleet(("alpha", "beta"))
+    workers(cluster)
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    open_store(url).close()  # schema in place, so "untouched" compares rows, not tables
+    return url
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def row_counts(url: str) -> dict[str, int]:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        tables = [r[0] for r in conn.execute("select name from sqlite_master where type='table'")]
+        return {t: conn.execute(f'select count(*) from "{t}"').fetchone()[0] for t in tables}
+
+
+def test_matrix_run_status_list_and_validate(fleet, tmp_path, db):
+    path = write(tmp_path, "toy.yaml", TOY_MATRIX)
+    result = invoke("matrix", "run", path, "--address", fleet.address, "--db", db,
+                    "--no-progress")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    matrix_id = result.stdout.strip().splitlines()[-1].removeprefix("matrix id: ")
+    assert result.stdout.startswith(f"matrix {matrix_id}: done (8 done, 0 failed")
+    with open_store(db) as store:
+        rows = store.runs(matrix=matrix_id)
+    assert len(rows) == 8 and {r.status for r in rows} == {"done"}
+    assert {r.host for r in rows} == {"alpha", "beta"}
+    status = invoke("matrix", "status", matrix_id, "--db", db)
+    assert status.exit_code == 0
+    assert status.stdout.splitlines()[1:] == ["  alpha/toy/cpu: 4 done", "  beta/toy/cpu: 4 done"]
+    listing = invoke("matrix", "list", "--db", db)
+    assert listing.stdout.split()[:4] == [matrix_id, "toy-cli", "done", "8/8"]
+    check = invoke("matrix", "validate", path)
+    assert check.exit_code == 0 and "= 4 runs per target" in check.stdout
+    schema = invoke("matrix", "schema")
+    assert schema.exit_code == 0 and '"repeats"' in schema.stdout
+
+
+def test_job_generate_and_calibrate(fleet, tmp_path, db):
+    prompts = write(tmp_path, "batch.jsonl",
+                    '{"name": "a", "prompt": "abcabc"}\n{"prompt": "xyzxyz", "max_tokens": 5}\n')
+    result = invoke("job", "generate", "--prompts", prompts, "--target", "beta/toy",
+                    "--model", "script:1ms", "--max-tokens", "9", "--address", fleet.address,
+                    "--db", db, "--no-progress")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert "== a: 9 tokens" in result.stdout and "== line-2: 5 tokens" in result.stdout
+    job_id = result.stdout.strip().splitlines()[-1].split()[2]
+    with open_store(db) as store:
+        rows = store.runs(job=job_id)
+    assert [(r.prompt_name, r.host, r.status) for r in rows] == [
+        ("a", "beta", "done"), ("line-2", "beta", "done")]
+    assert rows[0].output_text == "abcabcabc"  # the script model copies its prompt
+    cal = invoke("job", "calibrate", "--model", "script", "--engine", "toy", "--max-width", "3",
+                 "--address", fleet.address, "--db", db)
+    assert cal.exit_code == 0, (cal.stdout, cal.stderr)
+    with open_store(db) as store:
+        costs = store.width_costs(engine="toy")
+    assert sorted((c.host, c.width) for c in costs) == [
+        (h, w) for h in ("alpha", "beta") for w in (1, 2, 3)]
+
+
+def test_killed_driver_then_resume_completes_without_duplicates(fleet, tmp_path, db):
+    slow = TOY_MATRIX.replace("script:1ms", "script:15ms").replace("max_tokens: 12",
+                                                                    "max_tokens: 20")
+    slow = slow.replace("arms: [plain, graded]", "arms: [plain]").replace("repeats: 2",
+                                                                          "repeats: 6")
+    path = write(tmp_path, "slow.yaml", slow)
+    cmd = [str(Path(sys.executable).parent / "specfleet"), "matrix", "run", path,
+           "--address", fleet.address, "--db", db, "--no-progress"]
+    log = tmp_path / "driver.log"
+    with log.open("w") as sink:
+        driver = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=os.environ)
+        try:
+            started = wait_until(lambda: row_counts(db).get("runs", 0) == 12, 60, 0.2)
+            assert started, log.read_text()
+            assert wait_until(lambda: _done(db) >= 2, 60, 0.05), log.read_text()
+        finally:
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(timeout=10)
+    with open_store(db) as store:
+        (matrix,) = store.list_matrices()
+        before = {r.run_key: r.finished_at for r in store.runs(matrix=matrix.id, status="done")}
+    assert 2 <= len(before) < 12
+    result = invoke("matrix", "resume", matrix.id, "--address", fleet.address, "--db", db,
+                    "--no-progress")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    with open_store(db) as store:
+        rows = store.runs(matrix=matrix.id)
+    assert len(rows) == 12 and len({r.run_key for r in rows}) == 12
+    assert {r.status for r in rows} == {"done"}
+    assert {r.run_key: r.finished_at for r in rows if r.run_key in before} == before
+    assert row_counts(db)["runs"] == 12
+
+
+def _done(url: str) -> int:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        return conn.execute("select count(*) from runs where status='done'").fetchone()[0]
+
+
+BAD_FILES = {
+    "empty": "",
+    "a list": "- a\n- b\n",
+    "yaml syntax": "name: [unclosed\n",
+    "no models": "name: m\nprompts: [p]\narms: [plain]\n",
+    "bad name": "name: 'two words'\n" + GOOD_FIELDS,
+    "unknown arm": "name: m\nmodels: [x]\nprompts: [{name: p, text: hi}]\narms: [turbo]\n",
+    "zero repeats": "name: m\nrepeats: 0\n" + GOOD_FIELDS,
+    "repeats as text": "name: m\nrepeats: '3'\n" + GOOD_FIELDS,
+    "negative max_tokens": "name: m\nmax_tokens: -1\n" + GOOD_FIELDS,
+    "unknown field": "name: m\ncolour: red\n" + GOOD_FIELDS,
+    "negative temperature": "name: m\ntemperature: -1\n" + GOOD_FIELDS,
+    "missing prompt file": "name: m\nmodels: [x]\nprompts: [nosuchprompt]\narms: [plain]\n",
+    "bad loop guard": "name: m\nloop_guard: '1,2'\n" + GOOD_FIELDS,
+    "unknown engine": "name: m\ntargets: {engines: [cuda]}\n" + GOOD_FIELDS,
+    "duplicate key": "name: m\nname: n\n" + GOOD_FIELDS,
+    "empty models": "name: m\nmodels: []\nprompts: [p]\narms: [plain]\n",
+    "no target matches": "name: m\ntargets: {hosts: [nowhere], engines: [toy]}\n" + GOOD_FIELDS,
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_malformed_matrix_file_is_one_line_exit_2_store_untouched(fleet, tmp_path, db, case):
+    path = write(tmp_path, "bad.yaml", BAD_FILES[case])
+    before = row_counts(db)
+    result = invoke("matrix", "run", path, "--address", fleet.address, "--db", db,
+                    "--no-progress")
+    assert_one_line_error(result)
+    assert row_counts(db) == before
+
+
+def bad_calls(tmp_path: Path, address: str, db: str) -> dict[str, list[str]]:
+    good = write(tmp_path, "good.yaml", "name: m\n" + GOOD_FIELDS)
+    ok_batch = write(tmp_path, "ok.jsonl", '{"prompt": "hi"}\n')
+    not_json = write(tmp_path, "bad.jsonl", "{prompt: hi}\n")
+    gen = ["job", "generate", "--address", address, "--db", db, "--no-progress"]
+    return {
+        "no such file": ["matrix", "run", str(tmp_path / "nope.yaml"), "--db", db],
+        "a directory": ["matrix", "run", str(tmp_path), "--db", db],
+        "missing argument": ["matrix", "run"],
+        "unknown option": ["matrix", "status", "x", "--bogus", "--db", db],
+        "unknown matrix status": ["matrix", "status", "no-such-id", "--db", db],
+        "unknown matrix resume": ["matrix", "resume", "no-such-id", "--db", db],
+        "malformed address": ["matrix", "run", good, "--address", "nonsense", "--db", db],
+        "closed port": ["matrix", "run", good, "--address", "127.0.0.1:9", "--db", db],
+        "bad db scheme": ["matrix", "run", good, "--db", "foo://bar"],
+        "list limit 0": ["matrix", "list", "--limit", "0", "--db", db],
+        "validate bad": ["matrix", "validate", write(tmp_path, "v.yaml", "name: m\n")],
+        "prompts not json": [*gen, "--prompts", not_json, "--target", "alpha/toy"],
+        "target without engine": [*gen, "--prompts", ok_batch, "--target", "alpha"],
+        "zero max tokens": [*gen, "--prompts", ok_batch, "--target", "alpha/toy",
+                            "--max-tokens", "0"],
+        "unknown policy": [*gen, "--prompts", ok_batch, "--target", "alpha/toy",
+                           "--policy", "turbo"],
+        "unknown target host": [*gen, "--prompts", ok_batch, "--target", "nowhere/toy"],
+        "calibrate engine": ["job", "calibrate", "--model", "x", "--engine", "gpu", "--db", db],
+        "calibrate no model": ["job", "calibrate", "--db", db],
+    }
+
+
+BAD_CALLS = ["no such file", "a directory", "missing argument", "unknown option",
+             "unknown matrix status", "unknown matrix resume", "malformed address",
+             "closed port", "bad db scheme", "list limit 0", "validate bad", "prompts not json",
+             "target without engine", "zero max tokens", "unknown policy",
+             "unknown target host", "calibrate engine", "calibrate no model"]
+
+
+@pytest.mark.parametrize("case", BAD_CALLS)
+def test_a_bad_cli_call_is_one_line_exit_2_store_untouched(fleet, tmp_path, db, case):
+    args = bad_calls(tmp_path, fleet.address, db)[case]
+    before = row_counts(db)
+    assert_one_line_error(invoke(*args))
+    assert row_counts(db) == before
+
+
+def assert_one_line_error(result) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stdout
+
+
+def test_the_matrix_file_example_in_this_module_is_valid(tmp_path):
+    path = write(tmp_path, "toy.yaml", textwrap.dedent(TOY_MATRIX))
+    assert invoke("matrix", "validate", path).exit_code == 0
