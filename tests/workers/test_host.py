@@ -165,3 +165,40 @@ def test_loaded_models_evict_the_least_recently_used() -> None:
     models.get_or_load(("toy", "cpu", "c"), 40, loader("c", 40))  # evicts b
     assert loads == ["a", "b", "c"]
     assert [k[2] for k in models.lru_keys()] == ["a", "c"] and models.used_bytes() == 80
+
+
+@pytest.fixture(scope="module")
+def bundled_torch_model() -> str:
+    from specfleet.engine.models import fetch_bundled, resolve_model
+
+    fetch_bundled()
+    return resolve_model("smollm2-135m", "torch")
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_real_torch_run_is_warmed_once_and_matches_plain(
+    worker: HostWorker, bundled_torch_model
+) -> None:
+    def torch_spec(key: str, arm: str) -> RunSpec:
+        return RunSpec(
+            run_key=key,
+            target=Target(host="box1", engine="torch", device="cpu"),
+            model="smollm2-135m",
+            prompt_name="story",
+            prompt_text="Write one sentence about a red kite.",
+            arm=arm,
+            lookup=LookupOptions(max_draft=2),  # warm-up widths 2..3 only: keep it short
+            max_tokens=12,
+        )
+
+    plain = worker.run(torch_spec("t-plain", "plain"))
+    auto = worker.run(torch_spec("t-auto", "auto"))
+    assert plain.status == auto.status == "done", (plain.error, auto.error)
+    assert plain.warmup_s > 0 and auto.warmup_s == 0.0  # warmed once per (model, max draft)
+    assert auto.token_ids == plain.token_ids and plain.output_text.strip()
+    assert auto.resolved_policy == "graded" and plain.generated_tokens == len(plain.token_ids)
+    assert plain.weights_hash == bundled_torch_model.weights_hash
+    assert plain.engine_config["model_path"] == str(bundled_torch_model.path)
+    (loaded,) = [m for m in worker.status()["loaded_models"] if m["engine"] == "torch"]
+    assert loaded["runs"] == 2 and loaded["warmed_max_drafts"] == [2]
