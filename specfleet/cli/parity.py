@@ -15,6 +15,7 @@ import typer
 
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
+from specfleet.jobs.spec import load_parity_spec
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import render_parity
 from specfleet.report.replay import worker_replayer
@@ -62,16 +63,22 @@ def replay_workers(address: str | None, replay: bool) -> Iterator[tuple[dict, An
         if address is None:
             yield local, _Lazy(local)
             return
-        from specfleet.cluster import fleet
-        from specfleet.workers.actor import get_worker, list_workers
-
-        fleet.connect(address)
-        try:
-            yield {h: get_worker(h) for h in list_workers()}, _Lazy(local)
-        finally:
-            fleet.disconnect()
+        with fleet_view(address) as view:
+            yield view.workers, _Lazy(local)
     finally:
         local.close()
+
+
+@contextlib.contextmanager
+def fleet_view(address: str | None, with_toy: bool = False) -> Iterator[Any]:
+    """The fleet's workers and targets (`cli/fleetlink.open_fleet`), disconnected after."""
+    from specfleet.cli.fleetlink import open_fleet
+    from specfleet.cluster import fleet
+
+    try:
+        yield open_fleet(address, with_toy=with_toy)
+    finally:
+        fleet.disconnect()
 
 
 class _Lazy:
@@ -84,15 +91,12 @@ class _Lazy:
         return self._local.local.replay_divergence(*args)
 
 
-def report_parity(store, matrix_id: str, *, baseline: str | None, near_tie: float,
-                  fmt: str, address: str | None, replay: bool,
+def report_parity(store, matrix_id: str, workers: dict, any_host: Any, *,
+                  baseline: str | None, near_tie: float, fmt: str,
                   allow_unverified: bool) -> None:
-    """Check, print, and exit 1 when CI should fail."""
-    if near_tie <= 0:
-        raise UserError(f"--near-tie: expected a positive logit margin, got {near_tie}")
-    with replay_workers(address, replay) as (workers, any_host):
-        replayer = worker_replayer(store, workers, any_host) if replay else None
-        report = check_parity(store, matrix_id, replayer, baseline, near_tie)
+    """Check, print, and exit 1 when CI should fail (`workers` None: no replay)."""
+    replayer = worker_replayer(store, workers, any_host) if workers is not None else None
+    report = check_parity(store, matrix_id, replayer, baseline, near_tie)
     typer.echo(render_parity(report, fmt), nl=False)
     if report.failed(allow_unverified):
         raise typer.Exit(1)
@@ -100,7 +104,8 @@ def report_parity(store, matrix_id: str, *, baseline: str | None, near_tie: floa
 
 def parity(
     what: Annotated[str, typer.Argument(help="A matrix id, or `run` followed by a file.")],
-    file: Annotated[str | None, typer.Argument(help="With `run`: a parity spec YAML.")] = None,
+    file: Annotated[str | None, typer.Argument(help="With `run`: a matrix YAML, run greedy "
+                                                    "with one repeat.")] = None,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", help="Matrix whose identical replies must stay identical.")] = None,
     near_tie: Annotated[float, typer.Option(
@@ -108,36 +113,56 @@ def parity(
     ] = NEAR_TIE_LOGIT_MARGIN,
     fmt: Annotated[str, typer.Option("--format", help="table, markdown or json.")] = "table",
     address: Annotated[str | None, typer.Option(
-        "--address", help="Fleet head (HOST:PORT) whose workers replay divergences.")] = None,
+        "--address", help="Fleet head HOST:PORT (its workers run and replay); default for "
+        "`run`: the embedded fleet; for an id: replay on this machine only.")] = None,
     replay: Annotated[bool, typer.Option(
         "--replay/--no-replay", help="Replay divergences on their target.")] = True,
     allow_unverified: Annotated[bool, typer.Option(
         "--allow-unverified", help="Do not fail on divergences nobody could replay.")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress",
+                                           help="Progress bars while `run` runs.")] = True,
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
 ) -> None:
     """Greedy parity: every arm against plain on its target, plain across targets, and
     regressions against a baseline. Exit 1 on a suspect divergence or a regression."""
-    if what == "run":
-        if file is None:
-            raise UserError("parity run: missing FILE (a parity spec YAML)")
-        matrix_id = run_parity_file(file, address, db)
-    elif file is not None:
+    if near_tie <= 0:
+        raise UserError(f"--near-tie: expected a positive logit margin, got {near_tie}")
+    if what != "run" and file is not None:
         raise UserError(f"parity: unexpected extra argument {file!r} (use `parity run FILE`)")
-    else:
-        matrix_id = what
+    if what == "run" and file is None:
+        raise UserError("parity run: missing FILE (a matrix YAML)")
+    options = dict(baseline=baseline, near_tie=near_tie, fmt=fmt,
+                   allow_unverified=allow_unverified)
     with open_store(db) as store:
-        report_parity(store, matrix_id, baseline=baseline, near_tie=near_tie, fmt=fmt,
-                      address=address, replay=replay, allow_unverified=allow_unverified)
+        if baseline is not None:
+            store.get_matrix(baseline)  # an unknown baseline fails before anything runs
+        if what != "run":
+            with replay_workers(address, replay) as (workers, any_host):
+                report_parity(store, what, workers if replay else None, any_host, **options)
+            return
+        spec = load_parity_spec(file)
+        with fleet_view(address, with_toy="toy" in spec.targets.engines) as view:
+            matrix_id = run_parity_matrix(store, spec, view, progress)
+            report_parity(store, matrix_id, view.workers if replay else None, None, **options)
 
 
-def run_parity_file(file: str, address: str | None, db: str | None) -> str:
-    """Run a greedy one-repeat parity matrix through the scheduler; return its id."""
-    from specfleet.cli import matrix as matrix_cli
+def run_parity_matrix(store, spec, view, progress: bool = True) -> str:
+    """Plan a parity spec on the fleet, store it and run it; return the matrix id."""
+    from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
+    from specfleet.jobs.plan import plan_runs
+    from specfleet.store.store import new_matrix_id
 
-    runner = getattr(matrix_cli, "run_parity_spec", None)
-    if runner is None:
-        raise UserError("parity run: this build cannot run matrices yet (matrix run missing)")
-    return runner(file, address=address, db=db)
+    matrix_id = new_matrix_id(spec.name)
+    runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+    if not runs:
+        raise UserError(f"matrix '{spec.name}': no target of the fleet matches its targets")
+    for change in getattr(spec, "overridden", []):
+        typer.echo(f"parity: {change}", err=True)
+    store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id)
+    typer.echo(f"parity matrix {matrix_id}: {len(runs)} runs", err=True)
+    run_matrix(store, matrix_id, view.workers, options=SchedulerOptions(progress=progress),
+               machines=view.machines)
+    return matrix_id
 
 
 def register(app: typer.Typer) -> None:

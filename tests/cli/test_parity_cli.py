@@ -61,3 +61,37 @@ def test_bad_input_is_one_line_and_exit_2(db_path, args, needle) -> None:  # noq
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+
+
+TOY_PARITY = """\
+name: toy-parity
+models: [script]
+prompts:
+  - {name: copy, text: "hello world hello world"}
+arms: [plain, graded, gated]
+repeats: 3
+max_tokens: 16
+targets: {engines: [toy]}
+"""
+
+
+@pytest.mark.slow
+def test_parity_run_on_the_embedded_fleet(tmp_path) -> None:
+    spec = tmp_path / "toy.yaml"
+    spec.write_text(TOY_PARITY)
+    db = tmp_path / "p.db"
+    result = runner.invoke(app, ["parity", "run", str(spec), "--no-progress", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "parity: repeats 3 -> 1" in result.stderr
+    assert "2 identical, 0 near-tie, 0 suspect, 0 unverified" in result.stdout
+    shown = runner.invoke(app, ["results", "--db", str(db), "--format", "json"])
+    assert {r["arm"] for r in json.loads(shown.stdout)} == {"plain", "graded", "gated"}
+
+
+def test_parity_run_bad_file_is_one_line(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TOY_PARITY.replace("arms: [plain, graded, gated]", "arms: [graded]"))
+    for path in (bad, tmp_path / "missing.yaml"):
+        result = runner.invoke(app, ["parity", "run", str(path), "--db", str(tmp_path / "x.db")])
+        assert result.exit_code == 2, result.output
+        assert len(result.stderr.strip().splitlines()) == 1
