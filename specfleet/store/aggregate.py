@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
@@ -31,35 +32,67 @@ def cell_sort_key(key: CellKey) -> tuple:
             ARM_ORDER.get(key.arm, 99), key.arm)
 
 
-def group_cells(rows: Iterable[Any]) -> dict[CellKey, list[Any]]:
-    """Group fetched rows (with host..arm attributes, prompt as `prompt_name`) by cell."""
-    groups: dict[CellKey, list[Any]] = defaultdict(list)
+def group_cells(rows: Iterable[Sequence[Any]]) -> dict[CellKey, list[Sequence[Any]]]:
+    """Group fetched tuples `(host, engine, device, model, prompt, arm, tok_per_s, noisy,
+    *COUNTERS)` by cell."""
+    groups: dict[tuple, list[Sequence[Any]]] = defaultdict(list)
     for row in rows:
-        key = CellKey(row.host, row.engine, row.device, row.model, row.prompt_name, row.arm)
-        groups[key].append(row)
-    return groups
+        groups[tuple(row[:6])].append(row)
+    return {CellKey(*key): group for key, group in groups.items()}
 
 
-def _median_of(rows: list[Any], name: str) -> float:
-    present = [getattr(r, name) for r in rows if getattr(r, name) is not None]
+def _median_at(rows: list[Sequence[Any]], index: int) -> float:
+    present = [r[index] for r in rows if r[index] is not None]
     return float(median(present)) if present else 0.0
 
 
-def cell_rows(rows: Iterable[Any]) -> list[CellRow]:
-    """One CellRow per cell, sorted by target, model, prompt and arm (plain first)."""
+@dataclass(frozen=True)
+class Rates:
+    """The tok/s side of a cell: enough for speed-ups and comparisons."""
+
+    host: str
+    engine: str
+    device: str
+    model: str
+    prompt: str
+    arm: str
+    n: int
+    median_tok_per_s: float
+    min_tok_per_s: float
+    max_tok_per_s: float
+    spread: float
+    noisy_count: int
+
+
+def cell_rates(rows: Iterable[Sequence[Any]]) -> list[Rates]:
+    """Rates per cell from `(host, engine, device, model, prompt, arm, tok_per_s, noisy)`
+    tuples (more columns may follow), sorted like `cell_rows`."""
     out = []
     for key, group in sorted(group_cells(rows).items(), key=lambda kv: cell_sort_key(kv[0])):
-        tps = [r.tok_per_s for r in group]
-        counters = {f"median_{name}": _median_of(group, name) for name in COUNTERS}
-        out.append(CellRow(
-            **vars(key), n=len(tps), median_tok_per_s=float(median(tps)),
-            min_tok_per_s=min(tps), max_tok_per_s=max(tps), spread=spread(tps),
-            noisy_count=sum(1 for r in group if r.noisy), **counters,
+        tps = [r[6] for r in group]
+        mid = float(median(tps))
+        out.append(Rates(
+            *vars(key).values(), n=len(tps), median_tok_per_s=mid, min_tok_per_s=min(tps),
+            max_tok_per_s=max(tps), spread=(max(tps) - min(tps)) / mid if mid else 0.0,
+            noisy_count=sum(1 for r in group if r[7]),
         ))
     return out
 
 
-def speedup_rows(cells: list[CellRow]) -> list[SpeedupRow]:
+def cell_rows(rows: Iterable[Sequence[Any]]) -> list[CellRow]:
+    """One CellRow per cell, sorted by target, model, prompt and arm (plain first)."""
+    rows = list(rows)
+    groups = group_cells(rows)
+    out = []
+    for rates in cell_rates(rows):
+        group = groups[CellKey(rates.host, rates.engine, rates.device, rates.model, rates.prompt,
+                               rates.arm)]
+        counters = {f"median_{name}": _median_at(group, 8 + i) for i, name in enumerate(COUNTERS)}
+        out.append(CellRow(**vars(rates), **counters))
+    return out
+
+
+def speedup_rows(cells: Sequence[Rates | CellRow]) -> list[SpeedupRow]:
     """Each arm's median over plain's median in the same (target, model, prompt)."""
     plain = {_base(c): c for c in cells if c.arm == "plain"}
     out = []
@@ -79,11 +112,13 @@ def speedup_rows(cells: list[CellRow]) -> list[SpeedupRow]:
     return out
 
 
-def _base(cell: CellRow) -> tuple:
+def _base(cell: Rates | CellRow) -> tuple:
     return (cell.host, cell.engine, cell.device, cell.model, cell.prompt)
 
 
-def compare_rows(cells_a: list[CellRow], cells_b: list[CellRow]) -> list[CompareRow]:
+def compare_rows(
+    cells_a: Sequence[Rates | CellRow], cells_b: Sequence[Rates | CellRow]
+) -> list[CompareRow]:
     """Cells of two matrices side by side; a regression is b slower beyond either spread."""
     by_a = {_key(c): c for c in cells_a}
     by_b = {_key(c): c for c in cells_b}
@@ -102,5 +137,5 @@ def compare_rows(cells_a: list[CellRow], cells_b: list[CellRow]) -> list[Compare
     return out
 
 
-def _key(cell: CellRow) -> CellKey:
+def _key(cell: Rates | CellRow) -> CellKey:
     return CellKey(cell.host, cell.engine, cell.device, cell.model, cell.prompt, cell.arm)

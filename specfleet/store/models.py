@@ -99,7 +99,12 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         Index("ix_runs_matrix_plan", "matrix_id", "plan_order"),
-        Index("ix_runs_matrix_status", "matrix_id", "status"),
+        # Covers a matrix's rates (speed-up table) and its status counts.
+        Index(
+            "ix_runs_matrix_rates",
+            "matrix_id", "status", "host", "engine", "device", "model", "prompt_name", "arm",
+            "tok_per_s", "noisy",
+        ),
         # Covers one cell's history: the cell columns, then what the query reads.
         Index(
             "ix_runs_cell",

@@ -8,7 +8,7 @@ from dataclasses import fields
 from datetime import datetime
 from statistics import median
 
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from specfleet.jobs.run import RunSpec, Target
@@ -75,6 +75,7 @@ class StoreQueries:
     """Read methods of `Store` (mixed in; needs `_read()` and `display_url`)."""
 
     display_url: str
+    engine: Engine
 
     def _read(self) -> Session:  # pragma: no cover - provided by Store
         raise NotImplementedError
@@ -102,8 +103,8 @@ class StoreQueries:
             select(*columns).where(*run_conditions(**filters))
             .order_by(Run.matrix_id, Run.job_id, Run.plan_order, Run.id)
         )
-        with self._read() as session:
-            return [RunRow(*row) for row in session.execute(stmt)]
+        with self.engine.connect() as conn:
+            return [RunRow(*row) for row in conn.execute(stmt)]
 
     def runs_not_done(
         self, matrix_id: str, statuses: Sequence[str] | None = None
@@ -134,19 +135,24 @@ class StoreQueries:
             filters["matrix"] = matrix_id
         filters["status"] = "done"
         stmt = select(*CELL_COLUMNS).where(*run_conditions(**filters))
-        with self._read() as session:
-            return aggregate.cell_rows(session.execute(stmt))
+        with self.engine.connect() as conn:
+            return aggregate.cell_rows(conn.execute(stmt).all())
 
     def speedups(self, matrix_id: str) -> list[SpeedupRow]:
         """Each arm's median tok/s over plain's in the same target, model and prompt."""
         self.get_matrix(matrix_id)
-        return aggregate.speedup_rows(self.cells(matrix_id))
+        return aggregate.speedup_rows(self._rates(matrix_id))
 
     def compare(self, matrix_a: str, matrix_b: str) -> list[CompareRow]:
         """Every cell of two matrices side by side, ratio = b / a, regressions flagged."""
         self.get_matrix(matrix_a)
         self.get_matrix(matrix_b)
-        return aggregate.compare_rows(self.cells(matrix_a), self.cells(matrix_b))
+        return aggregate.compare_rows(self._rates(matrix_a), self._rates(matrix_b))
+
+    def _rates(self, matrix_id: str) -> list[aggregate.Rates]:
+        stmt = select(*CELL_COLUMNS[:8]).where(Run.matrix_id == matrix_id, Run.status == "done")
+        with self.engine.connect() as conn:
+            return aggregate.cell_rates(conn.execute(stmt).all())
 
     def cell_history(
         self, model: str, prompt: str, arm: str, target: Target | str | None = None
@@ -165,10 +171,12 @@ class StoreQueries:
                    *_target_conditions(target))
         )
         groups: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        with self._read() as session:
-            for row in session.execute(stmt):
-                key = (row.submitted_at, row.matrix_id, row.name, row.host, row.engine, row.device)
-                groups[key][row.arm].append(row.tok_per_s)
+        with self.engine.connect() as conn:
+            for matrix_id, name, submitted_at, host, engine, device, run_arm, tps in conn.execute(
+                stmt
+            ):
+                key = (submitted_at, matrix_id, name, host, engine, device)
+                groups[key][run_arm].append(tps)
         return [_history_point(key, arms, arm) for key, arms in sorted(groups.items())
                 if arms.get(arm)]
 

@@ -12,7 +12,9 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
+from typer.testing import CliRunner
 
+from specfleet.cli.main import app
 from specfleet.errors import UserError
 from specfleet.store import FutureSchemaError, head_revision, open_store
 from specfleet.store.engine import resolve_url
@@ -117,3 +119,23 @@ def test_migrations_ship_in_a_non_editable_install(tmp_path):
                          text=True, timeout=120, env={"PYTHONPATH": str(site), "HOME": str(tmp_path)})
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "[]"
+
+
+def test_upgrade_from_the_first_revision_keeps_the_data(store_url):
+    from alembic import command
+
+    from specfleet.store.migrate import alembic_config
+
+    engine = raw_engine(store_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        conn.execute(text(
+            "INSERT INTO matrices (id, name, spec, spec_hash, submitted_at, status, "
+            "specfleet_version) VALUES ('old-1', 'old', '{}', 'h', '2026-01-01 00:00:00', "
+            "'done', '0.0.1')"))
+    engine.dispose()
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", store_url])
+    assert result.exit_code == 0 and f"0001 -> {head_revision()}" in result.output
+    with open_store(store_url) as store:
+        assert store.get_matrix("old-1").status == "done"
+    test_models_match_the_migrations(store_url)
