@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from specfleet.errors import UserError
 from specfleet.jobs import summarize
 from specfleet.jobs.rows import to_row
 from specfleet.report.view import PLAIN, CellView, Counters, MatrixView, ordered
@@ -19,22 +18,14 @@ def target_label(row) -> str:
 
 
 def load_matrix(store, matrix_id: str):
-    """The matrix row, or a one-line UserError naming the unknown id."""
-    try:
-        matrix = store.get_matrix(matrix_id)
-    except UserError:
-        raise
-    except (KeyError, LookupError):
-        matrix = None
-    if matrix is None:
-        raise UserError(f"matrix {matrix_id!r}: no such matrix in the store (see `matrix list`)")
-    return matrix
+    """The matrix row; an unknown id raises the store's one-line `UnknownMatrix` (a
+    `UserError`)."""
+    return store.get_matrix(matrix_id)
 
 
 def done_runs(store, matrix_id: str) -> list:
     """The matrix's `done` runs in plan order."""
-    runs = [r for r in store.runs(matrix_id=matrix_id) if r.status == "done"]
-    return sorted(runs, key=lambda r: r.plan_order)
+    return sorted(store.runs(matrix=matrix_id, status="done"), key=lambda r: r.plan_order)
 
 
 def group_runs(runs: Iterable) -> dict[Key, list]:
