@@ -13,7 +13,7 @@ import pytest
 
 from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, resume, run_matrix
 from specfleet.jobs.plan import run_key
-from specfleet.jobs.run import RunSpec, Target
+from specfleet.jobs.run import LookupOptions, RunSpec, Target
 from specfleet.store import open_store
 from tests.cluster.raycluster import start_fleet, wait_until, workers
 
@@ -163,3 +163,20 @@ def test_lost_node_interrupts_its_run_the_other_host_finishes_resume_completes(f
 
 def test_dispatch_runs_with_nothing_to_do_returns_at_once(fleet, store):
     assert dispatch_runs(store, [], fleet.handles, options=FAST) == {}
+
+
+def test_one_short_real_torch_run_on_the_bundled_model(fleet, store):
+    from specfleet.engine.models import fetch_bundled
+
+    fetch_bundled()  # already in the user cache on a prepared machine
+    spec = RunSpec(
+        run_key=run_key("torch", "alpha"), matrix_id="torch", model="smollm2-135m",
+        target=Target(host="alpha", engine="torch", device="cpu"), prompt_name="hi",
+        prompt_text="Say hi.", arm="graded", lookup=LookupOptions(max_draft=2), max_tokens=6,
+    )
+    store.create_matrix("torch", {"name": "torch"}, [spec], matrix_id="torch")
+    outcome = run_matrix(store, "torch", fleet.handles, options=FAST)
+    assert (outcome.status, outcome.done) == ("done", 1)
+    (row,) = store.runs(matrix="torch")
+    assert 1 <= row.generated_tokens <= 6 and row.output_text and row.tok_per_s > 0
+    assert row.resolved_policy == "graded" and row.weights_hash
