@@ -258,6 +258,7 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
     else:
         body["cells"] = [cell_record(c) for c in view.cells]
         body["headline"] = {t: headline(view, t) for t in view.targets}
+        body["headlines"] = [asdict(h) for h in view.headlines]
     return json.dumps(body, indent=2, default=str) + "\n"
 
 

@@ -60,6 +60,10 @@ def test_json_and_csv_carry_every_cell(store) -> None:
     assert graded["speedup"] == pytest.approx(1.5) and graded["rates"] == [150.0, 152.0, 148.0]
     assert cells[("h1/toy/cpu", "constant", "copy", "graded")]["loop"] is True
     assert cells[("h2/toy/cpu", "script", "copy", "graded")]["diverge_token"] == 5
+    graded_h1 = next(h for h in body["headlines"] if (h["target"], h["arm"]) ==
+                     ("h1/toy/cpu", "graded"))
+    assert graded_h1["geomean_speedup"] == pytest.approx(1.5)
+    assert graded_h1["looping_excluded"] == 1
     rows = list(csv.DictReader(io.StringIO(render_matrix(store, DEMO_ID, fmt="csv"))))
     assert len(rows) == 14
     assert {r["spread_flag"] for r in rows if r["arm"] == "gated" and r["prompt"] == "echo"} == {
