@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -197,8 +198,11 @@ def main() -> None:
         load_s = bulk_load(store, args.runs, args.matrices, args.tokens)
         print(f"bulk load: {args.runs} runs in {args.matrices} matrices, {load_s:.1f} s "
               f"({args.runs / load_s:.0f} runs/s)")
+    load_before = os.getloadavg()[0]
     for name, ms in measure(store, args.matrices, args.repeats).items():
         print(report(name, ms))
+    print(f"load average (1 min) before/after timing: {load_before:.1f} / "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (a shared machine)")
     store.close()
 
 

@@ -1,0 +1,51 @@
+"""URL resolution: --db, SPECFLEET_DB, the default file, and refused schemes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specfleet.errors import UserError
+from specfleet.store.engine import default_db_path, display_url, resolve_url
+
+
+def test_default_is_a_file_in_the_user_data_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv("SPECFLEET_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    url = resolve_url(None)
+    assert url.drivername == "sqlite" and url.database == str(default_db_path())
+    assert default_db_path() == tmp_path / "specfleet" / "specfleet.db"
+    assert default_db_path().parent.is_dir()
+
+
+def test_env_var_then_flag(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECFLEET_DB", str(tmp_path / "env.db"))
+    assert resolve_url(None).database == str(tmp_path / "env.db")
+    assert resolve_url(str(tmp_path / "flag.db")).database == str(tmp_path / "flag.db")
+
+
+def test_bare_relative_path_becomes_absolute(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_url("runs.db").database == str(Path(tmp_path, "runs.db"))
+
+
+def test_postgres_urls_use_psycopg():
+    for raw in ("postgresql://u:pw@h:5/db", "postgres://u:pw@h:5/db",
+                "postgresql+psycopg://u:pw@h:5/db"):
+        url = resolve_url(raw)
+        assert url.drivername == "postgresql+psycopg"
+        assert display_url(url) == "postgresql+psycopg://u:***@h:5/db"
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    ("mysql://u@h/db", "unsupported database scheme 'mysql'"),
+    ("postgresql+psycopg2://u@h/db", "unsupported database scheme 'postgresql+psycopg2'"),
+    ("sqlite://", "needs a file path"),
+    ("sqlite:///:memory:", "needs a file path"),
+    ("://nothing", "cannot parse"),
+])
+def test_refused_urls_name_the_flag(raw, fragment):
+    with pytest.raises(UserError) as err:
+        resolve_url(raw)
+    assert str(err.value).startswith("--db: ") and fragment in str(err.value)
