@@ -45,6 +45,13 @@ def test_results_runs_and_filters(db_path) -> None:  # noqa: F811
     assert len(list(csv.DictReader(io.StringIO(both.stdout)))) == 6
 
 
+def test_results_time_range(db_path) -> None:  # noqa: F811
+    since = invoke(db_path, "results", "--matrix", MIXED_ID, "--since", "2000-01-01")
+    assert "6 runs" in since.output
+    until = invoke(db_path, "results", "--matrix", MIXED_ID, "--until", "2000-01-01T00:00+00:00")
+    assert until.exit_code == 0 and "0 runs" in until.output
+
+
 def test_results_cells_and_pivot(db_path) -> None:  # noqa: F811
     cells = invoke(db_path, "results", "--matrix", DEMO_ID, "--model", "script", "--cells",
                    "--format", "json")
