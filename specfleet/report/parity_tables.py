@@ -21,7 +21,9 @@ def where_text(token: int | None, char: int | None) -> str:
 def forensics_text(item: ArmParity) -> str:
     """The competing tokens and their logit gaps on both paths."""
     if item.replay is None:
-        return "not replayed (no worker for this target)" if item.verdict == "unverified" else DASH
+        if item.verdict == "unverified":
+            return "not replayed: no worker for this host here (pass --address HEAD)"
+        return DASH
     m, r = item.replay.margins, item.replay
     return (
         f"plain {r.text_a!r} vs {item.arm} {r.text_b!r}; gap {m.a.gap:+.4f} on plain's path "
