@@ -177,6 +177,17 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
     return f"{base} · {speedup_text(cell)} · acc {cell.counters.acceptance_rate:.2f}"
 
 
+def parity_summary(view: MatrixView) -> str:
+    """One line: how many arm replies equal plain's, and where to get the forensics."""
+    verdicts = [c.parity for c in view.cells if c.parity is not None]
+    diverged = verdicts.count("diverged")
+    line = (f"Parity vs plain (first repetition): {verdicts.count('identical')} identical, "
+            f"{diverged} diverged")
+    if diverged:
+        line += f"; `specfleet parity {view.matrix_id}` replays each divergence (near-tie or suspect)"
+    return line + "."
+
+
 def grids_for(view: MatrixView, pivot: str | None) -> list[Grid]:
     """The tables of a matrix in reading order."""
     if pivot == "target":
@@ -184,6 +195,10 @@ def grids_for(view: MatrixView, pivot: str | None) -> list[Grid]:
     grids = []
     for target in view.targets:
         grids += [plain_grid(view, target), speedup_grid(view, target), counters_grid(view, target)]
+    if grids:
+        last = grids[-1]
+        grids[-1] = Grid(last.title, last.headers, last.rows, (*last.notes, parity_summary(view)),
+                         last.left_cols)
     return grids
 
 

@@ -34,6 +34,8 @@ def test_table_shows_speedups_markers_and_headline(store) -> None:
     h2 = text.split("Prompt lookup over plain — h2/toy/cpu")[1]
     assert "1.50x ±2.7% ≠" in _line(h2.split("Headline")[0], "graded")
     assert "diverges at token 5 (char 5)" in h2
+    assert ("Parity vs plain (first repetition): 8 identical, 1 diverged; `specfleet parity "
+            "demo-000001` replays each divergence") in text
 
 
 def test_plain_and_counters_tables(store) -> None:
