@@ -63,14 +63,14 @@ class TorchRunner:
 
     def __init__(self, model, tokenizer, device: str) -> None:
         self.model = model
-        self.tokenizer = tokenizer
         self.device = device
-        self.vocab_size = int(model.config.get_text_config().vocab_size)
-        self.eos_ids = eos_id_set(model.generation_config.eos_token_id, tokenizer.eos_token_id)
         self._torch_device = torch.device(device)
         self._cache = None
         self.reset()
         _check_trimmable(self._cache, model)
+        self.tokenizer = tokenizer
+        self.vocab_size = int(model.config.get_text_config().vocab_size)
+        self.eos_ids = eos_id_set(model.generation_config.eos_token_id, tokenizer.eos_token_id)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> TorchRunner:
@@ -161,8 +161,10 @@ def _check_trimmable(cache, model) -> None:
     """Only full-attention dynamic layers roll back exactly by dropping their tail."""
     from transformers.cache_utils import DynamicLayer
 
-    kinds = {type(layer) for layer in getattr(cache, "layers", [])}
-    if not kinds or kinds != {DynamicLayer}:
+    kinds = {type(layer) for layer in cache.layers}
+    if not kinds:  # layers created lazily, all of one class
+        kinds = {getattr(cache, "layer_class_to_replicate", None) or type(None)}
+    if kinds != {DynamicLayer}:
         names = ", ".join(sorted(k.__name__ for k in kinds)) or "no layers"
         raise UnsupportedModelError(
             f"{model.config.model_type}: prompt lookup needs KV caches it can trim, "

