@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,7 @@ def ensure_token(create: bool) -> Path | None:
             f.write(secrets.token_hex(32))  # 256 bits, the format `ray get-auth-token` writes
     if stat.S_IMODE(path.stat().st_mode) != 0o600:
         path.chmod(0o600)  # Ray writes 0644; the token is the only key to the cluster
+    reload_auth()
     return path
 
 
@@ -111,17 +113,27 @@ def enable_token_auth() -> None:
     """Set `RAY_AUTH_MODE=token` for this process and the Ray processes it starts."""
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from ray._raylet import Config
+    reload_auth()
 
-    Config.initialize("")  # Ray caches its config: make this process see token mode now
+
+def reload_auth() -> None:
+    """Make this process re-read the auth mode and token (Ray caches both)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")  # config first, then the token cache (Ray's own test helpers' order)
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def bind_loopback() -> None:
     """Keep a local-only Ray instance on 127.0.0.1 (nothing listens on the network)."""
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    _set_multinode(False)
+
+
+def _set_multinode(enabled: bool) -> None:
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1" if enabled else "0"
     from ray._private import ray_constants
 
-    ray_constants.ENABLE_RAY_CLUSTER = False  # read at import; Ray resolves the node IP from it
+    ray_constants.ENABLE_RAY_CLUSTER = enabled  # read at import; Ray resolves the node IP from it
 
 
 # ---- connect ---------------------------------------------------------------------------
@@ -151,6 +163,8 @@ def connect(
     enable_token_auth()
     if address is not None:
         ensure_token(create=False)
+        if sys.platform == "darwin":
+            _set_multinode(True)  # else a Mac driver advertises 127.0.0.1 to remote hosts
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
         return FleetConnection(ray.get_runtime_context().gcs_address, embedded=False)
     return _start_embedded(num_cpus, host, worker_kwargs)

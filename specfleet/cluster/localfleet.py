@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from specfleet.cluster.fleet import bind_loopback, enable_token_auth, ensure_token
+from specfleet.cluster.fleet import bind_loopback, enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
     HOST_LABEL,
     KIND_LABEL,
@@ -49,6 +49,9 @@ class LocalFleet:
         kind: the `specfleet.kind` label of every node.
         cpus_per_host: CPUs each host node accounts (the head has 1 and no slot).
         worker_kwargs: `HostWorker` keyword arguments for `start_workers`.
+        distinct_machines: give each host's worker its own machine id (`sim-<host>`), so a
+            scheduler treats the hosts as separate machines; by default they report this
+            machine's real id (they do share its cores).
     """
 
     def __init__(
@@ -58,11 +61,13 @@ class LocalFleet:
         kind: str = "linux-cpu",
         cpus_per_host: int = 1,
         worker_kwargs: dict | None = None,
+        distinct_machines: bool = False,
     ) -> None:
         self.hosts = list(hosts)
         self.kind = kind
         self.cpus_per_host = cpus_per_host
         self.worker_kwargs = worker_kwargs
+        self.distinct_machines = distinct_machines
         self.cluster: Any = None
         self._nodes: dict[str, Any] = {}
         self._saved_env: dict[str, str | None] = {}
@@ -109,10 +114,17 @@ class LocalFleet:
 
     def start_workers(self, timeout_s: float = 120.0) -> dict[str, Any]:
         """Start every host's worker actor and wait until each answers a ping."""
-        handles = {h: start_worker(h, self.worker_kwargs) for h in self.hosts}
+        handles = {h: start_worker(h, self.worker_kwargs_for(h)) for h in self.hosts}
         for handle in handles.values():
             wait_ready(handle, timeout_s)
         return handles
+
+    def worker_kwargs_for(self, host: str) -> dict:
+        """The `HostWorker` keyword arguments of `host`'s worker."""
+        kwargs = dict(self.worker_kwargs or {})
+        if self.distinct_machines:
+            kwargs.setdefault("machine_id", f"sim-{host}")
+        return kwargs
 
     def shutdown(self) -> None:
         """Disconnect, stop every node and restore the auth environment."""
@@ -126,7 +138,6 @@ class LocalFleet:
 
     def _restore_env(self) -> None:
         from ray._private import ray_constants
-        from ray._raylet import Config
 
         for key, value in self._saved_env.items():
             if value is None:
@@ -134,7 +145,7 @@ class LocalFleet:
             else:
                 os.environ[key] = value
         ray_constants.ENABLE_RAY_CLUSTER = self._saved_multinode
-        Config.initialize("")
+        reload_auth()
 
     def __enter__(self) -> LocalFleet:
         return self.start()

@@ -7,8 +7,9 @@ another matrix" from "stuck". So each scheduler takes a lease on the machine fro
 detached lock actor before it dispatches a run and gives it back when the result is stored.
 
 Why an actor and not a Ray placement group or custom resource: an actor method call does not
-hold resources, and a lease must outlive no driver — a killed driver's lease is reclaimed as
-soon as Ray marks its job dead (or at the latest when the lease expires).
+hold resources, and a lease must not outlive its driver: a killed driver's lease is reclaimed as
+soon as Ray marks its job dead (or at the latest when the lease expires). A scheduler keeps
+its lease from run to run while nobody else waits, so a run costs one lock call.
 """
 
 from __future__ import annotations
@@ -23,23 +24,57 @@ LOCK_ACTOR_NAME = "specfleet-machine-locks"
 NAMESPACE = "specfleet"
 # The head node carries this resource; the lock lives with the cluster, not with a host.
 _HEAD_RESOURCE = "node:__internal_head__"
+WAIT_TTL_S = 2.0  # a refused owner asks again every poll (<= 0.25 s); silent this long = gone
 
 
 class MachineLocks:
-    """Leases keyed by machine: `{machine: (owner, job_id, expires_at)}`."""
+    """Leases keyed by machine: `{machine: (owner, job_id, expires_at)}`, fair between owners.
+
+    An owner refused a machine is remembered as waiting (for `WAIT_TTL_S`); the holder's
+    next `acquire` then yields the machine, and a free machine goes to the first waiter, so
+    two matrices on one machine take turns run by run instead of one starving the other.
+    """
 
     def __init__(self) -> None:
         self._leases: dict[str, tuple[str, str | None, float]] = {}
+        self._waiting: dict[str, dict[str, float]] = {}  # machine -> owner -> last asked
 
     def acquire(self, machine: str, owner: str, job_id: str | None, lease_s: float) -> bool:
-        """Take (or renew) the lease on `machine` for `owner`; False while another holds it."""
+        """Take or renew the lease on `machine` for `owner`.
+
+        Returns:
+            True when `owner` holds the machine for the next `lease_s` seconds; False while
+            another owner holds it, or when `owner` held it and yields to a waiting owner.
+        """
+        now = time.monotonic()
+        queue = self._live_waiters(machine, now)
+        others = [o for o in queue if o != owner]
         held = self._leases.get(machine)
-        if held is not None and held[0] != owner and not self._expired(held):
+        if held is not None and held[0] == owner and others:
+            del self._leases[machine]  # our turn is over: the waiter gets the machine next
+            self._waiting.setdefault(machine, {})[owner] = now
             return False
-        self._leases[machine] = (owner, job_id, time.monotonic() + lease_s)
+        if held is not None and held[0] != owner and not self._expired(held, now):
+            self._waiting.setdefault(machine, {})[owner] = now
+            return False
+        if (held is None or held[0] != owner) and queue and queue[0] != owner:
+            self._waiting.setdefault(machine, {})[owner] = now  # the first waiter goes first
+            return False
+        self._waiting.get(machine, {}).pop(owner, None)
+        self._leases[machine] = (owner, job_id, now + lease_s)
+        return True
+
+    def renew(self, machine: str, owner: str, lease_s: float) -> bool:
+        """Extend `owner`'s lease during a run (never yields: a run is not cut in two)."""
+        held = self._leases.get(machine)
+        if held is None or held[0] != owner:
+            return False
+        self._leases[machine] = (owner, held[1], time.monotonic() + lease_s)
         return True
 
     def release(self, machine: str, owner: str) -> bool:
+        """Give the machine back (if `owner` holds it) and stop waiting for it."""
+        self._waiting.get(machine, {}).pop(owner, None)
         held = self._leases.get(machine)
         if held is None or held[0] != owner:
             return False
@@ -47,11 +82,18 @@ class MachineLocks:
         return True
 
     def holders(self) -> dict[str, str]:
-        return {m: lease[0] for m, lease in self._leases.items() if not self._expired(lease)}
+        now = time.monotonic()
+        return {m: lease[0] for m, lease in self._leases.items() if not self._expired(lease, now)}
 
-    def _expired(self, lease: tuple[str, str | None, float]) -> bool:
+    def _live_waiters(self, machine: str, now: float) -> list[str]:
+        waiting = self._waiting.get(machine, {})
+        for owner in [o for o, seen in waiting.items() if now - seen > WAIT_TTL_S]:
+            del waiting[owner]  # stopped asking: gone, or finished elsewhere
+        return list(waiting)  # insertion order: the first to ask goes first
+
+    def _expired(self, lease: tuple[str, str | None, float], now: float) -> bool:
         _, job_id, expires_at = lease
-        return time.monotonic() > expires_at or _job_is_dead(job_id)
+        return now > expires_at or _job_is_dead(job_id)
 
 
 def _job_is_dead(job_id: str | None) -> bool:

@@ -10,6 +10,7 @@ Every Ray call has a timeout. Machine leases (`locks.py`) keep two drivers apart
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -24,6 +25,8 @@ from specfleet.cluster.hoststate import WORKER_LOST, HostState, HostTally, InFli
 from specfleet.cluster.progress import HostProgress, ProgressCallback, ProgressEvent, fan_out
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.store.errors import StoreConflict
+
+LEASE_CHECK_S = 0.25  # how often a held machine lease is re-confirmed (fairness vs. cost)
 
 __all__ = [
     "HostTally",
@@ -83,7 +86,8 @@ class _Ctx:
     owner: str
     job_id: str | None
     lock: Any
-    busy_machines: set[str] = field(default_factory=set)
+    busy_machines: set[str] = field(default_factory=set)  # a run of ours is in flight there
+    held: dict[str, float] = field(default_factory=dict)  # machine -> lease last confirmed
     renewed_at: float = 0.0
 
 
@@ -174,8 +178,8 @@ def dispatch_runs(
         try:
             _loop(ctx)
         finally:
-            for machine in list(ctx.busy_machines):
-                _release(ctx, machine)
+            for machine in list(ctx.held):
+                _release(ctx, machine, wait=True)
     return {name: host.tally() for name, host in hosts.items()}
 
 
@@ -241,7 +245,6 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     try:
         ctx.store.mark_running(spec.run_key)
     except StoreConflict:  # done meanwhile by another driver's resume: never run it twice
-        _release(ctx, host.machine)
         return
     ctx.busy_machines.add(host.machine)
     host.inflight = InFlight(spec, host.worker.run.remote(spec), time.monotonic())
@@ -265,7 +268,7 @@ def _settle(ctx: _Ctx, host: HostState) -> None:
     else:
         _store_result(ctx, host, flight.spec, result)
     finally:
-        _release(ctx, host.machine)
+        _run_over(ctx, host)
 
 
 def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) -> None:
@@ -307,23 +310,45 @@ def _check_timeouts(ctx: _Ctx) -> None:
         _interrupt(ctx, host, flight.spec, f"timed out after {limit_s:g} s; cancelled")
         host.cancel_quietly()
         host.mark_suspect()
+        _run_over(ctx, host)
+
+
+def _run_over(ctx: _Ctx, host: HostState) -> None:
+    """The machine is free again; keep its lease only while more runs wait for it."""
+    ctx.busy_machines.discard(host.machine)
+    wanted = any(h.queue and h.health == "healthy" for h in ctx.hosts.values()
+                 if h.machine == host.machine)
+    if not wanted:
         _release(ctx, host.machine)
 
 
 def _acquire(ctx: _Ctx, machine: str) -> bool:
+    """Take or keep the machine's lease; False: not our turn (another owner waits or holds).
+
+    A lease confirmed within LEASE_CHECK_S is kept without asking: a waiting owner gets its
+    turn that much later, and a stream of short runs costs no lock call each.
+    """
+    now = time.monotonic()
+    if machine in ctx.held and now - ctx.held[machine] < LEASE_CHECK_S:
+        return True
     ref = ctx.lock.acquire.remote(machine, ctx.owner, ctx.job_id, ctx.opts.lease_s)
     try:
-        return bool(ray.get(ref, timeout=ctx.opts.call_timeout_s))
+        granted = bool(ray.get(ref, timeout=ctx.opts.call_timeout_s))
     except (*WORKER_LOST, GetTimeoutError):
-        return False  # the lock actor is restarting: try again on the next pass
+        granted = False  # the lock actor is restarting: try again on the next pass
+    if granted:
+        ctx.held[machine] = now
+    else:
+        ctx.held.pop(machine, None)
+    return granted
 
 
-def _release(ctx: _Ctx, machine: str) -> None:
-    ctx.busy_machines.discard(machine)
-    try:
-        ray.get(ctx.lock.release.remote(machine, ctx.owner), timeout=ctx.opts.call_timeout_s)
-    except (*WORKER_LOST, GetTimeoutError):
-        pass  # the lease expires on its own
+def _release(ctx: _Ctx, machine: str, wait: bool = False) -> None:
+    ctx.held.pop(machine, None)
+    ref = ctx.lock.release.remote(machine, ctx.owner)  # ordered after our earlier lock calls
+    if wait:
+        with contextlib.suppress(*WORKER_LOST, GetTimeoutError):
+            ray.get(ref, timeout=ctx.opts.call_timeout_s)
 
 
 def _renew_leases(ctx: _Ctx) -> None:
@@ -332,7 +357,7 @@ def _renew_leases(ctx: _Ctx) -> None:
         return
     ctx.renewed_at = now
     for machine in ctx.busy_machines:
-        _acquire(ctx, machine)
+        ctx.lock.renew.remote(machine, ctx.owner, ctx.opts.lease_s)
 
 
 def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import stat
 import subprocess
 import sys
@@ -45,7 +46,10 @@ SPECFLEET = [os.path.join(os.path.dirname(sys.executable), "specfleet")]
 @pytest.fixture(scope="module")
 def fleet():
     with LocalFleet(
-        ["h1", "h2"], kind="linux-cpu", worker_kwargs={"sample_period_s": 3600.0}
+        ["h1", "h2"],
+        kind="linux-cpu",
+        worker_kwargs={"sample_period_s": 3600.0},
+        distinct_machines=True,
     ) as local:
         local.start_workers()
         yield local
@@ -151,11 +155,32 @@ def test_hosts_are_discovered_by_label_and_reported(fleet: LocalFleet) -> None:
         assert f"{host}/torch/cpu" in row["targets"]
         assert row["default_policies"][f"{host}/torch/cpu"] == "graded"
         assert row["versions"]["ray"] == ray.__version__
+        assert row["machine_id"] == f"sim-{host}"  # simulated hosts, separate machines
 
 
 @pytest.mark.slow
 def test_the_head_reports_its_versions_to_a_joining_host(fleet: LocalFleet) -> None:
     assert read_head_versions(fleet.address) == local_versions()
+
+
+@pytest.mark.slow
+def test_join_checks_versions_before_starting_anything(fleet: LocalFleet, monkeypatch) -> None:
+    from specfleet.cluster import membership
+
+    def must_not_start(cmd: list[str]) -> None:
+        raise AssertionError(f"ray start ran: {cmd}")
+
+    head_python = platform.python_version()  # the test cluster runs this interpreter
+    monkeypatch.setattr(membership, "_ray_start", must_not_start)
+    monkeypatch.setattr(
+        membership, "local_versions", lambda: {"python": "3.0.1", "ray": ray.__version__}
+    )
+    with pytest.raises(UserError) as err:
+        membership.fleet_join(fleet.address, "h9")
+    assert str(err.value) == (
+        f"this host does not match the head: install Python {head_python} (this host has "
+        "3.0.1), then run `specfleet fleet join` again"
+    )
 
 
 @pytest.mark.slow
@@ -198,7 +223,7 @@ def test_a_stopped_worker_is_dead_until_started_again(fleet: LocalFleet) -> None
     assert health("h1").state == DEAD
     with pytest.raises(RayActorError):
         ray.get(handle.ping.remote(), timeout=TIMEOUT_S)
-    wait_ready(start_worker("h1", {"sample_period_s": 3600.0}), TIMEOUT_S)
+    wait_ready(start_worker("h1", fleet.worker_kwargs_for("h1")), TIMEOUT_S)
     assert health("h1").state == HEALTHY
 
 
