@@ -261,6 +261,8 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
     if pivot not in PIVOTS:
         raise UserError(f"--pivot: unknown pivot {pivot!r}; expected 'target'")
     heading = f"Matrix {view.matrix_id} ({view.name})"
+    if not view.cells and fmt in ("table", "markdown"):
+        return f"{heading}: no done runs yet (`specfleet matrix status {view.matrix_id}`)\n"
     if fmt == "table":
         return to_rich(grids_for(view, pivot), heading)
     if fmt == "markdown":

@@ -100,3 +100,14 @@ def test_speedup_text_markers() -> None:
                     loop=True, parity="diverged")
     assert speedup_text(cell) == "0.97x ±7.0%! LOOP ≠"
     assert speedup_text(None) == "–"
+
+
+def test_matrix_without_done_runs(store) -> None:
+    from specfleet.jobs.run import RunSpec
+    from tests.report.seed import H1
+
+    spec = RunSpec(run_key="pending-000009/0", target=H1, model="script", prompt_name="copy",
+                   prompt_text="x", arm="plain", max_tokens=4)
+    store.create_matrix("pending", {}, [spec], matrix_id="pending-000009")
+    assert "no done runs yet" in render_matrix(store, "pending-000009")
+    assert json.loads(render_matrix(store, "pending-000009", fmt="json"))["cells"] == []
