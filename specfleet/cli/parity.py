@@ -123,8 +123,11 @@ def parity(
                                            help="Progress bars while `run` runs.")] = True,
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
 ) -> None:
-    """Greedy parity: every arm against plain on its target, plain across targets, and
-    regressions against a baseline. Exit 1 on a suspect divergence or a regression."""
+    """Greedy parity vs plain, across targets and a baseline; exit 1 if suspect or regressed.
+
+    `parity ID` checks a stored matrix; `parity run FILE` runs FILE greedy with one repeat
+    first. Each divergence is replayed on its target and called near-tie or suspect.
+    """
     if near_tie <= 0:
         raise UserError(f"--near-tie: expected a positive logit margin, got {near_tie}")
     if what != "run" and file is not None:
