@@ -54,7 +54,8 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     data = _heat_data(view, target, rows)
     finite = data[np.isfinite(data)]
     limit = max(float(np.abs(finite).max()) if finite.size else 0.0, np.log2(1.1))
-    fig, ax = plt.subplots(figsize=(2.4 + 1.4 * len(view.prompts), 1.4 + 0.55 * len(rows)))
+    fig, ax = plt.subplots(
+        figsize=(max(5.5, 2.4 + 1.4 * len(view.prompts)), 1.6 + 0.55 * len(rows)))
     ax.set_facecolor("#dddddd")
     image = ax.imshow(data, cmap="RdYlGn", vmin=-limit, vmax=limit, aspect="auto")
     for i, (model, arm) in enumerate(rows):
@@ -82,7 +83,7 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
               if view.cell(target, m, p, PLAIN) or any(view.cell(target, m, p, a)
                                                        for a in view.arms)]
     width = 0.8 / max(len(view.arms), 1)
-    fig, ax = plt.subplots(figsize=(2.0 + 1.1 * len(groups), 4.0))
+    fig, ax = plt.subplots(figsize=(max(5.5, 2.0 + 1.1 * len(groups)), 4.0))
     labelled: set[str] = set()
     for k, arm in enumerate(view.arms):
         for g, (model, prompt) in enumerate(groups):
