@@ -184,3 +184,22 @@ def test_load_samples_series(store):
     got = store.load_samples(host="mac1", since=datetime(2026, 1, 1, 0, 0, 1))
     assert [(s.load1, s.cpu_util, s.gpu_util, s.matrix_id) for s in got] == [
         (0.1, 50.0, None, matrix_id), (0.2, 50.0, None, matrix_id)]
+
+
+def test_open_store_turns_connection_faults_into_one_line_user_errors(tmp_path, pg_server):
+    from specfleet.errors import UserError
+    from specfleet.store import open_store
+    from tests.conftest import PG_PASSWORD_USER
+
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not sqlite at all " * 20)
+    cases = {
+        str(bad): "not a usable SQLite database",
+        pg_server.url("postgres", PG_PASSWORD_USER, "nope"): "refused the credentials",
+        pg_server.url("no_such_db"): "does not exist",
+        "oracle://u@h/db": "unsupported database scheme",
+    }
+    for url, fragment in cases.items():
+        with pytest.raises(UserError) as err:
+            open_store(url)
+        assert fragment in str(err.value) and "\n" not in str(err.value)
