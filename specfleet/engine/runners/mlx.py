@@ -69,13 +69,7 @@ class MlxRunner:
 
     def __init__(self, model, tokenizer, device: str) -> None:
         self.model = model
-        self.tokenizer = tokenizer
         self.device = device
-        self._mx_device = mx.cpu if device == "cpu" else mx.gpu
-        # Our own stream, as mlx-lm's generation_stream: lazy steps queue behind each other.
-        self._stream = mx.new_thread_local_stream(self._mx_device)
-        self.vocab_size = _vocab_size(model)
-        self.eos_ids = eos_id_set(getattr(tokenizer, "eos_token_ids", None), tokenizer.eos_token_id)
         self._cache: list[Any] = []
         self.reset()
         if not can_trim_prompt_cache(self._cache):
@@ -83,6 +77,11 @@ class MlxRunner:
             raise UnsupportedModelError(
                 f"prompt lookup needs KV caches it can trim; this model's {', '.join(kinds)} cannot"
             )
+        self.tokenizer = tokenizer
+        self.vocab_size = _vocab_size(model)
+        self.eos_ids = eos_id_set(getattr(tokenizer, "eos_token_ids", None), tokenizer.eos_token_id)
+        # Our own stream, as mlx-lm's generation_stream: lazy steps queue behind each other.
+        self._stream = mx.new_thread_local_stream(mx.cpu if device == "cpu" else mx.gpu)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> MlxRunner:
