@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -67,6 +67,9 @@ class HostWorker:
         memory_budget_gb: loaded models' total size (default MODEL_MEMORY_SHARE of memory).
         sample_period_s: how often the load series is sampled while busy.
         quiet_threshold_per_core: see `hardware.QUIET_BUSY_PER_CORE`.
+        machine_id: stand-in machine id (simulated hosts sharing one real machine).
+        run_lock_path: the machine-wide "a specfleet run is active" lock file (default:
+            shared by every worker of this user on this machine).
     """
 
     def __init__(
@@ -77,8 +80,12 @@ class HostWorker:
         memory_budget_gb: float | None = None,
         sample_period_s: float = LOAD_SAMPLE_PERIOD_S,
         quiet_threshold_per_core: float = QUIET_BUSY_PER_CORE,
+        machine_id: str | None = None,
+        run_lock_path: str | None = None,
     ) -> None:
         self._info = info or detect_host(host)
+        if machine_id is not None:
+            self._info = replace(self._info, machine_id=machine_id)
         budget_gb = memory_budget_gb or self._info.memory_gb * MODEL_MEMORY_SHARE
         self._models = LoadedModels(int(budget_gb * 2**30))
         self._resolved: dict[tuple[str, str], Any] = {}
@@ -90,6 +97,7 @@ class HostWorker:
         self._sample_period_s = sample_period_s
         self._last_sample_at = 0.0
         self._quiet_threshold = quiet_threshold_per_core
+        self._run_lock_path = run_lock_path
         self._meter = ForeignCpuMeter()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_loop, name="load-sampler", daemon=True)
@@ -169,7 +177,7 @@ class HostWorker:
             self._cancel.clear()
             self._current = spec.run_key
             try:
-                with ActiveRunMarker() as marker:
+                with ActiveRunMarker(self._run_lock_path) as marker:
                     return self._run_locked(spec, other_run_active=not marker.exclusive)
             finally:
                 self._current = None
@@ -215,8 +223,15 @@ class HostWorker:
         from specfleet.jobs.run import Target
 
         target = Target(host=self.host, engine=engine, device=device)
-        spec = RunSpec(run_key="calibrate", target=target, model=model, prompt_name="calibrate",
-                       prompt_text="calibrate", arm="plain", max_tokens=1)
+        spec = RunSpec(
+            run_key="calibrate",
+            target=target,
+            model=model,
+            prompt_name="calibrate",
+            prompt_text="calibrate",
+            arm="plain",
+            max_tokens=1,
+        )
         with self._run_lock:
             prepared = self._prepare(spec)
             try:

@@ -84,12 +84,21 @@ def sampler_config(spec: RunSpec) -> Any:
     return SamplerConfig(temperature=spec.temperature, seed=spec.seed).validate()
 
 
-class ActiveRunMarker:
-    """A machine-wide flock held during a run: tells whether another specfleet run is active."""
+def default_run_lock_path() -> str:
+    """The lock file every specfleet worker of this user on this machine shares."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"specfleet-{uid}-active-run.lock")
 
-    def __init__(self) -> None:
-        uid = os.getuid() if hasattr(os, "getuid") else 0
-        self._path = os.path.join(tempfile.gettempdir(), f"specfleet-{uid}-active-run.lock")
+
+class ActiveRunMarker:
+    """A machine-wide flock held during a run: tells whether another specfleet run is active.
+
+    Args:
+        path: the lock file (default: one per user in the temp dir, shared by every worker).
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self._path = path or default_run_lock_path()
         self._fd: int | None = None
         self.exclusive = False
 

@@ -38,8 +38,14 @@ def spec(
 
 
 @pytest.fixture(scope="module")
-def worker():
-    w = HostWorker(info=detect_host("box1"), sample_period_s=0.05)
+def run_lock(tmp_path_factory) -> str:
+    # Not the machine-wide default: other test sessions on this machine would flag our runs.
+    return str(tmp_path_factory.mktemp("lock") / "active-run.lock")
+
+
+@pytest.fixture(scope="module")
+def worker(run_lock: str):
+    w = HostWorker(info=detect_host("box1"), sample_period_s=0.05, run_lock_path=run_lock)
     yield w
     w.close()
 
@@ -141,11 +147,22 @@ def test_runs_are_one_at_a_time(worker: HostWorker) -> None:
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
 
-def test_another_active_specfleet_run_flags_the_run_noisy(worker: HostWorker) -> None:
-    with ActiveRunMarker() as other:
-        assert other.exclusive
-        result = worker.run(spec("n1"))
-    assert result.status == "done" and result.noisy
+def test_a_run_is_noisy_when_another_run_is_active_or_the_host_is_busy(run_lock: str) -> None:
+    info = detect_host("box1")
+    # Threshold 1000 busy cores per core: always quiet; 0: never quiet.
+    calm = HostWorker(info=info, quiet_threshold_per_core=1000.0, run_lock_path=run_lock)
+    strict = HostWorker(info=info, quiet_threshold_per_core=0.0, run_lock_path=run_lock)
+    try:
+        assert calm.run(spec("n0")).noisy is False
+        with ActiveRunMarker(run_lock) as other:
+            assert other.exclusive
+            assert calm.run(spec("n1")).noisy is True
+        assert calm.run(spec("n2")).noisy is False  # the other run ended
+        assert strict.run(spec("n3")).noisy is True
+        assert strict.quiet_check().reason.startswith("other processes keep")
+    finally:
+        calm.close()
+        strict.close()
 
 
 def test_loaded_models_evict_the_least_recently_used() -> None:
@@ -202,3 +219,11 @@ def test_a_real_torch_run_is_warmed_once_and_matches_plain(
     assert plain.engine_config["model_path"] == str(bundled_torch_model.path)
     (loaded,) = [m for m in worker.status()["loaded_models"] if m["engine"] == "torch"]
     assert loaded["runs"] == 2 and loaded["warmed_max_drafts"] == [2]
+
+
+def test_a_simulated_host_can_stand_in_its_machine_id() -> None:
+    sim = HostWorker(info=detect_host("sim"), machine_id="sim-box", sample_period_s=3600.0)
+    try:
+        assert sim.info()["machine_id"] == "sim-box" and sim.info()["name"] == "sim"
+    finally:
+        sim.close()
