@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -25,9 +24,9 @@ from specfleet.workers.hardware import (
     QuietCheck,
     detect_host,
     load_average,
-    sample_load,
 )
 from specfleet.workers.loaded import LoadedModel, LoadedModels
+from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries
 from specfleet.workers.runsetup import (
     ActiveRunMarker,
     engine_config,
@@ -40,9 +39,6 @@ from specfleet.workers.toy import build_toy_runner, toy_weights_hash
 
 # Share of host memory the loaded models may take together (the rest: KV caches, the OS).
 MODEL_MEMORY_SHARE = 0.5
-LOAD_SAMPLE_PERIOD_S = 5.0
-_METER_TICK_S = 1.0
-_MAX_SAMPLES = 10_000
 
 
 @dataclass(frozen=True)
@@ -93,15 +89,10 @@ class HostWorker:
         self._cancel = threading.Event()
         self._current: str | None = None
         self._runs_done = 0
-        self._samples: deque[dict] = deque(maxlen=_MAX_SAMPLES)
-        self._sample_period_s = sample_period_s
-        self._last_sample_at = 0.0
         self._quiet_threshold = quiet_threshold_per_core
         self._run_lock_path = run_lock_path
         self._meter = ForeignCpuMeter()
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample_loop, name="load-sampler", daemon=True)
-        self._sampler.start()
+        self._series = LoadSeries(self.host, lambda: self._current, self._meter, sample_period_s)
 
     # ---- control: answered at once, from any thread --------------------------------------
 
@@ -154,15 +145,11 @@ class HostWorker:
 
     def drain_load_samples(self) -> list[dict]:
         """The load samples taken since the last drain (oldest first), then forgotten."""
-        out = []
-        while self._samples:
-            out.append(self._samples.popleft())
-        return out
+        return self._series.drain()
 
     def close(self) -> None:
         """Stop the sampler thread and drop loaded models."""
-        self._stop.set()
-        self._sampler.join(timeout=5)
+        self._series.close()
         self._models.clear()
 
     # ---- the run --------------------------------------------------------------------------
@@ -241,7 +228,7 @@ class HostWorker:
 
     def _run_locked(self, spec: RunSpec, other_run_active: bool) -> RunResult:
         started_at = datetime.now(UTC)
-        self._maybe_sample(spec.run_key)
+        self._series.maybe_sample(spec.run_key)
         try:
             prepared = self._prepare(spec)
             quiet = self._meter.check(self._quiet_threshold, fresh=True)
@@ -378,22 +365,6 @@ class HostWorker:
             started_at=started_at,
             finished_at=datetime.now(UTC),
         )
-
-    # ---- load series -----------------------------------------------------------------------
-
-    def _sample_loop(self) -> None:
-        while not self._stop.wait(_METER_TICK_S):
-            self._meter.update(min_window_s=0.0)
-            if self._current is not None:
-                self._maybe_sample(self._current)
-
-    def _maybe_sample(self, run_key: str) -> None:
-        if time.monotonic() - self._last_sample_at < self._sample_period_s:
-            return
-        self._last_sample_at = time.monotonic()
-        sample = asdict(sample_load())
-        sample.update(host=self.host, run_key=run_key, busy=True)
-        self._samples.append(sample)
 
 
 _COUNTERS = (
