@@ -20,7 +20,7 @@ from specfleet.report.plots import write_plots
 from specfleet.report.tables import DASH, grids_for
 from specfleet.report.view import LOOP_SHARE_FLAG, SPREAD_FLAG
 from specfleet.store.export import export_runs
-from specfleet.store.models import Host, LoadSample, Prompt
+from specfleet.store.models import Host, Prompt
 
 METHOD = (
     "- Each target runs every model, prompt and repeat with the arms back to back in "
@@ -89,7 +89,7 @@ def prompts_grid(store, runs: list) -> Grid:
 
 def load_grid(store, matrix_id: str, runs: list) -> Grid:
     """Load average over the run per host: the worker's samples and each run's readings."""
-    samples = _read(store, select(LoadSample).where(LoadSample.matrix_id == matrix_id))
+    samples = store.load_samples(matrix_id=matrix_id)
     rows = []
     for host in sorted({r.host for r in runs}):
         series = [s.load1 for s in samples if s.host == host]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from datetime import UTC, datetime
 
 import pytest
 from typer.testing import CliRunner
@@ -16,6 +17,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_record_sections_plots_and_csv(store, tmp_path) -> None:
+    now = datetime.now(UTC)
+    store.record_load_samples("h1", [{"t": now, "load1": x} for x in (1.0, 3.0, 2.0)], DEMO_ID)
+    store.upsert_host({"name": "h1", "kind": "linux-cpu", "os": "Linux", "arch": "x86_64",
+                       "chip": "Xeon", "memory_gb": 24.0, "versions": {"python": "3.11.7"}})
     files = write_record(store, DEMO_ID, tmp_path / "rec")
     text = files.markdown.read_text()
     for heading in ("# Benchmark record: demo (`demo-000001`)", "## Method", "## Environment",
@@ -27,7 +32,9 @@ def test_record_sections_plots_and_csv(store, tmp_path) -> None:
         assert heading in text, heading
     assert "| script | graded | 1.50x ±2.7% = | 1.50x ±2.7% = |" in text
     assert "| h2/toy/cpu | script | copy | graded | diverges at token 5 (char 5) |" in text
-    assert "| copy | 79cc5fcbf139 |" in text  # sha256 of the prompt text, shortened
+    assert "| copy | 79cc5fcbf139 |" in text
+    assert "| h1 | linux-cpu | Linux x86_64 | Xeon | 24 GB |" in text
+    assert "| h1 | 3 | 2.00 | 1.00–3.00 |" in text  # the worker's load series  # sha256 of the prompt text, shortened
     assert "![speedup-h1-toy-cpu.png](speedup-h1-toy-cpu.png)" in text
     names = sorted(p.name for p in files.plots)
     assert names == ["runs-h1-toy-cpu.png", "runs-h2-toy-cpu.png", "speedup-h1-toy-cpu.png",
