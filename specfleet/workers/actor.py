@@ -2,7 +2,8 @@
 
 One detached, named actor per host, pinned to that host's node by its label. Calls:
 
-- `run(spec: RunSpec) -> RunResult`               group "run" (one at a time)
+- `run(spec: RunSpec) -> RunResult`, `calibrate(...)`, `replay_divergence(...)`
+                                                  group "run" (one at a time)
 - `ping() -> dict`, `info() -> dict`, `status() -> dict`, `quiet() -> dict`,
   `cancel(run_key=None) -> bool`, `drain_load_samples() -> list[dict]`
                                                   group "control" (never wait behind a run)
