@@ -7,15 +7,19 @@ Faults: a node removed mid-matrix, a run failing inside the worker.
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
+import ray
 
 from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, resume, run_matrix
 from specfleet.jobs.plan import run_key
 from specfleet.jobs.run import LookupOptions, RunSpec, Target
 from specfleet.store import open_store
-from tests.cluster.raycluster import start_fleet, wait_until, workers
+from specfleet.workers import actor
+from tests.cluster.raycluster import WORKER_KWARGS, start_fleet, wait_until, workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -156,12 +160,30 @@ def test_lost_node_interrupts_its_run_the_other_host_finishes_resume_completes(f
 
     fleet.add_host("alpha")  # the host rejoins with the same labels; its actor comes back
     fleet.handles = workers(fleet)
+    again = run_matrix(store, matrix_id, fleet.handles, options=FAST)  # pending runs only
+    assert (again.done, again.interrupted, again.status) == (2, 0, "interrupted")
+    assert statuses(store, matrix_id)[first_alpha] == "interrupted"  # never replayed silently
     outcome = resume(store, matrix_id, fleet.handles, options=FAST)
-    assert (outcome.status, outcome.done, outcome.failed) == ("done", 3, 0)
+    assert (outcome.status, outcome.done, outcome.failed) == ("done", 1, 0)
     rows = store.runs(matrix=matrix_id)
     assert len(rows) == len(runs) and len({r.run_key for r in rows}) == len(runs)
     assert {r.status for r in rows} == {"done"}
     assert_no_overlap(rows)
+
+
+def test_require_quiet_waits_for_quiet_then_runs_anyway_flagged_noisy(fleet, store):
+    # A real worker whose quiet check never passes (threshold 0 busy cores).
+    loud = actor.WorkerActor.options(
+        num_cpus=0, label_selector={actor.HOST_LABEL: "beta"}, max_restarts=0
+    ).remote("beta", {**WORKER_KWARGS, "quiet_threshold_per_core": 0.0})
+    matrix_id, _ = new_matrix(store, "quiet", {"beta": [("script:1ms", "plain", 4)] * 2})
+    started = time.monotonic()
+    outcome = run_matrix(store, matrix_id, {"beta": loud},
+                         options=replace(FAST, require_quiet=True, quiet_wait_s=0.6))
+    assert time.monotonic() - started >= 1.2  # each run waited its full quiet_wait_s
+    assert outcome.done == 2
+    assert [row.noisy for row in store.runs(matrix=matrix_id)] == [True, True]
+    ray.kill(loud)
 
 
 def test_dispatch_runs_with_nothing_to_do_returns_at_once(fleet, store):
