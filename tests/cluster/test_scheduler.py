@@ -171,6 +171,17 @@ def test_lost_node_interrupts_its_run_the_other_host_finishes_resume_completes(f
     assert_no_overlap(rows)
 
 
+def test_a_worker_process_lost_mid_run_is_interrupted_and_the_host_comes_back(fleet, store):
+    plan = {"alpha": [("script:1ms", "plain", 6), ("exit", "plain", 6),
+                      ("script:1ms", "plain", 6), ("script:1ms", "graded", 6)]}
+    matrix_id, runs = new_matrix(store, "exit", plan)
+    outcome = run_matrix(store, matrix_id, fleet.handles,
+                         options=replace(FAST, suspect_grace_s=60.0))
+    assert (outcome.done, outcome.interrupted, outcome.pending) == (3, 1, 0)
+    assert outcome.hosts["alpha"].health == "healthy"  # answered a ping again after restart
+    assert statuses(store, matrix_id)[runs[1].run_key] == "interrupted"
+
+
 def test_require_quiet_waits_for_quiet_then_runs_anyway_flagged_noisy(fleet, store):
     # A real worker whose quiet check never passes (threshold 0 busy cores).
     loud = actor.WorkerActor.options(
