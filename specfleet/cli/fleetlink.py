@@ -50,12 +50,19 @@ class FleetView:
         kinds: host name -> kind label (`linux-cpu`, `mac-mlx`, ...).
         workers: host name -> worker actor handle.
         machines: host name -> machine id (hosts on one machine share its machine lock).
+        infos: host name -> the worker's `HostInfo` dict (for `Store.upsert_host`).
     """
 
     targets: list[Target]
     kinds: dict[str, str]
     workers: dict[str, Any]
     machines: dict[str, str]
+    infos: dict[str, dict]
+
+    def record_hosts(self, store) -> None:
+        """Refresh every host of the view in the store's `hosts` table."""
+        for info in self.infos.values():
+            store.upsert_host(info)
 
 
 def connect_fleet(address: str | None) -> None:
@@ -105,7 +112,7 @@ def open_fleet(
     found = [h for h in fleet.discover_hosts() if wanted is None or h.host in wanted]
     handles = {h.host: actor.get_worker(h.host) or actor.start_worker(h.host) for h in found}
     refs = {name: handle.info.remote() for name, handle in handles.items()}
-    view = FleetView([], {h.host: h.kind for h in found}, {}, {})
+    view = FleetView([], {h.host: h.kind for h in found}, {}, {}, {})
     for name, ref in refs.items():
         try:
             info = ray.get(ref, timeout=INFO_TIMEOUT_S)
@@ -113,6 +120,7 @@ def open_fleet(
             print(f"warning: host {name} left out: {_first_line(err)}", file=sys.stderr)
             continue
         view.workers[name] = handles[name]
+        view.infos[name] = info
         view.machines[name] = info.get("machine_id") or name
         view.targets.extend(_targets(name, info, with_toy))
     return view

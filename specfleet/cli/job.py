@@ -57,6 +57,7 @@ def generate(
         runs = [r.model_copy(update={"matrix_id": None})
                 for r in plan_generate_runs(job, chosen, job_id)]
         params = job.model_dump(mode="json", exclude={"prompts", "target"})
+        view.record_hosts(store)
         store.create_generation_job(Path(prompts).stem, chosen, job.model, runs, params, job_id)
         status = _dispatch(store, runs, view, no_progress, job_id)
         store.finish_generation_job(job_id, status)
@@ -113,6 +114,7 @@ def calibrate(
         if not targets:
             raise UserError(f"no target to calibrate (engine {engine or 'any'}, "
                             f"host {host or 'any'}); see `specfleet fleet status`")
+        view.record_hosts(store)
         failures = _calibrate_all(store, view, targets, model, max_width)
     if failures:
         raise typer.Exit(1)

@@ -78,6 +78,7 @@ def run(
         view = open_fleet(address, with_toy="toy" in spec.targets.engines)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+        view.record_hosts(store)
         store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=matrix_id)
         typer.echo(f"matrix {matrix_id}: {len(runs)} runs on "
                    f"{len({r.target.label for r in runs})} targets", err=True)
@@ -106,6 +107,7 @@ def resume_cmd(
         hosts = sorted({row.host for row in store.runs(matrix=matrix_id)})
         view = open_fleet(address, hosts=hosts)
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
+        view.record_hosts(store)
         from specfleet.cluster.scheduler import resume
 
         outcome = resume(store, matrix_id, view.workers,

@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import ray
@@ -142,3 +143,31 @@ class HostState:
 
 def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name)
+
+
+def store_load_samples(store, matrix_id: str | None, workers: dict[str, Any],
+                       timeout_s: float = 10.0) -> int:
+    """Drain each worker's load series (sampled while it ran) into the store.
+
+    Returns:
+        How many samples were stored; a worker that does not answer is skipped.
+    """
+    refs = {host: worker.drain_load_samples.remote() for host, worker in workers.items()}
+    stored = 0
+    for host, ref in refs.items():
+        try:
+            samples = ray.get(ref, timeout=timeout_s)
+        except CALL_FAILED:
+            continue
+        stored += store.record_load_samples(host, [_load_row(s) for s in samples], matrix_id)
+    return stored
+
+
+def _load_row(sample: dict) -> dict:
+    # The worker's `hardware.LoadSample` names -> the store's `load_samples` columns.
+    return {
+        "t": datetime.fromtimestamp(sample["at"], UTC),
+        "load1": sample.get("load_1m"), "load5": sample.get("load_5m"),
+        "load15": sample.get("load_15m"), "cpu_util": sample.get("cpu_percent"),
+        "gpu_util": sample.get("gpu_util_percent"),
+    }

@@ -21,7 +21,13 @@ import ray
 from ray.exceptions import GetTimeoutError, RayTaskError
 
 from specfleet.cluster import locks
-from specfleet.cluster.hoststate import WORKER_LOST, HostState, HostTally, InFlight
+from specfleet.cluster.hoststate import (
+    WORKER_LOST,
+    HostState,
+    HostTally,
+    InFlight,
+    store_load_samples,
+)
 from specfleet.cluster.progress import HostProgress, ProgressCallback, ProgressEvent, fan_out
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.store.errors import StoreConflict
@@ -122,6 +128,8 @@ def run_matrix(
     tallies = dispatch_runs(
         store, runs, workers, on_progress, options=options, machines=machines, owner=matrix_id
     )
+    healthy = {h: workers[h] for h, t in tallies.items() if t.health == "healthy"}
+    store_load_samples(store, matrix_id, healthy, (options or SchedulerOptions()).call_timeout_s)
     return _finish(store, matrix_id, tallies, time.monotonic() - started)
 
 

@@ -83,6 +83,7 @@ def test_matrix_run_status_list_and_validate(fleet, tmp_path, db):
         rows = store.runs(matrix=matrix_id)
     assert len(rows) == 8 and {r.status for r in rows} == {"done"}
     assert {r.host for r in rows} == {"alpha", "beta"}
+    assert row_counts(db)["hosts"] == 2  # both hosts recorded with their kind and versions
     status = invoke("matrix", "status", matrix_id, "--db", db)
     assert status.exit_code == 0
     assert status.stdout.splitlines()[1:] == ["  alpha/toy/cpu: 4 done", "  beta/toy/cpu: 4 done"]

@@ -15,8 +15,8 @@ from specfleet.cluster.localfleet import LocalFleet
 from specfleet.jobs.run import Target
 from specfleet.workers import actor
 
-# Small budget, no periodic load sampling: the workers only run toy models here.
-WORKER_KWARGS = {"memory_budget_gb": 2.0, "sample_period_s": 3600.0}
+# Small model budget (toy models, one bundled model); a load sample at least every second.
+WORKER_KWARGS = {"memory_budget_gb": 2.0, "sample_period_s": 1.0}
 
 
 def start_fleet(hosts: tuple[str, ...] = ("alpha", "beta")) -> LocalFleet:

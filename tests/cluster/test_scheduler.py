@@ -89,6 +89,8 @@ def test_every_run_is_stored_once_in_plan_order_per_host(fleet, store):
         started = [e.run_key for e in events if e.host == host and e.status == "running"]
         assert started == [r.run_key for r in runs if r.target.host == host]
     assert store.get_matrix(matrix_id).status == "done"
+    samples = store.load_samples(matrix_id=matrix_id)  # drained from both workers at the end
+    assert {s.host for s in samples} == {"alpha", "beta"}
 
 
 def test_two_matrices_at_once_and_hosts_sharing_a_machine_never_overlap(fleet, tmp_path):
