@@ -1,0 +1,358 @@
+"""specfleet against its peers on the bundled model, measured in ONE process.
+
+torch engine: specfleet plain vs transformers `generate` (greedy), and specfleet prompt
+lookup (auto, graded, gated) vs transformers `prompt_lookup_num_tokens=10`.
+MLX engine: specfleet plain vs `mlx_lm.stream_generate` (greedy).
+
+Method (spec 7.3, DESIGN "measure like a harness"): the arms of one engine share one loaded
+model; for each prompt and repeat the arms run back to back in an order rotated every
+repeat; a cell is the median of the repeats; rates are whole-call tok/s including prefill;
+specfleet runs the verify-width warm-up before each timed call (untimed, as the CLI reports
+it apart) and every arm is warmed once before anything is timed. Replies that end in a
+repeated cycle (loop share > 0.2) are flagged: their lookup "speed-ups" are not real gains.
+
+    .venv/bin/python bench/peers.py --out docs/benchmark_results/peers.md
+    .venv/bin/python bench/peers.py --quick      # smoke run: 2 prompts, 1 repeat, no file
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.peers_report import Cell, render_markdown, render_table  # noqa: E402
+
+PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
+MODEL = "smollm2-135m"
+HF_LOOKUP_TOKENS = 10
+LOOKUP_POLICIES = ("graded", "gated", "auto")  # auto last: it reuses a twin's runs
+WARM_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One timed call: emitted token ids (EOS excluded), whole-call seconds, counters."""
+
+    tokens: list[int]
+    total_s: float
+    counters: dict | None = None
+
+    @property
+    def tok_per_s(self) -> float:
+        return len(self.tokens) / self.total_s if self.total_s > 0 else 0.0
+
+
+@dataclass
+class Arm:
+    """A named way to generate: `run(prompt_ids, max_tokens) -> Outcome`."""
+
+    name: str
+    run: Callable[[list[int], int], Outcome]
+    alias_of: str | None = None  # another arm with the identical config: its runs are reused
+    outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
+
+
+def specfleet_arm(name: str, runner, lookup, max_draft: int = 7) -> Arm:
+    """specfleet's `generate`, warmed over every verify width before each timed call."""
+    from specfleet.engine.loop import generate, warm_up_verify_widths
+
+    def run(ids: list[int], max_tokens: int) -> Outcome:
+        warm_up_verify_widths(runner, ids, max_draft)
+        result = generate(runner, ids, max_tokens=max_tokens, lookup=lookup)
+        stats = result.stats
+        counters = {
+            "rounds": stats.rounds,
+            "drafted": stats.drafted_rounds,
+            "paused": stats.paused_rounds,
+            "proposed": stats.proposed,
+            "accepted": stats.accepted,
+            "tpf": stats.tokens_per_forward(len(result.tokens)),
+            "shadow": stats.shadow_confirmations,
+            "warm_up_s": 0.0,
+        }
+        return Outcome(list(result.tokens), result.timings.total_s, counters)
+
+    return Arm(name, run)
+
+
+def transformers_arm(name: str, model, eos_ids: Sequence[int], lookup_tokens: int | None) -> Arm:
+    """transformers' own greedy `generate`, optionally with its prompt lookup."""
+    import torch
+
+    eos = sorted(eos_ids)
+
+    def run(ids: list[int], max_tokens: int) -> Outcome:
+        extra = {"prompt_lookup_num_tokens": lookup_tokens} if lookup_tokens else {}
+        input_ids = torch.tensor([ids], dtype=torch.long, device=model.device)
+        start_s = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=eos[0],
+                **extra,
+            )
+        total_s = time.perf_counter() - start_s
+        return Outcome(_until_eos(out[0, len(ids) :].tolist(), eos), total_s)
+
+    return Arm(name, run)
+
+
+def mlx_lm_arm(name: str, model, tokenizer) -> Arm:
+    """mlx-lm's `stream_generate`, greedy (its default sampler)."""
+    from mlx_lm import stream_generate
+
+    def run(ids: list[int], max_tokens: int) -> Outcome:
+        tokens: list[int] = []
+        start_s = time.perf_counter()
+        for response in stream_generate(model, tokenizer, prompt=ids, max_tokens=max_tokens):
+            if response.finish_reason != "stop":  # a "stop" response carries the EOS token
+                tokens.append(int(response.token))
+        return Outcome(tokens, time.perf_counter() - start_s)
+
+    return Arm(name, run)
+
+
+def _until_eos(tokens: list[int], eos: Sequence[int]) -> list[int]:
+    for i, token in enumerate(tokens):
+        if token in eos:
+            return tokens[:i]
+    return tokens
+
+
+def torch_arms(policies: Sequence[str]) -> tuple[object, list[Arm]]:
+    """Load the bundled model once; every torch arm shares the one `PreTrainedModel`."""
+    from transformers.utils import logging as hf_logging
+
+    from specfleet.engine.config import PromptLookupConfig, resolve_policy
+    from specfleet.engine.models import resolve_model
+    from specfleet.engine.runners.torch import TorchRunner
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    runner = TorchRunner.load(resolve_model(MODEL, "torch").path, "cpu")
+    arms = [
+        specfleet_arm("sf_plain", runner, None),
+        transformers_arm("hf_plain", runner.model, runner.eos_ids, None),
+        transformers_arm("hf_lookup10", runner.model, runner.eos_ids, HF_LOOKUP_TOKENS),
+    ]
+    measured: dict[str, str] = {}  # resolved policy -> the arm that measures it
+    for policy in policies:
+        resolved = resolve_policy(policy, runner.device)
+        if resolved in measured:  # e.g. auto is graded on CPU: the very same runs
+            arms.append(Arm(f"sf_{policy}", arms[0].run, alias_of=measured[resolved]))
+            continue
+        config = PromptLookupConfig(policy=resolved)
+        arms.append(specfleet_arm(f"sf_{policy}", runner, config))
+        measured[resolved] = f"sf_{policy}"
+    return runner, arms
+
+
+def mlx_arms() -> tuple[object, list[Arm]]:
+    """Load the bundled model for MLX once; both arms share the one mlx-lm model."""
+    from specfleet.engine.models import resolve_model
+    from specfleet.engine.runners.mlx import MlxRunner
+
+    runner = MlxRunner.load(resolve_model(MODEL, "mlx").path, "cpu")
+    return runner, [
+        specfleet_arm("sf_plain", runner, None),
+        mlx_lm_arm("mlx_lm", runner.model, runner.tokenizer),
+    ]
+
+
+def rotated(arms: list[Arm], repeat: int) -> list[Arm]:
+    shift = repeat % len(arms)
+    return arms[shift:] + arms[:shift]
+
+
+def measure(
+    arms: list[Arm],
+    prompts: dict[str, list[int]],
+    tokens: dict[str, int],
+    repeats: int,
+    log: Callable[[str], None],
+) -> None:
+    """Warm every arm once, then run every (prompt, repeat) with the arms interleaved."""
+    timed = [arm for arm in arms if arm.alias_of is None]
+    first = next(iter(prompts.values()))
+    for arm in timed:
+        arm.run(first, WARM_TOKENS)
+    for name, ids in prompts.items():
+        for repeat in range(repeats):
+            for arm in rotated(timed, repeat):
+                outcome = arm.run(ids, tokens[name])
+                arm.outcomes.setdefault(name, []).append(outcome)
+                log(
+                    f"  {name:<9} rep {repeat} {arm.name:<12} {len(outcome.tokens):>4} tok "
+                    f"{outcome.tok_per_s:7.2f} tok/s"
+                )
+    by_name = {arm.name: arm for arm in arms}
+    for arm in arms:
+        if arm.alias_of is not None:
+            arm.outcomes = by_name[arm.alias_of].outcomes
+
+
+# Whose reply each arm must equal token for token: lookup arms their engine's plain decoding,
+# specfleet plain the peer's plain decoding (and the peer specfleet's).
+PARITY_REF = {
+    "sf_plain": ("hf_plain", "mlx_lm"),
+    "hf_plain": ("sf_plain",),
+    "mlx_lm": ("sf_plain",),
+    "hf_lookup10": ("hf_plain",),
+}
+
+
+def cells(engine: str, arms: list[Arm], peers: dict[str, str]) -> list[Cell]:
+    """One cell per (prompt, arm): medians, ratios to its peer and to specfleet plain."""
+    by_name = {arm.name: arm for arm in arms}
+    plain = by_name["sf_plain"]
+    rows: list[Cell] = []
+    for prompt in plain.outcomes:
+        for arm in arms:
+            peer = peers.get(arm.name)
+            ref = next(r for r in PARITY_REF.get(arm.name, ("sf_plain",)) if r in by_name)
+            rows.append(
+                Cell(
+                    engine=engine,
+                    prompt=prompt,
+                    arm=arm.name,
+                    peer=peer,
+                    alias_of=arm.alias_of,
+                    rates=[o.tok_per_s for o in arm.outcomes[prompt]],
+                    first=arm.outcomes[prompt][0],
+                    peer_rates=[o.tok_per_s for o in by_name[peer].outcomes[prompt]]
+                    if peer
+                    else None,
+                    plain_rates=[o.tok_per_s for o in plain.outcomes[prompt]],
+                    parity_ref=ref,
+                    parity_tokens=by_name[ref].outcomes[prompt][0].tokens,
+                )
+            )
+    return rows
+
+
+def load_prompts(runner, names: Sequence[str], prompts_dir: Path) -> dict[str, list[int]]:
+    out = {}
+    for name in names:
+        path = prompts_dir / f"{name}.txt"
+        if not path.is_file():
+            raise SystemExit(f"error: {path}: prompt file missing")
+        out[name] = runner.encode_prompt(path.read_text(encoding="utf-8"), chat=True)
+    return out
+
+
+def environment() -> dict[str, str]:
+    """Versions, host and load: every record carries what produced it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    env = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": str(os.cpu_count()),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
+    for package in ("torch", "transformers", "mlx", "mlx-lm"):
+        try:
+            env[package] = version(package)
+        except PackageNotFoundError:
+            env[package] = "-"
+    sha = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    env["specfleet_git"] = sha or "-"
+    env["LD_PRELOAD"] = os.environ.get("LD_PRELOAD", "-")
+    env["torch_threads"] = _torch_threads()
+    return env
+
+
+def _torch_threads() -> str:
+    try:
+        import torch
+
+        return str(torch.get_num_threads())
+    except ImportError:
+        return "-"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: edit_fn and story, 1 repeat, 24 tokens, MLX 8",
+    )
+    parser.add_argument("--engines", default="torch,mlx", help="comma list of torch, mlx")
+    parser.add_argument("--prompts", default=",".join(PROMPTS))
+    parser.add_argument("--prompts-dir", type=Path, default=REPO / "configs" / "prompts")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=200, help="new tokens (story: 2x)")
+    parser.add_argument("--mlx-tokens", type=int, default=48, help="new tokens on MLX")
+    parser.add_argument("--mlx-prompts", default=None, help="prompts on MLX (default: all)")
+    parser.add_argument("--out", type=Path, default=None, help="markdown record to write")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.prompts, args.repeats, args.tokens, args.mlx_tokens = "edit_fn,story", 1, 12, 8
+    return args
+
+
+def token_limits(names: Sequence[str], base: int) -> dict[str, int]:
+    return {name: base * 2 if name == "story" else base for name in names}
+
+
+def run_engine(engine: str, args: argparse.Namespace, log) -> list[Cell]:
+    """Load one engine's arms, measure them, and return their cells."""
+    names = args.prompts.split(",")
+    if engine == "torch":
+        runner, arms = torch_arms(LOOKUP_POLICIES)
+        peers = {"sf_plain": "hf_plain", "hf_lookup10": "hf_plain"}
+        peers.update({f"sf_{p}": "hf_lookup10" for p in LOOKUP_POLICIES})
+        limits = token_limits(names, args.tokens)
+    else:
+        names = args.mlx_prompts.split(",") if args.mlx_prompts else names
+        runner, arms = mlx_arms()
+        peers = {"sf_plain": "mlx_lm"}
+        limits = token_limits(names, args.mlx_tokens)
+    log(f"{engine}: {', '.join(a.name for a in arms)}; tokens {limits}")
+    measure(arms, load_prompts(runner, names, args.prompts_dir), limits, args.repeats, log)
+    return cells(engine, arms, peers)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = "python bench/peers.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    env = environment()
+    env["load_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    all_cells: list[Cell] = []
+    for engine in args.engines.split(","):
+        all_cells += run_engine(engine, args, log)
+    env["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(render_table(all_cells))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(render_markdown(all_cells, env, command, args.repeats))
+        log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
