@@ -124,48 +124,45 @@ def _calibrate_all(store, view, targets: list[Target], model: str, max_width: in
     """One calibration per host at a time, hosts in parallel; returns how many failed."""
     import ray
 
-    from specfleet.cluster import locks
+    from specfleet.cluster.locks import Leases
 
     queues: dict[str, deque[Target]] = {}
     for target in targets:
         queues.setdefault(target.host, deque()).append(target)
-    lock, owner = locks.lock_actor(), locks.new_owner("calibrate")
-    job_id = locks.current_job_id()
+    leases = Leases("calibrate", CALIBRATE_TIMEOUT_S, 10.0)
     inflight: dict[Any, tuple[Target, float]] = {}
     failures = 0
-    while any(queues.values()) or inflight:
-        busy = {t.host for t, _ in inflight.values()}
-        for name, queue in queues.items():
-            machine = view.machines.get(name, name)
-            if name in busy or not queue or not _lease(lock, machine, owner, job_id):
-                continue
-            target = queue.popleft()
-            ref = view.workers[name].calibrate.remote(model, target.engine, target.device, max_width)
-            inflight[ref] = (target, time.monotonic())
-        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0) if inflight else ([], [])
-        for ref in ready:
-            target, _ = inflight.pop(ref)
-            failures += not _store_costs(store, ref, target, model)
-            ray.get(lock.release.remote(view.machines.get(target.host, target.host), owner),
-                    timeout=10)
-        for ref, (target, sent) in list(inflight.items()):
-            if time.monotonic() - sent > CALIBRATE_TIMEOUT_S:
-                inflight.pop(ref)
-                typer.echo(f"{target.label}: calibration timed out", err=True)
-                failures += 1
-        if not ready and not inflight:
-            time.sleep(0.2)  # waiting for a lease held by a running matrix
+    try:
+        while any(queues.values()) or inflight:
+            busy = {t.host for t, _ in inflight.values()}
+            for name, queue in queues.items():
+                if name in busy or not queue or not leases.acquire(view.machines[name]):
+                    continue  # one at a time per host; a running matrix holds the machine
+                target = queue.popleft()
+                ref = view.workers[name].calibrate.remote(
+                    model, target.engine, target.device, max_width)
+                inflight[ref] = (target, time.monotonic())
+            ready = ray.wait(list(inflight), num_returns=1, timeout=1.0)[0] if inflight else []
+            for ref in ready:
+                target, _ = inflight.pop(ref)
+                failures += not _store_costs(store, ref, target, model)
+                if not queues[target.host]:
+                    leases.release(view.machines[target.host])
+            failures += _drop_overdue(inflight)
+            if not inflight:
+                time.sleep(0.2)  # waiting for a machine another driver holds
+    finally:
+        leases.release_all()
     return failures
 
 
-def _lease(lock, machine: str, owner: str, job_id: str | None) -> bool:
-    import ray
-
-    try:
-        return bool(ray.get(lock.acquire.remote(machine, owner, job_id, CALIBRATE_TIMEOUT_S),
-                            timeout=10))
-    except Exception:  # noqa: BLE001 - lock actor restarting: try again next pass
-        return False
+def _drop_overdue(inflight: dict[Any, tuple[Target, float]]) -> int:
+    overdue = [ref for ref, (_, sent) in inflight.items()
+               if time.monotonic() - sent > CALIBRATE_TIMEOUT_S]
+    for ref in overdue:
+        target, _ = inflight.pop(ref)
+        typer.echo(f"{target.label}: calibration timed out", err=True)
+    return len(overdue)
 
 
 def _store_costs(store, ref, target: Target, model: str) -> bool:

@@ -14,16 +14,19 @@ its lease from run to run while nobody else waits, so a run costs one lock call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 
 LOCK_ACTOR_NAME = "specfleet-machine-locks"
 NAMESPACE = "specfleet"
 # The head node carries this resource; the lock lives with the cluster, not with a host.
 _HEAD_RESOURCE = "node:__internal_head__"
+LEASE_CHECK_S = 0.25  # how often a held lease is re-confirmed while runs follow each other
 WAIT_TTL_S = 2.0  # a refused owner asks again every poll (<= 0.25 s); silent this long = gone
 
 
@@ -137,3 +140,63 @@ def current_job_id() -> str | None:
         return ray.get_runtime_context().get_job_id()
     except Exception:  # noqa: BLE001 - not connected: no liveness check, lease expiry only
         return None
+
+
+class Leases:
+    """One scheduler's side of the machine locks: the leases it holds, cheaply kept.
+
+    A lease confirmed within `LEASE_CHECK_S` is kept without asking again, so a stream of
+    short runs costs no lock call each, and a waiting owner gets its turn that much later.
+    Releases are not waited for (Ray runs one caller's actor calls in order), except at
+    the end.
+
+    Args:
+        label: names the owner (a matrix or job id) in the lock's bookkeeping.
+        lease_s: lease length; renewed while a run is in flight.
+        timeout_s: longest wait for the lock actor's answer.
+    """
+
+    def __init__(self, label: str, lease_s: float, timeout_s: float) -> None:
+        self.lock = lock_actor()
+        self.owner = new_owner(label)
+        self.job_id = current_job_id()
+        self.lease_s = lease_s
+        self.timeout_s = timeout_s
+        self.held: dict[str, float] = {}  # machine -> when the lease was last confirmed
+        self._renewed_at = 0.0
+
+    def acquire(self, machine: str) -> bool:
+        """Take or keep `machine`'s lease; False: not our turn (another owner holds or waits)."""
+        now = time.monotonic()
+        if machine in self.held and now - self.held[machine] < LEASE_CHECK_S:
+            return True
+        ref = self.lock.acquire.remote(machine, self.owner, self.job_id, self.lease_s)
+        try:
+            granted = bool(ray.get(ref, timeout=self.timeout_s))
+        except (RayActorError, GetTimeoutError):
+            granted = False  # the lock actor is restarting: try again on the next pass
+        if granted:
+            self.held[machine] = now
+        else:
+            self.held.pop(machine, None)
+        return granted
+
+    def renew(self, busy: set[str]) -> None:
+        """Extend the leases of machines with a run in flight (at most every lease_s / 4)."""
+        now = time.monotonic()
+        if now - self._renewed_at < self.lease_s / 4:
+            return
+        self._renewed_at = now
+        for machine in busy:
+            self.lock.renew.remote(machine, self.owner, self.lease_s)
+
+    def release(self, machine: str, wait: bool = False) -> None:
+        self.held.pop(machine, None)
+        ref = self.lock.release.remote(machine, self.owner)
+        if wait:
+            with contextlib.suppress(RayActorError, GetTimeoutError):
+                ray.get(ref, timeout=self.timeout_s)
+
+    def release_all(self) -> None:
+        for machine in list(self.held):
+            self.release(machine, wait=True)

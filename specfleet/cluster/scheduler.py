@@ -32,8 +32,6 @@ from specfleet.cluster.progress import HostProgress, ProgressCallback, ProgressE
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.store.errors import StoreConflict
 
-LEASE_CHECK_S = 0.25  # how often a held machine lease is re-confirmed (fairness vs. cost)
-
 __all__ = [
     "HostTally",
     "MatrixOutcome",
@@ -89,12 +87,8 @@ class _Ctx:
     hosts: dict[str, HostState]
     opts: SchedulerOptions
     notify: ProgressCallback
-    owner: str
-    job_id: str | None
-    lock: Any
+    leases: locks.Leases | None
     busy_machines: set[str] = field(default_factory=set)  # a run of ours is in flight there
-    held: dict[str, float] = field(default_factory=dict)  # machine -> lease last confirmed
-    renewed_at: float = 0.0
 
 
 def run_matrix(
@@ -179,16 +173,26 @@ def dispatch_runs(
             hosts=hosts,
             opts=opts,
             notify=fan_out([bars.update, on_progress]),
-            owner=locks.new_owner(owner),
-            job_id=locks.current_job_id(),
-            lock=locks.lock_actor() if hosts else None,
+            leases=locks.Leases(owner, opts.lease_s, opts.call_timeout_s) if hosts else None,
         )
         try:
             _loop(ctx)
+        except BaseException as err:  # Ctrl-C or a store fault: runs in flight are lost to us
+            _abandon(ctx, f"driver stopped: {type(err).__name__}")
+            raise
         finally:
-            for machine in list(ctx.held):
-                _release(ctx, machine, wait=True)
+            if ctx.leases is not None:
+                ctx.leases.release_all()
     return {name: host.tally() for name, host in hosts.items()}
+
+
+def _abandon(ctx: _Ctx, reason: str) -> None:
+    """Cancel and mark `interrupted` every run in flight (best effort, nothing raised)."""
+    for host in ctx.hosts.values():
+        if host.inflight is not None:
+            host.cancel_quietly()
+            with contextlib.suppress(Exception):
+                ctx.store.mark_interrupted(host.inflight.spec.run_key, reason)
 
 
 def _make_hosts(
@@ -224,7 +228,7 @@ def _loop(ctx: _Ctx) -> None:
             if host.inflight is not None and host.inflight.ref in ready:
                 _settle(ctx, host)
         _check_timeouts(ctx)
-        _renew_leases(ctx)
+        ctx.leases.renew(ctx.busy_machines)
 
 
 def _nothing_left(ctx: _Ctx) -> bool:
@@ -247,7 +251,7 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     opts = ctx.opts
     if opts.require_quiet and not host.quiet_enough(1.0, opts.quiet_wait_s, opts.call_timeout_s):
         return
-    if not _acquire(ctx, host.machine):
+    if not ctx.leases.acquire(host.machine):
         return  # another driver's matrix holds the machine
     spec = host.queue.popleft()
     try:
@@ -327,45 +331,7 @@ def _run_over(ctx: _Ctx, host: HostState) -> None:
     wanted = any(h.queue and h.health == "healthy" for h in ctx.hosts.values()
                  if h.machine == host.machine)
     if not wanted:
-        _release(ctx, host.machine)
-
-
-def _acquire(ctx: _Ctx, machine: str) -> bool:
-    """Take or keep the machine's lease; False: not our turn (another owner waits or holds).
-
-    A lease confirmed within LEASE_CHECK_S is kept without asking: a waiting owner gets its
-    turn that much later, and a stream of short runs costs no lock call each.
-    """
-    now = time.monotonic()
-    if machine in ctx.held and now - ctx.held[machine] < LEASE_CHECK_S:
-        return True
-    ref = ctx.lock.acquire.remote(machine, ctx.owner, ctx.job_id, ctx.opts.lease_s)
-    try:
-        granted = bool(ray.get(ref, timeout=ctx.opts.call_timeout_s))
-    except (*WORKER_LOST, GetTimeoutError):
-        granted = False  # the lock actor is restarting: try again on the next pass
-    if granted:
-        ctx.held[machine] = now
-    else:
-        ctx.held.pop(machine, None)
-    return granted
-
-
-def _release(ctx: _Ctx, machine: str, wait: bool = False) -> None:
-    ctx.held.pop(machine, None)
-    ref = ctx.lock.release.remote(machine, ctx.owner)  # ordered after our earlier lock calls
-    if wait:
-        with contextlib.suppress(*WORKER_LOST, GetTimeoutError):
-            ray.get(ref, timeout=ctx.opts.call_timeout_s)
-
-
-def _renew_leases(ctx: _Ctx) -> None:
-    now = time.monotonic()
-    if now - ctx.renewed_at < ctx.opts.lease_s / 4:
-        return
-    ctx.renewed_at = now
-    for machine in ctx.busy_machines:
-        ctx.lock.renew.remote(machine, ctx.owner, ctx.opts.lease_s)
+        ctx.leases.release(host.machine)
 
 
 def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str) -> None:
