@@ -38,7 +38,9 @@ ProgressCallback = Callable[[ProgressEvent], None]
 class HostProgress:
     """A rich progress bar per host (done / running / failed); a no-op when disabled."""
 
-    def __init__(self, totals: dict[str, int], enabled: bool = True) -> None:
+    def __init__(
+        self, totals: dict[str, int], enabled: bool = True, console: Console | None = None
+    ) -> None:
         self._enabled = enabled and bool(totals)
         self._progress: Progress | None = None
         self._tasks: dict[str, int] = {}
@@ -49,12 +51,12 @@ class HostProgress:
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[state]}"),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                console=console or Console(stderr=True),
                 transient=False,
             )
             for host, total in sorted(totals.items()):
                 self._tasks[host] = self._progress.add_task(
-                    host, total=total, host=host, state="queued"
+                    host, total=total, host=host, state="done 0  running 0  failed 0"
                 )
 
     def __enter__(self) -> HostProgress:
@@ -70,7 +72,9 @@ class HostProgress:
         if self._progress is None or event.host not in self._tasks:
             return
         running = 1 if event.status == "running" else 0
-        state = f"running {running}  failed {event.failed}  {event.health}"
+        state = f"done {event.done}  running {running}  failed {event.failed}"
+        if event.health != "healthy":
+            state += f"  ({event.health})"
         self._progress.update(
             self._tasks[event.host], completed=event.done + event.failed, state=state
         )
