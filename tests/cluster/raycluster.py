@@ -25,13 +25,12 @@ def start_fleet(hosts: tuple[str, ...] = ("alpha", "beta")) -> LocalFleet:
 
 
 def workers(fleet: LocalFleet, timeout_s: float = 90.0) -> dict[str, Any]:
-    """Start (or find) every present host's worker and wait until each answers a ping.
+    """Start (or find) every host's worker and wait until each answers a ping.
 
     A worker whose node just rejoined is restarting and refuses pings for a while, so this
     retries instead of failing on the first `ActorUnavailableError`.
     """
-    present = list(fleet._nodes)  # hosts whose node is up now
-    handles = {h: actor.start_worker(h, WORKER_KWARGS) for h in present}
+    handles = {h: actor.start_worker(h, WORKER_KWARGS) for h in fleet.hosts}
     for handle in handles.values():
         assert wait_until(lambda h=handle: _answers(h), timeout_s=timeout_s, every_s=0.2)
     return handles
