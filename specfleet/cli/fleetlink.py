@@ -13,10 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import typer
-from typer import _click  # typer 0.29 vendors click: parsing raises its UsageError
-from typer.core import TyperGroup
-
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 
@@ -24,20 +20,6 @@ INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
 DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
            "default $SPECFLEET_DB, else the user data dir.")
 ADDRESS_HELP = "Ray head address HOST:PORT of the fleet; default: start the embedded fleet."
-
-
-class OneLineUsageGroup(TyperGroup):
-    """Prints a usage mistake (missing argument, unknown option) as ONE line, exit 2."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except _click.exceptions.UsageError as err:
-            if type(err).__name__ == "NoArgsIsHelpError":
-                raise
-            where = err.ctx.command_path if err.ctx is not None else ctx.command_path
-            typer.echo(f"error: {where}: {' '.join(err.format_message().split())}", err=True)
-            raise typer.Exit(2) from None
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, OneLineUsageGroup, open_fleet
+from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, open_fleet
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.store.store import new_matrix_id, open_store
 
 app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
-                  no_args_is_help=True, cls=OneLineUsageGroup)
+                  no_args_is_help=True)
 
 DEFAULT_MODEL = "smollm2-135m"
 CALIBRATE_TIMEOUT_S = 1800.0

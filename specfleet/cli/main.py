@@ -4,28 +4,35 @@ from __future__ import annotations
 
 import importlib
 
-import click
 import typer
+from typer import _click  # typer 0.29 vendors click: parsing raises its own UsageError
 from typer.core import TyperGroup
 
 from specfleet.engine.config import ConfigError
 from specfleet.errors import UserError
 
 
-class _SpecfleetGroup(TyperGroup):
-    """Turns user mistakes raised anywhere below into one stderr line and exit status 2."""
+class OneLineErrorsGroup(TyperGroup):
+    """Turns user mistakes raised anywhere below (our own errors and usage mistakes such as
+    a missing argument or an unknown option) into ONE stderr line and exit status 2."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except (UserError, ConfigError) as err:
-            click.echo(f"error: {err}", err=True)
-            raise typer.Exit(2) from None  # typer 0.29 vendors click: its own Exit
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
+        except _click.exceptions.UsageError as err:
+            if type(err).__name__ == "NoArgsIsHelpError":
+                raise
+            where = err.ctx.command_path if err.ctx is not None else ctx.command_path
+            typer.echo(f"error: {where}: {' '.join(err.format_message().split())}", err=True)
+            raise typer.Exit(2) from None
 
 
 app = typer.Typer(
     name="specfleet",
-    cls=_SpecfleetGroup,
+    cls=OneLineErrorsGroup,
     help="Prompt-lookup speculative decoding across a fleet, with every measurement kept.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

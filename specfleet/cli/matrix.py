@@ -12,14 +12,14 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, OneLineUsageGroup, open_fleet
+from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, open_fleet
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
 from specfleet.store.store import new_matrix_id, open_store
 
 app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, validate, schema.",
-                  no_args_is_help=True, cls=OneLineUsageGroup)
+                  no_args_is_help=True)
 
 
 @app.command("show")
