@@ -23,8 +23,12 @@ EDIT_PROMPT = (
     "def total(prices):\n    result = 0\n    for price in prices:\n"
     "        result = result + price\n    return result\n"
 )
-# The bundled model answers this with "1, 1, 1, ..." until stopped.
-LOOPING_PROMPT = "List the numbers 1 1 1 1 1 1 1 1 1 1 1 1 and continue the pattern."
+# The bundled model answers this with one greeting line (8 tokens) repeated until stopped.
+LOOPING_PROMPT = (
+    "Write a short, friendly email from Alex to his colleague Sam. Alex asks to move their "
+    "Thursday planning meeting to Friday afternoon, because a customer is visiting on "
+    'Thursday. Keep it under 150 words and sign it "Alex".'
+)
 SUMMARY_RE = re.compile(
     r"^\[Prompt lookup\] rounds=\d+ drafted_rounds=\d+ paused_rounds=\d+ proposed=\d+ "
     r"accepted=\d+ acceptance_rate=\d+\.\d{4} tokens_per_forward=\d+\.\d{4} "
@@ -188,11 +192,12 @@ def test_text_mode_prints_reply_generated_line_and_summary_on_stderr(bundled_mod
 @pytest.mark.torch
 def test_loop_guard_stops_plain_and_lookup_at_the_same_token(bundled_model):
     prompt = looping_prompt()
-    plain = generate_json("-p", prompt, "-n", "160", "--loop-guard", "1,8,12")
-    lookup = generate_json("-p", prompt, "-n", "160", "--loop-guard", "1,8,12", "--prompt-lookup")
+    guard = ("-p", prompt, "-n", "80", "--loop-guard", "1,16,4", "--no-warm-up")
+    plain = generate_json(*guard)
+    lookup = generate_json(*guard, "--prompt-lookup")
     assert plain["stop_reason"] == lookup["stop_reason"] == "loop_guard"
     assert lookup["token_ids"] == plain["token_ids"]
-    assert plain["generated_tokens"] < 160
+    assert plain["generated_tokens"] < 80
     # Lookup copied the loop before the guard fired: the stop can land mid-block.
     assert lookup["counters"]["accepted"] > 0
 
