@@ -143,7 +143,11 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
     from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.base import UnsupportedModelError
 
-    resolved = resolve_model(model, engine)
+    try:
+        resolved = resolve_model(model, engine)
+    except UserError as err:
+        message = str(err)
+        raise UserError(message if message.startswith("--") else f"--model: {message}") from None
     if resolved.path is None or not Path(resolved.path).exists():
         raise UserError(
             f"--model {model}: not on disk; fetch it with `specfleet models fetch` "

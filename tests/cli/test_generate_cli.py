@@ -96,7 +96,7 @@ def test_a_bad_flag_is_one_line_naming_the_flag_and_exit_2(args, expected):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["-m", "/no/such/model/folder", "-p", "hi"], "/no/such/model/folder"),
+        (["-m", "/no/such/model/folder", "-p", "hi"], "--model: model '/no/such/model/folder'"),
         (["-m", MODEL, "-p", "   "], "--prompt"),
         (["-m", MODEL], "--prompt"),
         (["-m", MODEL, "--prompt-file", "/no/such/prompt.txt"], "--prompt-file"),
