@@ -13,6 +13,11 @@ repeated cycle (loop share > 0.2) are flagged: their lookup "speed-ups" are not 
 
     .venv/bin/python bench/peers.py --out docs/benchmark_results/peers.md
     .venv/bin/python bench/peers.py --quick      # smoke run: 2 prompts, 1 repeat, no file
+
+On a quiet 2-core host the full run takes about half an hour: torch ~15 min (5 timed arms x
+5 prompts x 3 repeats, ~20 tok/s), MLX ~15 min (MLX's CPU backend prefills ~10 tok/s and
+specfleet's untimed warm-up prefills once more). Preloading an OpenBLAS (ENVIRONMENT.md)
+speeds MLX up ~3x; `--mlx-prompts` narrows it.
 """
 
 from __future__ import annotations
