@@ -72,3 +72,26 @@ def test_device_names_are_checked():
         assert resolve_device("auto") in ("cpu", "mps")
     else:
         assert resolve_device("cuda") == resolve_device("auto") == "cuda"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_pipelined_steps_copy_through_pinned_memory_and_match_sync(bundled_model):
+    runner = TorchRunner.load(bundled_model.torch.path, "cuda")
+    ids = runner.encode_prompt(PROMPT_TEXT, chat=True)
+    runner.reset()
+    sync = [runner.read_tokens(runner.argmax(runner.prefill(ids)))[0]]
+    for _ in range(7):
+        sync.append(runner.read_tokens(runner.argmax(runner.forward([sync[-1]])))[0])
+    runner.reset()
+    pending = runner.argmax(runner.prefill(ids))
+    runner.submit(pending)
+    assert pending.event is not None and pending.host.is_pinned()
+    piped = []
+    for _ in range(7):
+        following = runner.argmax(runner.forward(pending))  # queued before the host read
+        runner.submit(following)
+        piped.append(runner.read_tokens(pending)[0])
+        pending = following
+    piped.append(runner.read_tokens(pending)[0])
+    assert piped == sync
