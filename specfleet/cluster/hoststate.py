@@ -70,6 +70,7 @@ class HostState:
     quiet_ref: Any = None
     quiet_at: float = 0.0
     quiet_since: float | None = None  # first time this run waited for quiet
+    quiet_reason: str = ""  # why the worker's last quiet check said no (shown to the user)
     done: int = 0
     failed: int = 0
     interrupted: int = 0
@@ -125,14 +126,18 @@ class HostState:
             return False
         ref, self.quiet_ref = self.quiet_ref, None
         try:
-            quiet = bool(_field(ray.get(ref, timeout=timeout_s), "quiet"))
+            check = ray.get(ref, timeout=timeout_s)
         except CALL_FAILED:
             return False
-        return self._quiet_done() if quiet else False
+        if _field(check, "quiet"):
+            return self._quiet_done()
+        self.quiet_reason = str(_field(check, "reason") or "the host is not quiet")
+        return False
 
     def _quiet_done(self) -> bool:
         self.quiet_since = None
         self.quiet_ref = None
+        self.quiet_reason = ""
         return True
 
     def cancel_quietly(self) -> None:

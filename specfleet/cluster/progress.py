@@ -16,11 +16,12 @@ class ProgressEvent:
     Attributes:
         host: the host name.
         run_key: the run that changed.
-        status: "running", "done", "failed" or "interrupted".
+        status: "running", "done", "failed", "interrupted", or "waiting" (for a quiet host).
         done: runs of this host done so far (this call).
         failed: runs of this host failed or interrupted so far.
         total: runs of this host this call set out to do.
         health: "healthy", "suspect" or "dead".
+        reason: why a "waiting" host waits (e.g. the worker's quiet check), else "".
     """
 
     host: str
@@ -30,6 +31,7 @@ class ProgressEvent:
     failed: int
     total: int
     health: str
+    reason: str = ""
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
@@ -75,6 +77,8 @@ class HostProgress:
         state = f"done {event.done}  running {running}  failed {event.failed}"
         if event.health != "healthy":
             state += f"  ({event.health})"
+        if event.status == "waiting":
+            state += f"  waiting: {event.reason}"
         self._progress.update(
             self._tasks[event.host], completed=event.done + event.failed, state=state
         )

@@ -249,7 +249,7 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     if host.machine in ctx.busy_machines:
         return  # another host of this machine is running (same driver)
     opts = ctx.opts
-    if opts.require_quiet and not host.quiet_enough(1.0, opts.quiet_wait_s, opts.call_timeout_s):
+    if opts.require_quiet and not _quiet_or_say_why(ctx, host):
         return
     if not ctx.leases.acquire(host.machine):
         return  # another driver's matrix holds the machine
@@ -261,6 +261,16 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     ctx.busy_machines.add(host.machine)
     host.inflight = InFlight(spec, host.worker.run.remote(spec), time.monotonic())
     _emit(ctx, host, spec.run_key, "running")
+
+
+def _quiet_or_say_why(ctx: _Ctx, host: HostState) -> bool:
+    """--require-quiet: whether the host may run now; each new reason to wait is emitted."""
+    shown = host.quiet_reason
+    if host.quiet_enough(1.0, ctx.opts.quiet_wait_s, ctx.opts.call_timeout_s):
+        return True
+    if host.quiet_reason and host.quiet_reason != shown:
+        _emit(ctx, host, host.queue[0].run_key, "waiting", host.quiet_reason)
+    return False
 
 
 def _settle(ctx: _Ctx, host: HostState) -> None:
@@ -334,9 +344,10 @@ def _run_over(ctx: _Ctx, host: HostState) -> None:
         ctx.leases.release(host.machine)
 
 
-def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str) -> None:
+def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str, reason: str = "") -> None:
     failed = host.failed + host.interrupted
-    event = ProgressEvent(host.name, run_key, status, host.done, failed, host.total, host.health)
+    event = ProgressEvent(host.name, run_key, status, host.done, failed, host.total, host.health,
+                          reason)
     ctx.notify(event)
 
 

@@ -4,8 +4,8 @@ Detection is cheap by default: engines are found with `importlib.util.find_spec`
 probes (torch's `version.py` read as text, `nvidia-smi`, `sysctl`), never by importing torch or
 MLX. `detect_host(full=True)` imports them to ask the devices directly.
 
-Also here: the load sampler (load average, CPU and GPU utilisation) and the quiet check a
-worker runs before each timed run.
+Also here: the load sampler (load average, CPU and GPU utilisation). The quiet check a worker
+runs before each timed run lives in `quiet.py` (its names are re-exported here).
 """
 
 from __future__ import annotations
@@ -30,14 +30,16 @@ import psutil
 import specfleet
 from specfleet.engine.config import resolve_policy
 from specfleet.jobs.run import Target
+from specfleet.workers.quiet import (  # noqa: F401 (re-exported: the quiet check's old home)
+    QUIET_BUSY_PER_CORE,
+    ForeignCpuMeter,
+    QuietCheck,
+    is_quiet,
+)
 
 # Engines a real run can use, in the order targets are listed.
 ENGINES: tuple[str, ...] = ("mlx", "torch")
 VERSIONED_PACKAGES: tuple[str, ...] = ("ray", "mlx", "mlx-lm", "torch", "transformers")
-# A host is quiet when processes other than ours keep fewer than this many cores busy per
-# core it has (0.25 on 8 cores: under 2 cores' worth of foreign work). The 1-minute load
-# average is not used for this: it still carries our own previous run for a minute.
-QUIET_BUSY_PER_CORE = 0.25
 _PROBE_TIMEOUT_S = 5.0
 
 
@@ -312,80 +314,3 @@ def sample_load() -> LoadSample:
     return LoadSample(
         time.time(), *load_average(), psutil.cpu_percent(interval=None), gpu_utilization()
     )
-
-
-@dataclass(frozen=True)
-class QuietCheck:
-    """Whether a host is quiet enough for a timed run, and why not."""
-
-    quiet: bool
-    foreign_busy_cores: float  # cores kept busy by processes other than this one
-    threshold_cores: float
-    reason: str
-
-
-class ForeignCpuMeter:
-    """Measures how many cores processes other than this one keep busy.
-
-    Call `update()` now and then (the worker's sampler thread does, every second); `check()`
-    reads the last window at once, so a quiet check costs no waiting between runs.
-    """
-
-    def __init__(self) -> None:
-        self._proc = psutil.Process()
-        self._last = self._snapshot()
-        self._busy_cores: float | None = None
-
-    def _snapshot(self) -> tuple[float, float, float]:
-        sys_t = psutil.cpu_times()
-        busy_s = sum(sys_t) - sys_t.idle - getattr(sys_t, "iowait", 0.0)
-        own = self._proc.cpu_times()
-        return (time.monotonic(), busy_s, own.user + own.system)
-
-    def update(self, min_window_s: float = 0.2) -> float:
-        """Close the current window (waiting until it is `min_window_s` long); return busy cores."""
-        wait_s = min_window_s - (time.monotonic() - self._last[0])
-        if wait_s > 0:
-            time.sleep(wait_s)
-        now = self._snapshot()
-        elapsed_s = max(now[0] - self._last[0], 1e-6)
-        foreign_s = (now[1] - self._last[1]) - (now[2] - self._last[2])
-        self._busy_cores = max(foreign_s, 0.0) / elapsed_s
-        self._last = now
-        return self._busy_cores
-
-    def check(
-        self, threshold_per_core: float = QUIET_BUSY_PER_CORE, fresh: bool = False
-    ) -> QuietCheck:
-        """Quiet when foreign busy cores < threshold_per_core x cores (see QUIET_BUSY_PER_CORE).
-
-        Args:
-            threshold_per_core: busy cores allowed per core.
-            fresh: first close the current window when it is at least 0.2 s long (no wait).
-        """
-        stale = time.monotonic() - self._last[0] >= 0.2
-        if self._busy_cores is None or (fresh and stale):
-            self.update()
-        busy = self._busy_cores or 0.0
-        limit = threshold_per_core * (os.cpu_count() or 1)
-        reason = (
-            ""
-            if busy < limit
-            else f"other processes keep {busy:.2f} cores busy (limit {limit:.2f})"
-        )
-        return QuietCheck(busy < limit, round(busy, 3), round(limit, 3), reason)
-
-
-def is_quiet(threshold_per_core: float = QUIET_BUSY_PER_CORE, window_s: float = 0.5) -> bool:
-    """Whether other processes keep fewer than `threshold_per_core` x cores busy over `window_s`.
-
-    Args:
-        threshold_per_core: busy cores allowed per core (default QUIET_BUSY_PER_CORE = 0.25).
-        window_s: how long to measure.
-
-    Returns:
-        True when the host is quiet.
-    """
-    meter = ForeignCpuMeter()
-    meter.update(window_s)
-    return meter.check(threshold_per_core).quiet

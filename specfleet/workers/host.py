@@ -66,6 +66,8 @@ class HostWorker:
         machine_id: stand-in machine id (simulated hosts sharing one real machine).
         run_lock_path: the machine-wide "a specfleet run is active" lock file (default:
             shared by every worker of this user on this machine).
+        quiet_pids: the quiet check counts only these processes (default: every process
+            but the worker's own; see `quiet.ForeignCpuMeter`).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class HostWorker:
         quiet_threshold_per_core: float = QUIET_BUSY_PER_CORE,
         machine_id: str | None = None,
         run_lock_path: str | None = None,
+        quiet_pids: list[int] | None = None,
     ) -> None:
         self._info = info or detect_host(host)
         if machine_id is not None:
@@ -91,7 +94,7 @@ class HostWorker:
         self._runs_done = 0
         self._quiet_threshold = quiet_threshold_per_core
         self._run_lock_path = run_lock_path
-        self._meter = ForeignCpuMeter()
+        self._meter = ForeignCpuMeter(quiet_pids)
         self._series = LoadSeries(self.host, lambda: self._current, self._meter, sample_period_s)
 
     # ---- control: answered at once, from any thread --------------------------------------
