@@ -37,6 +37,7 @@ from typer.testing import CliRunner
 
 import specfleet
 from specfleet.cli.main import app
+from specfleet.cli.matrix import say_waiting
 from specfleet.cluster.localfleet import LocalFleet
 from specfleet.cluster.progress import HostProgress, ProgressEvent
 from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
@@ -252,12 +253,15 @@ def test_busy_neighbour_flags_noisy_and_require_quiet_waits_for_it(fleet, db_url
     assert events.index(waiting[0]) < [e.status for e in events].index("running")
 
 
-def test_the_progress_bar_shows_why_a_host_waits():
+def test_the_progress_bar_and_the_cli_say_why_a_host_waits(capsys):
     out = io.StringIO()
     reason = "other processes keep 1.93 cores busy (limit 0.10)"
     with HostProgress({HOST: 2}, console=Console(file=out, width=160)) as bars:
         bars.update(ProgressEvent(HOST, "k", "waiting", 0, 0, 2, "healthy", reason))
     assert f"waiting: {reason}" in out.getvalue()
+    say_waiting(ProgressEvent(HOST, "k", "waiting", 0, 0, 2, "healthy", reason))
+    say_waiting(ProgressEvent(HOST, "k", "running", 0, 0, 2, "healthy"))
+    assert capsys.readouterr().err == f"{HOST}: waiting for a quiet host: {reason}\n"
 
 
 # ---- 4. provenance, and compare refusing mixed cells ------------------------------------

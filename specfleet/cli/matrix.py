@@ -45,6 +45,12 @@ def _options(no_progress: bool, require_quiet: bool):
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet)
 
 
+def say_waiting(event) -> None:
+    """Without progress bars, say on stderr why a host waits (--require-quiet)."""
+    if event.status == "waiting":
+        typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
+
+
 def _print_outcome(store, outcome) -> None:
     typer.echo(
         f"matrix {outcome.matrix_id}: {outcome.status} ({outcome.done} done, "
@@ -84,7 +90,7 @@ def run(
                    f"{len({r.target.label for r in runs})} targets", err=True)
         from specfleet.cluster.scheduler import run_matrix
 
-        outcome = run_matrix(store, matrix_id, view.workers,
+        outcome = run_matrix(store, matrix_id, view.workers, say_waiting if no_progress else None,
                              options=_options(no_progress, quiet), machines=view.machines)
         _print_outcome(store, outcome)
     if outcome.status != "done":
@@ -110,7 +116,7 @@ def resume_cmd(
         view.record_hosts(store)
         from specfleet.cluster.scheduler import resume
 
-        outcome = resume(store, matrix_id, view.workers,
+        outcome = resume(store, matrix_id, view.workers, say_waiting if no_progress else None,
                          options=_options(no_progress, quiet), machines=view.machines)
         _print_outcome(store, outcome)
     if outcome.status != "done":
