@@ -282,6 +282,8 @@ def environment() -> dict[str, str]:
     ).stdout.strip()
     env["specfleet_git"] = sha or "-"
     env["LD_PRELOAD"] = os.environ.get("LD_PRELOAD", "-")
+    # Spinning OpenMP workers make torch 5-10x slower on a loaded host: record the policy.
+    env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "-")
     env["torch_threads"] = _torch_threads()
     return env
 

@@ -34,6 +34,9 @@ def calibrate_command(
     runs: Annotated[int, typer.Option("--runs", help="Pipelined runs (median).")] = 5,
     steps: Annotated[int, typer.Option("--steps", help="Pipelined steps per run.")] = 60,
     sync_rounds: Annotated[int, typer.Option("--sync-rounds", help="Timed rounds per width.")] = 40,
+    warm_up: Annotated[
+        bool, typer.Option("--warm-up/--no-warm-up", help="Two untimed passes first (spec 7.6).")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Print the per-width verify cost table: sync ms and multiples of a pipelined step."""
@@ -59,6 +62,7 @@ def calibrate_command(
         runs=runs,
         steps=steps,
         sync_rounds=sync_rounds,
+        warm_up=warm_up,
     )
     if as_json:
         typer.echo(json.dumps({"model": loaded.alias, **dataclasses.asdict(costs)}))

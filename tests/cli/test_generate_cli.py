@@ -7,13 +7,18 @@ engine (fetched once into the user cache by `specfleet models fetch smollm2-135m
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
-import pytest
-from typer.testing import CliRunner
+# Before torch loads: on a shared 2-core host, spinning OpenMP workers made every torch
+# forward here 5-10x slower under load (width-1 step 60 ms -> 450-1000 ms).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from specfleet.cli.main import app
+import pytest  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from specfleet.cli.main import app  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m"
@@ -223,6 +228,7 @@ def test_calibrate_prints_the_width_table(bundled_model):
         "3",
         "--sync-rounds",
         "2",
+        "--no-warm-up",  # the warm-up sequence is pinned in tests/engine/test_calibrate.py
     )
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
