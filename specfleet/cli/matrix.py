@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -73,6 +74,9 @@ def run(
         "--require-quiet", help="Wait for a quiet host before each timed run.")] = False,
     no_progress: Annotated[bool, typer.Option(
         "--no-progress", help="No progress bars.")] = False,
+    report_dir: Annotated[Path | None, typer.Option(
+        "--report-dir", help="Also write the record (markdown, plots, CSV) to DIR/MATRIX_ID.")
+    ] = None,
 ) -> None:
     """Plan a matrix, run it on the fleet, store every run, print the speed-up tables.
 
@@ -93,8 +97,17 @@ def run(
         outcome = run_matrix(store, matrix_id, view.workers, say_waiting if no_progress else None,
                              options=_options(no_progress, quiet), machines=view.machines)
         _print_outcome(store, outcome)
+        if report_dir is not None:
+            _write_report(store, outcome.matrix_id, report_dir)
     if outcome.status != "done":
         raise typer.Exit(1)
+
+
+def _write_report(store, matrix_id: str, report_dir: Path) -> None:
+    from specfleet.report.record import write_record  # matplotlib: only when asked
+
+    files = write_record(store, matrix_id, report_dir / matrix_id)
+    typer.echo(f"report: {files.markdown}")
 
 
 @app.command("resume")
