@@ -54,14 +54,14 @@ from specfleet.workers.host import HostWorker
 from tests.engine.conftest import bundled_model  # noqa: F401 (the fetched bundled model)
 
 # Slow: the tests that use the fleet and the bundled model (the fixtures take ~30-60 s here).
-pytestmark = [pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "alpha"
 TORCH = Target(host=HOST, engine="torch", device="cpu")
 MODEL = "smollm2-135m"
 LOOP_PROMPT = "Write a shell command that passes the -w flag ten times: gcc -w -w -w"
-MAX_TOKENS = 48
+MAX_TOKENS = 40
 GUARD = {"min_period": 1, "max_period": 32, "repeats": 4}
 FAST = SchedulerOptions(progress=False, call_timeout_s=30.0, poll_s=0.1)
 MATRIX_YAML = """\
@@ -134,7 +134,7 @@ def test_looping_cell_is_flagged_listed_apart_and_kept_out_of_the_headline(matri
     for arm in ("plain", "graded"):  # check the text, not only the numbers
         flags, story = rows[("flags", arm)], rows[("story", arm)]
         assert "-w -w -w -w -w -w" in flags.output_text and flags.loop_share > 0.5, flags
-        assert story.loop_share <= LOOP_SHARE_FLAG and len(set(story.token_ids)) > 25, story
+        assert story.loop_share <= LOOP_SHARE_FLAG and len(set(story.token_ids)) > 20, story
         assert flags.stop_reason == "max_tokens" and flags.generated_tokens == MAX_TOKENS
 
     with open_store(db_url) as store:
