@@ -305,7 +305,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="smoke run: edit_fn and story, 1 repeat, 24 tokens, MLX 8",
     )
     parser.add_argument("--engines", default="torch,mlx", help="comma list of torch, mlx")
-    parser.add_argument("--prompts", default=",".join(PROMPTS))
+    parser.add_argument("--prompts", default=None, help="comma list (default: all five)")
     parser.add_argument("--prompts-dir", type=Path, default=REPO / "configs" / "prompts")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=200, help="new tokens (story: 2x)")
@@ -314,7 +314,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="markdown record to write")
     args = parser.parse_args(argv)
     if args.quick:
-        args.prompts, args.repeats, args.tokens, args.mlx_tokens = "edit_fn,story", 1, 12, 8
+        args.prompts = args.prompts or "edit_fn,story"
+        args.repeats, args.tokens, args.mlx_tokens = 1, 12, 8
+    args.prompts = args.prompts or ",".join(PROMPTS)
     return args
 
 
