@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 
+# Before anything imports torch: idle OpenMP threads must sleep, not spin, or every torch
+# forward slows 5-10x while Ray workers and servers share the 2 cores (measured here).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 PG_SUPERUSER = "postgres"
 # A role that must log in with a password (pg_hba: scram), for bad-credential tests.
 PG_PASSWORD_USER = "specfleet_pw"
