@@ -38,21 +38,9 @@ def group_runs(runs: Iterable) -> dict[Key, list]:
     return dict(cells)
 
 
-def counters_of(counters) -> Counters:
-    """The view's counters from summarize's (first done repetition), ratios included."""
-    if counters is None:
-        return Counters()
-    return Counters(
-        generated_tokens=counters.generated_tokens,
-        rounds=counters.rounds,
-        drafted_rounds=counters.drafted_rounds,
-        paused_rounds=counters.paused_rounds,
-        proposed=counters.proposed,
-        accepted=counters.accepted,
-        shadow_confirmations=counters.shadow_confirmations,
-        acceptance_rate=counters.acceptance_rate,
-        tokens_per_forward=counters.tokens_per_forward,
-    )
+def counters_of(counters: Counters | None) -> Counters:
+    """summarize's counters of the first done repetition (empty when there is none)."""
+    return counters if counters is not None else Counters()
 
 
 def parity_of(run, plain) -> tuple[str | None, int | None, int | None]:

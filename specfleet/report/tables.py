@@ -207,6 +207,8 @@ def cell_record(cell: CellView) -> dict:
     record = asdict(cell)
     record["n"] = cell.n
     record.update(record.pop("counters"))
+    record["acceptance_rate"] = cell.counters.acceptance_rate
+    record["tokens_per_forward"] = cell.counters.tokens_per_forward
     record["rates"] = list(cell.rates)
     return record
 

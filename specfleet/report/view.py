@@ -9,25 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specfleet.jobs.rows import Counters  # one definition of the counters and their ratios
 from specfleet.jobs.summarize import LOOP_SHARE_FLAG, SPREAD_FLAG, Headline
 
 __all__ = ["LOOP_SHARE_FLAG", "SPREAD_FLAG", "CellView", "Counters", "MatrixView", "PLAIN"]
 PLAIN = "plain"
-
-
-@dataclass(frozen=True)
-class Counters:
-    """Prompt-lookup counters of a cell's first repetition (spec 5), as the record shows."""
-
-    generated_tokens: int = 0
-    rounds: int = 0
-    drafted_rounds: int = 0
-    paused_rounds: int = 0
-    proposed: int = 0
-    accepted: int = 0
-    shadow_confirmations: int = 0
-    acceptance_rate: float = 0.0
-    tokens_per_forward: float = 0.0
 
 
 @dataclass(frozen=True)
