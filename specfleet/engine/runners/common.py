@@ -32,6 +32,20 @@ def encode_with_template(tokenizer: Any, text: str, chat: bool) -> list[int]:
     return [int(t) for t in tokenizer.encode(text)]
 
 
+class TokenizerText:
+    """Text <-> ids through `self.tokenizer`, the same on every real runner."""
+
+    tokenizer: Any
+
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
+        """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt."""
+        return encode_with_template(self.tokenizer, text, chat)
+
+    def decode(self, ids) -> str:
+        """The text of `ids`, special tokens dropped."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
 def top2(runner: Any, logits: Any, row: int) -> tuple[int, float, int, float]:
     """The two best tokens of one logits row, ties to the lowest id (parity forensics).
 

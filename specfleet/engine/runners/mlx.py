@@ -26,7 +26,7 @@ import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from specfleet.engine.runners.base import UnsupportedModelError
-from specfleet.engine.runners.common import encode_with_template, eos_id_set
+from specfleet.engine.runners.common import TokenizerText, eos_id_set
 from specfleet.errors import UserError
 
 DEVICES = ("auto", "cpu", "metal", "cuda")
@@ -55,7 +55,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-class MlxRunner:
+class MlxRunner(TokenizerText):
     """One mlx-lm model and its prompt caches on one device (a `Runner`).
 
     Attributes:
@@ -102,14 +102,6 @@ class MlxRunner:
         if resolved == "cpu":
             _to_float32(model)
         return cls(model, tokenizer, resolved)
-
-    # -- text <-> ids ---------------------------------------------------------------
-    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
-        """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt."""
-        return encode_with_template(self.tokenizer, text, chat)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:

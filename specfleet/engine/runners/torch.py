@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from specfleet.engine.runners.base import UnsupportedModelError
-from specfleet.engine.runners.common import encode_with_template, eos_id_set
+from specfleet.engine.runners.common import TokenizerText, eos_id_set
 from specfleet.errors import UserError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -49,7 +49,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-class TorchRunner:
+class TorchRunner(TokenizerText):
     """One transformers causal LM and its `DynamicCache` on one device (a `Runner`).
 
     Attributes:
@@ -91,14 +91,6 @@ class TorchRunner:
         model.to(resolved).eval()
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         return cls(model, tokenizer, resolved)
-
-    # -- text <-> ids ---------------------------------------------------------------
-    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
-        """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt."""
-        return encode_with_template(self.tokenizer, text, chat)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:
