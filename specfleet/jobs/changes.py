@@ -17,8 +17,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from scipy.stats import mannwhitneyu
-
 from specfleet.jobs.rows import CellKey, group_by_cell, to_rows
 
 CHANGE_ALPHA = 0.10
@@ -64,6 +62,8 @@ class HistoryStep:
 def _mann_whitney_p(before: Sequence[float], after: Sequence[float]) -> float:
     if len(set(before) | set(after)) == 1:
         return 1.0  # every run equal: no evidence of a difference (scipy would return nan)
+    from scipy.stats import mannwhitneyu  # ~1 s to import: only when a test runs
+
     return float(mannwhitneyu(before, after, alternative="two-sided").pvalue)
 
 
