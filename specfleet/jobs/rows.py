@@ -69,6 +69,7 @@ class Row:
     token_ids: tuple[int, ...] | None
     output_text: str | None
     counters: Counters
+    stop_reason: str | None = None
 
     @property
     def done(self) -> bool:
@@ -115,6 +116,7 @@ def to_row(obj: Any) -> Row:
         token_ids=None if tokens is None else tuple(int(t) for t in tokens),
         output_text=None if text is None else str(text),
         counters=_counters(obj),
+        stop_reason=_get(obj, "stop_reason"),
     )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from specfleet.jobs.changes import (  # noqa: F401 (re-exported)
@@ -304,8 +304,27 @@ def cross_target_parity(runs: Iterable[Any]) -> list[ParityVerdict]:
             plains.setdefault((key.model, key.prompt), []).append(first)
     out = []
     for group in plains.values():
-        out += [compare_replies(group[0], other) for other in group[1:]]
+        out += [compare_replies(*_over_common_length(group[0], other)) for other in group[1:]]
     return out
+
+
+def _over_common_length(a: Row, b: Row) -> tuple[Row, Row]:
+    """Targets may run different token limits (MLX on a CPU runs shorter replies): when the
+    shorter reply stopped at its limit, compare both over its length. A reply that stopped
+    early on EOS or the loop guard still counts as a divergence where the other went on."""
+    if a.token_ids is None or b.token_ids is None:
+        return a, b
+    shorter = a if len(a.token_ids) <= len(b.token_ids) else b
+    if shorter.stop_reason != "max_tokens":
+        return a, b
+    n = len(shorter.token_ids)
+    text_n = len(shorter.output_text) if shorter.output_text is not None else None
+    return _truncated(a, n, text_n), _truncated(b, n, text_n)
+
+
+def _truncated(row: Row, n: int, text_n: int | None) -> Row:
+    text = row.output_text if row.output_text is None or text_n is None else row.output_text[:text_n]
+    return replace(row, token_ids=row.token_ids[:n], output_text=text)
 
 
 def summarize(runs: Iterable[Any]) -> MatrixSummary:

@@ -171,6 +171,21 @@ def test_cross_target_parity_of_plain_replies() -> None:
     assert verdicts["c/mlx/metal"].reference.target == "a/mlx/cpu"
 
 
+@pytest.mark.parametrize(("stop_reason", "status", "index"), [
+    ("max_tokens", "identical", None),  # a shorter token limit on one target is no divergence
+    ("eos", "diverged", 2),  # stopping early on EOS where the other went on is one
+])
+def test_cross_target_parity_compares_a_reply_cut_at_its_limit_over_its_length(
+    stop_reason: str, status: str, index: int | None,
+) -> None:
+    rows = (runs("plain", [1.0], target="a/mlx/cpu", token_ids=[1, 2], output_text="ab",
+                 stop_reason=stop_reason)
+            + runs("plain", [1.0], target="b/torch/cpu", token_ids=[1, 2, 3, 4],
+                   output_text="abcd", stop_reason="max_tokens"))
+    (verdict,) = cross_target_parity(rows)
+    assert (verdict.status, verdict.token_index) == (status, index)
+
+
 def test_accepts_run_result_like_objects() -> None:
     class Joined(RunResult):
         model: str
