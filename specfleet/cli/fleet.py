@@ -99,8 +99,10 @@ def status_command(
 ) -> None:
     """Hosts, kinds, targets, default policies, loaded models, busy/idle, health, versions."""
     from specfleet.cluster.fleet import connect, disconnect, fleet_status
+    from specfleet.cluster.membership import remembered_fleet
 
-    connect(check_address(address or os.environ.get(ADDRESS_ENV)))
+    # After `fleet up` / `join` on this machine, its fleet; else the embedded one.
+    connect(check_address(address or os.environ.get(ADDRESS_ENV)) or remembered_fleet())
     try:
         rows = fleet_status()
     finally:

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
@@ -169,6 +170,7 @@ def fleet_up(
     _ray_start(up_command(info.name, info.kind, port=port, num_cpus=num_cpus, node_ip=node_ip))
     address = f"{node_ip or _this_ip()}:{port}"
     _start_own_worker(address, info.name)
+    remember_fleet(address)
     return Membership(address, info.name, info.kind)
 
 
@@ -188,6 +190,7 @@ def fleet_join(
         node_ip = node_ip_towards(head)
     _ray_start(join_command(head, info.name, info.kind, num_cpus=num_cpus, node_ip=node_ip))
     _start_own_worker(head, info.name)
+    remember_fleet(head)
     return Membership(head, info.name, info.kind)
 
 
@@ -197,13 +200,45 @@ def fleet_leave(name: str | None = None, address: str = "auto") -> str:
     enable_token_auth()
     try:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        host = name or _local_host_label() or host
         stop_worker(host)
     except ConnectionError:
         pass  # no Ray running here: nothing to stop but the node processes, if any
     finally:
         ray.shutdown()
     subprocess.run(["ray", "stop"], env=start_env(), check=False, capture_output=True)
+    _fleet_marker().unlink(missing_ok=True)
     return host
+
+
+def _fleet_marker() -> Path:
+    from specfleet.engine.models import specfleet_home
+
+    return specfleet_home() / "fleet-address"
+
+
+def remember_fleet(address: str) -> None:
+    """Note the head this machine joined (`up`/`join`), until `leave`."""
+    marker = _fleet_marker()
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(address + "\n")
+
+
+def remembered_fleet() -> str | None:
+    """The head this machine joined with `fleet up` / `fleet join`, if it has not left."""
+    try:
+        return _fleet_marker().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _local_host_label() -> str | None:
+    """The `specfleet.host` label this machine's node joined with (`up`/`join --name`)."""
+    node_id = ray.get_runtime_context().get_node_id()
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            return (node.get("Labels") or {}).get(HOST_LABEL)
+    return None
 
 
 def _start_own_worker(address: str, host: str) -> None:

@@ -253,3 +253,13 @@ def test_the_embedded_fleet_starts_with_one_worker_for_this_machine(tmp_path) ->
     assert row["host"] == "solo" and row["health"] == HEALTHY
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert fleet_mod.HEALTHY == HEALTHY
+
+
+def test_status_follows_the_fleet_this_machine_joined_until_it_leaves(tmp_path, monkeypatch):
+    from specfleet.cluster.membership import remember_fleet, remembered_fleet
+
+    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
+    assert remembered_fleet() is None  # never joined: `fleet status` starts the embedded fleet
+    remember_fleet("10.0.0.5:6379")
+    assert remembered_fleet() == "10.0.0.5:6379"
+    assert (tmp_path / "fleet-address").read_text() == "10.0.0.5:6379\n"
