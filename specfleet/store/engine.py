@@ -8,6 +8,8 @@ transaction with `BEGIN IMMEDIATE`, so concurrent writers queue instead of faili
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 
 import platformdirs
@@ -114,8 +116,7 @@ def _sqlite_engine(url: URL) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         cur.execute("PRAGMA foreign_keys = ON")
-        if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            cur.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(cur)
         # WAL + NORMAL: commits survive a crashed process; only power loss can drop the last.
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()
@@ -126,6 +127,21 @@ def _sqlite_engine(url: URL) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _enable_wal(cur) -> None:
+    """Switch a new file to WAL. The switch needs a lock SQLite does not wait for (its busy
+    handler is skipped there), so two processes opening one fresh file retry instead."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def translate_error(err: DBAPIError, url: URL) -> UserError | None:

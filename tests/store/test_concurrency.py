@@ -82,3 +82,26 @@ def test_processes_opening_a_fresh_database_at_once_all_succeed(store_url):
         assert conn.execute(text("SELECT version_num FROM alembic_version")).all() == [
             (head_revision(),)]
     engine.dispose()
+
+
+
+def test_a_fresh_sqlite_file_opens_while_another_connection_holds_a_write_lock(tmp_path):
+    """Switching a new file to WAL needs a lock SQLite's busy handler does not wait for: a
+    second process opening the file during the first one's write must wait, not fail."""
+    import sqlite3
+    import threading
+    import time
+
+    from specfleet.store import open_store
+
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # a writer in the file's initial rollback-journal mode
+    holder.execute("CREATE TABLE held (x)")
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    started = time.monotonic()
+    open_store(f"sqlite:///{path}").close()
+    release.join()
+    holder.close()
+    assert time.monotonic() - started >= 0.4  # it waited for the writer instead of failing
