@@ -65,15 +65,21 @@ def _print_outcome(store, outcome) -> None:
     typer.echo(f"matrix id: {outcome.matrix_id}")
 
 
+# Options `run` and `resume` share.
+AddressOption = Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)]
+DbOption = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
+QuietOption = Annotated[bool, typer.Option(
+    "--require-quiet", help="Wait for a quiet host before each timed run.")]
+NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
+
+
 @app.command("run")
 def run(
     file: Annotated[str, typer.Argument(help="Matrix YAML file.")],
-    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
-    require_quiet: Annotated[bool, typer.Option(
-        "--require-quiet", help="Wait for a quiet host before each timed run.")] = False,
-    no_progress: Annotated[bool, typer.Option(
-        "--no-progress", help="No progress bars.")] = False,
+    address: AddressOption = None,
+    db: DbOption = None,
+    require_quiet: QuietOption = False,
+    no_progress: NoProgressOption = False,
     report_dir: Annotated[Path | None, typer.Option(
         "--report-dir", help="Also write the record (markdown, plots, CSV) to DIR/MATRIX_ID.")
     ] = None,
@@ -113,12 +119,10 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
 @app.command("resume")
 def resume_cmd(
     matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
-    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
-    require_quiet: Annotated[bool, typer.Option(
-        "--require-quiet", help="Wait for a quiet host before each timed run.")] = False,
-    no_progress: Annotated[bool, typer.Option(
-        "--no-progress", help="No progress bars.")] = False,
+    address: AddressOption = None,
+    db: DbOption = None,
+    require_quiet: QuietOption = False,
+    no_progress: NoProgressOption = False,
 ) -> None:
     """Re-queue every run of a matrix that is not done and run them; done runs are kept."""
     with open_store(db) as store:
