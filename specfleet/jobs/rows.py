@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specfleet.engine.stats import PromptLookupStats
+
 COUNTER_FIELDS: tuple[str, ...] = (
     "rounds", "drafted_rounds", "paused_rounds", "proposed", "accepted",
     "shadow_confirmations", "generated_tokens",
@@ -49,11 +51,19 @@ class Counters:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
+        return self._engine_stats().acceptance_rate
 
     @property
     def tokens_per_forward(self) -> float:
-        return max(self.generated_tokens - 1, 0) / self.rounds if self.rounds else 0.0
+        return self._engine_stats().tokens_per_forward(self.generated_tokens)
+
+    def _engine_stats(self) -> PromptLookupStats:
+        """The engine's own counters, so the ratios have one definition (spec 5, 10)."""
+        return PromptLookupStats(
+            rounds=self.rounds, drafted_rounds=self.drafted_rounds,
+            paused_rounds=self.paused_rounds, proposed=self.proposed, accepted=self.accepted,
+            shadow_confirmations=self.shadow_confirmations,
+        )
 
 
 @dataclass(frozen=True)
