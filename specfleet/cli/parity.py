@@ -98,6 +98,9 @@ def report_parity(store, matrix_id: str, workers: dict, any_host: Any, *,
     replayer = worker_replayer(store, workers, any_host) if workers is not None else None
     report = check_parity(store, matrix_id, replayer, baseline, near_tie)
     typer.echo(render_parity(report, fmt), nl=False)
+    if report.coverage is not None and not report.coverage.complete:
+        typer.echo(f"parity: {report.coverage.text()}; a failed or missing run fails the "
+                   "check", err=True)
     if report.failed(allow_unverified):
         raise typer.Exit(1)
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import cell_history, compare, render_compare, render_history
 from specfleet.report.results import render_results, run_filters
 from specfleet.store.store import open_store
@@ -75,7 +76,11 @@ def compare_cmd(
     """Two matrices side by side per cell: ratio B/A, significance, regressions."""
     with open_store(db) as store:
         rows = compare(store, a, b, allow_mixed)
+        coverage = compare_coverage(store.runs(matrix=a), store.runs(matrix=b), len(rows))
     typer.echo(render_compare(rows, a, b, fmt), nl=False)
+    if not coverage.complete:  # no evidence is a failed check, never a pass
+        typer.echo(f"compare: {coverage.text()} (measured in both {a} and {b})", err=True)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

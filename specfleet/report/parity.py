@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, RowMargins, classify
 from specfleet.jobs import summarize
 from specfleet.report.build import PLAIN, done_runs, group_runs, load_matrix, parity_of
+from specfleet.report.coverage import Coverage, parity_coverage
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified"
 
@@ -81,14 +82,18 @@ class ParityReport:
     cross: tuple[CrossTarget, ...]
     regressions: tuple[Regression, ...] = ()
     baseline_id: str | None = None
+    coverage: Coverage | None = None  # arm-vs-plain pairs compared of those planned
 
     def count(self, verdict: Verdict) -> int:
         return sum(a.verdict == verdict for a in self.arms)
 
     def failed(self, allow_unverified: bool = False) -> bool:
-        """True when CI should fail: a suspect divergence, a regression, or (unless allowed)
-        a divergence nobody could replay."""
+        """True when CI should fail: a suspect divergence, a regression, a planned pair
+        left uncompared (failed or missing arm or plain run), or (unless allowed) a
+        divergence nobody could replay."""
         bad = self.count("suspect") + len(self.regressions)
+        if self.coverage is not None and not self.coverage.complete:
+            return True
         return bad > 0 or (not allow_unverified and self.count("unverified") > 0)
 
 
@@ -161,6 +166,7 @@ def check_parity(
     load_matrix(store, matrix_id)
     runs = done_runs(store, matrix_id)
     groups = group_runs(runs)
+    arms = tuple(arm_parity(groups, replayer, threshold))
     found: list[Regression] = []
     if baseline_id is not None:
         load_matrix(store, baseline_id)
@@ -168,8 +174,9 @@ def check_parity(
     return ParityReport(
         matrix_id=matrix_id,
         threshold=threshold,
-        arms=tuple(arm_parity(groups, replayer, threshold)),
+        arms=arms,
         cross=tuple(cross_target(runs)),
         regressions=tuple(found),
         baseline_id=baseline_id,
+        coverage=parity_coverage(store.runs(matrix=matrix_id), len(arms)),
     )

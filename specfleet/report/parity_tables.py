@@ -73,6 +73,8 @@ def summary_line(report: ParityReport) -> str:
     line = f"Parity of {report.matrix_id}: {counts}"
     if report.baseline_id is not None:
         line += f"; {len(report.regressions)} regressions against {report.baseline_id}"
+    if report.coverage is not None:
+        line += f"; {report.coverage.text()}"
     return line
 
 

@@ -1,0 +1,96 @@
+"""Evidence or failure: `parity` and `compare` fail when a planned pair or cell was not
+compared (a failed arm, runs never done, two matrices with nothing in common), and say how
+many were ("0 of 1 pairs compared")."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.store.store import open_store
+from tests.report.conftest import DEMO_ID, MIXED_ID, db_path, worker  # noqa: F401
+from tests.report.seed import H1, H2, PROMPTS, Seed, seed_matrix
+
+runner = CliRunner()
+FAILED_ARM_ID = "failedarm-000011"
+NOTHING_DONE_ID = "nothing-000012"
+OTHER_ID = "other-000013"
+
+
+@pytest.fixture(scope="module")
+def evidence_db(db_path, worker):  # noqa: F811
+    """The report store plus a matrix whose graded arm failed, one never run, and one on a
+    target no other matrix has."""
+    with open_store(str(db_path)) as store:
+        seed_matrix(store, worker, "failedarm", [
+            Seed(H1, "script", "copy", "plain", (100.0,)),
+            Seed(H1, "script", "copy", "graded", (150.0,)),
+            Seed(H1, "script", "echo", "plain", (100.0,)),
+            Seed(H1, "script", "echo", "graded", (150.0,)),
+        ], FAILED_ARM_ID)
+        key = f"{FAILED_ARM_ID}/{H1.label}/script/echo/graded/0"
+        store.requeue(FAILED_ARM_ID)  # nothing to requeue: every run is done
+        _fail_run(store, key)
+        _plan_only(store, NOTHING_DONE_ID)
+        seed_matrix(store, worker, "other", [Seed(H2, "induction", "copy", "plain", (9.0,))],
+                    OTHER_ID)
+    return db_path
+
+
+def _fail_run(store, run_key: str) -> None:
+    # A done run is never overwritten; the store's own row is edited to model a failed arm.
+    from sqlalchemy import update
+
+    from specfleet.store.models import Run
+
+    with store.engine.begin() as conn:
+        conn.execute(update(Run).where(Run.run_key == run_key)
+                     .values(status="failed", error="toy failure", tok_per_s=None))
+
+
+def _plan_only(store, matrix_id: str) -> None:
+    from specfleet.jobs.run import RunSpec
+
+    specs = [RunSpec(run_key=f"{matrix_id}/{arm}", matrix_id=matrix_id, target=H1,
+                     model="script", prompt_name="copy", prompt_text=PROMPTS["copy"], arm=arm,
+                     max_tokens=8) for arm in ("plain", "graded")]
+    store.create_matrix("nothing", {"name": "nothing"}, specs, matrix_id=matrix_id)
+    store.finish_matrix(matrix_id, "interrupted")
+
+
+def invoke(db, *args: str):
+    return runner.invoke(app, [*args, "--db", str(db)])
+
+
+def test_parity_with_a_failed_arm_fails_and_counts(evidence_db) -> None:
+    result = invoke(evidence_db, "parity", FAILED_ARM_ID)
+    assert result.exit_code == 1, result.output
+    assert "1 identical" in result.stdout and "0 suspect" in result.stdout
+    assert "1 of 2 pairs compared" in result.stdout
+    assert "parity: 1 of 2 pairs compared" in result.stderr
+
+
+def test_parity_with_no_run_done_fails(evidence_db) -> None:
+    result = invoke(evidence_db, "parity", NOTHING_DONE_ID, "--format", "json")
+    assert result.exit_code == 1, result.output
+    assert "0 of 1 pairs compared" in result.stderr
+
+
+def test_parity_of_a_complete_matrix_passes_with_its_count(evidence_db) -> None:
+    result = invoke(evidence_db, "parity", MIXED_ID)
+    assert result.exit_code == 0, result.output
+    assert "1 of 1 pairs compared" in result.stdout
+
+
+def test_compare_with_no_common_cell_fails(evidence_db) -> None:
+    result = invoke(evidence_db, "compare", DEMO_ID, OTHER_ID)
+    assert result.exit_code == 1, result.output
+    assert "0 regressions in 0 cells" in result.stdout
+    assert "compare: 0 of 15 cells compared" in result.stderr
+
+
+def test_compare_with_a_failed_cell_fails(evidence_db) -> None:
+    result = invoke(evidence_db, "compare", FAILED_ARM_ID, FAILED_ARM_ID)
+    assert result.exit_code == 1, result.output
+    assert "compare: 3 of 4 cells compared" in result.stderr
