@@ -1,0 +1,92 @@
+"""macOS conditions from `pmset` and `vm_stat` (no root needed for any of them).
+
+`pmset -g batt` gives the power source, `pmset -g` the Low Power Mode setting
+(`lowpowermode`), `pmset -g therm` the CPU speed limit and thermal / performance warning
+levels, `vm_stat` the free pages and `sysctl -n hw.memsize` the installed memory.
+`powermetrics` is not used: every sampler of it needs root.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from specfleet.workers.conditions.model import HostConditions
+
+Runner = Callable[[list[str]], str | None]  # stdout of a command, None when it failed
+
+PMSET_BATT = ["pmset", "-g", "batt"]
+PMSET_SETTINGS = ["pmset", "-g"]
+PMSET_THERM = ["pmset", "-g", "therm"]
+VM_STAT = ["vm_stat"]
+SYSCTL_MEMSIZE = ["sysctl", "-n", "hw.memsize"]
+_AVAILABLE_PAGES = ("Pages free", "Pages inactive", "Pages speculative")
+
+
+def parse_pmset_batt(text: str) -> dict:
+    """`pmset -g batt` -> power_source ("ac" / "battery") and battery_percent."""
+    out: dict = {}
+    source = re.search(r"Now drawing from '([^']+)'", text)
+    if source:
+        out["power_source"] = "battery" if "Battery" in source.group(1) else "ac"
+    percent = re.search(r"InternalBattery.*?(\d+)%", text)
+    if percent:
+        out["battery_percent"] = float(percent.group(1))
+    return out
+
+
+def parse_pmset_low_power(text: str) -> bool | None:
+    """`pmset -g` (current settings) -> whether Low Power Mode is on; None if not listed."""
+    match = re.search(r"^\s*(?:lowpowermode|powermode)\s+(\d+)", text, re.MULTILINE)
+    return None if match is None else match.group(1) != "0"
+
+
+def parse_pmset_therm(text: str) -> dict:
+    """`pmset -g therm` -> CPU speed limit (percent) and the recorded warning levels.
+
+    "No thermal warning level has been recorded" is the nominal state (level None).
+    """
+    out: dict = {}
+    limit = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
+    if limit:
+        out["cpu_speed_limit_pct"] = float(limit.group(1))
+    for kind in ("thermal", "performance"):
+        level = re.search(rf"{kind} warning level\D*(\d+)", text, re.IGNORECASE)
+        if level and not re.search(rf"No {kind} warning level", text, re.IGNORECASE):
+            out[f"{kind}_warning_level"] = int(level.group(1))
+    return out
+
+
+def parse_vm_stat(text: str) -> float | None:
+    """`vm_stat` -> GiB a new model can use: free + inactive + speculative pages."""
+    page = re.search(r"page size of (\d+) bytes", text)
+    if page is None:
+        return None
+    counts = dict(re.findall(r"^(Pages [a-z ]+):\s+(\d+)\.", text, re.MULTILINE))
+    pages = sum(int(counts.get(name, 0)) for name in _AVAILABLE_PAGES)
+    return pages * int(page.group(1)) / 2**30
+
+
+def read_macos(reading: HostConditions, run: Runner) -> HostConditions:
+    """`reading` with the power, thermal and memory fields from the tools above."""
+    parts: dict = {"missing": {}}
+    for cmd, parse in ((PMSET_BATT, parse_pmset_batt), (PMSET_THERM, parse_pmset_therm)):
+        text = run(cmd)
+        if text is None:
+            parts["missing"][" ".join(cmd)] = "command failed"
+        else:
+            parts.update(parse(text))
+    settings = run(PMSET_SETTINGS)
+    parts["low_power_mode"] = parse_pmset_low_power(settings) if settings else None
+    if parts["low_power_mode"] is None:
+        parts["missing"]["low power mode"] = "`pmset -g` lists no lowpowermode"
+    vm = run(VM_STAT)
+    available = parse_vm_stat(vm) if vm else None
+    if available is None:
+        parts["missing"]["memory"] = "vm_stat gave no page counts"
+    else:
+        parts["mem_available_gb"] = round(available, 3)
+    memsize = (run(SYSCTL_MEMSIZE) or "").strip()
+    if memsize.isdigit():
+        parts["mem_total_gb"] = round(int(memsize) / 2**30, 3)
+    return reading.merged(**parts)

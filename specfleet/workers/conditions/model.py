@@ -1,0 +1,106 @@
+"""What a host's conditions reading holds: power, thermal state, clocks and memory.
+
+One frozen `HostConditions` per reading, filled by the source modules (`linux.py`,
+`macos.py`, `nvidia.py`); a field a source could not read stays None and `missing` says why.
+Stored with every run as JSON (`to_dict` / `from_dict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
+
+PowerSource = Literal["ac", "battery"]
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One NVIDIA GPU (NVML or `nvidia-smi --query-gpu`); None where the driver says N/A."""
+
+    index: int
+    name: str
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    power_w: float | None = None
+    power_cap_w: float | None = None
+    temperature_c: float | None = None
+    throttle_reasons: tuple[str, ...] = ()  # active clock-event reasons, NVML names
+    memory_used_mb: float | None = None
+    memory_free_mb: float | None = None  # None on unified-memory GPUs (GB10 reports N/A)
+
+
+@dataclass(frozen=True)
+class ThermalZone:
+    """One Linux thermal zone: its type, temperature and lowest passive/hot/critical trip."""
+
+    name: str
+    temp_c: float
+    trip_c: float | None = None
+    trip_type: str | None = None
+
+
+@dataclass(frozen=True)
+class HostConditions:
+    """One reading of a host's conditions (see the module docstring).
+
+    Attributes:
+        at: unix time of the reading.
+        platform: "linux" or "darwin".
+        power_source: "ac" or "battery" (macOS `pmset -g batt`).
+        battery_percent: charge of the internal battery.
+        low_power_mode: macOS Low Power Mode (`pmset -g`, `lowpowermode`).
+        cpu_speed_limit_pct: macOS `pmset -g therm` CPU_Speed_Limit (100 = not limited).
+        thermal_warning_level / performance_warning_level: macOS `pmset -g therm` levels
+            (None when none has been recorded, which is the nominal state).
+        cpu_governor: Linux cpufreq scaling governor of cpu0.
+        cpu_mhz: current frequency, mean over cores; cpu_max_mhz: hardware maximum;
+        cpu_limit_mhz: the policy's ceiling (`scaling_max_freq`), lowest over cores.
+        thermal_zones: Linux thermal zones.
+        mem_available_gb: memory a new model can use (Linux MemAvailable; macOS free +
+            inactive + speculative pages); mem_total_gb: installed memory.
+        gpus: NVIDIA GPUs.
+        gpu_source: "nvml", "nvidia-smi" or None.
+        missing: what could not be read -> why (e.g. "cpufreq": "no cpufreq in /sys ...").
+        sample_ms: how long taking this reading took.
+    """
+
+    at: float
+    platform: str
+    power_source: PowerSource | None = None
+    battery_percent: float | None = None
+    low_power_mode: bool | None = None
+    cpu_speed_limit_pct: float | None = None
+    thermal_warning_level: int | None = None
+    performance_warning_level: int | None = None
+    cpu_governor: str | None = None
+    cpu_mhz: float | None = None
+    cpu_max_mhz: float | None = None
+    cpu_limit_mhz: float | None = None
+    thermal_zones: tuple[ThermalZone, ...] = ()
+    mem_available_gb: float | None = None
+    mem_total_gb: float | None = None
+    gpus: tuple[GpuReading, ...] = ()
+    gpu_source: str | None = None
+    missing: dict[str, str] = field(default_factory=dict)
+    sample_ms: float = 0.0
+
+    def merged(self, **parts: Any) -> HostConditions:
+        """A copy with `parts` set; `missing` entries are added, not replaced."""
+        missing = {**self.missing, **parts.pop("missing", {})}
+        return replace(self, missing=missing, **parts)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict (tuples become lists)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HostConditions:
+        """Back from `to_dict` (unknown keys, e.g. from a newer specfleet, are ignored)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["thermal_zones"] = tuple(ThermalZone(**z) for z in data.get("thermal_zones", ()))
+        values["gpus"] = tuple(
+            GpuReading(**{**g, "throttle_reasons": tuple(g.get("throttle_reasons", ()))})
+            for g in data.get("gpus", ())
+        )
+        return cls(**values)
