@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 
 demo: venv
 	$(BIN)/specfleet models fetch smollm2-135m
-	$(BIN)/specfleet matrix run configs/matrices/demo.yaml --report-dir reports
+	$(BIN)/specfleet matrix run demo --report-dir reports
 
 test: venv
 	$(BIN)/python -m pytest -q

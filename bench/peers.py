@@ -306,7 +306,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--engines", default="torch,mlx", help="comma list of torch, mlx")
     parser.add_argument("--prompts", default=None, help="comma list (default: all five)")
-    parser.add_argument("--prompts-dir", type=Path, default=REPO / "configs" / "prompts")
+    parser.add_argument("--prompts-dir", type=Path, default=REPO / "specfleet" / "configs" / "prompts")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=200, help="new tokens (story: 2x)")
     parser.add_argument("--mlx-tokens", type=int, default=48, help="new tokens on MLX")

@@ -4,7 +4,7 @@ One simulated host (`LocalFleet`, real Ray, real worker actor) runs two real mat
 bundled SmolLM2-135M (torch, CPU, greedy) through the real scheduler into a real SQLite store:
 
 1. a prompt the model answers with a loop (`gcc -w -w -w ...`) and one it answers without
-   (configs/prompts/story.txt), plain + graded, no loop guard: the looping cell is flagged
+   (specfleet/configs/prompts/story.txt), plain + graded, no loop guard: the looping cell is flagged
    (LOOP in the tables and in `history`), kept out of the headline and listed apart;
 2. the looping prompt again with `loop_guard: "1,32,4"`: both arms stop early, same tokens;
 3. a toy run next to two busy processes is stored `noisy`; `require_quiet` waits, with a
@@ -12,7 +12,7 @@ bundled SmolLM2-135M (torch, CPU, greedy) through the real scheduler into a real
 4. provenance of a stored run, and `specfleet compare` refusing to call a slow-down a
    regression when the weights or the engine config differ (`--allow-mixed` lifts it).
 
-configs/prompts/looping.txt (an email) did not loop within 80 greedy tokens on torch here, so
+specfleet/configs/prompts/looping.txt (an email) did not loop within 80 greedy tokens on torch here, so
 the looping prompt is inline: the model keeps emitting `-w` far past the ten asked for.
 """
 
@@ -41,6 +41,7 @@ from specfleet.cli.matrix import say_waiting
 from specfleet.cluster.localfleet import LocalFleet
 from specfleet.cluster.progress import HostProgress, ProgressEvent
 from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
+from specfleet.configs import prompts_dir
 from specfleet.engine.stats import loop_guard_fires
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import RunSpec, Target
@@ -108,7 +109,7 @@ def matrices(fleet, db_url, bundled_model, tmp_path_factory):  # noqa: F811
     """Matrix "loops" (looping + story prompts, no guard) and "guarded" (looping, guard on)."""
     folder = tmp_path_factory.mktemp("matrices")
     common = dict(model=MODEL, prompt=json.dumps(LOOP_PROMPT), max_tokens=MAX_TOKENS,
-                  prompt_dir=ROOT / "configs" / "prompts")
+                  prompt_dir=prompts_dir())
     (folder / "loops.yaml").write_text(MATRIX_YAML.format(name="loops", extra="  - story\n",
                                                           **common))
     guard = ",".join(str(v) for v in GUARD.values())
@@ -282,7 +283,7 @@ def test_a_stored_run_says_what_produced_it(matrices, db_url, fleet, bundled_mod
     for library in ("torch", "transformers", "ray"):
         assert versions[library] == importlib.metadata.version(library), library
     assert run.weights_hash == bundled_model.torch.weights_hash and len(run.weights_hash) >= 32
-    story = (ROOT / "configs" / "prompts" / "story.txt").read_text().rstrip("\r\n")
+    story = (prompts_dir() / "story.txt").read_text().rstrip("\r\n")
     assert run.prompt_hash == hashlib.sha256(story.encode()).hexdigest()
     config = run.engine_config
     assert (config["engine"], config["device"], config["policy"]) == ("torch", "cpu", "graded")

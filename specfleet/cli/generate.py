@@ -98,9 +98,14 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise UserError("--prompt and --prompt-file: give one, not both")
     if prompt_file is not None:
-        if not prompt_file.is_file():
-            raise UserError(f"--prompt-file: no such file {str(prompt_file)!r}")
-        prompt = prompt_file.read_text(encoding="utf-8")
+        from specfleet.configs import packaged_names, prompt_path, prompts_dir
+
+        path = prompt_path(prompt_file)
+        if not path.is_file():
+            names = ", ".join(packaged_names(prompts_dir()))
+            raise UserError(f"--prompt-file: no such file {str(prompt_file)!r} "
+                            f"(or a packaged prompt: {names})")
+        prompt = path.read_text(encoding="utf-8")
     if prompt is None:
         raise UserError("--prompt: give the prompt text with --prompt/-p or --prompt-file")
     if not prompt.strip():
@@ -131,7 +136,7 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
     """Resolve `model` (alias or path) for `engine` and load it on `device`.
 
     Args:
-        model: an alias of configs/models.yaml or a local model folder.
+        model: an alias of the model registry (`specfleet models list`) or a local folder.
         engine: "mlx" or "torch".
         device: "auto", "cpu", "metal", "cuda" or "mps".
 
@@ -326,7 +331,8 @@ def generate_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
     prompt_file: Annotated[
-        Path | None, typer.Option("--prompt-file", help="Read the prompt.")
+        Path | None, typer.Option(
+            "--prompt-file", help="Read the prompt from a file, or a packaged prompt by name.")
     ] = None,
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")

@@ -23,9 +23,12 @@ def fetch_command(
         raise UserError(f"models fetch: unknown alias {alias!r}; known: {', '.join(registry)}")
     sources = {v for k, v in registry[alias].items() if k != "description"}
     if not sources <= {"bundled", "bundled-q4"}:
+        repos = sorted(v.removeprefix("hf:") for v in sources if v.startswith("hf:"))
+        download = "; ".join(f"hf download {repo}" for repo in repos) or "hf download REPO"
         raise UserError(
-            f"models fetch: {alias!r} is not bundled; specfleet never downloads it (fill the "
-            "local Hugging Face cache or point the alias at a folder in configs/models.yaml)"
+            f"models fetch: {alias!r} is not bundled; specfleet never downloads it: fill the "
+            f"local Hugging Face cache ({download}) or point the alias at a folder in a "
+            "models.yaml named by SPECFLEET_MODELS"
         )
     typer.echo(fetch_bundled(force=force).message)
 

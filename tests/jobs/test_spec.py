@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from specfleet.configs import matrix_path, models_file, packaged_names, prompt_path, prompts_dir
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import (
@@ -16,7 +17,7 @@ from specfleet.jobs.spec import (
     validate_file,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+PACKAGED = models_file().parent
 PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
 
 GOOD = """\
@@ -174,9 +175,34 @@ def test_missing_file_and_directory(configs: Path) -> None:
 
 def test_missing_prompt_directory_is_named(tmp_path: Path) -> None:
     path = tmp_path / "m.yaml"
-    path.write_text(GOOD)
+    path.write_text(GOOD + "prompt_dir: nowhere\n")
     with pytest.raises(UserError, match=r"m\.yaml: prompts\[0\]: .* does not exist"):
         load_matrix_spec(path)
+
+
+def test_a_file_without_prompts_beside_it_reads_the_packaged_prompts(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD)
+    assert Path(load_matrix_spec(path).prompt_dir) == prompts_dir()
+
+
+def test_a_bare_name_is_the_packaged_matrix(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing named demo here
+    spec = load_matrix_spec("demo")
+    assert spec.name == "demo" and Path(spec.prompt_dir) == prompts_dir()
+    assert matrix_path("full") == PACKAGED / "matrices" / "full.yaml"
+    with pytest.raises(UserError, match=r"^nosuch: no such file, nor a packaged matrix "
+                                        r"\(packaged: demo, full, governor\)$"):
+        load_matrix_spec("nosuch")
+    (tmp_path / "demo").write_text(GOOD)  # a file in the working folder wins over the package
+    assert load_matrix_spec("demo").name == "t"
+
+
+def test_a_bare_prompt_name_is_the_packaged_prompt(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert prompt_path("story") == prompts_dir() / "story.txt"
+    assert prompt_path("story.txt") == Path("story.txt")  # a path stays a path
+    assert set(PROMPTS) <= set(packaged_names(prompts_dir()))
 
 
 def test_more_problems_are_counted(configs: Path) -> None:
@@ -210,7 +236,7 @@ def test_validate_file_summary_and_schema(configs: Path) -> None:
 
 def _shipped_prompt_dir(tmp_path: Path) -> Path:
     """The repo's prompts once all five exist; until then a fixture with the same names."""
-    real = REPO / "configs" / "prompts"
+    real = PACKAGED / "prompts"
     if all((real / f"{name}.txt").is_file() for name in PROMPTS):
         return real
     for name in PROMPTS:
@@ -218,9 +244,9 @@ def _shipped_prompt_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("name", ["demo", "governor"])
+@pytest.mark.parametrize("name", ["full", "governor"])
 def test_shipped_matrices_validate(name: str, tmp_path: Path) -> None:
-    path = REPO / "configs" / "matrices" / f"{name}.yaml"
+    path = PACKAGED / "matrices" / f"{name}.yaml"
     spec = load_matrix_spec(path, _shipped_prompt_dir(tmp_path))
     assert [p.name for p in spec.prompts] == list(PROMPTS)
     assert spec.arm_names() == ["plain", "graded", "gated"]
@@ -228,7 +254,7 @@ def test_shipped_matrices_validate(name: str, tmp_path: Path) -> None:
 
 
 def test_governor_matches_the_reference_limits(tmp_path: Path) -> None:
-    spec = load_matrix_spec(REPO / "configs/matrices/governor.yaml", _shipped_prompt_dir(tmp_path))
+    spec = load_matrix_spec(PACKAGED / "matrices/governor.yaml", _shipped_prompt_dir(tmp_path))
     limits = {p.name: spec.max_tokens_for(p, "mlx") for p in spec.prompts}
     assert limits == {"edit_fn": 400, "edit_json": 400, "summary": 400, "write": 400,
                       "story": 800}

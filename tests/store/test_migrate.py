@@ -108,6 +108,8 @@ def test_migrations_ship_in_a_non_editable_install(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "specfleet/store/migrations/env.py" in names
     assert "specfleet/store/migrations/versions/0001_initial.py" in names
+    assert {"specfleet/configs/models.yaml", "specfleet/configs/matrices/demo.yaml",
+            "specfleet/configs/matrices/full.yaml", "specfleet/configs/prompts/story.txt"} <= names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = (

@@ -10,17 +10,16 @@ prefill, ~6 tok/s decode), so it runs short raw prompts of the same five kinds f
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from specfleet.configs import prompts_dir
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.forensics import first_divergence, replay_margins
 from specfleet.engine.loop import generate
 
 pytestmark = pytest.mark.slow
 
-PROMPTS_DIR = Path(__file__).resolve().parents[3] / "configs" / "prompts"
+PROMPTS_DIR = prompts_dir()
 PROMPT_NAMES = ("edit_fn", "edit_json", "summary", "write", "story")
 ARMS = {
     "graded": PromptLookupConfig(policy="graded"),
