@@ -6,29 +6,24 @@ See docs/fleet.md for the ports to open and the security model.
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Annotated
 
 import typer
 
+from specfleet.cli.fleetlink import ADDRESS_HELP, EmbeddedOption
+from specfleet.cluster.whichfleet import check_address
 from specfleet.errors import UserError
 
 app = typer.Typer(
     help="Start, join, inspect and leave the fleet (a Ray cluster).", no_args_is_help=True
 )
 
-ADDRESS_ENV = "SPECFLEET_ADDRESS"
+# Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 characters) under the temp dir.
+MAX_TEMP_DIR_CHARS = 107 - 63
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]+:\d{1,5}$")
 
-AddressOption = Annotated[
-    str | None,
-    typer.Option(
-        "--address",
-        help=f"Head address HOST:PORT (default ${ADDRESS_ENV}; none: the embedded local fleet).",
-    ),
-]
+AddressOption = Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)]
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
 ]
@@ -38,6 +33,10 @@ CpusOption = Annotated[
 NodeIpOption = Annotated[
     str | None, typer.Option("--node-ip", help="This host's address the others reach.")
 ]
+EnginesOption = Annotated[str | None, typer.Option(
+    "--engines", help="Offer only these engines, comma-separated (e.g. torch); default: all.")]
+TempDirOption = Annotated[str | None, typer.Option(
+    "--temp-dir", help="This node's own Ray temp dir (default /tmp/ray-specfleet-NAME).")]
 
 
 def check_name(name: str | None) -> str | None:
@@ -50,13 +49,34 @@ def check_name(name: str | None) -> str | None:
     return name
 
 
-def check_address(address: str | None, flag: str = "--address") -> str | None:
-    """HOST:PORT with a port in 1..65535."""
-    if address is None:
+def check_engines(engines: str | None) -> list[str] | None:
+    """`--engines torch,mlx`: a subset of the engines this host has."""
+    if engines is None:
         return None
-    if not _ADDRESS.match(address) or not 0 < int(address.rsplit(":", 1)[1]) < 65536:
-        raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. 192.168.1.10:6379")
-    return address
+    from specfleet.workers.hardware import ENGINES, detect_host
+
+    wanted = [e.strip() for e in engines.split(",") if e.strip()]
+    unknown = [e for e in wanted if e not in ENGINES]
+    if not wanted or unknown:
+        raise UserError(f"--engines {engines!r}: expected a comma-separated subset of "
+                        f"{', '.join(ENGINES)}")
+    present = detect_host().engines
+    missing = [e for e in wanted if e not in present]
+    if missing:
+        raise UserError(f"--engines: this host has no {', '.join(missing)} "
+                        f"(it has: {', '.join(present) or 'none'})")
+    return wanted
+
+
+def _options(num_cpus, node_ip, engines, temp_dir):
+    from specfleet.cluster.membership import NodeOptions
+
+    if num_cpus is not None and num_cpus < 1:
+        raise UserError(f"--num-cpus {num_cpus}: expected 1 or more")
+    if temp_dir is not None and len(temp_dir) > MAX_TEMP_DIR_CHARS:
+        raise UserError(f"--temp-dir {temp_dir!r}: keep it under {MAX_TEMP_DIR_CHARS + 1} "
+                        "characters (Ray's socket paths inside it are limited to 107 bytes)")
+    return NodeOptions(num_cpus, node_ip, check_engines(engines), temp_dir)
 
 
 @app.command("up")
@@ -65,13 +85,16 @@ def up_command(
     port: Annotated[int, typer.Option("--port", help="GCS port of the head.")] = 6379,
     num_cpus: CpusOption = None,
     node_ip: NodeIpOption = None,
+    engines: EnginesOption = None,
+    temp_dir: TempDirOption = None,
 ) -> None:
     """Start the head on this machine (token auth, dashboard on 127.0.0.1) and its worker."""
     from specfleet.cluster.membership import fleet_up
 
     if not 0 < port < 65536:
         raise UserError(f"--port {port}: expected 1..65535")
-    done = fleet_up(check_name(name), port=port, num_cpus=num_cpus, node_ip=node_ip)
+    options = _options(num_cpus, node_ip, engines, temp_dir)
+    done = fleet_up(check_name(name), port=port, options=options)
     typer.echo(f"head up at {done.address}; host {done.host} ({done.kind}) is in the fleet")
     typer.echo(f"on each other host: copy {_token_hint()} (mode 600), then run")
     typer.echo(f"  specfleet fleet join {done.address} --name <host>")
@@ -83,40 +106,43 @@ def join_command(
     name: NameOption = None,
     num_cpus: CpusOption = None,
     node_ip: NodeIpOption = None,
+    engines: EnginesOption = None,
+    temp_dir: TempDirOption = None,
 ) -> None:
     """Join the fleet at HEAD as this host (checks Python and Ray versions first)."""
     from specfleet.cluster.membership import fleet_join
 
     check_address(head, "HEAD")
-    done = fleet_join(head, check_name(name) or _default_name(), num_cpus=num_cpus, node_ip=node_ip)
+    options = _options(num_cpus, node_ip, engines, temp_dir)
+    done = fleet_join(head, check_name(name) or _default_name(), options=options)
     typer.echo(f"host {done.host} ({done.kind}) joined the fleet at {done.address}")
 
 
 @app.command("status")
 def status_command(
     address: AddressOption = None,
+    embedded: EmbeddedOption = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array on stdout.")] = False,
 ) -> None:
     """Hosts, kinds, targets, default policies, loaded models, busy/idle, health, versions."""
-    from specfleet.cluster.fleet import connect, disconnect, fleet_status
-    from specfleet.cluster.membership import remembered_fleet
+    from specfleet.cli.fleetlink import connect_fleet, say_fleet
+    from specfleet.cluster.fleet import disconnect, fleet_status
 
-    # After `fleet up` / `join` on this machine, its fleet; else the embedded one.
-    connect(check_address(address or os.environ.get(ADDRESS_ENV)) or remembered_fleet())
+    choice = connect_fleet(address, embedded)
     try:
         rows = fleet_status()
     finally:
         disconnect()
+    say_fleet(choice, sum(1 for row in rows if row["node_alive"]))
     typer.echo(json.dumps(rows, indent=1) if as_json else render_status(rows))
 
 
 @app.command("leave")
 def leave_command(name: NameOption = None, address: AddressOption = None) -> None:
-    """Stop this host's worker and its Ray node (`ray stop`)."""
+    """Stop this host's worker and this host's own Ray node (nothing else of Ray)."""
     from specfleet.cluster.membership import fleet_leave
 
-    target = check_address(address or os.environ.get(ADDRESS_ENV)) or "auto"
-    host = fleet_leave(check_name(name), target)
+    host = fleet_leave(check_name(name), check_address(address))
     typer.echo(f"host {host} left the fleet")
 
 

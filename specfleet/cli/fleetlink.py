@@ -1,8 +1,10 @@
 """What the `matrix` and `job` commands share: one-line usage errors and the fleet's targets.
 
-`open_fleet` connects (or starts the embedded fleet), finds every host by its label, makes
-sure each has its worker, and asks each worker for its targets: the scheduler then gets
-worker handles and the planner gets (host, engine, device) targets.
+`open_fleet` resolves which fleet to use (`cluster/whichfleet.py`: --address,
+$SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet this machine joined, else embedded), connects,
+says which in one stderr line, finds every host by its label, makes sure each has its worker,
+and asks each worker for its targets: the scheduler then gets worker handles and the planner
+gets (host, engine, device) targets.
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+import typer
+
+from specfleet.cluster.whichfleet import FleetChoice, announce, choose_fleet
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 
 INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
 DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
            "default $SPECFLEET_DB, else the user data dir.")
-ADDRESS_HELP = "Ray head address HOST:PORT of the fleet; default: start the embedded fleet."
+ADDRESS_HELP = ("Fleet head HOST:PORT; default $SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet "
+                "this machine joined (fleet up/join), else the embedded fleet.")
+EmbeddedOption = Annotated[bool, typer.Option(
+    "--embedded", help="Use a private fleet of this machine only, whatever is joined or set.")]
 
 
 @dataclass(frozen=True)
@@ -47,39 +55,60 @@ class FleetView:
             store.upsert_host(info)
 
 
-def connect_fleet(address: str | None) -> None:
-    """Connect to the head at `address`, or start the embedded fleet (address None)."""
+def connect_fleet(address: str | None, embedded: bool = False) -> FleetChoice:
+    """Resolve the fleet (`whichfleet.choose_fleet`), then connect to it or start the
+    embedded one. Errors name where the address came from."""
     from specfleet.cluster import fleet
 
-    if address is not None:
-        check_reachable(address)
+    choice = choose_fleet(address, embedded)
+    if choice.address is not None:
+        fleet.ensure_token(create=False)  # a missing token is the likelier mistake: say it first
+        check_reachable(choice.address, choice.source)
     try:
-        fleet.connect(address)
+        fleet.connect(choice.address)
     except ConnectionError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else "no answer"
-        raise UserError(f"--address {address}: cannot reach a Ray head there ({first})") from None
+        raise UserError(f"{_where(choice)}: cannot reach a Ray head there ({first})") from None
+    return choice
 
 
-def check_reachable(address: str, timeout_s: float = 3.0) -> None:
-    """Fail fast on a wrong --address: Ray itself retries an unreachable head for minutes."""
+def say_fleet(choice: FleetChoice, hosts: int) -> None:
+    """The one line (stderr) saying which fleet this command uses."""
+    print(announce(choice, hosts), file=sys.stderr, flush=True)
+
+
+def _where(choice: FleetChoice) -> str:
+    return f"{choice.address} (from {choice.source})"
+
+
+def check_reachable(address: str, source: str = "--address", timeout_s: float = 3.0) -> None:
+    """Fail fast on a wrong address: Ray itself retries an unreachable head for minutes."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"--address: expected HOST:PORT of the Ray head, got {address!r}")
+        raise UserError(f"{source}: expected HOST:PORT of the Ray head, got {address!r}")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as err:
-        raise UserError(f"--address {address}: no Ray head answers there ({err})") from None
+        hint = " (run `specfleet fleet leave` or use --embedded)" if "joined" in source else ""
+        raise UserError(f"{address} (from {source}): no Ray head answers there "
+                        f"({err}){hint}") from None
 
 
 def open_fleet(
-    address: str | None, with_toy: bool = False, hosts: Iterable[str] | None = None
+    address: str | None,
+    with_toy: bool = False,
+    hosts: Iterable[str] | None = None,
+    *,
+    embedded: bool = False,
 ) -> FleetView:
-    """Connect, then collect every live host's worker and targets.
+    """Resolve the fleet, connect, say which, then collect every live host's worker and
+    targets.
 
     Args:
-        address: the head (`HOST:PORT`) or None for the embedded fleet.
+        address: the `--address` flag (None: resolved as `whichfleet` says).
         with_toy: add a `toy/cpu` target per host (every worker runs the toy engine).
         hosts: only these hosts (default: every host found by label).
+        embedded: the `--embedded` flag.
 
     Returns:
         The `FleetView`; a host whose worker does not answer is left out with a warning.
@@ -89,9 +118,11 @@ def open_fleet(
     from specfleet.cluster import fleet
     from specfleet.workers import actor
 
-    connect_fleet(address)
+    choice = connect_fleet(address, embedded)
+    every = fleet.discover_hosts()
+    say_fleet(choice, len(every))
     wanted = set(hosts) if hosts is not None else None
-    found = [h for h in fleet.discover_hosts() if wanted is None or h.host in wanted]
+    found = [h for h in every if wanted is None or h.host in wanted]
     handles = {h.host: actor.get_worker(h.host) or actor.start_worker(h.host) for h in found}
     refs = {name: handle.info.remote() for name, handle in handles.items()}
     view = FleetView([], {h.host: h.kind for h in found}, {}, {}, {})

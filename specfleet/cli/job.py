@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, open_fleet
+from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.store.store import new_matrix_id, open_store
@@ -35,6 +35,7 @@ def generate(
     model: Annotated[str, typer.Option("--model", help="Model alias.")] = DEFAULT_MODEL,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    embedded: EmbeddedOption = False,
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bars.")] = False,
 ) -> None:
@@ -50,7 +51,8 @@ def generate(
         options["max_tokens"] = max_tokens
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
     with open_store(db) as store:
-        view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host])
+        view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
+                          embedded=embedded)
         chosen = select_target(job.target, view.targets)
         job_id = new_matrix_id(f"gen-{Path(prompts).stem}")
         # Generation runs belong to the job, not to a matrix (runs.matrix_id is a foreign key).
@@ -96,6 +98,7 @@ def calibrate(
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
     max_width: Annotated[int, typer.Option("--max-width", help="Widest verify block.")] = 10,
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    embedded: EmbeddedOption = False,
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
 ) -> None:
     """Measure the per-width verify cost table on every target and store it per host.
@@ -109,7 +112,7 @@ def calibrate(
         raise UserError(f"--max-width must be between 1 and 65; got {max_width}")
     with open_store(db) as store:
         view = open_fleet(address, with_toy=engine == "toy",
-                          hosts=[host] if host is not None else None)
+                          hosts=[host] if host is not None else None, embedded=embedded)
         targets = [t for t in view.targets if engine is None or t.engine == engine]
         if not targets:
             raise UserError(f"no target to calibrate (engine {engine or 'any'}, "

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, open_fleet
+from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
@@ -77,6 +77,7 @@ NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progre
 def run(
     file: Annotated[str, typer.Argument(help="Matrix YAML file.")],
     address: AddressOption = None,
+    embedded: EmbeddedOption = False,
     db: DbOption = None,
     require_quiet: QuietOption = False,
     no_progress: NoProgressOption = False,
@@ -91,7 +92,7 @@ def run(
     spec = load_matrix_spec(file)  # every file mistake is one line, before anything else
     quiet = require_quiet or spec.require_quiet
     with open_store(db) as store:
-        view = open_fleet(address, with_toy="toy" in spec.targets.engines)
+        view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
         view.record_hosts(store)
@@ -120,6 +121,7 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
 def resume_cmd(
     matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
     address: AddressOption = None,
+    embedded: EmbeddedOption = False,
     db: DbOption = None,
     require_quiet: QuietOption = False,
     no_progress: NoProgressOption = False,
@@ -128,7 +130,7 @@ def resume_cmd(
     with open_store(db) as store:
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
         hosts = sorted({row.host for row in store.runs(matrix=matrix_id)})
-        view = open_fleet(address, hosts=hosts)
+        view = open_fleet(address, hosts=hosts, embedded=embedded)
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
         view.record_hosts(store)
         from specfleet.cluster.scheduler import resume

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from specfleet.cli.fleetlink import EmbeddedOption
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
 from specfleet.jobs.spec import load_parity_spec
@@ -52,15 +53,19 @@ class _LocalWorkers(dict):
 
 
 @contextlib.contextmanager
-def replay_workers(address: str | None, replay: bool) -> Iterator[tuple[dict, Any]]:
-    """(host -> worker, a worker for toy runs): fleet actors with `--address`, else this
-    machine's own HostWorker (runs of other hosts then stay unverified)."""
+def replay_workers(
+    address: str | None, replay: bool, embedded: bool = False
+) -> Iterator[tuple[dict, Any]]:
+    """(host -> worker, a worker for toy runs): the fleet's actors when a fleet applies
+    (`whichfleet`), else this machine's own HostWorker (other hosts' runs stay unverified)."""
+    from specfleet.cluster.whichfleet import choose_fleet
+
     if not replay:
         yield {}, None
         return
     local = _LocalWorkers()
     try:
-        if address is None:
+        if choose_fleet(address, embedded).embedded:
             yield local, _Lazy(local)
             return
         with fleet_view(address) as view:
@@ -70,13 +75,15 @@ def replay_workers(address: str | None, replay: bool) -> Iterator[tuple[dict, An
 
 
 @contextlib.contextmanager
-def fleet_view(address: str | None, with_toy: bool = False) -> Iterator[Any]:
+def fleet_view(
+    address: str | None, with_toy: bool = False, embedded: bool = False
+) -> Iterator[Any]:
     """The fleet's workers and targets (`cli/fleetlink.open_fleet`), disconnected after."""
     from specfleet.cli.fleetlink import open_fleet
     from specfleet.cluster import fleet
 
     try:
-        yield open_fleet(address, with_toy=with_toy)
+        yield open_fleet(address, with_toy=with_toy, embedded=embedded)
     finally:
         fleet.disconnect()
 
@@ -116,8 +123,10 @@ def parity(
     ] = NEAR_TIE_LOGIT_MARGIN,
     fmt: Annotated[str, typer.Option("--format", help="table, markdown or json.")] = "table",
     address: Annotated[str | None, typer.Option(
-        "--address", help="Fleet head HOST:PORT (its workers run and replay); default for "
-        "`run`: the embedded fleet; for an id: replay on this machine only.")] = None,
+        "--address", help="Fleet head HOST:PORT (its workers run and replay); default "
+        "$SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet this machine joined, else the embedded "
+        "fleet (for an id with no fleet: replay on this machine only).")] = None,
+    embedded: EmbeddedOption = False,
     replay: Annotated[bool, typer.Option(
         "--replay/--no-replay", help="Replay divergences on their target.")] = True,
     allow_unverified: Annotated[bool, typer.Option(
@@ -143,11 +152,11 @@ def parity(
         if baseline is not None:
             store.get_matrix(baseline)  # an unknown baseline fails before anything runs
         if what != "run":
-            with replay_workers(address, replay) as (workers, any_host):
+            with replay_workers(address, replay, embedded) as (workers, any_host):
                 report_parity(store, what, workers if replay else None, any_host, **options)
             return
         spec = load_parity_spec(file)
-        with fleet_view(address, with_toy="toy" in spec.targets.engines) as view:
+        with fleet_view(address, "toy" in spec.targets.engines, embedded) as view:
             matrix_id = run_parity_matrix(store, spec, view, progress)
             report_parity(store, matrix_id, view.workers if replay else None, None, **options)
 

@@ -1,10 +1,12 @@
 """Hosts entering and leaving the fleet: `fleet up` (head), `fleet join`, `fleet leave`.
 
-Each wraps `ray start` / `ray stop` with specfleet's settings: token auth, the dashboard on
+`up` / `join` wrap `ray start` with specfleet's settings: token auth, the dashboard on
 127.0.0.1, labels `specfleet.host` / `specfleet.kind`, one `specfleet_slot`, and on macOS the
 multi-node opt-in plus an explicit node IP. `join` first compares this host's Python and Ray
 versions with the head's (read from the head's GCS, as Ray itself does) and says what to
-install when they differ: Ray refuses mismatched nodes with a much longer message.
+install when they differ: Ray refuses mismatched nodes with a much longer message. Each node
+gets its own Ray temp dir and is recorded (`noderecord.py`), so `leave` stops exactly this
+host's node and every command follows the fleet this machine joined.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import ray
 
+from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import enable_token_auth, ensure_token
 from specfleet.errors import UserError
 from specfleet.workers.actor import (
@@ -104,6 +106,7 @@ def up_command(
     dashboard_port: int = DEFAULT_DASHBOARD_PORT,
     num_cpus: int | None = None,
     node_ip: str | None = None,
+    temp_dir: str | None = None,
 ) -> list[str]:
     """The `ray start --head` command line of `fleet up` (the head is also a host)."""
     cmd = [
@@ -115,18 +118,26 @@ def up_command(
         f"--dashboard-port={dashboard_port}",
         "--disable-usage-stats",
     ]
-    return cmd + _node_args(name, kind, num_cpus, node_ip)
+    return cmd + _node_args(name, kind, num_cpus, node_ip, temp_dir)
 
 
 def join_command(
-    head: str, name: str, kind: str, *, num_cpus: int | None = None, node_ip: str | None = None
+    head: str,
+    name: str,
+    kind: str,
+    *,
+    num_cpus: int | None = None,
+    node_ip: str | None = None,
+    temp_dir: str | None = None,
 ) -> list[str]:
     """The `ray start --address HEAD` command line of `fleet join`."""
     cmd = ["ray", "start", f"--address={head}", "--disable-usage-stats"]
-    return cmd + _node_args(name, kind, num_cpus, node_ip)
+    return cmd + _node_args(name, kind, num_cpus, node_ip, temp_dir)
 
 
-def _node_args(name: str, kind: str, num_cpus: int | None, node_ip: str | None) -> list[str]:
+def _node_args(
+    name: str, kind: str, num_cpus: int | None, node_ip: str | None, temp_dir: str | None
+) -> list[str]:
     args = [
         f"--labels={HOST_LABEL}={name},{KIND_LABEL}={kind}",
         f"--resources={json.dumps({SLOT_RESOURCE: 1})}",
@@ -135,6 +146,9 @@ def _node_args(name: str, kind: str, num_cpus: int | None, node_ip: str | None) 
         args.append(f"--num-cpus={num_cpus}")
     if node_ip:
         args.append(f"--node-ip-address={node_ip}")
+    if temp_dir:
+        # The node's own temp dir: `leave` finds exactly this node's processes by it.
+        args.append(f"--temp-dir={temp_dir}")
     return args
 
 
@@ -154,101 +168,128 @@ def node_ip_towards(head: str) -> str:
         return probe.getsockname()[0]
 
 
+@dataclass(frozen=True)
+class NodeOptions:
+    """How this host's node starts (kept in the node record, so a rejoin is the same node).
+
+    Attributes:
+        num_cpus: CPUs Ray accounts here (default: Ray's count).
+        node_ip: the address other hosts reach this one at (default: Ray's choice).
+        engines: the engines this host offers (default: every engine it has).
+        temp_dir: the node's own Ray temp dir (default `noderecord.default_temp_dir`).
+    """
+
+    num_cpus: int | None = None
+    node_ip: str | None = None
+    engines: list[str] | None = None
+    temp_dir: str | None = None
+
+
 def fleet_up(
-    name: str | None = None,
-    *,
-    port: int = DEFAULT_PORT,
-    num_cpus: int | None = None,
-    node_ip: str | None = None,
+    name: str | None = None, *, port: int = DEFAULT_PORT, options: NodeOptions | None = None
 ) -> Membership:
     """Start the head (token auth, dashboard on loopback) and this host's worker on it."""
+    opts = options or NodeOptions()
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=True)
+    node_ip = opts.node_ip
     if node_ip is None and sys.platform == "darwin":
         node_ip = node_ip_towards("8.8.8.8")  # macOS binds loopback unless told otherwise
-    _ray_start(up_command(info.name, info.kind, port=port, num_cpus=num_cpus, node_ip=node_ip))
+    temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
+    cmd = up_command(info.name, info.kind, port=port, num_cpus=opts.num_cpus, node_ip=node_ip,
+                     temp_dir=temp_dir)
+    _ray_start(cmd)
     address = f"{node_ip or _this_ip()}:{port}"
-    _start_own_worker(address, info.name)
-    remember_fleet(address)
+    _remember(address, info.name, True, temp_dir, opts, port)
+    _start_own_worker(address, info.name, opts.engines)
     return Membership(address, info.name, info.kind)
 
 
-def fleet_join(
-    head: str, name: str, *, num_cpus: int | None = None, node_ip: str | None = None
-) -> Membership:
+def fleet_join(head: str, name: str, *, options: NodeOptions | None = None) -> Membership:
     """Join the fleet at `head` as host `name` and start this host's worker.
 
     Raises:
         UserError: no token, the head unreachable, or Python / Ray differ from the head's.
     """
+    opts = options or NodeOptions()
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=False)
     check_versions(read_head_versions(head), local_versions())
+    node_ip = opts.node_ip
     if node_ip is None and sys.platform == "darwin":
         node_ip = node_ip_towards(head)
-    _ray_start(join_command(head, info.name, info.kind, num_cpus=num_cpus, node_ip=node_ip))
-    _start_own_worker(head, info.name)
-    remember_fleet(head)
+    temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
+    cmd = join_command(head, info.name, info.kind, num_cpus=opts.num_cpus, node_ip=node_ip,
+                       temp_dir=temp_dir)
+    _ray_start(cmd)
+    _remember(head, info.name, False, temp_dir, opts, None)
+    _start_own_worker(head, info.name, opts.engines)
     return Membership(head, info.name, info.kind)
 
 
-def fleet_leave(name: str | None = None, address: str = "auto") -> str:
-    """Stop this host's worker actor, then this machine's Ray node (`ray stop`)."""
-    host = name or detect_host().name
+def _remember(
+    address: str, host: str, head: bool, temp_dir: str, opts: NodeOptions, port: int | None
+) -> None:
+    """Record the node just started: its processes (for `leave`), how to start it again."""
+    previous = noderecord.load()
+    noderecord.save(noderecord.NodeRecord(
+        address=address,
+        host=host,
+        head=head,
+        temp_dir=temp_dir,
+        pids=noderecord.snapshot(temp_dir),
+        join_args={**asdict(opts), "temp_dir": temp_dir, "port": port},
+        supervisor_pid=previous.supervisor_pid if previous else None,
+    ))
+
+
+def fleet_leave(name: str | None = None, address: str | None = None) -> str:
+    """Stop this host's worker actor, then exactly this host's own Ray node.
+
+    Only the processes `fleet up` / `fleet join` started here (recorded then, found again by
+    the node's own temp dir) are stopped; other Ray clusters of this user keep running.
+
+    Raises:
+        UserError: this machine has no node started by `fleet up` / `fleet join`.
+    """
+    record = noderecord.load()
+    if record is None:
+        raise UserError(
+            "this machine has not joined a fleet with `specfleet fleet up` / `fleet join` "
+            "(nothing to leave)"
+        )
+    host = name or record.host
+    noderecord.stop_supervisor(record)
     enable_token_auth()
     try:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
-        host = name or _local_host_label() or host
-        stop_worker(host)
-    except ConnectionError:
-        pass  # no Ray running here: nothing to stop but the node processes, if any
+        _stop_own_worker(address or record.address, host)
     finally:
-        ray.shutdown()
-    subprocess.run(["ray", "stop"], env=start_env(), check=False, capture_output=True)
-    _fleet_marker().unlink(missing_ok=True)
+        noderecord.stop_processes(noderecord.own_processes(record))
+        noderecord.forget()
     return host
 
 
-def _fleet_marker() -> Path:
-    from specfleet.engine.models import specfleet_home
-
-    return specfleet_home() / "fleet-address"
-
-
-def remember_fleet(address: str) -> None:
-    """Note the head this machine joined (`up`/`join`), until `leave`."""
-    marker = _fleet_marker()
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(address + "\n")
-
-
-def remembered_fleet() -> str | None:
-    """The head this machine joined with `fleet up` / `fleet join`, if it has not left."""
+def _stop_own_worker(address: str, host: str) -> None:
+    """Kill this host's worker for good (best effort: an unreachable head is no error)."""
     try:
-        return _fleet_marker().read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _local_host_label() -> str | None:
-    """The `specfleet.host` label this machine's node joined with (`up`/`join --name`)."""
-    node_id = ray.get_runtime_context().get_node_id()
-    for node in ray.nodes():
-        if node.get("NodeID") == node_id:
-            return (node.get("Labels") or {}).get(HOST_LABEL)
-    return None
-
-
-def _start_own_worker(address: str, host: str) -> None:
-    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
-    try:
-        wait_ready(start_worker(host), timeout_s=120)
+        _check_reachable(address, timeout_s=2.0)
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        stop_worker(host)
+    except (ConnectionError, UserError):
+        pass  # the head is gone: its worker actor went with it
     finally:
         ray.shutdown()
 
 
+def _start_own_worker(address: str, host: str, engines: list[str] | None) -> None:
+    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+    try:
+        kwargs = {"engines": engines} if engines else None
+        wait_ready(start_worker(host, kwargs), timeout_s=120)
+    finally:
+        ray.shutdown()
 def _ray_start(cmd: list[str]) -> None:
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if ray_bin is None:

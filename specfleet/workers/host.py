@@ -68,6 +68,7 @@ class HostWorker:
             shared by every worker of this user on this machine).
         quiet_pids: the quiet check counts only these processes (default: every process
             but the worker's own; see `quiet.ForeignCpuMeter`).
+        engines: offer only these engines (`fleet join --engines torch`; default: all).
     """
 
     def __init__(
@@ -81,10 +82,14 @@ class HostWorker:
         machine_id: str | None = None,
         run_lock_path: str | None = None,
         quiet_pids: list[int] | None = None,
+        engines: list[str] | None = None,
     ) -> None:
         self._info = info or detect_host(host)
         if machine_id is not None:
             self._info = replace(self._info, machine_id=machine_id)
+        if engines is not None:
+            offered = {e: d for e, d in self._info.engines.items() if e in engines}
+            self._info = replace(self._info, engines=offered)
         budget_gb = memory_budget_gb or self._info.memory_gb * MODEL_MEMORY_SHARE
         self._models = LoadedModels(int(budget_gb * 2**30))
         self._resolved: dict[tuple[str, str], Any] = {}

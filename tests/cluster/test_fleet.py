@@ -70,7 +70,7 @@ def spec(host: str, key: str, model: str = "script", max_tokens: int = 20) -> Ru
 def cli(
     *args: str, env: dict | None = None, unset: tuple[str, ...] = (), timeout: float = 120
 ) -> subprocess.CompletedProcess:
-    child_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
+    child_env = {k: v for k, v in os.environ.items() if k not in unset} | (env or {})
     return subprocess.run(
         [*SPECFLEET, *args], capture_output=True, text=True, timeout=timeout, env=child_env
     )
@@ -240,26 +240,44 @@ def wait_until_busy(host: str) -> None:
 @pytest.mark.slow
 def test_the_embedded_fleet_starts_with_one_worker_for_this_machine(tmp_path) -> None:
     token = tmp_path / "auth_token"
+    joined_nowhere(tmp_path)  # --embedded wins over the fleet this machine joined
     done = cli(
         "fleet",
         "status",
         "--json",
-        env={"RAY_AUTH_TOKEN_PATH": str(token), "SPECFLEET_HOST": "solo"},
-        unset=("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "SPECFLEET_ADDRESS"),
+        "--embedded",
+        env={"RAY_AUTH_TOKEN_PATH": str(token), "SPECFLEET_HOST": "solo",
+             "SPECFLEET_HOME": str(tmp_path)},
+        unset=("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "SPECFLEET_ADDRESS", "RAY_ADDRESS"),
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "fleet: embedded (this machine only)" in done.stderr.splitlines()
     (row,) = json.loads(done.stdout)
     assert row["host"] == "solo" and row["health"] == HEALTHY
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert fleet_mod.HEALTHY == HEALTHY
 
 
-def test_status_follows_the_fleet_this_machine_joined_until_it_leaves(tmp_path, monkeypatch):
-    from specfleet.cluster.membership import remember_fleet, remembered_fleet
+def joined_nowhere(home) -> None:
+    """A node record of a fleet whose head is gone (port 1 on loopback answers nobody)."""
+    from specfleet.cluster import noderecord
 
-    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
-    assert remembered_fleet() is None  # never joined: `fleet status` starts the embedded fleet
-    remember_fleet("10.0.0.5:6379")
-    assert remembered_fleet() == "10.0.0.5:6379"
-    assert (tmp_path / "fleet-address").read_text() == "10.0.0.5:6379\n"
+    (home / noderecord.RECORD_NAME).write_text(json.dumps(
+        {"address": "127.0.0.1:1", "host": "me", "head": False, "temp_dir": str(home / "ray")}))
+
+
+@pytest.mark.parametrize(("env", "source"), [
+    ({}, "the fleet this machine joined"),
+    ({"RAY_ADDRESS": "127.0.0.1:2"}, "$RAY_ADDRESS"),
+    ({"RAY_ADDRESS": "127.0.0.1:2", "SPECFLEET_ADDRESS": "127.0.0.1:3"}, "$SPECFLEET_ADDRESS"),
+])
+def test_status_follows_the_fleet_this_machine_joined_and_says_where_from(
+    tmp_path, env, source
+) -> None:
+    joined_nowhere(tmp_path)
+    done = cli("fleet", "status", env={"SPECFLEET_HOME": str(tmp_path), "RAY_AUTH_TOKEN": "x",
+                                       **env}, unset=("SPECFLEET_ADDRESS", "RAY_ADDRESS"))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"(from {source}): no Ray head answers there" in line

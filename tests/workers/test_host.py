@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -227,3 +228,16 @@ def test_a_simulated_host_can_stand_in_its_machine_id() -> None:
         assert sim.info()["machine_id"] == "sim-box" and sim.info()["name"] == "sim"
     finally:
         sim.close()
+
+
+def test_a_host_can_offer_a_subset_of_its_engines() -> None:
+    info = detect_host("sub")
+    both = HostWorker("sub", info=replace(info, engines={"mlx": ("cpu",), "torch": ("cpu",)}))
+    torch_only = HostWorker("sub", info=both._info, engines=["torch"])
+    try:
+        assert both.info()["targets"] == ["sub/mlx/cpu", "sub/torch/cpu"]
+        assert torch_only.info()["targets"] == ["sub/torch/cpu"]
+        assert list(torch_only.info()["default_policies"]) == ["sub/torch/cpu"]
+    finally:
+        both.close()
+        torch_only.close()

@@ -1,0 +1,155 @@
+"""This machine's own fleet node: what `fleet up` / `fleet join` started, kept until `leave`.
+
+The record (`SPECFLEET_HOME/fleet-node.json`) holds the head address (the fleet every command
+follows by default), this host's name and how it joined (to rejoin the same way), its Ray temp
+dir and the processes `ray start` left running. `fleet leave` stops exactly those processes
+(and their children), never another Ray cluster or session of the same user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+RECORD_NAME = "fleet-node.json"
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """How this machine's node was started.
+
+    Attributes:
+        address: the head's GCS address HOST:PORT.
+        host: this host's fleet name (label `specfleet.host`).
+        head: True when `fleet up` started the head here.
+        temp_dir: the node's own Ray temp dir (every process of the node names it).
+        pids: [pid, create_time] of the node's processes right after `ray start`.
+        join_args: what `join` needs to start the same node again (num_cpus, node_ip,
+            engines, port).
+        supervisor_pid: the supervisor watching this node, if any.
+    """
+
+    address: str
+    host: str
+    head: bool
+    temp_dir: str
+    pids: list[list[float]] = field(default_factory=list)
+    join_args: dict = field(default_factory=dict)
+    supervisor_pid: int | None = None
+
+
+def record_path() -> Path:
+    from specfleet.engine.models import specfleet_home
+
+    return specfleet_home() / RECORD_NAME
+
+
+def default_temp_dir(host: str) -> Path:
+    """A Ray temp dir of this host's own (short: Ray's socket paths must stay < 108 bytes)."""
+    return Path(tempfile.gettempdir()) / f"ray-specfleet-{host}"
+
+
+def save(record: NodeRecord) -> None:
+    path = record_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(record), indent=1) + "\n")
+    tmp.replace(path)  # never a half-written record
+
+
+def load() -> NodeRecord | None:
+    """The record, or None when this machine has not joined (or the file is unreadable)."""
+    try:
+        return NodeRecord(**json.loads(record_path().read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def forget() -> None:
+    record_path().unlink(missing_ok=True)
+
+
+def joined_fleet() -> str | None:
+    """The head this machine joined with `fleet up` / `fleet join`, if it has not left."""
+    record = load()
+    return record.address if record else None
+
+
+def node_processes(temp_dir: str) -> list[psutil.Process]:
+    """Processes whose command line names `temp_dir`: the Ray node started with it."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if any(temp_dir in arg for arg in cmdline):
+            found.append(proc)
+    return found
+
+
+def snapshot(temp_dir: str) -> list[list[float]]:
+    """[pid, create_time] of the node's processes now."""
+    out = []
+    for proc in node_processes(temp_dir):
+        try:
+            out.append([proc.pid, proc.create_time()])
+        except psutil.Error:
+            continue
+    return out
+
+
+def own_processes(record: NodeRecord) -> list[psutil.Process]:
+    """The recorded processes still alive (same pid AND start time), those naming the node's
+    temp dir, and every child of either."""
+    procs: dict[int, psutil.Process] = {}
+    for pid, created in record.pids:
+        try:
+            proc = psutil.Process(int(pid))
+            if abs(proc.create_time() - created) < 1e-3:
+                procs[proc.pid] = proc
+        except psutil.Error:
+            continue
+    for proc in node_processes(record.temp_dir):
+        procs.setdefault(proc.pid, proc)
+    for proc in list(procs.values()):
+        try:
+            for child in proc.children(recursive=True):
+                procs.setdefault(child.pid, child)
+        except psutil.Error:
+            continue
+    procs.pop(os.getpid(), None)
+    return list(procs.values())
+
+
+def stop_processes(procs: list[psutil.Process], grace_s: float = STOP_GRACE_S) -> int:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL what is left. Returns how many stopped."""
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(procs)
+
+
+def stop_supervisor(record: NodeRecord) -> None:
+    """Stop the record's supervisor first, so it does not start the node again."""
+    if not record.supervisor_pid or record.supervisor_pid == os.getpid():
+        return
+    try:
+        proc = psutil.Process(record.supervisor_pid)
+        if any("supervise" in arg for arg in proc.cmdline()):
+            stop_processes([proc], grace_s=5.0)
+    except psutil.Error:
+        return

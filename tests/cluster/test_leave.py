@@ -1,0 +1,77 @@
+"""`fleet up` then `fleet leave` on loopback, beside an unrelated Ray instance that must survive:
+leave stops exactly the processes its own `up` started."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from specfleet.cluster import noderecord
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def env_for(tmp_path: Path) -> dict[str, str]:
+    drop = ("RAY_ADDRESS", "SPECFLEET_ADDRESS", "RAY_AUTH_TOKEN")
+    return {k: v for k, v in os.environ.items() if k not in drop} | {
+        "RAY_AUTH_TOKEN_PATH": str(tmp_path / "auth_token"),
+        "SPECFLEET_HOME": str(tmp_path / "home"),
+        "RAY_AUTH_MODE": "token",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+
+def run(cmd: list[str], env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    short = tempfile.mkdtemp(prefix="sfl-")  # Ray's socket paths must stay under 108 bytes
+    other_dir, mine_dir = f"{short}/other", f"{short}/mine"
+    try:
+        up = run([str(BIN / "specfleet"), "fleet", "up", "--name", "lv", "--node-ip",
+                  "127.0.0.1", "--port", str(free_port()), "--num-cpus", "1",
+                  "--temp-dir", mine_dir], env)
+        assert up.returncode == 0, up.stderr[-2000:]
+        # Someone else's Ray on the same machine, same user, started after ours.
+        other = run([str(BIN / "ray"), "start", "--head", "--port", str(free_port()),
+                     "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+                     "--include-dashboard", "false", "--temp-dir", other_dir,
+                     # Ray's two fixed default ports are taken by our node on this address.
+                     "--ray-client-server-port", str(free_port()),
+                     "--dashboard-agent-listen-port", str(free_port())], env)
+        assert other.returncode == 0, other.stderr[-2000:]
+        record = json.loads((tmp_path / "home" / noderecord.RECORD_NAME).read_text())
+        assert record["host"] == "lv" and record["head"] and record["temp_dir"] == mine_dir
+        assert record["pids"], "up recorded no process"
+        mine = noderecord.node_processes(mine_dir)
+        theirs = noderecord.node_processes(other_dir)
+        assert mine and theirs
+        left = run([str(BIN / "specfleet"), "fleet", "leave"], env)
+        assert left.returncode == 0, left.stderr[-2000:]
+        assert left.stdout.strip() == "host lv left the fleet"
+        assert not [p for p in mine if p.is_running()], "a process of our node survived leave"
+        assert all(p.is_running() for p in theirs), "leave stopped another Ray instance"
+        assert not (tmp_path / "home" / noderecord.RECORD_NAME).exists()
+        again = run([str(BIN / "specfleet"), "fleet", "leave"], env)
+        assert again.returncode == 2 and "nothing to leave" in again.stderr
+    finally:  # stop only what this test started, found by its own temp dirs
+        for temp_dir in (mine_dir, other_dir):
+            noderecord.stop_processes(noderecord.node_processes(temp_dir), grace_s=10)
+        shutil.rmtree(short, ignore_errors=True)
