@@ -47,9 +47,12 @@ def _options(no_progress: bool, require_quiet: bool):
 
 
 def say_waiting(event) -> None:
-    """Without progress bars, say on stderr why a host waits (--require-quiet)."""
+    """Without progress bars, say on stderr why a host waits (--require-quiet) and when it
+    stops waiting at the bound."""
     if event.status == "waiting":
         typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
+    elif event.status == "gave up":
+        typer.echo(f"{event.host}: {event.reason}", err=True)
 
 
 def _print_outcome(store, outcome) -> None:

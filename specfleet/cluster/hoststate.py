@@ -71,6 +71,7 @@ class HostState:
     quiet_at: float = 0.0
     quiet_since: float | None = None  # first time this run waited for quiet
     quiet_reason: str = ""  # why the worker's last quiet check said no (shown to the user)
+    gave_up: str = ""  # set when the wait for quiet hit its bound: what the user is told
     done: int = 0
     failed: int = 0
     interrupted: int = 0
@@ -106,14 +107,18 @@ class HostState:
             self.ping_ref = None  # unanswered (actor restarting): ask again later
 
     def quiet_enough(self, every_s: float, wait_s: float, timeout_s: float) -> bool:
-        """With --require-quiet: True once the worker reports a quiet host (or after `wait_s`).
+        """With --require-quiet: True once the worker reports a quiet, unthrottled host (or
+        after `wait_s`).
 
-        Waiting longer than `wait_s` runs anyway; the worker flags such a result `noisy`.
+        Waiting longer than `wait_s` runs anyway (`gave_up` says why); the worker flags such
+        a result `noisy` or `throttled`.
         """
         now = time.monotonic()
         if self.quiet_since is None:
             self.quiet_since = now
         if now - self.quiet_since >= wait_s:
+            why = self.quiet_reason or "no answer from the quiet check"
+            self.gave_up = f"gave up waiting after {wait_s:g} s ({why}); running anyway, flagged"
             return self._quiet_done()
         if self.quiet_ref is None:
             if now - self.quiet_at >= every_s:

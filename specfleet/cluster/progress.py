@@ -16,12 +16,13 @@ class ProgressEvent:
     Attributes:
         host: the host name.
         run_key: the run that changed.
-        status: "running", "done", "failed", "interrupted", or "waiting" (for a quiet host).
+        status: "running", "done", "failed", "interrupted", "waiting" (for a quiet,
+            unthrottled host) or "gave up" (waited `quiet_wait_s`; runs anyway).
         done: runs of this host done so far (this call).
         failed: runs of this host failed or interrupted so far.
         total: runs of this host this call set out to do.
         health: "healthy", "suspect" or "dead".
-        reason: why a "waiting" host waits (e.g. the worker's quiet check), else "".
+        reason: why a "waiting" host waits (the worker's quiet check), or why it "gave up".
     """
 
     host: str
@@ -79,6 +80,8 @@ class HostProgress:
             state += f"  ({event.health})"
         if event.status == "waiting":
             state += f"  waiting: {event.reason}"
+        elif event.status == "gave up":
+            state += f"  {event.reason}"
         self._progress.update(
             self._tasks[event.host], completed=event.done + event.failed, state=state
         )

@@ -52,8 +52,8 @@ class SchedulerOptions:
     ping_every_s: float = 1.0  # how often a suspect host is pinged
     suspect_grace_s: float = 15.0  # how long queued runs wait for a suspect host
     lease_s: float = 120.0  # machine lease; renewed while a run is in flight
-    require_quiet: bool = False  # wait for the worker's quiet check before each run
-    quiet_wait_s: float = 120.0  # then run anyway (the result is flagged noisy)
+    require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
+    quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
     progress: bool = True  # rich progress bars on stderr
 
 
@@ -267,6 +267,9 @@ def _quiet_or_say_why(ctx: _Ctx, host: HostState) -> bool:
     """--require-quiet: whether the host may run now; each new reason to wait is emitted."""
     shown = host.quiet_reason
     if host.quiet_enough(1.0, ctx.opts.quiet_wait_s, ctx.opts.call_timeout_s):
+        if host.gave_up:
+            _emit(ctx, host, host.queue[0].run_key, "gave up", host.gave_up)
+            host.gave_up = ""
         return True
     if host.quiet_reason and host.quiet_reason != shown:
         _emit(ctx, host, host.queue[0].run_key, "waiting", host.quiet_reason)

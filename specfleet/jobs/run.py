@@ -100,6 +100,11 @@ class RunResult(BaseModel):
     load_before: tuple[float, float, float] | None = None
     load_after: tuple[float, float, float] | None = None
     noisy: bool = False
+    # Host conditions read just before and just after the timed window (`workers/conditions`):
+    # {"before": HostConditions.to_dict(), "after": ...}; throttled when either breaks a rule.
+    conditions: dict = {}
+    throttled: bool = False
+    throttle_reason: str | None = None
     weights_hash: str | None = None
     prompt_hash: str | None = None
     engine_config: dict = {}

@@ -162,6 +162,10 @@ class Run(Base):
     shadow_confirmations: Mapped[int | None] = mapped_column(Integer)
     loop_share: Mapped[float | None] = mapped_column(Float)
     noisy: Mapped[bool | None] = mapped_column(Boolean)
+    # Host conditions before/after the run (`workers/conditions`) and the throttle verdict.
+    conditions: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    throttled: Mapped[bool | None] = mapped_column(Boolean)
+    throttle_reason: Mapped[str | None] = mapped_column(Text)
     load_before: Mapped[list[Any] | None] = mapped_column(JSON)
     load_after: Mapped[list[Any] | None] = mapped_column(JSON)
     engine_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)

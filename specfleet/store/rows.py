@@ -51,6 +51,9 @@ class RunRow:
     shadow_confirmations: int | None
     loop_share: float | None
     noisy: bool | None
+    conditions: dict[str, Any] | None
+    throttled: bool | None
+    throttle_reason: str | None
     load_before: list[float] | None
     load_after: list[float] | None
     engine_config: dict[str, Any] | None

@@ -23,7 +23,7 @@ _RESULT_FIELDS = (
     "resolved_policy", "output_text", "token_ids", "prompt_tokens", "generated_tokens",
     "prefill_s", "decode_s", "total_s", "warmup_s", "tok_per_s", "stop_reason", "rounds",
     "drafted_rounds", "paused_rounds", "proposed", "accepted", "shadow_confirmations",
-    "loop_share", "noisy", "weights_hash", "engine_config", "versions", "host_fingerprint",
+    "loop_share", "noisy", "conditions", "throttled", "throttle_reason", "weights_hash", "engine_config", "versions", "host_fingerprint",
 )
 
 

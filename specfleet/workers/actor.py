@@ -4,7 +4,7 @@ One detached, named actor per host, pinned to that host's node by its label. Cal
 
 - `run(spec: RunSpec) -> RunResult`, `calibrate(...)`, `replay_divergence(...)`
                                                   group "run" (one at a time)
-- `ping() -> dict`, `info() -> dict`, `status() -> dict`, `quiet() -> dict`,
+- `ping() -> dict`, `info() -> dict`, `status() -> dict`, `quiet() -> dict`, `conditions() -> dict`,
   `cancel(run_key=None) -> bool`, `drain_load_samples() -> list[dict]`
                                                   group "control" (never wait behind a run)
 
@@ -103,6 +103,10 @@ class WorkerActor:
     @ray.method(concurrency_group="control")
     def quiet(self) -> dict:
         return asdict(self._worker.quiet_check())
+
+    @ray.method(concurrency_group="control")
+    def conditions(self) -> dict:
+        return self._worker.conditions()
 
     @ray.method(concurrency_group="control")
     def cancel(self, run_key: str | None = None) -> bool:

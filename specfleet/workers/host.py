@@ -17,6 +17,7 @@ from typing import Any
 
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.jobs.run import RunResult, RunSpec
+from specfleet.workers.conditions.probe import ConditionsProbe
 from specfleet.workers.hardware import (
     QUIET_BUSY_PER_CORE,
     ForeignCpuMeter,
@@ -69,6 +70,8 @@ class HostWorker:
         quiet_pids: the quiet check counts only these processes (default: every process
             but the worker's own; see `quiet.ForeignCpuMeter`).
         engines: offer only these engines (`fleet join --engines torch`; default: all).
+        conditions_root: where the Linux conditions sources read (default:
+            $SPECFLEET_CONDITIONS_ROOT, else /; see `workers/conditions/sample.py`).
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class HostWorker:
         run_lock_path: str | None = None,
         quiet_pids: list[int] | None = None,
         engines: list[str] | None = None,
+        conditions_root: str | None = None,
     ) -> None:
         self._info = info or detect_host(host)
         if machine_id is not None:
@@ -100,6 +104,7 @@ class HostWorker:
         self._quiet_threshold = quiet_threshold_per_core
         self._run_lock_path = run_lock_path
         self._meter = ForeignCpuMeter(quiet_pids)
+        self._probe = ConditionsProbe(self.host, conditions_root)
         self._series = LoadSeries(self.host, lambda: self._current, self._meter, sample_period_s)
 
     # ---- control: answered at once, from any thread --------------------------------------
@@ -131,13 +136,19 @@ class HostWorker:
             "runs_done": self._runs_done,
             "loaded_models": self._models.summaries(),
             "quiet": asdict(self.quiet_check()),
+            "conditions": self.conditions(),
             "versions": dict(self._info.versions),
             "fingerprint": self._info.fingerprint,
         }
 
     def quiet_check(self) -> QuietCheck:
-        """Whether the host is quiet now (foreign CPU use over the last second or so)."""
-        return self._meter.check(self._quiet_threshold)
+        """Whether the host is quiet now (foreign CPU use over the last second or so) and
+        not throttled (`workers/conditions/judge.py`)."""
+        return self._probe.gate(self._meter.check(self._quiet_threshold))
+
+    def conditions(self) -> dict:
+        """The host's conditions now: the reading, throttled or not, and why."""
+        return self._probe.now()
 
     def cancel(self, run_key: str | None = None) -> bool:
         """Ask the run in progress (or only `run_key`) to stop at the next round.
@@ -241,12 +252,15 @@ class HostWorker:
             prepared = self._prepare(spec)
             quiet = self._meter.check(self._quiet_threshold, fresh=True)
             load_before = load_average()
+            before = self._probe.sample()  # outside the timed window, like `after`
             generation = self._generate(spec, prepared)
+            after = self._probe.sample()
         except Exception as err:  # a failed run is a result, not a crash of the worker
             return self._failed(spec, err, started_at)
         result = self._result(spec, prepared, generation, started_at)
         noisy = other_run_active or not quiet.quiet
-        return result.model_copy(update={"load_before": load_before, "noisy": noisy})
+        return result.model_copy(update={"load_before": load_before, "noisy": noisy,
+                                         **self._probe.run_fields(before, after)})
 
     def _prepare(self, spec: RunSpec) -> _Prepared:
         lookup, policy = run_policy(spec)
@@ -273,6 +287,7 @@ class HostWorker:
         key = (engine, device, str(resolved.path))
 
         def load() -> LoadedModel:
+            self._probe.refuse_if_too_big(spec.model, int(resolved.size_bytes or 0), device)
             start = time.perf_counter()
             runner = load_runner(engine, str(resolved.path), device)
             return LoadedModel(

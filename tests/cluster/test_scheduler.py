@@ -6,10 +6,12 @@ Faults: a node removed mid-matrix, a run failing inside the worker.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import defaultdict
 from dataclasses import replace
+from datetime import UTC
 
 import pytest
 import ray
@@ -20,6 +22,7 @@ from specfleet.jobs.run import LookupOptions, RunSpec, Target
 from specfleet.store import open_store
 from specfleet.workers import actor
 from tests.cluster.raycluster import WORKER_KWARGS, start_fleet, wait_until, workers
+from tests.workers.conditions.conftest import FIXTURES as CONDITIONS_FIXTURES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -218,3 +221,56 @@ def test_one_short_real_torch_run_on_the_bundled_model(fleet, store):
     (row,) = store.runs(matrix="torch")
     assert 1 <= row.generated_tokens <= 6 and row.output_text and row.tok_per_s > 0
     assert row.resolved_policy == "graded" and row.weights_hash
+
+
+def test_a_throttled_host_is_flagged_and_require_quiet_waits_for_it_to_cool(fleet, store,
+                                                                            tmp_path):
+    # A simulated throttle source: the worker reads its Linux conditions from a sysfs tree
+    # this test writes (HostWorker(conditions_root=...)), and the test heats and cools a
+    # thermal zone in it. quiet_pids=[]: other processes on this shared box never count.
+    root = tmp_path / "root"
+    shutil.copytree(CONDITIONS_FIXTURES / "sysfs", root)
+    (root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq").write_text("3400000\n")
+    zone = root / "sys/class/thermal/thermal_zone0/temp"
+    zone.write_text("99000\n")
+    hot = actor.WorkerActor.options(
+        num_cpus=0, label_selector={actor.HOST_LABEL: "beta"}, max_restarts=0
+    ).remote("beta", {**WORKER_KWARGS, "quiet_pids": [], "conditions_root": str(root)})
+    reason = "thermal zone x86_pkg_temp at 99.0 °C (passive trip 95.0 °C)"
+    try:
+        flagged, _ = new_matrix(store, "hot", {"beta": [("script:1ms", "plain", 4)]})
+        run_matrix(store, flagged, {"beta": hot}, options=FAST)
+        (row,) = store.runs(matrix=flagged)
+        assert (row.status, row.throttled, row.throttle_reason) == ("done", True, reason)
+        assert row.conditions["before"]["thermal_zones"][0]["temp_c"] == 99.0
+
+        cooled_at: list[float] = []
+
+        def cool() -> None:
+            time.sleep(2.0)
+            zone.write_text("50000\n")
+            cooled_at.append(time.time())
+
+        threading.Thread(target=cool, daemon=True).start()
+        events: list = []
+        waited, _ = new_matrix(store, "cooled", {"beta": [("script:1ms", "plain", 4)]})
+        run_matrix(store, waited, {"beta": hot}, events.append,
+                   options=replace(FAST, require_quiet=True, quiet_wait_s=60.0))
+        (row,) = store.runs(matrix=waited)
+        assert row.status == "done" and row.throttled is False and row.throttle_reason is None
+        assert row.started_at.replace(tzinfo=UTC).timestamp() >= cooled_at[0] - 0.5
+        waiting = [e.reason for e in events if e.status == "waiting"]
+        assert waiting == [f"host throttled: {reason}"], events
+
+        zone.write_text("99000\n")
+        events.clear()
+        bounded, _ = new_matrix(store, "bounded", {"beta": [("script:1ms", "plain", 4)]})
+        run_matrix(store, bounded, {"beta": hot}, events.append,
+                   options=replace(FAST, require_quiet=True, quiet_wait_s=1.5))
+        (row,) = store.runs(matrix=bounded)
+        assert row.status == "done" and row.throttled is True
+        gave_up = [e.reason for e in events if e.status == "gave up"]
+        assert gave_up == [f"gave up waiting after 1.5 s (host throttled: {reason}); "
+                           "running anyway, flagged"], events
+    finally:
+        ray.kill(hot)
