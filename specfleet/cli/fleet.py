@@ -162,7 +162,21 @@ def render_status(rows: list[dict]) -> str:
             lines.append("  loaded: " + (", ".join(models) or "-"))
             versions = row["versions"]
             lines.append("  versions: " + " ".join(f"{k}={v}" for k, v in versions.items()))
-    return "\n".join(lines)
+    return "\n".join(lines + conditions_section(rows))
+
+
+def conditions_section(rows: list[dict]) -> list[str]:
+    """`conditions`: each answering host's power, thermal state, clocks and free memory now,
+    and THROTTLED with the reason when a run there would be flagged."""
+    lines = ["", "conditions:"]
+    for row in rows:
+        now = row.get("conditions")
+        if not now:
+            lines.append(f"  {row['host']}: -")
+            continue
+        flag = f"  THROTTLED: {now['reason']}" if now["throttled"] else "  ok"
+        lines.append(f"  {row['host']}: {now['summary']}{flag}")
+    return lines
 
 
 def _default_name() -> str:

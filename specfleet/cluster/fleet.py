@@ -297,6 +297,7 @@ def _status_row(name: str, node: HostNode | None, refs: Any, timeout_s: float) -
         "default_policies": info["default_policies"],
         "loaded_models": status["loaded_models"],
         "quiet": status["quiet"]["quiet"],
+        "conditions": status.get("conditions"),  # power, thermal, clocks, memory now
         "versions": info["versions"],
     }
 

@@ -15,6 +15,7 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
+from specfleet.cli.fleet import render_status
 from specfleet.cluster import fleet as fleet_mod
 from specfleet.cluster.fleet import (
     DEAD,
@@ -257,6 +258,14 @@ def test_the_embedded_fleet_starts_with_one_worker_for_this_machine(tmp_path) ->
     assert row["host"] == "solo" and row["health"] == HEALTHY
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert fleet_mod.HEALTHY == HEALTHY
+    # This machine's conditions now, read by its worker for real (the conditions section).
+    now = row["conditions"]
+    with open("/proc/meminfo") as f:
+        total_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    assert now["reading"]["mem_total_gb"] == pytest.approx(total_kb / 2**20, abs=1e-3)
+    assert now["throttled"] is False and now["summary"].endswith("GB free")
+    text = render_status([row])
+    assert text.splitlines()[-2:] == ["conditions:", f"  solo: {now['summary']}  ok"]
 
 
 def joined_nowhere(home) -> None:

@@ -14,7 +14,7 @@ from specfleet.workers.conditions.judge import (
     judge,
     memory_needed_gb,
 )
-from specfleet.workers.conditions.model import GpuReading, HostConditions, ThermalZone
+from specfleet.workers.conditions.model import GpuReading, HostConditions, ThermalZone, summary
 from specfleet.workers.conditions.sample import ROOT_ENV, conditions_root, sample_conditions
 
 __all__ = [
@@ -30,4 +30,5 @@ __all__ = [
     "judge",
     "memory_needed_gb",
     "sample_conditions",
+    "summary",
 ]

@@ -104,3 +104,32 @@ class HostConditions:
             for g in data.get("gpus", ())
         )
         return cls(**values)
+
+
+def summary(reading: HostConditions) -> str:
+    """One line a person reads: power, thermal state, clocks, memory free (what is known)."""
+    parts = []
+    if reading.power_source:
+        battery = f" {reading.battery_percent:.0f}%" if reading.battery_percent is not None else ""
+        parts.append("AC" if reading.power_source == "ac" else f"battery{battery}")
+    if reading.low_power_mode is not None:
+        parts.append(f"Low Power Mode {'on' if reading.low_power_mode else 'off'}")
+    if reading.cpu_speed_limit_pct is not None:
+        parts.append(f"CPU speed limit {reading.cpu_speed_limit_pct:.0f}%")
+    if reading.cpu_governor or reading.cpu_max_mhz:
+        clocks = "/".join(f"{v:.0f}" for v in (reading.cpu_mhz, reading.cpu_limit_mhz,
+                                               reading.cpu_max_mhz) if v is not None)
+        parts.append(f"CPU {reading.cpu_governor or '?'} {clocks} MHz (now/cap/max)".strip())
+    if reading.thermal_zones:
+        hottest = max(reading.thermal_zones, key=lambda z: z.temp_c)
+        parts.append(f"hottest zone {hottest.name} {hottest.temp_c:.0f} °C")
+    for gpu in reading.gpus:
+        power = (f" {gpu.power_w:.0f}/{gpu.power_cap_w:.0f} W"
+                 if gpu.power_w is not None and gpu.power_cap_w is not None else "")
+        clock = (f" {gpu.sm_clock_mhz:.0f}/{gpu.sm_clock_max_mhz:.0f} MHz"
+                 if gpu.sm_clock_mhz is not None and gpu.sm_clock_max_mhz is not None else "")
+        temp = f" {gpu.temperature_c:.0f} °C" if gpu.temperature_c is not None else ""
+        parts.append(f"GPU{gpu.index}{clock}{power}{temp}")
+    if reading.mem_available_gb is not None:
+        parts.append(f"{reading.mem_available_gb:.1f} GB free")
+    return ", ".join(parts) or "nothing readable"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specfleet.workers.conditions.judge import check_memory, judge
-from specfleet.workers.conditions.model import HostConditions
+from specfleet.workers.conditions.model import HostConditions, summary
 from specfleet.workers.conditions.sample import conditions_root, sample_conditions
 from specfleet.workers.quiet import QuietCheck
 
@@ -34,11 +34,12 @@ class ConditionsProbe:
         return sample_conditions(self._root)
 
     def now(self) -> dict:
-        """The state now, for `fleet status`: the reading, throttled or not, and why."""
+        """The state now, for `fleet status`: the reading, its one-line summary, throttled or
+        not, and why."""
         reading = self.sample()
         verdict = judge(reading)
-        return {"reading": reading.to_dict(), "throttled": verdict.throttled,
-                "reason": verdict.reason}
+        return {"reading": reading.to_dict(), "summary": summary(reading),
+                "throttled": verdict.throttled, "reason": verdict.reason}
 
     def gate(self, check: QuietCheck) -> QuietCheck:
         """The quiet check, made "not quiet" while the host is throttled (reason shown)."""
