@@ -13,7 +13,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_PIN)" -e ".[mlx,torch,postgres,dev]"
+	$(BIN)/python -m pip install -q "$(TORCH_PIN)" -e ".[mlx,torch,postgres,serve,dev]"
 	touch $(STAMP)
 
 demo: venv

@@ -51,6 +51,7 @@ SUBCOMMANDS: list[str] = [
     "parity",
     "report",
     "fleet",
+    "serve",
 ]
 
 

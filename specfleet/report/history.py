@@ -40,6 +40,7 @@ class HistoryRow:
     speedup: float | None
     loop: bool
     change: ChangeTest | None  # against the previous point on the same target
+    differs: tuple[str, ...] = ()  # provenance that differs from the previous point
 
 
 def _target_filters(target: str | None) -> dict:
@@ -70,18 +71,22 @@ def cell_history(store, model: str, prompt: str, arm: str,
     if not groups:
         where = f" on {target}" if target else ""
         raise UserError(f"no done runs of model {model!r}, prompt {prompt!r}, arm {arm!r}{where}")
-    when = {mid: store.get_matrix(mid).submitted_at for _, mid in groups}
+    when = store.submitted_times(sorted({mid for _, mid in groups}))
     out: list[HistoryRow] = []
     for label in dict.fromkeys(t for t, _ in groups):
-        keys = sorted((k for k in groups if k[0] == label), key=lambda k: when[k[1]])
+        keys = sorted((k for k in groups if k[0] == label), key=lambda k: (when[k[1]], k[1]))
         points = [(k[1], [r.tok_per_s for r in groups[k][arm]]) for k in keys]
         changes = [None] + [step.change for step in history_changes(points)]
+        previous = None
         for key, change in zip(keys, changes, strict=True):
-            out.append(_history_row(label, key[1], when[key[1]], groups[key], arm, change))
+            differs = tuple(differences(groups[previous][arm], groups[key][arm])) if previous else ()
+            out.append(_history_row(label, key[1], when[key[1]], groups[key], arm, change,
+                                    differs))
+            previous = key
     return out
 
 
-def _history_row(label, matrix_id, submitted_at, arms, arm, change) -> HistoryRow:
+def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> HistoryRow:
     values = tuple(r.tok_per_s for r in arms[arm])
     median = statistics.median(values)
     plain = [r.tok_per_s for r in arms.get("plain", [])]
@@ -90,7 +95,7 @@ def _history_row(label, matrix_id, submitted_at, arms, arm, change) -> HistoryRo
         target=label, matrix_id=matrix_id, submitted_at=submitted_at.strftime("%Y-%m-%d %H:%M"),
         values=values, median_tok_per_s=median, spread=relative_spread(values),
         speedup=median / statistics.median(plain) if plain and arm != "plain" else None,
-        loop=loop, change=change,
+        loop=loop, change=change, differs=differs,
     )
 
 
@@ -102,11 +107,8 @@ def change_text(change: ChangeTest | None) -> str:
     return f"{verdict} {change.ratio:.2f}x ({change.test}{p_value})"
 
 
-def render_history(rows: list[HistoryRow], title: str, fmt: str = "table") -> str:
-    """History rows as a table (change flags and the test named), JSON or CSV."""
-    _check_format(fmt)
-    if fmt != "table":
-        return _dump([asdict(r) for r in rows], fmt)
+def history_grid(rows: list[HistoryRow], title: str) -> Grid:
+    """The history table: one line per point, the change from the previous one, the test."""
     lines = tuple(
         (r.target, r.matrix_id, r.submitted_at, str(len(r.values)),
          f"{r.median_tok_per_s:.2f} {pct(r.spread)}",
@@ -116,7 +118,15 @@ def render_history(rows: list[HistoryRow], title: str, fmt: str = "table") -> st
     )
     headers = ("target", "matrix", "submitted (UTC)", "n", "median tok/s", "speed-up",
                "change vs previous")
-    return to_rich([Grid(title, headers, lines, (TEST_NOTE,), left_cols=3)])
+    return Grid(title, headers, lines, (TEST_NOTE,), left_cols=3)
+
+
+def render_history(rows: list[HistoryRow], title: str, fmt: str = "table") -> str:
+    """History rows as a table (change flags and the test named), JSON or CSV."""
+    _check_format(fmt)
+    if fmt != "table":
+        return _dump([asdict(r) for r in rows], fmt)
+    return to_rich([history_grid(rows, title)])
 
 
 @dataclass(frozen=True)
@@ -173,11 +183,8 @@ def compare_verdict_text(row: CompareRow) -> str:
     return row.verdict.upper() if row.verdict == "regression" else row.verdict
 
 
-def render_compare(rows: list[CompareRow], a: str, b: str, fmt: str = "table") -> str:
-    """Comparison rows as a table (ratio B/A, test, verdict), JSON or CSV."""
-    _check_format(fmt)
-    if fmt != "table":
-        return _dump([asdict(r) for r in rows], fmt)
+def compare_grid(rows: list[CompareRow], a: str, b: str) -> Grid:
+    """The compare table: ratio B/A per cell, the test, the verdict (mixed provenance named)."""
     lines = tuple(
         (r.target, r.model, r.prompt, r.arm, f"{r.median_a:.2f}", f"{r.median_b:.2f}",
          f"{r.ratio:.3f}", change_text(r.change), compare_verdict_text(r))
@@ -190,7 +197,15 @@ def render_compare(rows: list[CompareRow], a: str, b: str, fmt: str = "table") -
              "A slow-down is a regression only when the cells differ in nothing but code "
              "version (weights, prompt, engine config, host, library versions); "
              "--allow-mixed lifts that.")
-    return to_rich([Grid(f"{b} against {a}", headers, lines, notes, left_cols=4)])
+    return Grid(f"{b} against {a}", headers, lines, notes, left_cols=4)
+
+
+def render_compare(rows: list[CompareRow], a: str, b: str, fmt: str = "table") -> str:
+    """Comparison rows as a table (ratio B/A, test, verdict), JSON or CSV."""
+    _check_format(fmt)
+    if fmt != "table":
+        return _dump([asdict(r) for r in rows], fmt)
+    return to_rich([compare_grid(rows, a, b)])
 
 
 def _check_format(fmt: str) -> None:

@@ -80,6 +80,11 @@ class StoreQueries:
     def _read(self) -> Session:  # pragma: no cover - provided by Store
         raise NotImplementedError
 
+    def count_matrices(self) -> int:
+        """How many matrices the store holds."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(func.count()).select_from(Matrix)).scalar_one()
+
     def get_matrix(self, matrix_id: str) -> MatrixRow:
         """One matrix with its run counts per status; UnknownMatrix if there is none."""
         with self._read() as session:
@@ -88,13 +93,22 @@ class StoreQueries:
                 raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
             return _matrix_row(matrix, _status_counts(session, [matrix_id])[matrix_id])
 
-    def list_matrices(self, limit: int | None = None) -> list[MatrixRow]:
-        """Matrices, newest first, with their run counts per status."""
+    def list_matrices(self, limit: int | None = None, offset: int = 0) -> list[MatrixRow]:
+        """Matrices, newest first, with their run counts per status (`offset` skips the
+        newest ones: pages of `limit`)."""
         with self._read() as session:
-            stmt = select(Matrix).order_by(Matrix.submitted_at.desc(), Matrix.id).limit(limit)
+            stmt = (select(Matrix).order_by(Matrix.submitted_at.desc(), Matrix.id)
+                    .limit(limit).offset(offset or None))
             matrices = session.scalars(stmt).all()
-            counts = _status_counts(session, None if limit is None else [m.id for m in matrices])
+            paged = limit is not None or offset
+            counts = _status_counts(session, [m.id for m in matrices] if paged else None)
             return [_matrix_row(m, counts[m.id]) for m in matrices]
+
+    def submitted_times(self, matrix_ids: Sequence[str]) -> dict[str, datetime]:
+        """Submission time of each of these matrices (unknown ids are left out)."""
+        stmt = select(Matrix.id, Matrix.submitted_at).where(Matrix.id.in_(list(matrix_ids)))
+        with self.engine.connect() as conn:
+            return dict(conn.execute(stmt).all())
 
     def runs(self, **filters) -> list[RunRow]:
         """Runs matching the filters of `run_conditions`, in matrix and plan order."""

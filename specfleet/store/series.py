@@ -102,11 +102,20 @@ class StoreSeries:
         if until is not None:
             stmt = stmt.where(LoadSample.t < naive_utc(until))
         with self._read() as session:
-            return [
-                LoadSampleRow(host=s.host, matrix_id=s.matrix_id,
-                              **{name: getattr(s, name) for name in LOAD_FIELDS})
-                for s in session.scalars(stmt)
-            ]
+            return [_load_row(s) for s in session.scalars(stmt)]
+
+    def latest_load_sample(self, host: str) -> LoadSampleRow | None:
+        """The newest load reading of a host, or None."""
+        stmt = (select(LoadSample).where(LoadSample.host == host)
+                .order_by(LoadSample.t.desc(), LoadSample.id.desc()).limit(1))
+        with self._read() as session:
+            sample = session.scalars(stmt).first()
+            return None if sample is None else _load_row(sample)
+
+
+def _load_row(s: LoadSample) -> LoadSampleRow:
+    return LoadSampleRow(host=s.host, matrix_id=s.matrix_id,
+                         **{name: getattr(s, name) for name in LOAD_FIELDS})
 
 
 def _cost_items(costs: WidthCosts) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,65 @@
+"""The fleet page: `fleet status`'s rows (the same `cluster.fleet.fleet_status`) plus each
+host's last load sample from the store.
+
+The web view never starts a fleet: it follows `--address`, else `SPECFLEET_ADDRESS`, else
+the fleet this machine joined (`fleet up` / `fleet join`); with none it says so.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+ADDRESS_ENV = "SPECFLEET_ADDRESS"
+NO_FLEET = ("No fleet: `specfleet serve` was started without --address and this machine has "
+            "not joined one (`specfleet fleet join HEAD:PORT`, or pass --address HEAD:PORT).")
+
+
+def fleet_address(address: str | None) -> str | None:
+    """--address, else $SPECFLEET_ADDRESS, else the fleet this machine joined."""
+    if address:
+        return address
+    if os.environ.get(ADDRESS_ENV):
+        return os.environ[ADDRESS_ENV]
+    from specfleet.cluster.membership import remembered_fleet
+
+    return remembered_fleet()
+
+
+class FleetReader:
+    """Connects to the fleet once (on the first fleet page) and reads its status."""
+
+    def __init__(self, address: str | None):
+        self.address = address
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[dict]:
+        """`fleet_status()` rows; raises ConnectionError when the head cannot be reached."""
+        from specfleet.cluster import fleet
+
+        with self._lock:  # Ray's driver API is not for concurrent first connects
+            fleet.connect(self.address)
+            return fleet.fleet_status()
+
+
+def fleet_page(reader: FleetReader | None, store) -> tuple[dict, dict]:
+    """Hosts with kind, health, targets and default policies, busy/idle and the run in
+    progress, library versions, and the last load sample the store holds."""
+    if reader is None or reader.address is None:
+        return {"address": None, "hosts": [], "message": NO_FLEET}, {
+            "address": None, "hosts": [], "message": NO_FLEET}
+    try:
+        rows = reader.rows()
+    except (ConnectionError, RuntimeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        message = f"Cannot reach the fleet at {reader.address}: {first}"
+        return {"address": reader.address, "hosts": [], "message": message}, {
+            "address": reader.address, "hosts": [], "message": message}
+    for row in rows:
+        sample = store.latest_load_sample(row["host"])
+        row["last_load"] = None if sample is None else {
+            "t": sample.t.strftime("%Y-%m-%d %H:%M:%S"), "load1": sample.load1,
+            "cpu_util": sample.cpu_util, "gpu_util": sample.gpu_util}
+    message = None if rows else f"The fleet at {reader.address} has no hosts."
+    return ({"address": reader.address, "hosts": rows, "message": message},
+            {"address": reader.address, "hosts": rows, "message": message})

@@ -1,0 +1,165 @@
+"""What each page shows, read from the store through the same functions the terminal uses.
+
+Every number comes from `report/` (`build_view`, `grids_for`, `cell_history`, `compare`,
+`check_parity`), which read `jobs/summarize.py` and `jobs/changes.py`: the web view has no
+statistics of its own. Each function returns the template's context and the JSON body of
+the page's `/api/...` twin.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from statistics import median
+from urllib.parse import urlencode
+
+import yaml
+
+from specfleet.report.build import build_view
+from specfleet.report.history import (
+    cell_history,
+    compare,
+    compare_grid,
+    history_grid,
+    render_compare,
+    render_history,
+)
+from specfleet.report.parity import check_parity
+from specfleet.report.parity_tables import arm_grid, cross_grid
+from specfleet.report.tables import grids_for, render_view
+from specfleet.serve import svg
+
+MATRICES_PER_PAGE = 50
+RUNS_PER_PAGE = 100
+PROGRESS_STATUSES = ("done", "running", "pending", "failed", "interrupted")
+
+
+def history_href(model: str, prompt: str, arm: str, target: str | None = None) -> str:
+    query = {"model": model, "prompt": prompt, "arm": arm}
+    if target:
+        query["target"] = target
+    return "/history?" + urlencode(query)
+
+
+def progress(matrix) -> dict:
+    """A matrix's status and run counts per status (what the live updates poll)."""
+    counts = {s: matrix.counts.get(s, 0) for s in PROGRESS_STATUSES}
+    return {"id": matrix.id, "status": matrix.status, "total": matrix.total_runs, **counts,
+            "finished_at": _time(matrix.finished_at)}
+
+
+def _time(moment) -> str | None:
+    return None if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def matrices_page(store, page: int = 1) -> tuple[dict, dict]:
+    """Every matrix, newest first, a page at a time."""
+    total = store.count_matrices()
+    rows = store.list_matrices(limit=MATRICES_PER_PAGE, offset=(page - 1) * MATRICES_PER_PAGE)
+    items = [{**progress(m), "name": m.name, "submitted_at": _time(m.submitted_at)}
+             for m in rows]
+    pages = max(1, -(-total // MATRICES_PER_PAGE))
+    context = {"matrices": items, "page": page, "pages": pages, "total": total}
+    return context, {"matrices": items, "page": page, "pages": pages, "total": total}
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    host: str
+    samples: int
+    median_load1: float
+    max_load1: float
+    max_cpu_util: float | None
+
+
+def load_by_host(store, matrix_id: str) -> list[HostLoad]:
+    """The load samples taken while the matrix ran, summarised per host."""
+    by_host = defaultdict(list)
+    for sample in store.load_samples(matrix_id=matrix_id):
+        by_host[sample.host].append(sample)
+    out = []
+    for host, samples in sorted(by_host.items()):
+        loads = [s.load1 for s in samples]
+        cpu = [s.cpu_util for s in samples if s.cpu_util is not None]
+        out.append(HostLoad(host, len(samples), median(loads), max(loads),
+                            max(cpu) if cpu else None))
+    return out
+
+
+def matrix_page(store, matrix_id: str) -> tuple[dict, dict]:
+    """Heatmaps, the terminal's tables, parity, load, spec and counters of one matrix."""
+    matrix = store.get_matrix(matrix_id)
+    view = build_view(store, matrix_id)
+    grids = grids_for(view, None)
+
+    def href(cell):
+        return history_href(cell.model, cell.prompt, cell.arm, cell.target)
+
+    heatmaps = [svg.heatmap(view, t, href) for t in view.targets]
+    speedup_notes = {g.title: g.notes for g in grids if g.title.startswith("Prompt lookup")}
+    tables = [g for g in grids if not g.title.startswith("Prompt lookup")]
+    parity = check_parity(store, matrix_id)
+    parity_grids = [arm_grid(parity)] + ([cross_grid(parity)] if parity.cross else [])
+    context = {
+        "matrix": matrix, "progress": progress(matrix), "view": view, "heatmaps": heatmaps,
+        "speedup_notes": list(speedup_notes.values()), "tables": tables,
+        "parity_grids": parity_grids, "loads": load_by_host(store, matrix_id),
+        "spec_yaml": spec_yaml(matrix.spec),
+    }
+    body = json.loads(render_view(view, "json"))
+    body.update(progress=progress(matrix), parity=asdict(parity))
+    return context, body
+
+
+def spec_yaml(spec: dict) -> str:
+    """The matrix spec as submitted, as YAML."""
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+
+
+def runs_page(store, matrix_id: str, page: int = 1) -> tuple[dict, dict]:
+    """The runs of a matrix in plan order, a page at a time: status, tok/s, load, output."""
+    matrix = store.get_matrix(matrix_id)
+    runs = store.runs(matrix=matrix_id)
+    pages = max(1, -(-len(runs) // RUNS_PER_PAGE))
+    shown = runs[(page - 1) * RUNS_PER_PAGE: page * RUNS_PER_PAGE]
+    records = [_run_record(r) for r in shown]
+    context = {"matrix": matrix, "runs": records, "page": page, "pages": pages,
+               "total": len(runs)}
+    return context, {"matrix_id": matrix_id, "page": page, "pages": pages, "runs": records}
+
+
+def _run_record(run) -> dict:
+    return {
+        "run_key": run.run_key, "target": f"{run.host}/{run.engine}/{run.device}",
+        "model": run.model, "prompt": run.prompt_name, "arm": run.arm, "repeat": run.repeat,
+        "status": run.status, "error": run.error, "tok_per_s": run.tok_per_s,
+        "generated_tokens": run.generated_tokens, "stop_reason": run.stop_reason,
+        "noisy": run.noisy, "load_before": run.load_before, "load_after": run.load_after,
+        "output_text": run.output_text, "finished_at": _time(run.finished_at),
+    }
+
+
+def history_page(store, model: str, prompt: str, arm: str,
+                 target: str | None = None) -> tuple[dict, dict]:
+    """One cell over time: per target a tok/s plot and a speed-up plot, and the table."""
+    rows = cell_history(store, model, prompt, arm, target)
+    by_target = defaultdict(list)
+    for row in rows:
+        by_target[row.target].append(row)
+    plots = [(t, svg.history_plot(r), svg.history_plot(r, speedup=True))
+             for t, r in by_target.items()]
+    title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
+    context = {"title": title, "plots": plots, "table": history_grid(rows, title),
+               "rows": rows, "model": model, "prompt": prompt, "arm": arm}
+    return context, {"title": title, "points": json.loads(render_history(rows, title, "json"))}
+
+
+def compare_page(store, a: str, b: str, allow_mixed: bool = False) -> tuple[dict, dict]:
+    """Two matrices cell by cell: the `compare` table, regressions highlighted."""
+    rows = compare(store, a, b, allow_mixed)
+    context = {"table": compare_grid(rows, a, b), "rows": rows, "a": a, "b": b,
+               "allow_mixed": allow_mixed,
+               "regressions": sum(r.verdict == "regression" for r in rows)}
+    return context, {"a": a, "b": b, "allow_mixed": allow_mixed,
+                     "cells": json.loads(render_compare(rows, a, b, "json"))}

@@ -1,0 +1,75 @@
+"""Query parameters of the web view, checked strictly: a bad one is a 400 with one line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, get_args
+
+from specfleet.jobs.run import Arm
+
+ARMS = get_args(Arm)
+
+
+class BadParameter(Exception):
+    """A query parameter the user got wrong; `str(err)` is the one line the 400 says."""
+
+
+def page_number(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("expected a whole number from 1")
+    return int(value)
+
+
+def flag(value: str) -> bool:
+    if value not in ("0", "1", "true", "false"):
+        raise ValueError("expected 1, 0, true or false")
+    return value in ("1", "true")
+
+
+def arm(value: str) -> str:
+    if value not in ARMS:
+        raise ValueError(f"expected one of {', '.join(ARMS)}")
+    return value
+
+
+def text(value: str) -> str:
+    if not value or len(value) > 256:
+        raise ValueError("expected 1 to 256 characters")
+    return value
+
+
+def target(value: str) -> str:
+    parts = value.split("/")
+    if len(parts) > 3 or not all(parts):
+        raise ValueError("expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE")
+    return value
+
+
+Parser = Callable[[str], Any]
+
+
+def parse(query: Mapping[str, str], allowed: dict[str, Parser],
+          required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Check every query parameter against `allowed` (name -> parser).
+
+    Returns:
+        The parsed values of the parameters given.
+
+    Raises:
+        BadParameter: an unknown parameter, a missing required one, or a value its parser
+            refuses (the line names the parameter and what is expected).
+    """
+    for name in query:
+        if name not in allowed:
+            expected = ", ".join(allowed) or "none"
+            raise BadParameter(f"unknown query parameter {name!r}; expected {expected}")
+    for name in required:
+        if name not in query:
+            raise BadParameter(f"query parameter {name!r} is required")
+    out = {}
+    for name, value in query.items():
+        try:
+            out[name] = allowed[name](value)
+        except ValueError as err:
+            raise BadParameter(f"query parameter {name}={value[:80]!r}: {err}") from None
+    return out

@@ -1,0 +1,169 @@
+"""Geometry and colours of the two plots the web view draws server-side (no JavaScript, no
+CDN): the speed-up heatmap of a matrix and the history plot of a cell. The templates turn
+these frozen shapes into inline SVG; every text in them is escaped by Jinja there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specfleet.report.history import HistoryRow, change_text
+from specfleet.report.tables import speedup_text
+from specfleet.report.view import PLAIN, CellView, MatrixView
+
+CELL_W, CELL_H, LABEL_W, HEAD_H = 190, 34, 230, 28
+PLOT_W, PLOT_H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 240, 64, 16, 16, 54
+
+
+@dataclass(frozen=True)
+class HeatCell:
+    x: int
+    y: int
+    text: str  # exactly the terminal table's cell text
+    fill: str
+    title: str
+    href: str | None
+    key: str  # target|model|prompt|arm (for tests and tooltips)
+    speedup: float | None
+    loop: bool
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    target: str
+    width: int
+    height: int
+    columns: tuple[tuple[int, str], ...]  # (x, prompt)
+    rows: tuple[tuple[int, str], ...]  # (y, "model · arm")
+    cells: tuple[HeatCell, ...]
+
+
+def speedup_fill(cell: CellView) -> str:
+    """Grey inside the noise floor (and for plain), green for a gain, red for a loss; the
+    further from 1.0x, the stronger (saturating at 2x / 0.5x)."""
+    if cell.arm == PLAIN or cell.speedup is None or cell.within_noise:
+        return "#e8e8e8"
+    strength = min(1.0, abs(cell.speedup - 1.0) / (1.0 if cell.speedup > 1 else 0.5))
+    light = int(92 - 42 * strength)
+    hue = 130 if cell.speedup > 1 else 4
+    return f"hsl({hue}, 55%, {light}%)"
+
+
+def _cell_title(cell: CellView) -> str:
+    rates = ", ".join(f"{r:.2f}" for r in cell.rates)
+    parts = [f"{cell.model} / {cell.prompt} / {cell.arm} on {cell.target}",
+             f"median {cell.median_tok_per_s:.2f} tok/s over {cell.n} [{rates}]"]
+    if cell.noise_floor is not None:
+        parts.append(f"noise floor ±{cell.noise_floor * 100:.1f}%")
+    if cell.noisy_runs:
+        parts.append(f"{cell.noisy_runs} noisy runs")
+    return "; ".join(parts)
+
+
+def heatmap(view: MatrixView, target: str, href) -> Heatmap:
+    """The speed-up table of one target as a grid of coloured cells (rows model x arm,
+    columns prompts), each cell's text and markers as `matrix show` prints them.
+
+    Args:
+        href: (CellView) -> the link of the cell's history page.
+    """
+    rows, cells = [], []
+    for model in view.models:
+        for arm in view.arms:
+            found = [view.cell(target, model, p, arm) for p in view.prompts]
+            if all(c is None for c in found):
+                continue
+            y = HEAD_H + len(rows) * CELL_H
+            rows.append((y, f"{model} · {arm}"))
+            for i, cell in enumerate(found):
+                x = LABEL_W + i * CELL_W
+                if cell is None or not cell.rates:
+                    continue
+                cells.append(HeatCell(
+                    x=x, y=y, text=speedup_text(cell), fill=speedup_fill(cell),
+                    title=_cell_title(cell), href=href(cell),
+                    key="|".join((cell.target, cell.model, cell.prompt, cell.arm)),
+                    speedup=cell.speedup, loop=cell.loop,
+                ))
+    columns = tuple((LABEL_W + i * CELL_W, p) for i, p in enumerate(view.prompts))
+    return Heatmap(target, LABEL_W + CELL_W * len(view.prompts) + 2,
+                   HEAD_H + CELL_H * len(rows) + 2, columns, tuple(rows), tuple(cells))
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    x: float
+    y: float
+    y_low: float
+    y_high: float
+    changed: bool
+    label: str  # the matrix id under the axis
+    title: str  # hover text: values, change test, provenance differences
+    matrix_id: str
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    unit: str
+    width: int
+    height: int
+    ticks: tuple[tuple[float, str], ...]  # (y, label)
+    points: tuple[PlotPoint, ...]
+    line: str  # SVG polyline points
+
+
+def _scale(lo: float, hi: float):
+    if hi <= lo:
+        lo, hi = lo * 0.9 - 1e-9, hi * 1.1 + 1e-9
+    pad = (hi - lo) * 0.08
+    lo, hi = max(0.0, lo - pad), hi + pad
+    inner = PLOT_H - PAD_T - PAD_B
+
+    def y_of(v: float) -> float:
+        return round(PAD_T + inner * (1 - (v - lo) / (hi - lo)), 1)
+
+    ticks = tuple((y_of(lo + (hi - lo) * k / 4), f"{lo + (hi - lo) * k / 4:.2f}")
+                  for k in range(5))
+    return y_of, ticks
+
+
+def _point_title(row: HistoryRow) -> str:
+    values = ", ".join(f"{v:.2f}" for v in row.values)
+    speedup = "" if row.speedup is None else f"; speed-up {row.speedup:.2f}x"
+    differs = f"; differs from previous in {', '.join(row.differs)}" if row.differs else ""
+    return (f"{row.matrix_id} ({row.submitted_at} UTC): median {row.median_tok_per_s:.2f} "
+            f"tok/s [{values}]{speedup}; change vs previous: {change_text(row.change)}{differs}")
+
+
+def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
+    """One target's history as a line with min-max bars per matrix, changes marked.
+
+    Args:
+        rows: `cell_history` rows of ONE target, in time order.
+        speedup: plot the speed-up over plain (no bars) instead of tok/s.
+
+    Returns:
+        The plot, or None when there is nothing to draw (no speed-ups).
+    """
+    rows = [r for r in rows if not speedup or r.speedup is not None]
+    if not rows:
+        return None
+    if speedup:
+        lows = highs = [r.speedup for r in rows]
+    else:
+        lows, highs = [min(r.values) for r in rows], [max(r.values) for r in rows]
+    y_of, ticks = _scale(min(lows), max(highs))
+    inner_w = PLOT_W - PAD_L - PAD_R
+    step = inner_w / max(1, len(rows) - 1)
+    points = []
+    for i, row in enumerate(rows):
+        x = round(PAD_L + (step * i if len(rows) > 1 else inner_w / 2), 1)
+        mid = row.speedup if speedup else row.median_tok_per_s
+        points.append(PlotPoint(
+            x=x, y=y_of(mid), y_low=y_of(lows[i]), y_high=y_of(highs[i]),
+            changed=bool(row.change and row.change.changed), label=row.matrix_id,
+            title=_point_title(row), matrix_id=row.matrix_id,
+        ))
+    what = "speed-up over plain" if speedup else "tok/s (median, min-max bars)"
+    return Plot(f"{rows[0].target}: {what}", "x" if speedup else "tok/s", PLOT_W, PLOT_H,
+                ticks, tuple(points), " ".join(f"{p.x},{p.y}" for p in points))

@@ -1,0 +1,62 @@
+"""A read-only `Store` for readers that must never write (`specfleet serve`).
+
+SQLite: the file is opened with `mode=ro` and every connection sets `PRAGMA query_only`, so
+a write fails inside SQLite. PostgreSQL: every session starts with
+`default_transaction_read_only`, so the server refuses a write. The schema is checked, never
+created or upgraded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL
+
+from specfleet.errors import UserError
+from specfleet.store.engine import BUSY_TIMEOUT_S, display_url, resolve_url
+from specfleet.store.migrate import _check_known, current_revision, head_revision
+from specfleet.store.store import Store, connection_errors
+
+
+def open_read_only(url: str | None = None) -> Store:
+    """Open an existing store for reading only (same URL rules as `open_store`).
+
+    Raises:
+        UserError: no such SQLite file, an unreachable server, no specfleet schema there, or a
+            schema older or newer than this code (`specfleet db upgrade` fixes an older one).
+    """
+    resolved = resolve_url(url)
+    engine = _read_only_engine(resolved)
+    with connection_errors(resolved, engine), engine.connect() as conn:
+        rev = current_revision(conn)
+        _check_known(rev, conn, resolved)
+    where = display_url(resolved)
+    if rev is None:
+        engine.dispose()
+        raise UserError(f"--db: {where} holds no specfleet store yet (run a matrix first)")
+    if rev != head_revision():
+        engine.dispose()
+        raise UserError(f"--db: {where} has schema revision {rev}, older than this specfleet's "
+                        f"{head_revision()}; run `specfleet db upgrade` (readers never write)")
+    return Store(engine, resolved)
+
+
+def _read_only_engine(url: URL) -> Engine:
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True, connect_args={
+            "connect_timeout": 10, "application_name": "specfleet-read-only",
+            "options": "-c default_transaction_read_only=on",
+        })
+    path = Path(url.database)
+    if not path.is_file():
+        raise UserError(f"--db: no SQLite file at {path}")
+    engine = create_engine(f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true",
+                           connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        dbapi_conn.execute("PRAGMA query_only = ON")
+
+    return engine

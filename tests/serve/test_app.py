@@ -1,0 +1,198 @@
+"""The web view over HTTP (Starlette's TestClient): every route, every error, escaping,
+read-only access, and numbers equal to the terminal's."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import pytest
+from starlette.testclient import TestClient
+
+from specfleet.report.history import cell_history, compare
+from specfleet.report.tables import render_matrix
+from specfleet.serve import create_app
+from specfleet.store.readonly import open_read_only
+from tests.serve.seed import BASE, EVIL, LIVE, NEXT, XSS_IMG, XSS_SCRIPT
+
+HISTORY = "/history?model=m1&prompt=edit_fn&arm=graded"
+PAGES = [
+    "/matrices", "/matrices?page=1", f"/matrices/{BASE}", f"/matrices/{BASE}/runs",
+    f"/matrices/{BASE}/runs?page=1", HISTORY, f"{HISTORY}&target=mac1/mlx/metal",
+    f"/compare?a={BASE}&b={NEXT}", f"/compare?a={BASE}&b={NEXT}&allow_mixed=1", "/fleet",
+    f"/matrices/{EVIL}", f"/matrices/{EVIL}/runs", f"/matrices/{LIVE}",
+]
+OTHER = [f"/matrices/{BASE}/runs.csv", f"/matrices/{BASE}/runs.json",
+         f"/matrices/{BASE}/spec.yaml", f"/api/matrices/{LIVE}/progress", "/static/app.css",
+         "/static/live.js", "/"]
+ROUTES = PAGES + [p.replace("/", "/api/", 1) for p in PAGES if p != "/fleet"] + ["/api/fleet"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_renders(client, path):
+    response = client.get(path)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    assert "<h1>" in response.text
+
+
+@pytest.mark.parametrize("path", [p.replace("/", "/api/", 1) for p in PAGES] + OTHER)
+def test_every_api_route_and_asset_answers(client, path):
+    response = client.get(path)
+    assert response.status_code == 200, response.text
+    if path.startswith("/api/"):
+        assert isinstance(response.json(), dict)
+
+
+def test_no_asset_comes_from_elsewhere(client):
+    """Works offline: no page, script or stylesheet refers to another host."""
+    for path in PAGES + ["/static/app.css", "/static/live.js"]:
+        text = client.get(path).text
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), path
+        assert "@import" not in text and "url(http" not in text
+
+
+def test_heatmap_cells_equal_matrix_show_json(client, seeded_url):
+    with open_read_only(seeded_url) as store:
+        shown = json.loads(render_matrix(store, BASE, "json"))
+    page = client.get(f"/matrices/{BASE}").text
+    cells = dict(re.findall(r'data-cell="([^"]+)" data-speedup="([^"]*)"', page))
+    expected = {"|".join((c["target"], c["model"], c["prompt"], c["arm"])): c["speedup"]
+                for c in shown["cells"]}
+    assert len(cells) == len(expected) == 4
+    for key, speedup in expected.items():
+        assert (float(cells[key]) if cells[key] else None) == speedup
+    assert "1.50x ±1.3% =" in page  # the terminal table's text, markers and all
+    api = client.get(f"/api/matrices/{BASE}").json()
+    assert api["cells"] == shown["cells"] and api["headlines"] == shown["headlines"]
+
+
+def test_history_page_has_a_point_per_matrix_and_marks_the_change(client, seeded_url):
+    page = client.get(HISTORY).text
+    with open_read_only(seeded_url) as store:
+        rows = cell_history(store, "m1", "edit_fn", "graded")
+    assert len(rows) == 2 and rows[1].change.changed
+    # Two plots (tok/s and speed-up), one point per matrix in each; the second is a change.
+    assert page.count('<g class="point"') == 2 and page.count('<g class="point changed"') == 2
+    assert "CHANGED 0.80x (mann-whitney p=0.100)" in page
+    api = client.get("/api/history?model=m1&prompt=edit_fn&arm=graded").json()
+    assert [p["matrix_id"] for p in api["points"]] == [BASE, NEXT]
+
+
+def test_compare_highlights_regressions(client, seeded_url):
+    page = client.get(f"/compare?a={BASE}&b={NEXT}").text
+    with open_read_only(seeded_url) as store:
+        rows = compare(store, BASE, NEXT)
+    regressions = [r for r in rows if r.verdict == "regression"]
+    assert len(regressions) == 2
+    assert page.count('<tr class="regression">') == 2
+    assert "2 regressions." in page
+
+
+def test_matrices_page_lists_progress_for_live_updates(client):
+    page = client.get("/matrices").text
+    assert f'data-matrix="{LIVE}" data-status="running"' in page
+    progress = client.get(f"/api/matrices/{LIVE}/progress").json()
+    assert (progress["done"], progress["pending"], progress["status"]) == (1, 1, "running")
+    listed = {m["id"]: m for m in client.get("/api/matrices").json()["matrices"]}
+    assert listed[BASE]["done"] == 12 and listed[LIVE]["total"] == 2
+
+
+def test_store_texts_are_escaped(client):
+    for path in (f"/matrices/{EVIL}", f"/matrices/{EVIL}/runs", "/matrices"):
+        page = client.get(path).text
+        assert XSS_SCRIPT not in page and XSS_IMG not in page, path
+        assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page, path
+    runs = client.get(f"/matrices/{EVIL}/runs").text
+    assert "&lt;img src=x onerror=" in runs and "h&lt;b&gt;x&lt;/b&gt;" in runs
+
+
+def test_fleet_page_without_a_fleet_says_so(client):
+    assert "No fleet" in client.get("/fleet").text
+    assert client.get("/api/fleet").json()["hosts"] == []
+
+
+@pytest.mark.parametrize("path", [
+    "/matrices/nope", "/matrices/nope/runs", "/matrices/nope/spec.yaml",
+    "/matrices/nope/runs.csv", f"/matrices/{BASE}/runs.xml", f"/compare?a={BASE}&b=nope",
+    "/history?model=m1&prompt=edit_fn&arm=gated", "/no/such/page",
+])
+def test_unknown_things_are_a_404_page_with_a_link_back(client, path):
+    response = client.get(path)
+    assert response.status_code == 404
+    assert '<a id="back" href="/matrices">' in response.text
+
+
+@pytest.mark.parametrize("path", ["/api/matrices/nope", "/api/matrices/nope/progress"])
+def test_unknown_matrix_in_the_api_is_a_json_404(client, path):
+    response = client.get(path)
+    assert response.status_code == 404 and "nope" in response.json()["error"]
+
+
+@pytest.mark.parametrize(("path", "says"), [
+    ("/matrices?page=0", "page='0': expected a whole number from 1"),
+    ("/matrices?page=abc", "page='abc'"),
+    ("/matrices?sort=name", "unknown query parameter 'sort'; expected page"),
+    (f"/matrices/{BASE}?x=1", "unknown query parameter 'x'"),
+    (f"/matrices/{BASE}/runs?page=-2", "page='-2'"),
+    ("/history?model=m1&prompt=edit_fn", "query parameter 'arm' is required"),
+    ("/history?model=m1&prompt=edit_fn&arm=turbo", "arm='turbo': expected one of plain"),
+    (f"{HISTORY}&target=a//b", "expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE"),
+    (f"/compare?a={BASE}", "query parameter 'b' is required"),
+    (f"/compare?a={BASE}&b={NEXT}&allow_mixed=maybe", "expected 1, 0, true or false"),
+    ("/api/matrices?page=x", "page='x'"),
+    ("/?q=1", "unknown query parameter 'q'"),
+])
+def test_bad_query_parameters_are_a_400_with_one_line(client, path, says):
+    response = client.get(path)
+    assert response.status_code == 400
+    assert response.text.count("\n") == 1 and response.text.startswith("error: ")
+    assert says in response.text
+
+
+def _dump(url: str) -> list[str]:
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return list(conn.iterdump())
+
+
+def test_no_route_writes_to_the_store(client, seeded_url):
+    before = _dump(seeded_url)
+    for path in ROUTES + OTHER:
+        for method in ("POST", "PUT", "PATCH", "DELETE"):
+            response = client.request(method, path, content=b"status=done")
+            assert response.status_code == 405, (method, path)
+        assert client.get(path).status_code == 200
+    assert _dump(seeded_url) == before
+
+
+def test_the_app_store_refuses_writes_itself(seeded_url):
+    """Read-only below the routes too: SQLite itself refuses a write on this connection."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    with (open_read_only(seeded_url) as store, store.engine.connect() as conn,
+          pytest.raises(OperationalError, match="readonly")):
+        conn.execute(text("UPDATE matrices SET status = 'failed'"))
+    with open_read_only(seeded_url) as store:
+        assert store.get_matrix(BASE).status == "done"
+
+
+@pytest.mark.postgres
+def test_postgres_store_is_read_only(pg_url):
+    from sqlalchemy import text
+    from sqlalchemy.exc import InternalError
+
+    from tests.serve.seed import seed_store
+
+    seed_store(pg_url)
+    store = open_read_only(pg_url)
+    try:
+        with TestClient(create_app(store)) as pg_client:
+            assert pg_client.get(f"/matrices/{BASE}").status_code == 200
+        with store.engine.connect() as conn, pytest.raises(InternalError, match="read-only"):
+            conn.execute(text("UPDATE matrices SET status = 'failed'"))
+    finally:
+        store.close()
