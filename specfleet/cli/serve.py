@@ -48,8 +48,8 @@ def url_of(host: str, port: int, path: str = "/") -> str:
 def serve(
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
     address: Annotated[str | None, typer.Option(
-        "--address", help="Ray head HOST:PORT for the fleet page (default $SPECFLEET_ADDRESS, "
-        "else the fleet this machine joined; none: the page says so).")] = None,
+        "--address", help="Fleet head HOST:PORT for the fleet page; default $SPECFLEET_ADDRESS, "
+        "$RAY_ADDRESS, the fleet this machine joined; none: the page says so.")] = None,
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = DEFAULT_PORT,
     host: Annotated[str, typer.Option(
         "--host", help="Address to bind (default 127.0.0.1; anything else is reachable from "
@@ -65,7 +65,6 @@ def serve(
     except ImportError as err:
         raise UserError(f"specfleet serve needs the `serve` extra ({err.name} is missing): "
                         "pip install 'specfleet[serve]'") from None
-    from specfleet.cli.fleet import check_address
     from specfleet.serve.fleetpage import FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only
 
@@ -73,7 +72,7 @@ def serve(
     if not is_loopback(host):
         typer.echo(f"warning: --host {host}: the web view is reachable from the network, "
                    "without a login; it shows every stored prompt and output", err=True)
-    address = check_address(fleet_address(address))
+    address = fleet_address(address)
     store = open_read_only(db)
     if matrix is not None:
         store.get_matrix(matrix)  # an unknown id: one line, before listening

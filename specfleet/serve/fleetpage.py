@@ -1,29 +1,28 @@
 """The fleet page: `fleet status`'s rows (the same `cluster.fleet.fleet_status`) plus each
 host's last load sample from the store.
 
-The web view never starts a fleet: it follows `--address`, else `SPECFLEET_ADDRESS`, else
-the fleet this machine joined (`fleet up` / `fleet join`); with none it says so.
+The web view never starts a fleet: it follows the fleet every command follows
+(`cluster/whichfleet.py`: --address, $SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet this
+machine joined) and where that is the embedded fleet, it says there is none.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 
-ADDRESS_ENV = "SPECFLEET_ADDRESS"
+from specfleet.cluster.whichfleet import choose_fleet
+
 NO_FLEET = ("No fleet: `specfleet serve` was started without --address and this machine has "
             "not joined one (`specfleet fleet join HEAD:PORT`, or pass --address HEAD:PORT).")
 
 
 def fleet_address(address: str | None) -> str | None:
-    """--address, else $SPECFLEET_ADDRESS, else the fleet this machine joined."""
-    if address:
-        return address
-    if os.environ.get(ADDRESS_ENV):
-        return os.environ[ADDRESS_ENV]
-    from specfleet.cluster.membership import remembered_fleet
+    """The head the fleet page reads (None: no fleet; an embedded one is never started).
 
-    return remembered_fleet()
+    Raises:
+        UserError: a malformed address (naming the flag or variable it came from).
+    """
+    return choose_fleet(address).address
 
 
 class FleetReader:
