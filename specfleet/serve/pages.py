@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import yaml
 
-from specfleet.report.build import build_view
+from specfleet.report.build import done_runs, view_of_runs
 from specfleet.report.history import (
     cell_history,
     compare,
@@ -87,10 +87,43 @@ def load_by_host(store, matrix_id: str) -> list[HostLoad]:
     return out
 
 
+@dataclass(frozen=True)
+class HostConditionsSummary:
+    host: str
+    runs: int
+    throttled: int
+    reasons: tuple[str, ...]
+    first: str  # the first run's reading before it started
+    last: str  # the last run's reading after it ended
+
+
+def conditions_by_host(runs) -> list[HostConditionsSummary]:
+    """Per host: how many runs were throttled and why, and its conditions at the start and
+    the end of the matrix (`workers/conditions` readings stored with every run)."""
+    from specfleet.workers.conditions import HostConditions, summary
+
+    by_host = defaultdict(list)
+    for run in runs:
+        if run.conditions:
+            by_host[run.host].append(run)
+    out = []
+    for host, group in sorted(by_host.items()):
+        group.sort(key=lambda r: (r.finished_at is None, r.finished_at, r.plan_order))
+        first, last = group[0].conditions.get("before"), group[-1].conditions.get("after")
+        out.append(HostConditionsSummary(
+            host, len(group), sum(bool(r.throttled) for r in group),
+            tuple(dict.fromkeys(r.throttle_reason for r in group if r.throttle_reason)),
+            summary(HostConditions.from_dict(first)) if first else "–",
+            summary(HostConditions.from_dict(last)) if last else "–",
+        ))
+    return out
+
+
 def matrix_page(store, matrix_id: str) -> tuple[dict, dict]:
     """Heatmaps, the terminal's tables, parity, load, spec and counters of one matrix."""
     matrix = store.get_matrix(matrix_id)
-    view = build_view(store, matrix_id)
+    runs = done_runs(store, matrix_id)
+    view = view_of_runs(matrix_id, matrix.name, runs)  # what `matrix show` prints
     grids = grids_for(view, None)
 
     def href(cell):
@@ -105,6 +138,7 @@ def matrix_page(store, matrix_id: str) -> tuple[dict, dict]:
         "matrix": matrix, "progress": progress(matrix), "view": view, "heatmaps": heatmaps,
         "speedup_notes": list(speedup_notes.values()), "tables": tables,
         "parity_grids": parity_grids, "loads": load_by_host(store, matrix_id),
+        "conditions": conditions_by_host(runs),
         "spec_yaml": spec_yaml(matrix.spec),
     }
     body = json.loads(render_view(view, "json"))

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.store import open_store
+from specfleet.workers.conditions import HostConditions
 from tests.store.factory import HOST_A, grid, result
 
 XSS_SCRIPT = "<script>window.__xss = 1</script>"
@@ -21,13 +22,25 @@ RATES = {
 }
 
 
+THROTTLE_REASON = "CPU clock 1200 MHz is 40% of its 3000 MHz maximum"
+
+
+def _conditions(mhz: float) -> dict:
+    reading = HostConditions(at=0.0, platform="linux", cpu_governor="powersave", cpu_mhz=mhz,
+                             cpu_max_mhz=3000.0, mem_available_gb=11.5).to_dict()
+    return {"before": reading, "after": reading}
+
+
 def _matrix(store, matrix_id: str, rates: dict) -> None:
     runs = grid(arms=("plain", "graded"), repeats=3, prompts=("edit_fn", "story"),
                 prefix=matrix_id)
     store.create_matrix(matrix_id.split("-")[0], {"name": matrix_id.split("-")[0],
                                                   "repeats": 3}, runs, matrix_id=matrix_id)
-    for run in runs:
-        store.record_result(result(run, rates[run.arm][run.repeat]))
+    for i, run in enumerate(runs):
+        throttled = matrix_id == BASE and i == 0  # one throttled run in BASE
+        store.record_result(result(run, rates[run.arm][run.repeat]).model_copy(update={
+            "conditions": _conditions(1200.0 if throttled else 2900.0), "throttled": throttled,
+            "throttle_reason": THROTTLE_REASON if throttled else None}))
     store.finish_matrix(matrix_id, "done")
 
 

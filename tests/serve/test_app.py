@@ -14,7 +14,7 @@ from specfleet.report.history import cell_history, compare
 from specfleet.report.tables import render_matrix
 from specfleet.serve import create_app
 from specfleet.store.readonly import open_read_only
-from tests.serve.seed import BASE, EVIL, LIVE, NEXT, XSS_IMG, XSS_SCRIPT
+from tests.serve.seed import BASE, EVIL, LIVE, NEXT, THROTTLE_REASON, XSS_IMG, XSS_SCRIPT
 
 HISTORY = "/history?model=m1&prompt=edit_fn&arm=graded"
 PAGES = [
@@ -107,6 +107,14 @@ def test_store_texts_are_escaped(client):
         assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page, path
     runs = client.get(f"/matrices/{EVIL}/runs").text
     assert "&lt;img src=x onerror=" in runs and "h&lt;b&gt;x&lt;/b&gt;" in runs
+
+
+def test_matrix_page_shows_host_conditions(client):
+    page = client.get(f"/matrices/{BASE}").text
+    table = page[page.index('id="conditions"'):]
+    assert "<td>mac1</td><td class=\"right\">12</td><td class=\"right\">1</td>" in table
+    assert THROTTLE_REASON in table and "CPU powersave 1200/3000 MHz" in table
+    assert "No host conditions stored" in client.get(f"/matrices/{EVIL}").text
 
 
 def test_fleet_page_without_a_fleet_says_so(client):
