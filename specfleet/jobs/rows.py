@@ -5,7 +5,7 @@ joined with its `RunSpec`, ORM rows). Fields read, each by name:
 `target` (a `Target`, a mapping or a `host/engine/device` label) or `host`/`engine`/`device`;
 `model`; `prompt_name` (or `prompt`); `arm`; `repeat` (default: order of appearance in its
 cell); `tok_per_s`; `status` (default `done`); `loop_share`; `noisy`; `token_ids`;
-`output_text`; counters either as a `counters` mapping or as top-level fields
+`output_text`; `throttled`; counters either as a `counters` mapping or as top-level fields
 (`rounds`, `drafted_rounds`, `paused_rounds`, `proposed`, `accepted`,
 `shadow_confirmations`, `generated_tokens`).
 """
@@ -80,6 +80,7 @@ class Row:
     output_text: str | None
     counters: Counters
     stop_reason: str | None = None
+    throttled: bool = False  # the host was throttled before or after the run
 
     @property
     def done(self) -> bool:
@@ -127,6 +128,7 @@ def to_row(obj: Any) -> Row:
         output_text=None if text is None else str(text),
         counters=_counters(obj),
         stop_reason=_get(obj, "stop_reason"),
+        throttled=bool(_get(obj, "throttled", False)),
     )
 
 

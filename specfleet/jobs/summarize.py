@@ -65,6 +65,7 @@ class CellStats:
     looping: bool
     noisy_runs: int
     counters: Counters | None  # of the first done repetition, as the reference record
+    throttled_runs: int = 0  # done runs the worker flagged throttled (workers/conditions)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def _cell(key: CellKey, rows: list[Row]) -> CellStats:
         loop_share=loop, looping=loop > LOOP_SHARE_FLAG,
         noisy_runs=sum(r.noisy for r in done),
         counters=done[0].counters if done else None,
+        throttled_runs=sum(r.throttled for r in done),
     )
 
 

@@ -53,8 +53,9 @@ def parity_of(run, plain) -> tuple[str | None, int | None, int | None]:
     return "diverged", verdict.token_index, verdict.char_index
 
 
-def cell_view(stats, speedup, parity) -> CellView:
-    """One cell from summarize's statistics, speed-up and parity verdict (None: none)."""
+def cell_view(stats, speedup, parity, plain=None) -> CellView:
+    """One cell from summarize's statistics, speed-up and parity verdict (None: none), and
+    its plain partner's statistics (a throttled plain run marks the speed-up too)."""
     key = stats.key
     diverged = parity is not None and parity.status == "diverged"
     return CellView(
@@ -73,6 +74,8 @@ def cell_view(stats, speedup, parity) -> CellView:
         diverge_char=parity.char_index if diverged else None,
         counters=counters_of(stats.counters),
         noisy_runs=stats.noisy_runs,
+        throttled_runs=stats.throttled_runs,
+        throttled=bool(stats.throttled_runs or (plain is not None and plain.throttled_runs)),
     )
 
 
@@ -83,7 +86,9 @@ def view_of_runs(matrix_id: str, name: str, runs: list) -> MatrixView:
     ups = summarize.speedups(stats)
     by_up = {u.key: u for u in ups}
     by_parity = {v.key: v for v in summarize.parity_verdicts(rows)}
-    cells = tuple(cell_view(s, by_up.get(s.key), by_parity.get(s.key)) for s in stats)
+    by_key = {s.key: s for s in stats}
+    cells = tuple(cell_view(s, by_up.get(s.key), by_parity.get(s.key),
+                            by_key.get(s.key.with_arm(PLAIN))) for s in stats)
     done = [r for r in runs if r.status == "done"]
     arms = ordered(r.arm for r in done)
     if PLAIN in arms:

@@ -41,6 +41,7 @@ class HistoryRow:
     loop: bool
     change: ChangeTest | None  # against the previous point on the same target
     differs: tuple[str, ...] = ()  # provenance that differs from the previous point
+    throttled: bool = False  # a run of this point ran on a throttled host
 
 
 def _target_filters(target: str | None) -> dict:
@@ -96,6 +97,7 @@ def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> 
         values=values, median_tok_per_s=median, spread=relative_spread(values),
         speedup=median / statistics.median(plain) if plain and arm != "plain" else None,
         loop=loop, change=change, differs=differs,
+        throttled=any(getattr(r, "throttled", False) for r in arms[arm]),
     )
 
 
@@ -107,13 +109,20 @@ def change_text(change: ChangeTest | None) -> str:
     return f"{verdict} {change.ratio:.2f}x ({change.test}{p_value})"
 
 
+def _differs_text(row: HistoryRow) -> str:
+    """What else changed since the previous point (provenance, e.g. power mode or clocks),
+    and THROTTLED when a run of this point ran on a throttled host."""
+    text = f"; differs in {', '.join(row.differs)}" if row.differs else ""
+    return text + ("; THROTTLED" if row.throttled else "")
+
+
 def history_grid(rows: list[HistoryRow], title: str) -> Grid:
     """The history table: one line per point, the change from the previous one, the test."""
     lines = tuple(
         (r.target, r.matrix_id, r.submitted_at, str(len(r.values)),
          f"{r.median_tok_per_s:.2f} {pct(r.spread)}",
          DASH if r.speedup is None else f"{r.speedup:.2f}x" + (" LOOP" if r.loop else ""),
-         change_text(r.change))
+         change_text(r.change) + _differs_text(r))
         for r in rows
     )
     headers = ("target", "matrix", "submitted (UTC)", "n", "median tok/s", "speed-up",
@@ -195,7 +204,8 @@ def compare_grid(rows: list[CompareRow], a: str, b: str) -> Grid:
     regressions = sum(r.verdict == "regression" for r in rows)
     notes = (f"{regressions} regressions in {len(rows)} cells measured in both.", TEST_NOTE,
              "A slow-down is a regression only when the cells differ in nothing but code "
-             "version (weights, prompt, engine config, host, library versions); "
+             "version (weights, prompt, engine config, host, library versions, power mode, "
+             "clocks); "
              "--allow-mixed lifts that.")
     return Grid(f"{b} against {a}", headers, lines, notes, left_cols=4)
 

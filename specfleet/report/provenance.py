@@ -1,5 +1,11 @@
 """What produced a run, apart from the code: the things `compare` checks before it calls a
-slow-down a regression (issue 7 provenance)."""
+slow-down a regression (issue 7 provenance), and `history` names between two points.
+
+Power mode and clocks come from the host conditions read before the run
+(`workers/conditions`): power mode = power source, Low Power Mode, CPU governor; clocks =
+the clock ceilings (CPU hardware max and policy cap, each GPU's max SM clock and power cap),
+not the momentary clocks. A run stored without conditions leaves these two out.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +20,23 @@ def _canonical(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def _conditions_parts(run) -> dict[str, str]:
+    before = (getattr(run, "conditions", None) or {}).get("before") or {}
+    power = {k: before.get(k) for k in ("power_source", "low_power_mode", "cpu_governor")}
+    clocks = {k: before.get(k) for k in ("cpu_max_mhz", "cpu_limit_mhz")}
+    clocks["gpus"] = [[g.get("name"), g.get("sm_clock_max_mhz"), g.get("power_cap_w")]
+                      for g in before.get("gpus", [])]
+    parts = {}
+    if any(v is not None for v in power.values()):
+        parts["power mode"] = _canonical(power)
+    if clocks["gpus"] or any(v is not None for k, v in clocks.items() if k != "gpus"):
+        parts["clocks"] = _canonical(clocks)
+    return parts
+
+
 def provenance(run) -> dict[str, str]:
-    """The run's provenance minus its code version, each part as comparable text."""
+    """The run's provenance minus its code version, each part as comparable text (power
+    mode and clocks only when the run's host conditions recorded them)."""
     config = {k: v for k, v in (run.engine_config or {}).items()
               if k not in _MEASURED_CONFIG_KEYS}
     libraries = {k: v for k, v in (run.versions or {}).items() if not k.startswith("specfleet")}
@@ -25,15 +46,17 @@ def provenance(run) -> dict[str, str]:
         "engine config": _canonical(config),
         "host fingerprint": str(run.host_fingerprint),
         "library versions": _canonical(libraries),
+        **_conditions_parts(run),
     }
 
 
 def differences(runs_a: Iterable, runs_b: Iterable) -> list[str]:
-    """Names of the provenance parts whose values differ between two sets of runs."""
+    """Names of the provenance parts whose values differ between two sets of runs (a part
+    recorded on one side only is not called a difference: there is nothing to compare)."""
     seen_a: dict[str, set[str]] = {}
     seen_b: dict[str, set[str]] = {}
     for runs, seen in ((runs_a, seen_a), (runs_b, seen_b)):
         for run in runs:
             for name, value in provenance(run).items():
                 seen.setdefault(name, set()).add(value)
-    return [name for name in seen_a if seen_a[name] != seen_b.get(name, set())]
+    return [name for name in seen_a if name in seen_b and seen_a[name] != seen_b[name]]

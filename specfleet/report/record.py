@@ -21,6 +21,7 @@ from specfleet.report.tables import DASH, grids_for
 from specfleet.report.view import LOOP_SHARE_FLAG, SPREAD_FLAG
 from specfleet.store.export import export_runs
 from specfleet.store.models import Host, Prompt
+from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, HostConditions, summary
 
 METHOD = (
     "- Each target runs every model, prompt and repeat with the arms back to back in "
@@ -109,6 +110,29 @@ def _load_cols(values: list[float]) -> tuple[str, str, str]:
             f"{min(values):.2f}–{max(values):.2f}")
 
 
+def conditions_grid(runs: list) -> Grid:
+    """Host conditions per host: read before its first run and after its last run (power,
+    thermal state, clocks, free memory), and the runs flagged throttled with their reasons."""
+    rows = []
+    for host in sorted({r.host for r in runs}):
+        mine = sorted((r for r in runs if r.host == host), key=lambda r: r.started_at or 0)
+        first = _reading(mine[0], "before")
+        last = _reading(mine[-1], "after")
+        flagged = [r for r in mine if r.throttled]
+        reasons = "; ".join(dict.fromkeys(r.throttle_reason for r in flagged if r.throttle_reason))
+        rows.append((host, first, last, f"{len(flagged)} of {len(mine)}", reasons or DASH))
+    note = (f"Throttled: clocks below {CLOCK_FRACTION_FLAG:.0%} of their maximum, thermal state "
+            "not nominal, on battery or in Low Power Mode (docs/trust.md); such cells read "
+            "THROTTLED.")
+    return Grid("Host conditions", ("host", "before the first run", "after the last run",
+                                    "runs throttled", "why"), tuple(rows), (note,), left_cols=5)
+
+
+def _reading(run, side: str) -> str:
+    data = (run.conditions or {}).get(side)
+    return summary(HostConditions.from_dict(data)) if data else DASH
+
+
 def parity_grid(store, matrix_id: str) -> list[Grid]:
     """Arm-vs-plain verdicts (no replay: `specfleet parity ID` adds the forensics)."""
     report = check_parity(store, matrix_id)
@@ -134,11 +158,12 @@ def raw_grid(runs: list) -> Grid:
             f"{r.total_s or 0:.3f}",
             f"{r.rounds or 0}/{r.drafted_rounds or 0}/{r.paused_rounds or 0}",
             f"{r.proposed or 0}/{r.accepted or 0}", str(r.shadow_confirmations or 0),
-            f"{r.loop_share or 0:.2f}", "yes" if r.noisy else "no", load, r.stop_reason or DASH,
+            f"{r.loop_share or 0:.2f}", "yes" if r.noisy else "no",
+            "yes" if r.throttled else "no", load, r.stop_reason or DASH,
         ))
     headers = ("target", "model", "prompt", "arm", "rep", "tok", "tok/s", "prefill s",
                "total s", "rounds/drafted/paused", "prop/acc", "shadow", "loop share",
-               "noisy", "load before/after", "stop")
+               "noisy", "throttled", "load before/after", "stop")
     return Grid("Raw per-run data (plan order)", headers, tuple(rows), left_cols=5)
 
 
@@ -159,7 +184,8 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     ]
     body = [environment_grid(store, runs), prompts_grid(store, runs)]
     results = grids_for(view, None) + (grids_for(view, "target") if len(view.targets) > 1 else [])
-    tail = [*parity_grid(store, matrix_id), load_grid(store, matrix_id, runs)]
+    tail = [*parity_grid(store, matrix_id), load_grid(store, matrix_id, runs),
+            conditions_grid(runs)]
     plots = ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
     return "\n".join([
         *lines, to_markdown(body, level=2), "## Results", "",

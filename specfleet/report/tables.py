@@ -3,7 +3,8 @@
 Per target, like the reference record (spec 7.4): rows model x arm, columns prompts, each
 speed-up with its spread beside it. Markers (explained under every table):
 `!` spread above 5%, `within noise` inside plain's spread, `LOOP` replies loop (kept out of
-the headline), `=` identical to plain, `≠` diverged from plain.
+the headline), `THROTTLED` a run of the cell or of its plain ran on a throttled host,
+`=` identical to plain, `≠` diverged from plain.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ LEGEND = (
     f"Speed-up = median tok/s of the arm / median plain tok/s (whole call incl. prefill); "
     f"±x% = (max-min)/median over repeats; ! spread > {SPREAD_FLAG:.0%}; plain rows show the "
     f"noise floor; 'within noise' = inside plain's spread; LOOP = replies loop (kept out of "
-    f"the headline); = identical to plain, ≠ diverged."
+    f"the headline); THROTTLED = a run of the cell or of its plain ran on a throttled host "
+    f"(clocks capped, thermal state not nominal, on battery or Low Power Mode); "
+    f"= identical to plain, ≠ diverged."
 )
 
 
@@ -35,7 +38,7 @@ def speedup_text(cell: CellView | None) -> str:
     if cell is None or not cell.rates:
         return DASH
     if cell.arm == PLAIN:
-        return f"1.00x {pct(cell.spread)}{'!' if cell.spread_flag else ''}"
+        return f"1.00x {pct(cell.spread)}{'!' if cell.spread_flag else ''}" + _throttled(cell)
     if cell.speedup is None:
         return DASH
     parts = [f"{cell.speedup:.2f}x", pct(cell.spread) + ("!" if cell.spread_flag else "")]
@@ -43,9 +46,15 @@ def speedup_text(cell: CellView | None) -> str:
         parts.append("within noise")
     if cell.loop:
         parts.append("LOOP")
+    if cell.throttled:
+        parts.append("THROTTLED")
     if cell.parity:
         parts.append("=" if cell.parity == "identical" else "≠")
     return " ".join(parts)
+
+
+def _throttled(cell: CellView | None) -> str:
+    return " THROTTLED" if cell is not None and cell.throttled else ""
 
 
 def parity_text(cell: CellView) -> str:
@@ -71,7 +80,7 @@ def plain_grid(view: MatrixView, target: str) -> Grid:
             continue
         text = [
             DASH if c is None or not c.rates else f"{c.median_tok_per_s:.1f} {pct(c.spread)}"
-            + ("!" if c.spread_flag else "")
+            + ("!" if c.spread_flag else "") + _throttled(c)
             for c in cells
         ]
         rows.append((model, *text))

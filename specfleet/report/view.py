@@ -33,6 +33,9 @@ class CellView:
         parity: "identical", "diverged" or None (plain, or nothing to compare).
         diverge_token / diverge_char: first differing token / character against plain.
         noisy_runs: repetitions the worker flagged as run on a busy host.
+        throttled_runs: repetitions the worker flagged as run on a throttled host.
+        throttled: a run of this cell, or of its plain partner, ran throttled (marked
+            THROTTLED like LOOP: the speed-up may not hold on a host at full speed).
     """
 
     target: str
@@ -53,6 +56,8 @@ class CellView:
     diverge_char: int | None = None
     counters: Counters = field(default_factory=Counters)
     noisy_runs: int = 0
+    throttled_runs: int = 0
+    throttled: bool = False
 
     @property
     def n(self) -> int:

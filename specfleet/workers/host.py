@@ -17,7 +17,7 @@ from typing import Any
 
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.jobs.run import RunResult, RunSpec
-from specfleet.workers.conditions.probe import ConditionsProbe
+from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.hardware import (
     QUIET_BUSY_PER_CORE,
     ForeignCpuMeter,
@@ -260,7 +260,7 @@ class HostWorker:
         result = self._result(spec, prepared, generation, started_at)
         noisy = other_run_active or not quiet.quiet
         return result.model_copy(update={"load_before": load_before, "noisy": noisy,
-                                         **self._probe.run_fields(before, after)})
+                                         **run_fields(before, after)})
 
     def _prepare(self, spec: RunSpec) -> _Prepared:
         lookup, policy = run_policy(spec)

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.store.store import open_store
+from specfleet.workers.conditions import GpuReading, HostConditions
+from specfleet.workers.conditions.probe import run_fields
 
 EXPECTED = Path(__file__).parent / "expected"
 A, B = "gold-a-000001", "gold-b-000002"
@@ -83,6 +85,24 @@ def _specs(matrix: str) -> list[tuple[RunSpec, float]]:
     return out
 
 
+def _conditions(spec: RunSpec, matrix: str) -> dict:
+    """Host conditions before/after a run: matrix B's Mac runs in Low Power Mode; one
+    GB10 run of A is thermally slowed down (THROTTLED)."""
+    hot = (matrix, spec.target, spec.prompt_name, spec.arm, spec.repeat) == (
+        A, T2, "story", "gated", 1)
+    if spec.target == T1:
+        reading = HostConditions(at=0.0, platform="darwin", power_source="ac",
+                                 low_power_mode=matrix == B, mem_available_gb=40.0)
+    else:
+        gpu = GpuReading(index=0, name="NVIDIA GB10", sm_clock_mhz=2900.0,
+                         sm_clock_max_mhz=3003.0, temperature_c=88.0 if hot else 55.0,
+                         throttle_reasons=("sw_thermal_slowdown",) if hot else ())
+        reading = HostConditions(at=0.0, platform="linux", cpu_governor="performance",
+                                 cpu_mhz=3900.0, cpu_max_mhz=3900.0, cpu_limit_mhz=3900.0,
+                                 mem_available_gb=100.0, gpus=(gpu,), gpu_source="nvml")
+    return run_fields(reading, reading)
+
+
 def _result(spec: RunSpec, rate: float, index: int, matrix: str) -> RunResult:
     tokens = _tokens(spec.target, spec.prompt_name, spec.arm)
     rounds, drafted, paused, proposed, accepted, shadow = COUNTERS[spec.arm]
@@ -102,6 +122,7 @@ def _result(spec: RunSpec, rate: float, index: int, matrix: str) -> RunResult:
         load_before=(0.5 + spec.repeat / 10, 0.4, 0.3), load_after=(0.6, 0.4, 0.3),
         weights_hash="w" * 16, engine_config={"max_draft": 7}, versions=versions,
         started_at=started, finished_at=started + timedelta(seconds=1),
+        **_conditions(spec, matrix),
     )
 
 

@@ -13,6 +13,13 @@ from specfleet.workers.conditions.sample import conditions_root, sample_conditio
 from specfleet.workers.quiet import QuietCheck
 
 
+def run_fields(before: HostConditions, after: HostConditions) -> dict:
+    """The `RunResult` fields of a run read `before` and `after` its timed window."""
+    verdict = judge(before, after)
+    return {"conditions": {"before": before.to_dict(), "after": after.to_dict()},
+            "throttled": verdict.throttled, "throttle_reason": verdict.reason or None}
+
+
 class NotEnoughMemory(RuntimeError):
     """A model was not loaded: it needs more memory than the host has free."""
 
@@ -48,12 +55,6 @@ class ConditionsProbe:
             return check
         reason = "; ".join(r for r in (check.reason, f"host throttled: {verdict.reason}") if r)
         return replace(check, quiet=False, reason=reason)
-
-    def run_fields(self, before: HostConditions, after: HostConditions) -> dict:
-        """The `RunResult` fields of a run read `before` and `after` its timed window."""
-        verdict = judge(before, after)
-        return {"conditions": {"before": before.to_dict(), "after": after.to_dict()},
-                "throttled": verdict.throttled, "throttle_reason": verdict.reason or None}
 
     def refuse_if_too_big(self, model: str, size_bytes: int, device: str) -> None:
         """Raise `NotEnoughMemory` (one line: host, needed, free) when the model won't fit."""
