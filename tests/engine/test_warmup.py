@@ -1,12 +1,13 @@
-"""Verify-width warm-up (spec 2.10; scenario 6.29)."""
+"""Verify-width warm-up: each width once per loaded model, over a short context (scenario 6.29)."""
 
 from __future__ import annotations
 
 import pytest
 
 from specfleet.engine.config import PromptLookupConfig
-from specfleet.engine.loop import warm_up_verify_widths
-from specfleet.engine.runners.toy import WidthRecordingModel
+from specfleet.engine.loop import generate, warm_up_verify_widths
+from specfleet.engine.runners.toy import InductionModel, WidthRecordingModel
+from specfleet.engine.warmup import WARM_CONTEXT_TOKENS, cold_widths
 
 
 def test_warmup_runs_every_verify_width_and_rolls_each_back():
@@ -14,9 +15,32 @@ def test_warmup_runs_every_verify_width_and_rolls_each_back():
     model = WidthRecordingModel()
     model.forward([1, 1, 1])  # stale state is reset first
     config = PromptLookupConfig(ngram_max=3, ngram_min=2, max_draft=4)
-    seconds = warm_up_verify_widths(model, [1, 2, 3, 4, 5], config.max_draft)
-    assert model.forward_widths[1:] == [5, 2, 3, 4, 5]
-    assert model.cache_len() == 5 and model.cache == [1, 2, 3, 4, 5]
+    prompt = list(range(1, 40))
+    seconds = warm_up_verify_widths(model, prompt, config.max_draft)
+    # A short prefix, not the whole prompt: the prefill was the 63 s of the old warm-up.
+    assert model.forward_widths[1:] == [WARM_CONTEXT_TOKENS, 2, 3, 4, 5]
+    assert model.cache_len() == 0  # `generate` prefills the prompt itself
     assert seconds >= 0.0
     with pytest.raises(ValueError):
         warm_up_verify_widths(model, [], 4)
+
+
+def test_warmup_happens_once_per_loaded_model_and_width():
+    model, other = WidthRecordingModel(), WidthRecordingModel()
+    warm_up_verify_widths(model, [1, 2, 3], 3)
+    assert warm_up_verify_widths(model, [1, 2, 3], 3) == 0.0
+    assert cold_widths(model, 3) == [] and cold_widths(model, 5) == [5, 6]
+    before = len(model.forward_widths)
+    warm_up_verify_widths(model, [1, 2, 3], 5)  # only the two new widths run
+    assert model.forward_widths[before:] == [3, 5, 6]
+    assert cold_widths(other, 3) == [2, 3, 4]  # another loaded model is still cold
+
+
+def test_generate_after_warmup_equals_generate_alone():
+    prompt = [1, 2, 3, 4, 1, 2, 3]
+    alone = generate(InductionModel(), prompt, max_tokens=12,
+                     lookup=PromptLookupConfig(max_draft=3))
+    warmed = InductionModel()
+    warm_up_verify_widths(warmed, prompt, 3)
+    after = generate(warmed, prompt, max_tokens=12, lookup=PromptLookupConfig(max_draft=3))
+    assert after.tokens == alone.tokens and after.stats == alone.stats
