@@ -1,8 +1,9 @@
 """`specfleet generate` and `specfleet calibrate`: one model, one host, no fleet (spec 9).
 
-`generate` mirrors the reference `generate --prompt-lookup` command: the reply on stdout,
-then `[Generated N tokens in X s = Y tok/s]` (whole call including prefill); with prompt
-lookup the `[Prompt lookup] ...` counters line on stderr. `calibrate` prints the per-width
+`generate` mirrors the reference `generate --prompt-lookup` command: the reply on stdout
+(streamed), then `[Generated N tokens in X s = Y tok/s]` (whole call including prefill),
+the prompt and generation rates apart and peak memory; with prompt lookup the
+`[Prompt lookup] ...` counters line on stderr. `calibrate` prints the per-width
 verify cost table of spec 7.6.
 """
 
@@ -11,13 +12,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from specfleet.cli.generate_io import (
+    ReplyStream,
+    footer_lines,
+    peak_memory,
+    read_prompt,
+)
 from specfleet.engine.config import (
     DEFAULT_MAX_DRAFT,
     DEFAULT_NGRAM_MAX,
@@ -93,26 +101,6 @@ def lookup_config(
         raise UserError(f"{_LOOKUP_FLAG_PREFIX}{err}") from None
 
 
-def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
-    """The prompt text from `--prompt` or `--prompt-file` (exactly one, not empty)."""
-    if prompt is not None and prompt_file is not None:
-        raise UserError("--prompt and --prompt-file: give one, not both")
-    if prompt_file is not None:
-        from specfleet.configs import packaged_names, prompt_path, prompts_dir
-
-        path = prompt_path(prompt_file)
-        if not path.is_file():
-            names = ", ".join(packaged_names(prompts_dir()))
-            raise UserError(f"--prompt-file: no such file {str(prompt_file)!r} "
-                            f"(or a packaged prompt: {names})")
-        prompt = path.read_text(encoding="utf-8")
-    if prompt is None:
-        raise UserError("--prompt: give the prompt text with --prompt/-p or --prompt-file")
-    if not prompt.strip():
-        raise UserError("--prompt: the prompt is empty; give some text")
-    return prompt
-
-
 def _runner_class(engine: str) -> Any:
     try:
         if engine == "torch":
@@ -167,9 +155,13 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
     return LoadedModel(runner, resolved.alias, str(resolved.path), resolved.weights_hash)
 
 
-def encode(runner: Any, text: str, chat: bool | None) -> list[int]:
+def encode(runner: Any, text: str, chat: bool | None, system: str | None = None) -> list[int]:
     """Token ids of the prompt; `chat=None` applies the chat template where there is one."""
-    ids = list(runner.encode_prompt(text, chat=True if chat is None else chat))
+    chat = True if chat is None else chat
+    if system is None:
+        ids = list(runner.encode_prompt(text, chat=chat))
+    else:
+        ids = list(runner.encode_prompt(text, chat=chat, system=system))
     if not ids:
         raise UserError("--prompt: the prompt encodes to no tokens")
     return ids
@@ -190,6 +182,7 @@ class GenerateRequest:
     max_draft: int
     adaptive: bool
     loop_guard: tuple[int, int, int] | None
+    system: str | None = None
 
 
 def validate_request(request: GenerateRequest) -> None:
@@ -208,16 +201,48 @@ def validate_request(request: GenerateRequest) -> None:
     )
 
 
+@contextmanager
+def status_line(message: str) -> Iterator[None]:
+    """A spinner with `message` on stderr while the block runs, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message):
+        yield
+
+
 def run_generation(
-    loaded: LoadedModel, request: GenerateRequest, *, chat: bool | None, warm_up: bool, trace: bool
+    loaded: LoadedModel,
+    request: GenerateRequest,
+    *,
+    chat: bool | None,
+    warm_up: bool,
+    trace: bool,
+    stream: ReplyStream | None = None,
+    announce: bool = False,
 ) -> dict[str, Any]:
-    """Warm up (timed apart), generate, and return the result as one JSON-ready dict."""
+    """Warm up (timed apart), generate, and return the result as one JSON-ready dict.
+
+    Args:
+        loaded: the model.
+        request: the validated request.
+        chat: apply the chat template (None: where there is one).
+        warm_up: run the verify widths first (once per loaded model per process).
+        trace: record the round-by-round trace.
+        stream: prints the reply as its tokens are decided; None prints nothing.
+        announce: say the warm-up's time on stderr before the reply starts.
+
+    Returns:
+        The `--json` object (see `result_dict`).
+    """
     from specfleet.engine.loop import generate, warm_up_verify_widths
     from specfleet.engine.runners.base import UnsupportedModelError
     from specfleet.engine.sampling import SamplerConfig
 
     runner = loaded.runner
-    prompt_ids = encode(runner, request.text, chat)
+    prompt_ids = encode(runner, request.text, chat, request.system)
     lookup = None
     if request.use_lookup:
         lookup = lookup_config(
@@ -229,10 +254,13 @@ def run_generation(
             runner.device,
         )
     warmup_s = 0.0
-    if warm_up:
-        start_s = time.perf_counter()
-        warm_up_verify_widths(runner, prompt_ids, request.max_draft)
-        warmup_s = time.perf_counter() - start_s
+    if warm_up:  # also for plain: the first forwards of a fresh model pay one-off costs
+        widths = f"2..{request.max_draft + 1}"
+        with status_line(f"warming up verify widths {widths} ({loaded.alias}, {runner.engine})"):
+            warmup_s = warm_up_verify_widths(runner, prompt_ids, request.max_draft)
+        if announce and warmup_s > 0:
+            typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
+                       "(not in the figures below)", err=True)
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
     try:
         result = generate(
@@ -243,6 +271,7 @@ def run_generation(
             sampler=sampler.validate(),
             loop_guard=request.loop_guard,
             trace=trace,
+            on_tokens=stream,
         )
     except UnsupportedModelError as err:
         raise UserError(f"--prompt-lookup: {loaded.alias}: {err}") from None
@@ -257,10 +286,11 @@ def result_dict(
     warmup_s: float,
 ) -> dict[str, Any]:
     """The `--json` object: text, token ids, counters, timings (seconds), provenance."""
-    from specfleet.engine.stats import loop_share
+    from specfleet.engine.stats import decode_tok_per_s, loop_share, prompt_tok_per_s
 
     tokens = list(result.tokens)
     timings = result.timings
+    memory_gb, memory_kind = peak_memory(loaded.runner.engine, loaded.runner.device)
     stats = result.stats
     counters = dataclasses.asdict(stats)
     counters["acceptance_rate"] = stats.acceptance_rate
@@ -279,6 +309,10 @@ def result_dict(
             "warmup_s": warmup_s,
         },
         "tok_per_s": len(tokens) / timings.total_s if timings.total_s > 0 else 0.0,
+        "prompt_tok_per_s": prompt_tok_per_s(len(prompt_ids), timings.prefill_s),
+        "decode_tok_per_s": decode_tok_per_s(len(tokens), timings.decode_s),
+        "peak_memory_gb": memory_gb,
+        "memory_kind": memory_kind,
         "prompt_lookup": dataclasses.asdict(lookup) if lookup is not None else None,
         "counters": counters,
         "summary_line": stats.summary_line(len(tokens)) if lookup is not None else None,
@@ -287,14 +321,6 @@ def result_dict(
         "device": loaded.runner.device,
         "trace": [dataclasses.asdict(row) for row in (result.trace or [])],
     }
-
-
-def generated_line(result: dict[str, Any]) -> str:
-    """`[Generated N tokens in X s = Y tok/s]`, whole call including prefill."""
-    return (
-        f"[Generated {result['generated_tokens']} tokens in {result['timings']['total_s']:.3f} s"
-        f" = {result['tok_per_s']:.2f} tok/s]"
-    )
 
 
 def trace_line(row: dict[str, Any]) -> str:
@@ -307,20 +333,31 @@ def trace_line(row: dict[str, Any]) -> str:
     return f"[Trace] {text}"
 
 
-def print_result(result: dict[str, Any], *, as_json: bool, trace: bool) -> None:
-    """Print the reply and the counters the way the reference CLI does."""
+def print_result(
+    result: dict[str, Any], *, as_json: bool, trace: bool, stream: ReplyStream | None = None
+) -> None:
+    """Print the reply (the rest of it when it was streamed) and the footer.
+
+    Args:
+        result: the `--json` object.
+        as_json: print the object whole, nothing else.
+        trace: print the round-by-round trace on stderr.
+        stream: what was streamed already; None prints the whole reply here.
+    """
     if as_json:
         if not trace:
             result = {key: value for key, value in result.items() if key != "trace"}
         typer.echo(json.dumps(result))
         return
-    if result["timings"]["warmup_s"] > 0:
-        typer.echo(f"[Warm-up] verify widths in {result['timings']['warmup_s']:.3f} s", err=True)
+    if stream is not None:
+        stream.finish(result["text"])
+    else:
+        typer.echo(result["text"])
     if trace:
         for row in result["trace"]:
             typer.echo(trace_line(row), err=True)
-    typer.echo(result["text"])
-    typer.echo(generated_line(result))
+    for line in footer_lines(result):
+        typer.echo(line)
     if result["summary_line"] is not None:
         typer.echo(result["summary_line"], err=True)
     if result["stop_reason"] == "loop_guard":
@@ -329,11 +366,15 @@ def print_result(result: dict[str, Any], *, as_json: bool, trace: bool) -> None:
 
 def generate_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
-    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="Prompt text.")] = None,
+    prompt: Annotated[str | None, typer.Option(
+        "--prompt", "-p", help="Prompt text; - reads standard input.")] = None,
     prompt_file: Annotated[
         Path | None, typer.Option(
-            "--prompt-file", help="Read the prompt from a file, or a packaged prompt by name.")
+            "--prompt-file",
+            help="Read the prompt from a file, a packaged prompt by name (story), or - (stdin).")
     ] = None,
+    system_prompt: Annotated[str | None, typer.Option(
+        "--system-prompt", help="A system turn before the prompt (chat template).")] = None,
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")
     ] = 256,
@@ -365,14 +406,19 @@ def generate_command(
         str | None,
         typer.Option("--loop-guard", help="MIN,MAX,REPEATS: stop a reply that repeats one period."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="One JSON object on stdout (whole, not streamed).")] = False,
     trace: Annotated[bool, typer.Option("--trace", help="Print the round-by-round trace.")] = False,
     warm_up: Annotated[
         bool,
         typer.Option("--warm-up/--no-warm-up", help="Run every verify width once before timing."),
     ] = True,
 ) -> None:
-    """Generate one reply, with or without prompt lookup, and print its speed."""
+    """Generate one reply, with or without prompt lookup, and print its speed.
+
+    The reply streams to stdout as its tokens are decided; the footer gives the whole call,
+    the prompt (prefill) and generation (decode) rates apart, and peak memory.
+    """
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),
         max_tokens=max_tokens,
@@ -385,13 +431,16 @@ def generate_command(
         max_draft=max_draft,
         adaptive=not no_adaptive,
         loop_guard=parse_loop_guard(loop_guard),
+        system=system_prompt,
     )
     validate_request(request)
     check_choice("--engine", engine, ENGINES)
     check_choice("--device", device, DEVICES)
     loaded = load_model(model, engine, device)
-    result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace)
-    print_result(result, as_json=as_json, trace=trace)
+    stream = None if as_json else ReplyStream(loaded.runner.decode)
+    result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace,
+                            stream=stream, announce=not as_json)
+    print_result(result, as_json=as_json, trace=trace, stream=stream)
 
 
 def register(app: typer.Typer) -> None:

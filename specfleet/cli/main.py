@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Annotated
 
 import typer
 from typer import _click  # typer 0.29 vendors click: parsing raises its own UsageError
@@ -36,8 +37,33 @@ app = typer.Typer(
     help="Prompt-lookup speculative decoding across a fleet, with every measurement kept.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # Subcommands inherit the context settings: `-h` works on every command.
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def version_text() -> str:
+    """`specfleet X.Y.Z`, plus the git commit when running from a checkout."""
+    import specfleet
+    from specfleet.workers.hardware import git_commit
+
+    commit = git_commit()
+    return f"specfleet {specfleet.__version__}" + (f" (git {commit})" if commit else "")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", "-V", callback=_version, is_eager=True,
+        help="Print the version (and the git commit of a checkout) and exit.")] = False,
+) -> None:
+    """Prompt-lookup speculative decoding across a fleet, with every measurement kept."""
 
 # (module, attribute): each module under specfleet/cli/ owns one noun.
 # A module exposing `app` becomes a group; one exposing `register(app)` adds top-level commands.

@@ -38,6 +38,7 @@ ALLOCATOR_CLEAR_EVERY = 256  # generated tokens between allocator-cache clears (
 FORCE_SYNC_ENV = "SPECFLEET_FORCE_SYNC"  # presence (any value) disables pipelining
 
 StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
+TokensCallback = Callable[[Sequence[int]], None]  # every token emitted so far
 
 __all__ = [
     "Generation", "generate", "sequential_reference", "unsupported_reason",
@@ -292,9 +293,13 @@ def _after_round(s: _Loop) -> None:
         s.next_clear += ALLOCATOR_CLEAR_EVERY
 
 
-def _decode(s: _Loop, should_stop: Callable[[], bool] | None) -> None:
+def _decode(
+    s: _Loop, should_stop: Callable[[], bool] | None, on_tokens: TokensCallback | None
+) -> None:
     """The loop of spec 2.4, one round per iteration."""
     while s.stop_reason is None:
+        if on_tokens is not None:
+            on_tokens(s.generated)
         if should_stop is not None and should_stop():
             s.stop_reason = "cancelled"
             break
@@ -339,6 +344,7 @@ def generate(
     trace: bool = False,
     should_stop: Callable[[], bool] | None = None,
     pipeline: bool | None = None,
+    on_tokens: TokensCallback | None = None,
 ) -> Generation:
     """Generate a reply with prompt lookup (or plain decoding when `lookup` is None).
 
@@ -354,6 +360,8 @@ def generate(
         pipeline: None allows pipelining unless `SPECFLEET_FORCE_SYNC` is set or the
             sampler needs host rows; False forbids it; True forces it (greedy
             batched-argmax samplers only).
+        on_tokens: called between rounds and at the end with every token emitted so far
+            (streaming); its time counts in `decode_s`.
 
     Returns:
         The `Generation`.
@@ -383,7 +391,9 @@ def generate(
         s.stop_reason = "max_tokens"
     else:
         _emit(s, first)
-        _decode(s, should_stop)
+        _decode(s, should_stop, on_tokens)
+        if on_tokens is not None:
+            on_tokens(s.generated)
     end = time.perf_counter()
     timings = Timings(prefill_end - start, end - prefill_end, end - start)
     return Generation(s.generated, s.stats, timings, s.stop_reason, s.trace or [])

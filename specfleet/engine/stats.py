@@ -72,6 +72,20 @@ class Timings:
     total_s: float
 
 
+def prompt_tok_per_s(prompt_tokens: int, prefill_s: float) -> float:
+    """Prefill rate: prompt tokens over prefill seconds (0.0 when not measured)."""
+    return prompt_tokens / prefill_s if prefill_s > 0 else 0.0
+
+
+def decode_tok_per_s(generated_tokens: int, decode_s: float) -> float:
+    """Generation rate after the first token (the prefill emits that one):
+    `(generated - 1) / decode_s`, 0.0 when not measured. Unlike the whole-call rate it does
+    not hide a reply's speed behind a slow prefill."""
+    if decode_s <= 0 or generated_tokens < 2:
+        return 0.0
+    return (generated_tokens - 1) / decode_s
+
+
 @dataclass(frozen=True)
 class RoundTrace:
     """One loop iteration, recorded when `generate(..., trace=True)`.

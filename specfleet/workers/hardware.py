@@ -167,7 +167,7 @@ def machine_id() -> str:
 def library_versions() -> dict[str, str]:
     """Versions of python, specfleet (with git commit when run from a checkout) and engines."""
     versions = {"python": platform.python_version(), "specfleet": specfleet.__version__}
-    commit = _git_commit()
+    commit = git_commit()
     if commit:
         versions["specfleet_commit"] = commit
     for dist in VERSIONED_PACKAGES:
@@ -178,7 +178,8 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The checkout's commit when specfleet runs from a git checkout, else None."""
     root = Path(specfleet.__file__).resolve().parent.parent
     if not (root / ".git").exists():
         return None

@@ -105,6 +105,8 @@ def test_a_bad_flag_is_one_line_naming_the_flag_and_exit_2(args, expected):
         (["-m", MODEL], "--prompt"),
         (["-m", MODEL, "--prompt-file", "/no/such/prompt.txt"], "--prompt-file"),
         (["-m", MODEL, "-p", "hi", "--prompt-file", "/no/such/prompt.txt"], "not both"),
+        (["-m", MODEL, "--prompt-file", "nosuch"], "(or a packaged prompt: edit_fn, edit_json"),
+        (["-m", MODEL, "-p", "-"], "--prompt: the prompt is empty"),  # stdin is empty
     ],
 )
 def test_a_missing_model_or_prompt_is_one_line_and_exit_2(args, expected):
@@ -184,12 +186,37 @@ def test_text_mode_prints_reply_generated_line_and_summary_on_stderr(bundled_mod
     assert result.exit_code == 0, result.stderr
     out_lines = result.stdout.rstrip("\n").splitlines()
     assert re.fullmatch(
-        r"\[Generated 12 tokens in \d+\.\d{3} s = \d+\.\d{2} tok/s\]", out_lines[-1]
+        r"\[Generated 12 tokens in \d+\.\d{3} s = \d+\.\d{2} tok/s\]", out_lines[-4]
     )
+    assert re.fullmatch(r"\[Prompt\] \d+ tokens in \d+\.\d{3} s = \d+\.\d{2} tok/s", out_lines[-3])
+    assert re.fullmatch(r"\[Generation\] 11 tokens in \d+\.\d{3} s = \d+\.\d{2} tok/s "
+                        r"\(after the first token\)", out_lines[-2])
+    assert re.fullmatch(r"\[Peak memory\] \d+\.\d{3} GB \(process peak RSS\)", out_lines[-1])
     assert "[Prompt lookup]" not in result.stdout
     summary = [line for line in result.stderr.splitlines() if line.startswith("[Prompt lookup]")]
     assert len(summary) == 1 and SUMMARY_RE.match(summary[0])
     assert "[Warm-up]" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_stdin_system_prompt_and_the_streamed_reply_equal_the_json_reply(bundled_model):
+    args = ["generate", "-m", MODEL, "--engine", "torch", "--device", "cpu", "-n", "10",
+            "--prompt-lookup", "--system-prompt", "You repeat code exactly."]
+    streamed = CliRunner().invoke(app, [*args, "-p", "-"], input=EDIT_PROMPT)
+    assert streamed.exit_code == 0, streamed.stderr
+    whole = CliRunner().invoke(app, [*args, "--prompt-file", "-", "--json"], input=EDIT_PROMPT)
+    reply = json.loads(whole.stdout)
+    assert streamed.stdout.startswith(reply["text"] + "\n[Generated 10 tokens in ")
+    assert reply["decode_tok_per_s"] == pytest.approx(9 / reply["timings"]["decode_s"])
+    assert reply["prompt_tok_per_s"] == pytest.approx(
+        reply["prompt_tokens"] / reply["timings"]["prefill_s"])
+    assert reply["peak_memory_gb"] > 0.1 and reply["memory_kind"] == "process peak RSS"
+    default_system = generate_json("-p", EDIT_PROMPT, "-n", "1", "--no-warm-up")
+    assert default_system["prompt_tokens"] != reply["prompt_tokens"]  # the system turn is in
+    refused = invoke("generate", "-m", MODEL, "--engine", "torch", "-p", "hi", "--no-chat",
+                     "--system-prompt", "x")
+    assert refused.exit_code == 2 and "--system-prompt needs the chat template" in refused.stderr
 
 
 @pytest.mark.slow

@@ -9,22 +9,31 @@ import numpy as np
 from specfleet.errors import UserError
 
 
-def encode_with_template(tokenizer: Any, text: str, chat: bool) -> list[int]:
+def encode_with_template(
+    tokenizer: Any, text: str, chat: bool, system: str | None = None
+) -> list[int]:
     """Token ids of `text`; with `chat` (and a template), the user turn plus generation prompt.
 
     Args:
         tokenizer: a Hugging Face tokenizer (or mlx-lm's wrapper of one).
         text: the prompt text (not empty).
         chat: apply the chat template when the tokenizer has one.
+        system: a system turn before the user's; needs the chat template.
 
     Returns:
         Token ids as plain ints.
     """
     if not text:
         raise UserError("--prompt is empty: give some text to continue")
-    if chat and getattr(tokenizer, "chat_template", None):
+    templated = chat and getattr(tokenizer, "chat_template", None)
+    if system is not None and not templated:
+        raise UserError("--system-prompt needs the chat template (this model has none, "
+                        "or --no-chat was given)")
+    if templated:
+        turns = [{"role": "system", "content": system}] if system is not None else []
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            [*turns, {"role": "user", "content": text}], add_generation_prompt=True,
+            tokenize=True,
         )
         if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
             ids = ids["input_ids"]
@@ -37,9 +46,10 @@ class TokenizerText:
 
     tokenizer: Any
 
-    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
-        """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt."""
-        return encode_with_template(self.tokenizer, text, chat)
+    def encode_prompt(self, text: str, chat: bool = True, system: str | None = None) -> list[int]:
+        """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt
+        (after the `system` turn when given)."""
+        return encode_with_template(self.tokenizer, text, chat, system)
 
     def decode(self, ids) -> str:
         """The text of `ids`, special tokens dropped."""

@@ -1,0 +1,146 @@
+"""What `specfleet generate` reads and prints: the prompt (a file, a packaged prompt or
+stdin), the reply streamed as its tokens are decided, and the footer of rates and memory.
+
+The footer follows mlx-lm: the whole call as the reference prints it, then the prompt
+(prefill) and generation (decode) rates apart, then peak memory.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import typer
+
+from specfleet.errors import UserError
+
+STDIN = "-"  # `-p -` / `--prompt-file -`: read the prompt from standard input
+_INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are not all in yet
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: TextIO | None = None) -> str:
+    """The prompt text from `--prompt` or `--prompt-file` (exactly one, not empty).
+
+    Args:
+        prompt: `--prompt` text; `-` reads standard input.
+        prompt_file: a file, a packaged prompt's bare name (`story`), or `-` for stdin.
+        stdin: where `-` reads from (default `sys.stdin`).
+
+    Returns:
+        The prompt text.
+    """
+    if prompt is not None and prompt_file is not None:
+        raise UserError("--prompt and --prompt-file: give one, not both")
+    flag = "--prompt-file" if prompt_file is not None else "--prompt"
+    if prompt == STDIN or (prompt_file is not None and str(prompt_file) == STDIN):
+        prompt = (stdin or sys.stdin).read()
+    elif prompt_file is not None:
+        prompt = _read_prompt_file(prompt_file)
+    if prompt is None:
+        raise UserError("--prompt: give the prompt text with --prompt/-p or --prompt-file "
+                        "(- reads standard input)")
+    if not prompt.strip():
+        raise UserError(f"{flag}: the prompt is empty; give some text")
+    return prompt
+
+
+def _read_prompt_file(prompt_file: Path) -> str:
+    from specfleet.configs import packaged_names, prompt_path, prompts_dir
+
+    path = prompt_path(prompt_file)
+    if not path.is_file():
+        names = ", ".join(packaged_names(prompts_dir()))
+        raise UserError(f"--prompt-file: no such file {str(prompt_file)!r} "
+                        f"(or a packaged prompt: {names})")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"--prompt-file {prompt_file}: not UTF-8 text (byte {err.start})") from None
+
+
+class ReplyStream:
+    """Prints a reply's text as its tokens are decided (the engine's `on_tokens` hook).
+
+    Decodes every token so far and prints what is new; a trailing half-decoded character
+    waits for its next token.
+    """
+
+    def __init__(self, decode: Callable[[Sequence[int]], str],
+                 write: Callable[[str], None] | None = None) -> None:
+        self._decode = decode
+        self._write = write or _write_stdout
+        self.printed = ""
+
+    def __call__(self, tokens: Sequence[int]) -> None:
+        text = self._decode(list(tokens)).rstrip(_INCOMPLETE)
+        if text.startswith(self.printed) and len(text) > len(self.printed):
+            self._write(text[len(self.printed):])
+            self.printed = text
+
+    def finish(self, text: str) -> None:
+        """Print what the final text adds to what was streamed, then the newline."""
+        common = _common_prefix(self.printed, text)
+        self._write(text[common:] + "\n")
+        self.printed = text
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return len(a) if b.startswith(a) else n
+
+
+def _write_stdout(text: str) -> None:
+    typer.echo(text, nl=False)
+    sys.stdout.flush()
+
+
+def rate(tokens: int, seconds: float) -> float:
+    """Tokens per second; 0.0 when no time was measured."""
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def footer_lines(result: dict[str, Any]) -> list[str]:
+    """The whole-call line of the reference, then prompt and generation rates, then memory."""
+    timings = result["timings"]
+    decoded = max(result["generated_tokens"] - 1, 0)  # the first token comes from the prefill
+    lines = [
+        f"[Generated {result['generated_tokens']} tokens in {timings['total_s']:.3f} s"
+        f" = {result['tok_per_s']:.2f} tok/s]",
+        f"[Prompt] {result['prompt_tokens']} tokens in {timings['prefill_s']:.3f} s"
+        f" = {result['prompt_tok_per_s']:.2f} tok/s",
+        f"[Generation] {decoded} tokens in {timings['decode_s']:.3f} s"
+        f" = {result['decode_tok_per_s']:.2f} tok/s (after the first token)",
+    ]
+    if result.get("peak_memory_gb") is not None:
+        lines.append(f"[Peak memory] {result['peak_memory_gb']:.3f} GB ({result['memory_kind']})")
+    return lines
+
+
+def peak_memory(engine: str, device: str) -> tuple[float, str]:
+    """The peak memory of this process in GB and what was measured.
+
+    Args:
+        engine: "mlx" or "torch".
+        device: the runner's device.
+
+    Returns:
+        (GB, kind): the device allocator's peak on MLX and on CUDA, else the process's peak RSS.
+    """
+    if engine == "mlx":
+        import mlx.core as mx
+
+        return mx.get_peak_memory() / 1e9, "mlx peak"
+    if engine == "torch" and device == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 1e9, "cuda peak allocated"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    per_unit = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return rss * per_unit / 1e9, "process peak RSS"

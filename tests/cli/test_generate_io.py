@@ -1,0 +1,46 @@
+"""The prompt sources and the streamed reply of `specfleet generate` (no model)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from specfleet.cli.generate_io import ReplyStream, read_prompt
+from specfleet.configs import prompts_dir
+from specfleet.engine.config import PromptLookupConfig
+from specfleet.engine.loop import generate
+from specfleet.engine.runners.toy import InductionModel
+from specfleet.errors import UserError
+
+
+def test_prompt_from_stdin_file_or_packaged_name(tmp_path: Path, monkeypatch) -> None:
+    assert read_prompt("-", None, io.StringIO("from stdin\n")) == "from stdin\n"
+    assert read_prompt(None, Path("-"), io.StringIO("piped")) == "piped"
+    monkeypatch.chdir(tmp_path)
+    assert read_prompt(None, Path("story")) == (prompts_dir() / "story.txt").read_text()
+    (tmp_path / "story").write_text("mine")  # a file in the working folder wins
+    assert read_prompt(None, Path("story")) == "mine"
+    with pytest.raises(UserError, match=r"^--prompt-file: the prompt is empty"):
+        read_prompt(None, Path("-"), io.StringIO("  \n"))
+
+
+def test_the_stream_prints_each_new_piece_once_and_waits_for_whole_characters() -> None:
+    pieces: list[str] = []
+    texts = {1: "Hel", 2: "Hello", 3: "Hello \ufffd", 4: "Hello é"}
+    stream = ReplyStream(lambda ids: texts[len(ids)], pieces.append)
+    for n in (1, 2, 2, 3, 4):
+        stream(list(range(n)))
+    stream.finish("Hello é!")
+    assert pieces == ["Hel", "lo", " ", "é", "!\n"]
+
+
+def test_the_engine_hands_the_stream_every_round() -> None:
+    seen: list[list[int]] = []
+    prompt = [1, 2, 3, 4, 1, 2, 3]
+    result = generate(InductionModel(), prompt, max_tokens=10,
+                      lookup=PromptLookupConfig(max_draft=3),
+                      on_tokens=lambda tokens: seen.append(list(tokens)))
+    assert len(seen) > 2 and seen[-1] == result.tokens
+    assert all(later[:len(earlier)] == earlier for earlier, later in zip(seen, seen[1:], strict=False))

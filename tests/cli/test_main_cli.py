@@ -1,0 +1,47 @@
+"""The habits a user brings to any CLI: `-h` on every command, `--version`, completion."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import typer
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app, version_text
+from specfleet.workers.hardware import git_commit
+
+
+def _command_paths(group, prefix: list[str]) -> list[list[str]]:
+    paths = [prefix]
+    for name, command in getattr(group, "commands", {}).items():
+        paths.extend(_command_paths(command, [*prefix, name]))
+    return paths
+
+
+def test_dash_h_works_on_every_command() -> None:
+    root = typer.main.get_command(app)
+    paths = _command_paths(root, [])
+    assert ["matrix", "run"] in paths and ["generate"] in paths and len(paths) > 20
+    for path in paths:
+        result = CliRunner().invoke(app, [*path, "-h"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage: specfleet" in result.output and "--help" in result.output, path
+
+
+def test_version_names_the_checkout_commit() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                            text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+    assert git_commit() == commit  # tests run from a checkout
+    assert result.output == f"{version_text()}\n"
+    assert re.fullmatch(rf"specfleet \d+\.\d+\.\d+\S* \(git {commit}\)\n", result.output)
+
+
+def test_shell_completion_is_on() -> None:
+    result = CliRunner().invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0
+    assert "_specfleet_completion" in result.output
+    assert "--install-completion" in CliRunner().invoke(app, ["-h"]).output
