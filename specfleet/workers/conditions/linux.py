@@ -7,6 +7,7 @@ cpufreq or thermal zones gives None fields with the reason in `missing`, never a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from statistics import fmean
 
@@ -65,15 +66,23 @@ def parse_thermal_zone(files: dict[str, str]) -> ThermalZone | None:
     return ThermalZone(files.get("type", "?").strip() or "?", int(temp) / 1000.0, *trip)
 
 
-def _read_dir(path: Path) -> dict[str, str]:
+_CPUFREQ_FILES = ("scaling_governor", "scaling_cur_freq", "cpuinfo_max_freq", "scaling_max_freq")
+
+
+def _read_files(path: Path, names) -> dict[str, str]:
+    """The named files of one sysfs directory that exist and can be read (some are root-only)."""
     out = {}
-    for child in path.iterdir():
-        if child.is_file():
-            try:
-                out[child.name] = child.read_text(errors="replace")
-            except OSError:
-                continue  # some sysfs files are root-only
+    for name in names:
+        try:
+            out[name] = (path / name).read_text(errors="replace")
+        except OSError:
+            continue
     return out
+
+
+def _zone_files(path: Path) -> dict[str, str]:
+    names = [n for n in os.listdir(path) if n.startswith("trip_point_")]
+    return _read_files(path, ("type", "temp", *names))
 
 
 def _cpu_dirs(root: Path) -> list[Path]:
@@ -87,7 +96,7 @@ def read_cpufreq(root: Path) -> dict:
     dirs = _cpu_dirs(root)
     if not dirs:
         return {"missing": {"cpufreq": f"no cpufreq under {root / CPU_DIR} (VM or no driver)"}}
-    cpus = [parse_cpufreq(_read_dir(d)) for d in dirs]
+    cpus = [parse_cpufreq(_read_files(d, _CPUFREQ_FILES)) for d in dirs]
     current = [c["cur_mhz"] for c in cpus if "cur_mhz" in c]
     maxima = [c["max_mhz"] for c in cpus if "max_mhz" in c]
     limits = [c["limit_mhz"] for c in cpus if "limit_mhz" in c]
@@ -102,7 +111,7 @@ def read_cpufreq(root: Path) -> dict:
 def read_thermal(root: Path) -> dict:
     """Every thermal zone with a readable temperature."""
     base = root / THERMAL_DIR
-    zones = [parse_thermal_zone(_read_dir(d)) for d in sorted(base.glob("thermal_zone*"))]
+    zones = [parse_thermal_zone(_zone_files(d)) for d in sorted(base.glob("thermal_zone*"))]
     zones = [z for z in zones if z is not None]
     if not zones:
         return {"missing": {"thermal": f"no thermal zones under {base}"}}

@@ -123,11 +123,11 @@ def read_nvml() -> tuple[GpuReading, ...] | str:
 
 def read_nvidia(reading: HostConditions, run: Runner) -> HostConditions:
     """`reading` with its GPUs from NVML, else nvidia-smi; nothing when neither exists."""
+    if not shutil.which("nvidia-smi"):
+        return reading  # the driver installs nvidia-smi beside NVML: no NVIDIA GPU here
     nvml = read_nvml()
     if not isinstance(nvml, str):
         return reading.merged(gpus=nvml, gpu_source="nvml")
-    if not shutil.which("nvidia-smi"):
-        return reading  # neither NVML nor nvidia-smi: no NVIDIA GPU here, nothing is missing
     text = run(SMI_QUERY)
     gpus = parse_nvidia_smi(text) if text else ()
     if not gpus:
