@@ -63,9 +63,19 @@ def _print_outcome(store, outcome) -> None:
     )
     if store.get_matrix(outcome.matrix_id).counts.get("done"):
         typer.echo(render_matrix(store, outcome.matrix_id, "table"), nl=False)
+    for line in failure_lines(store.runs(matrix=outcome.matrix_id)):
+        typer.echo(line)
     if outcome.status != "done":
         typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}")
     typer.echo(f"matrix id: {outcome.matrix_id}")
+
+
+def failure_lines(rows) -> list[str]:
+    """Each distinct reason a run failed or was interrupted, once, with how many runs it hit."""
+    reasons = Counter((row.status, " ".join((row.error or "no reason stored").split()))
+                      for row in rows if row.status in ("failed", "interrupted"))
+    return [f"{n} run{'' if n == 1 else 's'} {status}: {reason}"
+            for (status, reason), n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 # Options `run` and `resume` share.

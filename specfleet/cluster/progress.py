@@ -1,9 +1,12 @@
-"""What the scheduler tells the user while a matrix runs: one progress bar per host."""
+"""What the scheduler tells the user while a matrix runs: one progress bar per host on a
+terminal, else one plain line per finished run (logs and CI see progress too)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,7 +25,10 @@ class ProgressEvent:
         failed: runs of this host failed or interrupted so far.
         total: runs of this host this call set out to do.
         health: "healthy", "suspect" or "dead".
-        reason: why a "waiting" host waits (the worker's quiet check), or why it "gave up".
+        reason: why a "waiting" host waits (the worker's quiet check), why it "gave up", or
+            why a run failed or was interrupted, else "".
+        run: the run in words (`torch edit_fn graded rep 2`), "" when not about one run.
+        tok_per_s: a done run's whole-call rate.
     """
 
     host: str
@@ -33,6 +39,8 @@ class ProgressEvent:
     total: int
     health: str
     reason: str = ""
+    run: str = ""
+    tok_per_s: float | None = None
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
@@ -85,6 +93,38 @@ class HostProgress:
         self._progress.update(
             self._tasks[event.host], completed=event.done + event.failed, state=state
         )
+
+
+FINISHED = ("done", "failed", "interrupted")
+
+
+class RunLines:
+    """One plain line per finished run on `stream`: `[12/63] torch edit_fn graded rep 2:
+    19.8 tok/s` (or the failure and its reason); for logs, pipes and CI."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self._total = total
+        self._finished = 0
+        self._stream = stream
+
+    def update(self, event: ProgressEvent) -> None:
+        if event.status not in FINISHED or not event.run:
+            return
+        self._finished += 1
+        if event.status == "done":
+            outcome = f"{event.tok_per_s or 0.0:.1f} tok/s"
+        else:
+            outcome = f"{event.status}: {event.reason}" if event.reason else event.status
+        stream = self._stream or sys.stderr
+        stream.write(f"[{self._finished}/{self._total}] {event.run}: {outcome}\n")
+        stream.flush()
+
+
+def progress_for(totals: dict[str, int], enabled: bool) -> tuple[HostProgress, RunLines | None]:
+    """Bars on a terminal, plain lines without one (stderr), nothing when not `enabled`."""
+    if enabled and not sys.stderr.isatty():
+        return HostProgress(totals, enabled=False), RunLines(sum(totals.values()))
+    return HostProgress(totals, enabled=enabled), None
 
 
 def fan_out(callbacks: Iterable[ProgressCallback | None]) -> ProgressCallback:

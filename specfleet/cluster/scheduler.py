@@ -28,7 +28,12 @@ from specfleet.cluster.hoststate import (
     InFlight,
     store_load_samples,
 )
-from specfleet.cluster.progress import HostProgress, ProgressCallback, ProgressEvent, fan_out
+from specfleet.cluster.progress import (
+    ProgressCallback,
+    ProgressEvent,
+    fan_out,
+    progress_for,
+)
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.store.errors import StoreConflict
 
@@ -89,6 +94,8 @@ class _Ctx:
     notify: ProgressCallback
     leases: locks.Leases | None
     busy_machines: set[str] = field(default_factory=set)  # a run of ours is in flight there
+    name_hosts: bool = False  # runs on more than one host: progress lines name the host
+    name_models: bool = False  # more than one model: progress lines name the model
 
 
 def run_matrix(
@@ -167,13 +174,16 @@ def dispatch_runs(
     """
     opts = options or SchedulerOptions()
     hosts = _make_hosts(runs, workers, machines or {})
-    with HostProgress({n: h.total for n, h in hosts.items()}, enabled=opts.progress) as bars:
+    bars, lines = progress_for({n: h.total for n, h in hosts.items()}, opts.progress)
+    with bars:
         ctx = _Ctx(
             store=store,
             hosts=hosts,
             opts=opts,
-            notify=fan_out([bars.update, on_progress]),
+            notify=fan_out([bars.update, lines.update if lines else None, on_progress]),
             leases=locks.Leases(owner, opts.lease_s, opts.call_timeout_s) if hosts else None,
+            name_hosts=len(hosts) > 1,
+            name_models=len({s.model for h in hosts.values() for s in h.queue}) > 1,
         )
         try:
             _loop(ctx)
@@ -309,19 +319,19 @@ def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) 
         host.failed += 1
     else:
         host.interrupted += 1  # cancelled cooperatively by the worker
-    _emit(ctx, host, spec.run_key, result.status)
+    _emit(ctx, host, spec.run_key, result.status, result.error or "", spec, result.tok_per_s)
 
 
 def _fail(ctx: _Ctx, host: HostState, spec: RunSpec, error: str) -> None:
     ctx.store.mark_failed(spec.run_key, error)
     host.failed += 1
-    _emit(ctx, host, spec.run_key, "failed")
+    _emit(ctx, host, spec.run_key, "failed", error, spec)
 
 
 def _interrupt(ctx: _Ctx, host: HostState, spec: RunSpec, reason: str) -> None:
     ctx.store.mark_interrupted(spec.run_key, reason)
     host.interrupted += 1
-    _emit(ctx, host, spec.run_key, "interrupted")
+    _emit(ctx, host, spec.run_key, "interrupted", reason, spec)
 
 
 def _check_timeouts(ctx: _Ctx) -> None:
@@ -347,11 +357,20 @@ def _run_over(ctx: _Ctx, host: HostState) -> None:
         ctx.leases.release(host.machine)
 
 
-def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str, reason: str = "") -> None:
+def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str, reason: str = "",
+          spec: RunSpec | None = None, tok_per_s: float | None = None) -> None:
     failed = host.failed + host.interrupted
+    words = _run_words(ctx, spec) if spec is not None else ""
     event = ProgressEvent(host.name, run_key, status, host.done, failed, host.total, host.health,
-                          reason)
+                          reason, words, tok_per_s)
     ctx.notify(event)
+
+
+def _run_words(ctx: _Ctx, spec: RunSpec) -> str:
+    """`torch edit_fn graded rep 2` (repeats counted from 1), host and model when they vary."""
+    where = f"{spec.target.host}/{spec.target.engine}" if ctx.name_hosts else spec.target.engine
+    model = f" {spec.model}" if ctx.name_models else ""
+    return f"{where}{model} {spec.prompt_name} {spec.arm} rep {spec.repeat + 1}"
 
 
 def _finish(store, matrix_id: str, tallies: dict[str, HostTally], wall_s: float) -> MatrixOutcome:

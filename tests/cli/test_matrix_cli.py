@@ -8,6 +8,7 @@ table checks that every malformed file and call is one line, exit 2, store untou
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -93,6 +94,25 @@ def test_matrix_run_status_list_and_validate(fleet, tmp_path, db):
     assert check.exit_code == 0 and "= 4 runs per target" in check.stdout
     schema = invoke("matrix", "schema")
     assert schema.exit_code == 0 and '"repeats"' in schema.stdout
+
+
+def test_without_a_terminal_each_finished_run_is_one_line_and_failures_are_summed(
+        fleet, tmp_path, db):
+    text = TOY_MATRIX.replace('models: ["script:1ms"]', 'models: ["script:1ms", fail]')
+    result = invoke("matrix", "run", write(tmp_path, "mixed.yaml", text),
+                    "--address", fleet.address, "--db", db)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("[")]
+    assert len(lines) == 16  # 2 models x 2 arms x 2 repeats on 2 hosts, one line each
+    assert [ln.split("]")[0] for ln in lines] == [f"[{i}/16" for i in range(1, 17)]
+    done = [ln for ln in lines if ln.endswith(" tok/s")]
+    assert len(done) == 8 and all(" script:1ms code " in ln for ln in done)
+    assert any(ln.startswith(("[1/16] alpha/toy ", "[1/16] beta/toy ")) for ln in lines[:1])
+    assert sum(bool(re.search(r" fail code (plain|graded) rep [12]: failed: .*on purpose", ln))
+               for ln in lines) == 8
+    summary = [ln for ln in result.stdout.splitlines() if " runs failed: " in ln]
+    assert len(summary) == 1 and summary[0].startswith("8 runs failed: ")
+    assert "toy model failed on purpose" in summary[0]
 
 
 def test_job_generate_and_calibrate(fleet, tmp_path, db):

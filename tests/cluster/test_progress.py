@@ -1,4 +1,4 @@
-"""The per-host progress bars: done / running / failed per host, off for tests."""
+"""Progress while a matrix runs: bars per host on a terminal, plain lines without one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from specfleet.cluster.progress import HostProgress, ProgressEvent, fan_out
+from specfleet.cluster.progress import HostProgress, ProgressEvent, RunLines, fan_out, progress_for
 
 
 def test_bars_show_done_running_failed_per_host():
@@ -28,3 +28,23 @@ def test_disabled_bars_print_nothing_and_callbacks_fan_out():
         notify = fan_out([bars.update, None, seen.append])
         notify(ProgressEvent("alpha", "k", "done", 1, 0, 1, "healthy"))
     assert out.getvalue() == "" and [e.run_key for e in seen] == ["k"]
+
+
+def test_without_a_terminal_each_finished_run_is_one_plain_line():
+    out = io.StringIO()
+    lines = RunLines(3, out)
+    lines.update(ProgressEvent("a", "k1", "running", 0, 0, 3, "healthy", run="torch p plain rep 1"))
+    lines.update(ProgressEvent("a", "k1", "done", 1, 0, 3, "healthy", run="torch p plain rep 1",
+                               tok_per_s=19.84))
+    lines.update(ProgressEvent("a", "k2", "failed", 1, 1, 3, "healthy", "OOM",
+                               run="torch p graded rep 1"))
+    lines.update(ProgressEvent("a", "k3", "waiting", 1, 1, 3, "healthy", "busy"))
+    assert out.getvalue() == ("[1/3] torch p plain rep 1: 19.8 tok/s\n"
+                              "[2/3] torch p graded rep 1: failed: OOM\n")
+
+
+def test_bars_on_a_terminal_lines_without_one(monkeypatch):
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # not a terminal
+    bars, lines = progress_for({"a": 2, "b": 3}, enabled=True)
+    assert isinstance(lines, RunLines) and lines._total == 5
+    assert progress_for({"a": 2}, enabled=False)[1] is None
