@@ -221,12 +221,21 @@ def fleet_join(head: str, name: str, *, options: NodeOptions | None = None) -> M
     if node_ip is None and sys.platform == "darwin":
         node_ip = node_ip_towards(head)
     temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
+    _stop_stale_node(info.name)
     cmd = join_command(head, info.name, info.kind, num_cpus=opts.num_cpus, node_ip=node_ip,
                        temp_dir=temp_dir)
     _ray_start(cmd)
     _remember(head, info.name, False, temp_dir, opts, None)
     _start_own_worker(head, info.name, opts.engines)
     return Membership(head, info.name, info.kind)
+
+
+def _stop_stale_node(host: str) -> None:
+    """A rejoin replaces this host's previous node: what is left of it (a raylet the head
+    declared dead, its workers) is stopped first, so the host never runs two nodes."""
+    record = noderecord.load()
+    if record is not None and record.host == host and not record.head:
+        noderecord.stop_processes(noderecord.own_processes(record))
 
 
 def _remember(

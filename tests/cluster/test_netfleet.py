@@ -1,0 +1,306 @@
+"""A real fleet: hosts in their own network namespaces with their own addresses, joined with
+the CLI (tools/netfleet.py), the store in PostgreSQL served from the head's namespace.
+
+Hosts: h1 (head; mlx + torch), h2 (torch only), h3 (mlx only); `cli` is a client with only the
+token and the address; `out` is a machine on the network that is not in the fleet. Faults are
+injected at the network and process level mid-matrix and every phase prints its exact counts
+(expected / done / interrupted / doubled) and how long the fault took to be noticed.
+Skips (with the reason) where namespaces cannot be made: not root, no `ip`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specfleet.cluster import noderecord
+from tests.conftest import PG_SUPERUSER, _as_pg_user, _find_pg_bin, _make_root
+
+_spec = importlib.util.spec_from_file_location(
+    "netfleet", Path(__file__).parents[2] / "tools" / "netfleet.py")
+netfleet = importlib.util.module_from_spec(_spec)
+sys.modules["netfleet"] = netfleet
+_spec.loader.exec_module(netfleet)
+
+WHY_NOT = netfleet.can_build()
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
+              pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
+
+HOSTS = {"h1": ["mlx", "torch"], "h2": ["torch"], "h3": ["mlx"]}
+SECRET = f"pw-{uuid.uuid4().hex}"  # in the driver's DB URL; must never reach a worker
+PG_PORT = 5432
+WAIT_S = 120  # every wait below is bounded by this (and polls at most every 0.2 s)
+
+REAL_MATRIX = """\
+name: nf-real
+models: [smollm2-135m]
+prompts: [{name: count, text: "one two three four five six"}]
+arms: [plain, graded]
+repeats: 1
+max_tokens: 12
+temperature: 0.0
+chat: false
+targets: {engines: [torch, mlx]}
+"""
+TOY_MATRIX = """\
+name: nf-toy
+models: ["script:100ms"]
+prompts: [{name: p, text: "one two three four. one two three four. "}]
+arms: [plain, graded, fixed]
+repeats: 2
+max_tokens: 12
+targets: {engines: [toy]}
+"""
+
+
+@pytest.fixture(scope="module")
+def nf():
+    fleet = netfleet.create(HOSTS, outside=("cli", "out"))
+    root = _make_root()
+    try:
+        fleet.db_url = start_postgres(fleet, root)
+        netfleet.start(fleet)
+        netfleet.copy_token(Path(fleet.head.home, ".ray", "auth_token"), fleet.host("cli"))
+        yield fleet
+    finally:
+        problems = netfleet.destroy(fleet)  # kills postgres too: it runs in h1's namespace
+        shutil.rmtree(root, ignore_errors=True)
+        assert not problems, problems
+
+
+def drive(nf, host: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """A driver command: only drivers get the store's URL (with its password) in their env."""
+    return nf.specfleet(host, *args, env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url), **kwargs)
+
+
+def drive_async(nf, host: str, *args: str) -> subprocess.Popen:
+    return nf.popen(host, [str(netfleet.BIN / "specfleet"), *args],
+                    env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_postgres(fleet, root: Path) -> str:
+    """A throwaway PostgreSQL listening on the head's namespace address only."""
+    bin_dir = _find_pg_bin()
+    assert bin_dir is not None, "PostgreSQL is not installed (tests/conftest.py installs it)"
+    data = root / "data"
+    subprocess.run(_as_pg_user([str(bin_dir / "initdb"), "-A", "trust", "-U", PG_SUPERUSER,
+                                "--no-sync", "-D", str(data)]), check=True, capture_output=True)
+    with open(data / "pg_hba.conf", "a") as hba:
+        hba.write(f"host all all {fleet.subnet} trust\n")
+    options = (f"-c listen_addresses={fleet.head.ip} -p {PG_PORT} -k {root} -c fsync=off "
+               "-c synchronous_commit=off -c full_page_writes=off")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    fleet.run(fleet.head, _as_pg_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l",
+                                       str(root / "log"), "-w", "-t", "60", "-o", options,
+                                       "start"]), env=env, check=True, timeout=120)
+    return f"postgresql+psycopg://{PG_SUPERUSER}:{SECRET}@{fleet.head.ip}:{PG_PORT}/postgres"
+
+
+def sql(fleet, query: str, *args) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(host=fleet.head.ip, port=PG_PORT, user=PG_SUPERUSER, dbname="postgres",
+                         connect_timeout=10) as conn:
+        return conn.execute(query, args).fetchall()
+
+
+def write(fleet, host: str, name: str, text: str) -> str:
+    path = Path(fleet.host(host).home, name)
+    path.write_text(text)
+    return str(path)
+
+
+def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    return done
+
+
+# ---- the cross-backend matrix, submitted on the head without --address ------------------------
+
+
+def test_a_matrix_on_the_head_runs_on_every_host_and_parity_runs_from_a_client(nf) -> None:
+    matrix = write(nf, "h1", "real.yaml", REAL_MATRIX)
+    done = ok(drive(nf, "h1", "matrix", "run", matrix, "--no-progress", timeout=600))
+    assert f"fleet: {nf.address} (3 hosts)" in done.stderr.splitlines()
+    (matrix_id,) = [line.split()[-1] for line in done.stdout.splitlines()
+                    if line.startswith("matrix id:")]
+    rows = sql(nf, "SELECT host, engine, status FROM runs WHERE matrix_id = %s", matrix_id)
+    targets = sorted({f"{h}/{e}" for h, e, _ in rows})
+    assert targets == ["h1/mlx", "h1/torch", "h2/torch", "h3/mlx"]
+    assert [s for _, _, s in rows] == ["done"] * 8
+    print(f"\ncross-backend matrix {matrix_id}: 8 expected / {len(rows)} done on {targets}")
+    # A client that has only the token and the address (and the store's URL).
+    checked = ok(drive(nf, "cli", "parity", matrix_id, "--address", nf.address, timeout=300))
+    assert f"fleet: {nf.address} (3 hosts)" in checked.stderr.splitlines()
+    for target in ("h1/mlx/cpu", "h1/torch/cpu", "h2/torch/cpu", "h3/mlx/cpu"):
+        assert target in checked.stdout
+    print(checked.stdout[-1500:])
+    assert_no_secret_in_workers(nf)
+
+
+def assert_no_secret_in_workers(nf) -> None:
+    """The driver's DB password is in no process of any host (workers, raylets, agents)."""
+    seen = 0
+    for pid in nf.namespace_pids():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cmdline = " ".join(psutil.Process(pid).cmdline())
+        except (OSError, psutil.Error):
+            continue
+        if "postgres" in cmdline:
+            continue  # the database server itself
+        seen += "WorkerActor" in cmdline
+        assert SECRET.encode() not in environ, f"the driver's secret reached {cmdline[:120]}"
+    assert seen >= 3, "no worker process found to inspect"
+
+
+# ---- security from a namespace outside the fleet ----------------------------------------------
+
+
+def test_outside_the_fleet_nothing_gets_in(nf) -> None:
+    out = nf.host("out")
+    assert not Path(out.home, ".ray", "auth_token").exists()
+    no_token = nf.specfleet(out, "fleet", "status", "--address", nf.address, timeout=60)
+    assert no_token.returncode == 2 and "no Ray token" in no_token.stderr
+    wrong = nf.specfleet(out, "fleet", "status", "--address", nf.address, timeout=90,
+                         env=nf.env(out, RAY_AUTH_TOKEN="0" * 64))
+    assert wrong.returncode != 0 and "h1" not in wrong.stdout, wrong.stdout
+    bare = nf.run(out, [sys.executable, "-c", "import ray; ray.init(address="
+                        f"'{nf.address}', log_to_driver=False); print(ray.nodes())"], timeout=90)
+    assert bare.returncode != 0 and "h1" not in bare.stdout
+    probe = ("import socket,sys; s=socket.socket(); s.settimeout(5); "
+             "print(s.connect_ex((sys.argv[1], 8265)))")
+    assert nf.run(out, [sys.executable, "-c", probe, nf.head.ip]).stdout.strip() != "0"
+    assert nf.run("h1", [sys.executable, "-c", probe, "127.0.0.1"]).stdout.strip() == "0"
+    for host in ("h1", "h2", "h3", "cli"):
+        token = Path(nf.host(host).home, ".ray", "auth_token")
+        assert token.stat().st_mode & 0o777 == 0o600, host
+    print(f"\nsecurity: no token -> exit 2; wrong token -> exit {wrong.returncode}; "
+          f"bare ray.init -> exit {bare.returncode}; dashboard closed outside the head")
+
+
+# ---- faults mid-matrix (toy engine) -----------------------------------------------------------
+
+
+def counts(nf, matrix_id: str) -> dict[str, int]:
+    rows = sql(nf, "SELECT status, count(*) FROM runs WHERE matrix_id = %s GROUP BY status",
+               matrix_id)
+    return dict(rows)
+
+
+def finished(nf, matrix_id: str) -> dict[str, object]:
+    rows = sql(nf, "SELECT run_key, finished_at FROM runs WHERE matrix_id = %s AND "
+                   "status = 'done'", matrix_id)
+    return dict(rows)
+
+
+def newest_matrix(nf, name: str) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        rows = sql(nf, "SELECT id FROM matrices WHERE name = %s ORDER BY submitted_at DESC "
+                       "LIMIT 1", name)
+        if rows:
+            return rows[0][0]
+        time.sleep(0.2)
+    raise AssertionError(f"matrix {name} never appeared")
+
+
+def wait_running_on(nf, matrix_id: str, host: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if sql(nf, "SELECT 1 FROM runs WHERE matrix_id = %s AND host = %s AND status = "
+                   "'running'", matrix_id, host):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no run of {matrix_id} ever ran on {host}")
+
+
+def wait_interrupted_on(nf, matrix_id: str, host: str, since: float) -> float:
+    """Seconds from `since` until a run of `host` is `interrupted` in the store."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if sql(nf, "SELECT 1 FROM runs WHERE matrix_id = %s AND host = %s AND status = "
+                   "'interrupted'", matrix_id, host):
+            return time.monotonic() - since
+        time.sleep(0.1)
+    raise AssertionError(f"no run of {host} was marked interrupted within {WAIT_S} s")
+
+
+def report(phase: str, nf, matrix_id: str, expected: int, before: dict, detect_s: float) -> None:
+    now = counts(nf, matrix_id)
+    after = finished(nf, matrix_id)
+    doubled = sum(1 for key, at in before.items() if after.get(key) != at)
+    print(f"\n{phase}: expected {expected} / done {now.get('done', 0)} / interrupted "
+          f"{now.get('interrupted', 0)} / pending {now.get('pending', 0)} / doubled {doubled}; "
+          f"noticed after {detect_s:.1f} s")
+    assert doubled == 0, f"{phase}: {doubled} finished runs were run and stored again"
+
+
+def resume(nf, host: str, matrix_id: str, *args: str) -> subprocess.CompletedProcess:
+    return drive(nf, host, "matrix", "resume", matrix_id, "--no-progress", *args, timeout=600)
+
+
+def raylet_of(nf, host: str) -> psutil.Process:
+    temp_dir = nf.host(host).temp_dir
+    (raylet,) = [p for p in noderecord.node_processes(temp_dir)
+                 if p.name() == "raylet" or "raylet" in " ".join(p.cmdline()[:1])]
+    return raylet
+
+
+def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
+    toy = write(nf, "h1", "toy.yaml", TOY_MATRIX)
+    expected = 3 * 3 * 2  # hosts x arms x repeats
+
+    # 1. h2's link is cut while it runs; the others finish; the run is interrupted.
+    driver = drive_async(nf, "h1", "matrix", "run", toy, "--no-progress")
+    matrix_id = newest_matrix(nf, "nf-toy")
+    wait_running_on(nf, matrix_id, "h2")
+    cut_at = time.monotonic()
+    nf.link("h2", up=False)
+    detect_s = wait_interrupted_on(nf, matrix_id, "h2", cut_at)
+    out, err = driver.communicate(timeout=WAIT_S * 2)
+    assert driver.returncode == 1, (out[-2000:], err[-2000:])
+    report("link cut", nf, matrix_id, expected, {}, detect_s)
+    left = counts(nf, matrix_id)
+    assert left.get("interrupted", 0) >= 1 and left.get("done", 0) < expected
+    nf.link("h2", up=True)
+    before = finished(nf, matrix_id)
+    netfleet.join(nf, nf.host("h2"))
+
+    # 2. h2's raylet is SIGKILLed mid-run during the resume; `fleet join` brings it back.
+    driver = drive_async(nf, "h1", "matrix", "resume", matrix_id, "--no-progress")
+    wait_running_on(nf, matrix_id, "h2")
+    killed_at = time.monotonic()
+    raylet_of(nf, "h2").send_signal(signal.SIGKILL)
+    detect_s = wait_interrupted_on(nf, matrix_id, "h2", killed_at)
+    driver.communicate(timeout=WAIT_S * 2)
+    report("raylet SIGKILL", nf, matrix_id, expected, before, detect_s)
+    before = finished(nf, matrix_id)
+    netfleet.join(nf, nf.host("h2"))
+
+    # 3. The driver is killed mid-matrix; `matrix resume` from another namespace finishes it.
+    driver = drive_async(nf, "h1", "matrix", "resume", matrix_id, "--no-progress")
+    wait_running_on(nf, matrix_id, "h2")
+    driver_pids = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
+    killed_at = time.monotonic()
+    for pid in [driver.pid, *driver_pids]:
+        os.kill(pid, signal.SIGKILL)
+    driver.communicate(timeout=WAIT_S)
+    done = resume(nf, "cli", matrix_id, "--address", nf.address)
+    resumed_s = time.monotonic() - killed_at
+    ok(done)
+    report("driver SIGKILL + resume from cli", nf, matrix_id, expected, before, resumed_s)
+    final = counts(nf, matrix_id)
+    assert final == {"done": expected}, final
+
