@@ -51,7 +51,7 @@ def parse_pmset_therm(text: str) -> dict:
     if limit:
         out["cpu_speed_limit_pct"] = float(limit.group(1))
     for kind in ("thermal", "performance"):
-        level = re.search(rf"{kind} warning level\D*(\d+)", text, re.IGNORECASE)
+        level = re.search(rf"{kind} warning level[^\d\n]*(\d+)", text, re.IGNORECASE)
         if level and not re.search(rf"No {kind} warning level", text, re.IGNORECASE):
             out[f"{kind}_warning_level"] = int(level.group(1))
     return out

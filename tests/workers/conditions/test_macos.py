@@ -35,6 +35,10 @@ def test_pmset_therm_nominal_limited_and_warned() -> None:
     assert parse_pmset_therm(fixture("pmset_therm_nominal.txt")) == {}
     assert parse_pmset_therm(fixture("pmset_therm_limited.txt")) == {"cpu_speed_limit_pct": 35.0}
     assert parse_pmset_therm(fixture("pmset_therm_warning.txt")) == {"thermal_warning_level": 70}
+    # The other spelling seen in the wild; a date on the next line is not a level.
+    assert parse_pmset_therm("\tThermal Warning Level \t= 80\nNote: No performance warning "
+                             "level has been recorded\n2026-11-30 06:12:01 +0000") == {
+        "thermal_warning_level": 80}
 
 
 def test_vm_stat_counts_free_inactive_and_speculative_pages() -> None:
