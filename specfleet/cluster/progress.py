@@ -108,6 +108,11 @@ class RunLines:
         self._stream = stream
 
     def update(self, event: ProgressEvent) -> None:
+        if event.status == "gave up":  # once per wait: the run goes ahead, flagged
+            stream = self._stream or sys.stderr
+            stream.write(f"{event.host}: {event.reason}\n")
+            stream.flush()
+            return
         if event.status not in FINISHED or not event.run:
             return
         self._finished += 1

@@ -76,6 +76,7 @@ def runs_grid(runs: list) -> Grid:
         acc = f"{run.accepted / run.proposed:.4f}" if run.proposed else DASH
         flags = " ".join(flag for flag, on in (
             ("LOOP", (run.loop_share or 0.0) > LOOP_SHARE_FLAG), ("noisy", bool(run.noisy)),
+            ("throttled", bool(getattr(run, "throttled", False))),
         ) if on)
         finished = run.finished_at.strftime("%Y-%m-%d %H:%M") if run.finished_at else DASH
         rows.append((

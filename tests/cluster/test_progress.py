@@ -48,3 +48,19 @@ def test_bars_on_a_terminal_lines_without_one(monkeypatch):
     bars, lines = progress_for({"a": 2, "b": 3}, enabled=True)
     assert isinstance(lines, RunLines) and lines._total == 5
     assert progress_for({"a": 2}, enabled=False)[1] is None
+
+
+def test_giving_up_the_wait_is_said_once_on_bars_lines_and_the_cli(capsys):
+    from specfleet.cli.matrix import say_waiting
+
+    reason = "gave up waiting after 120 s (host throttled: on battery); running anyway, flagged"
+    event = ProgressEvent("alpha", "k", "gave up", 0, 0, 2, "healthy", reason)
+    out = io.StringIO()
+    with HostProgress({"alpha": 2}, console=Console(file=out, width=200)) as bars:
+        bars.update(event)
+    assert reason in out.getvalue()
+    lines = io.StringIO()
+    RunLines(2, lines).update(event)
+    assert lines.getvalue() == f"alpha: {reason}\n"
+    say_waiting(event)
+    assert capsys.readouterr().err == f"alpha: {reason}\n"

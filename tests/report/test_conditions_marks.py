@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from specfleet.report.build import view_of_runs
 from specfleet.report.provenance import differences
+from specfleet.report.results import runs_grid
 from specfleet.report.tables import speedup_text
 from specfleet.workers.conditions import HostConditions
 from specfleet.workers.conditions.probe import run_fields
@@ -18,7 +19,8 @@ def run(arm: str = "graded", repeat: int = 0, **conditions) -> SimpleNamespace:
         repeat=repeat, status="done", tok_per_s=100.0 + repeat, loop_share=0.0, noisy=False,
         token_ids=[1, 2], output_text="ab", stop_reason="max_tokens", matrix_id="x",
         plan_order=repeat, weights_hash="w", prompt_hash="p", engine_config={},
-        host_fingerprint="f", versions={}, **run_fields(reading, reading),
+        host_fingerprint="f", versions={}, job_id=None, generated_tokens=2, proposed=0,
+        accepted=0, finished_at=None, **run_fields(reading, reading),
     )
 
 
@@ -44,3 +46,8 @@ def test_a_throttled_plain_run_marks_the_cell_and_its_speedups() -> None:
     assert "THROTTLED" in speedup_text(graded_cell).split()
     calm = view_of_runs("x", "x", [run("plain", 0), *graded])
     assert "THROTTLED" not in speedup_text(calm.cell("h/torch/cpu", "m", "p", "graded"))
+
+
+def test_results_flag_a_throttled_run() -> None:
+    (calm, hot) = runs_grid([run(), run(low_power_mode=True)]).rows
+    assert calm[10] == "–" and hot[10] == "throttled"
