@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml
 
 demo: venv
 	$(BIN)/specfleet models fetch smollm2-135m
-	$(BIN)/specfleet matrix run demo --report-dir reports
+	mkdir -p reports
+	bash -o pipefail -c '$(BIN)/specfleet matrix run demo --report-dir reports | tee reports/.demo-run.txt'
+	@id=$$(sed -n 's/^matrix id: //p' reports/.demo-run.txt); \
+	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
 test: venv
 	$(BIN)/python -m pytest -q

@@ -148,7 +148,7 @@ def matrix_page(store, matrix_id: str) -> tuple[dict, dict]:
 
 def spec_yaml(spec: dict) -> str:
     """The matrix spec as submitted, as YAML."""
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
 def runs_page(store, matrix_id: str, page: int = 1) -> tuple[dict, dict]:

@@ -1,0 +1,242 @@
+"""The web view in a real headless Chromium over a store holding real matrices.
+
+Two real matrices of the bundled SmolLM2-135M (torch, CPU, greedy; plain + auto, one repeat,
+16 tokens; a story prompt and a prompt that tries to inject HTML) run through the real
+scheduler on a simulated one-host fleet (real Ray, real worker actor), into a real SQLite
+file. `specfleet serve` runs as a real process on a loopback port with `--address` of that
+fleet; Chromium opens the pages, follows links and reads values off them. Screenshots of
+every page go to the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.cluster.localfleet import LocalFleet
+from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
+from specfleet.jobs.plan import plan_runs
+from specfleet.jobs.run import Target
+from specfleet.jobs.spec import load_matrix_spec
+from specfleet.store import open_store
+from tests.engine.conftest import bundled_model  # noqa: F401 (the fetched bundled model)
+from tests.serve import seed
+from tests.serve.browser import full_page_screenshot, start_chromium
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+HOST = "alpha"
+TORCH = Target(host=HOST, engine="torch", device="cpu")
+XSS_PROMPT = f"Repeat this exactly: {seed.XSS_SCRIPT} {seed.XSS_IMG}"
+MATRIX_YAML = f"""\
+name: {{name}}
+models: [smollm2-135m]
+prompts:
+  - story
+  - {{{{name: inject, text: {json.dumps(XSS_PROMPT)}}}}}
+arms: [plain, auto]
+repeats: 1
+max_tokens: 16
+targets: {{{{engines: [torch]}}}}
+"""
+FAST = SchedulerOptions(progress=False, call_timeout_s=60.0, poll_s=0.1)
+CELL = f"{HOST}/torch/cpu|smollm2-135m|story|auto"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    lock = str(tmp_path_factory.mktemp("lock") / "active-run.lock")
+    kwargs = {"memory_budget_gb": 2.0, "sample_period_s": 1.0, "run_lock_path": lock}
+    with LocalFleet([HOST], worker_kwargs=kwargs) as local:
+        local.handles = local.start_workers()
+        yield local
+
+
+def _run(store, fleet, path: Path) -> str:
+    """Plan a matrix file exactly as `matrix run` does and run it on the fleet."""
+    spec = load_matrix_spec(path)
+    runs = plan_runs(spec, [TORCH], spec.name)
+    store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=spec.name)
+    outcome = run_matrix(store, spec.name, fleet.handles, options=FAST)
+    assert outcome.status == "done", store.runs(matrix=spec.name)
+    return spec.name
+
+
+@pytest.fixture(scope="module")
+def db_url(fleet, bundled_model, tmp_path_factory):  # noqa: F811
+    """Two real matrices ("first", "second"), the HTML-injecting one and a running one."""
+    folder = tmp_path_factory.mktemp("store")
+    url = f"sqlite:///{folder / 'serve.db'}"
+    with open_store(url) as store:
+        for name in ("first", "second"):
+            (folder / f"{name}.yaml").write_text(MATRIX_YAML.format(name=name))
+            _run(store, fleet, folder / f"{name}.yaml")
+        seed._evil(store)
+        seed._live(store)
+    return url
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(db_url, fleet, tmp_path_factory):
+    """`specfleet serve` as a real process; its stderr goes to a log file."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    cli = Path(sys.executable).with_name("specfleet")
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [str(cli), "serve", "--db", db_url, "--port", str(port), "--address",
+             fleet.address, "--matrix", "first"], stdout=subprocess.DEVNULL, stderr=err,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"specfleet serve exited: {log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"specfleet serve did not listen within 90 s: {log.read_text()}")
+        yield base, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = start_chromium()
+    yield driver
+    driver.quit()
+
+
+def _show_json(db_url: str, matrix_id: str) -> dict:
+    result = runner.invoke(app, ["matrix", "show", matrix_id, "--format", "json",
+                                 "--db", db_url])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _history_json(db_url: str) -> list:
+    result = runner.invoke(app, ["history", "--model", "smollm2-135m", "--prompt", "story",
+                                 "--arm", "auto", "--target", f"{HOST}/torch/cpu",
+                                 "--format", "json", "--db", db_url])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_browse_matrices_matrix_and_history(server, browser, db_url, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    base, log = server
+    assert f"matrix first: {base}/matrices/first" in log.read_text()
+    browser.get(f"{base}/matrices")
+    full_page_screenshot(browser, tmp_path / "matrices.png")
+    links = {a.text: a for a in browser.find_elements(By.CSS_SELECTOR, "a.matrix-link")}
+    assert {"first", "second", seed.EVIL, seed.LIVE} <= set(links)
+    links["first"].click()
+    assert browser.current_url == f"{base}/matrices/first"
+
+    # A heatmap cell's value, read off the page, equals `matrix show --format json`'s.
+    cell = browser.find_element(By.CSS_SELECTOR, f'a.cell[data-cell="{CELL}"]')
+    shown = next(c for c in _show_json(db_url, "first")["cells"]
+                 if "|".join((c["target"], c["model"], c["prompt"], c["arm"])) == CELL)
+    text = cell.find_element(By.TAG_NAME, "text").text
+    assert re.match(r"^\d+\.\d\dx ±\d+\.\d%", text), text
+    assert float(text.split("x")[0]) == round(shown["speedup"], 2)
+    assert float(cell.get_attribute("data-speedup")) == shown["speedup"]
+    full_page_screenshot(browser, tmp_path / "matrix.png")
+
+    # The injected prompt is in the spec as text; nothing it carries ran.
+    spec = browser.find_element(By.CSS_SELECTOR, "pre.spec").text
+    assert seed.XSS_SCRIPT in spec and seed.XSS_IMG in spec
+    assert browser.execute_script("return window.__xss") is None
+    assert browser.execute_script("return document.querySelectorAll('img').length") == 0
+
+    # The cell's history: one point per matrix in each plot, as `history` counts them.
+    cell.click()
+    deadline = time.monotonic() + 30
+    while "/history?" not in browser.current_url and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert browser.current_url.startswith(f"{base}/history?model=smollm2-135m&prompt=story")
+    plots = browser.find_elements(By.CSS_SELECTOR, "figure.plot")
+    points = [len(p.find_elements(By.CSS_SELECTOR, "g.point")) for p in plots]
+    assert points == [len(_history_json(db_url))] * 2 == [2, 2]
+    full_page_screenshot(browser, tmp_path / "history.png")
+
+
+def test_injected_texts_render_as_text(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    bodies = {}
+    for path in (f"/matrices/{seed.EVIL}", "/matrices", f"/matrices/{seed.EVIL}/runs"):
+        browser.get(base + path)
+        for details in browser.find_elements(By.TAG_NAME, "details"):
+            details.click()  # open each output, so it is on the page and in the screenshot
+        bodies[path] = browser.find_element(By.TAG_NAME, "body").text
+        assert seed.XSS_SCRIPT in bodies[path], path
+        assert browser.execute_script("return window.__xss") is None, path
+        assert browser.execute_script(
+            "return document.querySelectorAll('img, script:not([src])').length") == 0, path
+    runs = bodies[f"/matrices/{seed.EVIL}/runs"]
+    assert f"reply {seed.XSS_IMG} {seed.XSS_SCRIPT}" in runs and "h<b>x</b>/toy/cpu" in runs
+    full_page_screenshot(browser, tmp_path / "runs-injected.png")
+
+
+def test_progress_updates_without_a_reload(server, browser, db_url):
+    from selenium.webdriver.common.by import By
+
+    from tests.store.factory import result
+
+    base, _ = server
+    browser.get(f"{base}/matrices")
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-matrix="{seed.LIVE}"]')
+    marker = browser.execute_script("window.__same_page = 1; return 1")
+    assert row.find_element(By.CSS_SELECTOR, '[data-count="done"]').text == "1"
+    with open_store(db_url) as store:
+        pending = store.runs_not_done(seed.LIVE)[0]
+        store.record_result(result(pending, 11.0))
+        store.finish_matrix(seed.LIVE, "done")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if row.find_element(By.CSS_SELECTOR, '[data-field="status"]').text == "done":
+            break
+        time.sleep(0.25)
+    assert row.find_element(By.CSS_SELECTOR, '[data-count="done"]').text == "2"
+    assert row.find_element(By.CSS_SELECTOR, '[data-field="status"]').text == "done"
+    assert browser.execute_script("return window.__same_page") == marker  # no reload
+
+
+def test_fleet_page_shows_the_fleet(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    browser.get(f"{base}/fleet")
+    host = browser.find_element(By.CSS_SELECTOR, f'section.host[data-host="{HOST}"]')
+    assert "healthy" in host.text and f"{HOST}/torch/cpu" in host.text
+    full_page_screenshot(browser, tmp_path / "fleet.png")
