@@ -132,4 +132,5 @@ def summary(reading: HostConditions) -> str:
         parts.append(f"GPU{gpu.index}{clock}{power}{temp}")
     if reading.mem_available_gb is not None:
         parts.append(f"{reading.mem_available_gb:.1f} GB free")
-    return ", ".join(parts) or "nothing readable"
+    text = ", ".join(parts) or "nothing readable"
+    return text + (f" (not readable: {', '.join(reading.missing)})" if reading.missing else "")
