@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
+from specfleet.cli.options import FormatOption
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
@@ -26,7 +27,7 @@ app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, val
 @app.command("show")
 def show(
     matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
-    fmt: Annotated[str, typer.Option("--format", help="table, json, csv or markdown.")] = "table",
+    fmt: FormatOption = "table",
     pivot: Annotated[str | None, typer.Option(
         "--pivot", help="'target': each model, prompt and arm on every target side by side.")
     ] = None,

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.fleetlink import EmbeddedOption
+from specfleet.cli.options import FormatOption
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
 from specfleet.jobs.spec import load_parity_spec
@@ -121,7 +122,7 @@ def parity(
     near_tie: Annotated[float, typer.Option(
         "--near-tie", help="Logit gap below which a divergence is a near-tie flip.")
     ] = NEAR_TIE_LOGIT_MARGIN,
-    fmt: Annotated[str, typer.Option("--format", help="table, markdown or json.")] = "table",
+    fmt: FormatOption = "table",
     address: Annotated[str | None, typer.Option(
         "--address", help="Fleet head HOST:PORT (its workers run and replay); default "
         "$SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet this machine joined, else the embedded "

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
+from specfleet.cli.options import FormatOption
+from specfleet.jobs.changes import DEFAULT_FACTOR
 from specfleet.report.coverage import compare_coverage
-from specfleet.report.history import cell_history, compare, render_compare, render_history
+from specfleet.report.history import (
+    CHANGED_VERDICTS,
+    cell_history,
+    changed_only,
+    compare,
+    history_regressions,
+    render_compare,
+    render_history,
+)
 from specfleet.report.results import render_results, run_filters
 from specfleet.store.store import open_store
 
@@ -15,7 +25,14 @@ DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite fi
            "default $SPECFLEET_DB, else the user data dir.")
 Db = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
 Many = list[str] | None
-Format = Annotated[str, typer.Option("--format", help="table, json or csv.")]
+FailOn = Literal["regression", "none"]
+FailOnOption = Annotated[FailOn, typer.Option(
+    "--fail-on", help="Exit 1 when a regression is found (regression), or never (none).")]
+FactorOption = Annotated[float, typer.Option(
+    "--factor", min=1.0, help="Like asv: a significant change counts only beyond this ratio "
+    "either way (1.1 = 10%); 1.0 = any significant change.")]
+OnlyChangedOption = Annotated[bool, typer.Option(
+    "--only-changed", help="Show only the cells (points) that changed beyond noise.")]
 
 
 def _many(flag: str, help_text: str):
@@ -36,7 +53,7 @@ def results(
     until: Annotated[str | None, typer.Option(help="Finished before (ISO, UTC).")] = None,
     cells: Annotated[bool, typer.Option("--cells", help="Aggregate done runs per cell.")] = False,
     pivot: Annotated[str | None, typer.Option(help="'target': targets side by side.")] = None,
-    fmt: Format = "table",
+    fmt: FormatOption = "table",
     db: Db = None,
 ) -> None:
     """Stored runs matching the filters (or, with --cells / --pivot, their cells)."""
@@ -54,14 +71,27 @@ def history(
     arm: Annotated[str, typer.Option("--arm", help="Arm (plain, graded, gated, ...).")],
     target: Annotated[str | None, typer.Option(
         "--target", help="HOST, HOST/ENGINE or HOST/ENGINE/DEVICE.")] = None,
-    fmt: Format = "table",
+    factor: FactorOption = DEFAULT_FACTOR,
+    only_changed: OnlyChangedOption = False,
+    fail_on: FailOnOption = "regression",
+    fmt: FormatOption = "table",
     db: Db = None,
 ) -> None:
-    """One cell over time, every change beyond noise flagged (the test is named)."""
+    """One cell over time, every change beyond noise flagged (the test is named).
+
+    Exit status 1 when the newest point of a target is a regression (a significant slow-down
+    from the point before, nothing but the code version changed), unless --fail-on none.
+    """
     with open_store(db) as store:
-        rows = cell_history(store, model, prompt, arm, target)
+        rows = cell_history(store, model, prompt, arm, target, factor)
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
-    typer.echo(render_history(rows, title, fmt), nl=False)
+    shown = changed_only(rows) if only_changed else rows
+    typer.echo(render_history(shown, title, fmt, factor), nl=False)
+    regressions = history_regressions(rows)
+    if regressions and fail_on == "regression":
+        where = ", ".join(f"{r.target} {r.matrix_id} {r.change.ratio:.2f}x" for r in regressions)
+        typer.echo(f"history: regression at {where}", err=True)
+        raise typer.Exit(1)
 
 
 def compare_cmd(
@@ -70,14 +100,25 @@ def compare_cmd(
     allow_mixed: Annotated[bool, typer.Option(
         "--allow-mixed", help="Call slow-downs regressions even when weights, prompt, engine "
         "config, host or library versions differ.")] = False,
-    fmt: Format = "table",
+    factor: FactorOption = DEFAULT_FACTOR,
+    only_changed: OnlyChangedOption = False,
+    fail_on: FailOnOption = "regression",
+    fmt: FormatOption = "table",
     db: Db = None,
 ) -> None:
-    """Two matrices side by side per cell: ratio B/A, significance, regressions."""
+    """Two matrices side by side per cell: ratio B/A, significance, regressions.
+
+    Exit status 1 when a cell regressed (unless --fail-on none) or a cell was not compared.
+    """
     with open_store(db) as store:
-        rows = compare(store, a, b, allow_mixed)
+        rows = compare(store, a, b, allow_mixed, factor)
         coverage = compare_coverage(store.runs(matrix=a), store.runs(matrix=b), len(rows))
-    typer.echo(render_compare(rows, a, b, fmt), nl=False)
+    shown = [r for r in rows if r.verdict in CHANGED_VERDICTS] if only_changed else rows
+    typer.echo(render_compare(shown, a, b, fmt, factor), nl=False)
+    regressions = sum(r.verdict == "regression" for r in rows)
+    if regressions and fail_on == "regression":
+        typer.echo(f"compare: {regressions} regressions ({b} against {a})", err=True)
+        raise typer.Exit(1)
     if not coverage.complete:  # no evidence is a failed check, never a pass
         typer.echo(f"compare: {coverage.text()} (measured in both {a} and {b})", err=True)
         raise typer.Exit(1)

@@ -1,13 +1,16 @@
 """Is a cell's speed different between two sets of repeats? (history, matrix vs matrix)
 
-The test, documented once here and named in every result:
-* With at least `MANN_WHITNEY_MIN_N` (3) repeats on each side: a two-sided Mann-Whitney U
-  test over the repeats' tok/s (scipy; exact when there are no ties). "changed" when
-  p <= `CHANGE_ALPHA` (0.10). Why 0.10, not 0.05: with 3 repeats a side the smallest p the
-  test can give is 2/20 = 0.10 (the three new runs all faster, or all slower, than the three
-  old ones), so 0.05 could never flag anything at the reference's 3 repeats.
-* Otherwise: "changed" when each side's median lies outside the other side's min-max range.
-  With a single run on both sides there is no spread to judge by: never "changed".
+The test, documented once here and named in every result (history, compare and the
+speed-up verdicts of `summarize.py` all use it):
+* With at least `MIN_REPEATS` (3) repeats on each side: a two-sided Mann-Whitney U test over
+  the repeats' tok/s (scipy; exact when there are no ties). "changed" when p <=
+  `CHANGE_ALPHA` (0.10) and the ratio of medians lies beyond `factor` (asv's `--factor`:
+  above `factor` or below `1/factor`; 1.0 = any significant difference). Why 0.10, not 0.05:
+  with 3 repeats a side the smallest p the test can give is 2/20 = 0.10 (the three new runs
+  all faster, or all slower, than the three old ones), so 0.05 could never flag anything at
+  the reference's 3 repeats.
+* With fewer repeats on either side there is no noise floor to judge by: no verdict, shown
+  as `n=1, no noise floor` (n the smaller side), never as a gain, a loss or "same".
 """
 
 from __future__ import annotations
@@ -20,9 +23,16 @@ from typing import Any, Literal
 from specfleet.jobs.rows import CellKey, group_by_cell, to_rows
 
 CHANGE_ALPHA = 0.10
-MANN_WHITNEY_MIN_N = 3
+MIN_REPEATS = 3  # a side with fewer repeats has no noise floor
+DEFAULT_FACTOR = 1.0
 
-TestName = Literal["mann-whitney", "range", "single runs"]
+TestName = Literal["mann-whitney", "too few repeats"]
+Verdict = Literal["faster", "slower", "same", "no noise floor"]
+
+
+def no_floor_text(n: int) -> str:
+    """What a cell with fewer than `MIN_REPEATS` repeats says instead of a verdict."""
+    return f"n={n}, no noise floor"
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,19 @@ class ChangeTest:
     median_before: float
     median_after: float
 
+    @property
+    def judged(self) -> bool:
+        """Both sides had enough repeats for the test to give a verdict."""
+        return self.test == "mann-whitney"
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.judged:
+            return "no noise floor"
+        if not self.changed:
+            return "same"
+        return "faster" if self.ratio > 1.0 else "slower"
+
 
 @dataclass(frozen=True)
 class CellComparison:
@@ -46,7 +69,7 @@ class CellComparison:
     key: CellKey | None
     ratio: float
     significant: bool
-    verdict: Literal["faster", "slower", "same"]
+    verdict: Verdict
     change: ChangeTest
 
 
@@ -67,35 +90,38 @@ def _mann_whitney_p(before: Sequence[float], after: Sequence[float]) -> float:
     return float(mannwhitneyu(before, after, alternative="two-sided").pvalue)
 
 
-def _outside_each_other(before: Sequence[float], after: Sequence[float]) -> bool:
-    mb, ma = statistics.median(before), statistics.median(after)
-    return not min(after) <= mb <= max(after) and not min(before) <= ma <= max(before)
+def beyond_factor(ratio: float, factor: float) -> bool:
+    """The ratio of medians lies above `factor` or below `1/factor`."""
+    return ratio >= factor or ratio <= 1.0 / factor
 
 
-def detect_change(before: Sequence[float], after: Sequence[float]) -> ChangeTest:
+def detect_change(
+    before: Sequence[float], after: Sequence[float], factor: float = DEFAULT_FACTOR
+) -> ChangeTest:
     """Test whether two sets of repeats differ (see the module docstring for the test).
 
     Args:
         before: tok/s of the earlier (baseline) repeats; at least one.
         after: tok/s of the later repeats; at least one.
+        factor: a significant difference counts only beyond this ratio (>= 1).
 
     Returns:
         The test used, its verdict, the ratio of medians and the p-value when there is one.
     """
     if not before or not after:
         raise ValueError("detect_change needs at least one value on each side")
+    if factor < 1.0:
+        raise ValueError(f"factor must be >= 1, got {factor}")
     before, after = [float(v) for v in before], [float(v) for v in after]
     mb, ma = statistics.median(before), statistics.median(after)
-    common = dict(ratio=ma / mb if mb else float("inf"), n_before=len(before),
-                  n_after=len(after), median_before=mb, median_after=ma)
-    if min(len(before), len(after)) >= MANN_WHITNEY_MIN_N:
-        p = _mann_whitney_p(before, after)
-        return ChangeTest(test="mann-whitney", changed=p <= CHANGE_ALPHA + 1e-9, p_value=p,
-                          **common)
-    if len(before) == 1 and len(after) == 1:
-        return ChangeTest(test="single runs", changed=False, p_value=None, **common)
-    return ChangeTest(test="range", changed=_outside_each_other(before, after), p_value=None,
-                      **common)
+    ratio = ma / mb if mb else float("inf")
+    common = dict(ratio=ratio, n_before=len(before), n_after=len(after), median_before=mb,
+                  median_after=ma)
+    if min(len(before), len(after)) < MIN_REPEATS:
+        return ChangeTest(test="too few repeats", changed=False, p_value=None, **common)
+    p = _mann_whitney_p(before, after)
+    changed = p <= CHANGE_ALPHA + 1e-9 and beyond_factor(ratio, factor)
+    return ChangeTest(test="mann-whitney", changed=changed, p_value=p, **common)
 
 
 def _values(cell: Any) -> Sequence[float]:
@@ -103,23 +129,23 @@ def _values(cell: Any) -> Sequence[float]:
     return tuple(float(v) for v in values)
 
 
-def compare_cells(a: Any, b: Any, key: CellKey | None = None) -> CellComparison:
+def compare_cells(
+    a: Any, b: Any, key: CellKey | None = None, factor: float = DEFAULT_FACTOR
+) -> CellComparison:
     """Compare cell `b` with baseline cell `a`.
 
     Args:
         a: the baseline: a `CellStats` or a sequence of tok/s values.
         b: the candidate, likewise.
         key: the cell compared, carried into the result.
+        factor: as in `detect_change`.
 
     Returns:
         Ratio of medians (b over a), significance by `detect_change`, and a verdict.
     """
-    change = detect_change(_values(a), _values(b))
-    verdict = "same"
-    if change.changed:
-        verdict = "faster" if change.ratio > 1.0 else "slower"
+    change = detect_change(_values(a), _values(b), factor)
     return CellComparison(key=key, ratio=change.ratio, significant=change.changed,
-                          verdict=verdict, change=change)
+                          verdict=change.verdict, change=change)
 
 
 def _done_values(runs: Iterable[Any]) -> dict[CellKey, list[float]]:
@@ -128,31 +154,37 @@ def _done_values(runs: Iterable[Any]) -> dict[CellKey, list[float]]:
     return {key: v for key, v in values.items() if v}
 
 
-def compare_matrices(runs_a: Iterable[Any], runs_b: Iterable[Any]) -> list[CellComparison]:
+def compare_matrices(
+    runs_a: Iterable[Any], runs_b: Iterable[Any], factor: float = DEFAULT_FACTOR
+) -> list[CellComparison]:
     """Every cell measured in both matrices, `b` against baseline `a`, sorted by cell.
 
     Args:
         runs_a: the baseline matrix's runs (any shape `rows.to_rows` accepts).
         runs_b: the other matrix's runs.
+        factor: as in `detect_change`.
 
     Returns:
         One comparison per common cell with at least one done run on each side.
     """
     a, b = _done_values(runs_a), _done_values(runs_b)
-    return [compare_cells(a[key], b[key], key) for key in sorted(a.keys() & b.keys())]
+    return [compare_cells(a[key], b[key], key, factor) for key in sorted(a.keys() & b.keys())]
 
 
-def history_changes(points: Sequence[tuple[str, Sequence[float]]]) -> list[HistoryStep]:
+def history_changes(
+    points: Sequence[tuple[str, Sequence[float]]], factor: float = DEFAULT_FACTOR
+) -> list[HistoryStep]:
     """Flag changes along one cell's history.
 
     Args:
         points: (label, tok/s of the repeats) in time order, e.g. one per matrix.
+        factor: as in `detect_change`.
 
     Returns:
         One step per consecutive pair of points with values on both sides.
     """
     measured = [(label, values) for label, values in points if values]
     return [
-        HistoryStep(before=la, after=lb, change=detect_change(va, vb))
+        HistoryStep(before=la, after=lb, change=detect_change(va, vb, factor))
         for (la, va), (lb, vb) in zip(measured, measured[1:], strict=False)
     ]

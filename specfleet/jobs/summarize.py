@@ -7,7 +7,8 @@ Pure Python over plain rows (see `jobs/rows.py` for the accepted shapes). Defini
 * Speed-up of an arm = median arm tok/s / median plain tok/s on the same target, model and
   prompt (whole call including prefill, as the reference record). The plain cell's relative
   spread is the noise floor: `|speed-up - 1| <= floor` is "within noise", otherwise "gain"
-  or "loss".
+  or "loss". With fewer than `MIN_REPEATS` (3) repeats on either side there is no noise
+  floor: the verdict is "no noise floor" (shown `n=1, no noise floor`), never gain or loss.
 * A cell loops when the median `loop_share` of its runs exceeds `LOOP_SHARE_FLAG` (0.2): its
   reply is mostly a repeated cycle, which prompt lookup copies for free. A speed-up whose arm
   or plain cell loops is kept out of the headline and returned apart, never dropped.
@@ -30,7 +31,7 @@ from typing import Any, Literal
 
 from specfleet.jobs.changes import (  # noqa: F401 (re-exported)
     CHANGE_ALPHA,
-    MANN_WHITNEY_MIN_N,
+    MIN_REPEATS,
     CellComparison,
     ChangeTest,
     HistoryStep,
@@ -44,7 +45,7 @@ from specfleet.jobs.rows import CellKey, Counters, Row, group_by_cell, to_rows
 SPREAD_FLAG = 0.05  # relative spread above which a cell's repeats disagree too much to trust
 LOOP_SHARE_FLAG = 0.2  # median loop share above which a cell's replies count as looping
 
-Verdict = Literal["gain", "loss", "within noise"]
+Verdict = Literal["gain", "loss", "within noise", "no noise floor"]
 ParityStatus = Literal["identical", "diverged", "missing"]
 
 
@@ -78,6 +79,7 @@ class SpeedUp:
     plain_median_tok_per_s: float
     noise_floor: float  # plain's relative spread
     verdict: Verdict
+    n: int  # repeats of the smaller side (arm or plain)
     spread_flag: bool  # the arm's or plain's spread exceeds SPREAD_FLAG
     looping: bool  # the arm's or plain's replies loop
 
@@ -94,6 +96,7 @@ class Headline:
     losses: int
     within_noise: int
     looping_excluded: int
+    no_noise_floor: int = 0  # cells with fewer than MIN_REPEATS repeats: no verdict
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,11 @@ def cell_stats(runs: Iterable[Any]) -> list[CellStats]:
     return [_cell(key, rows) for key, rows in group_by_cell(to_rows(runs)).items()]
 
 
-def noise_verdict(ratio: float, noise_floor: float) -> Verdict:
-    """"within noise" when |ratio - 1| <= noise_floor, else "gain" or "loss"."""
+def noise_verdict(ratio: float, noise_floor: float, n: int = MIN_REPEATS) -> Verdict:
+    """"within noise" when |ratio - 1| <= noise_floor, else "gain" or "loss"; "no noise
+    floor" when either side has fewer than `MIN_REPEATS` repeats (`n`, the smaller)."""
+    if n < MIN_REPEATS:
+        return "no noise floor"
     if abs(ratio - 1.0) <= noise_floor + 1e-12:
         return "within noise"
     return "gain" if ratio > 1.0 else "loss"
@@ -181,10 +187,11 @@ def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
         if key.arm == "plain" or plain is None or not cell.n or not plain.n:
             continue
         ratio = cell.median_tok_per_s / plain.median_tok_per_s if plain.median_tok_per_s else 0.0
+        n = min(cell.n, plain.n)
         out.append(SpeedUp(
             key=key, ratio=ratio, arm_median_tok_per_s=cell.median_tok_per_s,
             plain_median_tok_per_s=plain.median_tok_per_s, noise_floor=plain.spread or 0.0,
-            verdict=noise_verdict(ratio, plain.spread or 0.0),
+            verdict=noise_verdict(ratio, plain.spread or 0.0, n), n=n,
             spread_flag=cell.spread_flag or plain.spread_flag,
             looping=cell.looping or plain.looping,
         ))
@@ -219,6 +226,7 @@ def headline(ups: Iterable[SpeedUp]) -> list[Headline]:
             target=target, arm=arm, geomean_speedup=geomean([u.ratio for u in kept]),
             cells=len(kept), gains=verdicts.count("gain"), losses=verdicts.count("loss"),
             within_noise=verdicts.count("within noise"), looping_excluded=len(group) - len(kept),
+            no_noise_floor=verdicts.count("no noise floor"),
         ))
     return out
 

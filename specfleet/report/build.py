@@ -65,6 +65,7 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
         speedup=speedup.ratio if speedup else None,
         noise_floor=speedup.noise_floor if speedup else None,
         within_noise=bool(speedup and speedup.verdict == "within noise"),
+        no_floor_n=_no_floor_n(stats, speedup),
         spread_flag=stats.spread_flag,
         loop=speedup.looping if speedup else stats.looping,
         loop_share=stats.loop_share,
@@ -77,6 +78,11 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
         throttled_runs=stats.throttled_runs,
         throttled=bool(stats.throttled_runs or (plain is not None and plain.throttled_runs)),
     )
+
+
+def _no_floor_n(stats, speedup) -> int | None:
+    n = speedup.n if speedup is not None else stats.n
+    return n if n < summarize.MIN_REPEATS else None
 
 
 def view_of_runs(matrix_id: str, name: str, runs: list) -> MatrixView:

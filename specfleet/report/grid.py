@@ -5,11 +5,25 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+# Every table-printing command's `--format`, one set: rich (terminal), markdown, JSON, CSV.
+OutputFormat = Literal["table", "markdown", "json", "csv"]
+OUTPUT_FORMATS: tuple[str, ...] = get_args(OutputFormat)
+
+
+def check_format(fmt: str, formats: tuple[str, ...] = OUTPUT_FORMATS) -> None:
+    """One `UserError` line when `fmt` is not one of `formats`."""
+    if fmt not in formats:
+        from specfleet.errors import UserError
+
+        raise UserError(f"--format: unknown format {fmt!r}; expected one of {', '.join(formats)}")
+
 
 # Wide enough that rich never wraps a matrix table; tables keep their natural width.
 CONSOLE_WIDTH = 400

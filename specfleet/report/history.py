@@ -1,8 +1,8 @@
 """One cell over time (`specfleet history`) and two matrices side by side (`specfleet compare`).
 
 Changes are judged by `jobs/changes.py` (named in every table): a two-sided Mann-Whitney U
-test over the repeats' tok/s when both sides have at least 3 repeats, otherwise medians
-outside each other's range. `compare` calls a significant slow-down a regression only when
+test over the repeats' tok/s when both sides have at least 3 repeats, with asv's `--factor`;
+with fewer repeats there is no noise floor and no verdict. `compare` calls a significant slow-down a regression only when
 the two cells differ in nothing but code version (see `provenance.py`).
 """
 
@@ -14,19 +14,27 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from specfleet.errors import UserError
-from specfleet.jobs.changes import CHANGE_ALPHA, MANN_WHITNEY_MIN_N, ChangeTest, history_changes
+from specfleet.jobs.changes import (
+    CHANGE_ALPHA,
+    DEFAULT_FACTOR,
+    MIN_REPEATS,
+    ChangeTest,
+    history_changes,
+    no_floor_text,
+)
 from specfleet.jobs.summarize import LOOP_SHARE_FLAG, compare_matrices, relative_spread
 from specfleet.report.build import load_matrix, target_label
-from specfleet.report.grid import Grid, to_csv, to_rich
+from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.provenance import differences
 from specfleet.report.tables import DASH, pct
 
-TEST_NOTE = (
-    f"Change test: two-sided Mann-Whitney U over the repeats' tok/s, changed when p <= "
-    f"{CHANGE_ALPHA} (with >= {MANN_WHITNEY_MIN_N} repeats a side); with fewer repeats, "
-    f"changed when each median lies outside the other side's min-max range."
-)
-FORMATS = ("table", "json", "csv")
+
+def test_note(factor: float = DEFAULT_FACTOR) -> str:
+    """The change test in words, under every history and compare table."""
+    beyond = f" and the ratio is beyond {factor:g}x either way" if factor > 1.0 else ""
+    return (f"Change test: two-sided Mann-Whitney U over the repeats' tok/s, changed when "
+            f"p <= {CHANGE_ALPHA}{beyond} (with >= {MIN_REPEATS} repeats a side); with fewer "
+            f"repeats there is no noise floor and no verdict.")
 
 
 @dataclass(frozen=True)
@@ -54,8 +62,8 @@ def _target_filters(target: str | None) -> dict:
     return dict(zip(("host", "engine", "device"), parts, strict=False))
 
 
-def cell_history(store, model: str, prompt: str, arm: str,
-                 target: str | None = None) -> list[HistoryRow]:
+def cell_history(store, model: str, prompt: str, arm: str, target: str | None = None,
+                 factor: float = DEFAULT_FACTOR) -> list[HistoryRow]:
     """Every matrix's measurement of one cell, per target in time order, with the change
     from the previous point.
 
@@ -77,7 +85,7 @@ def cell_history(store, model: str, prompt: str, arm: str,
     for label in dict.fromkeys(t for t, _ in groups):
         keys = sorted((k for k in groups if k[0] == label), key=lambda k: (when[k[1]], k[1]))
         points = [(k[1], [r.tok_per_s for r in groups[k][arm]]) for k in keys]
-        changes = [None] + [step.change for step in history_changes(points)]
+        changes = [None] + [step.change for step in history_changes(points, factor)]
         previous = None
         for key, change in zip(keys, changes, strict=True):
             differs = tuple(differences(groups[previous][arm], groups[key][arm])) if previous else ()
@@ -102,8 +110,12 @@ def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> 
 
 
 def change_text(change: ChangeTest | None) -> str:
+    """`CHANGED 0.80x (mann-whitney p=0.100)`, `same ...`, or `n=1, no noise floor 1.54x`."""
     if change is None:
         return DASH
+    if not change.judged:
+        n = min(change.n_before, change.n_after)
+        return f"{no_floor_text(n)} {change.ratio:.2f}x"
     p_value = f" p={change.p_value:.3f}" if change.p_value is not None else ""
     verdict = "CHANGED" if change.changed else "same"
     return f"{verdict} {change.ratio:.2f}x ({change.test}{p_value})"
@@ -116,7 +128,7 @@ def _differs_text(row: HistoryRow) -> str:
     return text + ("; THROTTLED" if row.throttled else "")
 
 
-def history_grid(rows: list[HistoryRow], title: str) -> Grid:
+def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FACTOR) -> Grid:
     """The history table: one line per point, the change from the previous one, the test."""
     lines = tuple(
         (r.target, r.matrix_id, r.submitted_at, str(len(r.values)),
@@ -127,15 +139,31 @@ def history_grid(rows: list[HistoryRow], title: str) -> Grid:
     )
     headers = ("target", "matrix", "submitted (UTC)", "n", "median tok/s", "speed-up",
                "change vs previous")
-    return Grid(title, headers, lines, (TEST_NOTE,), left_cols=3)
+    return Grid(title, headers, lines, (test_note(factor),), left_cols=3)
 
 
-def render_history(rows: list[HistoryRow], title: str, fmt: str = "table") -> str:
-    """History rows as a table (change flags and the test named), JSON or CSV."""
-    _check_format(fmt)
-    if fmt != "table":
-        return _dump([asdict(r) for r in rows], fmt)
-    return to_rich([history_grid(rows, title)])
+def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
+                   factor: float = DEFAULT_FACTOR) -> str:
+    """History rows as a table (change flags and the test named), markdown, JSON or CSV."""
+    check_format(fmt)
+    if fmt in ("json", "csv"):
+        return _dump([{**asdict(r), "n": len(r.values)} for r in rows], fmt)
+    grid = history_grid(rows, title, factor)
+    return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {title}")
+
+
+def history_regressions(rows: list[HistoryRow]) -> list[HistoryRow]:
+    """The newest point of each target when it is a significant slow-down from the point
+    before and differs from it in nothing but code version (an older dip, since recovered,
+    does not fail a check forever)."""
+    newest = {row.target: row for row in rows}
+    return [row for row in newest.values() if row.change is not None and row.change.changed
+            and row.change.ratio < 1.0 and not row.differs]
+
+
+def changed_only(rows: list[HistoryRow]) -> list[HistoryRow]:
+    """The points whose change from the previous one is beyond noise."""
+    return [row for row in rows if row.change is not None and row.change.changed]
 
 
 @dataclass(frozen=True)
@@ -148,11 +176,12 @@ class CompareRow:
     median_b: float
     ratio: float
     change: ChangeTest
-    verdict: str  # regression | slower | faster | same
+    verdict: str  # regression | slower | faster | same | no noise floor
     differs: tuple[str, ...]  # provenance that differs besides the code version
 
 
-def compare(store, a: str, b: str, allow_mixed: bool = False) -> list[CompareRow]:
+def compare(store, a: str, b: str, allow_mixed: bool = False,
+            factor: float = DEFAULT_FACTOR) -> list[CompareRow]:
     """Every cell measured in both matrices: B against baseline A.
 
     A significant slow-down is a "regression" only when the cells' provenance matches (or
@@ -164,12 +193,10 @@ def compare(store, a: str, b: str, allow_mixed: bool = False) -> list[CompareRow
     runs_b = store.runs(matrix=b, status="done")
     by_cell = _by_cell(runs_a), _by_cell(runs_b)
     out = []
-    for comp in compare_matrices(runs_a, runs_b):
+    for comp in compare_matrices(runs_a, runs_b, factor):
         key = (comp.key.target, comp.key.model, comp.key.prompt, comp.key.arm)
         differs = tuple(differences(by_cell[0][key], by_cell[1][key]))
-        verdict = "same"
-        if comp.significant:
-            verdict = "faster" if comp.ratio > 1 else "slower"
+        verdict = comp.verdict
         if verdict == "slower" and (allow_mixed or not differs):
             verdict = "regression"
         out.append(CompareRow(*key, comp.change.median_before, comp.change.median_after,
@@ -192,7 +219,8 @@ def compare_verdict_text(row: CompareRow) -> str:
     return row.verdict.upper() if row.verdict == "regression" else row.verdict
 
 
-def compare_grid(rows: list[CompareRow], a: str, b: str) -> Grid:
+def compare_grid(rows: list[CompareRow], a: str, b: str,
+                 factor: float = DEFAULT_FACTOR) -> Grid:
     """The compare table: ratio B/A per cell, the test, the verdict (mixed provenance named)."""
     lines = tuple(
         (r.target, r.model, r.prompt, r.arm, f"{r.median_a:.2f}", f"{r.median_b:.2f}",
@@ -202,7 +230,7 @@ def compare_grid(rows: list[CompareRow], a: str, b: str) -> Grid:
     headers = ("target", "model", "prompt", "arm", f"{a} tok/s", f"{b} tok/s", "B/A", "test",
                "verdict")
     regressions = sum(r.verdict == "regression" for r in rows)
-    notes = (f"{regressions} regressions in {len(rows)} cells measured in both.", TEST_NOTE,
+    notes = (f"{regressions} regressions in {len(rows)} cells measured in both.", test_note(factor),
              "A slow-down is a regression only when the cells differ in nothing but code "
              "version (weights, prompt, engine config, host, library versions, power mode, "
              "clocks); "
@@ -210,17 +238,17 @@ def compare_grid(rows: list[CompareRow], a: str, b: str) -> Grid:
     return Grid(f"{b} against {a}", headers, lines, notes, left_cols=4)
 
 
-def render_compare(rows: list[CompareRow], a: str, b: str, fmt: str = "table") -> str:
-    """Comparison rows as a table (ratio B/A, test, verdict), JSON or CSV."""
-    _check_format(fmt)
-    if fmt != "table":
+def render_compare(rows: list[CompareRow], a: str, b: str, fmt: str = "table",
+                   factor: float = DEFAULT_FACTOR) -> str:
+    """Comparison rows as a table (ratio B/A, test, verdict), markdown, JSON or CSV."""
+    check_format(fmt)
+    if fmt in ("json", "csv"):
         return _dump([asdict(r) for r in rows], fmt)
-    return to_rich([compare_grid(rows, a, b)])
+    grid = compare_grid(rows, a, b, factor)
+    return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {grid.title}")
 
 
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise UserError(f"--format: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+CHANGED_VERDICTS = ("regression", "slower", "faster")
 
 
 def _flat(value):

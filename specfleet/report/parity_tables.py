@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from specfleet.errors import UserError
-from specfleet.report.grid import Grid, to_markdown, to_rich
+from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.parity import ArmParity, ParityReport
 
-PARITY_FORMATS = ("table", "json", "markdown")
 DASH = "–"
 
 
@@ -79,11 +77,12 @@ def summary_line(report: ParityReport) -> str:
 
 
 def render_parity(report: ParityReport, fmt: str = "table") -> str:
-    """The parity report in `fmt` ("table", "markdown" or "json")."""
-    if fmt not in PARITY_FORMATS:
-        raise UserError(
-            f"--format: unknown format {fmt!r}; expected one of {', '.join(PARITY_FORMATS)}"
-        )
+    """The parity report in `fmt`: "table", "markdown", "json" or "csv" (one row per arm)."""
+    check_format(fmt)
+    if fmt == "csv":
+        records = [asdict(arm) for arm in report.arms]
+        headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
+        return to_csv(headers, [[r[h] for h in headers] for r in records])
     if fmt == "json":
         body = asdict(report)
         body["summary"] = summary_line(report)

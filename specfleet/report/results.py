@@ -10,12 +10,11 @@ from typing import get_args
 from specfleet.errors import UserError
 from specfleet.jobs.run import Arm, Target
 from specfleet.report.build import view_of_runs
-from specfleet.report.grid import Grid, to_csv, to_rich
+from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.tables import DASH, cell_record, pct, render_view, speedup_text
 from specfleet.report.view import LOOP_SHARE_FLAG, MatrixView
 from specfleet.store.export import export_runs
 
-RESULT_FORMATS = ("table", "json", "csv")
 ENGINES = get_args(Target.model_fields["engine"].annotation)
 DEVICES = get_args(Target.model_fields["device"].annotation)
 ARMS = get_args(Arm)
@@ -107,26 +106,28 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
 
     Args:
         runs: `RunRow`s from `Store.runs`.
-        fmt: "table", "json" or "csv".
+        fmt: one of `OUTPUT_FORMATS`: "table", "markdown", "json" or "csv".
         cells: aggregate the done runs per cell.
         pivot: "target" puts each model, prompt and arm on every target side by side.
     """
-    if fmt not in RESULT_FORMATS:
-        raise UserError(f"--format: unknown format {fmt!r}; expected one of "
-                        f"{', '.join(RESULT_FORMATS)}")
+    check_format(fmt)
     if pivot is not None or cells:
         view = view_of_runs("results", "filtered runs", runs)
         if pivot is not None:
             return render_view(view, fmt, pivot)
-        if fmt == "table":
-            return to_rich([cells_grid(view)])
+        if fmt in ("table", "markdown"):
+            return _grid_text(cells_grid(view), fmt)
         records = [cell_record(c) for c in view.cells]
         if fmt == "json":
             return json.dumps(records, indent=2) + "\n"
         headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
         return to_csv(headers, [[r[h] for h in headers] for r in records])
-    if fmt == "table":
-        return to_rich([runs_grid(runs)])
+    if fmt in ("table", "markdown"):
+        return _grid_text(runs_grid(runs), fmt)
     out = io.StringIO()
     export_runs(runs, fmt, out)
     return out.getvalue()
+
+
+def _grid_text(grid: Grid, fmt: str) -> str:
+    return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {grid.title}")

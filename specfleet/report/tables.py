@@ -2,7 +2,8 @@
 
 Per target, like the reference record (spec 7.4): rows model x arm, columns prompts, each
 speed-up with its spread beside it. Markers (explained under every table):
-`!` spread above 5%, `within noise` inside plain's spread, `LOOP` replies loop (kept out of
+`!` spread above 5%, `within noise` inside plain's spread, `n=1, no noise floor` fewer
+than 3 repeats (no verdict), `LOOP` replies loop (kept out of
 the headline), `THROTTLED` a run of the cell or of its plain ran on a throttled host,
 `=` identical to plain, `≠` diverged from plain.
 """
@@ -13,16 +14,17 @@ import json
 from dataclasses import asdict
 
 from specfleet.errors import UserError
-from specfleet.report.grid import Grid, to_csv, to_markdown, to_rich
+from specfleet.jobs.changes import no_floor_text
+from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.view import PLAIN, SPREAD_FLAG, CellView, MatrixView
 
-FORMATS = ("table", "json", "csv", "markdown")
 PIVOTS = (None, "target")
 DASH = "–"
 LEGEND = (
     f"Speed-up = median tok/s of the arm / median plain tok/s (whole call incl. prefill); "
     f"±x% = (max-min)/median over repeats; ! spread > {SPREAD_FLAG:.0%}; plain rows show the "
-    f"noise floor; 'within noise' = inside plain's spread; LOOP = replies loop (kept out of "
+    f"noise floor; 'within noise' = inside plain's spread; 'n=1, no noise floor' = fewer than "
+    f"3 repeats, no verdict; LOOP = replies loop (kept out of "
     f"the headline); THROTTLED = a run of the cell or of its plain ran on a throttled host "
     f"(clocks capped, thermal state not nominal, on battery or Low Power Mode); "
     f"= identical to plain, ≠ diverged."
@@ -38,10 +40,10 @@ def speedup_text(cell: CellView | None) -> str:
     if cell is None or not cell.rates:
         return DASH
     if cell.arm == PLAIN:
-        return f"1.00x {pct(cell.spread)}{'!' if cell.spread_flag else ''}" + _throttled(cell)
+        return f"1.00x {spread_text(cell)}" + _throttled(cell)
     if cell.speedup is None:
         return DASH
-    parts = [f"{cell.speedup:.2f}x", pct(cell.spread) + ("!" if cell.spread_flag else "")]
+    parts = [f"{cell.speedup:.2f}x", spread_text(cell)]
     if cell.within_noise:
         parts.append("within noise")
     if cell.loop:
@@ -55,6 +57,13 @@ def speedup_text(cell: CellView | None) -> str:
 
 def _throttled(cell: CellView | None) -> str:
     return " THROTTLED" if cell is not None and cell.throttled else ""
+
+
+def spread_text(cell: CellView) -> str:
+    """`±1.2%` (with `!` above the flag), or `n=1, no noise floor` under 3 repeats."""
+    if cell.no_floor_n is not None:
+        return no_floor_text(cell.no_floor_n)
+    return pct(cell.spread) + ("!" if cell.spread_flag else "")
 
 
 def parity_text(cell: CellView) -> str:
@@ -79,8 +88,8 @@ def plain_grid(view: MatrixView, target: str) -> Grid:
         if all(c is None for c in cells):
             continue
         text = [
-            DASH if c is None or not c.rates else f"{c.median_tok_per_s:.1f} {pct(c.spread)}"
-            + ("!" if c.spread_flag else "") + _throttled(c)
+            DASH if c is None or not c.rates
+            else f"{c.median_tok_per_s:.1f} {spread_text(c)}" + _throttled(c)
             for c in cells
         ]
         rows.append((model, *text))
@@ -149,7 +158,7 @@ def headline(view: MatrixView, target: str) -> list[str]:
             lines.append(
                 f"Headline {item.arm}: {item.geomean_speedup:.2f}x geometric mean over "
                 f"{item.cells} cells ({item.gains} gains, {item.losses} losses, "
-                f"{item.within_noise} within noise)"
+                f"{item.within_noise} within noise{_no_floor_count(item)})"
             )
         looped = [c for c in view.cells if c.target == target and c.arm == item.arm and c.loop
                   and c.speedup is not None]
@@ -157,6 +166,20 @@ def headline(view: MatrixView, target: str) -> list[str]:
             apart = ", ".join(f"{c.model}/{c.prompt} {c.speedup:.2f}x" for c in looped)
             lines.append(f"Kept out of the {item.arm} headline (replies loop): {apart}")
     return lines
+
+
+def _no_floor_count(item) -> str:
+    return f", {item.no_noise_floor} under 3 repeats: no noise floor" if item.no_noise_floor else ""
+
+
+def noisy_summary(view: MatrixView) -> str | None:
+    """Names the cells with runs timed on a busy host (`--require-quiet` waits instead)."""
+    noisy = [c for c in view.cells if c.noisy_runs]
+    if not noisy:
+        return None
+    cells = "; ".join(f"{c.target} {c.model}/{c.prompt} {c.arm}: {c.noisy_runs} of {c.n}"
+                      for c in noisy)
+    return f"Noisy runs (timed while the host was busy; --require-quiet waits instead): {cells}."
 
 
 def pivot_grid(view: MatrixView) -> Grid:
@@ -206,8 +229,9 @@ def grids_for(view: MatrixView, pivot: str | None) -> list[Grid]:
         grids += [plain_grid(view, target), speedup_grid(view, target), counters_grid(view, target)]
     if grids:
         last = grids[-1]
-        grids[-1] = Grid(last.title, last.headers, last.rows, (*last.notes, parity_summary(view)),
-                         last.left_cols)
+        footer = [parity_summary(view), noisy_summary(view)]
+        grids[-1] = Grid(last.title, last.headers, last.rows,
+                         (*last.notes, *(line for line in footer if line)), last.left_cols)
     return grids
 
 
@@ -266,9 +290,8 @@ def _csv_value(value):
 
 
 def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) -> str:
-    """Render a `MatrixView` in one of `FORMATS` (see `render_matrix`)."""
-    if fmt not in FORMATS:
-        raise UserError(f"--format: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    """Render a `MatrixView` in one of `OUTPUT_FORMATS` (see `render_matrix`)."""
+    check_format(fmt)
     if pivot not in PIVOTS:
         raise UserError(f"--pivot: unknown pivot {pivot!r}; expected 'target'")
     heading = f"Matrix {view.matrix_id} ({view.name})"

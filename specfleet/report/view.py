@@ -28,6 +28,8 @@ class CellView:
         speedup: median arm tok/s over median plain tok/s (None for plain or no plain).
         noise_floor: plain's spread on the same target, model and prompt.
         within_noise: the speed-up lies inside the noise floor (neither gain nor loss).
+        no_floor_n: the repeats of the smaller side (arm or plain) when under 3: no noise
+            floor, no verdict (`n=1, no noise floor`); None otherwise.
         spread_flag: spread above `SPREAD_FLAG`.
         loop: replies loop (loop share above the threshold); kept out of headlines.
         parity: "identical", "diverged" or None (plain, or nothing to compare).
@@ -48,6 +50,7 @@ class CellView:
     speedup: float | None = None
     noise_floor: float | None = None
     within_noise: bool = False
+    no_floor_n: int | None = None
     spread_flag: bool = False
     loop: bool = False
     loop_share: float = 0.0

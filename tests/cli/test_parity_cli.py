@@ -54,7 +54,7 @@ def test_regression_against_baseline_exits_1(db_path) -> None:  # noqa: F811
     (["run"], "FILE"),
     ([DEMO_ID, "extra"], "extra"),
     ([DEMO_ID, "--near-tie", "-1"], "--near-tie"),
-    ([DEMO_ID, "--format", "csv"], "--format"),
+    ([DEMO_ID, "--format", "xml"], "--format"),
 ])
 def test_bad_input_is_one_line_and_exit_2(db_path, args, needle) -> None:  # noqa: F811
     result = invoke(db_path, *args)

@@ -76,10 +76,36 @@ def test_history_flags_a_change_and_names_the_test(db_path) -> None:  # noqa: F8
         ("h1/toy/cpu", DEMO_ID), ("h1/toy/cpu", AFTER_ID)]
 
 
+def test_compare_factor_only_changed_and_markdown(db_path) -> None:  # noqa: F811
+    rows = json.loads(invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--format", "json",
+                             "--only-changed", "--fail-on", "none").stdout)
+    assert [r["verdict"] for r in rows] == ["regression"] and rows[0]["arm"] == "graded"
+    wide = invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--factor", "1.3", "-o", "md")
+    assert wide.exit_code == 0, wide.output  # 0.80x lies inside 1.3x either way
+    assert wide.stdout.startswith("## ") and "| regression |" not in wide.stdout
+    assert "beyond 1.3x either way" in wide.stdout
+
+
+def test_history_fails_on_a_regression_at_the_newest_point(db_path) -> None:  # noqa: F811
+    args = ("history", "--model", "script", "--prompt", "copy", "--arm", "graded", "--target",
+            "h1/toy/cpu", "--format", "json")
+    body = json.loads(invoke(db_path, *args, "--fail-on", "none").stdout)
+    newest = body[-1]
+    failing = invoke(db_path, *args)
+    regressed = (newest["change"]["changed"] and newest["change"]["ratio"] < 1
+                 and not newest["differs"])
+    assert failing.exit_code == (1 if regressed else 0), failing.output
+    assert all(r["n"] == len(r["values"]) for r in body)
+    changed = json.loads(invoke(db_path, *args, "--only-changed", "--fail-on", "none").stdout)
+    assert changed and all(r["change"]["changed"] for r in changed)
+
+
 def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None:  # noqa: F811
     same = invoke(db_path, "compare", DEMO_ID, AFTER_ID)
-    assert same.exit_code == 0, same.output
+    assert same.exit_code == 1, same.output  # a regression fails the check
     assert "REGRESSION" in same.output and "1 regressions in 14 cells" in same.output
+    assert same.stderr.strip() == f"compare: 1 regressions ({AFTER_ID} against {DEMO_ID})"
+    assert invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--fail-on", "none").exit_code == 0
     mixed = invoke(db_path, "compare", DEMO_ID, MIXED_ID, "--format", "json")
     row = next(r for r in json.loads(mixed.stdout) if r["arm"] == "graded")
     assert row["verdict"] == "slower" and row["differs"] == ["prompt hash"]
@@ -104,7 +130,9 @@ def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None: 
     (["history", "--model", "script", "--prompt", "copy", "--arm", "graded", "--target",
       "a/b/c/d"], "--target"),
     (["compare", DEMO_ID, "nope-123456"], "nope-123456"),
-    (["compare", DEMO_ID, AFTER_ID, "--format", "markdown"], "--format"),
+    (["compare", DEMO_ID, AFTER_ID, "--format", "html"], "--format"),
+    (["compare", DEMO_ID, AFTER_ID, "--fail-on", "always"], "--fail-on"),
+    (["compare", DEMO_ID, AFTER_ID, "--factor", "0.5"], "--factor"),
 ])
 def test_bad_input_is_one_line_and_exit_2(db_path, args, needle) -> None:  # noqa: F811
     result = invoke(db_path, *args)

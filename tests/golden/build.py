@@ -154,9 +154,9 @@ def outputs(url: str, report_dir: Path) -> dict[str, str]:
     `report` (markdown record), `compare` and `history` (all formats)."""
     runner = CliRunner()
 
-    def cli(*args: str) -> str:
+    def cli(*args: str, code: int = 0) -> str:
         result = runner.invoke(app, [*args, "--db", url])
-        assert result.exit_code == 0, (args, result.output, result.exception)
+        assert result.exit_code == code, (args, result.output, result.exception)
         return result.stdout
 
     out = {}
@@ -168,7 +168,7 @@ def outputs(url: str, report_dir: Path) -> dict[str, str]:
         out[f"compare.{ext}"] = cli("compare", A, B, "--format", fmt)
         out[f"history.{ext}"] = cli("history", "--model", "m1", "--prompt", "code", "--arm",
                                     "graded", "--format", fmt)
-    out["compare-mixed.txt"] = cli("compare", A, B, "--allow-mixed")
+    out["compare-mixed.txt"] = cli("compare", A, B, "--allow-mixed", code=1)  # a regression
     out["results-cells.txt"] = cli("results", "--matrix", A, "--cells")
     cli("report", A, "--out", str(report_dir))
     out["report.md"] = (report_dir / f"{A}.md").read_text()

@@ -10,6 +10,7 @@ from specfleet.jobs.changes import (
     compare_matrices,
     detect_change,
     history_changes,
+    no_floor_text,
 )
 from specfleet.jobs.rows import CellKey
 from specfleet.jobs.summarize import cell_stats
@@ -40,18 +41,23 @@ def test_identical_values_everywhere_are_no_change() -> None:
     assert (change.changed, change.p_value) == (False, 1.0)
 
 
-def test_range_test_below_three_repeats() -> None:
-    apart = detect_change([10.0, 10.2], [11.0, 11.4])
-    assert (apart.test, apart.changed, apart.p_value) == ("range", True, None)
-    overlap = detect_change([10.0, 11.0], [10.4, 11.2])  # median 10.8 lies inside [10, 11]
-    assert (overlap.test, overlap.changed) == ("range", False)
-    one_side = detect_change([10.0], [10.5, 10.7, 10.6])
-    assert (one_side.test, one_side.changed) == ("range", True)
+def test_fewer_than_three_repeats_give_no_verdict() -> None:
+    for before, after in (([10.0, 10.2], [11.0, 11.4]), ([10.0], [10.5, 10.7, 10.6]),
+                          ([10.0], [15.4])):  # a 1.54x jump of single runs: not "same"
+        change = detect_change(before, after)
+        assert (change.test, change.changed, change.p_value) == ("too few repeats", False, None)
+        assert change.verdict == "no noise floor" and not change.judged
+    assert no_floor_text(1) == "n=1, no noise floor"
 
 
-def test_single_runs_never_flag() -> None:
-    change = detect_change([10.0], [12.0])
-    assert (change.test, change.changed, change.ratio) == ("single runs", False, 1.2)
+def test_factor_keeps_small_significant_changes_out() -> None:
+    before, after = [20.0, 20.1, 19.9], [20.9, 21.0, 21.1]  # +5%, p = 0.1
+    assert detect_change(before, after).verdict == "faster"
+    assert detect_change(before, after, factor=1.1).verdict == "same"
+    assert detect_change(before, [30.0, 30.1, 29.9], factor=1.1).verdict == "faster"
+    assert detect_change([30.0, 30.1, 29.9], before, factor=1.1).verdict == "slower"
+    with pytest.raises(ValueError):
+        detect_change(before, after, factor=0.9)
 
 
 def test_detect_change_needs_values() -> None:

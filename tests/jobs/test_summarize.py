@@ -75,6 +75,17 @@ def test_speedups_and_noise_verdicts() -> None:
         "gain", "within noise", "loss"]
 
 
+def test_under_three_repeats_a_speedup_has_no_noise_floor() -> None:
+    summary = summarize(runs("plain", [10.0]) + runs("graded", [7.7])
+                        + runs("gated", [15.0, 15.2, 15.1]))
+    ups = {u.key.arm: u for u in summary.speedups}
+    assert (ups["graded"].verdict, ups["graded"].n) == ("no noise floor", 1)  # 0.77x: no "loss"
+    assert ups["gated"].verdict == "no noise floor"  # plain has one repeat
+    (headline,) = [h for h in summary.headline if h.arm == "graded"]
+    assert (headline.losses, headline.no_noise_floor) == (0, 1)
+    assert noise_verdict(0.5, 0.0, n=2) == "no noise floor"
+
+
 def test_noise_verdict_boundaries() -> None:
     assert noise_verdict(1.05, 0.05) == "within noise"
     assert noise_verdict(0.95, 0.05) == "within noise"

@@ -86,5 +86,7 @@ def test_render_table_and_json(store, worker) -> None:
     body = json.loads(render_parity(report, "json"))
     assert body["regressions"][0]["arm"] == "gated"
     assert render_parity(report, "markdown").startswith("## Parity")
+    csv_lines = render_parity(report, "csv").splitlines()
+    assert csv_lines[0].startswith("target,model,prompt,arm,") and len(csv_lines) == 10
     with pytest.raises(UserError):
-        render_parity(report, "csv")
+        render_parity(report, "xml")

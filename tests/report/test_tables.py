@@ -100,6 +100,34 @@ def test_speedup_text_markers() -> None:
                     loop=True, parity="diverged")
     assert speedup_text(cell) == "0.97x ±7.0%! LOOP ≠"
     assert speedup_text(None) == "–"
+    single = CellView("t", "m", "p", "graded", (7.7,), 7.7, 0.0, speedup=0.77, no_floor_n=1)
+    assert speedup_text(single) == "0.77x n=1, no noise floor"
+
+
+def test_view_marks_single_repeats_and_the_footer_names_noisy_runs() -> None:
+    from specfleet.report.build import view_of_runs
+    from specfleet.report.tables import grids_for
+
+    rows = [dict(host="h", engine="torch", device="cpu", model="m", prompt_name="p", arm=arm,
+                 repeat=0, tok_per_s=rate, status="done", noisy=arm == "graded", plan_order=i,
+                 matrix_id="x-1", token_ids=[1, 2], output_text="ab")
+            for i, (arm, rate) in enumerate((("plain", 10.0), ("graded", 7.7)))]
+    view = view_of_runs("x-1", "x", [_Obj(r) for r in rows])
+    graded = view.cell("h/torch/cpu", "m", "p", "graded")
+    assert graded.no_floor_n == 1 and not graded.within_noise
+    notes = grids_for(view, None)[-1].notes
+    assert any(n.startswith("Noisy runs") and "h/torch/cpu m/p graded: 1 of 1" in n
+               for n in notes)
+    headline = next(n for n in grids_for(view, None)[1].notes if n.startswith("Headline"))
+    assert "0 losses" in headline and "1 under 3 repeats: no noise floor" in headline
+
+
+class _Obj:
+    def __init__(self, data: dict) -> None:
+        self.__dict__.update(data)
+
+    def __getattr__(self, name: str):
+        return None
 
 
 def test_matrix_without_done_runs(store) -> None:
