@@ -35,6 +35,8 @@ NodeIpOption = Annotated[
 ]
 EnginesOption = Annotated[str | None, typer.Option(
     "--engines", help="Offer only these engines, comma-separated (e.g. torch); default: all.")]
+SuperviseOption = Annotated[bool, typer.Option(
+    "--supervise", help="Stay in the foreground as this host's supervisor (systemd, launchd).")]
 TempDirOption = Annotated[str | None, typer.Option(
     "--temp-dir", help="This node's own Ray temp dir (default /tmp/ray-specfleet-NAME).")]
 
@@ -87,17 +89,21 @@ def up_command(
     node_ip: NodeIpOption = None,
     engines: EnginesOption = None,
     temp_dir: TempDirOption = None,
+    supervise: SuperviseOption = False,
 ) -> None:
-    """Start the head on this machine (token auth, dashboard on 127.0.0.1) and its worker."""
-    from specfleet.cluster.membership import fleet_up
+    """Start the head on this machine (token auth, dashboard on 127.0.0.1) and its worker;
+    a supervisor brings the node back when it is lost (--supervise: in the foreground)."""
+    from specfleet.cluster.membership import fleet_up, supervise_here
 
     if not 0 < port < 65536:
         raise UserError(f"--port {port}: expected 1..65535")
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    done = fleet_up(check_name(name), port=port, options=options)
+    done = fleet_up(check_name(name), port=port, options=options, supervise=not supervise)
     typer.echo(f"head up at {done.address}; host {done.host} ({done.kind}) is in the fleet")
     typer.echo(f"on each other host: copy {_token_hint()} (mode 600), then run")
     typer.echo(f"  specfleet fleet join {done.address} --name <host>")
+    if supervise:
+        supervise_here()
 
 
 @app.command("join")
@@ -108,14 +114,19 @@ def join_command(
     node_ip: NodeIpOption = None,
     engines: EnginesOption = None,
     temp_dir: TempDirOption = None,
+    supervise: SuperviseOption = False,
 ) -> None:
-    """Join the fleet at HEAD as this host (checks Python and Ray versions first)."""
-    from specfleet.cluster.membership import fleet_join
+    """Join the fleet at HEAD as this host (checks Python and Ray versions first); a
+    supervisor brings the node back when it is lost (--supervise: in the foreground)."""
+    from specfleet.cluster.membership import fleet_join, supervise_here
 
     check_address(head, "HEAD")
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    done = fleet_join(head, check_name(name) or _default_name(), options=options)
+    done = fleet_join(head, check_name(name) or _default_name(), options=options,
+                      supervise=not supervise)
     typer.echo(f"host {done.host} ({done.kind}) joined the fleet at {done.address}")
+    if supervise:
+        supervise_here()
 
 
 @app.command("status")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
@@ -41,6 +41,8 @@ class FleetView:
         workers: host name -> worker actor handle.
         machines: host name -> machine id (hosts on one machine share its machine lock).
         infos: host name -> the worker's `HostInfo` dict (for `Store.upsert_host`).
+        suspects: asked-for hosts whose node is gone now but whose worker may come back
+            (their handles are in `workers`; the scheduler waits for them, `--wait`).
     """
 
     targets: list[Target]
@@ -48,6 +50,7 @@ class FleetView:
     workers: dict[str, Any]
     machines: dict[str, str]
     infos: dict[str, dict]
+    suspects: list[str] = field(default_factory=list)
 
     def record_hosts(self, store) -> None:
         """Refresh every host of the view in the store's `hosts` table."""
@@ -136,6 +139,11 @@ def open_fleet(
         view.infos[name] = info
         view.machines[name] = info.get("machine_id") or name
         view.targets.extend(_targets(name, info, with_toy))
+    for name in sorted((wanted or set()) - set(handles)):
+        handle = actor.get_worker(name)  # a detached worker outlives its node: it may return
+        if handle is not None:
+            view.workers[name] = handle
+            view.suspects.append(name)
     return view
 
 

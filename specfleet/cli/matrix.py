@@ -7,6 +7,7 @@ The scheduler developer owns `run`, `resume`, `status`, `list`, `validate` and `
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,7 @@ import typer
 
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
 from specfleet.cli.options import FormatOption
+from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
@@ -41,10 +43,26 @@ def show(
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
 
 
-def _options(no_progress: bool, require_quiet: bool):
+def _options(no_progress: bool, require_quiet: bool, wait: str = "15s"):
     from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
 
-    return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet)
+    return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
+                            suspect_grace_s=parse_wait(wait))
+
+
+def parse_wait(text: str) -> float:
+    """`--wait`: seconds, or a number with s, m or h (90s, 10m, 1h)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if match is None:
+        raise UserError(f"--wait {text!r}: expected a duration such as 90s, 10m or 1h")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+def say_suspects(view, wait: str) -> None:
+    """Say which hosts a matrix waits for, and how long at most."""
+    if view.suspects:
+        typer.echo(f"waiting up to {wait} for {', '.join(view.suspects)} (not in the fleet "
+                   "now; their runs stay pending until they answer)", err=True)
 
 
 def say_waiting(event) -> None:
@@ -85,6 +103,8 @@ DbOption = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
 QuietOption = Annotated[bool, typer.Option(
     "--require-quiet", help="Wait for a quiet host before each timed run.")]
 NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
+WaitOption = Annotated[str, typer.Option(
+    "--wait", help="How long runs wait for a suspect host that owns them (90s, 10m, 1h).")]
 
 
 @app.command("run")
@@ -95,6 +115,7 @@ def run(
     db: DbOption = None,
     require_quiet: QuietOption = False,
     no_progress: NoProgressOption = False,
+    wait: WaitOption = "15s",
     report_dir: Annotated[Path | None, typer.Option(
         "--report-dir", help="Also write the record (markdown, plots, CSV) to DIR/MATRIX_ID.")
     ] = None,
@@ -104,7 +125,7 @@ def run(
     Exit status 0 when every run is done, 1 when some failed or were interrupted.
     """
     spec = load_matrix_spec(file)  # every file mistake is one line, before anything else
-    quiet = require_quiet or spec.require_quiet
+    options = _options(no_progress, require_quiet or spec.require_quiet, wait)
     with open_store(db) as store:
         view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
@@ -116,7 +137,7 @@ def run(
         from specfleet.cluster.scheduler import run_matrix
 
         outcome = run_matrix(store, matrix_id, view.workers, say_waiting if no_progress else None,
-                             options=_options(no_progress, quiet), machines=view.machines)
+                             options=options, machines=view.machines)
         _print_outcome(store, outcome)
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
@@ -139,18 +160,23 @@ def resume_cmd(
     db: DbOption = None,
     require_quiet: QuietOption = False,
     no_progress: NoProgressOption = False,
+    wait: WaitOption = "15s",
 ) -> None:
-    """Re-queue every run of a matrix that is not done and run them; done runs are kept."""
+    """Re-queue every run of a matrix that is not done and run them; done runs are kept.
+    A host that owns runs but is not in the fleet now is waited for, up to --wait."""
+    parse_wait(wait)  # a bad duration is one line, before the fleet
     with open_store(db) as store:
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
         hosts = sorted({row.host for row in store.runs(matrix=matrix_id)})
         view = open_fleet(address, hosts=hosts, embedded=embedded)
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
         view.record_hosts(store)
+        say_suspects(view, wait)
         from specfleet.cluster.scheduler import resume
 
         outcome = resume(store, matrix_id, view.workers, say_waiting if no_progress else None,
-                         options=_options(no_progress, quiet), machines=view.machines)
+                         options=_options(no_progress, quiet, wait), machines=view.machines,
+                         suspect=view.suspects)
         _print_outcome(store, outcome)
     if outcome.status != "done":
         raise typer.Exit(1)

@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import ray
 
@@ -186,9 +186,14 @@ class NodeOptions:
 
 
 def fleet_up(
-    name: str | None = None, *, port: int = DEFAULT_PORT, options: NodeOptions | None = None
+    name: str | None = None,
+    *,
+    port: int = DEFAULT_PORT,
+    options: NodeOptions | None = None,
+    supervise: bool = True,
 ) -> Membership:
-    """Start the head (token auth, dashboard on loopback) and this host's worker on it."""
+    """Start the head (token auth, dashboard on loopback) and this host's worker on it;
+    `supervise`: leave a background supervisor (`supervisor.py`) watching the node."""
     opts = options or NodeOptions()
     info = detect_host(name)
     enable_token_auth()
@@ -203,11 +208,16 @@ def fleet_up(
     address = f"{node_ip or _this_ip()}:{port}"
     _remember(address, info.name, True, temp_dir, opts, port)
     _start_own_worker(address, info.name, opts.engines)
+    if supervise:
+        _keep_supervisor()
     return Membership(address, info.name, info.kind)
 
 
-def fleet_join(head: str, name: str, *, options: NodeOptions | None = None) -> Membership:
-    """Join the fleet at `head` as host `name` and start this host's worker.
+def fleet_join(
+    head: str, name: str, *, options: NodeOptions | None = None, supervise: bool = True
+) -> Membership:
+    """Join the fleet at `head` as host `name` and start this host's worker; `supervise`:
+    leave a background supervisor (`supervisor.py`) that brings a lost node back.
 
     Raises:
         UserError: no token, the head unreachable, or Python / Ray differ from the head's.
@@ -227,7 +237,29 @@ def fleet_join(head: str, name: str, *, options: NodeOptions | None = None) -> M
     _ray_start(cmd)
     _remember(head, info.name, False, temp_dir, opts, None)
     _start_own_worker(head, info.name, opts.engines)
+    if supervise:
+        _keep_supervisor()
     return Membership(head, info.name, info.kind)
+
+
+def _keep_supervisor(pid: int | None = None) -> None:
+    """One supervisor per host: the previous one stops, this one (or a new background one)
+    is recorded."""
+    from specfleet.cluster import supervisor
+
+    record = noderecord.load()
+    if record is None:
+        return
+    noderecord.stop_supervisor(record)
+    noderecord.save(replace(record, supervisor_pid=pid or supervisor.spawn()))
+
+
+def supervise_here() -> None:
+    """Record this process as the host's supervisor, then watch the node (foreground)."""
+    from specfleet.cluster import supervisor
+
+    _keep_supervisor(os.getpid())
+    supervisor.supervise(lambda line: print(line, flush=True))
 
 
 def _stop_stale_node(host: str) -> None:

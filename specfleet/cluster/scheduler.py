@@ -106,6 +106,7 @@ def run_matrix(
     *,
     options: SchedulerOptions | None = None,
     machines: dict[str, str] | None = None,
+    suspect: Iterable[str] = (),
 ) -> MatrixOutcome:
     """Run every `pending` run of a matrix and store each result as it returns.
 
@@ -119,6 +120,8 @@ def run_matrix(
         options: timeouts and switches.
         machines: host name -> physical machine key, for hosts sharing one machine
             (default: each host is its own machine).
+        suspect: hosts that start `suspect` (node gone now): their runs wait for them up to
+            `options.suspect_grace_s`.
 
     Returns:
         The `MatrixOutcome`; the matrix is finished in the store with its `status`.
@@ -127,7 +130,8 @@ def run_matrix(
     pending = {row.run_key for row in store.runs(matrix=matrix_id, status="pending")}
     runs = [spec for spec in store.runs_not_done(matrix_id) if spec.run_key in pending]
     tallies = dispatch_runs(
-        store, runs, workers, on_progress, options=options, machines=machines, owner=matrix_id
+        store, runs, workers, on_progress, options=options, machines=machines, owner=matrix_id,
+        suspect=suspect,
     )
     healthy = {h: workers[h] for h, t in tallies.items() if t.health == "healthy"}
     store_load_samples(store, matrix_id, healthy, (options or SchedulerOptions()).call_timeout_s)
@@ -142,13 +146,15 @@ def resume(
     *,
     options: SchedulerOptions | None = None,
     machines: dict[str, str] | None = None,
+    suspect: Iterable[str] = (),
 ) -> MatrixOutcome:
     """Re-queue every run of the matrix that is not `done`, then run them.
 
     Args and Returns: as `run_matrix`. Results already stored are kept as they are.
     """
     store.requeue(matrix_id)
-    return run_matrix(store, matrix_id, workers, on_progress, options=options, machines=machines)
+    return run_matrix(store, matrix_id, workers, on_progress, options=options, machines=machines,
+                      suspect=suspect)
 
 
 def dispatch_runs(
@@ -160,20 +166,21 @@ def dispatch_runs(
     options: SchedulerOptions | None = None,
     machines: dict[str, str] | None = None,
     owner: str = "runs",
+    suspect: Iterable[str] = (),
 ) -> dict[str, HostTally]:
     """Send planned runs (already stored `pending`) to their hosts' workers; store results.
 
     Args:
         store: an open `Store` holding the runs.
         runs: the runs, in the order each host should run them.
-        workers, on_progress, options, machines: as `run_matrix`.
+        workers, on_progress, options, machines, suspect: as `run_matrix`.
         owner: a label for the machine leases (the matrix or job id).
 
     Returns:
         Host name -> what happened there.
     """
     opts = options or SchedulerOptions()
-    hosts = _make_hosts(runs, workers, machines or {})
+    hosts = _make_hosts(runs, workers, machines or {}, set(suspect))
     bars, lines = progress_for({n: h.total for n, h in hosts.items()}, opts.progress)
     with bars:
         ctx = _Ctx(
@@ -206,7 +213,8 @@ def _abandon(ctx: _Ctx, reason: str) -> None:
 
 
 def _make_hosts(
-    runs: Iterable[RunSpec], workers: dict[str, Any], machines: dict[str, str]
+    runs: Iterable[RunSpec], workers: dict[str, Any], machines: dict[str, str],
+    suspect: set[str],
 ) -> dict[str, HostState]:
     hosts: dict[str, HostState] = {}
     for spec in runs:
@@ -218,6 +226,8 @@ def _make_hosts(
     for host in hosts.values():
         if host.worker is None:
             host.health = "dead"  # no worker on this host: its runs stay pending
+        elif host.name in suspect:
+            host.mark_suspect()  # its node is gone now: wait for it, bounded
     return hosts
 
 

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from specfleet.cluster import noderecord
@@ -60,6 +61,8 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
         record = json.loads((tmp_path / "home" / noderecord.RECORD_NAME).read_text())
         assert record["host"] == "lv" and record["head"] and record["temp_dir"] == mine_dir
         assert record["pids"], "up recorded no process"
+        supervisor = record["supervisor_pid"]
+        assert supervisor and psutil.pid_exists(supervisor), "up left no supervisor"
         mine = noderecord.node_processes(mine_dir)
         theirs = noderecord.node_processes(other_dir)
         assert mine and theirs
@@ -68,6 +71,7 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
         assert left.stdout.strip() == "host lv left the fleet"
         assert not [p for p in mine if p.is_running()], "a process of our node survived leave"
         assert all(p.is_running() for p in theirs), "leave stopped another Ray instance"
+        assert not psutil.pid_exists(supervisor) or psutil.Process(supervisor).status() == "zombie"
         assert not (tmp_path / "home" / noderecord.RECORD_NAME).exists()
         again = run([str(BIN / "specfleet"), "fleet", "leave"], env)
         assert again.returncode == 2 and "nothing to leave" in again.stderr

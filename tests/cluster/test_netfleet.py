@@ -11,7 +11,6 @@ Skips (with the reason) where namespaces cannot be made: not root, no `ip`.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import signal
 import subprocess
@@ -57,7 +56,7 @@ name: nf-toy
 models: ["script:100ms"]
 prompts: [{name: p, text: "one two three four. one two three four. "}]
 arms: [plain, graded, fixed]
-repeats: 2
+repeats: 3
 max_tokens: 12
 targets: {engines: [toy]}
 """
@@ -207,9 +206,14 @@ def finished(nf, matrix_id: str) -> dict[str, object]:
 
 def newest_matrix(nf, name: str) -> str:
     deadline = time.monotonic() + WAIT_S
+    import psycopg
+
     while time.monotonic() < deadline:
-        rows = sql(nf, "SELECT id FROM matrices WHERE name = %s ORDER BY submitted_at DESC "
-                       "LIMIT 1", name)
+        try:
+            rows = sql(nf, "SELECT id FROM matrices WHERE name = %s ORDER BY submitted_at "
+                           "DESC LIMIT 1", name)
+        except psycopg.errors.UndefinedTable:  # the driver has not created the schema yet
+            rows = []
         if rows:
             return rows[0][0]
         time.sleep(0.2)
@@ -260,7 +264,7 @@ def raylet_of(nf, host: str) -> psutil.Process:
 
 def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
     toy = write(nf, "h1", "toy.yaml", TOY_MATRIX)
-    expected = 3 * 3 * 2  # hosts x arms x repeats
+    expected = 3 * 3 * 3  # hosts x arms x repeats
 
     # 1. h2's link is cut while it runs; the others finish; the run is interrupted.
     driver = drive_async(nf, "h1", "matrix", "run", toy, "--no-progress")
@@ -272,35 +276,34 @@ def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
     out, err = driver.communicate(timeout=WAIT_S * 2)
     assert driver.returncode == 1, (out[-2000:], err[-2000:])
     report("link cut", nf, matrix_id, expected, {}, detect_s)
-    left = counts(nf, matrix_id)
-    assert left.get("interrupted", 0) >= 1 and left.get("done", 0) < expected
-    nf.link("h2", up=True)
-    before = finished(nf, matrix_id)
-    netfleet.join(nf, nf.host("h2"))
+    assert counts(nf, matrix_id).get("interrupted", 0) >= 1
 
-    # 2. h2's raylet is SIGKILLed mid-run during the resume; `fleet join` brings it back.
-    driver = drive_async(nf, "h1", "matrix", "resume", matrix_id, "--no-progress")
+    # 2. The link comes back; nobody runs `fleet join`: h2's supervisor brings its node back
+    #    and `resume --wait` waits for it. Then h2's raylet is SIGKILLed mid-run: back again.
+    nf.link("h2", up=True)
+    restored_at = time.monotonic()
+    before = finished(nf, matrix_id)
+    driver = drive_async(nf, "h1", "matrix", "resume", matrix_id, "--no-progress",
+                         "--wait", "3m")
     wait_running_on(nf, matrix_id, "h2")
+    report("link restored, supervisor rejoin", nf, matrix_id, expected, before,
+           time.monotonic() - restored_at)
+    before = finished(nf, matrix_id)
     killed_at = time.monotonic()
     raylet_of(nf, "h2").send_signal(signal.SIGKILL)
     detect_s = wait_interrupted_on(nf, matrix_id, "h2", killed_at)
-    driver.communicate(timeout=WAIT_S * 2)
     report("raylet SIGKILL", nf, matrix_id, expected, before, detect_s)
-    before = finished(nf, matrix_id)
-    netfleet.join(nf, nf.host("h2"))
+    wait_running_on(nf, matrix_id, "h2")
+    print(f"raylet SIGKILL: h2 runs again {time.monotonic() - killed_at:.1f} s after the kill")
 
     # 3. The driver is killed mid-matrix; `matrix resume` from another namespace finishes it.
-    driver = drive_async(nf, "h1", "matrix", "resume", matrix_id, "--no-progress")
-    wait_running_on(nf, matrix_id, "h2")
-    driver_pids = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
+    before = finished(nf, matrix_id)
     killed_at = time.monotonic()
-    for pid in [driver.pid, *driver_pids]:
-        os.kill(pid, signal.SIGKILL)
+    driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=WAIT_S)
     done = resume(nf, "cli", matrix_id, "--address", nf.address)
-    resumed_s = time.monotonic() - killed_at
     ok(done)
-    report("driver SIGKILL + resume from cli", nf, matrix_id, expected, before, resumed_s)
+    report("driver SIGKILL + resume from cli", nf, matrix_id, expected, before,
+           time.monotonic() - killed_at)
     final = counts(nf, matrix_id)
     assert final == {"done": expected}, final
-

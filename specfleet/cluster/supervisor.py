@@ -1,0 +1,99 @@
+"""The small supervisor `fleet up` / `fleet join` leave running: a lost node comes back.
+
+When this host's Ray node is gone (its raylet exited: killed, crashed, or declared dead by the
+head after a network cut) and the head answers again, the supervisor starts the same node
+again, with the same name, labels, engines and temp dir, from the node record. It checks every
+`CHECK_EVERY_S`; it never touches another Ray instance. `fleet leave` stops it first.
+Run it in the foreground with `specfleet fleet join ... --supervise` (systemd, launchd).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from specfleet.cluster import noderecord
+
+CHECK_EVERY_S = 2.0
+
+
+def node_alive(record: noderecord.NodeRecord) -> bool:
+    """Whether this host's raylet (the node) still runs."""
+    for proc in noderecord.node_processes(record.temp_dir):
+        try:
+            if proc.name() == "raylet":
+                return True
+        except Exception:  # noqa: BLE001 - a process that vanished is not our raylet
+            continue
+    return False
+
+
+def head_answers(address: str, timeout_s: float = 2.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def rejoin(record: noderecord.NodeRecord) -> None:
+    """Start this host's node again from its record (`up` for the head, else `join`)."""
+    from specfleet.cluster.membership import NodeOptions, fleet_join, fleet_up
+
+    args = dict(record.join_args)
+    port = args.pop("port", None)
+    options = NodeOptions(**args)
+    if record.head:
+        fleet_up(record.host, port=port or int(record.address.rsplit(":", 1)[1]),
+                 options=options, supervise=False)
+    else:
+        fleet_join(record.address, record.host, options=options, supervise=False)
+
+
+def supervise(
+    say: Callable[[str], None] = print,
+    max_checks: int | None = None,
+    check_every_s: float = CHECK_EVERY_S,
+) -> None:
+    """Watch this host's node until `fleet leave` (the record disappears) or `max_checks`."""
+    checks = 0
+    while max_checks is None or checks < max_checks:
+        checks += 1
+        record = noderecord.load()
+        if record is None:
+            say("supervisor: this host left the fleet; stopping")
+            return
+        if not node_alive(record) and head_answers(record.address):
+            say(f"supervisor: node of {record.host} is gone and {record.address} answers; "
+                "starting it again")
+            started = time.monotonic()
+            try:
+                rejoin(record)
+                say(f"supervisor: {record.host} is back ({time.monotonic() - started:.1f} s)")
+            except Exception as err:  # noqa: BLE001 - keep watching; say why and try again
+                say(f"supervisor: rejoin failed: {str(err).splitlines()[0][:200]}")
+        time.sleep(check_every_s)
+
+
+def spawn() -> int:
+    """Start a background supervisor for this host (own session: outlives the shell)."""
+    from specfleet.engine.models import specfleet_home
+
+    log = specfleet_home() / "supervisor.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specfleet.cluster.supervisor"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=dict(os.environ),
+        )
+    return proc.pid
+
+
+if __name__ == "__main__":
+    supervise(lambda line: print(line, flush=True))
