@@ -253,6 +253,8 @@ def test_a_bad_cli_call_is_one_line_exit_2_store_untouched(fleet, tmp_path, db, 
 
 def assert_one_line_error(result) -> None:
     lines = result.stderr.strip().splitlines()
+    if lines and lines[0].startswith("fleet: "):  # which fleet: said first (docs/fleet.md)
+        lines = lines[1:]
     assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stdout
