@@ -15,6 +15,8 @@ speed-up verdicts of `summarize.py` all use it):
 
 from __future__ import annotations
 
+import functools
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -85,6 +87,8 @@ class HistoryStep:
 def _mann_whitney_p(before: Sequence[float], after: Sequence[float]) -> float:
     if len(set(before) | set(after)) == 1:
         return 1.0  # every run equal: no evidence of a difference (scipy would return nan)
+    if _exact_applies(before, after):
+        return _exact_p(before, after)
     from scipy.stats import mannwhitneyu  # ~1 s to import: only when a test runs
 
     return float(mannwhitneyu(before, after, alternative="two-sided").pvalue)
@@ -93,6 +97,40 @@ def _mann_whitney_p(before: Sequence[float], after: Sequence[float]) -> float:
 def beyond_factor(ratio: float, factor: float) -> bool:
     """The ratio of medians lies above `factor` or below `1/factor`."""
     return ratio >= factor or ratio <= 1.0 / factor
+
+
+def _exact_applies(before: Sequence[float], after: Sequence[float]) -> bool:
+    """scipy's `method="auto"` picks the exact distribution here (no ties, a side of at most
+    8); we compute that same p-value in plain Python: a web page runs hundreds of these and
+    scipy's per-call overhead is milliseconds (bench/serve.py)."""
+    values = [*before, *after]
+    no_ties = len(set(values)) == len(values)
+    return no_ties and min(len(before), len(after)) <= 8 and max(len(before), len(after)) <= 64
+
+
+@functools.lru_cache(maxsize=256)
+def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
+    """How many orderings of n1 + n2 distinct values give each U = 0 .. n1 * n2."""
+    if n1 == 0 or n2 == 0:
+        return (1,)
+    # The largest value belongs to sample 1 (adding n2 to U) or to sample 2 (adding nothing).
+    with_first, with_second = _u_counts(n1 - 1, n2), _u_counts(n1, n2 - 1)
+    counts = [0] * (n1 * n2 + 1)
+    for u, ways in enumerate(with_first):
+        counts[u + n2] += ways
+    for u, ways in enumerate(with_second):
+        counts[u] += ways
+    return tuple(counts)
+
+
+def _exact_p(before: Sequence[float], after: Sequence[float]) -> float:
+    """Two-sided exact Mann-Whitney p-value without ties, as scipy's `method="exact"`."""
+    n1, n2 = len(before), len(after)
+    u1 = sum(1 for b in before for a in after if b > a)
+    u = max(u1, n1 * n2 - u1)
+    counts = _u_counts(n1, n2)
+    at_least_u = sum(counts[u:])  # P(U >= u) by counting orderings
+    return min(1.0, 2 * at_least_u / math.comb(n1 + n2, n1))
 
 
 def detect_change(

@@ -7,6 +7,7 @@ place and every output format shows the same ones.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from specfleet.jobs.rows import Counters  # one definition of the counters and their ratios
@@ -82,10 +83,12 @@ class MatrixView:
 
     def cell(self, target: str, model: str, prompt: str, arm: str) -> CellView | None:
         """The cell at these coordinates, or None when nothing was measured there."""
-        for cell in self.cells:
-            if (cell.target, cell.model, cell.prompt, cell.arm) == (target, model, prompt, arm):
-                return cell
-        return None
+        return self._by_key.get((target, model, prompt, arm))
+
+    @functools.cached_property
+    def _by_key(self) -> dict[tuple[str, str, str, str], CellView]:
+        # Tables look up every cell of every grid: a dict, not a scan (big matrices).
+        return {(c.target, c.model, c.prompt, c.arm): c for c in self.cells}
 
     @property
     def lookup_arms(self) -> tuple[str, ...]:

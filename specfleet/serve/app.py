@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import time
+from functools import partial
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -65,23 +66,29 @@ class Views:
     async def _page(self, request: Request, build, template: str, allowed: dict,
                     required: tuple = (), **path) -> Response:
         query = params.parse(request.query_params, allowed, required)
-        context, body = await run_in_threadpool(build, **path, **query)
-        if request.url.path.startswith("/api/"):
-            return JSONResponse(body)
-        return self.html(template, context)
+        as_json = request.url.path.startswith("/api/")
+        built = await run_in_threadpool(build, **path, **query, as_json=as_json)
+        return JSONResponse(built) if as_json else self.html(template, built)
 
     async def fleet_view(self, request: Request) -> Response:
-        return await self._page(request, lambda: fleet_page(self.fleet, self.store),
-                                "fleet.html", {})
+        return await self._page(
+            request, partial(fleet_page, self.fleet, self.store), "fleet.html",
+            {})
 
     async def matrices(self, request: Request) -> Response:
-        return await self._page(request, lambda page=1: pages.matrices_page(self.store, page),
-                                "matrices.html", {"page": params.page_number})
+        return await self._page(
+            request, partial(pages.matrices_page, self.store),
+            "matrices.html", {"page": params.page_number})
 
     async def matrix(self, request: Request) -> Response:
         return await self._page(
-            request, lambda matrix_id: pages.matrix_page(self.store, matrix_id), "matrix.html",
-            {}, matrix_id=request.path_params["matrix_id"])
+            request, partial(pages.matrix_page, self.store),
+            "matrix.html", {}, matrix_id=request.path_params["matrix_id"])
+
+    async def parity(self, request: Request) -> Response:
+        return await self._page(
+            request, partial(pages.parity_page, self.store),
+            "parity.html", {}, matrix_id=request.path_params["matrix_id"])
 
     async def progress(self, request: Request) -> Response:
         params.parse(request.query_params, {})
@@ -91,7 +98,7 @@ class Views:
 
     async def runs(self, request: Request) -> Response:
         return await self._page(
-            request, lambda matrix_id, page=1: pages.runs_page(self.store, matrix_id, page),
+            request, partial(pages.runs_page, self.store),
             "runs.html", {"page": params.page_number},
             matrix_id=request.path_params["matrix_id"])
 
@@ -120,13 +127,13 @@ class Views:
         allowed = {"model": params.text, "prompt": params.text, "arm": params.arm,
                    "target": params.target}
         return await self._page(
-            request, lambda **q: pages.history_page(self.store, **q), "history.html", allowed,
+            request, partial(pages.history_page, self.store), "history.html", allowed,
             required=("model", "prompt", "arm"))
 
     async def compare(self, request: Request) -> Response:
         allowed = {"a": params.text, "b": params.text, "allow_mixed": params.flag}
         return await self._page(
-            request, lambda **q: pages.compare_page(self.store, **q), "compare.html", allowed,
+            request, partial(pages.compare_page, self.store), "compare.html", allowed,
             required=("a", "b"))
 
     async def home(self, request: Request) -> Response:
@@ -172,6 +179,8 @@ def create_app(store: Store, fleet: FleetReader | None = None) -> Starlette:
         Route("/matrices/{matrix_id}", v.matrix, methods=get),
         Route("/api/matrices/{matrix_id}", v.matrix, methods=get),
         Route("/api/matrices/{matrix_id}/progress", v.progress, methods=get),
+        Route("/matrices/{matrix_id}/parity", v.parity, methods=get),
+        Route("/api/matrices/{matrix_id}/parity", v.parity, methods=get),
         Route("/matrices/{matrix_id}/runs", v.runs, methods=get),
         Route("/api/matrices/{matrix_id}/runs", v.runs, methods=get),
         Route("/matrices/{matrix_id}/runs.{fmt:str}", v.download, methods=get),

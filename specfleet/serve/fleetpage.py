@@ -41,24 +41,21 @@ class FleetReader:
             return fleet.fleet_status()
 
 
-def fleet_page(reader: FleetReader | None, store) -> tuple[dict, dict]:
+def fleet_page(reader: FleetReader | None, store, as_json: bool = False) -> dict:
     """Hosts with kind, health, targets and default policies, busy/idle and the run in
     progress, library versions, and the last load sample the store holds."""
     if reader is None or reader.address is None:
-        return {"address": None, "hosts": [], "message": NO_FLEET}, {
-            "address": None, "hosts": [], "message": NO_FLEET}
+        return {"address": None, "hosts": [], "message": NO_FLEET}
     try:
         rows = reader.rows()
     except (ConnectionError, RuntimeError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         message = f"Cannot reach the fleet at {reader.address}: {first}"
-        return {"address": reader.address, "hosts": [], "message": message}, {
-            "address": reader.address, "hosts": [], "message": message}
+        return {"address": reader.address, "hosts": [], "message": message}
     for row in rows:
         sample = store.latest_load_sample(row["host"])
         row["last_load"] = None if sample is None else {
             "t": sample.t.strftime("%Y-%m-%d %H:%M:%S"), "load1": sample.load1,
             "cpu_util": sample.cpu_util, "gpu_util": sample.gpu_util}
     message = None if rows else f"The fleet at {reader.address} has no hosts."
-    return ({"address": reader.address, "hosts": rows, "message": message},
-            {"address": reader.address, "hosts": rows, "message": message})
+    return {"address": reader.address, "hosts": rows, "message": message}

@@ -53,15 +53,14 @@ def _time(moment) -> str | None:
     return None if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def matrices_page(store, page: int = 1) -> tuple[dict, dict]:
+def matrices_page(store, page: int = 1, as_json: bool = False) -> dict:
     """Every matrix, newest first, a page at a time."""
     total = store.count_matrices()
     rows = store.list_matrices(limit=MATRICES_PER_PAGE, offset=(page - 1) * MATRICES_PER_PAGE)
     items = [{**progress(m), "name": m.name, "submitted_at": _time(m.submitted_at)}
              for m in rows]
     pages = max(1, -(-total // MATRICES_PER_PAGE))
-    context = {"matrices": items, "page": page, "pages": pages, "total": total}
-    return context, {"matrices": items, "page": page, "pages": pages, "total": total}
+    return {"matrices": items, "page": page, "pages": pages, "total": total}
 
 
 @dataclass(frozen=True)
@@ -119,31 +118,39 @@ def conditions_by_host(runs) -> list[HostConditionsSummary]:
     return out
 
 
-def matrix_page(store, matrix_id: str) -> tuple[dict, dict]:
-    """Heatmaps, the terminal's tables, parity, load, spec and counters of one matrix."""
+def matrix_page(store, matrix_id: str, as_json: bool = False) -> dict:
+    """Heatmaps, the terminal's tables, load, host conditions and spec of one matrix (JSON:
+    exactly `matrix show --format json`, plus its progress)."""
     matrix = store.get_matrix(matrix_id)
     runs = done_runs(store, matrix_id)
     view = view_of_runs(matrix_id, matrix.name, runs)  # what `matrix show` prints
+    if as_json:
+        return {**json.loads(render_view(view, "json")), "progress": progress(matrix)}
     grids = grids_for(view, None)
 
     def href(cell):
         return history_href(cell.model, cell.prompt, cell.arm, cell.target)
 
-    heatmaps = [svg.heatmap(view, t, href) for t in view.targets]
-    speedup_notes = {g.title: g.notes for g in grids if g.title.startswith("Prompt lookup")}
-    tables = [g for g in grids if not g.title.startswith("Prompt lookup")]
-    parity = check_parity(store, matrix_id)
-    parity_grids = [arm_grid(parity)] + ([cross_grid(parity)] if parity.cross else [])
-    context = {
-        "matrix": matrix, "progress": progress(matrix), "view": view, "heatmaps": heatmaps,
-        "speedup_notes": list(speedup_notes.values()), "tables": tables,
-        "parity_grids": parity_grids, "loads": load_by_host(store, matrix_id),
-        "conditions": conditions_by_host(runs),
+    speedup_notes = [g.notes for g in grids if g.title.startswith("Prompt lookup")]
+    return {
+        "matrix": matrix, "progress": progress(matrix), "view": view,
+        "heatmaps": [svg.heatmap(view, t, href) for t in view.targets],
+        "speedup_notes": speedup_notes,
+        "tables": [g for g in grids if not g.title.startswith("Prompt lookup")],
+        "loads": load_by_host(store, matrix_id), "conditions": conditions_by_host(runs),
         "spec_yaml": spec_yaml(matrix.spec),
     }
-    body = json.loads(render_view(view, "json"))
-    body.update(progress=progress(matrix), parity=asdict(parity))
-    return context, body
+
+
+def parity_page(store, matrix_id: str, as_json: bool = False) -> dict:
+    """`specfleet parity`'s verdicts without replays: each arm against plain (first
+    divergence token and character) and plain across targets."""
+    matrix = store.get_matrix(matrix_id)
+    report = check_parity(store, matrix_id)
+    if as_json:
+        return asdict(report)
+    grids = [arm_grid(report)] + ([cross_grid(report)] if report.cross else [])
+    return {"matrix": matrix, "grids": grids}
 
 
 def spec_yaml(spec: dict) -> str:
@@ -151,16 +158,16 @@ def spec_yaml(spec: dict) -> str:
     return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
-def runs_page(store, matrix_id: str, page: int = 1) -> tuple[dict, dict]:
+def runs_page(store, matrix_id: str, page: int = 1, as_json: bool = False) -> dict:
     """The runs of a matrix in plan order, a page at a time: status, tok/s, load, output."""
     matrix = store.get_matrix(matrix_id)
-    runs = store.runs(matrix=matrix_id)
-    pages = max(1, -(-len(runs) // RUNS_PER_PAGE))
-    shown = runs[(page - 1) * RUNS_PER_PAGE: page * RUNS_PER_PAGE]
+    total = store.count_runs(matrix=matrix_id)
+    shown = store.runs(matrix=matrix_id, limit=RUNS_PER_PAGE, offset=(page - 1) * RUNS_PER_PAGE)
+    pages = max(1, -(-total // RUNS_PER_PAGE))
     records = [_run_record(r) for r in shown]
-    context = {"matrix": matrix, "runs": records, "page": page, "pages": pages,
-               "total": len(runs)}
-    return context, {"matrix_id": matrix_id, "page": page, "pages": pages, "runs": records}
+    if as_json:
+        return {"matrix_id": matrix_id, "page": page, "pages": pages, "runs": records}
+    return {"matrix": matrix, "runs": records, "page": page, "pages": pages, "total": total}
 
 
 def _run_record(run) -> dict:
@@ -174,26 +181,29 @@ def _run_record(run) -> dict:
     }
 
 
-def history_page(store, model: str, prompt: str, arm: str,
-                 target: str | None = None) -> tuple[dict, dict]:
+def history_page(store, model: str, prompt: str, arm: str, target: str | None = None,
+                 as_json: bool = False) -> dict:
     """One cell over time: per target a tok/s plot and a speed-up plot, and the table."""
     rows = cell_history(store, model, prompt, arm, target)
+    title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
+    if as_json:
+        return {"title": title, "points": json.loads(render_history(rows, title, "json"))}
     by_target = defaultdict(list)
     for row in rows:
         by_target[row.target].append(row)
     plots = [(t, svg.history_plot(r), svg.history_plot(r, speedup=True))
              for t, r in by_target.items()]
-    title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
-    context = {"title": title, "plots": plots, "table": history_grid(rows, title),
-               "rows": rows, "model": model, "prompt": prompt, "arm": arm}
-    return context, {"title": title, "points": json.loads(render_history(rows, title, "json"))}
+    return {"title": title, "plots": plots, "table": history_grid(rows, title),
+            "rows": rows, "model": model, "prompt": prompt, "arm": arm}
 
 
-def compare_page(store, a: str, b: str, allow_mixed: bool = False) -> tuple[dict, dict]:
+def compare_page(store, a: str, b: str, allow_mixed: bool = False,
+                 as_json: bool = False) -> dict:
     """Two matrices cell by cell: the `compare` table, regressions highlighted."""
     rows = compare(store, a, b, allow_mixed)
-    context = {"table": compare_grid(rows, a, b), "rows": rows, "a": a, "b": b,
-               "allow_mixed": allow_mixed,
-               "regressions": sum(r.verdict == "regression" for r in rows)}
-    return context, {"a": a, "b": b, "allow_mixed": allow_mixed,
-                     "cells": json.loads(render_compare(rows, a, b, "json"))}
+    if as_json:
+        return {"a": a, "b": b, "allow_mixed": allow_mixed,
+                "cells": json.loads(render_compare(rows, a, b, "json"))}
+    return {"table": compare_grid(rows, a, b), "rows": rows, "a": a, "b": b,
+            "allow_mixed": allow_mixed,
+            "regressions": sum(r.verdict == "regression" for r in rows)}

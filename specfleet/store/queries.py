@@ -104,18 +104,26 @@ class StoreQueries:
             counts = _status_counts(session, [m.id for m in matrices] if paged else None)
             return [_matrix_row(m, counts[m.id]) for m in matrices]
 
+    def count_runs(self, **filters) -> int:
+        """How many runs match the filters of `run_conditions`."""
+        stmt = select(func.count()).select_from(Run).where(*run_conditions(**filters))
+        with self.engine.connect() as conn:
+            return conn.execute(stmt).scalar_one()
+
     def submitted_times(self, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
         stmt = select(Matrix.id, Matrix.submitted_at).where(Matrix.id.in_(list(matrix_ids)))
         with self.engine.connect() as conn:
             return dict(conn.execute(stmt).all())
 
-    def runs(self, **filters) -> list[RunRow]:
-        """Runs matching the filters of `run_conditions`, in matrix and plan order."""
+    def runs(self, limit: int | None = None, offset: int = 0, **filters) -> list[RunRow]:
+        """Runs matching the filters of `run_conditions`, in matrix and plan order
+        (`limit` and `offset`: one page of them)."""
         columns = [getattr(Run, name) for name in RUN_FIELDS]
         stmt = (
             select(*columns).where(*run_conditions(**filters))
             .order_by(Run.matrix_id, Run.job_id, Run.plan_order, Run.id)
+            .limit(limit).offset(offset or None)
         )
         with self.engine.connect() as conn:
             return [RunRow(*row) for row in conn.execute(stmt)]

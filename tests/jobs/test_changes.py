@@ -97,3 +97,21 @@ def test_history_flags_each_step() -> None:
     ])
     assert [(s.before, s.after, s.change.changed) for s in steps] == [
         ("m1", "m2", False), ("m2", "m3", True)]
+
+
+def test_exact_p_value_equals_scipys():
+    """The plain-Python exact Mann-Whitney p-value is scipy's `method="exact"` one."""
+    import random
+
+    from scipy.stats import mannwhitneyu
+
+    from specfleet.jobs.changes import _exact_applies, _mann_whitney_p
+
+    rng = random.Random(3)
+    for _ in range(300):
+        a = [rng.random() + rng.choice([0.0, 0.4]) for _ in range(rng.randint(1, 8))]
+        b = [rng.random() for _ in range(rng.randint(1, 20))]
+        assert _exact_applies(a, b)
+        expected = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+        assert abs(_mann_whitney_p(a, b) - expected) < 1e-12
+    assert not _exact_applies([1.0, 2.0, 2.0], [3.0, 4.0, 5.0])  # ties: scipy's normal approx.
