@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.generate import DEVICES, check_choice, default_engine, load_model
+from specfleet.cli.generate import check_choice, default_engine, load_model
+from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, choices_text
 from specfleet.errors import UserError
 
 # A verify block is at most max-draft (64) proposals plus the bonus row.
@@ -21,9 +22,9 @@ MAX_WIDTH_LIMIT = 65
 
 def calibrate_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
-    engine: Annotated[str, typer.Option("--engine", help="mlx or torch.")] = default_engine(),
+    engine: Annotated[str, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
     device: Annotated[
-        str, typer.Option("--device", help="auto, cpu, metal, cuda or mps.")
+        str, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
     ] = "auto",
     max_width: Annotated[
         int, typer.Option("--max-width", help="Widest verify block measured.")
@@ -51,7 +52,7 @@ def calibrate_command(
             raise UserError(f"{flag} must be at least 1; got {value}")
     if max_width > MAX_WIDTH_LIMIT:
         raise UserError(f"--max-width must be at most {MAX_WIDTH_LIMIT}; got {max_width}")
-    check_choice("--device", device, DEVICES)
+    check_choice("--device", device, DEVICE_CHOICES)
     from specfleet.engine.calibrate import measure_width_costs
 
     loaded = load_model(model, engine, device)

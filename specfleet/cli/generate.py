@@ -30,15 +30,14 @@ from specfleet.engine.config import (
     DEFAULT_MAX_DRAFT,
     DEFAULT_NGRAM_MAX,
     DEFAULT_NGRAM_MIN,
+    POLICY_CHOICES,
     ConfigError,
     PromptLookupConfig,
     resolve_policy,
 )
+from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, choices_text
 from specfleet.errors import UserError
 
-ENGINES = ("mlx", "torch")
-DEVICES = ("auto", "cpu", "metal", "cuda", "mps")
-POLICIES = ("auto", "graded", "gated")
 # ConfigError messages start with the bound's short name; the CLI names the whole flag.
 _LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
 
@@ -87,7 +86,7 @@ def lookup_config(
     ngram_min: int, ngram_max: int, max_draft: int, adaptive: bool, policy: str, device: str
 ) -> PromptLookupConfig:
     """Build and validate the prompt-lookup config; errors name the `--prompt-lookup-*` flag."""
-    check_choice("--prompt-lookup-policy", policy, POLICIES)
+    check_choice("--prompt-lookup-policy", policy, POLICY_CHOICES)
     config = PromptLookupConfig(
         ngram_max=ngram_max,
         ngram_min=ngram_min,
@@ -131,8 +130,8 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
     Returns:
         The loaded runner with the model's provenance.
     """
-    check_choice("--engine", engine, ENGINES)
-    check_choice("--device", device, DEVICES)
+    check_choice("--engine", engine, MODEL_ENGINES)
+    check_choice("--device", device, DEVICE_CHOICES)
     from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.base import UnsupportedModelError
 
@@ -380,15 +379,15 @@ def generate_command(
     ] = 256,
     temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampler seed.")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="mlx or torch.")] = default_engine(),
+    engine: Annotated[str, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
     device: Annotated[
-        str, typer.Option("--device", help="auto, cpu, metal, cuda or mps.")
+        str, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
     ] = "auto",
     prompt_lookup: Annotated[
         bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup.")
     ] = False,
     policy: Annotated[
-        str, typer.Option("--prompt-lookup-policy", help="auto, graded or gated.")
+        str, typer.Option("--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")
     ] = "auto",
     ngram_min: Annotated[int, typer.Option("--prompt-lookup-ngram-min")] = DEFAULT_NGRAM_MIN,
     ngram_max: Annotated[int, typer.Option("--prompt-lookup-ngram-max")] = DEFAULT_NGRAM_MAX,
@@ -434,8 +433,8 @@ def generate_command(
         system=system_prompt,
     )
     validate_request(request)
-    check_choice("--engine", engine, ENGINES)
-    check_choice("--device", device, DEVICES)
+    check_choice("--engine", engine, MODEL_ENGINES)
+    check_choice("--device", device, DEVICE_CHOICES)
     loaded = load_model(model, engine, device)
     stream = None if as_json else ReplyStream(loaded.runner.decode)
     result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace,

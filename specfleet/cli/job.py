@@ -15,8 +15,9 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
+from specfleet.engine.kinds import ENGINES, choices_text
 from specfleet.errors import UserError
-from specfleet.jobs.run import Target
+from specfleet.jobs.run import ARMS, Target
 from specfleet.store.store import new_matrix_id, open_store
 
 app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
@@ -24,14 +25,13 @@ app = typer.Typer(help="Generation batches and per-target calibration on the fle
 
 DEFAULT_MODEL = "smollm2-135m"
 CALIBRATE_TIMEOUT_S = 1800.0
-ENGINES = ("mlx", "torch", "toy")
 
 
 @app.command("generate")
 def generate(
     prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line.")],
     target: Annotated[str, typer.Option("--target", help="HOST/ENGINE or HOST/ENGINE/DEVICE.")],
-    policy: Annotated[str, typer.Option("--policy", help="auto, graded, gated, fixed or plain.")] = "auto",
+    policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(ARMS)}.")] = "auto",
     model: Annotated[str, typer.Option("--model", help="Model alias.")] = DEFAULT_MODEL,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
@@ -94,7 +94,7 @@ def _print_outputs(store, job_id: str) -> None:
 @app.command("calibrate")
 def calibrate(
     model: Annotated[str, typer.Option("--model", help="Model alias.")],
-    engine: Annotated[str | None, typer.Option("--engine", help="Only this engine (mlx, torch, toy).")] = None,
+    engine: Annotated[str | None, typer.Option("--engine", help=f"Only this engine ({choices_text(ENGINES)}).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
     max_width: Annotated[int, typer.Option("--max-width", help="Widest verify block.")] = 10,
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,

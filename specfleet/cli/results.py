@@ -7,7 +7,9 @@ from typing import Annotated, Literal
 import typer
 
 from specfleet.cli.options import FormatOption
+from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
 from specfleet.jobs.changes import DEFAULT_FACTOR
+from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import (
     CHANGED_VERDICTS,
@@ -42,11 +44,11 @@ def _many(flag: str, help_text: str):
 def results(
     host: _many("--host", "Host name") = None,
     kind: _many("--kind", "Host kind, e.g. mac-mlx, gb10-cuda, linux-cpu") = None,
-    engine: _many("--engine", "mlx, torch or toy") = None,
-    device: _many("--device", "metal, cuda, mps or cpu") = None,
+    engine: _many("--engine", choices_text(ENGINES)) = None,
+    device: _many("--device", choices_text(DEVICES)) = None,
     model: _many("--model", "Model alias") = None,
     prompt: _many("--prompt", "Prompt name") = None,
-    arm: _many("--arm", "plain, auto, graded, gated or fixed") = None,
+    arm: _many("--arm", choices_text(ARMS)) = None,
     matrix: _many("--matrix", "Matrix id") = None,
     version: _many("--version", "specfleet version that ran it") = None,
     since: Annotated[str | None, typer.Option(help="Finished at or after (ISO, UTC).")] = None,
@@ -68,7 +70,7 @@ def results(
 def history(
     model: Annotated[str, typer.Option("--model", help="Model alias.")],
     prompt: Annotated[str, typer.Option("--prompt", help="Prompt name.")],
-    arm: Annotated[str, typer.Option("--arm", help="Arm (plain, graded, gated, ...).")],
+    arm: Annotated[str, typer.Option("--arm", help=f"Arm ({choices_text(ARMS)}).")],
     target: Annotated[str | None, typer.Option(
         "--target", help="HOST, HOST/ENGINE or HOST/ENGINE/DEVICE.")] = None,
     factor: FactorOption = DEFAULT_FACTOR,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
+
+from specfleet.engine.governor import POLICY_NAMES, Policy
 
 DEFAULT_NGRAM_MAX = 3
 DEFAULT_NGRAM_MIN = 2
@@ -12,9 +14,8 @@ DEFAULT_MAX_DRAFT = 7
 NGRAM_MAX_LIMIT = 16
 MAX_DRAFT_LIMIT = 64
 
-Policy = Literal["graded", "gated"]
-PolicyChoice = Literal["auto", "graded", "gated"]
-POLICY_CHOICES: tuple[str, ...] = ("auto", "graded", "gated")
+PolicyChoice = Literal["auto", Policy]  # "auto": the device's default policy
+POLICY_CHOICES: tuple[PolicyChoice, ...] = get_args(PolicyChoice)
 
 
 class ConfigError(ValueError):
@@ -30,7 +31,8 @@ class PromptLookupConfig:
         ngram_min: shortest suffix tried.
         max_draft: most proposals per round (verify width = max_draft + 1).
         adaptive: False always asks for `max_draft` (no governor, no pauses, no probes).
-        policy: resolved drafting policy ("graded" or "gated"); ignored when not adaptive.
+        policy: resolved drafting policy (one of `governor.POLICIES`); ignored when not
+            adaptive.
     """
 
     ngram_max: int = DEFAULT_NGRAM_MAX
@@ -53,8 +55,10 @@ class PromptLookupConfig:
             raise ConfigError("max-draft must be at least 1")
         if self.max_draft > MAX_DRAFT_LIMIT:
             raise ConfigError(f"max-draft ({self.max_draft}) must be at most {MAX_DRAFT_LIMIT}")
-        if self.policy not in ("graded", "gated"):
-            raise ConfigError(f"policy must be graded or gated, got {self.policy!r}")
+        if self.policy not in POLICY_NAMES:
+            raise ConfigError(
+                f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}"
+            )
         return self
 
     def with_max_draft(self, max_draft: int) -> PromptLookupConfig:
@@ -65,14 +69,17 @@ def resolve_policy(choice: str, device: str) -> Policy:
     """Resolve a policy choice for a device: `auto` is gated on CUDA, graded elsewhere.
 
     Args:
-        choice: "auto", "graded" or "gated".
+        choice: one of `POLICY_CHOICES`.
         device: the backend device ("cuda", "metal", "mps", "cpu", ...).
 
     Returns:
-        "graded" or "gated".
+        One of `governor.POLICY_NAMES`.
     """
     if choice == "auto":
         return "gated" if device == "cuda" else "graded"
-    if choice in ("graded", "gated"):
-        return choice  # type: ignore[return-value]
-    raise ConfigError(f"prompt-lookup-policy must be one of auto, graded, gated; got {choice!r}")
+    for name in POLICY_NAMES:
+        if choice == name:
+            return name
+    raise ConfigError(
+        f"prompt-lookup-policy must be one of {', '.join(POLICY_CHOICES)}; got {choice!r}"
+    )

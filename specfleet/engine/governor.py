@@ -9,10 +9,12 @@ shadow probe confirms two unverified tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
-from specfleet.engine.config import PromptLookupConfig
+if TYPE_CHECKING:
+    from specfleet.engine.config import PromptLookupConfig
 
 MISSES_BEFORE_COOLDOWN = 3
 MIN_COOLDOWN = 4
@@ -166,10 +168,20 @@ class FixedGovernor:
         return GovernorState("fixed", float(self.max_draft), 0, False)
 
 
+# The policy registry: a new adaptive policy is one class above plus its name in `Policy`
+# and one line in `POLICIES` (an import-time check keeps the two in step).
+Policy = Literal["graded", "gated"]
+POLICIES: dict[str, Callable[[int], DraftGovernor]] = {  # name -> class(max_draft)
+    "graded": GradedGovernor,
+    "gated": GatedGovernor,
+}
+POLICY_NAMES: tuple[Policy, ...] = get_args(Policy)
+if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - a registry edit that missed one
+    raise RuntimeError(f"governor.Policy {POLICY_NAMES} and POLICIES {tuple(POLICIES)} differ")
+
+
 def make_governor(config: PromptLookupConfig) -> DraftGovernor:
-    """The governor a validated config asks for."""
+    """The governor a validated config asks for (`FixedGovernor` when not adaptive)."""
     if not config.adaptive:
         return FixedGovernor(config.max_draft)
-    if config.policy == "gated":
-        return GatedGovernor(config.max_draft)
-    return GradedGovernor(config.max_draft)
+    return POLICIES[config.policy](config.max_draft)

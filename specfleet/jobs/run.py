@@ -7,11 +7,18 @@ These pydantic models are the contract shared by the planner (`jobs/plan.py`), t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Arm = Literal["plain", "auto", "graded", "gated", "fixed"]
+from specfleet.engine.config import PolicyChoice
+from specfleet.engine.governor import Policy
+from specfleet.engine.kinds import Device, Engine
+
+# An arm is plain decoding, a policy choice (auto or a named policy), or fixed (non-adaptive).
+Arm = Literal["plain", PolicyChoice, "fixed"]
+ARMS: tuple[Arm, ...] = get_args(Arm)
+ResolvedPolicy = Literal["plain", Policy, "fixed"]  # what an arm ran as on its device
 RunStatus = Literal["pending", "running", "done", "failed", "interrupted"]
 StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
 
@@ -22,8 +29,8 @@ class Target(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     host: str
-    engine: Literal["mlx", "torch", "toy"]
-    device: Literal["metal", "cuda", "mps", "cpu"]
+    engine: Engine
+    device: Device
 
     @property
     def label(self) -> str:
@@ -79,7 +86,7 @@ class RunResult(BaseModel):
     status: Literal["done", "failed", "interrupted"]
     error: str | None = None
     target: Target
-    resolved_policy: Literal["plain", "graded", "gated", "fixed"] | None = None
+    resolved_policy: ResolvedPolicy | None = None
     output_text: str = ""
     token_ids: list[int] = []
     prompt_tokens: int = 0

@@ -20,20 +20,18 @@ file of that name.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
+from specfleet.engine.kinds import Device, Engine
 from specfleet.errors import UserError
 from specfleet.jobs.run import Arm, LookupOptions, LoopGuard, Target
 from specfleet.jobs.spec_checks import check_matrix
 from specfleet.jobs.spec_checks import find_prompt_file as find_prompt_file  # re-export
 from specfleet.jobs.userinput import describe_value, read_yaml, validation_message
 
-Engine = Literal["mlx", "torch", "toy"]
-Device = Literal["metal", "cuda", "mps", "cpu"]
-ENGINES: tuple[str, ...] = ("mlx", "torch", "toy")
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"

@@ -5,19 +5,15 @@ from __future__ import annotations
 import io
 import json
 from datetime import UTC, datetime
-from typing import get_args
 
+from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
-from specfleet.jobs.run import Arm, Target
+from specfleet.jobs.run import ARMS
 from specfleet.report.build import view_of_runs
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.tables import DASH, cell_record, pct, render_view, speedup_text
 from specfleet.report.view import LOOP_SHARE_FLAG, MatrixView
 from specfleet.store.export import export_runs
-
-ENGINES = get_args(Target.model_fields["engine"].annotation)
-DEVICES = get_args(Target.model_fields["device"].annotation)
-ARMS = get_args(Arm)
 
 
 def parse_time(value: str | None, flag: str) -> datetime | None:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from specfleet.jobs.run import ARMS
 from specfleet.store.rows import CellKey, CellRow, CompareRow, SpeedupRow
 
-ARM_ORDER = {"plain": 0, "auto": 1, "graded": 2, "gated": 3, "fixed": 4}
+ARM_ORDER = {arm: i for i, arm in enumerate(ARMS)}
 COUNTERS = (
     "generated_tokens", "rounds", "drafted_rounds", "paused_rounds", "proposed", "accepted",
     "shadow_confirmations", "loop_share",

@@ -29,6 +29,7 @@ import psutil
 
 import specfleet
 from specfleet.engine.config import resolve_policy
+from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.jobs.run import Target
 from specfleet.workers.quiet import (  # noqa: F401 (re-exported: the quiet check's old home)
     QUIET_BUSY_PER_CORE,
@@ -37,8 +38,6 @@ from specfleet.workers.quiet import (  # noqa: F401 (re-exported: the quiet chec
     is_quiet,
 )
 
-# Engines a real run can use, in the order targets are listed.
-ENGINES: tuple[str, ...] = ("mlx", "torch")
 VERSIONED_PACKAGES: tuple[str, ...] = ("ray", "mlx", "mlx-lm", "torch", "transformers")
 _PROBE_TIMEOUT_S = 5.0
 
@@ -74,7 +73,7 @@ class HostInfo:
         """Every (host, engine, device) this host can run, best device first."""
         return [
             Target(host=self.name, engine=engine, device=device)
-            for engine in ENGINES
+            for engine in MODEL_ENGINES  # in the order targets are listed
             for device in self.engines.get(engine, ())
         ]
 

@@ -1,0 +1,24 @@
+"""The closed sets of engines and devices: one `Literal` each, every tuple derived from it.
+
+Adding an engine or a device starts here; `typing.get_args` gives the tuples that CLI checks,
+matrix files, the store and the hardware probe read.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+ModelEngine = Literal["mlx", "torch"]  # engines that load real weights
+Engine = Literal[ModelEngine, "toy"]
+Device = Literal["metal", "cuda", "mps", "cpu"]
+DeviceChoice = Literal["auto", Device]  # "auto": the runner picks the best device present
+
+MODEL_ENGINES: tuple[ModelEngine, ...] = get_args(ModelEngine)
+ENGINES: tuple[Engine, ...] = get_args(Engine)
+DEVICES: tuple[Device, ...] = get_args(Device)
+DEVICE_CHOICES: tuple[DeviceChoice, ...] = get_args(DeviceChoice)
+
+
+def choices_text(values: tuple[str, ...]) -> str:
+    """`a, b or c`: a closed set as help text reads it."""
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
