@@ -27,7 +27,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
 from specfleet.engine.kinds import Device, Engine
 from specfleet.errors import UserError
-from specfleet.jobs.run import Arm, LookupOptions, LoopGuard, Target
+from specfleet.jobs.run import ARMS, Arm, LookupOptions, LoopGuard, Target
 from specfleet.jobs.spec_checks import check_matrix
 from specfleet.jobs.spec_checks import find_prompt_file as find_prompt_file  # re-export
 from specfleet.jobs.userinput import describe_value, read_yaml, validation_message
@@ -164,7 +164,7 @@ class MatrixSpec(_Strict):
         min_length=1, description="Prompt file names (in prompt_dir) or {name, text}.")
     arms: list[Annotated[ArmSpec, BeforeValidator(
         _name_to_arm, json_schema_input_type=Arm | ArmSpec)]] = Field(
-        min_length=1, description="plain, auto, graded, gated, fixed; or {arm, options}.")
+        min_length=1, description=f"{', '.join(ARMS)}; or {{arm, options}}.")
     repeats: int = Field(3, ge=1, le=MAX_REPEATS, description="Repetitions of every cell.")
     max_tokens: TokenLimitField = Field(
         TokenLimit(default=256), description="New-token limit: N or {default, mlx, torch}.")
