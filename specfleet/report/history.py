@@ -25,7 +25,7 @@ from specfleet.jobs.changes import (
 from specfleet.jobs.summarize import LOOP_SHARE_FLAG, compare_matrices, relative_spread
 from specfleet.report.build import load_matrix, target_label
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.provenance import differences
+from specfleet.report.provenance import differences, memo
 from specfleet.report.tables import DASH, pct
 
 
@@ -63,15 +63,22 @@ def _target_filters(target: str | None) -> dict:
 
 
 def cell_history(store, model: str, prompt: str, arm: str, target: str | None = None,
-                 factor: float = DEFAULT_FACTOR) -> list[HistoryRow]:
+                 factor: float = DEFAULT_FACTOR, last: int | None = None) -> list[HistoryRow]:
     """Every matrix's measurement of one cell, per target in time order, with the change
     from the previous point.
+
+    Args:
+        last: only the newest `last` matrices that measured the cell (None: all); the first
+            point shown then has no previous one.
 
     Raises:
         UserError: a malformed target, or no done run of this cell.
     """
-    runs = store.runs(model=model, prompt=prompt, arm=sorted({arm, "plain"}), status="done",
-                      **_target_filters(target))
+    where = dict(model=model, prompt=prompt, arm=sorted({arm, "plain"}), status="done",
+                 **_target_filters(target))
+    if last is not None:
+        where["matrix"] = store.newest_matrices(last, **{**where, "arm": arm})
+    runs = store.runs(**where)
     groups: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if run.matrix_id is not None:
@@ -86,9 +93,10 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
         keys = sorted((k for k in groups if k[0] == label), key=lambda k: (when[k[1]], k[1]))
         points = [(k[1], [r.tok_per_s for r in groups[k][arm]]) for k in keys]
         changes = [None] + [step.change for step in history_changes(points, factor)]
-        previous = None
+        previous, of = None, memo()
         for key, change in zip(keys, changes, strict=True):
-            differs = tuple(differences(groups[previous][arm], groups[key][arm])) if previous else ()
+            differs = (tuple(differences(groups[previous][arm], groups[key][arm], of))
+                       if previous else ())
             out.append(_history_row(label, key[1], when[key[1]], groups[key], arm, change,
                                     differs))
             previous = key

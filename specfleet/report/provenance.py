@@ -10,7 +10,7 @@ not the momentary clocks. A run stored without conditions leaves these two out.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 # engine_config keys that are measurements or code, not settings
 _MEASURED_CONFIG_KEYS = ("warmup_s",)
@@ -50,13 +50,30 @@ def provenance(run) -> dict[str, str]:
     }
 
 
-def differences(runs_a: Iterable, runs_b: Iterable) -> list[str]:
+def memo() -> Callable[[object], dict[str, str]]:
+    """`provenance` computed once per run object (a history compares each point twice)."""
+    cache: dict[int, tuple[object, dict[str, str]]] = {}
+
+    def of(run) -> dict[str, str]:
+        hit = cache.get(id(run))
+        if hit is None or hit[0] is not run:
+            hit = cache[id(run)] = (run, provenance(run))
+        return hit[1]
+
+    return of
+
+
+def differences(runs_a: Iterable, runs_b: Iterable, of=provenance) -> list[str]:
     """Names of the provenance parts whose values differ between two sets of runs (a part
-    recorded on one side only is not called a difference: there is nothing to compare)."""
+    recorded on one side only is not called a difference: there is nothing to compare).
+
+    Args:
+        of: the provenance of one run (a memo of `provenance` when runs recur).
+    """
     seen_a: dict[str, set[str]] = {}
     seen_b: dict[str, set[str]] = {}
     for runs, seen in ((runs_a, seen_a), (runs_b, seen_b)):
         for run in runs:
-            for name, value in provenance(run).items():
+            for name, value in of(run).items():
                 seen.setdefault(name, set()).add(value)
     return [name for name in seen_a if name in seen_b and seen_a[name] != seen_b[name]]

@@ -125,7 +125,7 @@ class Views:
 
     async def history(self, request: Request) -> Response:
         allowed = {"model": params.text, "prompt": params.text, "arm": params.arm,
-                   "target": params.target}
+                   "target": params.target, "last": params.count_or_all}
         return await self._page(
             request, partial(pages.history_page, self.store), "history.html", allowed,
             required=("model", "prompt", "arm"))

@@ -32,6 +32,7 @@ from specfleet.serve import svg
 
 MATRICES_PER_PAGE = 50
 RUNS_PER_PAGE = 100
+HISTORY_LAST = 50  # newest matrices a history page shows unless ?last= says otherwise
 PROGRESS_STATUSES = ("done", "running", "pending", "failed", "interrupted")
 
 
@@ -182,19 +183,22 @@ def _run_record(run) -> dict:
 
 
 def history_page(store, model: str, prompt: str, arm: str, target: str | None = None,
-                 as_json: bool = False) -> dict:
-    """One cell over time: per target a tok/s plot and a speed-up plot, and the table."""
-    rows = cell_history(store, model, prompt, arm, target)
+                 last: int | None = HISTORY_LAST, as_json: bool = False) -> dict:
+    """One cell over time (the newest `last` matrices, None: all): per target a tok/s plot
+    and a speed-up plot, and the table."""
+    rows = cell_history(store, model, prompt, arm, target, last=last)
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
     if as_json:
-        return {"title": title, "points": json.loads(render_history(rows, title, "json"))}
+        return {"title": title, "last": last,
+                "points": json.loads(render_history(rows, title, "json"))}
     by_target = defaultdict(list)
     for row in rows:
         by_target[row.target].append(row)
     plots = [(t, svg.history_plot(r), svg.history_plot(r, speedup=True))
              for t, r in by_target.items()]
-    return {"title": title, "plots": plots, "table": history_grid(rows, title),
-            "rows": rows, "model": model, "prompt": prompt, "arm": arm}
+    query = {"model": model, "prompt": prompt, "arm": arm, **({"target": target} if target else {})}
+    return {"title": title, "plots": plots, "table": history_grid(rows, title), "rows": rows,
+            "last": last, "all_href": "/history?" + urlencode({**query, "last": "all"})}
 
 
 def compare_page(store, a: str, b: str, allow_mixed: bool = False,

@@ -20,6 +20,14 @@ def page_number(value: str) -> int:
     return int(value)
 
 
+def count_or_all(value: str) -> int | None:
+    if value == "all":
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 100_000:
+        raise ValueError("expected a whole number from 1 to 100000, or all")
+    return int(value)
+
+
 def flag(value: str) -> bool:
     if value not in ("0", "1", "true", "false"):
         raise ValueError("expected 1, 0, true or false")

@@ -110,6 +110,14 @@ class StoreQueries:
         with self.engine.connect() as conn:
             return conn.execute(stmt).scalar_one()
 
+    def newest_matrices(self, limit: int, **filters) -> list[str]:
+        """Ids of the newest `limit` matrices holding runs that match the filters."""
+        having = select(Run.matrix_id).where(*run_conditions(**filters)).distinct()
+        stmt = (select(Matrix.id).where(Matrix.id.in_(having))
+                .order_by(Matrix.submitted_at.desc(), Matrix.id).limit(limit))
+        with self.engine.connect() as conn:
+            return list(conn.scalars(stmt))
+
     def submitted_times(self, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
         stmt = select(Matrix.id, Matrix.submitted_at).where(Matrix.id.in_(list(matrix_ids)))

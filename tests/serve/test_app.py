@@ -80,6 +80,11 @@ def test_history_page_has_a_point_per_matrix_and_marks_the_change(client, seeded
     assert "CHANGED 0.80x (mann-whitney p=0.100)" in page
     api = client.get("/api/history?model=m1&prompt=edit_fn&arm=graded").json()
     assert [p["matrix_id"] for p in api["points"]] == [BASE, NEXT]
+    newest = client.get("/api/history?model=m1&prompt=edit_fn&arm=graded&last=1").json()
+    assert [p["matrix_id"] for p in newest["points"]] == [NEXT]
+    assert newest["points"][0]["change"] is None  # its previous point is not shown
+    every = client.get(f"{HISTORY}&last=all").text
+    assert every.count('<g class="point changed"') == 2
 
 
 def test_compare_highlights_regressions(client, seeded_url):
@@ -149,6 +154,7 @@ def test_unknown_matrix_in_the_api_is_a_json_404(client, path):
     ("/history?model=m1&prompt=edit_fn", "query parameter 'arm' is required"),
     ("/history?model=m1&prompt=edit_fn&arm=turbo", "arm='turbo': expected one of plain"),
     (f"{HISTORY}&target=a//b", "expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE"),
+    (f"{HISTORY}&last=0", "last='0': expected a whole number from 1 to 100000, or all"),
     (f"/compare?a={BASE}", "query parameter 'b' is required"),
     (f"/compare?a={BASE}&b={NEXT}&allow_mixed=maybe", "expected 1, 0, true or false"),
     ("/api/matrices?page=x", "page='x'"),
