@@ -55,13 +55,14 @@ def check_engines(engines: str | None) -> list[str] | None:
     """`--engines torch,mlx`: a subset of the engines this host has."""
     if engines is None:
         return None
-    from specfleet.workers.hardware import ENGINES, detect_host
+    from specfleet.engine.kinds import MODEL_ENGINES
+    from specfleet.workers.hardware import detect_host
 
     wanted = [e.strip() for e in engines.split(",") if e.strip()]
-    unknown = [e for e in wanted if e not in ENGINES]
+    unknown = [e for e in wanted if e not in MODEL_ENGINES]
     if not wanted or unknown:
         raise UserError(f"--engines {engines!r}: expected a comma-separated subset of "
-                        f"{', '.join(ENGINES)}")
+                        f"{', '.join(MODEL_ENGINES)}")
     present = detect_host().engines
     missing = [e for e in wanted if e not in present]
     if missing:
