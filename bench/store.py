@@ -1,9 +1,11 @@
 """Result-store benchmark: bulk-load synthetic runs, then time the queries users wait on.
 
 Loads `--runs` synthetic runs across `--matrices` matrices (4 targets x 4 of 8 models x 5
-prompts x 5 arms x repeats per matrix; the last matrix's runs stay `pending`), then times:
-the speed-up table of one matrix (`Store.speedups`), one cell's history across all matrices
-(`Store.cell_history`, one target), and a single result write (`Store.record_result`).
+prompts x 5 arms x repeats per matrix; the last matrix's runs stay `pending`), then times
+what users wait on, end to end through the one statistics path (`specfleet.stats`): the
+tables of one matrix (`report.build.build_view`, as `matrix show`), one cell's history across
+all matrices (`report.history.cell_history`, one target, as `history`), and a single result
+write (`Store.record_result`).
 Prints medians and p95 over `--repeats` timings beside the targets (SQLite: table and
 history < 100 ms, a write < 5 ms).
 
@@ -29,6 +31,8 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from specfleet.jobs.run import RunResult, Target
+from specfleet.report.build import build_view
+from specfleet.report.history import cell_history
 from specfleet.store import Store, open_store
 from specfleet.store.models import Matrix, Prompt, Run
 from specfleet.store.values import text_hash
@@ -152,16 +156,16 @@ def measure(store: Store, matrices: int, repeats: int) -> dict[str, list[tuple[f
     done_ids = [f"bench-{m:04d}" for m in range(matrices - 1)]
     pending = [s for s in store.runs_not_done(f"bench-{matrices - 1:04d}")][: repeats + 1]
     cells = [(rng.choice(MODELS), rng.choice(list(PROMPTS)), rng.choice(ARMS[1:]),
-              rng.choice(TARGETS)) for _ in range(repeats + 1)]
+              rng.choice(TARGETS).label) for _ in range(repeats + 1)]
     results = {
-        "speedup_table": timed(lambda i: store.speedups(done_ids[(i * 37) % len(done_ids)]),
+        "speedup_table": timed(lambda i: build_view(store, done_ids[(i * 37) % len(done_ids)]),
                                repeats + 1)[1:],
-        "cell_history": timed(lambda i: store.cell_history(*cells[i]), repeats + 1)[1:],
+        "cell_history": timed(lambda i: cell_history(store, *cells[i]), repeats + 1)[1:],
         "result_write": timed(lambda i: store.record_result(_result(pending[i])),
                               min(repeats + 1, len(pending)))[1:],
     }
-    sizes = {"speedup_rows": len(store.speedups(done_ids[0])),
-             "history_points": len(store.cell_history(*cells[0]))}
+    sizes = {"speedup_rows": len(build_view(store, done_ids[0]).cells),
+             "history_points": len(cell_history(store, *cells[0]))}
     print(f"  one table: {sizes['speedup_rows']} cells; one history: "
           f"{sizes['history_points']} matrices")
     return results

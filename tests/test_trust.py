@@ -46,9 +46,9 @@ from specfleet.engine.stats import loop_guard_fires
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.jobs.spec import load_matrix_spec
-from specfleet.jobs.summarize import LOOP_SHARE_FLAG, summarize
 from specfleet.report.history import cell_history, render_history
 from specfleet.report.tables import render_matrix
+from specfleet.stats.cells import LOOP_SHARE_FLAG, summarize
 from specfleet.store import open_store
 from specfleet.workers import actor
 from specfleet.workers.host import HostWorker

@@ -8,19 +8,18 @@ import typer
 
 from specfleet.cli.options import FormatOption
 from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
-from specfleet.jobs.changes import DEFAULT_FACTOR
 from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import (
     CHANGED_VERDICTS,
     cell_history,
-    changed_only,
     compare,
-    history_regressions,
     render_compare,
     render_history,
 )
 from specfleet.report.results import render_results, run_filters
+from specfleet.stats.changes import DEFAULT_FACTOR
+from specfleet.stats.history import changed_only, history_regressions
 from specfleet.store.store import open_store
 
 DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "

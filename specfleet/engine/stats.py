@@ -7,7 +7,7 @@ every emitted token) and `loop_share`, which flags a finished reply that ended i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 from specfleet.engine.config import ConfigError
@@ -52,6 +52,10 @@ class PromptLookupStats:
         """
         return max(generated - 1, 0) / self.rounds if self.rounds else 0.0
 
+    def as_dict(self) -> dict[str, int]:
+        """The counters by name, in `COUNTER_FIELDS` order."""
+        return asdict(self)
+
     def summary_line(self, generated: int) -> str:
         """The `[Prompt lookup] ...` line the CLI prints on stderr (fields in spec order)."""
         return (
@@ -61,6 +65,10 @@ class PromptLookupStats:
             f"tokens_per_forward={self.tokens_per_forward(generated):.4f} "
             f"shadow_confirmations={self.shadow_confirmations}"
         )
+
+
+# The one list of counter names: run results, stored columns and tables follow it.
+COUNTER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PromptLookupStats))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specfleet.report.build import PLAIN, target_label
+from specfleet.stats.runs import target_label
+from specfleet.stats.view import PLAIN
 
 
 @dataclass(frozen=True)

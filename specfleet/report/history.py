@@ -1,32 +1,26 @@
 """One cell over time (`specfleet history`) and two matrices side by side (`specfleet compare`).
 
-Changes are judged by `jobs/changes.py` (named in every table): a two-sided Mann-Whitney U
-test over the repeats' tok/s when both sides have at least 3 repeats, with asv's `--factor`;
-with fewer repeats there is no noise floor and no verdict. `compare` calls a significant slow-down a regression only when
-the two cells differ in nothing but code version (see `provenance.py`).
+This module reads the runs from the store and renders them; the figures come from
+`stats.history` (changes judged by `stats/changes.py`, named in every table).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from specfleet.errors import UserError
-from specfleet.jobs.changes import (
+from specfleet.report.build import load_matrix
+from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
+from specfleet.report.tables import DASH, pct
+from specfleet.stats.changes import (
     CHANGE_ALPHA,
     DEFAULT_FACTOR,
     MIN_REPEATS,
     ChangeTest,
-    history_changes,
     no_floor_text,
 )
-from specfleet.jobs.summarize import LOOP_SHARE_FLAG, compare_matrices, relative_spread
-from specfleet.report.build import load_matrix, target_label
-from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.provenance import differences, memo
-from specfleet.report.tables import DASH, pct
+from specfleet.stats.history import CompareRow, HistoryRow, compare_rows, history_rows
 
 
 def test_note(factor: float = DEFAULT_FACTOR) -> str:
@@ -35,21 +29,6 @@ def test_note(factor: float = DEFAULT_FACTOR) -> str:
     return (f"Change test: two-sided Mann-Whitney U over the repeats' tok/s, changed when "
             f"p <= {CHANGE_ALPHA}{beyond} (with >= {MIN_REPEATS} repeats a side); with fewer "
             f"repeats there is no noise floor and no verdict.")
-
-
-@dataclass(frozen=True)
-class HistoryRow:
-    target: str
-    matrix_id: str
-    submitted_at: str
-    values: tuple[float, ...]
-    median_tok_per_s: float
-    spread: float
-    speedup: float | None
-    loop: bool
-    change: ChangeTest | None  # against the previous point on the same target
-    differs: tuple[str, ...] = ()  # provenance that differs from the previous point
-    throttled: bool = False  # a run of this point ran on a throttled host
 
 
 def _target_filters(target: str | None) -> dict:
@@ -79,42 +58,11 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
     if last is not None:
         where["matrix"] = store.newest_matrices(last, **{**where, "arm": arm})
     runs = store.runs(**where)
-    groups: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for run in runs:
-        if run.matrix_id is not None:
-            groups[(target_label(run), run.matrix_id)][run.arm].append(run)
-    groups = {k: v for k, v in groups.items() if v.get(arm)}
-    if not groups:
-        where = f" on {target}" if target else ""
-        raise UserError(f"no done runs of model {model!r}, prompt {prompt!r}, arm {arm!r}{where}")
-    when = store.submitted_times(sorted({mid for _, mid in groups}))
-    out: list[HistoryRow] = []
-    for label in dict.fromkeys(t for t, _ in groups):
-        keys = sorted((k for k in groups if k[0] == label), key=lambda k: (when[k[1]], k[1]))
-        points = [(k[1], [r.tok_per_s for r in groups[k][arm]]) for k in keys]
-        changes = [None] + [step.change for step in history_changes(points, factor)]
-        previous, of = None, memo()
-        for key, change in zip(keys, changes, strict=True):
-            differs = (tuple(differences(groups[previous][arm], groups[key][arm], of))
-                       if previous else ())
-            out.append(_history_row(label, key[1], when[key[1]], groups[key], arm, change,
-                                    differs))
-            previous = key
-    return out
-
-
-def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> HistoryRow:
-    values = tuple(r.tok_per_s for r in arms[arm])
-    median = statistics.median(values)
-    plain = [r.tok_per_s for r in arms.get("plain", [])]
-    loop = statistics.median(r.loop_share or 0.0 for r in arms[arm]) > LOOP_SHARE_FLAG
-    return HistoryRow(
-        target=label, matrix_id=matrix_id, submitted_at=submitted_at.strftime("%Y-%m-%d %H:%M"),
-        values=values, median_tok_per_s=median, spread=relative_spread(values),
-        speedup=median / statistics.median(plain) if plain and arm != "plain" else None,
-        loop=loop, change=change, differs=differs,
-        throttled=any(getattr(r, "throttled", False) for r in arms[arm]),
-    )
+    if not any(run.arm == arm and run.matrix_id is not None for run in runs):
+        on = f" on {target}" if target else ""
+        raise UserError(f"no done runs of model {model!r}, prompt {prompt!r}, arm {arm!r}{on}")
+    when = store.submitted_times(sorted({r.matrix_id for r in runs if r.matrix_id is not None}))
+    return history_rows(runs, arm, when, factor)
 
 
 def change_text(change: ChangeTest | None) -> str:
@@ -160,34 +108,6 @@ def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
     return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {title}")
 
 
-def history_regressions(rows: list[HistoryRow]) -> list[HistoryRow]:
-    """The newest point of each target when it is a significant slow-down from the point
-    before and differs from it in nothing but code version (an older dip, since recovered,
-    does not fail a check forever)."""
-    newest = {row.target: row for row in rows}
-    return [row for row in newest.values() if row.change is not None and row.change.changed
-            and row.change.ratio < 1.0 and not row.differs]
-
-
-def changed_only(rows: list[HistoryRow]) -> list[HistoryRow]:
-    """The points whose change from the previous one is beyond noise."""
-    return [row for row in rows if row.change is not None and row.change.changed]
-
-
-@dataclass(frozen=True)
-class CompareRow:
-    target: str
-    model: str
-    prompt: str
-    arm: str
-    median_a: float
-    median_b: float
-    ratio: float
-    change: ChangeTest
-    verdict: str  # regression | slower | faster | same | no noise floor
-    differs: tuple[str, ...]  # provenance that differs besides the code version
-
-
 def compare(store, a: str, b: str, allow_mixed: bool = False,
             factor: float = DEFAULT_FACTOR) -> list[CompareRow]:
     """Every cell measured in both matrices: B against baseline A.
@@ -199,24 +119,7 @@ def compare(store, a: str, b: str, allow_mixed: bool = False,
     load_matrix(store, b)
     runs_a = store.runs(matrix=a, status="done")
     runs_b = store.runs(matrix=b, status="done")
-    by_cell = _by_cell(runs_a), _by_cell(runs_b)
-    out = []
-    for comp in compare_matrices(runs_a, runs_b, factor):
-        key = (comp.key.target, comp.key.model, comp.key.prompt, comp.key.arm)
-        differs = tuple(differences(by_cell[0][key], by_cell[1][key]))
-        verdict = comp.verdict
-        if verdict == "slower" and (allow_mixed or not differs):
-            verdict = "regression"
-        out.append(CompareRow(*key, comp.change.median_before, comp.change.median_after,
-                              comp.ratio, comp.change, verdict, differs))
-    return out
-
-
-def _by_cell(runs) -> dict[tuple, list]:
-    cells: dict[tuple, list] = defaultdict(list)
-    for run in runs:
-        cells[(target_label(run), run.model, run.prompt_name, run.arm)].append(run)
-    return cells
+    return compare_rows(runs_a, runs_b, allow_mixed, factor)
 
 
 def compare_verdict_text(row: CompareRow) -> str:

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, RowMargins, classify
-from specfleet.jobs import summarize
-from specfleet.report.build import PLAIN, done_runs, group_runs, load_matrix, parity_of
+from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.coverage import Coverage, parity_coverage
+from specfleet.stats.cells import cross_target_parity
+from specfleet.stats.view import PLAIN, group_runs, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified"
 
@@ -123,7 +124,7 @@ def cross_target(runs: list) -> list[CrossTarget]:
     return [
         CrossTarget(v.key.model, v.key.prompt, v.reference.target, v.key.target,
                     v.status == "identical", v.token_index, v.char_index)
-        for v in summarize.cross_target_parity(runs) if v.status != "missing"
+        for v in cross_target_parity(runs) if v.status != "missing"
     ]
 
 

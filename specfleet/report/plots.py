@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from specfleet.report.view import PLAIN, MatrixView  # noqa: E402
+from specfleet.stats.view import PLAIN, MatrixView  # noqa: E402
 
 ARM_COLORS = {"plain": "#555555", "graded": "#1f77b4", "gated": "#d62728", "auto": "#2ca02c",
               "fixed": "#9467bd"}

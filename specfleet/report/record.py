@@ -11,14 +11,16 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from specfleet.jobs.changes import CHANGE_ALPHA
-from specfleet.report.build import done_runs, load_matrix, target_label, view_of_runs
+from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.grid import Grid, to_markdown
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import cross_grid, where_text
 from specfleet.report.plots import write_plots
 from specfleet.report.tables import DASH, grids_for
-from specfleet.report.view import LOOP_SHARE_FLAG, SPREAD_FLAG
+from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
+from specfleet.stats.changes import CHANGE_ALPHA
+from specfleet.stats.runs import target_label
+from specfleet.stats.view import view_of_runs
 from specfleet.store.export import export_runs
 from specfleet.store.models import Host, Prompt
 from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, HostConditions, summary

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
-from specfleet.report.build import view_of_runs
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.tables import DASH, cell_record, pct, render_view, speedup_text
-from specfleet.report.view import LOOP_SHARE_FLAG, MatrixView
+from specfleet.stats.cells import LOOP_SHARE_FLAG
+from specfleet.stats.view import MatrixView, view_of_runs
 from specfleet.store.export import export_runs
 
 

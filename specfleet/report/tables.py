@@ -14,9 +14,10 @@ import json
 from dataclasses import asdict
 
 from specfleet.errors import UserError
-from specfleet.jobs.changes import no_floor_text
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.view import PLAIN, SPREAD_FLAG, CellView, MatrixView
+from specfleet.stats.cells import SPREAD_FLAG
+from specfleet.stats.changes import no_floor_text
+from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 PIVOTS = (None, "target")
 DASH = "–"
@@ -148,7 +149,7 @@ def _counter_cols(cell: CellView) -> tuple[str, ...]:
 
 def headline(view: MatrixView, target: str) -> list[str]:
     """One line per lookup arm: geometric-mean speed-up over cells that do not loop (from
-    `jobs/summarize.py`); looping cells are listed apart, never averaged in."""
+    `stats/cells.py`); looping cells are listed apart, never averaged in."""
     lines = []
     order = {arm: i for i, arm in enumerate(view.arms)}
     for item in sorted(view.headlines, key=lambda h: order.get(h.arm, len(order))):

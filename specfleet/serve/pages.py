@@ -1,7 +1,7 @@
 """What each page shows, read from the store through the same functions the terminal uses.
 
 Every number comes from `report/` (`build_view`, `grids_for`, `cell_history`, `compare`,
-`check_parity`), which read `jobs/summarize.py` and `jobs/changes.py`: the web view has no
+`check_parity`), which read `specfleet.stats`: the web view has no
 statistics of its own. Each function returns the template's context and the JSON body of
 the page's `/api/...` twin.
 """
@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import yaml
 
-from specfleet.report.build import done_runs, view_of_runs
+from specfleet.report.build import done_runs
 from specfleet.report.history import (
     cell_history,
     compare,
@@ -29,6 +29,7 @@ from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
 from specfleet.report.tables import grids_for, render_view
 from specfleet.serve import svg
+from specfleet.stats.view import view_of_runs
 
 MATRICES_PER_PAGE = 50
 RUNS_PER_PAGE = 100

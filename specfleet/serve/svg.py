@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from specfleet.report.history import HistoryRow, change_text
 from specfleet.report.tables import speedup_text
-from specfleet.report.view import PLAIN, CellView, MatrixView
+from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 CELL_W, CELL_H, LABEL_W, HEAD_H = 190, 34, 230, 28
 PLOT_W, PLOT_H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 240, 64, 16, 16, 54

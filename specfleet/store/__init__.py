@@ -7,30 +7,17 @@ scheduler writes through and the CLI reads from.
 
 from specfleet.store.engine import ENV_VAR, default_db_path, display_url, resolve_url
 from specfleet.store.errors import StoreConflict, StoreError, UnknownMatrix, UnknownRun
-from specfleet.store.export import export_aggregates, export_runs
+from specfleet.store.export import export_runs
 from specfleet.store.migrate import FutureSchemaError, head_revision
-from specfleet.store.rows import (
-    CellRow,
-    CompareRow,
-    HistoryPoint,
-    LoadSampleRow,
-    MatrixRow,
-    RunRow,
-    SpeedupRow,
-    WidthCostRow,
-)
+from specfleet.store.rows import LoadSampleRow, MatrixRow, RunRow, WidthCostRow
 from specfleet.store.store import Store, new_matrix_id, open_store
 
 __all__ = [
     "ENV_VAR",
-    "CellRow",
-    "CompareRow",
     "FutureSchemaError",
-    "HistoryPoint",
     "LoadSampleRow",
     "MatrixRow",
     "RunRow",
-    "SpeedupRow",
     "Store",
     "StoreConflict",
     "StoreError",
@@ -39,7 +26,6 @@ __all__ = [
     "WidthCostRow",
     "default_db_path",
     "display_url",
-    "export_aggregates",
     "export_runs",
     "head_revision",
     "new_matrix_id",

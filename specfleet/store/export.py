@@ -1,4 +1,4 @@
-"""Export runs and aggregates as JSON or CSV (to a path or an open text file)."""
+"""Export stored runs as JSON or CSV (to a path or an open text file)."""
 
 from __future__ import annotations
 
@@ -23,15 +23,6 @@ def export_runs(rows: Iterable[RunRow], fmt: str, out: str | Path | TextIO) -> i
         rows: the runs.
         fmt: "json" or "csv".
         out: a file path or an open text file.
-
-    Returns:
-        How many rows were written.
-    """
-    return export_aggregates(rows, fmt, out)
-
-
-def export_aggregates(rows: Iterable[Any], fmt: str, out: str | Path | TextIO) -> int:
-    """Write any store rows (cells, speed-ups, history, comparisons, ...) as JSON or CSV.
 
     In CSV, list and dict values are JSON text and datetimes ISO 8601 (UTC).
 

@@ -1,4 +1,6 @@
-"""The store's reads: matrices, filtered runs, cells, speed-ups, history and comparisons."""
+"""The store's reads: matrices and runs by indexed filters (a matrix's runs, a cell's runs).
+
+Figures (medians, speed-ups, changes) are computed from these rows by `specfleet.stats`."""
 
 from __future__ import annotations
 
@@ -6,30 +8,20 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
-from statistics import median
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from specfleet.jobs.run import RunSpec, Target
-from specfleet.store import aggregate
+from specfleet.jobs.run import RunSpec
 from specfleet.store.errors import UnknownMatrix
 from specfleet.store.models import Host, Matrix, Prompt, Run
 from specfleet.store.rows import (
-    CellRow,
-    CompareRow,
-    HistoryPoint,
     MatrixRow,
     RunRow,
-    SpeedupRow,
 )
 from specfleet.store.values import naive_utc, run_spec
 
 RUN_FIELDS = tuple(f.name for f in fields(RunRow))
-CELL_COLUMNS = (
-    Run.host, Run.engine, Run.device, Run.model, Run.prompt_name, Run.arm, Run.tok_per_s,
-    Run.noisy, *(getattr(Run, name) for name in aggregate.COUNTERS),
-)
 Many = str | Sequence[str] | None
 _EQ_FILTERS = {
     "host": Run.host, "engine": Run.engine, "device": Run.device, "model": Run.model,
@@ -153,85 +145,6 @@ class StoreQueries:
         )
         with self._read() as session:
             return [run_spec(run, text) for run, text in session.execute(stmt)]
-
-    def cells(self, matrix_id: str | None = None, **filters) -> list[CellRow]:
-        """Aggregates of `done` runs per (host, engine, device, model, prompt, arm).
-
-        Args:
-            matrix_id: restrict to one matrix (same as `matrix=`).
-            **filters: any filter of `run_conditions` (`status` is always `done`).
-        """
-        if matrix_id is not None:
-            filters["matrix"] = matrix_id
-        filters["status"] = "done"
-        stmt = select(*CELL_COLUMNS).where(*run_conditions(**filters))
-        with self.engine.connect() as conn:
-            return aggregate.cell_rows(conn.execute(stmt).all())
-
-    def speedups(self, matrix_id: str) -> list[SpeedupRow]:
-        """Each arm's median tok/s over plain's in the same target, model and prompt."""
-        self.get_matrix(matrix_id)
-        return aggregate.speedup_rows(self._rates(matrix_id))
-
-    def compare(self, matrix_a: str, matrix_b: str) -> list[CompareRow]:
-        """Every cell of two matrices side by side, ratio = b / a, regressions flagged."""
-        self.get_matrix(matrix_a)
-        self.get_matrix(matrix_b)
-        return aggregate.compare_rows(self._rates(matrix_a), self._rates(matrix_b))
-
-    def _rates(self, matrix_id: str) -> list[aggregate.Rates]:
-        stmt = select(*CELL_COLUMNS[:8]).where(Run.matrix_id == matrix_id, Run.status == "done")
-        with self.engine.connect() as conn:
-            return aggregate.cell_rates(conn.execute(stmt).all())
-
-    def cell_history(
-        self, model: str, prompt: str, arm: str, target: Target | str | None = None
-    ) -> list[HistoryPoint]:
-        """One cell across matrices, oldest first (one point per matrix and target).
-
-        Args:
-            target: a Target, a `host/engine/device` label, a host name, or None for all.
-        """
-        stmt = (
-            select(Run.matrix_id, Matrix.name, Matrix.submitted_at, Run.host, Run.engine,
-                   Run.device, Run.arm, Run.tok_per_s)
-            .join(Matrix, Matrix.id == Run.matrix_id)
-            .where(Run.model == model, Run.prompt_name == prompt,
-                   Run.arm.in_(sorted({arm, "plain"})), Run.status == "done",
-                   *_target_conditions(target))
-        )
-        groups: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        with self.engine.connect() as conn:
-            for matrix_id, name, submitted_at, host, engine, device, run_arm, tps in conn.execute(
-                stmt
-            ):
-                key = (submitted_at, matrix_id, name, host, engine, device)
-                groups[key][run_arm].append(tps)
-        return [_history_point(key, arms, arm) for key, arms in sorted(groups.items())
-                if arms.get(arm)]
-
-
-def _target_conditions(target: Target | str | None) -> list:
-    if target is None:
-        return []
-    if isinstance(target, Target):
-        return [Run.host == target.host, Run.engine == target.engine, Run.device == target.device]
-    parts = target.split("/")[:3]
-    columns = (Run.host, Run.engine, Run.device)[: len(parts)]
-    return [col == part for col, part in zip(columns, parts, strict=True)]
-
-
-def _history_point(key: tuple, arms: dict[str, list[float]], arm: str) -> HistoryPoint:
-    submitted_at, matrix_id, name, host, engine, device = key
-    tps, plain = arms[arm], arms.get("plain")
-    mid = float(median(tps))
-    plain_mid = float(median(plain)) if plain else None
-    return HistoryPoint(
-        matrix_id=matrix_id, matrix_name=name, submitted_at=submitted_at, host=host,
-        engine=engine, device=device, n=len(tps), median_tok_per_s=mid,
-        min_tok_per_s=min(tps), max_tok_per_s=max(tps), spread=aggregate.spread(tps),
-        plain_median_tok_per_s=plain_mid, speedup=mid / plain_mid if plain_mid else None,
-    )
 
 
 def _status_counts(session: Session, ids: list[str] | None) -> dict[str, dict[str, int]]:

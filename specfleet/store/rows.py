@@ -1,4 +1,4 @@
-"""Frozen rows the store returns: runs, matrices and the aggregates the CLI prints."""
+"""Frozen rows the store returns: runs, matrices, width costs and load samples."""
 
 from __future__ import annotations
 
@@ -82,104 +82,6 @@ class MatrixRow:
     @property
     def total_runs(self) -> int:
         return sum(self.counts.values())
-
-
-@dataclass(frozen=True)
-class CellKey:
-    """What a cell is: one arm of one model on one prompt on one target."""
-
-    host: str
-    engine: str
-    device: str
-    model: str
-    prompt: str
-    arm: str
-
-
-@dataclass(frozen=True)
-class CellRow:
-    """Aggregates of the `done` runs of one cell (tok/s: whole call, prefill included)."""
-
-    host: str
-    engine: str
-    device: str
-    model: str
-    prompt: str
-    arm: str
-    n: int
-    median_tok_per_s: float
-    min_tok_per_s: float
-    max_tok_per_s: float
-    spread: float  # (max - min) / median
-    median_generated_tokens: float
-    median_rounds: float
-    median_drafted_rounds: float
-    median_paused_rounds: float
-    median_proposed: float
-    median_accepted: float
-    median_shadow_confirmations: float
-    median_loop_share: float
-    noisy_count: int
-
-
-@dataclass(frozen=True)
-class SpeedupRow:
-    """One arm's median tok/s over plain's median in the same target, model and prompt."""
-
-    host: str
-    engine: str
-    device: str
-    model: str
-    prompt: str
-    arm: str
-    n: int
-    median_tok_per_s: float
-    spread: float
-    plain_n: int
-    plain_median_tok_per_s: float | None
-    speedup: float | None
-    noise_floor: float | None  # plain's relative spread
-    beyond_noise: bool | None  # |speedup - 1| larger than the noise floor
-    noisy_count: int
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One cell in one matrix, for a cell's history over time."""
-
-    matrix_id: str
-    matrix_name: str
-    submitted_at: datetime
-    host: str
-    engine: str
-    device: str
-    n: int
-    median_tok_per_s: float
-    min_tok_per_s: float
-    max_tok_per_s: float
-    spread: float
-    plain_median_tok_per_s: float | None
-    speedup: float | None
-
-
-@dataclass(frozen=True)
-class CompareRow:
-    """One cell in two matrices side by side; ratio = b / a."""
-
-    host: str
-    engine: str
-    device: str
-    model: str
-    prompt: str
-    arm: str
-    n_a: int
-    n_b: int
-    median_a: float | None
-    median_b: float | None
-    spread_a: float | None
-    spread_b: float | None
-    ratio: float | None
-    regression: bool  # b slower than a by more than either side's spread
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,10 @@ from specfleet.store.models import Run
 # Keep each statement's bound parameters well under SQLite's limit.
 KEY_CHUNK = 500
 HOST_KEYS = ("machine_id", "kind", "os", "arch", "chip", "memory_gb", "versions")
-_RESULT_FIELDS = (
-    "resolved_policy", "output_text", "token_ids", "prompt_tokens", "generated_tokens",
-    "prefill_s", "decode_s", "total_s", "warmup_s", "tok_per_s", "stop_reason", "rounds",
-    "drafted_rounds", "paused_rounds", "proposed", "accepted", "shadow_confirmations",
-    "loop_share", "noisy", "conditions", "throttled", "throttle_reason", "weights_hash", "engine_config", "versions", "host_fingerprint",
-)
+# RunResult fields copied onto the run row as they are; the rest are handled by hand.
+_BY_HAND = frozenset({"run_key", "status", "error", "target", "token_ids", "load_before",
+                      "load_after", "prompt_hash", "started_at", "finished_at"})
+_RESULT_FIELDS = tuple(name for name in RunResult.model_fields if name not in _BY_HAND)
 
 
 def utcnow() -> datetime:

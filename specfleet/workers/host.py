@@ -353,7 +353,7 @@ class HostWorker:
             tok_per_s=len(tokens) / timings.total_s if timings.total_s > 0 else 0.0,
             warmup_s=prepared.warmup_s,
             stop_reason=gen.stop_reason,
-            **{k: int(getattr(stats, k, 0)) for k in _COUNTERS},
+            **stats.as_dict(),
             loop_share=loop_share(tokens),
         )
 
@@ -389,12 +389,3 @@ class HostWorker:
             finished_at=datetime.now(UTC),
         )
 
-
-_COUNTERS = (
-    "rounds",
-    "drafted_rounds",
-    "paused_rounds",
-    "proposed",
-    "accepted",
-    "shadow_confirmations",
-)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from specfleet.report.build import view_of_runs
-from specfleet.report.provenance import differences
 from specfleet.report.results import runs_grid
 from specfleet.report.tables import speedup_text
+from specfleet.stats.provenance import differences
 from specfleet.workers.conditions import HostConditions
 from specfleet.workers.conditions.probe import run_fields
 

@@ -10,7 +10,7 @@ import pytest
 
 from specfleet.errors import UserError
 from specfleet.report.tables import render_matrix, speedup_text
-from specfleet.report.view import CellView
+from specfleet.stats.view import CellView
 from tests.report.conftest import DEMO_ID
 
 

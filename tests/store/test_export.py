@@ -1,4 +1,4 @@
-"""Export of runs and aggregates as JSON and CSV."""
+"""Export of runs as JSON and CSV."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from specfleet.errors import UserError
-from specfleet.store import export_aggregates, export_runs
+from specfleet.store import export_runs
 from tests.store.factory import grid, result
 
 
@@ -37,17 +37,6 @@ def test_runs_as_csv(store):
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
     assert [r["arm"] for r in rows] == ["plain", "graded"]
     assert json.loads(rows[0]["token_ids"]) == [5, 6, 7] and rows[1]["tok_per_s"] == "20.0"
-
-
-def test_aggregates_as_csv_and_json(store):
-    matrix_id = seeded(store)
-    out = io.StringIO()
-    assert export_aggregates(store.speedups(matrix_id), "csv", out) == 2
-    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
-    assert [(r["arm"], r["speedup"]) for r in rows] == [("plain", "1.0"), ("graded", "2.0")]
-    out = io.StringIO()
-    export_aggregates(store.cells(matrix_id), "json", out)
-    assert [c["median_tok_per_s"] for c in json.loads(out.getvalue())] == [10.0, 20.0]
 
 
 def test_unknown_format_is_a_user_error(tmp_path):

@@ -1,4 +1,5 @@
-"""Reads: filters, per-cell medians, speed-ups, one cell's history, matrix vs matrix."""
+"""Reads: filters, a matrix's runs, a cell's runs across matrices, on SQLite and PostgreSQL,
+and the figures `specfleet.stats` computes from them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from specfleet.stats import compare_rows, history_rows, view_of_runs
 from specfleet.store import UnknownMatrix
 from tests.store.factory import HOST_A, HOST_B, grid, result
 
@@ -27,51 +29,50 @@ def seed(store, rates, prefix):
     return matrix_id
 
 
-def test_cells_give_medians_spread_and_counters(store):
+def view(store, matrix_id):
+    return view_of_runs(matrix_id, "m", store.runs(matrix=matrix_id, status="done"))
+
+
+def test_a_matrix_runs_give_medians_spread_and_counters(store):
     matrix_id = seed(store, FIRST, "one")
-    cells = {(c.host, c.arm): c for c in store.cells(matrix_id)}
-    assert list(cells) == [("mac1", "plain"), ("mac1", "graded"),
-                           ("spark1", "plain"), ("spark1", "graded")]
+    cells = {(c.target.split("/")[0], c.arm): c for c in view(store, matrix_id).cells}
+    assert sorted(cells) == [("mac1", "graded"), ("mac1", "plain"),
+                             ("spark1", "graded"), ("spark1", "plain")]
     graded = cells[("mac1", "graded")]
-    assert (graded.n, graded.median_tok_per_s, graded.min_tok_per_s, graded.max_tok_per_s) == (
-        3, 22.0, 20.0, 24.0)
+    assert (graded.n, graded.median_tok_per_s, graded.rates) == (3, 22.0, (22.0, 20.0, 24.0))
     assert graded.spread == pytest.approx(4.0 / 22.0)
-    assert (graded.median_accepted, graded.median_loop_share, graded.noisy_count) == (
-        1.0, pytest.approx(0.1), 1)
-    assert (graded.engine, graded.device, graded.model, graded.prompt) == (
-        "mlx", "metal", "m1", "edit_fn")
+    assert (graded.counters.accepted, graded.loop_share, graded.noisy_runs) == (
+        0, pytest.approx(0.1), 1)
+    assert (graded.target, graded.model, graded.prompt) == ("mac1/mlx/metal", "m1", "edit_fn")
 
 
-def test_cells_ignore_runs_not_done(store):
+def test_runs_not_done_are_left_out(store):
     runs = grid(repeats=2)
     matrix_id = store.create_matrix("demo", {}, runs)
     store.record_result(result(runs[0], 10.0))
     store.mark_failed(runs[2].run_key, "boom")
-    cells = store.cells(matrix_id)
-    assert [(c.arm, c.n) for c in cells] == [("plain", 1)]
+    assert [(c.arm, c.n) for c in view(store, matrix_id).cells] == [("plain", 1)]
 
 
 def test_speedups_over_plain_with_noise_floor(store):
     matrix_id = seed(store, FIRST, "one")
-    rows = {(r.host, r.arm): r for r in store.speedups(matrix_id)}
-    mac = rows[("mac1", "graded")]
-    assert mac.speedup == pytest.approx(2.0) and mac.plain_median_tok_per_s == 11.0
-    assert mac.noise_floor == pytest.approx(2.0 / 11.0) and mac.beyond_noise is True
-    assert (mac.n, mac.plain_n, mac.noisy_count) == (3, 3, 1)
-    spark = rows[("spark1", "graded")]
+    cells = {(c.target.split("/")[0], c.arm): c for c in view(store, matrix_id).cells}
+    mac = cells[("mac1", "graded")]
+    assert mac.speedup == pytest.approx(2.0) and mac.noise_floor == pytest.approx(2.0 / 11.0)
+    assert mac.within_noise is False
+    spark = cells[("spark1", "graded")]
     assert spark.speedup == pytest.approx(1.04) and spark.noise_floor == 0.0
-    assert rows[("mac1", "plain")].speedup == 1.0
-    assert rows[("mac1", "plain")].beyond_noise is False
+    assert cells[("mac1", "plain")].speedup is None
     with pytest.raises(UnknownMatrix):
-        store.speedups("nope")
+        store.get_matrix("nope")
 
 
 def test_speedup_without_plain_is_none(store):
     runs = grid(arms=("graded",), repeats=1)
     matrix_id = store.create_matrix("demo", {}, runs)
     store.record_result(result(runs[0], 10.0))
-    (row,) = store.speedups(matrix_id)
-    assert (row.speedup, row.noise_floor, row.beyond_noise) == (None, None, None)
+    (cell,) = view(store, matrix_id).cells
+    assert (cell.speedup, cell.noise_floor, cell.within_noise) == (None, None, False)
 
 
 def test_filters(store):
@@ -90,37 +91,44 @@ def test_filters(store):
     assert store.runs(since=finished + timedelta(seconds=1)) == []
     assert len(store.runs(until=datetime(2026, 11, 1, 13, 0, 1, tzinfo=UTC) - timedelta(hours=1,
                                                                                       seconds=-1))) == 24
-    assert [c.arm for c in store.cells(host="mac1", arm="graded")] == ["graded"]
-    assert store.cells(host="mac1", arm="graded")[0].n == 6
+    assert len(store.runs(host="mac1", arm="graded", status="done")) == 6
     with pytest.raises(TypeError):
         store.runs(colour="red")
 
 
-def test_cell_history_across_matrices(store):
+def history(store, arm, **where):
+    runs = store.runs(model="m1", prompt="edit_fn", arm=[arm, "plain"], status="done", **where)
+    return history_rows(runs, arm, store.submitted_times({r.matrix_id for r in runs}))
+
+
+def test_a_cell_history_across_matrices(store):
     first = seed(store, FIRST, "one")
     second = seed(store, SECOND, "two")
-    points = store.cell_history("m1", "edit_fn", "graded", target=HOST_A)
-    assert [(p.matrix_id, p.median_tok_per_s, p.n) for p in points] == [
+    points = history(store, "graded", host="mac1")
+    assert [(p.matrix_id, p.median_tok_per_s, len(p.values)) for p in points] == [
         (first, 22.0, 3), (second, 15.0, 3)]
     assert [p.speedup for p in points] == [pytest.approx(2.0), pytest.approx(15.0 / 11.0)]
-    assert points[0].submitted_at < points[1].submitted_at
-    both = store.cell_history("m1", "edit_fn", "graded")
-    assert [(p.matrix_id, p.host) for p in both] == [
-        (first, "mac1"), (first, "spark1"), (second, "mac1"), (second, "spark1")]
-    assert len(store.cell_history("m1", "edit_fn", "graded", target="spark1/torch/cuda")) == 2
-    assert store.cell_history("m1", "edit_fn", "gated") == []
+    assert points[1].change is not None and points[1].change.changed
+    both = history(store, "graded")
+    assert [(p.matrix_id, p.target) for p in both] == [
+        (first, "mac1/mlx/metal"), (second, "mac1/mlx/metal"),
+        (first, "spark1/torch/cuda"), (second, "spark1/torch/cuda")]
+    assert len(history(store, "graded", host="spark1", engine="torch", device="cuda")) == 2
+    assert history(store, "gated") == []
 
 
 def test_compare_two_matrices_flags_regressions(store):
     first = seed(store, FIRST, "one")
     second = seed(store, SECOND, "two")
-    rows = {(r.host, r.arm): r for r in store.compare(first, second)}
-    mac = rows[("mac1", "graded")]
+    rows = compare_rows(store.runs(matrix=first, status="done"),
+                        store.runs(matrix=second, status="done"))
+    by = {(r.target.split("/")[0], r.arm): r for r in rows}
+    mac = by[("mac1", "graded")]
     assert (mac.median_a, mac.median_b, mac.ratio) == (22.0, 15.0, pytest.approx(15.0 / 22.0))
-    assert mac.regression is True  # 0.68 is below 1 - the larger spread (4/22)
-    assert rows[("mac1", "plain")].ratio == 1.0 and rows[("mac1", "plain")].regression is False
-    spark = rows[("spark1", "graded")]
-    assert spark.ratio == pytest.approx(1.0) and spark.regression is False
+    assert mac.verdict == "regression"  # every repeat slower, same provenance
+    assert by[("mac1", "plain")].ratio == 1.0 and by[("mac1", "plain")].verdict == "same"
+    spark = by[("spark1", "graded")]
+    assert spark.ratio == pytest.approx(1.0) and spark.verdict == "same"
 
 
 def test_compare_with_a_cell_only_on_one_side(store):
@@ -130,9 +138,8 @@ def test_compare_with_a_cell_only_on_one_side(store):
     second = store.create_matrix("b", {}, runs_b)
     for run in runs_a + runs_b:
         store.record_result(result(run, 10.0))
-    rows = store.compare(first, second)
-    assert [(r.arm, r.n_a, r.n_b, r.ratio) for r in rows] == [("plain", 1, 1, 1.0),
-                                                             ("gated", 0, 1, None)]
+    rows = compare_rows(store.runs(matrix=first), store.runs(matrix=second))
+    assert [(r.arm, r.ratio) for r in rows] == [("plain", 1.0)]
 
 
 def test_list_matrices_newest_first_with_counts(store):

@@ -1,6 +1,6 @@
 """Medians, speed-ups over plain, noise verdicts, loop flags, parity verdicts, headlines.
 
-Pure Python over plain rows (see `jobs/rows.py` for the accepted shapes). Definitions:
+Pure Python over plain rows (see `runs.py` for the accepted shapes). Definitions:
 
 * Cell statistics use the `done` runs of a cell: median, min, max tok/s, n, and the relative
   spread `(max - min) / median` (0 for one run). A spread above `SPREAD_FLAG` (5%) is flagged.
@@ -17,8 +17,6 @@ Pure Python over plain rows (see `jobs/rows.py` for the accepted shapes). Defini
   reply is a prefix of the other) and, given both decoded texts, the first differing
   character index.
 * The headline is, per target and arm, the geometric mean of the non-looping speed-ups.
-
-History and matrix-vs-matrix comparisons live in `jobs/changes.py` (re-exported here).
 """
 
 from __future__ import annotations
@@ -29,18 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from specfleet.jobs.changes import (  # noqa: F401 (re-exported)
-    CHANGE_ALPHA,
-    MIN_REPEATS,
-    CellComparison,
-    ChangeTest,
-    HistoryStep,
-    compare_cells,
-    compare_matrices,
-    detect_change,
-    history_changes,
-)
-from specfleet.jobs.rows import CellKey, Counters, Row, group_by_cell, to_rows
+from specfleet.stats.changes import MIN_REPEATS
+from specfleet.stats.runs import CellKey, Counters, Row, group_by_cell, to_rows
 
 SPREAD_FLAG = 0.05  # relative spread above which a cell's repeats disagree too much to trust
 LOOP_SHARE_FLAG = 0.2  # median loop share above which a cell's replies count as looping
@@ -153,7 +141,7 @@ def cell_stats(runs: Iterable[Any]) -> list[CellStats]:
     """Statistics of every cell, sorted by (target, model, prompt, arm).
 
     Args:
-        runs: rows in any shape `rows.to_rows` accepts.
+        runs: runs in any shape `runs.to_rows` accepts.
 
     Returns:
         One `CellStats` per cell; cells whose runs all failed have n = 0 and None medians.
@@ -279,7 +267,7 @@ def parity_verdicts(runs: Iterable[Any]) -> list[ParityVerdict]:
     """Each non-plain arm's first done repetition against plain's on the same target.
 
     Args:
-        runs: rows in any shape `rows.to_rows` accepts.
+        runs: runs in any shape `runs.to_rows` accepts.
 
     Returns:
         One verdict per non-plain cell; "missing" when either side has no done run.
@@ -302,7 +290,7 @@ def cross_target_parity(runs: Iterable[Any]) -> list[ParityVerdict]:
     """Plain replies of one model and prompt on every target against the first target's.
 
     Args:
-        runs: rows in any shape `rows.to_rows` accepts.
+        runs: runs in any shape `runs.to_rows` accepts.
 
     Returns:
         One verdict per (model, prompt, target other than the first by label).
@@ -341,7 +329,7 @@ def summarize(runs: Iterable[Any]) -> MatrixSummary:
     """Everything for the matrix tables in one pass.
 
     Args:
-        runs: rows in any shape `rows.to_rows` accepts.
+        runs: runs in any shape `runs.to_rows` accepts.
 
     Returns:
         Cells, non-looping speed-ups, looping speed-ups (apart), headlines and parity.

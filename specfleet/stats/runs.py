@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from specfleet.engine.stats import COUNTER_FIELDS as ENGINE_COUNTERS
 from specfleet.engine.stats import PromptLookupStats
 
-COUNTER_FIELDS: tuple[str, ...] = (
-    "rounds", "drafted_rounds", "paused_rounds", "proposed", "accepted",
-    "shadow_confirmations", "generated_tokens",
-)
+COUNTER_FIELDS: tuple[str, ...] = (*ENGINE_COUNTERS, "generated_tokens")
 
 
 @dataclass(frozen=True, order=True)
@@ -40,7 +38,8 @@ class CellKey:
 
 @dataclass(frozen=True)
 class Counters:
-    """The engine's counters of one run (spec section 5)."""
+    """A stored run's counters: the engine's `PromptLookupStats`, frozen, plus the tokens the
+    run generated (the ratios' denominator); the fields follow `COUNTER_FIELDS`."""
 
     rounds: int = 0
     drafted_rounds: int = 0
@@ -60,11 +59,11 @@ class Counters:
 
     def _engine_stats(self) -> PromptLookupStats:
         """The engine's own counters, so the ratios have one definition (spec 5, 10)."""
-        return PromptLookupStats(
-            rounds=self.rounds, drafted_rounds=self.drafted_rounds,
-            paused_rounds=self.paused_rounds, proposed=self.proposed, accepted=self.accepted,
-            shadow_confirmations=self.shadow_confirmations,
-        )
+        return PromptLookupStats(**{name: getattr(self, name) for name in ENGINE_COUNTERS})
+
+
+if tuple(f.name for f in fields(Counters)) != COUNTER_FIELDS:  # pragma: no cover
+    raise RuntimeError("stats.runs.Counters must list the engine's counters, then generated_tokens")
 
 
 @dataclass(frozen=True)

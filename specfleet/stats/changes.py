@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specfleet.jobs.rows import CellKey, group_by_cell, to_rows
+from specfleet.stats.runs import CellKey, group_by_cell, to_rows
 
 CHANGE_ALPHA = 0.10
 MIN_REPEATS = 3  # a side with fewer repeats has no noise floor
@@ -198,7 +198,7 @@ def compare_matrices(
     """Every cell measured in both matrices, `b` against baseline `a`, sorted by cell.
 
     Args:
-        runs_a: the baseline matrix's runs (any shape `rows.to_rows` accepts).
+        runs_a: the baseline matrix's runs (any shape `runs.to_rows` accepts).
         runs_b: the other matrix's runs.
         factor: as in `detect_change`.
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from specfleet.jobs.rows import CellKey, Counters, group_by_cell, target_label, to_rows
 from specfleet.jobs.run import Target
+from specfleet.stats.runs import CellKey, Counters, group_by_cell, target_label, to_rows
 
 
 def test_target_label_from_every_shape() -> None:

@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from specfleet.jobs.rows import CellKey
 from specfleet.jobs.run import RunResult, Target
-from specfleet.jobs.summarize import (
+from specfleet.stats.cells import (
     LOOP_SHARE_FLAG,
     SPREAD_FLAG,
     cell_stats,
@@ -20,6 +19,7 @@ from specfleet.jobs.summarize import (
     relative_spread,
     summarize,
 )
+from specfleet.stats.runs import CellKey
 
 T = "h/torch/cpu"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specfleet.jobs.changes import (
+from specfleet.stats.cells import cell_stats
+from specfleet.stats.changes import (
     CHANGE_ALPHA,
     compare_cells,
     compare_matrices,
@@ -12,8 +13,7 @@ from specfleet.jobs.changes import (
     history_changes,
     no_floor_text,
 )
-from specfleet.jobs.rows import CellKey
-from specfleet.jobs.summarize import cell_stats
+from specfleet.stats.runs import CellKey
 
 
 def test_three_against_three_fully_separated_is_a_change_at_p_0_1() -> None:
@@ -105,7 +105,7 @@ def test_exact_p_value_equals_scipys():
 
     from scipy.stats import mannwhitneyu
 
-    from specfleet.jobs.changes import _exact_applies, _mann_whitney_p
+    from specfleet.stats.changes import _exact_applies, _mann_whitney_p
 
     rng = random.Random(3)
     for _ in range(300):

@@ -1,0 +1,150 @@
+"""A cell over time and two matrices side by side, from runs already read from the store.
+
+`history_rows` is what `specfleet history` prints; `compare_rows` what `specfleet compare`
+prints. Changes are judged by `changes.py` (named in every table); a significant slow-down
+is a regression only when the two cells differ in nothing but code version
+(`provenance.py`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from specfleet.stats.cells import LOOP_SHARE_FLAG, relative_spread
+from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest, compare_matrices, history_changes
+from specfleet.stats.provenance import differences, memo
+from specfleet.stats.runs import target_label
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One cell in one matrix on one target: its repeats, median, speed-up, the change."""
+
+    target: str
+    matrix_id: str
+    submitted_at: str
+    values: tuple[float, ...]
+    median_tok_per_s: float
+    spread: float
+    speedup: float | None
+    loop: bool
+    change: ChangeTest | None  # against the previous point on the same target
+    differs: tuple[str, ...] = ()  # provenance that differs from the previous point
+    throttled: bool = False  # a run of this point ran on a throttled host
+
+
+def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
+                 factor: float = DEFAULT_FACTOR) -> list[HistoryRow]:
+    """Every matrix's measurement of one cell, per target in time order, with the change
+    from the previous point.
+
+    Args:
+        runs: the cell's done runs and its plain partner's (`arm` and "plain"), any matrix.
+        arm: the arm followed over time.
+        submitted: each matrix id's submission time (orders the points).
+        factor: asv's `--factor`: a change must also be beyond this ratio either way.
+
+    Returns:
+        One row per (target, matrix) that has runs of `arm`; empty when there are none.
+    """
+    groups: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        if run.matrix_id is not None:
+            groups[(target_label(run), run.matrix_id)][run.arm].append(run)
+    groups = {k: v for k, v in groups.items() if v.get(arm)}
+    when = submitted
+    out: list[HistoryRow] = []
+    for label in dict.fromkeys(t for t, _ in groups):
+        keys = sorted((k for k in groups if k[0] == label), key=lambda k: (when[k[1]], k[1]))
+        points = [(k[1], [r.tok_per_s for r in groups[k][arm]]) for k in keys]
+        changes = [None] + [step.change for step in history_changes(points, factor)]
+        previous, of = None, memo()
+        for key, change in zip(keys, changes, strict=True):
+            differs = (tuple(differences(groups[previous][arm], groups[key][arm], of))
+                       if previous else ())
+            out.append(_history_row(label, key[1], when[key[1]], groups[key], arm, change,
+                                    differs))
+            previous = key
+    return out
+
+
+def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> HistoryRow:
+    values = tuple(r.tok_per_s for r in arms[arm])
+    median = statistics.median(values)
+    plain = [r.tok_per_s for r in arms.get("plain", [])]
+    loop = statistics.median(r.loop_share or 0.0 for r in arms[arm]) > LOOP_SHARE_FLAG
+    return HistoryRow(
+        target=label, matrix_id=matrix_id, submitted_at=submitted_at.strftime("%Y-%m-%d %H:%M"),
+        values=values, median_tok_per_s=median, spread=relative_spread(values),
+        speedup=median / statistics.median(plain) if plain and arm != "plain" else None,
+        loop=loop, change=change, differs=differs,
+        throttled=any(getattr(r, "throttled", False) for r in arms[arm]),
+    )
+
+
+def history_regressions(rows: list[HistoryRow]) -> list[HistoryRow]:
+    """The newest point of each target when it is a significant slow-down from the point
+    before and differs from it in nothing but code version (an older dip, since recovered,
+    does not fail a check forever)."""
+    newest = {row.target: row for row in rows}
+    return [row for row in newest.values() if row.change is not None and row.change.changed
+            and row.change.ratio < 1.0 and not row.differs]
+
+
+def changed_only(rows: list[HistoryRow]) -> list[HistoryRow]:
+    """The points whose change from the previous one is beyond noise."""
+    return [row for row in rows if row.change is not None and row.change.changed]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One cell in two matrices: medians, ratio B/A, the change test and the verdict."""
+
+    target: str
+    model: str
+    prompt: str
+    arm: str
+    median_a: float
+    median_b: float
+    ratio: float
+    change: ChangeTest
+    verdict: str  # regression | slower | faster | same | no noise floor
+    differs: tuple[str, ...]  # provenance that differs besides the code version
+
+
+def compare_rows(runs_a: Iterable, runs_b: Iterable, allow_mixed: bool = False,
+                 factor: float = DEFAULT_FACTOR) -> list[CompareRow]:
+    """Every cell measured in both matrices: B against baseline A.
+
+    A significant slow-down is a "regression" only when the cells' provenance matches (or
+    `allow_mixed`); otherwise "slower", with what differs.
+
+    Args:
+        runs_a: the baseline matrix's done runs.
+        runs_b: the other matrix's done runs.
+        allow_mixed: call slow-downs regressions even when provenance differs.
+        factor: asv's `--factor` (see `changes.py`).
+    """
+    runs_a, runs_b = list(runs_a), list(runs_b)
+    by_cell = _by_cell(runs_a), _by_cell(runs_b)
+    out = []
+    for comp in compare_matrices(runs_a, runs_b, factor):
+        key = (comp.key.target, comp.key.model, comp.key.prompt, comp.key.arm)
+        differs = tuple(differences(by_cell[0][key], by_cell[1][key]))
+        verdict = comp.verdict
+        if verdict == "slower" and (allow_mixed or not differs):
+            verdict = "regression"
+        out.append(CompareRow(*key, comp.change.median_before, comp.change.median_after,
+                              comp.ratio, comp.change, verdict, differs))
+    return out
+
+
+def _by_cell(runs) -> dict[tuple, list]:
+    cells: dict[tuple, list] = defaultdict(list)
+    for run in runs:
+        cells[(target_label(run), run.model, run.prompt_name, run.arm)].append(run)
+    return cells

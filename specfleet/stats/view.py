@@ -1,0 +1,190 @@
+"""What a matrix looks like to a reader: one frozen `CellView` per (target, model, prompt, arm),
+and `view_of_runs`, which fills them from stored runs with `cells.py`'s statistics.
+
+Every renderer (terminal tables, markdown record, plots, `results --cells`, the web view)
+reads only these dataclasses, so the numbers are computed in one place and every output
+format shows the same ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from specfleet.stats import cells as cellstats
+from specfleet.stats.cells import Headline
+from specfleet.stats.changes import MIN_REPEATS
+from specfleet.stats.runs import Counters, target_label, to_row, to_rows
+
+PLAIN = "plain"
+
+
+@dataclass(frozen=True)
+class CellView:
+    """One cell of a matrix on one target, ready to print.
+
+    Attributes:
+        target: "host/engine/device".
+        rates: whole-call tok/s of each done repetition, in repeat order.
+        median_tok_per_s: median of `rates`.
+        spread: (max - min) / median of `rates`.
+        speedup: median arm tok/s over median plain tok/s (None for plain or no plain).
+        noise_floor: plain's spread on the same target, model and prompt.
+        within_noise: the speed-up lies inside the noise floor (neither gain nor loss).
+        no_floor_n: the repeats of the smaller side (arm or plain) when under 3: no noise
+            floor, no verdict (`n=1, no noise floor`); None otherwise.
+        spread_flag: spread above `SPREAD_FLAG`.
+        loop: replies loop (loop share above the threshold); kept out of headlines.
+        parity: "identical", "diverged" or None (plain, or nothing to compare).
+        diverge_token / diverge_char: first differing token / character against plain.
+        noisy_runs: repetitions the worker flagged as run on a busy host.
+        throttled_runs: repetitions the worker flagged as run on a throttled host.
+        throttled: a run of this cell, or of its plain partner, ran throttled (marked
+            THROTTLED like LOOP: the speed-up may not hold on a host at full speed).
+    """
+
+    target: str
+    model: str
+    prompt: str
+    arm: str
+    rates: tuple[float, ...]
+    median_tok_per_s: float
+    spread: float
+    speedup: float | None = None
+    noise_floor: float | None = None
+    within_noise: bool = False
+    no_floor_n: int | None = None
+    spread_flag: bool = False
+    loop: bool = False
+    loop_share: float = 0.0
+    parity: str | None = None
+    diverge_token: int | None = None
+    diverge_char: int | None = None
+    counters: Counters = field(default_factory=Counters)
+    noisy_runs: int = 0
+    throttled_runs: int = 0
+    throttled: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.rates)
+
+
+@dataclass(frozen=True)
+class MatrixView:
+    """All cells of one matrix, with the axes in the order the spec listed them."""
+
+    matrix_id: str
+    name: str
+    targets: tuple[str, ...]
+    models: tuple[str, ...]
+    prompts: tuple[str, ...]
+    arms: tuple[str, ...]
+    cells: tuple[CellView, ...]
+    headlines: tuple[Headline, ...] = ()
+
+    def cell(self, target: str, model: str, prompt: str, arm: str) -> CellView | None:
+        """The cell at these coordinates, or None when nothing was measured there."""
+        return self._by_key.get((target, model, prompt, arm))
+
+    @functools.cached_property
+    def _by_key(self) -> dict[tuple[str, str, str, str], CellView]:
+        # Tables look up every cell of every grid: a dict, not a scan (big matrices).
+        return {(c.target, c.model, c.prompt, c.arm): c for c in self.cells}
+
+    @property
+    def lookup_arms(self) -> tuple[str, ...]:
+        return tuple(arm for arm in self.arms if arm != PLAIN)
+
+
+def ordered(values) -> tuple[str, ...]:
+    """Distinct values in first-seen order."""
+    return tuple(dict.fromkeys(values))
+
+
+RunKey = tuple[str, str, str, str]  # target label, model, prompt, arm
+
+
+def group_runs(runs: Iterable) -> dict[RunKey, list]:
+    """Runs by cell, each cell's runs ordered by repeat."""
+    cells: dict[RunKey, list] = defaultdict(list)
+    for run in runs:
+        cells[(target_label(run), run.model, run.prompt_name, run.arm)].append(run)
+    for group in cells.values():
+        group.sort(key=lambda r: r.repeat)
+    return dict(cells)
+
+
+def counters_of(counters: Counters | None) -> Counters:
+    """The counters of the first done repetition (empty when there is none)."""
+    return counters if counters is not None else Counters()
+
+
+def parity_of(run, plain) -> tuple[str | None, int | None, int | None]:
+    """(verdict, token index, char index) of one arm run against plain's."""
+    if plain is None or run.arm == PLAIN:
+        return None, None, None
+    verdict = cellstats.compare_replies(to_row(plain), to_row(run))
+    if verdict.status == "identical":
+        return "identical", None, None
+    return "diverged", verdict.token_index, verdict.char_index
+
+
+def cell_view(stats, speedup, parity, plain=None) -> CellView:
+    """One cell from `cells.py`'s statistics, speed-up and parity verdict (None: none), and
+    its plain partner's statistics (a throttled plain run marks the speed-up too)."""
+    key = stats.key
+    diverged = parity is not None and parity.status == "diverged"
+    return CellView(
+        target=key.target, model=key.model, prompt=key.prompt, arm=key.arm,
+        rates=stats.values, median_tok_per_s=stats.median_tok_per_s or 0.0,
+        spread=stats.spread or 0.0,
+        speedup=speedup.ratio if speedup else None,
+        noise_floor=speedup.noise_floor if speedup else None,
+        within_noise=bool(speedup and speedup.verdict == "within noise"),
+        no_floor_n=_no_floor_n(stats, speedup),
+        spread_flag=stats.spread_flag,
+        loop=speedup.looping if speedup else stats.looping,
+        loop_share=stats.loop_share,
+        parity=None if parity is None or parity.status == "missing" else
+        ("diverged" if diverged else "identical"),
+        diverge_token=parity.token_index if diverged else None,
+        diverge_char=parity.char_index if diverged else None,
+        counters=counters_of(stats.counters),
+        noisy_runs=stats.noisy_runs,
+        throttled_runs=stats.throttled_runs,
+        throttled=bool(stats.throttled_runs or (plain is not None and plain.throttled_runs)),
+    )
+
+
+def _no_floor_n(stats, speedup) -> int | None:
+    n = speedup.n if speedup is not None else stats.n
+    return n if n < MIN_REPEATS else None
+
+
+def view_of_runs(matrix_id: str, name: str, runs: list) -> MatrixView:
+    """A `MatrixView` of a matrix's runs (plan order gives the order of the axes)."""
+    rows = to_rows(runs)
+    stats = [s for s in cellstats.cell_stats(rows) if s.n]
+    ups = cellstats.speedups(stats)
+    by_up = {u.key: u for u in ups}
+    by_parity = {v.key: v for v in cellstats.parity_verdicts(rows)}
+    by_key = {s.key: s for s in stats}
+    cells = tuple(cell_view(s, by_up.get(s.key), by_parity.get(s.key),
+                            by_key.get(s.key.with_arm(PLAIN))) for s in stats)
+    done = [r for r in runs if r.status == "done"]
+    arms = ordered(r.arm for r in done)
+    if PLAIN in arms:
+        arms = (PLAIN, *(a for a in arms if a != PLAIN))
+    return MatrixView(
+        matrix_id=matrix_id,
+        name=name,
+        targets=ordered(target_label(r) for r in done),
+        models=ordered(r.model for r in done),
+        prompts=ordered(r.prompt_name for r in done),
+        arms=arms,
+        cells=cells,
+        headlines=tuple(cellstats.headline(ups)),
+    )
