@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -22,9 +22,9 @@ MAX_WIDTH_LIMIT = 65
 
 def calibrate_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
-    engine: Annotated[str, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
+    engine: Annotated[Literal[MODEL_ENGINES], typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
     device: Annotated[
-        str, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
+        Literal[DEVICE_CHOICES], typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
     ] = "auto",
     max_width: Annotated[
         int, typer.Option("--max-width", help="Widest verify block measured.")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -379,15 +379,15 @@ def generate_command(
     ] = 256,
     temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampler seed.")] = None,
-    engine: Annotated[str, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
+    engine: Annotated[Literal[MODEL_ENGINES], typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
     device: Annotated[
-        str, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
+        Literal[DEVICE_CHOICES], typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
     ] = "auto",
     prompt_lookup: Annotated[
         bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup.")
     ] = False,
     policy: Annotated[
-        str, typer.Option("--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")
+        Literal[POLICY_CHOICES], typer.Option("--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")
     ] = "auto",
     ngram_min: Annotated[int, typer.Option("--prompt-lookup-ngram-min")] = DEFAULT_NGRAM_MIN,
     ngram_max: Annotated[int, typer.Option("--prompt-lookup-ngram-max")] = DEFAULT_NGRAM_MAX,

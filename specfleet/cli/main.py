@@ -27,7 +27,9 @@ class OneLineErrorsGroup(TyperGroup):
             if type(err).__name__ == "NoArgsIsHelpError":
                 raise
             where = err.ctx.command_path if err.ctx is not None else ctx.command_path
-            typer.echo(f"error: {where}: {' '.join(err.format_message().split())}", err=True)
+            # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
+            message = " ".join(err.format_message().split()).replace("Value error, ", "")
+            typer.echo(f"error: {where}: {message}", err=True)
             raise typer.Exit(2) from None
 
 
