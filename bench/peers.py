@@ -4,7 +4,7 @@ torch engine: specfleet plain vs transformers `generate` (greedy), and specfleet
 lookup (auto, graded, gated) vs transformers `prompt_lookup_num_tokens=10`.
 MLX engine: specfleet plain vs `mlx_lm.stream_generate` (greedy).
 
-Method (spec 7.3, DESIGN "measure like a harness"): the arms of one engine share one loaded
+Method (STYLE.md 7, "measure like a harness"): the arms of one engine share one loaded
 model; for each prompt and repeat the arms run back to back in an order rotated every
 repeat; a cell is the median of the repeats; rates are whole-call tok/s including prefill;
 specfleet runs the verify-width warm-up before each timed call (untimed, as the CLI reports

@@ -1,4 +1,4 @@
-"""`specfleet calibrate`: the per-width verify cost table of spec 7.6 for one model.
+"""`specfleet calibrate`: the per-width verify cost table (docs/engine.md, "Verify cost per width") for one model.
 
 Registered by `specfleet.cli.generate.register`, next to `generate`; the measuring itself is
 `specfleet.engine.calibrate.measure_width_costs`, reusable by the fleet.
@@ -36,7 +36,7 @@ def calibrate_command(
     steps: Annotated[int, typer.Option("--steps", help="Pipelined steps per run.")] = 60,
     sync_rounds: Annotated[int, typer.Option("--sync-rounds", help="Timed rounds per width.")] = 40,
     warm_up: Annotated[
-        bool, typer.Option("--warm-up/--no-warm-up", help="Two untimed passes first (spec 7.6).")
+        bool, typer.Option("--warm-up/--no-warm-up", help="Two untimed passes first.")
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:

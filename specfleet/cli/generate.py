@@ -1,10 +1,10 @@
-"""`specfleet generate` and `specfleet calibrate`: one model, one host, no fleet (spec 9).
+"""`specfleet generate` and `specfleet calibrate`: one model, one host, no fleet.
 
 `generate` mirrors the reference `generate --prompt-lookup` command: the reply on stdout
 (streamed), then `[Generated N tokens in X s = Y tok/s]` (whole call including prefill),
 the prompt and generation rates apart and peak memory; with prompt lookup the
 `[Prompt lookup] ...` counters line on stderr. `calibrate` prints the per-width
-verify cost table of spec 7.6.
+verify cost table (docs/engine.md, "Verify cost per width").
 """
 
 from __future__ import annotations

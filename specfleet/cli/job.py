@@ -2,7 +2,7 @@
 
 `job generate` runs a JSONL batch of prompts on one target of the fleet through the scheduler
 (one run per prompt, stored as a generation job) and prints each reply. `job calibrate`
-measures the per-width verify cost table (spec 7.6) on every target and stores it per host.
+measures the per-width verify cost table (docs/engine.md, "Verify cost per width") on every target and stores it per host.
 """
 
 from __future__ import annotations

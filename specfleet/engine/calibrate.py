@@ -1,4 +1,4 @@
-"""Per-width verify cost of one runner (spec 7.6): how many pipelined steps a verify costs.
+"""Per-width verify cost of one runner (docs/engine.md, "Verify cost per width"): how many pipelined steps a verify costs.
 
 Backend-neutral: everything goes through the `Runner` protocol, so the same function
 measures MLX, torch and the toy runners, and the fleet can store the table per host.

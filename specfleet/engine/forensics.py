@@ -1,4 +1,4 @@
-"""Divergence forensics: replay two greedy paths to the row where they part (spec 8.3).
+"""Divergence forensics: replay two greedy paths to the row where they part (docs/engine.md, "Parity and near-ties").
 
 A speculative reply may leave plain greedy decoding where a multi-token verify row rounds a
 near-tie the other way. To tell such a flip from a bug, both paths are teacher-forced with

@@ -1,7 +1,7 @@
-"""The round loop (spec 2.4): prefill, then plain, pipelined and drafted rounds.
+"""The round loop (docs/engine.md, "The round loop"): prefill, then plain, pipelined and drafted rounds.
 
 Plain decoding (`lookup=None`) runs through the same loop with no governor and an always
-empty draft, so both share one prefill and one one-token step (spec 8.1, 8.2). Only the
+empty draft, so both share one prefill and one one-token step. Only the
 greedy batched-argmax sampler pipelines; every other sampler reads rows on the host and
 runs synchronously (see `specfleet.engine.sampling`).
 
@@ -92,7 +92,7 @@ class _Loop:
 
 
 def unsupported_reason(runner: Runner) -> str | None:
-    """Why prompt lookup cannot drive `runner` (spec 1.5), or None when it can."""
+    """Why prompt lookup cannot drive `runner` (untrimmable or model-owned caches), or None when it can."""
     if getattr(runner, "state_layout", "external") != "external":
         return (
             "the model keeps its sequence state internally; prompt lookup needs trimmable "
@@ -296,7 +296,7 @@ def _after_round(s: _Loop) -> None:
 def _decode(
     s: _Loop, should_stop: Callable[[], bool] | None, on_tokens: TokensCallback | None
 ) -> None:
-    """The loop of spec 2.4, one round per iteration."""
+    """The round loop, one round per iteration."""
     while s.stop_reason is None:
         if on_tokens is not None:
             on_tokens(s.generated)

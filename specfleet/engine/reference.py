@@ -1,4 +1,4 @@
-"""The strictly sequential reference decoder (spec 6 rollback matrix, 8.11, 10).
+"""The strictly sequential reference decoder (docs/engine.md, "Proof").
 
 One forward per prompt token, then one per generated token, each token sampled on the host
 against the full history. Tests and parity forensics compare `generate` against it; it is

@@ -1,4 +1,4 @@
-"""Samplers: greedy on the device, or host-side over one logits row (spec 2.1, 2.9, 10).
+"""Samplers: greedy on the device, or host-side over one logits row (docs/engine.md, "Sampling").
 
 Reading of this project: only the greedy path with no history and no bias
 (`SamplerConfig.batched_argmax`) is decided on the device, by one batched argmax and one
@@ -7,9 +7,9 @@ bias, a repetition penalty) runs here on the host over `runner.read_row`, so tho
 are synchronous and row by row, each row sampled against a history that already holds the
 tokens accepted earlier in the same block. Acceptance is sampler-match: a row's sampled
 token is emitted, and the proposal at that slot is accepted iff it equals that token
-(spec 2.9), which keeps the output distributed as the target's own.
+(sampler-match), which keeps the output distributed as the target's own.
 
-Repetition penalty (spec 10): once per distinct token among the last `repetition_last_n`
+Repetition penalty: once per distinct token among the last `repetition_last_n`
 history tokens (history = prompt + emitted tokens), a positive logit is divided by the
 penalty, a negative one multiplied, zero left alone. Greedy argmax breaks ties toward the
 lowest token id. Each sampled row costs exactly one draw from a seeded

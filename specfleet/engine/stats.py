@@ -1,6 +1,6 @@
 """Counters, timings and round traces of one generation (spec sections 5, 2.11 and 10).
 
-Also the two repetition checks: the loop guard that stops a reply (spec 10, checked after
+Also the two repetition checks: the loop guard that stops a reply (docs/engine.md, "Loop guard"; checked after
 every emitted token) and `loop_share`, which flags a finished reply that ended in a cycle.
 """
 
@@ -18,7 +18,7 @@ RoundKind = Literal["pipelined", "sync", "verify", "drain"]
 
 @dataclass
 class PromptLookupStats:
-    """Counters of one `generate` call (spec 5).
+    """Counters of one `generate` call (docs/engine.md, "Counters").
 
     Attributes:
         rounds: forwards in the decode loop (pipelined submissions, sync steps, verifies).
@@ -42,7 +42,7 @@ class PromptLookupStats:
         return self.accepted / self.proposed if self.proposed else 0.0
 
     def tokens_per_forward(self, generated: int) -> float:
-        """Tokens per decode-loop forward; the prefill token is excluded (spec 10).
+        """Tokens per decode-loop forward; the prefill token is excluded.
 
         Args:
             generated: tokens the call emitted, the prefill token included.

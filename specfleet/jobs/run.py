@@ -38,7 +38,7 @@ class Target(BaseModel):
 
 
 class LookupOptions(BaseModel):
-    """Prompt-lookup knobs of an arm (spec 1.2 defaults)."""
+    """Prompt-lookup knobs of an arm (docs/engine.md, "Lookup" defaults)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -49,7 +49,7 @@ class LookupOptions(BaseModel):
 
 
 class LoopGuard(BaseModel):
-    """Stop when the last `period * repeats` tokens repeat one period in [min, max] (spec 10)."""
+    """Stop when the last `period * repeats` tokens repeat one period in [min, max] (docs/engine.md, "Loop guard")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

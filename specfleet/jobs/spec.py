@@ -135,7 +135,7 @@ class ArmSpec(_Strict):
         return {k: v for k, v in self.model_dump(exclude={"arm"}).items() if v is not None}
 
     def lookup_options(self) -> LookupOptions:
-        """The prompt-lookup knobs this arm runs with (spec 1.2 defaults where not given)."""
+        """The prompt-lookup knobs this arm runs with (docs/engine.md "Lookup" defaults where not given)."""
         return LookupOptions(**self.given_options(), adaptive=self.arm != "fixed")
 
 
@@ -172,7 +172,7 @@ class MatrixSpec(_Strict):
     seed: int | None = Field(None, description="Sampling seed (same for every repeat).")
     chat: bool = Field(True, description="Wrap prompts in the model's chat template.")
     loop_guard: LoopGuardField | None = Field(
-        None, description="Stop looping replies: 'min,max,repeats' or a mapping (spec 10).")
+        None, description="Stop looping replies: 'min,max,repeats' or a mapping (docs/engine.md, 'Loop guard').")
     require_quiet: bool = Field(False, description="Wait for a quiet host before each run.")
     speedups: bool = Field(True, description="Report speed-ups over plain (needs plain).")
     targets: TargetSelector = Field(

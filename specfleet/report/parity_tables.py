@@ -38,7 +38,7 @@ def arm_grid(report: ParityReport) -> Grid:
                      forensics_text(item)))
     note = (
         f"near-tie: the two competing tokens are within {report.threshold} logits on both "
-        f"paths (a verify row rounded a near-tie the other way, spec 8.3); suspect: anything "
+        f"paths (a verify row rounded a near-tie the other way, docs/engine.md 'Parity and near-ties'); suspect: anything "
         f"else; unverified: the divergence could not be replayed on its target."
     )
     return Grid("Parity against plain on the same target (first repetition)",

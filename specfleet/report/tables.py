@@ -1,6 +1,6 @@
 """The matrix tables users read: plain tok/s, speed-ups over plain, counters and parity.
 
-Per target, like the reference record (spec 7.4): rows model x arm, columns prompts, each
+Per target, like the reference record: rows model x arm, columns prompts, each
 speed-up with its spread beside it. Markers (explained under every table):
 `!` spread above 5%, `within noise` inside plain's spread, `n=1, no noise floor` fewer
 than 3 repeats (no verdict), `LOOP` replies loop (kept out of

@@ -58,7 +58,7 @@ class Counters:
         return self._engine_stats().tokens_per_forward(self.generated_tokens)
 
     def _engine_stats(self) -> PromptLookupStats:
-        """The engine's own counters, so the ratios have one definition (spec 5, 10)."""
+        """The engine's own counters, so the ratios have one definition (docs/engine.md, "Counters")."""
         return PromptLookupStats(**{name: getattr(self, name) for name in ENGINE_COUNTERS})
 
 

@@ -192,7 +192,7 @@ class HostWorker:
     def replay_divergence(
         self, spec: RunSpec, tokens_a: list[int], tokens_b: list[int], row: int
     ) -> dict:
-        """Parity forensics (spec 8.3): teacher-force plain's reply (`tokens_a`) and the arm
+        """Parity forensics (docs/engine.md, "Parity and near-ties"): teacher-force plain's reply (`tokens_a`) and the arm
         run `spec`'s reply (`tokens_b`) to `row`; top-2 logits of both paths there.
 
         Returns:
@@ -217,7 +217,7 @@ class HostWorker:
     def calibrate(
         self, model: str, engine: str, device: str, max_width: int = 10, **measure: int
     ) -> dict:
-        """Per-width verify cost table (spec 7.6) of `model` on this host's engine and device.
+        """Per-width verify cost table (docs/engine.md, "Verify cost per width") of `model` on this host's engine and device.
 
         Holds the run lock like a timed run (added by the scheduler developer for
         `specfleet job calibrate`). `measure`: more `measure_width_costs` keyword arguments.

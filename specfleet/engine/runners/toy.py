@@ -1,4 +1,4 @@
-"""Exact toy runners for tests and benchmarks (spec 6 and 10).
+"""Exact toy runners for tests and benchmarks (docs/engine.md, "Proof").
 
 Each toy runner has real cache semantics: the cache is the list of fed tokens and every
 logits row is computed from the cached sequence up to and including its input token, so a
@@ -111,7 +111,7 @@ class ScriptModel(ToyRunner):
 
 
 class InductionModel(ToyRunner):
-    """A one-token induction head over the whole cache (spec 6 rollback matrix, spec 10).
+    """A one-token induction head over the whole cache (the rollback parity matrix).
 
     Copies the follower of the latest (or, with `earliest`, the earliest) earlier occurrence
     of the current token, where the position right before it counts; else `(token+1) % 6`.
@@ -220,7 +220,7 @@ class ZeroCostRunner:
 
 
 def lcg_tokens(seed: int, length: int, alphabet: int) -> list[int]:
-    """The spec's test-prompt generator (spec 6 helpers, spec 10).
+    """The reference test-prompt generator (the rollback parity matrix's helpers).
 
     64-bit wrapping LCG: advance the state first, then take `(state >> 33) % alphabet`.
     """
