@@ -85,7 +85,7 @@ def looping_prompt() -> str:
         (["--max-tokens", "0"], "--max-tokens must be at least 1"),
         (["--temp", "-1"], "--temp must be >= 0"),
         (["--engine", "jax"], "'--engine': 'jax' is not one of 'mlx', 'torch'"),
-        (["--device", "tpu"], "'--device': 'tpu' is not one of 'auto', 'cpu'"),
+        (["--device", "tpu"], "'--device': 'tpu' is not one of 'auto', 'metal'"),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_the_flag_and_exit_2(args, expected):
