@@ -74,6 +74,7 @@ SUBCOMMANDS: list[str] = [
     "models",
     "db",
     "matrix",
+    "bench",
     "job",
     "results",
     "parity",

@@ -43,7 +43,8 @@ def show(
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
 
 
-def _options(no_progress: bool, require_quiet: bool, wait: str = "15s"):
+def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = "15s"):
+    """The scheduler's options from the flags `matrix run`, `resume` and `bench` share."""
     from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
@@ -74,19 +75,20 @@ def say_waiting(event) -> None:
         typer.echo(f"{event.host}: {event.reason}", err=True)
 
 
-def _print_outcome(store, outcome) -> None:
+def _print_outcome(store, outcome, fmt: str = "table") -> None:
+    aside = fmt in ("json", "csv")  # stdout holds the data alone; the words go to stderr
     typer.echo(
         f"matrix {outcome.matrix_id}: {outcome.status} ({outcome.done} done, "
         f"{outcome.failed} failed, {outcome.interrupted} interrupted, {outcome.pending} "
-        f"pending this call; {outcome.wall_s:.1f} s)"
+        f"pending this call; {outcome.wall_s:.1f} s)", err=aside,
     )
     if store.get_matrix(outcome.matrix_id).counts.get("done"):
-        typer.echo(render_matrix(store, outcome.matrix_id, "table"), nl=False)
+        typer.echo(render_matrix(store, outcome.matrix_id, fmt), nl=False)
     for line in failure_lines(store.runs(matrix=outcome.matrix_id)):
-        typer.echo(line)
+        typer.echo(line, err=aside)
     if outcome.status != "done":
-        typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}")
-    typer.echo(f"matrix id: {outcome.matrix_id}")
+        typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}", err=aside)
+    typer.echo(f"matrix id: {outcome.matrix_id}", err=aside)
 
 
 def failure_lines(rows) -> list[str]:
@@ -125,7 +127,26 @@ def run(
     Exit status 0 when every run is done, 1 when some failed or were interrupted.
     """
     spec = load_matrix_spec(file)  # every file mistake is one line, before anything else
-    options = _options(no_progress, require_quiet or spec.require_quiet, wait)
+    outcome = run_spec(spec, address=address, embedded=embedded, db=db,
+                       options=scheduler_options(no_progress, require_quiet or spec.require_quiet, wait),
+                       report_dir=report_dir)
+    if outcome.status != "done":
+        raise typer.Exit(1)
+
+
+def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str | None,
+             options, report_dir: Path | None = None, fmt: str = "table"):
+    """Plan `spec` on the fleet, store it, run it, print the outcome and its tables.
+
+    Args:
+        spec: the checked matrix.
+        address, embedded, db, report_dir: as `matrix run`.
+        options: the scheduler's options (`_options`).
+        fmt: the tables' format; with json or csv only the tables go to stdout.
+
+    Returns:
+        The scheduler's `MatrixOutcome`.
+    """
     with open_store(db) as store:
         view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
@@ -136,13 +157,13 @@ def run(
                    f"{len({r.target.label for r in runs})} targets", err=True)
         from specfleet.cluster.scheduler import run_matrix
 
-        outcome = run_matrix(store, matrix_id, view.workers, say_waiting if no_progress else None,
-                             options=options, machines=view.machines)
-        _print_outcome(store, outcome)
+        waiting = say_waiting if not options.progress else None
+        outcome = run_matrix(store, matrix_id, view.workers, waiting, options=options,
+                             machines=view.machines)
+        _print_outcome(store, outcome, fmt)
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
-    if outcome.status != "done":
-        raise typer.Exit(1)
+    return outcome
 
 
 def _write_report(store, matrix_id: str, report_dir: Path) -> None:
@@ -175,7 +196,7 @@ def resume_cmd(
         from specfleet.cluster.scheduler import resume
 
         outcome = resume(store, matrix_id, view.workers, say_waiting if no_progress else None,
-                         options=_options(no_progress, quiet, wait), machines=view.machines,
+                         options=scheduler_options(no_progress, quiet, wait), machines=view.machines,
                          suspect=view.suspects)
         _print_outcome(store, outcome)
     if outcome.status != "done":

@@ -63,6 +63,10 @@ def results(
                               model=model, prompt=prompt, arm=arm, matrix=matrix,
                               version=version, since=since, until=until)
         runs = store.runs(**filters)
+        wanted = set(filters.get("arm", []))
+        if (cells or pivot) and wanted and "plain" not in wanted:
+            # A speed-up is over plain on the same target, model and prompt: keep those too.
+            runs += store.runs(**{**filters, "arm": ["plain"]})
         typer.echo(render_results(runs, fmt, cells, pivot), nl=False)
 
 

@@ -7,6 +7,7 @@ table checks that every malformed file and call is one line, exit 2, store untou
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -113,6 +114,24 @@ def test_without_a_terminal_each_finished_run_is_one_line_and_failures_are_summe
     summary = [ln for ln in result.stdout.splitlines() if " runs failed: " in ln]
     assert len(summary) == 1 and summary[0].startswith("8 runs failed: ")
     assert "toy model failed on purpose" in summary[0]
+
+
+def test_bench_runs_a_sweep_given_on_the_command_line(fleet, db):
+    result = invoke("bench", "-m", "script:1ms", "-p", "story,edit_fn", "--arms", "plain",
+                    "-a", "graded", "-r", "2", "-n", "8", "-e", "toy", "-o", "json",
+                    "--address", fleet.address, "--db", db)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    body = json.loads(result.stdout)  # the tables alone on stdout
+    cells = {(c["prompt"], c["arm"]) for c in body["cells"]}
+    assert cells == {(p, a) for p in ("story", "edit_fn") for a in ("plain", "graded")}
+    assert all(len(c["rates"]) == 2 for c in body["cells"])
+    with open_store(db) as store:
+        (matrix,) = [m for m in store.list_matrices() if m.id == body["matrix_id"]]
+        assert matrix.name == "bench" and matrix.total_runs == 16  # 2 hosts x 2 x 2 x 2
+    markdown = invoke("matrix", "show", body["matrix_id"], "-o", "md", "--db", db)
+    assert markdown.stdout.startswith("## Matrix ")
+    bad = invoke("bench", "-p", "story,,edit_fn", "--db", db)
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --prompt: an empty name")
 
 
 def test_job_generate_and_calibrate(fleet, tmp_path, db):

@@ -64,6 +64,16 @@ def test_results_cells_and_pivot(db_path) -> None:  # noqa: F811
     assert "Across targets" in pivot.output
 
 
+def test_results_cells_of_one_arm_keep_the_plain_runs_its_speedups_need(db_path) -> None:  # noqa: F811
+    cells = json.loads(invoke(db_path, "results", "--matrix", DEMO_ID, "--model", "script",
+                              "--arm", "graded", "--cells", "--format", "json").stdout)
+    graded = [r for r in cells if r["arm"] == "graded"]
+    assert graded and {round(r["speedup"], 3) for r in graded} == {1.5}
+    runs = json.loads(invoke(db_path, "results", "--matrix", DEMO_ID, "--arm", "graded",
+                             "--format", "json").stdout)
+    assert {r["arm"] for r in runs} == {"graded"}  # plain runs join only for speed-ups
+
+
 def test_history_flags_a_change_and_names_the_test(db_path) -> None:  # noqa: F811
     result = invoke(db_path, "history", "--model", "script", "--prompt", "copy", "--arm",
                     "graded", "--target", "h1/toy/cpu")

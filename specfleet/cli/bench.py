@@ -1,0 +1,98 @@
+"""`specfleet bench`: a one-line sweep without YAML, llama-bench style.
+
+`specfleet bench -m smollm2-135m -p edit_fn,story --arms plain,auto -r 3 -o md` builds the
+matrix those flags describe, runs it on the fleet like `matrix run` (stored like any other
+matrix, so `compare`, `history` and `report` read it), and prints its tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption
+from specfleet.cli.options import FormatOption
+from specfleet.errors import UserError
+
+BENCH_NAME = "bench"
+DEFAULT_MAX_TOKENS = 128
+
+
+def split_list(flag: str, values: list[str] | None) -> list[str]:
+    """`-p a,b -p c` -> [a, b, c]; an empty item is a one-line mistake naming the flag."""
+    items = [item.strip() for value in values or [] for item in value.split(",")]
+    if any(not item for item in items):
+        raise UserError(f"{flag}: an empty name in {','.join(values or [])!r}; expected "
+                        "comma-separated names")
+    return items
+
+
+def prompt_entry(name: str) -> dict[str, Any]:
+    """A packaged prompt by name, or a prompt file by path (named after its stem)."""
+    path = Path(name)
+    if path.is_file():
+        from specfleet.jobs.spec import read_prompt_text
+
+        return {"name": path.stem, "text": read_prompt_text(path)}
+    return {"name": name}
+
+
+def bench_spec_data(models: list[str], prompts: list[str], arms: list[str], repeats: int,
+                    max_tokens: int, engines: list[str]) -> dict[str, Any]:
+    """The matrix the flags describe, as a matrix file would hold it."""
+    data: dict[str, Any] = {
+        "name": BENCH_NAME, "models": models, "prompts": [prompt_entry(p) for p in prompts],
+        "arms": arms, "repeats": repeats, "max_tokens": max_tokens,
+    }
+    if engines:
+        data["targets"] = {"engines": engines}
+    return data
+
+
+def _many(flag: str, short: str | None, help_text: str):
+    names = (flag, short) if short else (flag,)
+    return Annotated[list[str] | None, typer.Option(
+        *names, help=f"{help_text}; comma-separated or repeated.")]
+
+
+def bench_command(
+    model: _many("--model", "-m", "Model aliases (specfleet models list) or folders") = None,
+    prompt: _many("--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files") = None,
+    arms: _many("--arms", "-a", "Arms: plain, auto, graded, gated, fixed") = None,
+    repeats: Annotated[int, typer.Option("--repeats", "-r", help="Repeats of every cell.")] = 3,
+    max_tokens: Annotated[int, typer.Option(
+        "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,
+    engine: _many("--engine", "-e", "Only these engines (mlx, torch)") = None,
+    fmt: FormatOption = "table",
+    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    embedded: EmbeddedOption = False,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    require_quiet: Annotated[bool, typer.Option(
+        "--require-quiet", help="Wait for a quiet host before each timed run.")] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress.")] = False,
+) -> None:
+    """Run a sweep given on the command line (no YAML) and print its tables.
+
+    Exit status 0 when every run is done, 1 when some failed or were interrupted.
+    """
+    from specfleet.cli.matrix import run_spec, scheduler_options
+    from specfleet.configs import prompts_dir
+    from specfleet.jobs.spec import parse_matrix_spec
+
+    data = bench_spec_data(
+        split_list("--model", model or ["smollm2-135m"]),
+        split_list("--prompt", prompt or ["edit_fn", "story"]),
+        split_list("--arms", arms or ["plain", "auto"]), repeats, max_tokens,
+        split_list("--engine", engine))
+    spec = parse_matrix_spec(data, "bench", Path.cwd(), prompts_dir())
+    outcome = run_spec(spec, address=address, embedded=embedded, db=db,
+                       options=scheduler_options(no_progress, require_quiet), fmt=fmt)
+    if outcome.status != "done":
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the top-level `bench` command."""
+    app.command("bench")(bench_command)
