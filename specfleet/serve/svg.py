@@ -30,6 +30,7 @@ class HeatCell:
 @dataclass(frozen=True)
 class Heatmap:
     target: str
+    cell_w: int
     width: int
     height: int
     columns: tuple[tuple[int, str], ...]  # (x, prompt)
@@ -38,10 +39,13 @@ class Heatmap:
 
 
 def speedup_fill(cell: CellView) -> str:
-    """Grey inside the noise floor (and for plain), green for a gain, red for a loss; the
-    further from 1.0x, the stronger (saturating at 2x / 0.5x)."""
+    """Grey inside the noise floor (and for plain), blue-grey without a verdict (under 3
+    repeats: no noise floor), green for a gain, red for a loss; the further from 1.0x, the
+    stronger (saturating at 2x / 0.5x)."""
     if cell.arm == PLAIN or cell.speedup is None or cell.within_noise:
         return "#e8e8e8"
+    if cell.no_floor_n is not None:
+        return "#dde5ee"
     strength = min(1.0, abs(cell.speedup - 1.0) / (1.0 if cell.speedup > 1 else 0.5))
     light = int(92 - 42 * strength)
     hue = 130 if cell.speedup > 1 else 4
@@ -66,6 +70,9 @@ def heatmap(view: MatrixView, target: str, href) -> Heatmap:
     Args:
         href: (CellView) -> the link of the cell's history page.
     """
+    texts = [speedup_text(c) for c in view.cells if c.target == target and c.rates]
+    # Wide enough for the longest cell text (12.5 px monospace is ~7.6 px a character).
+    cell_w = max(CELL_W, 8 * max((len(t) for t in texts), default=0) + 16)
     rows, cells = [], []
     for model in view.models:
         for arm in view.arms:
@@ -75,17 +82,16 @@ def heatmap(view: MatrixView, target: str, href) -> Heatmap:
             y = HEAD_H + len(rows) * CELL_H
             rows.append((y, f"{model} · {arm}"))
             for i, cell in enumerate(found):
-                x = LABEL_W + i * CELL_W
                 if cell is None or not cell.rates:
                     continue
                 cells.append(HeatCell(
-                    x=x, y=y, text=speedup_text(cell), fill=speedup_fill(cell),
-                    title=_cell_title(cell), href=href(cell),
+                    x=LABEL_W + i * cell_w, y=y, text=speedup_text(cell),
+                    fill=speedup_fill(cell), title=_cell_title(cell), href=href(cell),
                     key="|".join((cell.target, cell.model, cell.prompt, cell.arm)),
                     speedup=cell.speedup, loop=cell.loop,
                 ))
-    columns = tuple((LABEL_W + i * CELL_W, p) for i, p in enumerate(view.prompts))
-    return Heatmap(target, LABEL_W + CELL_W * len(view.prompts) + 2,
+    columns = tuple((LABEL_W + i * cell_w, p) for i, p in enumerate(view.prompts))
+    return Heatmap(target, cell_w, LABEL_W + cell_w * len(view.prompts) + 2,
                    HEAD_H + CELL_H * len(rows) + 2, columns, tuple(rows), tuple(cells))
 
 

@@ -54,13 +54,30 @@ CELL = f"{HOST}/torch/cpu|smollm2-135m|story|auto"
 runner = CliRunner()
 
 
+def _start_fleet(kwargs: dict) -> LocalFleet:
+    """Ray gives a raylet 30 s to register, which a shared 2-core box under a load of 20+
+    sometimes misses: one more try for that one failure."""
+    for attempt in (1, 2):
+        local = LocalFleet([HOST], worker_kwargs=kwargs)
+        try:
+            return local.start()
+        except Exception as err:
+            local.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(err):
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     lock = str(tmp_path_factory.mktemp("lock") / "active-run.lock")
     kwargs = {"memory_budget_gb": 2.0, "sample_period_s": 1.0, "run_lock_path": lock}
-    with LocalFleet([HOST], worker_kwargs=kwargs) as local:
+    local = _start_fleet(kwargs)
+    try:
         local.handles = local.start_workers()
         yield local
+    finally:
+        local.shutdown()
 
 
 def _run(store, fleet, path: Path) -> str:
@@ -166,7 +183,7 @@ def test_browse_matrices_matrix_and_history(server, browser, db_url, tmp_path):
     shown = next(c for c in _show_json(db_url, "first")["cells"]
                  if "|".join((c["target"], c["model"], c["prompt"], c["arm"])) == CELL)
     text = cell.find_element(By.TAG_NAME, "text").text
-    assert re.match(r"^\d+\.\d\dx ±\d+\.\d%", text), text
+    assert re.match(r"^\d+\.\d\dx ", text), text  # as `matrix show` prints it
     assert float(text.split("x")[0]) == round(shown["speedup"], 2)
     assert float(cell.get_attribute("data-speedup")) == shown["speedup"]
     full_page_screenshot(browser, tmp_path / "matrix.png")
