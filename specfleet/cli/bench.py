@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption
-from specfleet.cli.options import FormatOption
+from specfleet.cli.options import FormatOption, RateOption
 from specfleet.errors import UserError
 
 BENCH_NAME = "bench"
@@ -66,6 +66,7 @@ def bench_command(
         "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,
     engine: _many("--engine", "-e", "Only these engines (mlx, torch)") = None,
     fmt: FormatOption = "table",
+    rate: RateOption = "whole",
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
     embedded: EmbeddedOption = False,
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
@@ -88,7 +89,8 @@ def bench_command(
         split_list("--engine", engine))
     spec = parse_matrix_spec(data, "bench", Path.cwd(), prompts_dir())
     outcome = run_spec(spec, address=address, embedded=embedded, db=db,
-                       options=scheduler_options(no_progress, require_quiet), fmt=fmt)
+                       options=scheduler_options(no_progress, require_quiet), fmt=fmt,
+                       rate=rate)
     if outcome.status != "done":
         raise typer.Exit(1)
 

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
-from specfleet.cli.options import FormatOption
+from specfleet.cli.options import FormatOption, RateOption
 from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
@@ -33,11 +33,12 @@ def show(
     pivot: Annotated[str | None, typer.Option(
         "--pivot", help="'target': each model, prompt and arm on every target side by side.")
     ] = None,
+    rate: RateOption = "whole",
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
 ) -> None:
     """The speed-up tables of a matrix: plain tok/s, speed-ups over plain, counters, parity."""
     with open_store(db) as store:
-        typer.echo(render_matrix(store, matrix_id, fmt, pivot), nl=False)
+        typer.echo(render_matrix(store, matrix_id, fmt, pivot, rate), nl=False)
 
 
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
@@ -75,7 +76,7 @@ def say_waiting(event) -> None:
         typer.echo(f"{event.host}: {event.reason}", err=True)
 
 
-def _print_outcome(store, outcome, fmt: str = "table") -> None:
+def _print_outcome(store, outcome, fmt: str = "table", rate: str = "whole") -> None:
     aside = fmt in ("json", "csv")  # stdout holds the data alone; the words go to stderr
     typer.echo(
         f"matrix {outcome.matrix_id}: {outcome.status} ({outcome.done} done, "
@@ -83,7 +84,7 @@ def _print_outcome(store, outcome, fmt: str = "table") -> None:
         f"pending this call; {outcome.wall_s:.1f} s)", err=aside,
     )
     if store.get_matrix(outcome.matrix_id).counts.get("done"):
-        typer.echo(render_matrix(store, outcome.matrix_id, fmt), nl=False)
+        typer.echo(render_matrix(store, outcome.matrix_id, fmt, rate=rate), nl=False)
     for line in failure_lines(store.runs(matrix=outcome.matrix_id)):
         typer.echo(line, err=aside)
     if outcome.status != "done":
@@ -135,14 +136,16 @@ def run(
 
 
 def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str | None,
-             options, report_dir: Path | None = None, fmt: str = "table"):
+             options, report_dir: Path | None = None, fmt: str = "table",
+             rate: str = "whole"):
     """Plan `spec` on the fleet, store it, run it, print the outcome and its tables.
 
     Args:
         spec: the checked matrix.
         address, embedded, db, report_dir: as `matrix run`.
-        options: the scheduler's options (`_options`).
+        options: the scheduler's options (`scheduler_options`).
         fmt: the tables' format; with json or csv only the tables go to stdout.
+        rate: the tok/s the tables' medians and speed-ups read ("whole" or "decode").
 
     Returns:
         The scheduler's `MatrixOutcome`.
@@ -160,7 +163,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         waiting = say_waiting if not options.progress else None
         outcome = run_matrix(store, matrix_id, view.workers, waiting, options=options,
                              machines=view.machines)
-        _print_outcome(store, outcome, fmt)
+        _print_outcome(store, outcome, fmt, rate)
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
     return outcome

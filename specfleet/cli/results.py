@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from specfleet.cli.options import FormatOption
+from specfleet.cli.options import FormatOption, RateOption
 from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
 from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
@@ -55,6 +55,7 @@ def results(
     cells: Annotated[bool, typer.Option("--cells", help="Aggregate done runs per cell.")] = False,
     pivot: Annotated[str | None, typer.Option(help="'target': targets side by side.")] = None,
     fmt: FormatOption = "table",
+    rate: RateOption = "whole",
     db: Db = None,
 ) -> None:
     """Stored runs matching the filters (or, with --cells / --pivot, their cells)."""
@@ -67,7 +68,7 @@ def results(
         if (cells or pivot) and wanted and "plain" not in wanted:
             # A speed-up is over plain on the same target, model and prompt: keep those too.
             runs += store.runs(**{**filters, "arm": ["plain"]})
-        typer.echo(render_results(runs, fmt, cells, pivot), nl=False)
+        typer.echo(render_results(runs, fmt, cells, pivot, rate), nl=False)
 
 
 def history(

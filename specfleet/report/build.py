@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specfleet.stats.runs import Rate
 from specfleet.stats.view import MatrixView, view_of_runs
 from specfleet.store.rows import MatrixRow, RunRow
 
@@ -17,11 +18,11 @@ def done_runs(store, matrix_id: str) -> list[RunRow]:
     return sorted(store.runs(matrix=matrix_id, status="done"), key=lambda r: r.plan_order)
 
 
-def build_view(store, matrix_id: str) -> MatrixView:
+def build_view(store, matrix_id: str, rate: Rate = "whole") -> MatrixView:
     """The `MatrixView` of a stored matrix (its `done` runs).
 
     Raises:
         UserError: no matrix with this id.
     """
     matrix = load_matrix(store, matrix_id)
-    return view_of_runs(matrix_id, matrix.name, done_runs(store, matrix_id))
+    return view_of_runs(matrix_id, matrix.name, done_runs(store, matrix_id), rate)

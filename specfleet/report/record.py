@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from specfleet.engine.stats import decode_tok_per_s
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.grid import Grid, to_markdown
 from specfleet.report.parity import check_parity
@@ -156,14 +157,16 @@ def raw_grid(runs: list) -> Grid:
         load = "/".join(f"{x[0]:.2f}" if x else DASH for x in (r.load_before, r.load_after))
         rows.append((
             target_label(r), r.model, r.prompt_name, r.arm, str(r.repeat),
-            str(r.generated_tokens or 0), f"{r.tok_per_s or 0:.2f}", f"{r.prefill_s or 0:.3f}",
-            f"{r.total_s or 0:.3f}",
+            str(r.generated_tokens or 0), f"{r.tok_per_s or 0:.2f}",
+            f"{decode_tok_per_s(r.generated_tokens or 0, r.decode_s or 0.0):.2f}",
+            f"{r.prefill_s or 0:.3f}", f"{r.total_s or 0:.3f}",
             f"{r.rounds or 0}/{r.drafted_rounds or 0}/{r.paused_rounds or 0}",
             f"{r.proposed or 0}/{r.accepted or 0}", str(r.shadow_confirmations or 0),
             f"{r.loop_share or 0:.2f}", "yes" if r.noisy else "no",
             "yes" if r.throttled else "no", load, r.stop_reason or DASH,
         ))
-    headers = ("target", "model", "prompt", "arm", "rep", "tok", "tok/s", "prefill s",
+    headers = ("target", "model", "prompt", "arm", "rep", "tok", "tok/s", "decode tok/s",
+               "prefill s",
                "total s", "rounds/drafted/paused", "prop/acc", "shadow", "loop share",
                "noisy", "throttled", "load before/after", "stop")
     return Grid("Raw per-run data (plan order)", headers, tuple(rows), left_cols=5)

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 
 from specfleet.engine.kinds import DEVICES, ENGINES
+from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
@@ -68,6 +69,7 @@ def runs_grid(runs: list) -> Grid:
     rows = []
     for run in runs:
         tok_s = DASH if run.tok_per_s is None else f"{run.tok_per_s:.2f}"
+        decode = decode_tok_per_s(run.generated_tokens or 0, run.decode_s or 0.0)
         acc = f"{run.accepted / run.proposed:.4f}" if run.proposed else DASH
         flags = " ".join(flag for flag, on in (
             ("LOOP", (run.loop_share or 0.0) > LOOP_SHARE_FLAG), ("noisy", bool(run.noisy)),
@@ -77,10 +79,11 @@ def runs_grid(runs: list) -> Grid:
         rows.append((
             run.matrix_id or run.job_id or DASH, f"{run.host}/{run.engine}/{run.device}",
             run.model, run.prompt_name, run.arm, str(run.repeat), run.status, tok_s,
+            f"{decode:.2f}" if run.status == "done" else DASH,
             str(run.generated_tokens or 0), acc, flags or DASH, finished,
         ))
     headers = ("matrix", "target", "model", "prompt", "arm", "rep", "status", "tok/s",
-               "tokens", "acc rate", "flags", "finished (UTC)")
+               "decode tok/s", "tokens", "acc rate", "flags", "finished (UTC)")
     return Grid(f"{len(runs)} runs", headers, tuple(rows), left_cols=7)
 
 
@@ -97,7 +100,7 @@ def cells_grid(view: MatrixView) -> Grid:
 
 
 def render_results(runs: list, fmt: str = "table", cells: bool = False,
-                   pivot: str | None = None) -> str:
+                   pivot: str | None = None, rate: str = "whole") -> str:
     """Runs (or, with `cells` or `pivot`, their cells) as text.
 
     Args:
@@ -105,10 +108,11 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
         fmt: one of `OUTPUT_FORMATS`: "table", "markdown", "json" or "csv".
         cells: aggregate the done runs per cell.
         pivot: "target" puts each model, prompt and arm on every target side by side.
+        rate: the tok/s cells read: "whole" or "decode" (see `stats.cells.cell_stats`).
     """
     check_format(fmt)
     if pivot is not None or cells:
-        view = view_of_runs("results", "filtered runs", runs)
+        view = view_of_runs("results", "filtered runs", runs, rate)
         if pivot is not None:
             return render_view(view, fmt, pivot)
         if fmt in ("table", "markdown"):

@@ -21,6 +21,8 @@ from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 PIVOTS = (None, "target")
 DASH = "–"
+RATE_WORDS = {"whole": "whole call incl. prefill",
+              "decode": "decode only: generation after the first token, --rate decode"}
 LEGEND = (
     f"Speed-up = median tok/s of the arm / median plain tok/s (whole call incl. prefill); "
     f"±x% = (max-min)/median over repeats; ! spread > {SPREAD_FLAG:.0%}; plain rows show the "
@@ -94,7 +96,9 @@ def plain_grid(view: MatrixView, target: str) -> Grid:
             for c in cells
         ]
         rows.append((model, *text))
-    return Grid(f"Plain decoding, tok/s (median) — {target}", ("Model", *view.prompts), tuple(rows))
+    rate = "" if view.rate == "whole" else ", decode only"
+    return Grid(f"Plain decoding, tok/s (median{rate}) — {target}", ("Model", *view.prompts),
+                tuple(rows))
 
 
 def speedup_grid(view: MatrixView, target: str) -> Grid:
@@ -106,7 +110,7 @@ def speedup_grid(view: MatrixView, target: str) -> Grid:
             if all(c is None for c in cells):
                 continue
             rows.append((model, arm, *(speedup_text(c) for c in cells)))
-    notes = (*headline(view, target), LEGEND)
+    notes = (*headline(view, target), legend(view.rate))
     return Grid(
         f"Prompt lookup over plain — {target}", ("Model", "arm", *view.prompts), tuple(rows), notes
     )
@@ -115,7 +119,7 @@ def speedup_grid(view: MatrixView, target: str) -> Grid:
 def counters_grid(view: MatrixView, target: str) -> Grid:
     """Counters of the first repetition and parity, one row per model, prompt and arm."""
     headers = ("Model / prompt", "arm", "tok", "rounds/drafted/paused", "prop/acc", "acc rate",
-               "tpf", "shadow conf.", "vs plain", "median [rates]")
+               "tpf", "shadow conf.", "vs plain", "median [rates]", "decode / prompt tok/s")
     rows = []
     for model in view.models:
         for prompt in view.prompts:
@@ -124,7 +128,8 @@ def counters_grid(view: MatrixView, target: str) -> Grid:
                 cell = view.cell(target, model, prompt, arm)
                 if cell is None or not cell.rates:
                     continue
-                rows.append((f"{model} {prompt}" if first else "", arm, *_counter_cols(cell)))
+                rows.append((f"{model} {prompt}" if first else "", arm, *_counter_cols(cell),
+                             _beside_text(cell)))
                 first = False
     return Grid(f"Counters and parity (first repetition) — {target}", headers, tuple(rows))
 
@@ -145,6 +150,16 @@ def _counter_cols(cell: CellView) -> tuple[str, ...]:
         parity_text(cell),
         rates_text(cell) + loop,
     )
+
+
+def legend(rate: str = "whole") -> str:
+    """The markers under a speed-up table, naming the rate the speed-ups read."""
+    return LEGEND.replace(RATE_WORDS["whole"], RATE_WORDS[rate], 1)
+
+
+def _beside_text(cell: CellView) -> str:
+    """Median decode-only and prompt (prefill) tok/s, beside whichever rate leads."""
+    return f"{cell.median_decode_tok_per_s:.1f} / {cell.median_prompt_tok_per_s:.1f}"
 
 
 def headline(view: MatrixView, target: str) -> list[str]:
@@ -196,7 +211,7 @@ def pivot_grid(view: MatrixView) -> Grid:
                     rows.append((model, prompt, arm, *cols))
     note = "Each target: plain tok/s · speed-up ±spread · acceptance rate · parity vs plain."
     return Grid("Across targets", ("Model", "prompt", "arm", *view.targets), tuple(rows),
-                (note, LEGEND), left_cols=3)
+                (note, legend(view.rate)), left_cols=3)
 
 
 def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str) -> str:
@@ -304,7 +319,8 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
         return to_markdown(grids_for(view, pivot), f"## {heading}")
     if fmt == "csv":
         return _csv(view, pivot)
-    body = {"matrix_id": view.matrix_id, "name": view.name, "targets": list(view.targets)}
+    body = {"matrix_id": view.matrix_id, "name": view.name, "targets": list(view.targets),
+            "rate": view.rate}
     if pivot == "target":
         body["rows"] = pivot_records(view)
     else:
@@ -314,7 +330,8 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
     return json.dumps(body, indent=2, default=str) + "\n"
 
 
-def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None = None) -> str:
+def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None = None,
+                  rate: str = "whole") -> str:
     """The speed-up tables of a stored matrix.
 
     Args:
@@ -322,10 +339,12 @@ def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None =
         matrix_id: the matrix to show (an unknown id raises `UserError`).
         fmt: "table" (rich, for a terminal), "json", "csv" or "markdown".
         pivot: None (one block of tables per target) or "target" (targets side by side).
+        rate: "whole" (the call, prefill included) or "decode" (after the first token): the
+            tok/s the medians and speed-ups read; the other rates are printed beside.
 
     Returns:
         The rendered text, ending with a newline.
     """
     from specfleet.report.build import build_view
 
-    return render_view(build_view(store, matrix_id), fmt, pivot)
+    return render_view(build_view(store, matrix_id, rate), fmt, pivot)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from specfleet.stats.changes import MIN_REPEATS
-from specfleet.stats.runs import CellKey, Counters, Row, group_by_cell, to_rows
+from specfleet.stats.runs import CellKey, Counters, Rate, Row, group_by_cell, to_rows
 
 SPREAD_FLAG = 0.05  # relative spread above which a cell's repeats disagree too much to trust
 LOOP_SHARE_FLAG = 0.2  # median loop share above which a cell's replies count as looping
@@ -55,6 +55,8 @@ class CellStats:
     noisy_runs: int
     counters: Counters | None  # of the first done repetition, as the reference record
     throttled_runs: int = 0  # done runs the worker flagged throttled (workers/conditions)
+    median_decode_tok_per_s: float | None = None  # beside whichever rate `values` hold
+    median_prompt_tok_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,13 @@ def relative_spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / median if median else 0.0
 
 
-def _cell(key: CellKey, rows: list[Row]) -> CellStats:
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _cell(key: CellKey, rows: list[Row], rate: Rate = "whole") -> CellStats:
     done = [r for r in rows if r.done]
-    values = tuple(r.tok_per_s for r in done)
+    values = tuple(r.rate(rate) for r in done)
     spread = relative_spread(values) if values else None
     loop = statistics.median(r.loop_share for r in done) if done else 0.0
     return CellStats(
@@ -134,19 +140,22 @@ def _cell(key: CellKey, rows: list[Row]) -> CellStats:
         noisy_runs=sum(r.noisy for r in done),
         counters=done[0].counters if done else None,
         throttled_runs=sum(r.throttled for r in done),
+        median_decode_tok_per_s=_median([r.decode_tok_per_s for r in done]),
+        median_prompt_tok_per_s=_median([r.prompt_tok_per_s for r in done]),
     )
 
 
-def cell_stats(runs: Iterable[Any]) -> list[CellStats]:
+def cell_stats(runs: Iterable[Any], rate: Rate = "whole") -> list[CellStats]:
     """Statistics of every cell, sorted by (target, model, prompt, arm).
 
     Args:
         runs: runs in any shape `runs.to_rows` accepts.
+        rate: which tok/s the medians, spreads and speed-ups read ("whole" or "decode").
 
     Returns:
         One `CellStats` per cell; cells whose runs all failed have n = 0 and None medians.
     """
-    return [_cell(key, rows) for key, rows in group_by_cell(to_rows(runs)).items()]
+    return [_cell(key, rows, rate) for key, rows in group_by_cell(to_rows(runs)).items()]
 
 
 def noise_verdict(ratio: float, noise_floor: float, n: int = MIN_REPEATS) -> Verdict:

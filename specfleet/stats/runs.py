@@ -15,10 +15,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from specfleet.engine.stats import COUNTER_FIELDS as ENGINE_COUNTERS
-from specfleet.engine.stats import PromptLookupStats
+from specfleet.engine.stats import PromptLookupStats, decode_tok_per_s, prompt_tok_per_s
+
+# Which tok/s a table reads: the whole call (prefill included, the reference's figure) or the
+# generation after the first token (a slow prefill cannot hide how fast a reply lands).
+Rate = Literal["whole", "decode"]
 
 COUNTER_FIELDS: tuple[str, ...] = (*ENGINE_COUNTERS, "generated_tokens")
 
@@ -81,10 +85,16 @@ class Row:
     counters: Counters
     stop_reason: str | None = None
     throttled: bool = False  # the host was throttled before or after the run
+    decode_tok_per_s: float = 0.0  # generation after the first token (engine.stats)
+    prompt_tok_per_s: float = 0.0  # prefill
 
     @property
     def done(self) -> bool:
         return self.status == "done"
+
+    def rate(self, which: Rate) -> float:
+        """The whole-call rate (the reference's headline) or the decode-only one."""
+        return self.tok_per_s if which == "whole" else self.decode_tok_per_s
 
 
 @functools.cache
@@ -135,6 +145,10 @@ def to_row(obj: Any) -> Row:
         counters=_counters(obj),
         stop_reason=_get(obj, "stop_reason"),
         throttled=bool(_get(obj, "throttled", False)),
+        decode_tok_per_s=decode_tok_per_s(int(_get(obj, "generated_tokens", 0) or 0),
+                                          float(_get(obj, "decode_s", 0.0) or 0.0)),
+        prompt_tok_per_s=prompt_tok_per_s(int(_get(obj, "prompt_tokens", 0) or 0),
+                                          float(_get(obj, "prefill_s", 0.0) or 0.0)),
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from specfleet.stats import cells as cellstats
 from specfleet.stats.cells import Headline
 from specfleet.stats.changes import MIN_REPEATS
-from specfleet.stats.runs import Counters, target_label, to_row, to_rows
+from specfleet.stats.runs import Counters, Rate, target_label, to_row, to_rows
 
 PLAIN = "plain"
 
@@ -64,6 +64,8 @@ class CellView:
     diverge_char: int | None = None
     counters: Counters = field(default_factory=Counters)
     noisy_runs: int = 0
+    median_decode_tok_per_s: float = 0.0  # generation after the first token
+    median_prompt_tok_per_s: float = 0.0  # prefill
     throttled_runs: int = 0
     throttled: bool = False
 
@@ -84,6 +86,7 @@ class MatrixView:
     arms: tuple[str, ...]
     cells: tuple[CellView, ...]
     headlines: tuple[Headline, ...] = ()
+    rate: str = "whole"  # which tok/s `rates`, medians and speed-ups read: whole or decode
 
     def cell(self, target: str, model: str, prompt: str, arm: str) -> CellView | None:
         """The cell at these coordinates, or None when nothing was measured there."""
@@ -154,6 +157,8 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
         diverge_char=parity.char_index if diverged else None,
         counters=counters_of(stats.counters),
         noisy_runs=stats.noisy_runs,
+        median_decode_tok_per_s=stats.median_decode_tok_per_s or 0.0,
+        median_prompt_tok_per_s=stats.median_prompt_tok_per_s or 0.0,
         throttled_runs=stats.throttled_runs,
         throttled=bool(stats.throttled_runs or (plain is not None and plain.throttled_runs)),
     )
@@ -164,10 +169,11 @@ def _no_floor_n(stats, speedup) -> int | None:
     return n if n < MIN_REPEATS else None
 
 
-def view_of_runs(matrix_id: str, name: str, runs: list) -> MatrixView:
-    """A `MatrixView` of a matrix's runs (plan order gives the order of the axes)."""
+def view_of_runs(matrix_id: str, name: str, runs: list, rate: Rate = "whole") -> MatrixView:
+    """A `MatrixView` of a matrix's runs (plan order gives the order of the axes); `rate`
+    picks the tok/s its medians and speed-ups read (see `cells.cell_stats`)."""
     rows = to_rows(runs)
-    stats = [s for s in cellstats.cell_stats(rows) if s.n]
+    stats = [s for s in cellstats.cell_stats(rows, rate) if s.n]
     ups = cellstats.speedups(stats)
     by_up = {u.key: u for u in ups}
     by_parity = {v.key: v for v in cellstats.parity_verdicts(rows)}
@@ -187,4 +193,5 @@ def view_of_runs(matrix_id: str, name: str, runs: list) -> MatrixView:
         arms=arms,
         cells=cells,
         headlines=tuple(cellstats.headline(ups)),
+        rate=rate,
     )

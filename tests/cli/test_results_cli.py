@@ -45,6 +45,24 @@ def test_results_runs_and_filters(db_path) -> None:  # noqa: F811
     assert len(list(csv.DictReader(io.StringIO(both.stdout)))) == 6
 
 
+def test_decode_rates_beside_and_as_the_headline(db_path) -> None:  # noqa: F811
+    whole = json.loads(invoke(db_path, "matrix", "show", DEMO_ID, "-o", "json").stdout)
+    decode = json.loads(invoke(db_path, "matrix", "show", DEMO_ID, "-o", "json",
+                               "--rate", "decode").stdout)
+    assert (whole["rate"], decode["rate"]) == ("whole", "decode")
+    by_key = {(c["target"], c["model"], c["prompt"], c["arm"]): c for c in whole["cells"]}
+    for cell in decode["cells"]:
+        twin = by_key[(cell["target"], cell["model"], cell["prompt"], cell["arm"])]
+        assert cell["median_tok_per_s"] == pytest.approx(twin["median_decode_tok_per_s"])
+        assert twin["median_prompt_tok_per_s"] > 0
+    table = invoke(db_path, "matrix", "show", DEMO_ID, "--rate", "decode").stdout
+    assert "decode only" in table and "decode / prompt tok/s" in table
+    runs = invoke(db_path, "results", "--matrix", DEMO_ID).stdout
+    assert "decode tok/s" in runs
+    bad = invoke(db_path, "matrix", "show", DEMO_ID, "--rate", "prefill")
+    assert bad.exit_code == 2 and "--rate" in bad.stderr
+
+
 def test_results_time_range(db_path) -> None:  # noqa: F811
     since = invoke(db_path, "results", "--matrix", MIXED_ID, "--since", "2000-01-01")
     assert "6 runs" in since.output

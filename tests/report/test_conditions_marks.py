@@ -19,7 +19,7 @@ def run(arm: str = "graded", repeat: int = 0, **conditions) -> SimpleNamespace:
         repeat=repeat, status="done", tok_per_s=100.0 + repeat, loop_share=0.0, noisy=False,
         token_ids=[1, 2], output_text="ab", stop_reason="max_tokens", matrix_id="x",
         plan_order=repeat, weights_hash="w", prompt_hash="p", engine_config={},
-        host_fingerprint="f", versions={}, job_id=None, generated_tokens=2, proposed=0,
+        host_fingerprint="f", versions={}, job_id=None, generated_tokens=2, decode_s=0.02, proposed=0,
         accepted=0, finished_at=None, **run_fields(reading, reading),
     )
 
@@ -49,5 +49,7 @@ def test_a_throttled_plain_run_marks_the_cell_and_its_speedups() -> None:
 
 
 def test_results_flag_a_throttled_run() -> None:
-    (calm, hot) = runs_grid([run(), run(low_power_mode=True)]).rows
-    assert calm[10] == "–" and hot[10] == "throttled"
+    grid = runs_grid([run(), run(low_power_mode=True)])
+    (calm, hot) = grid.rows
+    flags = grid.headers.index("flags")
+    assert calm[flags] == "–" and hot[flags] == "throttled"
