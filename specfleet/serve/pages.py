@@ -1,9 +1,9 @@
 """What each page shows, read from the store through the same functions the terminal uses.
 
-Every number comes from `report/` (`build_view`, `grids_for`, `cell_history`, `compare`,
-`check_parity`), which read `specfleet.stats`: the web view has no
-statistics of its own. Each function returns the template's context and the JSON body of
-the page's `/api/...` twin.
+Every number comes from `specfleet.stats` (`view_of_runs`) and `report/` (`grids_for`,
+`cell_history`, `compare`, `check_parity`, which read `specfleet.stats` too): the web view has
+no statistics of its own. Each function returns the template's context, or with `as_json`
+the body of the page's `/api/...` twin.
 """
 
 from __future__ import annotations
