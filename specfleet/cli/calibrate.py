@@ -1,7 +1,7 @@
 """`specfleet calibrate`: the per-width verify cost table (docs/engine.md, "Verify cost per width") for one model.
 
-Registered by `specfleet.cli.generate.register`, next to `generate`; the measuring itself is
-`specfleet.engine.calibrate.measure_width_costs`, reusable by the fleet.
+The measuring itself is `specfleet.engine.calibrate.measure_width_costs`, reusable by the
+fleet.
 """
 
 from __future__ import annotations
@@ -70,3 +70,8 @@ def calibrate_command(
     else:
         typer.echo(f"model={loaded.alias} path={loaded.path}")
         typer.echo(costs.format_table())
+
+
+def register(app: typer.Typer) -> None:
+    """Add the top-level `calibrate` command to the root app."""
+    app.command("calibrate")(calibrate_command)

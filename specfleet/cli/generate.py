@@ -443,8 +443,5 @@ def generate_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the top-level `generate` and `calibrate` commands to the root app."""
+    """Add the top-level `generate` command to the root app."""
     app.command("generate")(generate_command)
-    from specfleet.cli.calibrate import calibrate_command
-
-    app.command("calibrate")(calibrate_command)

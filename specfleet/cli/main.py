@@ -71,6 +71,7 @@ def _root(
 # A module exposing `app` becomes a group; one exposing `register(app)` adds top-level commands.
 SUBCOMMANDS: list[str] = [
     "generate",
+    "calibrate",
     "models",
     "db",
     "matrix",

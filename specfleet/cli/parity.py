@@ -15,12 +15,12 @@ import typer
 
 from specfleet.cli.fleetlink import EmbeddedOption
 from specfleet.cli.options import FormatOption
+from specfleet.cluster.replay import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
 from specfleet.jobs.spec import load_parity_spec
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import render_parity
-from specfleet.report.replay import worker_replayer
 from specfleet.store.store import open_store
 
 DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "

@@ -8,9 +8,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from specfleet.engine.stats import decode_tok_per_s
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.grid import Grid, to_markdown
@@ -23,7 +20,6 @@ from specfleet.stats.changes import CHANGE_ALPHA
 from specfleet.stats.runs import target_label
 from specfleet.stats.view import view_of_runs
 from specfleet.store.export import export_runs
-from specfleet.store.models import Host, Prompt
 from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, HostConditions, summary
 
 METHOD = (
@@ -50,15 +46,10 @@ class RecordFiles:
     plots: tuple[Path, ...]
 
 
-def _read(store, stmt) -> list:
-    with Session(store.engine) as session:
-        return list(session.scalars(stmt))
-
-
 def environment_grid(store, runs: list) -> Grid:
     """Every host of the matrix: kind, OS, chip, memory and library versions."""
     names = sorted({r.host for r in runs})
-    hosts = {h.name: h for h in _read(store, select(Host).where(Host.name.in_(names)))}
+    hosts = {h.name: h for h in store.hosts(names)}
     rows = []
     for name in names:
         host = hosts.get(name)
@@ -78,8 +69,7 @@ def environment_grid(store, runs: list) -> Grid:
 def prompts_grid(store, runs: list) -> Grid:
     """Prompt names, text hashes, prompt token counts and the start of each text."""
     hashes = {r.prompt_name: r.prompt_hash for r in runs}
-    texts = {p.text_hash: p.text for p in
-             _read(store, select(Prompt).where(Prompt.text_hash.in_(set(hashes.values()))))}
+    texts = store.prompt_texts(sorted(set(hashes.values())))
     rows = []
     for name, digest in hashes.items():
         tokens = sorted({r.prompt_tokens for r in runs if r.prompt_name == name

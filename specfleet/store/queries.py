@@ -13,12 +13,9 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from specfleet.jobs.run import RunSpec
-from specfleet.store.errors import UnknownMatrix
+from specfleet.store.errors import UnknownMatrix, UnknownRun
 from specfleet.store.models import Host, Matrix, Prompt, Run
-from specfleet.store.rows import (
-    MatrixRow,
-    RunRow,
-)
+from specfleet.store.rows import HostRow, MatrixRow, RunRow
 from specfleet.store.values import naive_utc, run_spec
 
 RUN_FIELDS = tuple(f.name for f in fields(RunRow))
@@ -127,6 +124,35 @@ class StoreQueries:
         )
         with self.engine.connect() as conn:
             return [RunRow(*row) for row in conn.execute(stmt)]
+
+    def run_spec(self, run_key: str) -> RunSpec:
+        """The RunSpec of a stored run, prompt text included (to run or replay it again).
+
+        Raises:
+            UnknownRun: no run with this key.
+        """
+        stmt = (
+            select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)
+            .where(Run.run_key == run_key)
+        )
+        with self._read() as session:
+            found = session.execute(stmt).one_or_none()
+            if found is None:
+                raise UnknownRun(f"no run with key {run_key!r}")
+            return run_spec(*found)
+
+    def hosts(self, names: Sequence[str]) -> list[HostRow]:
+        """The recorded hosts of these names (names never recorded are left out)."""
+        stmt = select(*(getattr(Host, f.name) for f in fields(HostRow))).where(
+            Host.name.in_(list(names)))
+        with self.engine.connect() as conn:
+            return [HostRow(*row) for row in conn.execute(stmt)]
+
+    def prompt_texts(self, hashes: Sequence[str]) -> dict[str, str]:
+        """Prompt text by its sha256 (unknown hashes are left out)."""
+        stmt = select(Prompt.text_hash, Prompt.text).where(Prompt.text_hash.in_(list(hashes)))
+        with self.engine.connect() as conn:
+            return dict(conn.execute(stmt).all())
 
     def runs_not_done(
         self, matrix_id: str, statuses: Sequence[str] | None = None

@@ -66,6 +66,22 @@ class RunRow:
 
 
 @dataclass(frozen=True)
+class HostRow:
+    """A host as it last reported: kind, OS, chip, memory and library versions."""
+
+    name: str
+    machine_id: str | None
+    kind: str | None
+    os: str | None
+    arch: str | None
+    chip: str | None
+    memory_gb: float | None
+    versions: dict[str, Any]
+    first_seen_at: datetime
+    last_seen_at: datetime
+
+
+@dataclass(frozen=True)
 class MatrixRow:
     """A matrix and how many of its runs are in each status."""
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from specfleet.cluster.replay import worker_replayer
 from specfleet.engine.forensics import PathRow, RowMargins
 from specfleet.errors import UserError
 from specfleet.report.parity import Replay, check_parity
 from specfleet.report.parity_tables import render_parity
-from specfleet.report.replay import worker_replayer
 from tests.report.conftest import AFTER_ID, DEMO_ID
 
 

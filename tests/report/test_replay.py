@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from specfleet.cluster.localfleet import LocalFleet
+from specfleet.cluster.replay import worker_replayer
 from specfleet.report.parity import check_parity
-from specfleet.report.replay import stored_spec, worker_replayer
 from tests.report.conftest import DEMO_ID
 
 pytestmark = pytest.mark.slow
 
 
-def test_stored_spec_rebuilds_the_run(store) -> None:
+def test_store_run_spec_rebuilds_the_run(store) -> None:
     run = next(r for r in store.runs(matrix=DEMO_ID) if r.host == "h2" and r.arm == "graded")
-    spec = stored_spec(store, run.run_key)
+    spec = store.run_spec(run.run_key)
     assert (spec.target.host, spec.model, spec.arm, spec.prompt_name) == ("h2", "script",
                                                                          "graded", run.prompt_name)
     assert spec.prompt_text in ("hello world hello world", "the cat sat on the mat")

@@ -8,27 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from specfleet.engine.forensics import margins_from_dict
-from specfleet.jobs.run import RunSpec
 from specfleet.report.parity import Replay, Replayer
-from specfleet.store.models import Prompt, Run
-from specfleet.store.values import run_spec
 
 REPLAY_TIMEOUT_S = 600.0
-
-
-def stored_spec(store, run_key: str) -> RunSpec:
-    """The RunSpec of a stored run, prompt text included."""
-    stmt = (
-        select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)
-        .where(Run.run_key == run_key)
-    )
-    with Session(store.engine) as session:
-        run, text = session.execute(stmt).one()
-        return run_spec(run, text)
 
 
 def _call(worker: Any, *args) -> dict:
@@ -59,7 +42,7 @@ def worker_replayer(store, workers: dict[str, Any], any_host: Any | None = None)
             worker = any_host
         if worker is None:
             return None
-        spec = stored_spec(store, run.run_key)
+        spec = store.run_spec(run.run_key)
         data = _call(worker, spec, list(plain.token_ids or []), list(run.token_ids or []), row)
         return Replay(margins_from_dict(data["margins"]), data["text_a"], data["text_b"])
 
