@@ -12,7 +12,6 @@ cell); `tok_per_s`; `status` (default `done`); `loop_share`; `noisy`; `token_ids
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
@@ -97,10 +96,15 @@ class Row:
         return self.tok_per_s if which == "whole" else self.decode_tok_per_s
 
 
-@functools.cache
+_MAPPING_TYPES: dict[type, bool] = {}  # a cache: one ABC check per type, not per field
+
+
 def _is_mapping(cls: type) -> bool:
-    # Once per type: an ABC isinstance check per field was most of a 2,000-run page's time.
-    return issubclass(cls, Mapping)
+    # An ABC isinstance check per field was most of a 2,000-run page's time.
+    known = _MAPPING_TYPES.get(cls)
+    if known is None:
+        known = _MAPPING_TYPES[cls] = issubclass(cls, Mapping)
+    return known
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:

@@ -3,9 +3,6 @@
 Detection is cheap by default: engines are found with `importlib.util.find_spec` and small
 probes (torch's `version.py` read as text, `nvidia-smi`, `sysctl`), never by importing torch or
 MLX. `detect_host(full=True)` imports them to ask the devices directly.
-
-Also here: the load sampler (load average, CPU and GPU utilisation). The quiet check a worker
-runs before each timed run lives in `quiet.py` (its names are re-exported here).
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,12 +27,6 @@ import specfleet
 from specfleet.engine.config import resolve_policy
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.jobs.run import Target
-from specfleet.workers.quiet import (  # noqa: F401 (re-exported: the quiet check's old home)
-    QUIET_BUSY_PER_CORE,
-    ForeignCpuMeter,
-    QuietCheck,
-    is_quiet,
-)
 
 VERSIONED_PACKAGES: tuple[str, ...] = ("ray", "mlx", "mlx-lm", "torch", "transformers")
 _PROBE_TIMEOUT_S = 5.0
@@ -158,7 +148,7 @@ def machine_id() -> str:
         text = _read_text(path).strip()
         if text:
             return text
-    out = _probe(["ioreg", "-rd1", "-c", "IOPlatformExpertDevice"])
+    out = probe_output(["ioreg", "-rd1", "-c", "IOPlatformExpertDevice"])
     match = re.search(r'"IOPlatformUUID"\s*=\s*"([^"]+)"', out)
     return match.group(1) if match else f"mac-{uuid.getnode():012x}"
 
@@ -182,12 +172,12 @@ def git_commit() -> str | None:
     root = Path(specfleet.__file__).resolve().parent.parent
     if not (root / ".git").exists():
         return None
-    return _probe(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"]).strip() or None
+    return probe_output(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"]).strip() or None
 
 
 def _chip(os_name: str) -> str:
     if os_name == "darwin":
-        brand = _probe(["sysctl", "-n", "machdep.cpu.brand_string"]).strip()
+        brand = probe_output(["sysctl", "-n", "machdep.cpu.brand_string"]).strip()
         if brand:
             return brand
     for line in _read_text("/proc/cpuinfo").splitlines():
@@ -203,7 +193,7 @@ def _gpu_name(full: bool) -> str | None:
         if torch.cuda.is_available():
             return torch.cuda.get_device_name(0)
     if shutil.which("nvidia-smi"):
-        names = _probe(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).strip()
+        names = probe_output(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).strip()
         return names.splitlines()[0].strip() if names else None
     return None
 
@@ -268,7 +258,7 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def _probe(cmd: list[str]) -> str:
+def probe_output(cmd: list[str]) -> str:
     """stdout of a small system command, '' when it is missing or fails."""
     if not shutil.which(cmd[0]):
         return ""
@@ -277,40 +267,3 @@ def _probe(cmd: list[str]) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout if done.returncode == 0 else ""
-
-
-# ---- load sampling ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LoadSample:
-    """One point of a host's load series (stored per host and matrix)."""
-
-    at: float  # unix time
-    load_1m: float
-    load_5m: float
-    load_15m: float
-    cpu_percent: float  # whole machine, 0-100
-    gpu_util_percent: float | None  # first NVIDIA GPU, None without nvidia-smi
-
-
-def load_average() -> tuple[float, float, float]:
-    """The 1/5/15-minute load averages."""
-    one, five, fifteen = os.getloadavg()
-    return (round(one, 3), round(five, 3), round(fifteen, 3))
-
-
-def gpu_utilization() -> float | None:
-    """Utilisation of the first NVIDIA GPU in percent, None when there is none."""
-    out = _probe(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"])
-    try:
-        return float(out.splitlines()[0]) if out.strip() else None
-    except ValueError:
-        return None
-
-
-def sample_load() -> LoadSample:
-    """Sample load average, CPU (since the previous call) and GPU utilisation now."""
-    return LoadSample(
-        time.time(), *load_average(), psutil.cpu_percent(interval=None), gpu_utilization()
-    )

@@ -18,16 +18,10 @@ from typing import Any
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
-from specfleet.workers.hardware import (
-    QUIET_BUSY_PER_CORE,
-    ForeignCpuMeter,
-    HostInfo,
-    QuietCheck,
-    detect_host,
-    load_average,
-)
+from specfleet.workers.hardware import HostInfo, detect_host
 from specfleet.workers.loaded import LoadedModel, LoadedModels
-from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries
+from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
+from specfleet.workers.quiet import QUIET_BUSY_PER_CORE, ForeignCpuMeter, QuietCheck
 from specfleet.workers.runsetup import (
     ActiveRunMarker,
     engine_config,

@@ -1,22 +1,61 @@
 """A worker's load series: a background thread that samples the host while a run is going.
 
 Every `tick_s` it closes a window of the foreign-CPU meter (so the quiet check before a run
-costs no waiting), and while a run is in progress it records a `LoadSample` every `period_s`
+costs no waiting), and while a run is in progress it records a `LoadReading` every `period_s`
 (load average 1/5/15, CPU %, GPU %). The worker drains the samples into the store.
+`sample_load` and `load_average` read the host's load now.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
-from specfleet.workers.hardware import ForeignCpuMeter, sample_load
+import psutil
+
+from specfleet.workers.hardware import probe_output
+from specfleet.workers.quiet import ForeignCpuMeter
 
 LOAD_SAMPLE_PERIOD_S = 5.0
 _MAX_SAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class LoadReading:
+    """One point of a host's load series (stored per host and matrix)."""
+
+    at: float  # unix time
+    load_1m: float
+    load_5m: float
+    load_15m: float
+    cpu_percent: float  # whole machine, 0-100
+    gpu_util_percent: float | None  # first NVIDIA GPU, None without nvidia-smi
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1/5/15-minute load averages."""
+    one, five, fifteen = os.getloadavg()
+    return (round(one, 3), round(five, 3), round(fifteen, 3))
+
+
+def gpu_utilization() -> float | None:
+    """Utilisation of the first NVIDIA GPU in percent, None when there is none."""
+    out = probe_output(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"])
+    try:
+        return float(out.splitlines()[0]) if out.strip() else None
+    except ValueError:
+        return None
+
+
+def sample_load() -> LoadReading:
+    """Sample load average, CPU (since the previous call) and GPU utilisation now."""
+    return LoadReading(
+        time.time(), *load_average(), psutil.cpu_percent(interval=None), gpu_utilization()
+    )
 
 
 class LoadSeries:

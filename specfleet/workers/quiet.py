@@ -1,5 +1,5 @@
 """The quiet check a worker runs before each timed run: how many cores other processes
-keep busy (moved here from `hardware.py`, which re-exports these names).
+keep busy, and whether that is few enough to time a run.
 """
 
 from __future__ import annotations

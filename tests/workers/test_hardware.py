@@ -9,15 +9,9 @@ import time
 
 import pytest
 
-from specfleet.workers.hardware import (
-    ForeignCpuMeter,
-    HostInfo,
-    detect_host,
-    host_kind,
-    is_quiet,
-    load_average,
-    sample_load,
-)
+from specfleet.workers.hardware import HostInfo, detect_host, host_kind
+from specfleet.workers.loadseries import load_average, sample_load
+from specfleet.workers.quiet import ForeignCpuMeter, is_quiet
 
 
 @pytest.fixture(scope="module")
