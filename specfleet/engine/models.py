@@ -197,7 +197,7 @@ def _missing_hint(alias: str, source: str) -> str:
     if source.startswith("hf:"):
         return (
             f"model {alias!r}: {source[3:]} is not in the local Hugging Face cache "
-            f"(fill it with `huggingface-cli download {source[3:]}` on a connected machine)"
+            f"(fill it with `hf download {source[3:]}` on a connected machine)"
         )
     return f"model {alias!r}: {_local_path(source)} holds no model (expected a folder with config.json)"
 

@@ -51,6 +51,7 @@ def test_fetch_refuses_unknown_and_non_bundled_aliases_in_one_line(registry):
     )
     hub = invoke("models", "fetch", "hub")
     assert hub.exit_code == 2 and "is not bundled" in hub.stderr
+    assert "(hf download " in hub.stderr  # the hint names a command that exists
     assert len(hub.stderr.strip().splitlines()) == 1
 
 

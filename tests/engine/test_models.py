@@ -134,7 +134,8 @@ def test_unknown_alias_names_it_and_the_registry(registry):
 def test_missing_sources_say_what_to_do(registry):
     with pytest.raises(UserError, match="specfleet models fetch smollm2-135m"):
         resolve_model("bundled-one", "torch")
-    with pytest.raises(UserError, match="not in the local Hugging Face cache"):
+    with pytest.raises(UserError, match=r"not in the local Hugging Face cache \(fill it with "
+                                        r"`hf download "):  # a command that exists today
         resolve_model("hub-only", "mlx")
     with pytest.raises(UserError, match="has no torch source"):
         resolve_model("hub-only", "torch")
