@@ -22,7 +22,8 @@ CHECK_EVERY_S = 2.0
 
 
 def node_alive(record: noderecord.NodeRecord) -> bool:
-    """Whether this host's raylet (the node) still runs."""
+    """Whether this host's raylet (the node) still runs. A node the head declared dead after a
+    network cut exits by itself once it reaches the head again; then it counts as lost."""
     for proc in noderecord.node_processes(record.temp_dir):
         try:
             if proc.name() == "raylet":
@@ -68,7 +69,7 @@ def supervise(
         if record is None:
             say("supervisor: this host left the fleet; stopping")
             return
-        if not node_alive(record) and head_answers(record.address):
+        if head_answers(record.address) and not node_alive(record):
             say(f"supervisor: node of {record.host} is gone and {record.address} answers; "
                 "starting it again")
             started = time.monotonic()

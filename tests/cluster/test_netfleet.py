@@ -39,6 +39,7 @@ HOSTS = {"h1": ["mlx", "torch"], "h2": ["torch"], "h3": ["mlx"]}
 SECRET = f"pw-{uuid.uuid4().hex}"  # in the driver's DB URL; must never reach a worker
 PG_PORT = 5432
 WAIT_S = 120  # every wait below is bounded by this (and polls at most every 0.2 s)
+RECOVER_S = 240  # a supervisor's rejoin: ray start + the worker's imports, on a busy box
 
 REAL_MATRIX = """\
 name: nf-real
@@ -220,14 +221,17 @@ def newest_matrix(nf, name: str) -> str:
     raise AssertionError(f"matrix {name} never appeared")
 
 
-def wait_running_on(nf, matrix_id: str, host: str) -> None:
-    deadline = time.monotonic() + WAIT_S
+def wait_running_on(nf, matrix_id: str, host: str, wait_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if sql(nf, "SELECT 1 FROM runs WHERE matrix_id = %s AND host = %s AND status = "
                    "'running'", matrix_id, host):
             return
         time.sleep(0.1)
-    raise AssertionError(f"no run of {matrix_id} ever ran on {host}")
+    log = Path(nf.host(host).home, ".cache", "specfleet", "supervisor.log")
+    said = log.read_text()[-3000:] if log.exists() else "(no supervisor log)"
+    raise AssertionError(f"no run of {matrix_id} ran on {host} within {wait_s:g} s; "
+                         f"its supervisor said:\n{said}")
 
 
 def wait_interrupted_on(nf, matrix_id: str, host: str, since: float) -> float:
@@ -284,8 +288,8 @@ def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
     restored_at = time.monotonic()
     before = finished(nf, matrix_id)
     driver = drive_async(nf, "h1", "matrix", "resume", matrix_id, "--no-progress",
-                         "--wait", "3m")
-    wait_running_on(nf, matrix_id, "h2")
+                         "--wait", "5m")
+    wait_running_on(nf, matrix_id, "h2", RECOVER_S)
     report("link restored, supervisor rejoin", nf, matrix_id, expected, before,
            time.monotonic() - restored_at)
     before = finished(nf, matrix_id)
@@ -293,7 +297,7 @@ def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
     raylet_of(nf, "h2").send_signal(signal.SIGKILL)
     detect_s = wait_interrupted_on(nf, matrix_id, "h2", killed_at)
     report("raylet SIGKILL", nf, matrix_id, expected, before, detect_s)
-    wait_running_on(nf, matrix_id, "h2")
+    wait_running_on(nf, matrix_id, "h2", RECOVER_S)
     print(f"raylet SIGKILL: h2 runs again {time.monotonic() - killed_at:.1f} s after the kill")
 
     # 3. The driver is killed mid-matrix; `matrix resume` from another namespace finishes it.
