@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint typecheck bench clean
 
 venv: $(STAMP)
 
@@ -28,6 +28,10 @@ test: venv
 
 lint: venv
 	$(BIN)/ruff check specfleet tests bench tools
+
+# mypy over specfleet/ (configured in pyproject.toml); not yet clean, so not part of lint.
+typecheck: venv
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

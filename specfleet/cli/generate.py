@@ -1,10 +1,10 @@
-"""`specfleet generate` and `specfleet calibrate`: one model, one host, no fleet.
+"""`specfleet generate`: one reply from one model on this host, no fleet.
 
-`generate` mirrors the reference `generate --prompt-lookup` command: the reply on stdout
+It mirrors the reference `generate --prompt-lookup` command: the reply on stdout
 (streamed), then `[Generated N tokens in X s = Y tok/s]` (whole call including prefill),
 the prompt and generation rates apart and peak memory; with prompt lookup the
-`[Prompt lookup] ...` counters line on stderr. `calibrate` prints the per-width
-verify cost table (docs/engine.md, "Verify cost per width").
+`[Prompt lookup] ...` counters line on stderr. Model loading and flag checks here are
+shared with `calibrate.py`.
 """
 
 from __future__ import annotations

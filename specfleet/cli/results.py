@@ -36,20 +36,20 @@ OnlyChangedOption = Annotated[bool, typer.Option(
     "--only-changed", help="Show only the cells (points) that changed beyond noise.")]
 
 
-def _many(flag: str, help_text: str):
-    return Annotated[Many, typer.Option(flag, help=f"{help_text} (repeat for several).")]
+def _many(flag: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(flag, help=f"{help_text} (repeat for several).")
 
 
 def results(
-    host: _many("--host", "Host name") = None,
-    kind: _many("--kind", "Host kind, e.g. mac-mlx, gb10-cuda, linux-cpu") = None,
-    engine: _many("--engine", choices_text(ENGINES)) = None,
-    device: _many("--device", choices_text(DEVICES)) = None,
-    model: _many("--model", "Model alias") = None,
-    prompt: _many("--prompt", "Prompt name") = None,
-    arm: _many("--arm", choices_text(ARMS)) = None,
-    matrix: _many("--matrix", "Matrix id") = None,
-    version: _many("--version", "specfleet version that ran it") = None,
+    host: Annotated[Many, _many("--host", "Host name")] = None,
+    kind: Annotated[Many, _many("--kind", "Host kind, e.g. mac-mlx, gb10-cuda, linux-cpu")] = None,
+    engine: Annotated[Many, _many("--engine", choices_text(ENGINES))] = None,
+    device: Annotated[Many, _many("--device", choices_text(DEVICES))] = None,
+    model: Annotated[Many, _many("--model", "Model alias")] = None,
+    prompt: Annotated[Many, _many("--prompt", "Prompt name")] = None,
+    arm: Annotated[Many, _many("--arm", choices_text(ARMS))] = None,
+    matrix: Annotated[Many, _many("--matrix", "Matrix id")] = None,
+    version: Annotated[Many, _many("--version", "specfleet version that ran it")] = None,
     since: Annotated[str | None, typer.Option(help="Finished at or after (ISO, UTC).")] = None,
     until: Annotated[str | None, typer.Option(help="Finished before (ISO, UTC).")] = None,
     cells: Annotated[bool, typer.Option("--cells", help="Aggregate done runs per cell.")] = False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.engine.stats import decode_tok_per_s
@@ -56,7 +57,7 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
         raise UserError(f"--since ({since}) must be before --until ({until})")
     given = dict(host=host, kind=kind, engine=engine, device=device, model=model,
                  prompt=prompt, arm=arm, matrix=matrix, specfleet_version=version)
-    filters = {name: list(value) for name, value in given.items() if value}
+    filters: dict[str, Any] = {name: list(value) for name, value in given.items() if value}
     if start:
         filters["since"] = start
     if end:

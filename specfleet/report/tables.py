@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Any
 
 from specfleet.errors import UserError
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
@@ -319,8 +320,8 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
         return to_markdown(grids_for(view, pivot), f"## {heading}")
     if fmt == "csv":
         return _csv(view, pivot)
-    body = {"matrix_id": view.matrix_id, "name": view.name, "targets": list(view.targets),
-            "rate": view.rate}
+    body: dict[str, Any] = {"matrix_id": view.matrix_id, "name": view.name,
+                            "targets": list(view.targets), "rate": view.rate}
     if pivot == "target":
         body["rows"] = pivot_records(view)
     else:

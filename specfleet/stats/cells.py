@@ -183,11 +183,12 @@ def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
         plain = by_key.get(key.with_arm("plain"))
         if key.arm == "plain" or plain is None or not cell.n or not plain.n:
             continue
-        ratio = cell.median_tok_per_s / plain.median_tok_per_s if plain.median_tok_per_s else 0.0
+        arm_median, plain_median = cell.median_tok_per_s or 0.0, plain.median_tok_per_s or 0.0
+        ratio = arm_median / plain_median if plain_median else 0.0
         n = min(cell.n, plain.n)
         out.append(SpeedUp(
-            key=key, ratio=ratio, arm_median_tok_per_s=cell.median_tok_per_s,
-            plain_median_tok_per_s=plain.median_tok_per_s, noise_floor=plain.spread or 0.0,
+            key=key, ratio=ratio, arm_median_tok_per_s=arm_median,
+            plain_median_tok_per_s=plain_median, noise_floor=plain.spread or 0.0,
             verdict=noise_verdict(ratio, plain.spread or 0.0, n), n=n,
             spread_flag=cell.spread_flag or plain.spread_flag,
             looping=cell.looping or plain.looping,
@@ -249,9 +250,10 @@ def compare_replies(reference: Row, candidate: Row) -> ParityVerdict:
     token_index = char_index = None
     have_tokens = reference.token_ids is not None and candidate.token_ids is not None
     have_text = reference.output_text is not None and candidate.output_text is not None
-    if have_tokens:
+    if reference.token_ids is not None and candidate.token_ids is not None:
         token_index = first_divergence(reference.token_ids, candidate.token_ids)
-    if have_text and (token_index is not None or not have_tokens):
+    if (reference.output_text is not None and candidate.output_text is not None
+            and (token_index is not None or not have_tokens)):
         char_index = first_divergence(reference.output_text, candidate.output_text)
     if not (have_tokens or have_text):
         return ParityVerdict(candidate.key, reference.key, "missing")
@@ -324,14 +326,15 @@ def _over_common_length(a: Row, b: Row) -> tuple[Row, Row]:
     shorter = a if len(a.token_ids) <= len(b.token_ids) else b
     if shorter.stop_reason != "max_tokens":
         return a, b
-    n = len(shorter.token_ids)
+    n = min(len(a.token_ids), len(b.token_ids))
     text_n = len(shorter.output_text) if shorter.output_text is not None else None
     return _truncated(a, n, text_n), _truncated(b, n, text_n)
 
 
 def _truncated(row: Row, n: int, text_n: int | None) -> Row:
     text = row.output_text if row.output_text is None or text_n is None else row.output_text[:text_n]
-    return replace(row, token_ids=row.token_ids[:n], output_text=text)
+    tokens = None if row.token_ids is None else row.token_ids[:n]
+    return replace(row, token_ids=tokens, output_text=text)
 
 
 def summarize(runs: Iterable[Any]) -> MatrixSummary:

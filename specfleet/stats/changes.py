@@ -153,8 +153,8 @@ def detect_change(
     before, after = [float(v) for v in before], [float(v) for v in after]
     mb, ma = statistics.median(before), statistics.median(after)
     ratio = ma / mb if mb else float("inf")
-    common = dict(ratio=ratio, n_before=len(before), n_after=len(after), median_before=mb,
-                  median_after=ma)
+    common: dict[str, Any] = dict(ratio=ratio, n_before=len(before), n_after=len(after),
+                                  median_before=mb, median_after=ma)
     if min(len(before), len(after)) < MIN_REPEATS:
         return ChangeTest(test="too few repeats", changed=False, p_value=None, **common)
     p = _mann_whitney_p(before, after)

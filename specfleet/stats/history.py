@@ -133,9 +133,10 @@ def compare_rows(runs_a: Iterable, runs_b: Iterable, allow_mixed: bool = False,
     by_cell = _by_cell(runs_a), _by_cell(runs_b)
     out = []
     for comp in compare_matrices(runs_a, runs_b, factor):
+        assert comp.key is not None  # compare_matrices names every cell it compares
         key = (comp.key.target, comp.key.model, comp.key.prompt, comp.key.arm)
         differs = tuple(differences(by_cell[0][key], by_cell[1][key]))
-        verdict = comp.verdict
+        verdict: str = comp.verdict
         if verdict == "slower" and (allow_mixed or not differs):
             verdict = "regression"
         out.append(CompareRow(*key, comp.change.median_before, comp.change.median_after,

@@ -79,7 +79,7 @@ def check_writable(url: URL) -> None:
     """
     if url.get_backend_name() != "sqlite":
         return
-    path = Path(url.database)
+    path = Path(url.database or "")
     if not path.parent.is_dir():
         raise UserError(f"--db: directory {path.parent} does not exist")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):

@@ -63,8 +63,11 @@ def _in(column, value):
 class StoreQueries:
     """Read methods of `Store` (mixed in; needs `_read()` and `display_url`)."""
 
-    display_url: str
     engine: Engine
+
+    @property
+    def display_url(self) -> str:  # pragma: no cover - provided by Store
+        raise NotImplementedError
 
     def _read(self) -> Session:  # pragma: no cover - provided by Store
         raise NotImplementedError
@@ -180,7 +183,8 @@ def _status_counts(session: Session, ids: list[str] | None) -> dict[str, dict[st
     if ids is not None:
         stmt = stmt.where(Run.matrix_id.in_(ids))
     for matrix_id, status, n in session.execute(stmt):
-        counts[matrix_id][status] = n
+        if matrix_id is not None:  # generation-job runs belong to no matrix
+            counts[matrix_id][status] = n
     return counts
 
 

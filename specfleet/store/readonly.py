@@ -49,7 +49,7 @@ def _read_only_engine(url: URL) -> Engine:
             "connect_timeout": 10, "application_name": "specfleet-read-only",
             "options": "-c default_transaction_read_only=on",
         })
-    path = Path(url.database)
+    path = Path(url.database or "")
     if not path.is_file():
         raise UserError(f"--db: no SQLite file at {path}")
     engine = create_engine(f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true",

@@ -126,8 +126,9 @@ def _cost_items(costs: WidthCosts) -> Iterator[dict[str, Any]]:
     sync = getattr(costs, "sync_ms", None)
     if isinstance(sync, list | tuple):
         # engine.calibrate.WidthCosts: sync_ms[i] is width i + 1; one pipelined step time.
+        pipelined = getattr(costs, "pipelined_ms", None)
         for i, sync_ms in enumerate(sync):
-            yield {"width": i + 1, "sync_ms": sync_ms, "pipelined_ms": costs.pipelined_ms}
+            yield {"width": i + 1, "sync_ms": sync_ms, "pipelined_ms": pipelined}
         return
     for item in costs:
         yield _pick(item, ("width", "sync_ms", "pipelined_ms"))

@@ -48,6 +48,9 @@ except ImportError:  # pragma: no cover
     _DRIVER_ERRORS = (sqlite3.Error,)
 
 
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (DBAPIError, *_DRIVER_ERRORS)
+
+
 def open_store(url: str | None = None) -> Store:
     """Open the store at `url` (else `SPECFLEET_DB`, else the default SQLite file).
 
@@ -76,7 +79,7 @@ def connection_errors(url: URL, engine: Engine | None = None) -> Iterator[None]:
     """Turn connection faults the user can fix into one-line UserErrors."""
     try:
         yield
-    except (DBAPIError, *_DRIVER_ERRORS) as err:
+    except _CONNECTION_ERRORS as err:
         if engine is not None:
             engine.dispose()
         if isinstance(err, IntegrityError | sqlite3.IntegrityError):
@@ -244,7 +247,7 @@ class Store(StoreQueries, StoreSeries):
                 .where(Run.matrix_id == matrix_id, Run.status != "done")
                 .values(status="pending", error=None, started_at=None, finished_at=None)
             )
-            return result.rowcount
+            return result.rowcount  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult
 
     # runs ----------------------------------------------------------------------------------
 
