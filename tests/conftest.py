@@ -69,6 +69,18 @@ class PgServer:
         with self.admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def stop(self) -> None:
+        """Stop the server (fault tests: the store goes away mid-matrix)."""
+        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w",
+              "stop"], "stop")
+
+    def start(self) -> None:
+        """Start it again on the same port."""
+        options = f"{_START_OPTIONS} -p {self.port} -k {self.root}"
+        log = self.root / "server.log"
+        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.root / "data"), "-l", str(log),
+              "-w", "-t", "60", "-o", options, "start"], "start", log)
+
 
 def _find_pg_bin() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 from typing import Annotated
 
 import typer
@@ -11,6 +12,8 @@ from typer.core import TyperGroup
 
 from specfleet.engine.config import ConfigError
 from specfleet.errors import UserError
+
+INTERRUPTED_EXIT = 130  # the shell's status for a command stopped by SIGINT
 
 
 class OneLineErrorsGroup(TyperGroup):
@@ -23,6 +26,9 @@ class OneLineErrorsGroup(TyperGroup):
         except (UserError, ConfigError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (see `main`)
+            typer.echo(f"interrupted: {err}" if str(err) else "interrupted", err=True)
+            raise typer.Exit(INTERRUPTED_EXIT) from None
         except _click.exceptions.UsageError as err:
             if type(err).__name__ == "NoArgsIsHelpError":
                 raise
@@ -97,6 +103,11 @@ def _load_subcommands() -> None:
 _load_subcommands()
 
 
+def _terminate(_signum, _frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a command exactly as Ctrl-C does
+
+
 def main() -> None:
     """Console entry point."""
+    signal.signal(signal.SIGTERM, _terminate)
     app()

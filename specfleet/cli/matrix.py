@@ -7,6 +7,7 @@ The scheduler developer owns `run`, `resume`, `status`, `list`, `validate` and `
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -16,11 +17,13 @@ import typer
 
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
 from specfleet.cli.options import FormatOption, RateOption
+from specfleet.cluster.progress import STORE_LINE
 from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
 from specfleet.store.store import new_matrix_id, open_store
+from specfleet.store.values import utcnow
 
 app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, validate, schema.",
                   no_args_is_help=True)
@@ -44,12 +47,16 @@ def show(
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
 
 
+RETRY_ENV = "SPECFLEET_STORE_RETRY_S"
+RETRY_RANGE_S = (1.0, 86400.0)
+
+
 def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = "15s"):
     """The scheduler's options from the flags `matrix run`, `resume` and `bench` share."""
     from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
-                            suspect_grace_s=parse_wait(wait))
+                            suspect_grace_s=parse_wait(wait), store_retry_s=store_retry_s())
 
 
 def parse_wait(text: str) -> float:
@@ -67,17 +74,50 @@ def say_suspects(view, wait: str) -> None:
                    "now; their runs stay pending until they answer)", err=True)
 
 
+def store_retry_s() -> float:
+    """How long a store write retries an unreachable store: `SPECFLEET_STORE_RETRY_S`
+    (1-86400 s) or 300 s."""
+    raw = os.environ.get(RETRY_ENV)
+    if not raw:
+        return 300.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not RETRY_RANGE_S[0] <= value <= RETRY_RANGE_S[1]:
+        raise UserError(f"{RETRY_ENV}: expected seconds between 1 and 86400, got {raw!r}")
+    return value
+
+
 def say_waiting(event) -> None:
-    """Without progress bars, say on stderr why a host waits (--require-quiet) and when it
-    stops waiting at the bound."""
-    if event.status == "waiting":
+    """Without progress bars, say on stderr why a host (or the store) makes us wait, and
+    when a host stops waiting at the bound."""
+    if event.status == "waiting" and event.host == STORE_LINE:
+        typer.echo(f"store: {event.reason}", err=True)
+    elif event.status == "waiting":
         typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
     elif event.status == "gave up":
         typer.echo(f"{event.host}: {event.reason}", err=True)
 
 
+def _refuse_live_owner(store, matrix) -> None:
+    """A second resume beside a live driver: say so and stop before starting the fleet."""
+    if matrix.status == "running" and matrix.driver_id and matrix.lease_until \
+            and matrix.lease_until > utcnow():
+        left = sum(n for status, n in matrix.counts.items() if status != "done")
+        typer.echo(f"matrix {matrix.id}: driver {matrix.driver_id} still runs it (heartbeat "
+                   f"lease until {matrix.lease_until:%H:%M:%S} UTC); took 0 runs, skipped {left}")
+        raise typer.Exit(1)
+
+
 def _print_outcome(store, outcome, fmt: str = "table", rate: str = "whole") -> None:
     aside = fmt in ("json", "csv")  # stdout holds the data alone; the words go to stderr
+    if outcome.owner is not None:
+        typer.echo(f"matrix {outcome.matrix_id}: driver {outcome.owner} still runs it "
+                   f"(its heartbeat lease is live); took 0 runs, skipped {outcome.skipped}")
+        return
+    if outcome.skipped:
+        typer.echo(f"skipped {outcome.skipped} runs a live driver still runs", err=True)
     typer.echo(
         f"matrix {outcome.matrix_id}: {outcome.status} ({outcome.done} done, "
         f"{outcome.failed} failed, {outcome.interrupted} interrupted, {outcome.pending} "
@@ -151,6 +191,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         The scheduler's `MatrixOutcome`.
     """
     with open_store(db) as store:
+        _say_replayed(store)
         view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
@@ -176,6 +217,13 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
     typer.echo(f"report: {files.markdown}")
 
 
+def _say_replayed(store) -> None:
+    done = store.replayed
+    if done.total:
+        typer.echo(f"journal: {done.written} finished results written to the store "
+                   f"({done.already} already there, {done.conflicts} refused)", err=True)
+
+
 @app.command("resume")
 def resume_cmd(
     matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
@@ -186,11 +234,14 @@ def resume_cmd(
     no_progress: NoProgressOption = False,
     wait: WaitOption = "15s",
 ) -> None:
-    """Re-queue every run of a matrix that is not done and run them; done runs are kept.
-    A host that owns runs but is not in the fleet now is waited for, up to --wait."""
+    """Re-queue every run of a matrix that is not done and that no live driver runs, and
+    run them; done runs are kept. A host that owns runs but is not in the fleet now is
+    waited for, up to --wait. Exit 1 unless every run ends done."""
     parse_wait(wait)  # a bad duration is one line, before the fleet
     with open_store(db) as store:
+        _say_replayed(store)
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
+        _refuse_live_owner(store, matrix)
         hosts = sorted({row.host for row in store.runs(matrix=matrix_id)})
         view = open_fleet(address, hosts=hosts, embedded=embedded)
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
@@ -220,12 +271,17 @@ def status(
     per_host: dict[str, Counter] = defaultdict(Counter)
     for row in rows:
         per_host[f"{row.host}/{row.engine}/{row.device}"][row.status] += 1
+    if matrix.status == "running" and matrix.driver_id:
+        typer.echo(f"  driver {matrix.driver_id}, heartbeat lease until "
+                   f"{matrix.lease_until:%H:%M:%S} UTC")
     for target, counts in sorted(per_host.items()):
         typer.echo(f"  {target}: {_counts_text(counts)}")
     for row in rows:
         if row.status in ("failed", "interrupted") and row.error:
             typer.echo(f"  {row.status} {row.run_key[:12]} {row.model} {row.prompt_name} "
                        f"{row.arm} #{row.repeat}: {row.error}")
+    if matrix.status in ("interrupted", "failed"):
+        typer.echo(f"resume with: specfleet matrix resume {matrix.id}")
 
 
 @app.command("list")

@@ -44,6 +44,7 @@ class ProgressEvent:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+STORE_LINE = "store"  # the `host` of events about the store itself (an outage being retried)
 
 
 class HostProgress:
@@ -80,6 +81,9 @@ class HostProgress:
             self._progress.stop()
 
     def update(self, event: ProgressEvent) -> None:
+        if self._progress is not None and event.host == STORE_LINE:
+            self._store_line(event.reason)
+            return
         if self._progress is None or event.host not in self._tasks:
             return
         running = 1 if event.status == "running" else 0
@@ -95,6 +99,14 @@ class HostProgress:
         )
 
 
+    def _store_line(self, reason: str) -> None:
+        assert self._progress is not None
+        if STORE_LINE not in self._tasks:
+            self._tasks[STORE_LINE] = self._progress.add_task(
+                STORE_LINE, total=None, host=STORE_LINE, state="")
+        self._progress.update(self._tasks[STORE_LINE], state=reason)
+
+
 FINISHED = ("done", "failed", "interrupted")
 
 
@@ -108,8 +120,8 @@ class RunLines:
         self._stream = stream
 
     def update(self, event: ProgressEvent) -> None:
-        if event.status == "gave up":  # once per wait: the run goes ahead, flagged
-            stream = self._stream or sys.stderr
+        if event.status == "gave up" or (event.status == "waiting" and event.host == STORE_LINE):
+            stream = self._stream or sys.stderr  # a store outage being retried, or a bound
             stream.write(f"{event.host}: {event.reason}\n")
             stream.flush()
             return

@@ -11,6 +11,7 @@ Every Ray call has a timeout. Machine leases (`locks.py`) keep two drivers apart
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -29,17 +30,21 @@ from specfleet.cluster.hoststate import (
     store_load_samples,
 )
 from specfleet.cluster.progress import (
+    STORE_LINE,
     ProgressCallback,
     ProgressEvent,
     fan_out,
     progress_for,
 )
+from specfleet.cluster.storewriter import StoreWriter
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.store.errors import StoreConflict
+from specfleet.store.leases import lease_seconds, new_driver_id
 
 __all__ = [
     "HostTally",
     "MatrixOutcome",
+    "RunInterrupted",
     "SchedulerOptions",
     "dispatch_runs",
     "resume",
@@ -57,6 +62,8 @@ class SchedulerOptions:
     ping_every_s: float = 1.0  # how often a suspect host is pinged
     suspect_grace_s: float = 15.0  # how long queued runs wait for a suspect host
     lease_s: float = 120.0  # machine lease; renewed while a run is in flight
+    store_lease_s: float | None = None  # run ownership lease (None: SPECFLEET_LEASE_S or 60 s)
+    store_retry_s: float = 300.0  # how long a store write retries an unreachable store
     require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
     quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
     progress: bool = True  # rich progress bars on stderr
@@ -74,6 +81,8 @@ class MatrixOutcome:
         pending: runs left unsent (their host was lost or has no worker).
         wall_s: wall time of the call.
         hosts: per-host tallies.
+        skipped: runs left to a live driver that holds them (a second resume).
+        owner: that driver, when it holds the whole matrix (this call took nothing).
     """
 
     matrix_id: str
@@ -84,6 +93,8 @@ class MatrixOutcome:
     pending: int
     wall_s: float
     hosts: dict[str, HostTally]
+    skipped: int = 0
+    owner: str | None = None
 
 
 @dataclass
@@ -93,6 +104,7 @@ class _Ctx:
     opts: SchedulerOptions
     notify: ProgressCallback
     leases: locks.Leases | None
+    writer: StoreWriter
     busy_machines: set[str] = field(default_factory=set)  # a run of ours is in flight there
     name_hosts: bool = False  # runs on more than one host: progress lines name the host
     name_models: bool = False  # more than one model: progress lines name the model
@@ -126,16 +138,48 @@ def run_matrix(
     Returns:
         The `MatrixOutcome`; the matrix is finished in the store with its `status`.
     """
+    return _run_owned(store, matrix_id, workers, on_progress, options, machines, requeue=False,
+                      suspect=suspect)
+
+
+def _run_owned(store, matrix_id: str, workers: dict[str, Any],
+               on_progress: ProgressCallback | None, options: SchedulerOptions | None,
+               machines: dict[str, str] | None, requeue: bool,
+               suspect: Iterable[str] = ()) -> MatrixOutcome:
     started = time.monotonic()
+    opts = options or SchedulerOptions()
+    driver_id = new_driver_id()
+    claim = store.claim_matrix(matrix_id, driver_id, _lease_s(opts), requeue=requeue)
+    if not claim.taken:  # a live driver runs it: take nothing, say so
+        return MatrixOutcome(matrix_id, "running", 0, 0, 0, 0, time.monotonic() - started, {},
+                             skipped=claim.skipped, owner=claim.owner)
     pending = {row.run_key for row in store.runs(matrix=matrix_id, status="pending")}
     runs = [spec for spec in store.runs_not_done(matrix_id) if spec.run_key in pending]
-    tallies = dispatch_runs(
-        store, runs, workers, on_progress, options=options, machines=machines, owner=matrix_id,
-        suspect=suspect,
-    )
+    try:
+        tallies = dispatch_runs(store, runs, workers, on_progress, options=opts,
+                                machines=machines, owner=matrix_id, suspect=suspect,
+                                driver_id=driver_id)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: in-flight runs are marked interrupted
+        with contextlib.suppress(Exception):
+            store.finish_matrix(matrix_id, "interrupted", driver_id)
+        raise RunInterrupted(matrix_id) from None
     healthy = {h: workers[h] for h, t in tallies.items() if t.health == "healthy"}
-    store_load_samples(store, matrix_id, healthy, (options or SchedulerOptions()).call_timeout_s)
-    return _finish(store, matrix_id, tallies, time.monotonic() - started)
+    store_load_samples(store, matrix_id, healthy, opts.call_timeout_s)
+    outcome = _finish(store, matrix_id, tallies, time.monotonic() - started, driver_id)
+    return dataclasses.replace(outcome, skipped=claim.skipped)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a matrix; its message says how to resume it."""
+
+    def __init__(self, matrix_id: str) -> None:
+        super().__init__(f"matrix {matrix_id} interrupted; runs in flight are marked "
+                         f"interrupted; resume with: specfleet matrix resume {matrix_id}")
+        self.matrix_id = matrix_id
+
+
+def _lease_s(opts: SchedulerOptions) -> float:
+    return opts.store_lease_s if opts.store_lease_s is not None else lease_seconds()
 
 
 def resume(
@@ -148,12 +192,14 @@ def resume(
     machines: dict[str, str] | None = None,
     suspect: Iterable[str] = (),
 ) -> MatrixOutcome:
-    """Re-queue every run of the matrix that is not `done`, then run them.
+    """Take the matrix over, re-queue every run not `done` that no live driver holds,
+    and run them.
 
-    Args and Returns: as `run_matrix`. Results already stored are kept as they are.
+    A matrix a live driver still holds (its heartbeat lease has not run out) is left
+    alone: the outcome then has `owner` set and `skipped` runs. Args and Returns: as
+    `run_matrix`. Results already stored are kept as they are.
     """
-    store.requeue(matrix_id)
-    return run_matrix(store, matrix_id, workers, on_progress, options=options, machines=machines,
+    return _run_owned(store, matrix_id, workers, on_progress, options, machines, requeue=True,
                       suspect=suspect)
 
 
@@ -167,6 +213,7 @@ def dispatch_runs(
     machines: dict[str, str] | None = None,
     owner: str = "runs",
     suspect: Iterable[str] = (),
+    driver_id: str | None = None,
 ) -> dict[str, HostTally]:
     """Send planned runs (already stored `pending`) to their hosts' workers; store results.
 
@@ -175,6 +222,7 @@ def dispatch_runs(
         runs: the runs, in the order each host should run them.
         workers, on_progress, options, machines, suspect: as `run_matrix`.
         owner: a label for the machine leases (the matrix or job id).
+        driver_id: this driver's id in the store (default: a new one).
 
     Returns:
         Host name -> what happened there.
@@ -183,14 +231,18 @@ def dispatch_runs(
     hosts = _make_hosts(runs, workers, machines or {}, set(suspect))
     bars, lines = progress_for({n: h.total for n, h in hosts.items()}, opts.progress)
     with bars:
+        notify = fan_out([bars.update, lines.update if lines else None, on_progress])
+        writer = StoreWriter(store, driver_id or new_driver_id(), _lease_s(opts),
+                             opts.store_retry_s, _store_waiting(notify))
         ctx = _Ctx(
             store=store,
             hosts=hosts,
             opts=opts,
-            notify=fan_out([bars.update, lines.update if lines else None, on_progress]),
+            notify=notify,
             leases=locks.Leases(owner, opts.lease_s, opts.call_timeout_s) if hosts else None,
             name_hosts=len(hosts) > 1,
             name_models=len({s.model for h in hosts.values() for s in h.queue}) > 1,
+            writer=writer,
         )
         try:
             _loop(ctx)
@@ -201,6 +253,13 @@ def dispatch_runs(
             if ctx.leases is not None:
                 ctx.leases.release_all()
     return {name: host.tally() for name, host in hosts.items()}
+
+
+def _store_waiting(notify: ProgressCallback):
+    def say(reason: str) -> None:
+        notify(ProgressEvent(STORE_LINE, "", "waiting", 0, 0, 0, "healthy", reason))
+
+    return say
 
 
 def _abandon(ctx: _Ctx, reason: str) -> None:
@@ -241,6 +300,7 @@ def _loop(ctx: _Ctx) -> None:
         if not refs:
             if _nothing_left(ctx):
                 return
+            ctx.writer.heartbeat()
             time.sleep(min(opts.poll_s, 0.05))  # waiting for a lock, quiet or a suspect host
             continue
         ready, _ = ray.wait(refs, num_returns=1, timeout=opts.poll_s)
@@ -249,6 +309,7 @@ def _loop(ctx: _Ctx) -> None:
                 _settle(ctx, host)
         _check_timeouts(ctx)
         ctx.leases.renew(ctx.busy_machines)
+        ctx.writer.heartbeat()
 
 
 def _nothing_left(ctx: _Ctx) -> bool:
@@ -275,8 +336,8 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
         return  # another driver's matrix holds the machine
     spec = host.queue.popleft()
     try:
-        ctx.store.mark_running(spec.run_key)
-    except StoreConflict:  # done meanwhile by another driver's resume: never run it twice
+        ctx.writer.mark_running(spec.run_key)
+    except StoreConflict:  # done or owned by another driver meanwhile: never run it twice
         return
     ctx.busy_machines.add(host.machine)
     host.inflight = InFlight(spec, host.worker.run.remote(spec), time.monotonic())
@@ -318,7 +379,7 @@ def _settle(ctx: _Ctx, host: HostState) -> None:
 
 def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) -> None:
     try:
-        ctx.store.record_result(result)  # failed and cancelled results keep their provenance
+        ctx.writer.record(result)  # journaled first; failed and cancelled keep provenance
     except StoreConflict:  # another driver stored this run first; its result stands
         _emit(ctx, host, spec.run_key, "done")
         return
@@ -333,13 +394,13 @@ def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) 
 
 
 def _fail(ctx: _Ctx, host: HostState, spec: RunSpec, error: str) -> None:
-    ctx.store.mark_failed(spec.run_key, error)
+    ctx.writer.mark_failed(spec.run_key, error)
     host.failed += 1
     _emit(ctx, host, spec.run_key, "failed", error, spec)
 
 
 def _interrupt(ctx: _Ctx, host: HostState, spec: RunSpec, reason: str) -> None:
-    ctx.store.mark_interrupted(spec.run_key, reason)
+    ctx.writer.mark_interrupted(spec.run_key, reason)
     host.interrupted += 1
     _emit(ctx, host, spec.run_key, "interrupted", reason, spec)
 
@@ -383,7 +444,8 @@ def _run_words(ctx: _Ctx, spec: RunSpec) -> str:
     return f"{where}{model} {spec.prompt_name} {spec.arm} rep {spec.repeat + 1}"
 
 
-def _finish(store, matrix_id: str, tallies: dict[str, HostTally], wall_s: float) -> MatrixOutcome:
+def _finish(store, matrix_id: str, tallies: dict[str, HostTally], wall_s: float,
+            driver_id: str) -> MatrixOutcome:
     counts = store.get_matrix(matrix_id).counts
     left = {status: n for status, n in counts.items() if status != "done" and n}
     if not left:
@@ -392,7 +454,8 @@ def _finish(store, matrix_id: str, tallies: dict[str, HostTally], wall_s: float)
         status = "failed"
     else:
         status = "interrupted"
-    store.finish_matrix(matrix_id, status)
+    if not store.finish_matrix(matrix_id, status, driver_id):
+        status = store.get_matrix(matrix_id).status  # taken over after our lease ran out
     return MatrixOutcome(
         matrix_id=matrix_id,
         status=status,

@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from specfleet.errors import UserError
+from specfleet.store.errors import StoreUnreachable
 
 ENV_VAR = "SPECFLEET_DB"
 BUSY_TIMEOUT_S = 60.0
@@ -156,11 +157,13 @@ def translate_error(err: DBAPIError, url: URL) -> UserError | None:
             return UserError(f"--db: cannot write the SQLite file {path} ({first})")
         if "not a database" in low or "malformed" in low or "corrupt" in low:
             return UserError(f"--db: {path} is not a usable SQLite database ({first})")
+        if "disk i/o" in low or "locked" in low:
+            return StoreUnreachable(f"--db: cannot write the SQLite file {path} now ({first})")
         return None
     if "password authentication failed" in low or "authentication" in low:
         return UserError(f"--db: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
         return UserError(f"--db: {first} (at {where})")
-    if "connection" in low or "timeout" in low or "could not" in low:
-        return UserError(f"--db: cannot reach PostgreSQL at {where} ({first})")
+    if "connection" in low or "timeout" in low or "could not" in low or "terminating" in low:
+        return StoreUnreachable(f"--db: cannot reach PostgreSQL at {where} ({first})")
     return None

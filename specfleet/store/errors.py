@@ -19,3 +19,7 @@ class UnknownRun(StoreError):
 
 class UnknownMatrix(UserError):
     """No matrix (or generation job) with this id."""
+
+
+class StoreUnreachable(UserError):
+    """The store cannot be reached right now (server down, network, disk I/O): worth a retry."""

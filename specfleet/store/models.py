@@ -64,6 +64,9 @@ class Matrix(Base):
     finished_at: Mapped[datetime | None]
     status: Mapped[str] = mapped_column(String(16))
     specfleet_version: Mapped[str] = mapped_column(String(32))
+    # The driver running the matrix and how long its heartbeat vouches for it.
+    driver_id: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None]
 
 
 class GenerationJob(Base):
@@ -142,6 +145,9 @@ class Run(Base):
     # Status.
     status: Mapped[str] = mapped_column(String(16))
     error: Mapped[str | None] = mapped_column(Text)
+    # Who runs it: the driver that marked it running, and its heartbeat lease.
+    driver_id: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None]
     result_hash: Mapped[str | None] = mapped_column(String(64))
     # Output and measurements (from RunResult).
     output_text: Mapped[str | None] = mapped_column(Text)

@@ -14,9 +14,10 @@ from sqlalchemy.orm import Session
 
 from specfleet.jobs.run import RunSpec
 from specfleet.store.errors import UnknownMatrix, UnknownRun
+from specfleet.store.leases import reads_interrupted
 from specfleet.store.models import Host, Matrix, Prompt, Run
 from specfleet.store.rows import HostRow, MatrixRow, RunRow
-from specfleet.store.values import naive_utc, run_spec
+from specfleet.store.values import naive_utc, run_spec, utcnow
 
 RUN_FIELDS = tuple(f.name for f in fields(RunRow))
 Many = str | Sequence[str] | None
@@ -189,8 +190,16 @@ def _status_counts(session: Session, ids: list[str] | None) -> dict[str, dict[st
 
 
 def _matrix_row(matrix: Matrix, counts: dict[str, int]) -> MatrixRow:
+    status, counts = matrix.status, dict(counts)
+    if reads_interrupted(status, matrix.lease_until, utcnow()):
+        # Its driver stopped renewing the lease: what it had running is lost with it.
+        status = "interrupted"
+        lost = counts.pop("running", 0)
+        if lost:
+            counts["interrupted"] = counts.get("interrupted", 0) + lost
     return MatrixRow(
         id=matrix.id, name=matrix.name, spec=matrix.spec, spec_hash=matrix.spec_hash,
-        submitted_at=matrix.submitted_at, finished_at=matrix.finished_at, status=matrix.status,
-        specfleet_version=matrix.specfleet_version, counts=dict(counts),
+        submitted_at=matrix.submitted_at, finished_at=matrix.finished_at, status=status,
+        specfleet_version=matrix.specfleet_version, counts=counts,
+        driver_id=matrix.driver_id, lease_until=matrix.lease_until,
     )

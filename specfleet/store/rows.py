@@ -94,6 +94,8 @@ class MatrixRow:
     status: str
     specfleet_version: str
     counts: dict[str, int] = field(default_factory=dict)
+    driver_id: str | None = None  # the driver that runs (or last ran) it
+    lease_until: datetime | None = None  # its heartbeat lease (naive UTC)
 
     @property
     def total_runs(self) -> int:

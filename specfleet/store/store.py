@@ -13,7 +13,7 @@ import re
 import secrets
 import sqlite3
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.engine import URL
@@ -32,6 +32,8 @@ from specfleet.store.engine import (
     translate_error,
 )
 from specfleet.store.errors import StoreConflict, UnknownMatrix, UnknownRun
+from specfleet.store.journal import Journal, ReplayOutcome
+from specfleet.store.leases import StoreLeases, lease_seconds
 from specfleet.store.migrate import ensure_schema
 from specfleet.store.models import GenerationJob, Host, Matrix, Prompt, Run
 from specfleet.store.queries import StoreQueries
@@ -54,7 +56,8 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (DBAPIError, *_DRIVER_ERRO
 def open_store(url: str | None = None) -> Store:
     """Open the store at `url` (else `SPECFLEET_DB`, else the default SQLite file).
 
-    Creates or upgrades the schema on first use.
+    Creates or upgrades the schema on first use, then writes any results left in this
+    store's journal (`journal.py`) by a driver that could not reach it.
 
     Args:
         url: `sqlite:///PATH`, `postgresql+psycopg://USER:PW@HOST:PORT/DB` or a file path.
@@ -71,7 +74,10 @@ def open_store(url: str | None = None) -> Store:
     engine = make_engine(resolved)
     with connection_errors(resolved, engine):
         ensure_schema(engine, resolved)
-    return Store(engine, resolved)
+    store = Store(engine, resolved)
+    # Results a driver finished but could not store (an outage longer than its retries).
+    store.replayed = Journal(resolved).replay(store)
+    return store
 
 
 @contextlib.contextmanager
@@ -100,13 +106,14 @@ def new_matrix_id(name: str) -> str:
     return f"{slug}-{secrets.token_hex(3)}"
 
 
-class Store(StoreQueries, StoreSeries):
+class Store(StoreQueries, StoreSeries, StoreLeases):
     """Writes and reads of one database; see the module docstring for transactions."""
 
     def __init__(self, engine: Engine, url: URL):
         self.engine = engine
         self.url = url
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+        self.replayed = ReplayOutcome()  # what open_store replayed from the journal
 
     @property
     def display_url(self) -> str:
@@ -170,6 +177,8 @@ class Store(StoreQueries, StoreSeries):
         matrix = Matrix(
             id=matrix_id, name=name, spec=spec, spec_hash=values.json_hash(spec),
             submitted_at=now, status="running", specfleet_version=specfleet.__version__,
+            # Reads `running` until a driver claims it, `interrupted` if none ever does.
+            lease_until=now + timedelta(seconds=lease_seconds()),
         )
         self._insert_planned(matrix, runs, now, matrix_id=matrix_id)
         return matrix_id
@@ -214,22 +223,35 @@ class Store(StoreQueries, StoreSeries):
         except IntegrityError as err:
             raise StoreConflict(f"plan not stored: {str(err.orig).splitlines()[0]}") from None
 
-    def finish_matrix(self, matrix_id: str, status: str) -> None:
-        """Set a matrix's final status (done, failed, interrupted, cancelled) and finish time."""
-        self._finish(Matrix, matrix_id, status)
+    def finish_matrix(self, matrix_id: str, status: str, driver_id: str | None = None) -> bool:
+        """Set a matrix's final status (done, failed, interrupted, cancelled) and finish time.
+
+        With `driver_id`, only while that driver still holds the matrix (another driver's
+        resume may have taken it over after our lease ran out).
+
+        Returns:
+            Whether the status was set.
+        """
+        return self._finish(Matrix, matrix_id, status, driver_id)
 
     def finish_generation_job(self, job_id: str, status: str) -> None:
         """Set a generation job's final status and finish time."""
         self._finish(GenerationJob, job_id, status)
 
-    def _finish(self, model, ident: str, status: str) -> None:
+    def _finish(self, model, ident: str, status: str, driver_id: str | None = None) -> bool:
         if status not in FINAL_MATRIX_STATUSES:
             raise ValueError(f"status must be one of {FINAL_MATRIX_STATUSES}, not {status!r}")
         with self._write() as session:
             row = session.get(model, ident, with_for_update=True)
             if row is None:
                 raise UnknownMatrix(f"no matrix or job {ident!r} in {self.display_url}")
+            owner = getattr(row, "driver_id", None)
+            if driver_id is not None and owner not in (None, driver_id):
+                return False
             row.status, row.finished_at = status, utcnow()
+            if model is Matrix:
+                row.lease_until = None
+            return True
 
     def requeue(self, matrix_id: str) -> int:
         """Put every run of the matrix that is not `done` back to `pending`.
@@ -242,6 +264,7 @@ class Store(StoreQueries, StoreSeries):
             if matrix is None:
                 raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
             matrix.status, matrix.finished_at = "running", None
+            matrix.lease_until = utcnow() + timedelta(seconds=lease_seconds())
             result = session.execute(
                 update(Run)
                 .where(Run.matrix_id == matrix_id, Run.status != "done")
@@ -251,16 +274,11 @@ class Store(StoreQueries, StoreSeries):
 
     # runs ----------------------------------------------------------------------------------
 
-    def mark_running(self, run_key: str) -> None:
-        """Mark a run as started now; a `done` run is refused with StoreConflict."""
-        with self._write() as session:
-            run = self._locked_run(session, run_key)
-            if run.status == "done":
-                raise StoreConflict(f"run {run_key!r} is already done; it is never replayed")
-            run.status, run.error, run.started_at = "running", None, utcnow()
-
-    def record_result(self, result: RunResult) -> None:
+    def record_result(self, result: RunResult) -> bool:
         """Write a run's result; an identical second write is a no-op.
+
+        Returns:
+            True when written, False when the identical result was already there.
 
         Raises:
             UnknownRun: the run key was never planned.
@@ -272,7 +290,7 @@ class Store(StoreQueries, StoreSeries):
             run = self._locked_run(session, result.run_key)
             if run.status == "done":
                 if run.result_hash == digest:
-                    return
+                    return False
                 raise StoreConflict(f"run {result.run_key!r} is done with a different result")
             planned = (run.host, run.engine, run.device)
             got = (result.target.host, result.target.engine, result.target.device)
@@ -282,6 +300,7 @@ class Store(StoreQueries, StoreSeries):
                     f"result came from {'/'.join(got)}"
                 )
             values.apply_result(run, result, digest, utcnow())
+            return True
 
     def mark_interrupted(self, run_key: str, reason: str) -> None:
         """Mark a run interrupted (lost worker); a `done` run is left as it is."""
@@ -297,6 +316,7 @@ class Store(StoreQueries, StoreSeries):
             if run.status == "done":
                 return
             run.status, run.error, run.finished_at = status, error, utcnow()
+            run.lease_until = None
 
     @staticmethod
     def _locked_run(session: Session, run_key: str) -> Run:

@@ -117,6 +117,7 @@ def apply_result(run: Run, result: RunResult, digest: str, now: datetime) -> Non
     run.specfleet_version = str(result.versions.get("specfleet", run.specfleet_version))
     run.started_at = naive_utc(result.started_at) or run.started_at
     run.finished_at = naive_utc(result.finished_at) or now
+    run.lease_until = None  # settled: nobody needs to vouch for it any more
 
 
 def run_spec(run: Run, prompt_text: str) -> RunSpec:

@@ -30,7 +30,7 @@ from specfleet.workers.runsetup import (
     run_policy,
     sampler_config,
 )
-from specfleet.workers.toy import build_toy_runner, toy_weights_hash
+from specfleet.workers.toy import build_toy_runner, log_toy_run, toy_weights_hash
 
 # Share of host memory the loaded models may take together (the rest: KV caches, the OS).
 MODEL_MEMORY_SHARE = 0.5
@@ -251,6 +251,8 @@ class HostWorker:
             after = self._probe.sample()
         except Exception as err:  # a failed run is a result, not a crash of the worker
             return self._failed(spec, err, started_at)
+        if spec.target.engine == "toy":
+            log_toy_run(spec.run_key)
         result = self._result(spec, prepared, generation, started_at)
         noisy = other_run_active or not quiet.quiet
         return result.model_copy(update={"load_before": load_before, "noisy": noisy,

@@ -13,6 +13,9 @@ Model names: `<kind>[:<ms>ms]`, kind one of
 
 `:<ms>ms` sleeps that long in every prefill and forward, e.g. `script:2ms`, so a run takes
 a predictable few milliseconds.
+
+With `SPECFLEET_TOY_RUN_LOG=PATH` in a worker's environment, every finished toy run appends
+its run key to PATH: fault tests count how often each run really executed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from specfleet.errors import UserError
 TOY_KINDS: tuple[str, ...] = ("script", "induction", "constant", "fail", "exit")
 _NAME = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<ms>\d+(?:\.\d+)?)ms)?$")
 _SCRIPT_LEN = 4096
+TOY_RUN_LOG_ENV = "SPECFLEET_TOY_RUN_LOG"
 
 
 class ToyEngineRunner:
@@ -102,3 +106,15 @@ def build_toy_runner(name: str, prompt_text: str) -> ToyEngineRunner:
 def toy_weights_hash(name: str) -> str:
     """A stable stand-in for the weights hash of a toy model."""
     return hashlib.sha256(f"toy:{parse_toy_model(name)[0]}".encode()).hexdigest()
+
+
+def log_toy_run(run_key: str) -> None:
+    """Append `run_key` to `$SPECFLEET_TOY_RUN_LOG` when set (one write: lines never mix)."""
+    path = os.environ.get(TOY_RUN_LOG_ENV)
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, f"{run_key}\n".encode())
+    finally:
+        os.close(fd)

@@ -30,7 +30,6 @@ def evidence_db(db_path, worker):  # noqa: F811
             Seed(H1, "script", "echo", "graded", (150.0,)),
         ], FAILED_ARM_ID)
         key = f"{FAILED_ARM_ID}/{H1.label}/script/echo/graded/0"
-        store.requeue(FAILED_ARM_ID)  # nothing to requeue: every run is done
         _fail_run(store, key)
         _plan_only(store, NOTHING_DONE_ID)
         seed_matrix(store, worker, "other", [Seed(H2, "induction", "copy", "plain", (9.0,))],

@@ -1,8 +1,7 @@
 """`specfleet matrix ...` and `specfleet job ...` on a real two-host Ray cluster.
 
-The driver-kill test runs `specfleet matrix run` in a real subprocess and SIGKILLs it mid
-matrix; `matrix resume` then completes it without losing or doubling a run. The bad-input
-table checks that every malformed file and call is one line, exit 2, store untouched.
+(The driver-kill, double-resume and store-outage tests live in tests/cluster/test_faults.py.)
+The bad-input table checks that every malformed file and call is one line, exit 2, store untouched.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ import os
 import re
 import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from typer.testing import CliRunner
 
 from specfleet.cli.main import app
 from specfleet.store import open_store
-from tests.cluster.raycluster import start_fleet, wait_until, workers
+from tests.cluster.raycluster import start_fleet, workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -155,44 +152,6 @@ def test_job_generate_and_calibrate(fleet, tmp_path, db):
         costs = store.width_costs(engine="toy")
     assert sorted((c.host, c.width) for c in costs) == [
         (h, w) for h in ("alpha", "beta") for w in (1, 2, 3)]
-
-
-def test_killed_driver_then_resume_completes_without_duplicates(fleet, tmp_path, db):
-    slow = TOY_MATRIX.replace("script:1ms", "script:15ms").replace("max_tokens: 12",
-                                                                    "max_tokens: 20")
-    slow = slow.replace("arms: [plain, graded]", "arms: [plain]").replace("repeats: 2",
-                                                                          "repeats: 6")
-    path = write(tmp_path, "slow.yaml", slow)
-    cmd = [str(Path(sys.executable).parent / "specfleet"), "matrix", "run", path,
-           "--address", fleet.address, "--db", db, "--no-progress"]
-    log = tmp_path / "driver.log"
-    with log.open("w") as sink:
-        driver = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=os.environ)
-        try:
-            started = wait_until(lambda: row_counts(db).get("runs", 0) == 12, 60, 0.2)
-            assert started, log.read_text()
-            assert wait_until(lambda: _done(db) >= 2, 60, 0.05), log.read_text()
-        finally:
-            driver.send_signal(signal.SIGKILL)
-            driver.wait(timeout=10)
-    with open_store(db) as store:
-        (matrix,) = store.list_matrices()
-        before = {r.run_key: r.finished_at for r in store.runs(matrix=matrix.id, status="done")}
-    assert 2 <= len(before) < 12
-    result = invoke("matrix", "resume", matrix.id, "--address", fleet.address, "--db", db,
-                    "--no-progress")
-    assert result.exit_code == 0, (result.stdout, result.stderr)
-    with open_store(db) as store:
-        rows = store.runs(matrix=matrix.id)
-    assert len(rows) == 12 and len({r.run_key for r in rows}) == 12
-    assert {r.status for r in rows} == {"done"}
-    assert {r.run_key: r.finished_at for r in rows if r.run_key in before} == before
-    assert row_counts(db)["runs"] == 12
-
-
-def _done(url: str) -> int:
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-        return conn.execute("select count(*) from runs where status='done'").fetchone()[0]
 
 
 BAD_FILES = {

@@ -1,0 +1,132 @@
+"""The scheduler's side of the store: owned runs, journaled results, writes that outlast
+an outage.
+
+- Every run is marked `running` under this driver's id with a heartbeat lease; `heartbeat()`
+  renews the leases every `lease_s / 4` (a store fault there is only noted: the next write
+  retries anyway).
+- A finished result goes to the journal on this machine's disk first, then to the store.
+- A write that finds the store unreachable is retried with backoff (0.5 s doubling to 8 s)
+  for at most `retry_s`, each wait reported through `on_wait` (the progress line). Past the
+  bound it raises `StoreOutage`: the driver stops, and the journal keeps what it finished
+  for the next writing command on this store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import OperationalError
+
+from specfleet.errors import UserError
+from specfleet.jobs.run import RunResult
+from specfleet.store.errors import StoreUnreachable
+from specfleet.store.journal import Journal
+
+T = TypeVar("T")
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 8.0
+_TRANSIENT = (StoreUnreachable, OperationalError)
+
+
+class StoreOutage(UserError):
+    """The store stayed unreachable past the retry bound; finished results are journaled."""
+
+
+class StoreWriter:
+    """Writes of one driver to one store.
+
+    Args:
+        store: an open `Store`.
+        driver_id: this driver's id (`store.leases.new_driver_id`).
+        lease_s: the heartbeat lease.
+        retry_s: how long one write keeps retrying an unreachable store.
+        on_wait: called with a one-line reason before each retry wait.
+    """
+
+    def __init__(self, store: Any, driver_id: str, lease_s: float, retry_s: float,
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        self.store = store
+        self.driver_id = driver_id
+        self.lease_s = lease_s
+        self.retry_s = retry_s
+        self.on_wait = on_wait or (lambda _reason: None)
+        self.journal = Journal(store.url)
+        self._beat_at = time.monotonic()
+
+    def mark_running(self, run_key: str) -> None:
+        """Mark the run running under this driver (StoreConflict: not ours to run)."""
+        self._retry("mark a run running", self.store.mark_running, run_key, self.driver_id,
+                    self.lease_s)
+
+    def record(self, result: RunResult) -> bool:
+        """Journal the result, store it, then drop its journal entry.
+
+        Returns:
+            True when written now, False when the store already had it.
+
+        Raises:
+            StoreConflict: the store holds a different result (the entry is dropped: the
+                stored result stands).
+            StoreOutage: the store stayed unreachable; the entry stays for replay.
+        """
+        self.journal.write(result)
+        try:
+            fresh = self._retry("store a result", self.store.record_result, result)
+        except StoreOutage:
+            raise
+        except Exception:
+            self.journal.done(result.run_key)  # refused for good, not lost to an outage
+            raise
+        self.journal.done(result.run_key)
+        return fresh
+
+    def mark_failed(self, run_key: str, error: str) -> None:
+        self._retry("mark a run failed", self.store.mark_failed, run_key, error)
+
+    def mark_interrupted(self, run_key: str, reason: str) -> None:
+        self._retry("mark a run interrupted", self.store.mark_interrupted, run_key, reason)
+
+    def heartbeat(self) -> None:
+        """Renew this driver's leases if a quarter of the lease has passed."""
+        now = time.monotonic()
+        if now - self._beat_at < self.lease_s / 4:
+            return
+        self._beat_at = now
+        try:
+            self.store.heartbeat(self.driver_id, self.lease_s)
+        except _TRANSIENT as err:
+            self.on_wait(f"store unreachable, lease not renewed: {_short(err)}")
+
+    def _retry(self, what: str, call: Callable[..., T], *args: Any) -> T:
+        deadline = time.monotonic() + self.retry_s
+        delay, attempt = FIRST_BACKOFF_S, 0
+        while True:
+            try:
+                return call(*args)
+            except _TRANSIENT as err:
+                attempt += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._outage(what, err) from None
+                wait = min(delay, left)
+                self.on_wait(f"store unreachable ({_short(err)}); retry {attempt} in "
+                             f"{wait:.1f} s, giving up in {left:.0f} s; "
+                             f"{len(self.journal.pending())} results journaled")
+                time.sleep(wait)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+
+    def _outage(self, what: str, err: BaseException) -> StoreOutage:
+        kept = len(self.journal.pending())
+        return StoreOutage(
+            f"the store stayed unreachable for {self.retry_s:g} s (could not {what}: "
+            f"{_short(err)}); {kept} finished results are kept in {self.journal.dir} and "
+            "are written by the next `specfleet matrix resume` (or any writing command) "
+            "on this store"
+        )
+
+
+def _short(err: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(getattr(err, "orig", None) or err).split())
+    return text[:limit] or type(err).__name__

@@ -1,0 +1,133 @@
+"""The result journal: a finished result is on the driver's disk before the store sees it.
+
+The scheduler writes each result it fetches to one file (written to a temp name, fsynced,
+then renamed), writes it to the store, and deletes the file once the store has it. When the
+store stays unreachable longer than the driver's retry bound, the files stay; the next
+writing command on that store (`matrix resume`, `matrix run`, ...) replays them. Replay is
+idempotent: the store keeps one row per run key and takes an identical result twice as one.
+
+One directory per store (a hash of its URL, password left out) under
+`$SPECFLEET_JOURNAL_DIR` or the user data dir; directories 0700, files 0600.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+from sqlalchemy.engine import URL
+
+from specfleet.jobs.run import RunResult
+
+JOURNAL_ENV = "SPECFLEET_JOURNAL_DIR"
+SUFFIX = ".json"
+CONFLICT_SUFFIX = ".conflict"  # the store holds a different result: kept for a person to see
+
+
+def journal_root() -> Path:
+    """`$SPECFLEET_JOURNAL_DIR`, else `journal/` in the user data dir."""
+    raw = os.environ.get(JOURNAL_ENV)
+    if raw:
+        return Path(raw).expanduser()
+    return Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "journal"
+
+
+def store_key(url: URL) -> str:
+    """A name for one store's journal: sha256 of its URL without the password."""
+    return hashlib.sha256(url.render_as_string(hide_password=True).encode()).hexdigest()[:16]
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.is_symlink() or not path.is_dir():
+        raise OSError(f"{path} is not a private directory")
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What a replay did: results written, already there, refused (kept as `.conflict`)."""
+
+    written: int = 0
+    already: int = 0
+    conflicts: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.written + self.already + self.conflicts
+
+
+class Journal:
+    """The journal of one store.
+
+    Args:
+        url: the store's URL (names the directory).
+        root: the journal root (default `journal_root()`).
+    """
+
+    def __init__(self, url: URL, root: Path | None = None) -> None:
+        self.dir = (root or journal_root()) / store_key(url)
+
+    def entry(self, run_key: str) -> Path:
+        return self.dir / (hashlib.sha256(run_key.encode()).hexdigest()[:32] + SUFFIX)
+
+    def write(self, result: RunResult) -> Path:
+        """Put `result` on disk for good (fsynced) before it goes to the store."""
+        _private_dir(self.dir)
+        final = self.entry(result.run_key)
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        data = json.dumps(result.model_dump(mode="json")).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a crash
+        finally:
+            os.close(dir_fd)
+        return final
+
+    def done(self, run_key: str) -> None:
+        """The store has the result: drop its entry."""
+        self.entry(run_key).unlink(missing_ok=True)
+
+    def pending(self) -> list[Path]:
+        """Entries not yet in the store, oldest first."""
+        if not self.dir.is_dir():
+            return []
+        entries = [p for p in self.dir.iterdir() if p.suffix == SUFFIX and p.is_file()]
+        return sorted(entries, key=lambda p: p.stat().st_mtime)
+
+    def replay(self, store) -> ReplayOutcome:
+        """Write every pending entry to `store` (idempotent); conflicting ones are renamed
+        `.conflict` and kept. Store faults propagate: the entries stay for next time."""
+        from specfleet.store.errors import StoreConflict, UnknownRun
+
+        written = already = conflicts = 0
+        for path in self.pending():
+            try:
+                result = RunResult.model_validate_json(path.read_bytes())
+            except (OSError, ValueError):
+                path.rename(path.with_suffix(CONFLICT_SUFFIX))
+                conflicts += 1
+                continue
+            try:
+                fresh = store.record_result(result)
+            except (StoreConflict, UnknownRun):
+                path.rename(path.with_suffix(CONFLICT_SUFFIX))
+                conflicts += 1
+                continue
+            path.unlink(missing_ok=True)
+            written += bool(fresh)
+            already += not fresh
+        return ReplayOutcome(written, already, conflicts)

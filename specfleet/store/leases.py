@@ -1,0 +1,164 @@
+"""Run ownership: which driver runs a matrix and its runs, vouched for by a heartbeat lease.
+
+A driver (one `matrix run`, `resume` or `job generate` process) claims a matrix, marks each
+run it sends `running` under its id, and renews the leases of both every `lease_s / 4`
+seconds. `resume` claims only a matrix whose lease expired (its driver died or lost the
+store for longer than the lease) and takes only pending runs and runs whose lease expired;
+a matrix whose lease expired reads `interrupted`, never `running` forever.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, not_, select, update
+
+from specfleet.errors import UserError
+from specfleet.store.errors import StoreConflict, UnknownMatrix
+from specfleet.store.models import Matrix, Run
+from specfleet.store.values import utcnow
+
+LEASE_ENV = "SPECFLEET_LEASE_S"
+DEFAULT_LEASE_S = 60.0
+LEASE_RANGE_S = (1.0, 3600.0)
+
+
+def lease_seconds() -> float:
+    """The heartbeat lease: `SPECFLEET_LEASE_S` (1-3600 s) or 60 s.
+
+    Raises:
+        UserError: the variable is not a number in range.
+    """
+    raw = os.environ.get(LEASE_ENV)
+    if not raw:
+        return DEFAULT_LEASE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    low, high = LEASE_RANGE_S
+    if not low <= value <= high:  # also refuses nan
+        raise UserError(f"{LEASE_ENV}: expected seconds between {low:g} and {high:g}, "
+                        f"got {raw!r}")
+    return value
+
+
+def new_driver_id() -> str:
+    """An id unique to this process and call: `host:pid:random`."""
+    return f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What `claim_matrix` got.
+
+    Attributes:
+        taken: the caller now owns the matrix.
+        requeued: runs put back to `pending` (resume only).
+        skipped: runs a live driver holds (all of them when `taken` is False).
+        owner: the live driver that holds the matrix when `taken` is False.
+        lease_until: that driver's lease (naive UTC).
+    """
+
+    taken: bool
+    requeued: int = 0
+    skipped: int = 0
+    owner: str | None = None
+    lease_until: datetime | None = None
+
+
+def lease_live(driver_id: str | None, lease_until: datetime | None, now: datetime) -> bool:
+    """A lease someone still holds."""
+    return driver_id is not None and lease_until is not None and lease_until > now
+
+
+def reads_interrupted(status: str, lease_until: datetime | None, now: datetime) -> bool:
+    """A `running` matrix or run whose lease has run out: its driver is gone."""
+    return status == "running" and (lease_until is None or lease_until <= now)
+
+
+class StoreLeases:
+    """Ownership writes of `Store` (mixed in; needs `_write()` and `display_url`)."""
+
+    display_url: str
+
+    def claim_matrix(self, matrix_id: str, driver_id: str, lease_s: float,
+                     requeue: bool = False) -> Claim:
+        """Take a matrix unless a live driver holds it; with `requeue`, put every run that
+        is not done and not held by a live driver back to `pending`.
+
+        Raises:
+            UnknownMatrix: no such matrix.
+        """
+        now = utcnow()
+        with self._write() as session:
+            matrix = session.get(Matrix, matrix_id, with_for_update=True)
+            if matrix is None:
+                raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
+            if matrix.status == "running" and matrix.driver_id not in (None, driver_id) \
+                    and lease_live(matrix.driver_id, matrix.lease_until, now):
+                left = session.scalar(select(func.count()).select_from(Run).where(
+                    Run.matrix_id == matrix_id, Run.status != "done"))
+                return Claim(False, 0, left or 0, matrix.driver_id, matrix.lease_until)
+            matrix.driver_id, matrix.lease_until = driver_id, now + timedelta(seconds=lease_s)
+            matrix.status, matrix.finished_at = "running", None
+            if not requeue:
+                return Claim(True)
+            held = and_(Run.status == "running", Run.driver_id != driver_id,
+                        Run.lease_until > now)
+            skipped = session.scalar(select(func.count()).select_from(Run).where(
+                Run.matrix_id == matrix_id, held))
+            requeued = session.execute(
+                update(Run).where(Run.matrix_id == matrix_id, Run.status != "done",
+                                  not_(held))
+                .values(status="pending", error=None, started_at=None, finished_at=None,
+                        driver_id=None, lease_until=None)
+            ).rowcount
+            return Claim(True, requeued, skipped or 0)
+
+    def heartbeat(self, driver_id: str, lease_s: float) -> None:
+        """Renew the leases of the driver's running matrices and runs."""
+        until = utcnow() + timedelta(seconds=lease_s)
+        with self._write() as session:
+            for model in (Matrix, Run):
+                session.execute(update(model).where(
+                    model.driver_id == driver_id, model.status == "running"
+                ).values(lease_until=until))
+
+    def mark_running(self, run_key: str, driver_id: str | None = None,
+                     lease_s: float = DEFAULT_LEASE_S) -> None:
+        """Mark a run as started now by `driver_id`.
+
+        Raises:
+            StoreConflict: the run is done, a live driver runs it, or its matrix is now
+                held by another driver (taken over after our lease ran out).
+        """
+        now = utcnow()
+        with self._write() as session:
+            run = self._locked_run(session, run_key)
+            if run.status == "done":
+                raise StoreConflict(f"run {run_key!r} is already done; it is never replayed")
+            if run.status == "running" and run.driver_id != driver_id \
+                    and lease_live(run.driver_id, run.lease_until, now):
+                raise StoreConflict(f"run {run_key!r} is running under driver {run.driver_id}")
+            if driver_id is not None and run.matrix_id is not None:
+                owner = session.get(Matrix, run.matrix_id).driver_id
+                if owner not in (None, driver_id):
+                    raise StoreConflict(f"matrix {run.matrix_id!r} is now run by {owner}")
+            run.status, run.error, run.started_at = "running", None, now
+            run.driver_id = driver_id
+            run.lease_until = now + timedelta(seconds=lease_s) if driver_id else None
+
+    def release_matrix(self, matrix_id: str, driver_id: str) -> bool:
+        """Whether `driver_id` still holds the matrix (its lease is then dropped)."""
+        with self._write() as session:
+            matrix = session.get(Matrix, matrix_id, with_for_update=True)
+            if matrix is None or matrix.driver_id not in (None, driver_id):
+                return False
+            matrix.lease_until = None
+            return True
+

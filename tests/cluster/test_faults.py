@@ -1,0 +1,219 @@
+"""Fault tests on a real Ray cluster with real drivers (`specfleet matrix run` subprocesses):
+a driver SIGKILLed mid-matrix, a second resume beside a live driver, PostgreSQL stopped for
+20 s mid-matrix, and an outage longer than the driver's retry bound (journal + replay).
+
+Each prints its run counts (`FAULT COUNTS ...`: expected / done / interrupted / run twice /
+stored twice); docs/benchmark_results/faults.md records them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.store import open_store
+from specfleet.workers.toy import TOY_RUN_LOG_ENV
+from tests.cluster.faultcounts import fault_counts
+from tests.cluster.raycluster import start_fleet, wait_until, workers
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+SLOW_TOY = """\
+name: faults
+models: ["script:15ms"]
+prompts:
+  - {name: code, text: "def add(a, b):\\n    return a + b\\n"}
+arms: [plain]
+repeats: REPEATS
+max_tokens: 20
+targets: {engines: [toy]}
+"""
+SPECFLEET = str(Path(sys.executable).parent / "specfleet")
+
+
+@pytest.fixture(scope="module")
+def run_log(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("toylog") / "runs.log"
+
+
+@pytest.fixture(scope="module")
+def fleet(run_log):
+    os.environ[TOY_RUN_LOG_ENV] = str(run_log)  # the workers inherit it
+    try:
+        cluster = start_fleet(("solo",))
+        workers(cluster)
+    finally:
+        os.environ.pop(TOY_RUN_LOG_ENV)
+    yield cluster
+    cluster.shutdown()
+
+
+def matrix_file(tmp_path: Path, repeats: int, model: str = "script:15ms") -> str:
+    path = tmp_path / "faults.yaml"
+    path.write_text(SLOW_TOY.replace("REPEATS", str(repeats)).replace("script:15ms", model))
+    return str(path)
+
+
+def driver_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "SPECFLEET_JOURNAL_DIR": str(tmp_path / "journal"), **extra}
+
+
+def start_driver(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
+    with log.open("w") as sink:
+        return subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+
+def only_matrix(url: str):
+    with open_store(url) as store:
+        (matrix,) = store.list_matrices()
+    return matrix
+
+
+def done_count(url: str) -> int:
+    with open_store(url) as store:
+        return sum(m.counts.get("done", 0) for m in store.list_matrices())
+
+
+def run_cmd(fleet, path: str, db: str) -> list[str]:
+    return [SPECFLEET, "matrix", "run", path, "--address", fleet.address, "--db", db,
+            "--no-progress"]
+
+
+def resume(fleet, matrix_id: str, db: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([SPECFLEET, "matrix", "resume", matrix_id, "--address", fleet.address,
+                           "--db", db, "--no-progress"], env=env, capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_killed_driver_reads_interrupted_then_resume_completes(fleet, tmp_path, run_log):
+    db = f"sqlite:///{tmp_path / 'kill.db'}"
+    env = driver_env(tmp_path, SPECFLEET_LEASE_S="3")
+    log = tmp_path / "driver.log"
+    driver = start_driver(run_cmd(fleet, matrix_file(tmp_path, 8), db), env, log)
+    try:
+        assert wait_until(lambda: (tmp_path / "kill.db").exists() and done_count(db) >= 2,
+                          90, 0.1), log.read_text()
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+    matrix = only_matrix(db)
+    in_flight = matrix.counts.get("running", 0)
+    before = done_count(db)
+    assert matrix.status == "running"  # its lease still vouches for it
+    assert wait_until(lambda: only_matrix(db).status == "interrupted", 20, 0.2)
+    status = CliRunner().invoke(app, ["matrix", "status", matrix.id, "--db", db])
+    assert "interrupted" in status.stdout and f"matrix resume {matrix.id}" in status.stdout
+    assert wait_until(lambda: _idle(fleet), 30, 0.2)  # the orphaned run ends on the worker
+    done = resume(fleet, matrix.id, db, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = fault_counts(db, matrix.id, run_log, orphaned=in_flight)
+    print(counts.line(f"driver SIGKILL after {before} of 8 runs"))
+    assert (counts.expected, counts.done, counts.interrupted) == (8, 8, 0)
+    assert (counts.run_twice, counts.stored_twice) == (0, 0)
+
+
+def _idle(fleet) -> bool:
+    import ray
+
+    from specfleet.workers import actor
+
+    return not ray.get(actor.get_worker("solo").status.remote(), timeout=10)["busy"]
+
+
+def test_a_second_resume_beside_a_live_driver_takes_nothing(fleet, tmp_path, run_log):
+    db = f"sqlite:///{tmp_path / 'two.db'}"
+    env = driver_env(tmp_path)
+    log = tmp_path / "driver.log"
+    driver = start_driver(run_cmd(fleet, matrix_file(tmp_path, 10, "script:50ms"), db), env,
+                          log)
+    try:
+        assert wait_until(lambda: (tmp_path / "two.db").exists() and done_count(db) >= 1,
+                          90, 0.1), log.read_text()
+        matrix_id = only_matrix(db).id
+        # In this process: the refusal comes before any fleet is touched.
+        second = CliRunner().invoke(app, ["matrix", "resume", matrix_id, "--address",
+                                          fleet.address, "--db", db, "--no-progress"])
+        assert driver.poll() is None, "the first driver finished before the second resume"
+        assert driver.wait(timeout=120) == 0, log.read_text()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert second.exit_code == 1, second.stdout + second.stderr
+    assert "still runs it" in second.stdout and "took 0 runs" in second.stdout
+    counts = fault_counts(db, matrix_id, run_log)
+    print(counts.line("second resume beside a live driver"))
+    assert (counts.expected, counts.done, counts.run_twice, counts.stored_twice) == (
+        10, 10, 0, 0)
+
+
+@pytest.mark.postgres
+def test_postgres_stopped_20s_mid_matrix_loses_nothing(fleet, tmp_path, run_log, pg_server,
+                                                       pg_url):
+    env = driver_env(tmp_path)
+    log = tmp_path / "driver.log"
+    open_store(pg_url).close()
+    driver = start_driver(run_cmd(fleet, matrix_file(tmp_path, 8), pg_url), env, log)
+    try:
+        assert wait_until(lambda: done_count(pg_url) >= 2, 90, 0.1), log.read_text()
+        pg_server.stop()
+        time.sleep(20)
+        pg_server.start()
+        assert driver.wait(timeout=180) == 0, log.read_text()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert "store: store unreachable" in log.read_text()
+    counts = fault_counts(pg_url, only_matrix(pg_url).id, run_log)
+    print(counts.line("PostgreSQL stopped 20 s mid-matrix"))
+    assert (counts.expected, counts.done, counts.interrupted) == (8, 8, 0)
+    assert (counts.run_twice, counts.stored_twice) == (0, 0)
+
+
+@pytest.mark.postgres
+def test_an_outage_past_the_retry_bound_leaves_a_journal_that_resume_replays(
+        fleet, tmp_path, run_log, pg_server, pg_url):
+    env = driver_env(tmp_path, SPECFLEET_STORE_RETRY_S="3", SPECFLEET_LEASE_S="3")
+    log = tmp_path / "driver.log"
+    open_store(pg_url).close()
+    # Runs of ~2 s, so the server stops while one is in flight: its result is journaled.
+    path = matrix_file(tmp_path, 6, "script:80ms")
+    driver = start_driver(run_cmd(fleet, path, pg_url), env, log)
+    try:
+        assert wait_until(lambda: done_count(pg_url) >= 2 and _running(pg_url), 90, 0.05), \
+            log.read_text()
+        pg_server.stop()
+        try:
+            code = driver.wait(timeout=60)
+        finally:
+            pg_server.start()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    text = log.read_text()
+    assert code == 2 and "stayed unreachable for 3 s" in text, text
+    assert "Traceback" not in text
+    journaled = list((tmp_path / "journal").rglob("*.json"))
+    assert journaled, text
+    matrix_id = only_matrix(pg_url).id
+    time.sleep(3.5)  # the stopped driver's lease runs out
+    done = resume(fleet, matrix_id, pg_url, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"journal: {len(journaled)} finished results written" in done.stderr
+    counts = fault_counts(pg_url, matrix_id, run_log)
+    print(counts.line(f"PostgreSQL down past a 3 s retry bound ({len(journaled)} journaled)"))
+    assert (counts.expected, counts.done, counts.interrupted) == (6, 6, 0)
+    assert (counts.run_twice, counts.stored_twice) == (0, 0)
+
+
+def _running(url: str) -> bool:
+    with open_store(url) as store:
+        return bool(store.runs(status="running"))

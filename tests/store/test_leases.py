@@ -1,0 +1,63 @@
+"""Run ownership in the store: claims, heartbeats, expired leases read `interrupted`, and a
+second driver takes nothing a live one holds. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specfleet.errors import UserError
+from specfleet.store.errors import StoreConflict
+from specfleet.store.leases import LEASE_ENV, lease_seconds
+from tests.store.factory import grid, result
+
+
+def test_a_live_driver_keeps_its_matrix_and_runs(store) -> None:
+    runs = grid(repeats=2)
+    matrix_id = store.create_matrix("demo", {}, runs)
+    assert store.claim_matrix(matrix_id, "d1", 30.0).taken
+    store.mark_running(runs[0].run_key, "d1", 30.0)
+    second = store.claim_matrix(matrix_id, "d2", 30.0, requeue=True)
+    assert (second.taken, second.owner, second.skipped) == (False, "d1", 4)
+    with pytest.raises(StoreConflict, match="now run by d1"):
+        store.mark_running(runs[1].run_key, "d2", 30.0)
+    row = store.get_matrix(matrix_id)
+    assert (row.status, row.driver_id, row.counts) == ("running", "d1",
+                                                      {"running": 1, "pending": 3})
+
+
+def test_an_expired_lease_reads_interrupted_and_can_be_taken_over(store) -> None:
+    runs = grid(repeats=2)
+    matrix_id = store.create_matrix("demo", {}, runs)
+    store.claim_matrix(matrix_id, "dead", 0.3)
+    store.record_result(result(runs[0]))
+    store.mark_running(runs[1].run_key, "dead", 0.3)
+    time.sleep(0.5)
+    row = store.get_matrix(matrix_id)
+    assert row.status == "interrupted"
+    assert row.counts == {"done": 1, "interrupted": 1, "pending": 2}
+    claim = store.claim_matrix(matrix_id, "d2", 30.0, requeue=True)
+    assert (claim.taken, claim.requeued, claim.skipped) == (True, 3, 0)
+    assert store.get_matrix(matrix_id).counts == {"done": 1, "pending": 3}
+    assert not store.finish_matrix(matrix_id, "done", "dead")  # the dead driver lost it
+    assert store.finish_matrix(matrix_id, "done", "d2")
+
+
+def test_heartbeat_keeps_a_lease_alive(store) -> None:
+    runs = grid(repeats=1)
+    matrix_id = store.create_matrix("demo", {}, runs)
+    store.claim_matrix(matrix_id, "d1", 0.6)
+    store.mark_running(runs[0].run_key, "d1", 0.6)
+    for _ in range(3):
+        time.sleep(0.3)
+        store.heartbeat("d1", 0.6)
+    assert store.get_matrix(matrix_id).status == "running"
+    assert not store.claim_matrix(matrix_id, "d2", 30.0, requeue=True).taken
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "nan", "inf", "soon", "99999"])
+def test_bad_lease_variable_is_one_line(raw, monkeypatch) -> None:
+    monkeypatch.setenv(LEASE_ENV, raw)
+    with pytest.raises(UserError, match=LEASE_ENV):
+        lease_seconds()
