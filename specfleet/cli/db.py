@@ -6,7 +6,13 @@ from pathlib import Path
 
 import typer
 
-from specfleet.store.engine import check_writable, display_url, make_engine, resolve_url
+from specfleet.store.engine import (
+    check_writable,
+    create_private_file,
+    display_url,
+    make_engine,
+    resolve_url,
+)
 from specfleet.store.migrate import current_revision, head_revision, known_revisions, upgrade
 from specfleet.store.store import connection_errors
 
@@ -20,6 +26,7 @@ def upgrade_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> No
     """Create or upgrade the schema to this specfleet's newest revision."""
     url = resolve_url(db)
     check_writable(url)
+    create_private_file(url)
     engine = make_engine(url)
     with connection_errors(url, engine):
         with engine.connect() as conn:

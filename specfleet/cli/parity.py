@@ -149,7 +149,7 @@ def parity(
         raise UserError("parity run: missing FILE (a matrix YAML)")
     options = dict(baseline=baseline, near_tie=near_tie, fmt=fmt,
                    allow_unverified=allow_unverified)
-    with open_store(db) as store:
+    with open_store(db, read_only=what != "run") as store:
         if baseline is not None:
             store.get_matrix(baseline)  # an unknown baseline fails before anything runs
         if what != "run":

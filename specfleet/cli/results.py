@@ -59,7 +59,7 @@ def results(
     db: Db = None,
 ) -> None:
     """Stored runs matching the filters (or, with --cells / --pivot, their cells)."""
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         filters = run_filters(store, host=host, kind=kind, engine=engine, device=device,
                               model=model, prompt=prompt, arm=arm, matrix=matrix,
                               version=version, since=since, until=until)
@@ -88,7 +88,7 @@ def history(
     Exit status 1 when the newest point of a target is a regression (a significant slow-down
     from the point before, nothing but the code version changed), unless --fail-on none.
     """
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         rows = cell_history(store, model, prompt, arm, target, factor)
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
     shown = changed_only(rows) if only_changed else rows
@@ -116,7 +116,7 @@ def compare_cmd(
 
     Exit status 1 when a cell regressed (unless --fail-on none) or a cell was not compared.
     """
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         rows = compare(store, a, b, allow_mixed, factor)
         coverage = compare_coverage(store.runs(matrix=a), store.runs(matrix=b), len(rows))
     shown = [r for r in rows if r.verdict in CHANGED_VERDICTS] if only_changed else rows

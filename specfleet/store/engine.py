@@ -11,6 +11,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import platformdirs
 from sqlalchemy import Engine, create_engine, event
@@ -32,11 +33,12 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "specfleet.db"
 
 
-def resolve_url(url: str | None = None) -> URL:
+def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
     """Turn `--db`, else `SPECFLEET_DB`, else the default file into a SQLAlchemy URL.
 
     Args:
         url: a SQLAlchemy URL (`sqlite:///...`, `postgresql+psycopg://...`) or a file path.
+        create_dir: create the default store's directory (mode 0700) if missing.
 
     Returns:
         The parsed URL; `postgresql://` is read as `postgresql+psycopg://`.
@@ -48,19 +50,34 @@ def resolve_url(url: str | None = None) -> URL:
     raw = url or os.environ.get(ENV_VAR) or ""
     if not raw:
         path = default_db_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if create_dir and not path.parent.is_dir():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
         return URL.create("sqlite", database=str(path))
     if "://" not in raw:
         return URL.create("sqlite", database=str(Path(raw).expanduser().resolve()))
+    if "\x00" in raw:
+        raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)}")
     try:
         parsed = make_url(raw)
-    except ArgumentError:
-        raise UserError(f"{source}: cannot parse {raw!r}; expected {' or '.join(_SCHEMES)}") from None
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        shown = display_raw(raw)
+        raise UserError(f"{source}: cannot parse {shown!r}; expected {' or '.join(_SCHEMES)}"
+                        ) from None
     return _check_driver(parsed, source)
+
+
+def display_raw(raw: str) -> str:
+    """A URL the user typed, with any password replaced (it may not parse)."""
+    head, sep, tail = raw.partition("://")
+    if sep and "@" in tail and ":" in tail.split("@", 1)[0]:
+        user = tail.split("@", 1)[0].split(":", 1)[0]
+        tail = f"{user}:***@{tail.split('@', 1)[1]}"
+    return head + sep + tail
 
 
 def _check_driver(parsed: URL, source: str) -> URL:
     if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg"):
+        _check_pg_parts(parsed, source)
         return parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
         if not parsed.database or parsed.database == ":memory:":
@@ -70,6 +87,16 @@ def _check_driver(parsed: URL, source: str) -> URL:
     raise UserError(
         f"{source}: unsupported database scheme {scheme!r}; expected {' or '.join(_SCHEMES)}"
     )
+
+
+def _check_pg_parts(url: URL, source: str) -> None:
+    where = display_url(url)
+    if not url.host and "host" not in url.query:
+        raise UserError(f"{source}: {where}: no host; expected {_SCHEMES[1]}")
+    if url.port is not None and not 0 < url.port < 65536:
+        raise UserError(f"{source}: {where}: port {url.port} is not between 1 and 65535")
+    if not url.database:
+        raise UserError(f"{source}: {where}: no database name; expected {_SCHEMES[1]}")
 
 
 def check_writable(url: URL) -> None:
@@ -83,6 +110,8 @@ def check_writable(url: URL) -> None:
     path = Path(url.database or "")
     if not path.parent.is_dir():
         raise UserError(f"--db: directory {path.parent} does not exist")
+    if path.exists() and not path.is_file():
+        raise UserError(f"--db: {path} is not a regular file; give a SQLite file path")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
         raise UserError(f"--db: the SQLite file {path} is read-only; specfleet needs to write it")
     if not os.access(path.parent, os.W_OK | os.X_OK):
@@ -91,24 +120,69 @@ def check_writable(url: URL) -> None:
         )
 
 
+def check_readable(url: URL) -> None:
+    """Refuse a SQLite store that is missing or not a readable file (read commands never
+    create one).
+
+    Raises:
+        UserError: naming the path and how to create a store.
+    """
+    if url.get_backend_name() != "sqlite":
+        return
+    path = Path(url.database)
+    if not path.exists():
+        raise UserError(f"--db: no store at {path}; `specfleet db upgrade --db {path}` or a "
+                        "writing command (`specfleet matrix run`) creates one")
+    if not path.is_file():
+        raise UserError(f"--db: {path} is not a regular file; give a SQLite file path")
+    if not os.access(path, os.R_OK):
+        raise UserError(f"--db: cannot read the SQLite file {path} (permission denied)")
+
+
+def create_private_file(url: URL) -> None:
+    """Create a new SQLite file as mode 0600 before SQLite does (it would use 0644; its WAL
+    side files copy the main file's mode)."""
+    if url.get_backend_name() != "sqlite":
+        return
+    try:
+        os.close(os.open(url.database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         0o600))
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise UserError(f"--db: cannot create the SQLite file {url.database} ({err.strerror})"
+                        ) from None
+
+
 def display_url(url: URL) -> str:
     """The URL as text with any password hidden."""
     return url.render_as_string(hide_password=True)
 
 
-def make_engine(url: URL) -> Engine:
-    """Create the engine for `url` with specfleet's connection settings."""
+def make_engine(url: URL, read_only: bool = False) -> Engine:
+    """Create the engine for `url` with specfleet's connection settings.
+
+    Args:
+        url: the store.
+        read_only: connect so that nothing can be written (SQLite `mode=ro`, PostgreSQL
+            `default_transaction_read_only`); the file or schema is never created.
+    """
     if url.get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
-    return create_engine(
-        url,
-        pool_pre_ping=True,
-        connect_args={"connect_timeout": 10, "application_name": "specfleet"},
-    )
+        return _sqlite_engine(url, read_only)
+    connect_args = {"connect_timeout": 10, "application_name": "specfleet"}
+    if read_only:
+        connect_args["options"] = "-c default_transaction_read_only=on"
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
-def _sqlite_engine(url: URL) -> Engine:
-    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+def _read_only_url(url: URL) -> URL:
+    path = quote(str(Path(url.database).resolve()))
+    return URL.create("sqlite", database=f"file:{path}?mode=ro", query={"uri": "true"})
+
+
+def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
+    target = _read_only_url(url) if read_only else url
+    engine = create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -116,6 +190,10 @@ def _sqlite_engine(url: URL) -> Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if read_only:
+            cur.execute("PRAGMA query_only = ON")
+            cur.close()
+            return
         cur.execute("PRAGMA foreign_keys = ON")
         _enable_wal(cur)
         # WAL + NORMAL: commits survive a crashed process; only power loss can drop the last.

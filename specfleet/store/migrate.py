@@ -19,7 +19,6 @@ from sqlalchemy.engine import URL
 
 from specfleet.errors import UserError
 from specfleet.store.engine import WRITE_OPTION, display_url
-from specfleet.store.models import Base
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Arbitrary fixed key of the PostgreSQL advisory lock that serialises upgrades.
@@ -59,13 +58,16 @@ def current_revision(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
-def _check_known(rev: str | None, conn: Connection, url: URL) -> None:
+def check_known(rev: str | None, conn: Connection, url: URL) -> None:
+    """Refuse another application's database and a revision newer than this code."""
     if rev is None:
-        clash = set(inspect(conn).get_table_names()) & set(Base.metadata.tables)
-        if clash:
+        tables = sorted(set(inspect(conn).get_table_names()) - {"alembic_version"})
+        if tables:  # another application's database: never add our tables to it
+            shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
             raise UserError(
-                f"--db: {display_url(url)} has tables {sorted(clash)} but no specfleet "
-                "schema revision; point --db at an empty or specfleet database"
+                f"--db: {display_url(url)} is not a specfleet store (it holds tables {shown} "
+                "and no specfleet schema revision); point --db at an empty database or a "
+                "specfleet store"
             )
         return
     if rev not in known_revisions():
@@ -80,10 +82,32 @@ def ensure_schema(engine: Engine, url: URL) -> str:
     head = head_revision()
     with engine.connect() as conn:
         rev = current_revision(conn)
-        _check_known(rev, conn, url)
+        check_known(rev, conn, url)
     if rev == head:
         return head
     return upgrade(engine, url)
+
+
+def check_readable_schema(engine: Engine, url: URL) -> str:
+    """For read commands: the database must be a specfleet store at this code's revision.
+
+    Returns:
+        The revision.
+
+    Raises:
+        UserError: empty or another application's database, a revision behind head (run
+            `specfleet db upgrade`), or one newer than this code.
+    """
+    with engine.connect() as conn:
+        rev = current_revision(conn)
+        check_known(rev, conn, url)
+    if rev is None:
+        raise UserError(f"--db: {display_url(url)} is empty, not a specfleet store yet; a "
+                        "writing command or `specfleet db upgrade` creates the schema")
+    if rev != head_revision():
+        raise UserError(f"--db: {display_url(url)} has schema revision {rev}, behind this "
+                        f"specfleet's {head_revision()}; run `specfleet db upgrade` first")
+    return rev
 
 
 def upgrade(engine: Engine, url: URL) -> str:
@@ -93,7 +117,7 @@ def upgrade(engine: Engine, url: URL) -> str:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_UPGRADE_LOCK})
         rev = current_revision(conn)
-        _check_known(rev, conn, url)
+        check_known(rev, conn, url)
         if rev != head:
             command.upgrade(alembic_config(conn), "head")
     return head

@@ -14,6 +14,7 @@ import secrets
 import sqlite3
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.engine import URL
@@ -25,7 +26,9 @@ from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.store import values
 from specfleet.store.engine import (
     WRITE_OPTION,
+    check_readable,
     check_writable,
+    create_private_file,
     display_url,
     make_engine,
     resolve_url,
@@ -34,7 +37,12 @@ from specfleet.store.engine import (
 from specfleet.store.errors import StoreConflict, UnknownMatrix, UnknownRun
 from specfleet.store.journal import Journal, ReplayOutcome
 from specfleet.store.leases import StoreLeases, lease_seconds
-from specfleet.store.migrate import ensure_schema
+from specfleet.store.migrate import (
+    check_known,
+    check_readable_schema,
+    current_revision,
+    ensure_schema,
+)
 from specfleet.store.models import GenerationJob, Host, Matrix, Prompt, Run
 from specfleet.store.queries import StoreQueries
 from specfleet.store.series import StoreSeries
@@ -53,7 +61,7 @@ except ImportError:  # pragma: no cover
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (DBAPIError, *_DRIVER_ERRORS)
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
     """Open the store at `url` (else `SPECFLEET_DB`, else the default SQLite file).
 
     Creates or upgrades the schema on first use, then writes any results left in this
@@ -61,6 +69,8 @@ def open_store(url: str | None = None) -> Store:
 
     Args:
         url: `sqlite:///PATH`, `postgresql+psycopg://USER:PW@HOST:PORT/DB` or a file path.
+        read_only: for read commands: never create, migrate or write; refuse a missing
+            file, an empty database or another application's database in one line.
 
     Returns:
         A ready `Store`; call `close()` when done.
@@ -69,15 +79,35 @@ def open_store(url: str | None = None) -> Store:
         UserError: a bad scheme, unreachable server, bad credentials, a read-only or corrupted
             SQLite file, or a schema newer than this code (left untouched).
     """
-    resolved = resolve_url(url)
-    check_writable(resolved)
-    engine = make_engine(resolved)
+    resolved = resolve_url(url, create_dir=not read_only)
+    if read_only:
+        check_readable(resolved)
+    else:
+        check_writable(resolved)
+        _refuse_foreign_sqlite(resolved)
+        create_private_file(resolved)
+    engine = make_engine(resolved, read_only=read_only)
     with connection_errors(resolved, engine):
+        if read_only:
+            check_readable_schema(engine, resolved)
+            return Store(engine, resolved)
         ensure_schema(engine, resolved)
     store = Store(engine, resolved)
     # Results a driver finished but could not store (an outage longer than its retries).
     store.replayed = Journal(resolved).replay(store)
     return store
+
+
+def _refuse_foreign_sqlite(url: URL) -> None:
+    """Look at an existing SQLite file read-only first: opening it for writing switches it to
+    WAL, which would already change another application's file."""
+    if url.get_backend_name() != "sqlite" or not Path(url.database).is_file() \
+            or Path(url.database).stat().st_size == 0:
+        return
+    probe = make_engine(url, read_only=True)
+    with connection_errors(url, probe), probe.connect() as conn:
+        check_known(current_revision(conn), conn, url)
+    probe.dispose()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,89 @@
+"""Read commands never write: a read-only open refuses a missing file (and creates none), an
+empty database and another application's database, leaving each byte-identical; writing
+opens refuse another application's database too. New stores are private (0600 in 0700)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from specfleet.errors import UserError
+from specfleet.store import open_store, resolve_url
+from tests.store.factory import grid
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_missing_file_is_refused_and_not_created(tmp_path) -> None:
+    path = tmp_path / "typo.db"
+    with pytest.raises(UserError, match="no store at .*typo.db; `specfleet db upgrade"):
+        open_store(str(path), read_only=True)
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_another_applications_database_is_left_untouched(tmp_path, read_only) -> None:
+    path = tmp_path / "someapp.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table users (id integer primary key, name text)")
+        conn.execute("insert into users (name) values ('ada')")
+    before = digest(path)
+    with pytest.raises(UserError, match="not a specfleet store .*tables users"):
+        open_store(str(path), read_only=read_only)
+    assert digest(path) == before
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
+    assert tables == {"users"}
+
+
+def test_read_only_reads_and_cannot_write(tmp_path) -> None:
+    path = tmp_path / "s.db"
+    with open_store(str(path)) as store:
+        matrix_id = store.create_matrix("demo", {}, grid(repeats=1))
+    before = digest(path)
+    with open_store(str(path), read_only=True) as store:
+        assert store.get_matrix(matrix_id).total_runs == 2
+        with pytest.raises(Exception, match="readonly|read-only|attempt to write"):
+            store.create_matrix("again", {}, grid(repeats=1))
+    assert digest(path) == before
+
+
+def test_an_empty_file_is_not_a_store_for_readers(tmp_path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(UserError, match="empty, not a specfleet store yet"):
+        open_store(str(path), read_only=True)
+    assert path.stat().st_size == 0
+
+
+def test_new_stores_are_private(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("SPECFLEET_DB", raising=False)
+    default = resolve_url(None)
+    assert stat.S_IMODE(os.stat(os.path.dirname(default.database)).st_mode) == 0o700
+    path = tmp_path / "new.db"
+    open_store(str(path)).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.postgres
+def test_read_only_postgres_creates_nothing(pg_url) -> None:
+    with pytest.raises(UserError, match="empty, not a specfleet store yet"):
+        open_store(pg_url, read_only=True)
+    engine = create_engine(pg_url)
+    try:
+        assert inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
+    open_store(pg_url).close()
+    with open_store(pg_url, read_only=True) as store:
+        assert store.list_matrices() == []
+        with pytest.raises(Exception, match="read-only transaction"):
+            store.create_matrix("demo", {}, grid(repeats=1))
