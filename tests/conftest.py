@@ -27,6 +27,10 @@ import pytest
 # Before anything imports torch: idle OpenMP threads must sleep, not spin, or every torch
 # forward slows 5-10x while Ray workers and servers share the 2 cores (measured here).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# A machine lock and a result journal per test session: other sessions on this box (other
+# checkouts' suites) never wait on our timed runs, and no journal outlives the session.
+os.environ.setdefault("SPECFLEET_RUNTIME_DIR", tempfile.mkdtemp(prefix="specfleet-rt-"))
+os.environ.setdefault("SPECFLEET_JOURNAL_DIR", tempfile.mkdtemp(prefix="specfleet-journal-"))
 
 PG_SUPERUSER = "postgres"
 # A role that must log in with a password (pg_hba: scram), for bad-credential tests.

@@ -239,6 +239,8 @@ def run_generation(
     from specfleet.engine.loop import generate, warm_up_verify_widths
     from specfleet.engine.runners.base import UnsupportedModelError
     from specfleet.engine.sampling import SamplerConfig
+    from specfleet.workers.hardware import machine_id
+    from specfleet.workers.machinelock import MachineLock, machine_lock_path
 
     runner = loaded.runner
     prompt_ids = encode(runner, request.text, chat, request.system)
@@ -253,27 +255,29 @@ def run_generation(
             runner.device,
         )
     warmup_s = 0.0
-    if warm_up:  # also for plain: the first forwards of a fresh model pay one-off costs
-        widths = f"2..{request.max_draft + 1}"
-        with status_line(f"warming up verify widths {widths} ({loaded.alias}, {runner.engine})"):
-            warmup_s = warm_up_verify_widths(runner, prompt_ids, request.max_draft)
-        if announce and warmup_s > 0:
-            typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
-                       "(not in the figures below)", err=True)
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
-    try:
-        result = generate(
-            runner,
-            prompt_ids,
-            max_tokens=request.max_tokens,
-            lookup=lookup,
-            sampler=sampler.validate(),
-            loop_guard=request.loop_guard,
-            trace=trace,
-            on_tokens=stream,
-        )
-    except UnsupportedModelError as err:
-        raise UserError(f"--prompt-lookup: {loaded.alias}: {err}") from None
+    # The machine lock: never timed beside a fleet's run (or another generate) here.
+    with MachineLock(machine_lock_path(machine_id())):
+        if warm_up:  # also for plain: the first forwards of a fresh model pay one-off costs
+            widths = f"2..{request.max_draft + 1}"
+            with status_line(f"warming up verify widths {widths} ({loaded.alias}, {runner.engine})"):
+                warmup_s = warm_up_verify_widths(runner, prompt_ids, request.max_draft)
+            if announce and warmup_s > 0:
+                typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
+                           "(not in the figures below)", err=True)
+        try:
+            result = generate(
+                runner,
+                prompt_ids,
+                max_tokens=request.max_tokens,
+                lookup=lookup,
+                sampler=sampler.validate(),
+                loop_guard=request.loop_guard,
+                trace=trace,
+                on_tokens=stream,
+            )
+        except UnsupportedModelError as err:
+            raise UserError(f"--prompt-lookup: {loaded.alias}: {err}") from None
     return result_dict(loaded, prompt_ids, lookup, result, warmup_s)
 
 

@@ -21,9 +21,9 @@ from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.hardware import HostInfo, detect_host
 from specfleet.workers.loaded import LoadedModel, LoadedModels
 from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
+from specfleet.workers.machinelock import MachineLock, machine_lock_path
 from specfleet.workers.quiet import QUIET_BUSY_PER_CORE, ForeignCpuMeter, QuietCheck
 from specfleet.workers.runsetup import (
-    ActiveRunMarker,
     engine_config,
     load_runner,
     prompt_hash,
@@ -59,8 +59,8 @@ class HostWorker:
         sample_period_s: how often the load series is sampled while busy.
         quiet_threshold_per_core: see `hardware.QUIET_BUSY_PER_CORE`.
         machine_id: stand-in machine id (simulated hosts sharing one real machine).
-        run_lock_path: the machine-wide "a specfleet run is active" lock file (default:
-            shared by every worker of this user on this machine).
+        run_lock_path: the machine lock file (default: this machine id's lock in the
+            private runtime directory, shared by every specfleet process of this user).
         quiet_pids: the quiet check counts only these processes (default: every process
             but the worker's own; see `quiet.ForeignCpuMeter`).
         engines: offer only these engines (`fleet join --engines torch`; default: all).
@@ -170,15 +170,22 @@ class HostWorker:
     def run(self, spec: RunSpec) -> RunResult:
         """Run one spec (one at a time; a second caller waits) and return its result.
 
-        An exception inside the run becomes a result with status "failed" and the error.
-        A cancelled run returns status "interrupted", stop reason "cancelled".
+        The timed window holds the machine lock (`machinelock.py`): a run waits while any
+        other specfleet process on this machine runs one. An exception inside the run
+        becomes a result with status "failed" and the error. A run cancelled (also while it
+        waits for the machine) returns status "interrupted", stop reason "cancelled".
         """
         with self._run_lock:
             self._cancel.clear()
             self._current = spec.run_key
+            lock = MachineLock(self._run_lock_path or machine_lock_path(self._info.machine_id))
             try:
-                with ActiveRunMarker(self._run_lock_path) as marker:
-                    return self._run_locked(spec, other_run_active=not marker.exclusive)
+                if not lock.acquire(self._cancel.is_set):
+                    return self._cancelled(spec)
+                try:
+                    return self._run_locked(spec)
+                finally:
+                    lock.release()
             finally:
                 self._current = None
                 self._runs_done += 1
@@ -239,7 +246,7 @@ class HostWorker:
             finally:
                 prepared.runner.reset()
 
-    def _run_locked(self, spec: RunSpec, other_run_active: bool) -> RunResult:
+    def _run_locked(self, spec: RunSpec) -> RunResult:
         started_at = datetime.now(UTC)
         self._series.maybe_sample(spec.run_key)
         try:
@@ -254,7 +261,7 @@ class HostWorker:
         if spec.target.engine == "toy":
             log_toy_run(spec.run_key)
         result = self._result(spec, prepared, generation, started_at)
-        noisy = other_run_active or not quiet.quiet
+        noisy = not quiet.quiet
         return result.model_copy(update={"load_before": load_before, "noisy": noisy,
                                          **run_fields(before, after)})
 
@@ -369,6 +376,11 @@ class HostWorker:
             "started_at": started_at,
             "finished_at": datetime.now(UTC),
         }
+
+    def _cancelled(self, spec: RunSpec) -> RunResult:
+        now = datetime.now(UTC)
+        result = self._failed(spec, RuntimeError("cancelled while waiting for the machine"), now)
+        return result.model_copy(update={"status": "interrupted", "stop_reason": "cancelled"})
 
     def _failed(self, spec: RunSpec, err: BaseException, started_at: datetime) -> RunResult:
         message = f"{type(err).__name__}: {err}".strip().splitlines()[0][:500]

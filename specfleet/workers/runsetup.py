@@ -1,14 +1,10 @@
 """Run setup helpers of a worker: the arm resolved to a policy, the sampler, loading a real
-runner, the engine config stored with a run, the prompt hash, and the machine-wide marker
-that tells whether another specfleet run is active on this machine.
+runner, the engine config stored with a run, and the prompt hash.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
-import tempfile
 from dataclasses import asdict
 from typing import Any
 
@@ -82,36 +78,3 @@ def sampler_config(spec: RunSpec) -> Any:
     from specfleet.engine.sampling import SamplerConfig
 
     return SamplerConfig(temperature=spec.temperature, seed=spec.seed).validate()
-
-
-def default_run_lock_path() -> str:
-    """The lock file every specfleet worker of this user on this machine shares."""
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    return os.path.join(tempfile.gettempdir(), f"specfleet-{uid}-active-run.lock")
-
-
-class ActiveRunMarker:
-    """A machine-wide flock held during a run: tells whether another specfleet run is active.
-
-    Args:
-        path: the lock file (default: one per user in the temp dir, shared by every worker).
-    """
-
-    def __init__(self, path: str | None = None) -> None:
-        self._path = path or default_run_lock_path()
-        self._fd: int | None = None
-        self.exclusive = False
-
-    def __enter__(self) -> ActiveRunMarker:
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self.exclusive = True
-        except BlockingIOError:
-            self.exclusive = False  # someone else is running: this run is flagged noisy
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing releases the lock
-            self._fd = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -12,7 +13,8 @@ from specfleet.jobs.run import LookupOptions, LoopGuard, RunSpec, Target
 from specfleet.workers.hardware import detect_host
 from specfleet.workers.host import HostWorker
 from specfleet.workers.loaded import LoadedModel, LoadedModels
-from specfleet.workers.runsetup import ActiveRunMarker, prompt_hash, run_policy
+from specfleet.workers.machinelock import MachineLock
+from specfleet.workers.runsetup import prompt_hash, run_policy
 
 PROMPT = "def add(a, b):\n    return a + b\n"
 
@@ -148,17 +150,32 @@ def test_runs_are_one_at_a_time(worker: HostWorker) -> None:
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
 
-def test_a_run_is_noisy_when_another_run_is_active_or_the_host_is_busy(run_lock: str) -> None:
+def test_a_run_waits_for_the_machine_lock_and_is_noisy_when_the_host_is_busy(
+        run_lock: str) -> None:
     info = detect_host("box1")
     # Threshold 1000 busy cores per core: always quiet; 0: never quiet.
     calm = HostWorker(info=info, quiet_threshold_per_core=1000.0, run_lock_path=run_lock)
     strict = HostWorker(info=info, quiet_threshold_per_core=0.0, run_lock_path=run_lock)
     try:
         assert calm.run(spec("n0")).noisy is False
-        with ActiveRunMarker(run_lock) as other:
-            assert other.exclusive
-            assert calm.run(spec("n1")).noisy is True
-        assert calm.run(spec("n2")).noisy is False  # the other run ended
+        other = MachineLock(run_lock)
+        assert other.acquire()
+        released_at: list[datetime] = []
+
+        def release_later() -> None:
+            time.sleep(0.5)
+            released_at.append(datetime.now(UTC))
+            other.release()
+
+        threading.Thread(target=release_later).start()
+        waited = calm.run(spec("n1"))  # another process's timed run holds the machine
+        assert waited.status == "done" and waited.noisy is False
+        assert waited.started_at >= released_at[0]
+        assert other.acquire()
+        threading.Timer(0.3, calm.cancel).start()
+        cancelled = calm.run(spec("n2"))
+        other.release()
+        assert (cancelled.status, cancelled.stop_reason) == ("interrupted", "cancelled")
         assert strict.run(spec("n3")).noisy is True
         assert strict.quiet_check().reason.startswith("other processes keep")
     finally:

@@ -1,0 +1,102 @@
+"""One timed run per machine, whoever asks: the machine lock outside Ray.
+
+Two embedded fleets (two `specfleet matrix run` drivers, each with its own private Ray)
+run at once on this machine; the stored start and end times of their runs never overlap.
+The runtime directory is refused when it is a link or not private; the lock file is never
+followed through a link.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specfleet.errors import UserError
+from specfleet.store import open_store
+from specfleet.workers.hardware import machine_id
+from specfleet.workers.machinelock import RUNTIME_ENV, MachineLock, machine_lock_path, runtime_dir
+from tests.cluster.raycluster import wait_until
+
+TOY = """\
+name: lockNAME
+models: ["script:20ms"]
+prompts:
+  - {name: code, text: "def add(a, b):\\n    return a + b\\n"}
+arms: [plain, graded]
+repeats: 3
+max_tokens: 20
+targets: {engines: [toy]}
+"""
+
+
+def test_the_runtime_dir_is_private_and_links_are_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(RUNTIME_ENV, str(tmp_path / "rt"))
+    path = runtime_dir()
+    assert path.stat().st_mode & 0o777 == 0o700
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    os.symlink(target, machine_lock_path("m1"))
+    with pytest.raises(OSError):
+        MachineLock(machine_lock_path("m1")).acquire()  # O_NOFOLLOW: never through a link
+    link = tmp_path / "linked"
+    os.symlink(tmp_path / "rt", link)
+    monkeypatch.setenv(RUNTIME_ENV, str(link))
+    with pytest.raises(UserError, match="not a private directory"):
+        runtime_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_embedded_fleets_never_overlap_timed_runs(tmp_path) -> None:
+    env = {**os.environ, RUNTIME_ENV: str(tmp_path / "rt"), "SPECFLEET_JOURNAL_DIR":
+           str(tmp_path / "journal")}
+    db = f"sqlite:///{tmp_path / 'two.db'}"
+    open_store(db).close()
+    os.environ[RUNTIME_ENV] = env[RUNTIME_ENV]
+    try:
+        # Held by this test (a stray run) until both drivers wait at the machine.
+        gate = MachineLock(machine_lock_path(machine_id()))
+        assert gate.acquire()
+    finally:
+        os.environ.pop(RUNTIME_ENV)
+    drivers = []
+    try:
+        for name in ("a", "b"):
+            path = tmp_path / f"{name}.yaml"
+            path.write_text(TOY.replace("NAME", name))
+            cmd = [str(Path(sys.executable).parent / "specfleet"), "matrix", "run", str(path),
+                   "--db", db, "--no-progress"]
+            drivers.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, text=True))
+        assert wait_until(lambda: _running(db) == 2, 180, 0.2), "both drivers must be waiting"
+        gate.release()
+        outputs = [d.communicate(timeout=180)[0] for d in drivers]
+    finally:
+        gate.release()
+        for d in drivers:
+            if d.poll() is None:
+                d.kill()
+    assert [d.returncode for d in drivers] == [0, 0], outputs
+    with open_store(db) as store:
+        runs = store.runs(status="done")
+    spans = sorted((r.started_at, r.finished_at, r.matrix_id) for r in runs)
+    overlaps = sum(1 for x, y in itertools.combinations(spans, 2)
+                   if x[0] < y[1] and y[0] < x[1])
+    a_end = max(s[1] for s in spans if s[2].startswith("locka"))
+    b_end = max(s[1] for s in spans if s[2].startswith("lockb"))
+    b_start = min(s[0] for s in spans if s[2].startswith("lockb"))
+    a_start = min(s[0] for s in spans if s[2].startswith("locka"))
+    print(f"FAULT COUNTS two embedded fleets at once: {len(runs)} runs, {overlaps} overlapping "
+          "pairs of timed runs")
+    assert len(runs) == 12 and overlaps == 0
+    assert a_start < b_end and b_start < a_end  # the two matrices really ran at once
+
+
+def _running(url: str) -> int:
+    with open_store(url) as store:
+        return len(store.runs(status="running"))
