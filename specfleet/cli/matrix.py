@@ -21,7 +21,9 @@ from specfleet.cluster.progress import STORE_LINE
 from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
+from specfleet.jobs.userinput import check_writable_dir
 from specfleet.report.tables import render_matrix
+from specfleet.store.leases import lease_seconds
 from specfleet.store.store import new_matrix_id, open_store
 from specfleet.store.values import utcnow
 
@@ -40,7 +42,7 @@ def show(
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
 ) -> None:
     """The speed-up tables of a matrix: plain tok/s, speed-ups over plain, counters, parity."""
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         typer.echo(render_matrix(store, matrix_id, fmt, pivot, rate), nl=False)
 
 
@@ -87,6 +89,15 @@ def store_retry_s() -> float:
     if not RETRY_RANGE_S[0] <= value <= RETRY_RANGE_S[1]:
         raise UserError(f"{RETRY_ENV}: expected seconds between 1 and 86400, got {raw!r}")
     return value
+
+
+def check_driver_settings(report_dir: Path | None = None) -> None:
+    """What a driver will need later, checked before the fleet starts: its environment and
+    a writable report folder."""
+    lease_seconds()
+    store_retry_s()
+    if report_dir is not None:
+        check_writable_dir(report_dir, "--report-dir")
 
 
 def say_waiting(event) -> None:
@@ -168,6 +179,7 @@ def run(
     Exit status 0 when every run is done, 1 when some failed or were interrupted.
     """
     spec = load_matrix_spec(file)  # every file mistake is one line, before anything else
+    check_driver_settings(report_dir)
     outcome = run_spec(spec, address=address, embedded=embedded, db=db,
                        options=scheduler_options(no_progress, require_quiet or spec.require_quiet, wait),
                        report_dir=report_dir)
@@ -238,6 +250,7 @@ def resume_cmd(
     run them; done runs are kept. A host that owns runs but is not in the fleet now is
     waited for, up to --wait. Exit 1 unless every run ends done."""
     parse_wait(wait)  # a bad duration is one line, before the fleet
+    check_driver_settings()
     with open_store(db) as store:
         _say_replayed(store)
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
@@ -263,7 +276,7 @@ def status(
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
 ) -> None:
     """A matrix's status, its runs per host and status, and the errors of unfinished runs."""
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         matrix = store.get_matrix(matrix_id)
         rows = store.runs(matrix=matrix_id)
     typer.echo(f"matrix {matrix.id} ({matrix.name}): {matrix.status}; "
@@ -290,7 +303,7 @@ def list_cmd(
     limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N matrices.")] = 20,
 ) -> None:
     """Matrices, newest first: id, name, status, runs done of total, submitted."""
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:
         matrices = store.list_matrices(limit=limit)
     if not matrices:
         typer.echo("no matrices yet")
@@ -301,11 +314,12 @@ def list_cmd(
 
 @app.command("validate")
 def validate(file: Annotated[str, typer.Argument(help="Matrix YAML file.")]) -> None:
-    """Check a matrix file without running it: one line per mistake, exit 2."""
-    spec = load_matrix_spec(file)
-    typer.echo(f"{file}: ok: {len(spec.models)} models x {len(spec.prompts)} prompts x "
-               f"{len(spec.arms)} arms x {spec.repeats} repeats = {spec.runs_per_target()} "
-               f"runs per target ({spec.targets.describe()})")
+    """Check a matrix file and resolve what its runs need (models fetched, prompts, token
+    limits within each model's context) without running it: every mistake, one line each,
+    exit 2."""
+    from specfleet.jobs.resolve import check_matrix_file, describe
+
+    typer.echo(describe(check_matrix_file(file), file))
 
 
 @app.command("schema")

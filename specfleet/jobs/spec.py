@@ -30,11 +30,23 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS, Arm, LookupOptions, LoopGuard, Target
 from specfleet.jobs.spec_checks import check_matrix
 from specfleet.jobs.spec_checks import find_prompt_file as find_prompt_file  # re-export
-from specfleet.jobs.userinput import describe_value, read_yaml, validation_message
+from specfleet.jobs.userinput import (
+    check_plain_data,
+    describe_value,
+    read_yaml,
+    validation_message,
+)
 
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# The store's column widths (store/models.py) bound what a run can carry.
+MAX_NAME_LEN = 128
+MAX_MODEL_LEN = 256
+# Seeds fit the store's 32-bit integer column and every engine's generator.
+SEED_RANGE = (0, 2**31 - 1)
+TEMPERATURE_RANGE = (0.0, 10.0)
+SeedField = Annotated[int | None, Field(ge=SEED_RANGE[0], le=SEED_RANGE[1])]
 
 
 class _Strict(BaseModel):
@@ -113,7 +125,7 @@ def _name_to_prompt(value: Any) -> Any:
 class PromptEntry(_Strict):
     """A prompt: a file name in the prompt directory, or inline text."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_LEN)
     text: str | None = None
     max_tokens: TokenLimitField | None = None
     targets: TargetSelector | None = None
@@ -156,8 +168,9 @@ LoopGuardField = Annotated[
 class MatrixSpec(_Strict):
     """A benchmark matrix: models x prompts x arms x repeats on every selected target."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="Matrix name (letters, digits, _-.).")
-    models: list[Annotated[str, Field(min_length=1)]] = Field(
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_LEN,
+                      description="Matrix name (letters, digits, _-.).")
+    models: list[Annotated[str, Field(min_length=1, max_length=MAX_MODEL_LEN)]] = Field(
         min_length=1, description="Model aliases (`specfleet models list`) or model folders.")
     prompts: list[Annotated[PromptEntry, BeforeValidator(
         _name_to_prompt, json_schema_input_type=str | PromptEntry)]] = Field(
@@ -168,8 +181,9 @@ class MatrixSpec(_Strict):
     repeats: int = Field(3, ge=1, le=MAX_REPEATS, description="Repetitions of every cell.")
     max_tokens: TokenLimitField = Field(
         TokenLimit(default=256), description="New-token limit: N or {default, mlx, torch}.")
-    temperature: float = Field(0.0, ge=0.0, le=10.0, description="0 = greedy.")
-    seed: int | None = Field(None, description="Sampling seed (same for every repeat).")
+    temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False,
+                               description="0 = greedy.")
+    seed: SeedField = Field(None, description="Sampling seed 0..2^31-1 (same every repeat).")
     chat: bool = Field(True, description="Wrap prompts in the model's chat template.")
     loop_guard: LoopGuardField | None = Field(
         None, description="Stop looping replies: 'min,max,repeats' or a mapping (docs/engine.md, 'Loop guard').")
@@ -210,7 +224,7 @@ class ParitySpec(MatrixSpec):
 class GeneratePrompt(_Strict):
     """One line of a generation batch (JSONL): `{"name"?, "prompt", "max_tokens"?}`."""
 
-    name: str | None = Field(None, pattern=NAME_PATTERN)
+    name: str | None = Field(None, pattern=NAME_PATTERN, max_length=MAX_NAME_LEN)
     prompt: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
 
@@ -230,14 +244,14 @@ class TargetRef(_Strict):
 class GenerateJobSpec(_Strict):
     """A batch of prompts run once each on one target with one policy, outputs stored."""
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=MAX_MODEL_LEN)
     target: TargetRef
     prompts: list[GeneratePrompt] = Field(min_length=1)
     policy: Arm = "auto"
     lookup: LookupOptions = LookupOptions()
     max_tokens: int = Field(256, ge=1, le=MAX_TOKENS_LIMIT)
-    temperature: float = Field(0.0, ge=0.0, le=10.0)
-    seed: int | None = None
+    temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
+    seed: SeedField = None
     chat: bool = True
     loop_guard: LoopGuard | None = None
 
@@ -282,6 +296,7 @@ def parse_matrix_spec(
     if not isinstance(data, dict):
         raise UserError(f"{label}: expected a mapping of fields at the top level, got "
                         f"{describe_value(data)}")
+    check_plain_data(data, label)
     try:
         spec = MatrixSpec.model_validate(data)
     except ValidationError as err:

@@ -67,8 +67,25 @@ def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
             if not prompt.text.strip():
                 raise UserError(f"{label}: prompts[{i}].text: must not be empty")
             continue
-        if find_prompt_file(prompt_dir, prompt.name) is None:
+        found = find_prompt_file(prompt_dir, prompt.name)
+        if found is None:
             raise UserError(f"{label}: prompts[{i}]: {_missing_prompt(prompt_dir, prompt.name)}")
+        _check_prompt_file(found, f"{label}: prompts[{i}]")
+
+
+def _check_prompt_file(path: Path, where: str) -> None:
+    """The file must be UTF-8 text without NUL (a binary file would fail every run later)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{where}: {path} is not UTF-8 text (byte {err.start}); expected a "
+                        "text file") from None
+    except OSError as err:
+        raise UserError(f"{where}: cannot read {path} ({err.strerror})") from None
+    if "\x00" in text:
+        raise UserError(f"{where}: {path} contains a NUL character; expected a text file")
+    if not text.strip():
+        raise UserError(f"{where}: {path} is empty")
 
 
 def _missing_prompt(prompt_dir: Path, name: str) -> str:

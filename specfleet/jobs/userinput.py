@@ -8,6 +8,7 @@ into `field.path[2].name: what is expected, got what` for the first problem foun
 from __future__ import annotations
 
 import difflib
+import os
 import types
 import typing
 from pathlib import Path
@@ -62,6 +63,24 @@ def read_text(path: Path, label: str) -> str:
         raise UserError(f"{label}: cannot read ({err.strerror})") from None
 
 
+def check_writable_dir(path: Path, flag: str) -> None:
+    """Refuse an output folder that cannot be created or written, before any work starts.
+
+    Args:
+        path: the folder (it may not exist yet).
+        flag: the option naming it in messages (`--out`, `--report-dir`).
+    """
+    probe = path
+    while not probe.exists():
+        if probe.is_symlink():
+            raise UserError(f"{flag}: {probe} is a dangling link; expected a folder")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{flag}: {probe} is a file, not a folder; expected a folder for {path}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{flag}: cannot write in {probe} (permission denied)")
+
+
 def read_yaml(path: Path, label: str) -> Any:
     """Parse a YAML file; syntax errors and duplicate keys become one `UserError` line.
 
@@ -75,6 +94,8 @@ def read_yaml(path: Path, label: str) -> Any:
     text = read_text(path, label)
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise UserError(f"{label}: nested too deeply (at most {MAX_DEPTH} levels)") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -82,6 +103,40 @@ def read_yaml(path: Path, label: str) -> Any:
         raise UserError(f"{label}: {where}YAML syntax error: {problem}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{label}: YAML syntax error: {err}") from None
+
+
+MAX_DEPTH = 32  # a matrix nests 4 levels; anything far deeper is a mistake or an attack
+MAX_NODES = 100_000  # YAML aliases can make a small file expand to billions of nodes
+
+
+def check_plain_data(data: Any, label: str) -> None:
+    """Refuse what types cannot: nesting deeper than `MAX_DEPTH`, more than `MAX_NODES`
+    values (alias bombs), and text with a NUL character (no store or engine takes it).
+
+    Raises:
+        UserError: naming the field path.
+    """
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    seen = 0
+    while stack:
+        value, loc = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise UserError(f"{label}: more than {MAX_NODES} values (YAML aliases expanding?)")
+        if len(loc) > MAX_DEPTH:
+            raise UserError(f"{label}: {format_loc(loc[:3])}...: nested too deeply "
+                            f"(at most {MAX_DEPTH} levels)")
+        if isinstance(value, str) and "\x00" in value:
+            raise UserError(f"{label}: {format_loc(loc) or 'document'}: contains a NUL "
+                            "character; expected plain text")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and "\x00" in key:
+                    raise UserError(f"{label}: {format_loc(loc) or 'document'}: a key "
+                                    "contains a NUL character")
+                stack.append((item, (*loc, str(key))))
+        elif isinstance(value, list):
+            stack.extend((item, (*loc, i)) for i, item in enumerate(value))
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -201,6 +256,16 @@ def first_problem(root: type[BaseModel], err: ValidationError) -> tuple[str, str
     first = errors[0]
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return format_loc(tuple(first["loc"])), _error_text(root, first) + more
+
+
+def problem_lines(label: str, root: type[BaseModel], err: ValidationError) -> list[str]:
+    """Every problem in `err`, one `label: field.path: expectation` line each."""
+    lines = []
+    for problem in err.errors(include_url=False):
+        where = format_loc(tuple(problem["loc"]))
+        text = _error_text(root, problem)
+        lines.append(f"{label}: {where}: {text}" if where else f"{label}: {text}")
+    return lines
 
 
 def validation_message(label: str, root: type[BaseModel], err: ValidationError) -> str:

@@ -1,0 +1,326 @@
+"""The bad-input corpus: every case is one stderr line, a non-zero exit, no traceback, and
+the store (and every file around it) byte-identical afterwards.
+
+Cases cover matrix files, flags, environment variables, database URLs, paths and files of
+the wrong kind; each fails at the edge, before a fleet starts or a model loads. A Hypothesis
+test feeds random YAML structures to `matrix validate` and never sees a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.store import open_store
+from tests.store.factory import grid
+
+GOOD = """\
+name: good
+models: ["script:1ms"]
+prompts: [{name: p, text: "hello hello"}]
+arms: [plain, graded]
+targets: {engines: [toy]}
+"""
+
+
+def matrix(**fields: str) -> str:
+    """GOOD with some top-level fields replaced (values are YAML text)."""
+    data = yaml.safe_load(GOOD)
+    lines = [f"{key}: {value}" for key, value in fields.items()]
+    kept = [f"{key}: {yaml.safe_dump(value, default_flow_style=True).strip()}"
+            for key, value in data.items() if key not in fields]
+    return "\n".join(kept + lines) + "\n"
+
+
+def deep(levels: int) -> str:
+    return "name: deep\nmodels: " + "[" * levels + "x" + "]" * levels + "\n"
+
+
+FILES: dict[str, str | bytes] = {
+    "name of 300 characters": matrix(name="n" * 300),
+    "model of 300 characters": matrix(models=f"['{'m' * 300}']"),
+    "prompt name of 200 characters": matrix(prompts=f"[{{name: {'p' * 200}, text: hi}}]"),
+    "seed 10^23": matrix(seed="100000000000000000000000"),
+    "seed 2^31": matrix(seed="2147483648"),
+    "seed -1": matrix(seed="-1"),
+    "seed as text": matrix(seed="'7'"),
+    "NUL in prompt text": matrix(prompts='[{name: p, text: "a\\0b"}]'),
+    "NUL in a model name": matrix(models='["m\\0"]'),
+    "NUL in prompt_suffix": matrix(prompt_suffix='{"script:1ms": "x\\0"}'),
+    "temperature nan": matrix(temperature=".nan"),
+    "temperature inf": matrix(temperature=".inf"),
+    "temperature -1": matrix(temperature="-1.0"),
+    "temperature 11": matrix(temperature="11.0"),
+    "max_tokens 10^9": matrix(max_tokens="1000000000"),
+    "max_tokens 0": matrix(max_tokens="0"),
+    "max_tokens per engine 0": matrix(max_tokens="{torch: 0}"),
+    "max_tokens as text": matrix(max_tokens="'many'"),
+    "repeats 1000": matrix(repeats="1000"),
+    "repeats 0": matrix(repeats="0"),
+    "repeats float": matrix(repeats="2.5"),
+    "repeats bool": matrix(repeats="true"),
+    "name with spaces": matrix(name="'two words'"),
+    "name starting with a dot": matrix(name="'.hidden'"),
+    "empty file": "",
+    "only a comment": "# nothing\n",
+    "a list at the top": "- a\n- b\n",
+    "a scalar at the top": "hello\n",
+    "yaml syntax": "name: [unclosed\n",
+    "tab indentation": "name: m\nmodels:\n\t- x\n",
+    "duplicate key": GOOD + "name: again\n",
+    "unknown field": GOOD + "colour: red\n",
+    "misspelt field": GOOD.replace("arms:", "armz:"),
+    "no models": matrix(models="[]"),
+    "models not a list": matrix(models="script"),
+    "blank model": matrix(models="['  ']"),
+    "duplicate model": matrix(models="[a, a]"),
+    "no prompts": matrix(prompts="[]"),
+    "duplicate prompt": matrix(prompts="[{name: p, text: a}, {name: p, text: b}]"),
+    "empty prompt text": matrix(prompts="[{name: p, text: '  '}]"),
+    "missing prompt file": matrix(prompts="[nosuchprompt]"),
+    "prompt entry a number": matrix(prompts="[3]"),
+    "unknown arm": matrix(arms="[turbo]"),
+    "duplicate arm": matrix(arms="[plain, plain]"),
+    "no plain arm": matrix(arms="[graded]"),
+    "plain with options": matrix(arms="[{arm: plain, max_draft: 3}]"),
+    "ngram_min 0": matrix(arms="[plain, {arm: graded, ngram_min: 0}]"),
+    "max_draft 1000": matrix(arms="[plain, {arm: graded, max_draft: 1000}]"),
+    "unknown engine": matrix(targets="{engines: [cuda]}"),
+    "unknown device": matrix(targets="{devices: [tpu]}"),
+    "bad loop guard": matrix(loop_guard="'1,2'"),
+    "loop guard max < min": matrix(loop_guard="'8,2,4'"),
+    "prompt_suffix for an unknown model": matrix(prompt_suffix="{other: x}"),
+    "prompt_dir missing": matrix(prompts="[story]", prompt_dir="nowhere"),
+    "integer keys": "1: 2\n" + GOOD,
+    "nested 20000 deep": deep(20000),
+    "nested 40 deep": deep(40),
+    "alias bomb": "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+                  "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+                  "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
+    "python tag": "!!python/object/apply:os.system ['true']\n",
+    "binary matrix file": b"\x00\x01\x02\xff\xfe" * 20,
+    "latin-1 matrix file": "name: caf\xe9\n".encode("latin-1"),
+}
+
+
+def bad_prompt_file(content: bytes):
+    def make(tmp: Path) -> list[str]:
+        prompts = tmp / "prompts"
+        prompts.mkdir(exist_ok=True)
+        (prompts / "bin.txt").write_bytes(content)
+        (tmp / "m").mkdir(exist_ok=True)
+        (tmp / "m" / "x.yaml").write_text(matrix(prompts="[bin]"))
+        return ["matrix", "validate", str(tmp / "m" / "x.yaml")]
+    return make
+
+
+def cmd(*args: str):
+    return lambda tmp: [a.replace("{tmp}", str(tmp)) for a in args]
+
+
+CALLS = {
+    "binary prompt file": bad_prompt_file(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe"),
+    "NUL in a prompt file": bad_prompt_file(b"hello\x00world"),
+    "empty prompt file": bad_prompt_file(b"\n\n"),
+    "matrix file is a directory": cmd("matrix", "validate", "{tmp}"),
+    "matrix file missing": cmd("matrix", "validate", "{tmp}/nope.yaml"),
+    "run: matrix file missing": cmd("matrix", "run", "{tmp}/nope.yaml", "--db", "{db}"),
+    "run: report dir under a file": cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}",
+                                        "--report-dir", "{tmp}/afile/reports"),
+    "report --out under a file": cmd("report", "{mid}", "--db", "{db}", "--out",
+                                     "{tmp}/afile/out"),
+    "report --out is a file": cmd("report", "{mid}", "--db", "{db}", "--out", "{tmp}/afile"),
+    "report unknown matrix": cmd("report", "nope-000000", "--db", "{db}"),
+    "list --limit 0": cmd("matrix", "list", "--limit", "0", "--db", "{db}"),
+    "list --limit -1": cmd("matrix", "list", "--limit", "-1", "--db", "{db}"),
+    "list --limit text": cmd("matrix", "list", "--limit", "ten", "--db", "{db}"),
+    "show unknown id": cmd("matrix", "show", "nope-000000", "--db", "{db}"),
+    "show bad format": cmd("matrix", "show", "{mid}", "--format", "html", "--db", "{db}"),
+    "status unknown id": cmd("matrix", "status", "nope-000000", "--db", "{db}"),
+    "resume unknown id": cmd("matrix", "resume", "nope-000000", "--db", "{db}"),
+    "unknown option": cmd("matrix", "list", "--bogus", "--db", "{db}"),
+    "unknown command": cmd("matrix", "explode"),
+    "results bad since": cmd("results", "--since", "yesterday", "--db", "{db}"),
+    "results bad arm": cmd("results", "--arm", "fast", "--db", "{db}"),
+    "results bad format": cmd("results", "--format", "xml", "--db", "{db}"),
+    "compare unknown": cmd("compare", "{mid}", "nope-000000", "--db", "{db}"),
+    "parity unknown": cmd("parity", "nope-000000", "--db", "{db}"),
+    "parity near-tie nan": cmd("parity", "{mid}", "--near-tie", "nan", "--db", "{db}"),
+    "parity near-tie -1": cmd("parity", "{mid}", "--near-tie", "-1", "--db", "{db}"),
+    "generate temp nan": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "--temp", "nan"),
+    "generate temp inf": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "--temp", "inf"),
+    "generate temp -1": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "--temp", "-1"),
+    "generate temp 100": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "--temp", "100"),
+    "generate seed -1": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "--seed", "-1",
+                            "--temp", "0.7"),
+    "generate seed 2^31": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "--seed",
+                              "2147483648", "--temp", "0.7"),
+    "generate -n 10^9": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "-n", "1000000000"),
+    "generate -n 0": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "-n", "0"),
+    "generate NUL prompt": cmd("generate", "-m", "smollm2-135m", "-p", "a\x01b\x00c"),
+    "generate empty prompt": cmd("generate", "-m", "smollm2-135m", "-p", "   "),
+    "generate binary prompt file": lambda tmp: [
+        "generate", "-m", "smollm2-135m", "--prompt-file", str(_binary(tmp))],
+    "generate prompt file missing": cmd("generate", "-m", "smollm2-135m", "--prompt-file",
+                                        "{tmp}/none.txt"),
+    "generate prompt and file": cmd("generate", "-m", "smollm2-135m", "-p", "x",
+                                    "--prompt-file", "{tmp}/good.yaml"),
+    "generate unknown engine": cmd("generate", "-m", "smollm2-135m", "-p", "hi", "--engine",
+                                   "cuda"),
+    "generate unknown model": cmd("generate", "-m", "no-such-model", "-p", "hi"),
+    "generate max draft 0": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
+                                "--prompt-lookup", "--prompt-lookup-max-draft", "0"),
+    "generate bad loop guard": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
+                                   "--loop-guard", "1,2"),
+    "db: unknown scheme": cmd("matrix", "list", "--db", "mysql://u@h/db"),
+    "db: sqlite without path": cmd("matrix", "list", "--db", "sqlite://"),
+    "db: sqlite memory": cmd("matrix", "list", "--db", "sqlite:///:memory:"),
+    "db: unparsable": cmd("matrix", "list", "--db", "%%%://"),
+    "db: port 99999": cmd("matrix", "list", "--db", "postgresql://u@127.0.0.1:99999/db"),
+    "db: port text": cmd("matrix", "list", "--db", "postgresql://u@127.0.0.1:abc/db"),
+    "db: closed port": cmd("matrix", "list", "--db", "postgresql://u@127.0.0.1:1/db"),
+    "db: empty host": cmd("matrix", "list", "--db", "postgresql://u@:5432/db"),
+    "db: /dev/null": cmd("matrix", "list", "--db", "/dev/null"),
+    "db: /dev/null for writing": cmd("db", "upgrade", "--db", "/dev/null"),
+    "db: a directory": cmd("matrix", "list", "--db", "{tmp}"),
+    "db: missing file": cmd("matrix", "list", "--db", "{tmp}/typo.db"),
+    "db: missing directory": cmd("db", "upgrade", "--db", "{tmp}/no/dir/x.db"),
+    "db: a text file": cmd("matrix", "list", "--db", "{tmp}/afile"),
+    "db: a text file for writing": cmd("db", "upgrade", "--db", "{tmp}/afile"),
+    "db: another app's database": cmd("results", "--db", "{tmp}/someapp.sqlite"),
+    "db: another app's database for writing": cmd("db", "upgrade", "--db",
+                                                  "{tmp}/someapp.sqlite"),
+    "db: empty file": cmd("matrix", "list", "--db", "{tmp}/empty.db"),
+    "fleet status unreachable": cmd("fleet", "status", "--address", "127.0.0.1:1"),
+    "fleet status malformed address": cmd("fleet", "status", "--address", "nonsense"),
+    "job generate bad batch": cmd("job", "generate", "--prompts", "{tmp}/afile", "--target",
+                                  "h/toy", "--db", "{db}"),
+    "job generate missing batch": cmd("job", "generate", "--prompts", "{tmp}/none.jsonl",
+                                      "--target", "h/toy", "--db", "{db}"),
+    "job calibrate bad engine": cmd("job", "calibrate", "--model", "x", "--engine", "gpu",
+                                    "--db", "{db}"),
+}
+
+ENVS = {
+    "SPECFLEET_DB unknown scheme": ({"SPECFLEET_DB": "mysql://u@h/db"}, cmd("matrix", "list")),
+    "SPECFLEET_DB sqlite://": ({"SPECFLEET_DB": "sqlite://"}, cmd("results")),
+    "SPECFLEET_DB /dev/null": ({"SPECFLEET_DB": "/dev/null"}, cmd("matrix", "list")),
+    "SPECFLEET_LEASE_S nan": ({"SPECFLEET_LEASE_S": "nan"},
+                              cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
+    "SPECFLEET_LEASE_S 0": ({"SPECFLEET_LEASE_S": "0"},
+                            cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
+    "SPECFLEET_STORE_RETRY_S -5": ({"SPECFLEET_STORE_RETRY_S": "-5"},
+                                   cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
+    "SPECFLEET_MODELS missing": ({"SPECFLEET_MODELS": "/nonexistent/models.yaml"},
+                                 cmd("generate", "-m", "smollm2-135m", "-p", "hi")),
+    "SPECFLEET_HOST with a space": ({"SPECFLEET_HOST": "my host"},
+                                    cmd("parity", "{mid}", "--db", "{db}")),
+    "SPECFLEET_HOST with a slash": ({"SPECFLEET_HOST": "a/b"},
+                                    cmd("parity", "{mid}", "--db", "{db}")),
+    "SPECFLEET_RUNTIME_DIR is a file": ({"SPECFLEET_RUNTIME_DIR": "{tmp}/afile"},
+                                       cmd("generate", "-m", "smollm2-135m", "-p", "hi")),
+}
+
+
+def _binary(tmp: Path) -> Path:
+    path = tmp / "prompt.bin"
+    path.write_bytes(b"\xff\xfe\x00\x81binary")
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A store holding one matrix, plus the files the cases point at."""
+    tmp = tmp_path_factory.mktemp("bad")
+    db = tmp / "store.db"
+    with open_store(str(db)) as store:
+        matrix_id = store.create_matrix("kept", {}, grid(repeats=1))
+        store.finish_matrix(matrix_id, "done")
+    (tmp / "good.yaml").write_text(GOOD)
+    (tmp / "afile").write_text("not a database, not a folder\n")
+    (tmp / "empty.db").touch()
+    import sqlite3
+
+    with sqlite3.connect(tmp / "someapp.sqlite") as conn:
+        conn.execute("create table users (id integer primary key)")
+    return tmp, db, matrix_id
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under `root` by content (SQLite's -wal/-shm side files aside)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+def check_case(world, args: list[str], env: dict[str, str] | None = None) -> None:
+    tmp, db, matrix_id = world
+    args = [a.replace("{db}", str(db)).replace("{mid}", matrix_id) for a in args]
+    env = {k: v.replace("{tmp}", str(tmp)) for k, v in (env or {}).items()}
+    before = snapshot(tmp)
+    result = CliRunner().invoke(app, args, env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code not in (0, None), (result.exit_code, result.stdout, result.stderr)
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        repr(result.exception)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert snapshot(tmp) == before
+
+
+@pytest.mark.parametrize("case", sorted(FILES))
+def test_bad_matrix_file(world, case) -> None:
+    tmp = world[0]
+    path = tmp / "cases" / f"{abs(hash(case))}.yaml"
+    path.parent.mkdir(exist_ok=True)
+    content = FILES[case]
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    check_case(world, ["matrix", "validate", str(path)])
+    check_case(world, ["matrix", "run", str(path), "--db", str(world[1])])
+
+
+@pytest.mark.parametrize("case", sorted(CALLS))
+def test_bad_call(world, case) -> None:
+    check_case(world, CALLS[case](world[0]))
+
+
+@pytest.mark.parametrize("case", sorted(ENVS))
+def test_bad_environment(world, case) -> None:
+    env, make = ENVS[case]
+    check_case(world, make(world[0]), env)
+
+
+def test_the_corpus_has_at_least_90_cases() -> None:
+    assert len(FILES) + len(CALLS) + len(ENVS) >= 90
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                     st.text(max_size=20), st.sampled_from(["plain", "graded", "toy", "p"]))
+_KEYS = st.one_of(st.sampled_from(["name", "models", "prompts", "arms", "repeats", "max_tokens",
+                                   "temperature", "seed", "targets", "loop_guard", "text",
+                                   "arm", "engines", "prompt_suffix", "prompt_dir"]),
+                  st.text(max_size=8))
+_YAML = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=5)), max_leaves=30)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=_YAML)
+def test_random_yaml_never_tracebacks(tmp_path, data) -> None:
+    path = tmp_path / "random.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    result = CliRunner().invoke(app, ["matrix", "validate", str(path)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        repr(result.exception)
+    assert result.exit_code in (0, 2), (result.exit_code, result.stderr)
+    if result.exit_code == 2:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
