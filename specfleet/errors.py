@@ -11,3 +11,12 @@ class UserError(Exception):
     """A mistake the user can fix; `str(err)` is the whole message, one line."""
 
     exit_code = 2
+
+
+def one_line(text: str) -> str:
+    """`text` with every line break and other unprintable character escaped (user input such
+    as a YAML key or a file name can carry them; a message must stay one line)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode()
+                   for ch in text)

@@ -14,7 +14,7 @@ from specfleet.store.engine import (
     resolve_url,
 )
 from specfleet.store.migrate import current_revision, head_revision, known_revisions, upgrade
-from specfleet.store.store import connection_errors
+from specfleet.store.store import connection_errors, refuse_foreign_sqlite
 
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
 
@@ -26,6 +26,7 @@ def upgrade_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> No
     """Create or upgrade the schema to this specfleet's newest revision."""
     url = resolve_url(db)
     check_writable(url)
+    refuse_foreign_sqlite(url)
     create_private_file(url)
     engine = make_engine(url)
     with connection_errors(url, engine):

@@ -37,6 +37,7 @@ from specfleet.engine.config import (
 )
 from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, choices_text
 from specfleet.errors import UserError
+from specfleet.jobs.spec import MAX_TOKENS_LIMIT, SEED_RANGE, TEMPERATURE_RANGE
 
 # ConfigError messages start with the bound's short name; the CLI names the whole flag.
 _LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
@@ -184,12 +185,29 @@ class GenerateRequest:
     system: str | None = None
 
 
+def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int) -> None:
+    """The prompt and the reply must fit the model's context (from its config.json)."""
+    from specfleet.engine.models import context_tokens
+
+    context = context_tokens(Path(loaded.path))
+    if context is not None and prompt_tokens + max_tokens > context:
+        raise UserError(f"--max-tokens: the prompt is {prompt_tokens} tokens and --max-tokens "
+                        f"{max_tokens}; together they exceed {loaded.alias}'s context of "
+                        f"{context} tokens")
+
+
 def validate_request(request: GenerateRequest) -> None:
     """Check every flag's bound before loading anything (the model load takes seconds)."""
-    if request.max_tokens < 1:
-        raise UserError(f"--max-tokens must be at least 1; got {request.max_tokens}")
-    if request.temperature < 0:
-        raise UserError(f"--temp must be >= 0; got {request.temperature}")
+    if not 1 <= request.max_tokens <= MAX_TOKENS_LIMIT:
+        raise UserError(f"--max-tokens must be between 1 and {MAX_TOKENS_LIMIT}; "
+                        f"got {request.max_tokens}")
+    low, high = TEMPERATURE_RANGE
+    if not low <= request.temperature <= high:  # also refuses nan and inf
+        raise UserError(f"--temp must be a number from {low:g} to {high:g} (0 is greedy); "
+                        f"got {request.temperature}")
+    if request.seed is not None and not SEED_RANGE[0] <= request.seed <= SEED_RANGE[1]:
+        raise UserError(f"--seed must be between {SEED_RANGE[0]} and {SEED_RANGE[1]}; "
+                        f"got {request.seed}")
     lookup_config(
         request.ngram_min,
         request.ngram_max,
@@ -244,6 +262,7 @@ def run_generation(
 
     runner = loaded.runner
     prompt_ids = encode(runner, request.text, chat, request.system)
+    check_context(loaded, len(prompt_ids), request.max_tokens)
     lookup = None
     if request.use_lookup:
         lookup = lookup_config(
@@ -439,6 +458,9 @@ def generate_command(
     validate_request(request)
     check_choice("--engine", engine, MODEL_ENGINES)
     check_choice("--device", device, DEVICE_CHOICES)
+    from specfleet.workers.machinelock import runtime_dir
+
+    runtime_dir()  # the machine lock's folder must be usable before the model loads
     loaded = load_model(model, engine, device)
     stream = None if as_json else ReplyStream(loaded.runner.decode)
     result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace,

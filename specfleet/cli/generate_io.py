@@ -44,6 +44,8 @@ def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: TextIO | No
                         "(- reads standard input)")
     if not prompt.strip():
         raise UserError(f"{flag}: the prompt is empty; give some text")
+    if "\x00" in prompt:
+        raise UserError(f"{flag}: the prompt contains a NUL character; expected plain text")
     return prompt
 
 

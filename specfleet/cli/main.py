@@ -11,7 +11,7 @@ from typer import _click  # typer 0.29 vendors click: parsing raises its own Usa
 from typer.core import TyperGroup
 
 from specfleet.engine.config import ConfigError
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 
 INTERRUPTED_EXIT = 130  # the shell's status for a command stopped by SIGINT
 
@@ -24,7 +24,8 @@ class OneLineErrorsGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except (UserError, ConfigError) as err:
-            typer.echo(f"error: {err}", err=True)
+            for line in getattr(err, "lines", None) or [str(err)]:  # several: `matrix validate`
+                typer.echo(f"error: {one_line(line)}", err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (see `main`)
             typer.echo(f"interrupted: {err}" if str(err) else "interrupted", err=True)

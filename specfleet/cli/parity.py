@@ -141,7 +141,7 @@ def parity(
     `parity ID` checks a stored matrix; `parity run FILE` runs FILE greedy with one repeat
     first. Each divergence is replayed on its target and called near-tie or suspect.
     """
-    if near_tie <= 0:
+    if not 0 < near_tie < float("inf"):  # also refuses nan
         raise UserError(f"--near-tie: expected a positive logit margin, got {near_tie}")
     if what != "run" and file is not None:
         raise UserError(f"parity: unexpected extra argument {file!r} (use `parity run FILE`)")

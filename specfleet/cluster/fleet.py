@@ -12,10 +12,14 @@ The `fleet up / join / leave` commands live in `specfleet/cluster/membership.py`
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,7 +169,8 @@ def connect(
         ensure_token(create=False)
         if sys.platform == "darwin":
             _set_multinode(True)  # else a Mac driver advertises 127.0.0.1 to remote hosts
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        with keep_sigterm():
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
         return FleetConnection(ray.get_runtime_context().gcs_address, embedded=False)
     return _start_embedded(num_cpus, host, worker_kwargs)
 
@@ -176,6 +181,15 @@ def _start_embedded(
     ensure_token(create=True)
     bind_loopback()
     info = detect_host(host)
+    from specfleet.workers.machinelock import runtime_dir
+
+    with keep_sigterm():
+        _init_embedded(info, num_cpus, str(runtime_dir() / "ray"))
+    wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
+    return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
+
+
+def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:
     ray.init(
         address="local",  # always a new instance, never another local cluster found on disk
         num_cpus=num_cpus or info.cpu_count,  # explicit: Ray's own guess ignores cgroups
@@ -184,9 +198,21 @@ def _start_embedded(
         labels={HOST_LABEL: info.name, KIND_LABEL: info.kind},
         resources={SLOT_RESOURCE: 1},
         log_to_driver=False,  # worker logs stay in Ray's session dir, not on the CLI
+        _temp_dir=temp_dir,  # session logs and sockets in our 0700 dir, not a shared /tmp/ray
     )
-    wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
-    return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
+
+
+@contextlib.contextmanager
+def keep_sigterm() -> Iterator[None]:
+    """Keep this process's SIGTERM handler: `ray.init` replaces it with a bare exit, which
+    would skip marking runs in flight interrupted (the CLI treats SIGTERM like Ctrl-C)."""
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if in_main else None
+    try:
+        yield
+    finally:
+        if in_main and callable(previous):
+            signal.signal(signal.SIGTERM, previous)
 
 
 def disconnect() -> None:

@@ -84,7 +84,7 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
         check_readable(resolved)
     else:
         check_writable(resolved)
-        _refuse_foreign_sqlite(resolved)
+        refuse_foreign_sqlite(resolved)
         create_private_file(resolved)
     engine = make_engine(resolved, read_only=read_only)
     with connection_errors(resolved, engine):
@@ -98,7 +98,7 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
     return store
 
 
-def _refuse_foreign_sqlite(url: URL) -> None:
+def refuse_foreign_sqlite(url: URL) -> None:
     """Look at an existing SQLite file read-only first: opening it for writing switches it to
     WAL, which would already change another application's file."""
     if url.get_backend_name() != "sqlite" or not Path(url.database).is_file() \

@@ -258,8 +258,8 @@ class HostWorker:
             after = self._probe.sample()
         except Exception as err:  # a failed run is a result, not a crash of the worker
             return self._failed(spec, err, started_at)
-        if spec.target.engine == "toy":
-            log_toy_run(spec.run_key)
+        if spec.target.engine == "toy" and generation.stop_reason != "cancelled":
+            log_toy_run(spec.run_key)  # a finished execution (fault tests count them)
         result = self._result(spec, prepared, generation, started_at)
         noisy = not quiet.quiet
         return result.model_copy(update={"load_before": load_before, "noisy": noisy,

@@ -7,9 +7,7 @@ The bad-input table checks that every malformed file and call is one line, exit 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import sqlite3
 import textwrap
 from pathlib import Path

@@ -121,6 +121,33 @@ def test_killed_driver_reads_interrupted_then_resume_completes(fleet, tmp_path, 
     assert (counts.run_twice, counts.stored_twice) == (0, 0)
 
 
+def test_sigterm_marks_runs_interrupted_and_exits_130(fleet, tmp_path, run_log):
+    db = f"sqlite:///{tmp_path / 'term.db'}"
+    env = driver_env(tmp_path)
+    log = tmp_path / "driver.log"
+    driver = start_driver(run_cmd(fleet, matrix_file(tmp_path, 8, "script:40ms"), db), env,
+                          log)
+    try:
+        assert wait_until(lambda: (tmp_path / "term.db").exists() and done_count(db) >= 2,
+                          90, 0.1), log.read_text()
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    text = log.read_text()
+    matrix = only_matrix(db)
+    assert code == 130, text
+    assert f"resume with: specfleet matrix resume {matrix.id}" in text and "Traceback" not in text
+    assert matrix.status == "interrupted" and not matrix.counts.get("running")
+    assert wait_until(lambda: _idle(fleet), 30, 0.2)
+    done = resume(fleet, matrix.id, db, env)  # the driver let go: no lease to wait for
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = fault_counts(db, matrix.id, run_log)
+    print(counts.line("SIGTERM mid-matrix, then resume"))
+    assert (counts.expected, counts.done, counts.run_twice, counts.stored_twice) == (8, 8, 0, 0)
+
+
 def _idle(fleet) -> bool:
     import ray
 
