@@ -43,6 +43,7 @@ from specfleet.workers.hardware import detect_host
 HEALTHY, SUSPECT, DEAD = "healthy", "suspect", "dead"
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 WORKER_START_TIMEOUT_S = 120.0
+RAY_DIR_MAX_LEN = 40  # Ray adds ~65 bytes (session_<date>_<pid>/sockets/plasma_store)
 
 
 @dataclass(frozen=True)
@@ -184,9 +185,19 @@ def _start_embedded(
     from specfleet.workers.machinelock import runtime_dir
 
     with keep_sigterm():
-        _init_embedded(info, num_cpus, str(runtime_dir() / "ray"))
+        _init_embedded(info, num_cpus, _private_ray_dir(runtime_dir() / "ray"))
     wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
+
+
+def _private_ray_dir(preferred) -> str:
+    """Ray's session dir inside our 0700 runtime dir, or a fresh 0700 dir in /tmp when that
+    path is too long for the Unix sockets Ray puts under it (~107 bytes on Linux)."""
+    if len(str(preferred)) <= RAY_DIR_MAX_LEN:
+        return str(preferred)
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="sf-ray-", dir="/tmp")
 
 
 def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:

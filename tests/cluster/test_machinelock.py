@@ -12,6 +12,7 @@ import itertools
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,9 @@ def test_the_runtime_dir_is_private_and_links_are_refused(tmp_path, monkeypatch)
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_embedded_fleets_never_overlap_timed_runs(tmp_path) -> None:
-    env = {**os.environ, RUNTIME_ENV: str(tmp_path / "rt"), "SPECFLEET_JOURNAL_DIR":
-           str(tmp_path / "journal")}
+    # A short runtime dir, as in production: Ray's sockets live under it.
+    runtime = tempfile.mkdtemp(prefix="sf-rt-", dir="/tmp")
+    env = {**os.environ, RUNTIME_ENV: runtime, "SPECFLEET_JOURNAL_DIR": str(tmp_path / "journal")}
     db = f"sqlite:///{tmp_path / 'two.db'}"
     open_store(db).close()
     os.environ[RUNTIME_ENV] = env[RUNTIME_ENV]
