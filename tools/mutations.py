@@ -5,6 +5,7 @@ engine tests in a temporary directory (the shared checkout is never touched), th
 engine tests run there with `-x`. A mutation is "killed" when the tests fail.
 
 Usage: .venv/bin/python tools/mutations.py [--out docs/benchmark_results/engine-mutations.md]
+       [--match calibrated]   (only the mutations whose name contains the text)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 ENGINE_TESTS = [
     "tests/engine/test_lookup.py",
     "tests/engine/test_governor.py",
+    "tests/engine/test_calibrated.py",
     "tests/engine/test_config.py",
     "tests/engine/test_stats.py",
     "tests/engine/test_sampling.py",
@@ -45,6 +47,7 @@ class Mutation:
 GOV = "specfleet/engine/governor.py"
 LOOP = "specfleet/engine/loop.py"
 LOOKUP = "specfleet/engine/lookup.py"
+CAL = "specfleet/engine/calibrated.py"
 
 MUTATIONS = [
     Mutation("probation ignored", GOV,
@@ -91,6 +94,20 @@ MUTATIONS = [
     Mutation("index keeps the earliest occurrence", LOOKUP,
              "self._maps[n][tuple(context[start : end + 1])] = start",
              "self._maps[n].setdefault(tuple(context[start : end + 1]), start)"),
+    Mutation("calibrated drafts where no length beats a plain step", CAL,
+             "best_k, best_rate = 0, PLAIN_STEP_RATE", "best_k, best_rate = 0, 0.0"),
+    Mutation("calibrated reads the cost one width narrow", CAL,
+             "/ width_cost(costs, k + 1)", "/ width_cost(costs, k)"),
+    Mutation("calibrated counts the bonus row as a landed proposal", CAL,
+             "p**i for i in range(1, k + 1)", "p**i for i in range(0, k + 1)"),
+    Mutation("calibrated counts a whole landed draft as a miss", CAL,
+             "1.0 if accepted < proposed else 0.0", "1.0"),
+    Mutation("calibrated evidence never fades", CAL, "DECAY = 0.8", "DECAY = 1.0"),
+    Mutation("calibrated ignores confirmed probes", CAL,
+             "        if self.paused:\n            self._count(", "        if False:\n            self._count("),
+    Mutation("calibrated never probes while paused", CAL,
+             "    def probes_while_paused(self) -> bool:\n        return self.paused",
+             "    def probes_while_paused(self) -> bool:\n        return False"),
     Mutation("paused rounds counted in plain decoding", LOOP,
              "if budget == 0 and s.governor is not None:", "if budget == 0:"),
 ]
@@ -174,7 +191,9 @@ def document(report: str, baseline_s: float, total: int, killed: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    parser.add_argument("--match", default="", help="only mutations whose name contains this")
     args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if args.match in m.name]
     with tempfile.TemporaryDirectory(prefix="specfleet-mutations-") as tmp:
         root = Path(tmp)
         copy_tree(root)
@@ -185,7 +204,7 @@ def main() -> int:
         baseline_s = seconds
         print(f"baseline: engine tests pass in {seconds:.1f} s", flush=True)
         rows = []
-        for mutation in MUTATIONS:
+        for mutation in chosen:
             original = apply(root, mutation)
             try:
                 passed, first, seconds = run_tests(root)

@@ -1,11 +1,21 @@
 """Per-width verify cost of one runner (docs/engine.md, "Verify cost per width"): how many pipelined steps a verify costs.
 
+Widths are measured interleaved in rotating rounds rather than one width after another, so
+warm-up, allocator growth and background load fall on every width alike: each round starts
+from a fresh prefill, times half of its pipelined steps, one sample of every width in an
+order rotated by one per round, then the other half of the steps. A width's cost is the
+median over rounds of (its sync time / that round's pipelined step), reported with the
+lowest and highest per-round ratio and n. A table in which a width's whole range lies below
+the previous width's is re-measured once with as many rounds again; a width that still does
+so is flagged (kernel switches make some real tables fall, spec 7.6 at width 8).
+
 Backend-neutral: everything goes through the `Runner` protocol, so the same function
 measures MLX, torch and the toy runners, and the fleet can store the table per host.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,10 +23,42 @@ from dataclasses import dataclass
 from specfleet.engine.runners.base import Runner
 
 START_TOKEN = 1234
-DISCARDED_ROUNDS = 5
-WARMUP_PASSES = 2
-WARMUP_STEPS = 20
-WARMUP_ROUNDS = 3
+METHOD = "interleaved-rotating-rounds"
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How long to measure.
+
+    Attributes:
+        max_width: widest verify block (33 covers the calibrated policy's 32 proposals).
+        prompt_len: positions prefilled at the start of every round.
+        rounds: rotating rounds; each gives one ratio per width.
+        steps: pipelined steps per round (half before the widths, half after).
+        reps: synchronous verifies per width per round (their upper median is the sample).
+        remeasure: extra passes of `rounds` rounds while the table is not monotone.
+    """
+
+    max_width: int = 33
+    prompt_len: int = 300
+    rounds: int = 7
+    steps: int = 32
+    reps: int = 3
+    remeasure: int = 1
+
+    def validate(self) -> CalibrationSettings:
+        for name in ("max_width", "prompt_len", "rounds", "steps", "reps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps < 2:
+            raise ValueError(f"steps must be >= 2 (half before, half after), got {self.steps}")
+        if self.remeasure < 0:
+            raise ValueError(f"remeasure must be >= 0, got {self.remeasure}")
+        return self
+
+
+# `calibrate --quick` and a worker's on-demand table: under 20 s on the bundled model here.
+QUICK = CalibrationSettings(prompt_len=128, rounds=3, steps=12, reps=1, remeasure=1)
 
 
 @dataclass(frozen=True)
@@ -26,10 +68,15 @@ class WidthCosts:
     Attributes:
         engine: the runner's engine ("mlx", "torch", "toy").
         device: the runner's device.
-        prompt_len: cached positions before the timed steps.
-        pipelined_ms: one pipelined one-token step (median of runs).
+        prompt_len: cached positions at the start of each round.
+        pipelined_ms: one pipelined one-token step (median over rounds).
         sync_ms: synchronous verify time for widths 1..max_width (index 0 = width 1).
-        ratio: sync_ms / pipelined_ms per width (the cost in pipelined steps).
+        ratio: median per-round sync / pipelined per width (the cost in pipelined steps).
+        ratio_lo: lowest per-round ratio per width.
+        ratio_hi: highest per-round ratio per width.
+        n: rounds behind each ratio.
+        flagged: widths whose whole range lies below the previous width's after re-measuring.
+        method: how it was measured.
     """
 
     engine: str
@@ -38,20 +85,30 @@ class WidthCosts:
     pipelined_ms: float
     sync_ms: tuple[float, ...]
     ratio: tuple[float, ...]
+    ratio_lo: tuple[float, ...] = ()
+    ratio_hi: tuple[float, ...] = ()
+    n: int = 1
+    flagged: tuple[int, ...] = ()
+    method: str = METHOD
 
     @property
     def widths(self) -> range:
         return range(1, len(self.sync_ms) + 1)
 
     def format_table(self) -> str:
-        """The table as text: the pipelined step, then one line per width."""
+        """The table as text: the pipelined step, then one line per width with its spread."""
         lines = [
-            f"engine={self.engine} device={self.device} prompt_len={self.prompt_len}",
+            f"engine={self.engine} device={self.device} prompt_len={self.prompt_len} "
+            f"n={self.n} method={self.method}",
             f"pipelined step: {self.pipelined_ms:.3f} ms",
-            f"{'width':>5} {'sync ms':>10} {'ratio':>7}",
+            f"{'width':>5} {'sync ms':>10} {'ratio':>7} {'low':>7} {'high':>7}",
         ]
-        for width, sync_ms, ratio in zip(self.widths, self.sync_ms, self.ratio, strict=True):
-            lines.append(f"{width:>5} {sync_ms:>10.3f} {ratio:>7.2f}")
+        for i, width in enumerate(self.widths):
+            flag = "  not monotone" if width in self.flagged else ""
+            lines.append(
+                f"{width:>5} {self.sync_ms[i]:>10.3f} {self.ratio[i]:>7.2f} "
+                f"{self.ratio_lo[i]:>7.2f} {self.ratio_hi[i]:>7.2f}{flag}"
+            )
         return "\n".join(lines)
 
 
@@ -72,21 +129,19 @@ def upper_median(values: Sequence[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def _fresh_state(runner: Runner, prompt: Sequence[int]) -> None:
-    runner.reset()
-    runner.read_tokens(runner.argmax(runner.prefill(prompt)))
+def rotated(widths: Sequence[int], round_index: int) -> list[int]:
+    """The widths in the order round `round_index` measures them (rotated by one per round)."""
+    shift = round_index % len(widths)
+    return [*widths[shift:], *widths[:shift]]
 
 
-def time_pipelined_step(
-    runner: Runner, prompt: Sequence[int], steps: int, clock: Callable[[], float]
-) -> float:
-    """Seconds per pipelined one-token step over `steps` steps from a fresh state.
+def non_monotone(lo: Sequence[float], hi: Sequence[float]) -> tuple[int, ...]:
+    """Widths (from 2) whose highest ratio is below the previous width's lowest."""
+    return tuple(i + 1 for i in range(1, len(lo)) if hi[i] < lo[i - 1])
 
-    Each step is submitted from the previous step's still-unread token, then the previous
-    token is read: the host read overlaps the device, as in plain decoding. The last
-    token is read inside the timing so every step is complete.
-    """
-    _fresh_state(runner, prompt)
+
+def _pipelined_s(runner: Runner, steps: int, clock: Callable[[], float]) -> float:
+    """Seconds of `steps` pipelined steps: each submitted before the previous token is read."""
     current = [START_TOKEN % runner.vocab_size]
     previous = None
     start_s = clock()
@@ -96,90 +151,101 @@ def time_pipelined_step(
         if previous is not None:
             runner.read_tokens(previous)
         previous = current = token
-    if previous is not None:
-        runner.read_tokens(previous)
-    return (clock() - start_s) / max(steps, 1)
+    runner.read_tokens(previous)  # the last step completes inside the timing
+    return clock() - start_s
 
 
-def time_sync_width(
-    runner: Runner,
-    prompt: Sequence[int],
-    width: int,
-    rounds: int,
+def _sync_s(runner: Runner, block: list[int], clock: Callable[[], float]) -> float:
+    """One synchronous verify; trimming all but the head grows the cache by one."""
+    start_s = clock()
+    runner.read_tokens(runner.argmax(runner.forward(block)))  # the one host read
+    runner.trim(len(block) - 1)
+    return clock() - start_s
+
+
+def _round(
+    runner: Runner, prompt: Sequence[int], settings: CalibrationSettings, round_index: int,
     clock: Callable[[], float],
-    discard: int = DISCARDED_ROUNDS,
-) -> float:
-    """Upper-median seconds of a synchronous width-`width` verify over `rounds` rounds.
-
-    Each round forwards `width` synthetic tokens, reads their argmax to the host and trims
-    `width - 1` positions, so the cache grows by one per round like a rejected verify.
-    The first `discard` rounds are dropped.
-    """
-    _fresh_state(runner, prompt)
-    times_s: list[float] = []
-    for round_index in range(rounds + discard):
-        block = synthetic_block(round_index, width, runner.vocab_size)
-        start_s = clock()
-        runner.read_tokens(runner.argmax(runner.forward(block)))  # the one host read
-        runner.trim(width - 1)
-        elapsed_s = clock() - start_s
-        if round_index >= discard:
-            times_s.append(elapsed_s)
-    return upper_median(times_s)
+) -> tuple[float, dict[int, float]]:
+    """(seconds per pipelined step, {width: upper-median sync seconds}) of one round."""
+    runner.reset()
+    runner.read_tokens(runner.argmax(runner.prefill(prompt)))
+    first_half = settings.steps // 2
+    step_s = _pipelined_s(runner, first_half, clock)
+    sync_s: dict[int, float] = {}
+    widths = list(range(1, settings.max_width + 1))
+    for width in rotated(widths, round_index):
+        samples = [
+            _sync_s(runner, synthetic_block(round_index * settings.reps + r, width,
+                                            runner.vocab_size), clock)
+            for r in range(settings.reps)
+        ]
+        sync_s[width] = upper_median(samples)
+    step_s += _pipelined_s(runner, settings.steps - first_half, clock)
+    return step_s / settings.steps, sync_s
 
 
-def _warm_up(
-    runner: Runner, prompt: Sequence[int], max_width: int, clock: Callable[[], float]
-) -> None:
-    for _ in range(WARMUP_PASSES):
-        time_pipelined_step(runner, prompt, WARMUP_STEPS, clock)
-        for width in range(1, max_width + 1):
-            time_sync_width(runner, prompt, width, WARMUP_ROUNDS, clock, discard=0)
+def _table(
+    runner: Runner, settings: CalibrationSettings, rounds: list[tuple[float, dict[int, float]]]
+) -> WidthCosts:
+    widths = range(1, settings.max_width + 1)
+    per_round = [[sync[w] / step if step > 0 else 0.0 for w in widths] for step, sync in rounds]
+    columns = list(zip(*per_round, strict=True))
+    lo = tuple(min(c) for c in columns)
+    hi = tuple(max(c) for c in columns)
+    return WidthCosts(
+        engine=runner.engine,
+        device=runner.device,
+        prompt_len=settings.prompt_len,
+        pipelined_ms=statistics.median(step for step, _ in rounds) * 1000.0,
+        sync_ms=tuple(statistics.median(s[w] for _, s in rounds) * 1000.0 for w in widths),
+        ratio=tuple(statistics.median(c) for c in columns),
+        ratio_lo=lo,
+        ratio_hi=hi,
+        n=len(rounds),
+        flagged=non_monotone(lo, hi),
+    )
 
 
 def measure_width_costs(
     runner: Runner,
-    max_width: int = 10,
-    prompt_len: int = 300,
-    runs: int = 5,
-    steps: int = 60,
-    sync_rounds: int = 40,
+    settings: CalibrationSettings = CalibrationSettings(),  # noqa: B008 - frozen
     *,
     warm_up: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], None] | None = None,
 ) -> WidthCosts:
     """Measure the pipelined step and the synchronous verify of widths 1..max_width.
 
     Args:
         runner: a loaded runner; its caches are reset (and left at an arbitrary length).
-        max_width: widest verify block measured.
-        prompt_len: length of the fixed prompt prefilled before each measurement.
-        runs: pipelined runs; the reported step time is their median.
-        steps: pipelined steps per run.
-        sync_rounds: timed synchronous rounds per width (5 more are run and discarded).
-        warm_up: run two passes of (pipelined 20 steps, widths 1..max_width x 3) first.
+        settings: widths, rounds, steps and repetitions.
+        warm_up: run one untimed round first (every width's first-use cost).
         clock: seconds clock (injectable so tests can run on a virtual clock).
+        progress: called with one line after every round.
 
     Returns:
-        The `WidthCosts` table in milliseconds.
+        The `WidthCosts` table in milliseconds, with each ratio's spread and n.
     """
-    if max_width < 1 or prompt_len < 1 or runs < 1 or steps < 1 or sync_rounds < 1:
-        raise ValueError("max_width, prompt_len, runs, steps and sync_rounds must be >= 1")
-    prompt = calibration_prompt(prompt_len, runner.vocab_size)
+    settings.validate()
+    prompt = calibration_prompt(settings.prompt_len, runner.vocab_size)
+    started_s = time.perf_counter()
     if warm_up:
-        _warm_up(runner, prompt, max_width, clock)
-    step_s = [time_pipelined_step(runner, prompt, steps, clock) for _ in range(runs)]
-    pipelined_ms = upper_median(step_s) * 1000.0
-    sync_ms = tuple(
-        time_sync_width(runner, prompt, width, sync_rounds, clock) * 1000.0
-        for width in range(1, max_width + 1)
-    )
+        _round(runner, prompt, settings, 0, clock)
+    rounds: list[tuple[float, dict[int, float]]] = []
+    passes = 1
+    while True:
+        for _ in range(settings.rounds):
+            rounds.append(_round(runner, prompt, settings, len(rounds), clock))
+            if progress is not None:
+                progress(f"calibrate: round {len(rounds)}/{settings.rounds * passes} "
+                         f"(widths 1..{settings.max_width}), "
+                         f"{time.perf_counter() - started_s:.1f} s")
+        table = _table(runner, settings, rounds)
+        if not table.flagged or passes > settings.remeasure:
+            break
+        passes += 1
+        if progress is not None:
+            progress(f"calibrate: widths {list(table.flagged)} not monotone; re-measuring")
     runner.clear_allocator_cache()
-    return WidthCosts(
-        engine=runner.engine,
-        device=runner.device,
-        prompt_len=prompt_len,
-        pipelined_ms=pipelined_ms,
-        sync_ms=sync_ms,
-        ratio=tuple(ms / pipelined_ms if pipelined_ms > 0 else 0.0 for ms in sync_ms),
-    )
+    return table

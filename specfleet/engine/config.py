@@ -16,6 +16,8 @@ MAX_DRAFT_LIMIT = 64
 
 PolicyChoice = Literal["auto", Policy]  # "auto": the device's default policy
 POLICY_CHOICES: tuple[PolicyChoice, ...] = get_args(PolicyChoice)
+# The calibrated policy may draft up to a 33-row block (the widest width a table covers).
+CALIBRATED_MAX_DRAFT = 32
 
 
 class ConfigError(ValueError):
@@ -33,6 +35,8 @@ class PromptLookupConfig:
         adaptive: False always asks for `max_draft` (no governor, no pauses, no probes).
         policy: resolved drafting policy (one of `governor.POLICIES`); ignored when not
             adaptive.
+        costs: verify cost of widths 1..n in pipelined plain steps (spec 7.6); the
+            calibrated policy's table, empty for the others.
     """
 
     ngram_max: int = DEFAULT_NGRAM_MAX
@@ -40,6 +44,7 @@ class PromptLookupConfig:
     max_draft: int = DEFAULT_MAX_DRAFT
     adaptive: bool = True
     policy: Policy = "graded"
+    costs: tuple[float, ...] = ()
 
     def validate(self) -> PromptLookupConfig:
         """Raise `ConfigError` naming the flag and bound; return self when valid."""
@@ -59,10 +64,27 @@ class PromptLookupConfig:
             raise ConfigError(
                 f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}"
             )
+        if self.adaptive and self.policy == "calibrated":
+            _check_costs(self.costs)
         return self
 
     def with_max_draft(self, max_draft: int) -> PromptLookupConfig:
         return replace(self, max_draft=max_draft)
+
+
+def _check_costs(costs: tuple[float, ...]) -> None:
+    if len(costs) < 2:
+        raise ConfigError(
+            "the calibrated policy needs a width-cost table of at least widths 1-2 "
+            "(measure one with `specfleet calibrate --store`)"
+        )
+    if not all(c > 0 for c in costs):
+        raise ConfigError(f"width costs must all be positive, got {costs}")
+
+
+def default_max_draft(policy: str) -> int:
+    """The max draft a policy runs with when none is given (7; 32 for calibrated)."""
+    return CALIBRATED_MAX_DRAFT if policy == "calibrated" else DEFAULT_MAX_DRAFT
 
 
 def resolve_policy(choice: str, device: str) -> Policy:

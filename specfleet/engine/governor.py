@@ -50,8 +50,8 @@ class DraftGovernor(Protocol):
         """Proposals allowed this round; called exactly once per loop iteration."""
         ...
 
-    def record(self, accepted: int) -> None:
-        """Feed back a drafted round's landed proposals."""
+    def record(self, accepted: int, proposed: int) -> None:
+        """Feed back a drafted round: proposals landed out of those verified."""
         ...
 
     def probes_while_paused(self) -> bool: ...
@@ -77,7 +77,7 @@ class GradedGovernor:
             return 0
         return max(1, min(round_half_away(2.0 * self.ema) + 2, self.max_draft))
 
-    def record(self, accepted: int) -> None:
+    def record(self, accepted: int, proposed: int = 0) -> None:
         self.ema = EMA_FACTOR * self.ema + EMA_FACTOR * accepted
         if accepted > 0:
             self.misses = 0
@@ -116,7 +116,7 @@ class GatedGovernor:
             return self.max_draft
         return min(GATED_NARROW_DRAFT, self.max_draft)
 
-    def record(self, accepted: int) -> None:
+    def record(self, accepted: int, proposed: int = 0) -> None:
         self.ema = EMA_FACTOR * self.ema + EMA_FACTOR * accepted
         # Only a whole narrow block's worth ends probation; one stray token does not.
         if accepted >= min(GATED_NARROW_DRAFT, self.max_draft):
@@ -155,7 +155,7 @@ class FixedGovernor:
     def budget(self) -> int:
         return self.max_draft
 
-    def record(self, accepted: int) -> None:
+    def record(self, accepted: int, proposed: int = 0) -> None:
         return None
 
     def probes_while_paused(self) -> bool:
@@ -168,12 +168,19 @@ class FixedGovernor:
         return GovernorState("fixed", float(self.max_draft), 0, False)
 
 
-# The policy registry: a new adaptive policy is one class above plus its name in `Policy`
-# and one line in `POLICIES` (an import-time check keeps the two in step).
-Policy = Literal["graded", "gated"]
-POLICIES: dict[str, Callable[[int], DraftGovernor]] = {  # name -> class(max_draft)
-    "graded": GradedGovernor,
-    "gated": GatedGovernor,
+def _calibrated(config: PromptLookupConfig) -> DraftGovernor:
+    from specfleet.engine.calibrated import CalibratedGovernor  # it imports GovernorState
+
+    return CalibratedGovernor(config.max_draft, config.costs)
+
+
+# The policy registry: a new adaptive policy is one class plus its name in `Policy` and one
+# line in `POLICIES` (an import-time check keeps the two in step).
+Policy = Literal["graded", "gated", "calibrated"]
+POLICIES: dict[str, Callable[[PromptLookupConfig], DraftGovernor]] = {  # name -> governor
+    "graded": lambda config: GradedGovernor(config.max_draft),
+    "gated": lambda config: GatedGovernor(config.max_draft),
+    "calibrated": _calibrated,  # cost-aware (calibrated.py), from the config's width costs
 }
 POLICY_NAMES: tuple[Policy, ...] = get_args(Policy)
 if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - a registry edit that missed one
@@ -184,4 +191,4 @@ def make_governor(config: PromptLookupConfig) -> DraftGovernor:
     """The governor a validated config asks for (`FixedGovernor` when not adaptive)."""
     if not config.adaptive:
         return FixedGovernor(config.max_draft)
-    return POLICIES[config.policy](config.max_draft)
+    return POLICIES[config.policy](config)

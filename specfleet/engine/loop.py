@@ -277,7 +277,7 @@ def _account(s: _Loop, k: int, accepted: int, budget: int) -> None:
     else:
         s.stats.rounds += 1
         s.stats.drafted_rounds += 1
-        s.governor.record(accepted)
+        s.governor.record(accepted, k)
     s.stats.proposed += k
     s.stats.accepted += accepted
 

@@ -1,17 +1,17 @@
-"""Per-width verify cost (spec 7.6) on exact toy runners and a virtual clock."""
+"""Per-width verify cost (spec 7.6, interleaved rounds) on toy runners and a virtual clock."""
 
 from __future__ import annotations
 
 import pytest
 
 from specfleet.engine.calibrate import (
-    DISCARDED_ROUNDS,
-    WARMUP_PASSES,
-    WARMUP_ROUNDS,
-    WARMUP_STEPS,
+    QUICK,
+    CalibrationSettings,
     WidthCosts,
     calibration_prompt,
     measure_width_costs,
+    non_monotone,
+    rotated,
     synthetic_block,
     upper_median,
 )
@@ -59,72 +59,102 @@ def test_upper_median_takes_index_len_over_two():
         upper_median([])
 
 
-def test_costs_on_a_virtual_clock_are_exact():
+def settings(**kw):
+    base = dict(max_width=4, prompt_len=12, rounds=3, steps=4, reps=2, remeasure=0)
+    return CalibrationSettings(**{**base, **kw})
+
+
+def test_costs_on_a_virtual_clock_are_exact_with_no_spread():
     runner = TimedInduction()
-    costs = measure_width_costs(
-        runner, max_width=4, prompt_len=12, runs=3, steps=5, sync_rounds=4, clock=runner.clock
-    )
+    costs = measure_width_costs(runner, settings(), clock=runner.clock)
     # A pipelined step: one width-1 forward and one host read.
     step_ms = FORWARD_BASE_MS + PER_TOKEN_MS + READ_MS
     assert costs.pipelined_ms == pytest.approx(step_ms)
     expected_sync = [FORWARD_BASE_MS + PER_TOKEN_MS * w + READ_MS for w in range(1, 5)]
     assert costs.sync_ms == pytest.approx(expected_sync)
-    assert costs.ratio == pytest.approx([ms / step_ms for ms in expected_sync])
-    assert (costs.engine, costs.device, costs.prompt_len) == ("toy", "cpu", 12)
-    assert list(costs.widths) == [1, 2, 3, 4]
+    ratios = [ms / step_ms for ms in expected_sync]
+    assert costs.ratio == pytest.approx(ratios)
+    assert costs.ratio_lo == pytest.approx(ratios) and costs.ratio_hi == pytest.approx(ratios)
+    assert (costs.engine, costs.device, costs.prompt_len, costs.n) == ("toy", "cpu", 12, 3)
+    assert list(costs.widths) == [1, 2, 3, 4] and costs.flagged == ()
 
 
-def test_measurement_runs_the_spec_sequence_of_forwards_without_warm_up():
+def test_widths_rotate_by_one_per_round():
+    assert rotated([1, 2, 3], 0) == [1, 2, 3]
+    assert rotated([1, 2, 3], 1) == [2, 3, 1]
+    assert rotated([1, 2, 3], 4) == [2, 3, 1]
+
+
+def test_each_round_prefills_then_steps_then_every_width_in_rotation_then_steps():
     runner = ScriptModel(script=[], vocab=5000)
-    measure_width_costs(
-        runner, max_width=2, prompt_len=7, runs=2, steps=3, sync_rounds=2, warm_up=False
-    )
-    rounds = 2 + DISCARDED_ROUNDS
-    pipelined = [7, 1, 1, 1]
-    expected = pipelined * 2 + [7] + [1] * rounds + [7] + [2] * rounds
-    assert runner.forward_widths == expected
+    measure_width_costs(runner, settings(max_width=3, rounds=2, steps=4, reps=1), warm_up=False)
+    first = [12, 1, 1, 1, 2, 3, 1, 1]
+    second = [12, 1, 1, 2, 3, 1, 1, 1]
+    assert runner.forward_widths == first + second
 
 
-def test_sync_rounds_trim_all_but_the_first_token_of_each_block():
+def test_sync_samples_trim_all_but_the_first_token_of_each_block():
     runner = ScriptModel(script=[], vocab=5000)
-    measure_width_costs(
-        runner, max_width=3, prompt_len=7, runs=1, steps=2, sync_rounds=3, warm_up=False
-    )
-    rounds = 3 + DISCARDED_ROUNDS
-    # The cache grows by one per round, like a rejected verify: it keeps each block's head.
-    heads = [synthetic_block(i, 3, 5000)[0] for i in range(rounds)]
-    assert runner.cache == calibration_prompt(7, 5000) + heads
+    measure_width_costs(runner, settings(max_width=3, rounds=1, steps=2, reps=2), warm_up=False)
+    steps = runner.cache[12:13]  # the first half of the pipelined steps
+    heads = [synthetic_block(r, w, 5000)[0] for w in (1, 2, 3) for r in (0, 1)]
+    assert runner.cache[: 12 + 1 + len(heads)] == calibration_prompt(12, 5000) + steps + heads
 
 
-def test_warm_up_is_two_passes_of_pipelined_steps_and_every_width():
+def test_warm_up_is_one_untimed_round():
     plain = ScriptModel(script=[], vocab=5000)
-    measure_width_costs(
-        plain, max_width=3, prompt_len=5, runs=1, steps=1, sync_rounds=1, warm_up=False
-    )
+    measure_width_costs(plain, settings(rounds=1), warm_up=False)
     warmed = ScriptModel(script=[], vocab=5000)
-    measure_width_costs(warmed, max_width=3, prompt_len=5, runs=1, steps=1, sync_rounds=1)
-    one_pass = [5] + [1] * WARMUP_STEPS
-    for width in (1, 2, 3):
-        one_pass += [5] + [width] * WARMUP_ROUNDS
-    assert warmed.forward_widths == one_pass * WARMUP_PASSES + plain.forward_widths
+    measure_width_costs(warmed, settings(rounds=1))
+    assert warmed.forward_widths == plain.forward_widths * 2
+
+
+class DippingInduction(TimedInduction):
+    """Width 3 costs less than width 2 on this virtual host (like a kernel switch)."""
+
+    def forward(self, tokens):
+        rows = super().forward(tokens)
+        if len(rows) == 3:
+            self.now_s -= 1.0 / 1000.0
+        return rows
+
+
+def test_a_falling_width_is_re_measured_then_flagged():
+    lines = []
+    runner = DippingInduction()
+    costs = measure_width_costs(
+        runner, settings(remeasure=1), clock=runner.clock, progress=lines.append
+    )
+    assert costs.flagged == (3,) and costs.n == 6  # one more pass of three rounds
+    assert any("re-measuring" in line for line in lines)
+    assert sum("round" in line for line in lines) == 6
+    assert "not monotone" in costs.format_table().splitlines()[5]
+
+
+def test_non_monotone_needs_the_whole_range_below_the_previous_width():
+    assert non_monotone((1.0, 2.0, 1.8), (1.2, 2.4, 2.1)) == ()
+    assert non_monotone((1.0, 2.0, 1.5), (1.2, 2.4, 1.9)) == (3,)
 
 
 def test_real_clock_gives_positive_costs_and_a_table():
-    costs = measure_width_costs(
-        InductionModel(), max_width=3, prompt_len=10, runs=1, steps=4, sync_rounds=3
-    )
+    costs = measure_width_costs(InductionModel(), settings(max_width=3, prompt_len=10))
     assert costs.pipelined_ms > 0
-    assert len(costs.sync_ms) == len(costs.ratio) == 3
+    assert len(costs.sync_ms) == len(costs.ratio) == len(costs.ratio_hi) == 3
     assert all(ms > 0 for ms in costs.sync_ms)
+    assert all(lo <= r <= hi for lo, r, hi in zip(costs.ratio_lo, costs.ratio, costs.ratio_hi))
     table = costs.format_table().splitlines()
     assert table[1].startswith("pipelined step: ")
     assert [line.split()[0] for line in table[3:]] == ["1", "2", "3"]
 
 
-@pytest.mark.parametrize("field", ["max_width", "prompt_len", "runs", "steps", "sync_rounds"])
+@pytest.mark.parametrize("field", ["max_width", "prompt_len", "rounds", "steps", "reps"])
 def test_counts_below_one_are_refused(field):
     with pytest.raises(ValueError, match=field):
-        measure_width_costs(InductionModel(), **{field: 0})
+        measure_width_costs(InductionModel(), settings(**{field: 0}))
+
+
+def test_quick_settings_cover_the_calibrated_policy_widths():
+    assert QUICK.validate().max_width == 33
 
 
 def test_width_costs_is_frozen():

@@ -1,0 +1,157 @@
+"""The calibrated policy: cost-aware budgets, count-based estimate, probes, exact parity."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specfleet.engine.calibrated import (
+    CalibratedGovernor,
+    best_draft,
+    expected_landed,
+    width_cost,
+)
+from specfleet.engine.config import ConfigError, PromptLookupConfig
+from specfleet.engine.governor import make_governor
+from specfleet.engine.loop import generate, sequential_reference
+from specfleet.engine.runners.toy import InductionModel, ScriptModel, lcg_tokens
+from specfleet.engine.sampling import SamplerConfig
+
+# Width w costs: torch on this CPU (cheap blocks), a linear host (w steps), GB10 1.7B (7.6).
+CHEAP = (1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4, 1.45, 1.5, 1.55)
+LINEAR = tuple(float(w) for w in range(1, 12))
+GB10 = (1.23, 1.37, 1.76, 2.43, 3.04, 3.47, 3.84, 3.91, 3.89, 4.02)
+
+
+def calibrated(max_draft=7, costs=GB10, **kw):
+    return PromptLookupConfig(max_draft=max_draft, policy="calibrated", costs=costs, **kw)
+
+
+def test_width_cost_reads_the_table_and_continues_its_last_increment():
+    assert width_cost(GB10, 1) == 1.23 and width_cost(GB10, 10) == 4.02
+    assert width_cost(LINEAR, 14) == pytest.approx(14.0)
+    assert width_cost(GB10, 12) == pytest.approx(4.02 + 2 * 0.13)
+    assert width_cost((1.0, 3.0, 2.0), 5) == 2.0  # a falling end is held flat
+
+
+def test_expected_landed_is_the_truncated_geometric_sum():
+    assert expected_landed(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
+    assert expected_landed(1.0, 7) == 7.0 and expected_landed(0.0, 7) == 0.0
+
+
+def test_best_draft_maximises_tokens_per_cost_and_drafts_nothing_below_a_plain_step():
+    # Linear costs: (1 + p + ... + p^k) / (k + 1) < 1 for every p < 1.
+    assert best_draft(0.95, LINEAR, 10) == 0
+    # Cheap blocks: a near-certain copy fills the block.
+    assert best_draft(0.99, CHEAP, 10) == 10
+    # GB10 1.7B at p = 0.8: rates 1.8/1.37, 2.44/1.76, 2.95/2.43 ...; width 3 wins.
+    assert best_draft(0.8, GB10, 9) == 2
+    assert best_draft(0.1, GB10, 9) == 0
+    # Never past max_draft.
+    assert best_draft(0.99, CHEAP, 3) == 3
+
+
+def test_governor_starts_from_an_even_prior_and_learns_from_counts():
+    governor = CalibratedGovernor(10, CHEAP)
+    assert governor.acceptance() == 0.5
+    assert governor.budget() > 0
+    for _ in range(10):
+        k = governor.budget()
+        governor.record(k, k)  # whole blocks land: no misses
+    assert governor.budget() == 10 and governor.acceptance() > 0.95
+    for _ in range(20):
+        governor.record(0, governor.budget() or 1)
+    assert governor.acceptance() < 0.25  # the prior and decay keep it above 1/7
+
+
+def test_a_draft_that_lands_whole_counts_no_miss_but_a_rejection_does():
+    a, b = CalibratedGovernor(7, GB10), CalibratedGovernor(7, GB10)
+    a.record(3, 3)
+    b.record(3, 7)
+    assert a.misses == 0 and b.misses == 1 and a.hits == b.hits == 3
+
+
+def test_misses_pause_it_and_confirmed_probes_bring_it_back():
+    governor = CalibratedGovernor(7, GB10)
+    for _ in range(6):
+        governor.record(0, 2)
+    assert governor.budget() == 0 and governor.probes_while_paused()
+    assert governor.state().paused
+    confirmations = 0
+    while governor.budget() == 0:
+        governor.shadow_confirmed()
+        confirmations += 1
+        assert confirmations < 50
+    assert not governor.probes_while_paused() and confirmations >= 1
+
+
+def test_a_confirmation_while_drafting_changes_nothing():
+    governor = CalibratedGovernor(7, CHEAP)
+    assert governor.budget() > 0
+    governor.shadow_confirmed()
+    assert governor.hits == 0
+
+
+def test_config_needs_a_positive_table_for_the_calibrated_policy():
+    calibrated().validate()
+    with pytest.raises(ConfigError, match="width-cost table"):
+        PromptLookupConfig(policy="calibrated").validate()
+    with pytest.raises(ConfigError, match="positive"):
+        calibrated(costs=(1.0, 0.0)).validate()
+    # Non-adaptive mode ignores the policy (spec 10), so no table is needed there.
+    PromptLookupConfig(policy="calibrated", adaptive=False).validate()
+    assert isinstance(make_governor(calibrated()), CalibratedGovernor)
+
+
+PROBE_PROMPT = list(range(100, 120))
+PROBE_REPLY = [300, 100, 101, 999, 998, 997, 996, *range(102, 120)]
+
+
+def test_on_a_host_where_blocks_cost_their_width_it_never_drafts():
+    model = ScriptModel(PROBE_PROMPT + PROBE_REPLY)
+    result = generate(model, PROBE_PROMPT, max_tokens=len(PROBE_REPLY), lookup=calibrated(costs=LINEAR))
+    assert result.tokens == PROBE_REPLY and result.stats.drafted_rounds == 0
+    assert result.stats.paused_rounds == result.stats.rounds
+
+
+# Restated prompt pairs that then deviate (each a rejected draft), then a long copy.
+DETOUR_REPLY = [
+    300, 100, 101, 900, 102, 103, 901, 104, 105, 902, 106, 107, 903, 108, 109, 904,
+    *range(110, 120), *range(100, 120),
+]
+
+
+def test_a_paused_loop_probes_and_resumes_on_the_returning_copy():
+    model = ScriptModel(PROBE_PROMPT + DETOUR_REPLY)
+    result = generate(
+        model, PROBE_PROMPT, max_tokens=len(DETOUR_REPLY), lookup=calibrated(), trace=True,
+    )
+    assert result.tokens == DETOUR_REPLY
+    states = [t.policy.paused for t in result.trace]
+    # Rejections pause it; a confirmed probe on the copy resumes it; the copy then lands.
+    first_pause = states.index(True)
+    assert False in states[first_pause:]
+    assert result.stats.shadow_confirmations >= 1 and result.stats.accepted >= 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(1, 10_000),
+    earliest=st.booleans(),
+    max_draft=st.integers(1, 32),
+    costs=st.lists(st.floats(0.5, 12.0), min_size=2, max_size=33),
+    penalty=st.booleans(),
+)
+def test_calibrated_output_equals_the_sequential_reference(seed, earliest, max_draft, costs, penalty):
+    """Greedy (and penalised) parity: only the budget differs, never the emitted tokens."""
+    sampler = SamplerConfig(repetition_penalty=1.3, repetition_last_n=3) if penalty else SamplerConfig()
+    prompt = lcg_tokens(seed, 40, 6)
+    reference = sequential_reference(InductionModel(earliest=earliest), prompt, 64, sampler)
+    result = generate(
+        InductionModel(earliest=earliest), prompt, max_tokens=64,
+        lookup=calibrated(max_draft=max_draft, costs=tuple(costs)), sampler=sampler, trace=True,
+    )
+    assert result.tokens == reference
+    assert all(t.budget <= max_draft for t in result.trace)
+    assert result.stats.accepted <= result.stats.proposed
