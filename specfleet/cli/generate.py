@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,6 +33,7 @@ from specfleet.engine.config import (
     POLICY_CHOICES,
     ConfigError,
     PromptLookupConfig,
+    default_max_draft,
     resolve_policy,
 )
 from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, choices_text
@@ -84,18 +85,28 @@ def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
 
 
 def lookup_config(
-    ngram_min: int, ngram_max: int, max_draft: int, adaptive: bool, policy: str, device: str
+    ngram_min: int, ngram_max: int, max_draft: int | None, adaptive: bool, policy: str,
+    device: str, costs: tuple[float, ...] | None = None,
 ) -> PromptLookupConfig:
-    """Build and validate the prompt-lookup config; errors name the `--prompt-lookup-*` flag."""
+    """Build and validate the prompt-lookup config; errors name the `--prompt-lookup-*` flag.
+
+    `max_draft` None is the policy's default; `costs` None (calibrated only) checks every
+    bound but the width-cost table, which is found or measured after the model loads.
+    """
     check_choice("--prompt-lookup-policy", policy, POLICY_CHOICES)
+    resolved = resolve_policy(policy, device)
     config = PromptLookupConfig(
         ngram_max=ngram_max,
         ngram_min=ngram_min,
-        max_draft=max_draft,
+        max_draft=default_max_draft(resolved) if max_draft is None else max_draft,
         adaptive=adaptive,
-        policy=resolve_policy(policy, device),
+        policy=resolved,
+        costs=costs or (),
     )
     try:
+        if costs is None and resolved == "calibrated":
+            replace(config, costs=(1.0, 1.0)).validate()
+            return config
         return config.validate()
     except ConfigError as err:
         raise UserError(f"{_LOOKUP_FLAG_PREFIX}{err}") from None
@@ -179,7 +190,7 @@ class GenerateRequest:
     policy: str
     ngram_min: int
     ngram_max: int
-    max_draft: int
+    max_draft: int | None
     adaptive: bool
     loop_guard: tuple[int, int, int] | None
     system: str | None = None
@@ -273,14 +284,19 @@ def run_generation(
             request.policy,
             runner.device,
         )
+        if lookup.adaptive and lookup.policy == "calibrated":
+            from specfleet.cli.calibrate import stored_or_measured_costs
+
+            lookup = replace(lookup, costs=stored_or_measured_costs(loaded))
     warmup_s = 0.0
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
     # The machine lock: never timed beside a fleet's run (or another generate) here.
     with MachineLock(machine_lock_path(machine_id())):
         if warm_up:  # also for plain: the first forwards of a fresh model pay one-off costs
-            widths = f"2..{request.max_draft + 1}"
+            max_draft = lookup.max_draft if lookup is not None else DEFAULT_MAX_DRAFT
+            widths = f"2..{max_draft + 1}"
             with status_line(f"warming up verify widths {widths} ({loaded.alias}, {runner.engine})"):
-                warmup_s = warm_up_verify_widths(runner, prompt_ids, request.max_draft)
+                warmup_s = warm_up_verify_widths(runner, prompt_ids, max_draft)
             if announce and warmup_s > 0:
                 typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
                            "(not in the figures below)", err=True)
@@ -414,7 +430,10 @@ def generate_command(
     ] = "auto",
     ngram_min: Annotated[int, typer.Option("--prompt-lookup-ngram-min")] = DEFAULT_NGRAM_MIN,
     ngram_max: Annotated[int, typer.Option("--prompt-lookup-ngram-max")] = DEFAULT_NGRAM_MAX,
-    max_draft: Annotated[int, typer.Option("--prompt-lookup-max-draft")] = DEFAULT_MAX_DRAFT,
+    max_draft: Annotated[
+        int | None,
+        typer.Option("--prompt-lookup-max-draft", help="Default 7; 32 for calibrated."),
+    ] = None,
     no_adaptive: Annotated[
         bool, typer.Option("--prompt-lookup-no-adaptive", help="Always propose max-draft tokens.")
     ] = False,

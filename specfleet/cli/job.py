@@ -96,7 +96,8 @@ def calibrate(
     model: Annotated[str, typer.Option("--model", help="Model alias.")],
     engine: Annotated[str | None, typer.Option("--engine", help=f"Only this engine ({choices_text(ENGINES)}).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
-    max_width: Annotated[int, typer.Option("--max-width", help="Widest verify block.")] = 10,
+    max_width: Annotated[int, typer.Option("--max-width", help="Widest verify block.")] = 33,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter rounds.")] = False,
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
     embedded: EmbeddedOption = False,
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
@@ -118,12 +119,14 @@ def calibrate(
             raise UserError(f"no target to calibrate (engine {engine or 'any'}, "
                             f"host {host or 'any'}); see `specfleet fleet status`")
         view.record_hosts(store)
-        failures = _calibrate_all(store, view, targets, model, max_width)
+        failures = _calibrate_all(store, view, targets, model, max_width, quick)
     if failures:
         raise typer.Exit(1)
 
 
-def _calibrate_all(store, view, targets: list[Target], model: str, max_width: int) -> int:
+def _calibrate_all(
+    store, view, targets: list[Target], model: str, max_width: int, quick: bool
+) -> int:
     """One calibration per host at a time, hosts in parallel; returns how many failed."""
     import ray
 
@@ -143,7 +146,7 @@ def _calibrate_all(store, view, targets: list[Target], model: str, max_width: in
                     continue  # one at a time per host; a running matrix holds the machine
                 target = queue.popleft()
                 ref = view.workers[name].calibrate.remote(
-                    model, target.engine, target.device, max_width)
+                    model, target.engine, target.device, max_width, quick)
                 inflight[ref] = (target, time.monotonic())
             ready = ray.wait(list(inflight), num_returns=1, timeout=1.0)[0] if inflight else []
             for ref in ready:
@@ -177,9 +180,10 @@ def _store_costs(store, ref, target: Target, model: str) -> bool:
         message = " ".join(str(getattr(err, "cause", None) or err).split())[:300]
         typer.echo(f"{target.label}: calibration failed: {message}", err=True)
         return False
-    table = {w: (ms, costs["pipelined_ms"]) for w, ms in enumerate(costs["sync_ms"], start=1)}
-    store.record_width_costs(target, model, table)
-    typer.echo(f"{target.label} {model}: pipelined step {costs['pipelined_ms']:.3f} ms; "
-               "verify cost by width " + " ".join(
-                   f"{w}:{r:.2f}" for w, r in enumerate(costs["ratio"], start=1)))
+    store.record_calibration(target, model, costs)
+    table = costs["costs"]
+    flagged = f"; not monotone at widths {table['flagged']}" if table["flagged"] else ""
+    typer.echo(f"{target.label} {model}: pipelined step {table['pipelined_ms']:.3f} ms; "
+               f"verify cost by width (n={table['n']}) " + " ".join(
+                   f"{w}:{r:.2f}" for w, r in enumerate(table["ratio"], start=1)) + flagged)
     return True

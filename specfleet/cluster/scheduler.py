@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -340,6 +341,8 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     except StoreConflict:  # done or owned by another driver meanwhile: never run it twice
         return
     ctx.busy_machines.add(host.machine)
+    if spec.arm == "calibrated":
+        spec = with_stored_costs(ctx.store, spec)
     host.inflight = InFlight(spec, host.worker.run.remote(spec), time.monotonic())
     _emit(ctx, host, spec.run_key, "running")
 
@@ -378,6 +381,11 @@ def _settle(ctx: _Ctx, host: HostState) -> None:
 
 
 def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) -> None:
+    if result.calibration is not None:
+        ctx.store.record_calibration(result.target, spec.model, result.calibration)
+        print(f"{result.target.label} {spec.model}: no stored width-cost table matched; "
+              f"measured one in {result.calibration['measure_s']} s and stored it",
+              file=sys.stderr)
     try:
         ctx.writer.record(result)  # journaled first; failed and cancelled keep provenance
     except StoreConflict:  # another driver stored this run first; its result stands
@@ -391,6 +399,19 @@ def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) 
     else:
         host.interrupted += 1  # cancelled cooperatively by the worker
     _emit(ctx, host, spec.run_key, result.status, result.error or "", spec, result.tok_per_s)
+
+
+def with_stored_costs(store, spec: RunSpec) -> RunSpec:
+    """A calibrated run with the newest stored width-cost table of its host, engine, device
+    and model attached (the worker uses it only if its fingerprint and weights match)."""
+    from specfleet.workers.costs import costs_key
+
+    rows = store.latest_calibration(spec.target.engine, spec.target.device, spec.model,
+                                    host=spec.target.host)
+    if not rows or any(r.ratio is None for r in rows):
+        return spec
+    key = costs_key(rows[0].host_fingerprint, rows[0].weights_hash)
+    return spec.model_copy(update={"costs": tuple(r.ratio for r in rows), "costs_key": key})
 
 
 def _fail(ctx: _Ctx, host: HostState, spec: RunSpec, error: str) -> None:

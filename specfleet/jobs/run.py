@@ -77,6 +77,10 @@ class RunSpec(BaseModel):
     temperature: float = 0.0
     seed: int | None = None
     loop_guard: LoopGuard | None = None
+    # The calibrated arm's stored width-cost table (ratios of widths 1..n) found by the head,
+    # and "host_fingerprint:weights_hash" it was measured under; the worker checks the key.
+    costs: tuple[float, ...] | None = None
+    costs_key: str | None = None
 
 
 class RunResult(BaseModel):
@@ -89,6 +93,7 @@ class RunResult(BaseModel):
     resolved_policy: ResolvedPolicy | None = None
     output_text: str = ""
     token_ids: list[int] = []
+    prompt_token_ids: list[int] = []  # the encoded prompt, so a greedy run can be replayed
     prompt_tokens: int = 0
     generated_tokens: int = 0
     prefill_s: float = 0.0
@@ -119,3 +124,5 @@ class RunResult(BaseModel):
     host_fingerprint: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # A width-cost table the worker had to measure for this run (the head stores it).
+    calibration: dict | None = None

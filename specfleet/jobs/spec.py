@@ -25,6 +25,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
+from specfleet.engine.config import default_max_draft
 from specfleet.engine.kinds import Device, Engine
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS, Arm, LookupOptions, LoopGuard, Target
@@ -136,7 +137,8 @@ def _name_to_arm(value: Any) -> Any:
 
 
 class ArmSpec(_Strict):
-    """An arm: `plain`, `auto`, `graded`, `gated` or `fixed` (non-adaptive), with options."""
+    """An arm: `plain`, `auto`, `graded`, `gated`, `calibrated` or `fixed` (non-adaptive),
+    with options."""
 
     arm: Arm
     ngram_min: int | None = None
@@ -147,8 +149,11 @@ class ArmSpec(_Strict):
         return {k: v for k, v in self.model_dump(exclude={"arm"}).items() if v is not None}
 
     def lookup_options(self) -> LookupOptions:
-        """The prompt-lookup knobs this arm runs with (docs/engine.md "Lookup" defaults where not given)."""
-        return LookupOptions(**self.given_options(), adaptive=self.arm != "fixed")
+        """The prompt-lookup knobs this arm runs with (docs/engine.md "Lookup" defaults where
+        not given; the calibrated arm drafts up to 32 unless told otherwise)."""
+        given = self.given_options()
+        given.setdefault("max_draft", default_max_draft(self.arm))
+        return LookupOptions(**given, adaptive=self.arm != "fixed")
 
 
 def _parse_loop_guard(value: Any) -> Any:

@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 from specfleet.stats.view import PLAIN, MatrixView  # noqa: E402
 
 ARM_COLORS = {"plain": "#555555", "graded": "#1f77b4", "gated": "#d62728", "auto": "#2ca02c",
+              "calibrated": "#ff7f0e",
               "fixed": "#9467bd"}
 
 

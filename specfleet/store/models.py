@@ -152,6 +152,7 @@ class Run(Base):
     # Output and measurements (from RunResult).
     output_text: Mapped[str | None] = mapped_column(Text)
     token_ids: Mapped[list[Any] | None] = mapped_column(JSON)
+    prompt_token_ids: Mapped[list[Any] | None] = mapped_column(JSON)  # what `replay` re-runs
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     generated_tokens: Mapped[int | None] = mapped_column(Integer)
     prefill_s: Mapped[float | None] = mapped_column(Float)
@@ -189,6 +190,10 @@ class WidthCost(Base):
     __tablename__ = "width_costs"
     __table_args__ = (
         Index("ix_width_costs_target", "host", "engine", "device", "model", "width"),
+        Index(
+            "ix_width_costs_calibration",
+            "engine", "device", "model", "host_fingerprint", "measured_at",
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -200,6 +205,16 @@ class WidthCost(Base):
     sync_ms: Mapped[float] = mapped_column(Float)
     pipelined_ms: Mapped[float | None] = mapped_column(Float)
     measured_at: Mapped[datetime]
+    # One measurement's widths share `calibration`; its ratio comes with spread and n.
+    calibration: Mapped[str | None] = mapped_column(String(32))
+    host_fingerprint: Mapped[str | None] = mapped_column(String(128))
+    weights_hash: Mapped[str | None] = mapped_column(String(128))
+    ratio: Mapped[float | None] = mapped_column(Float)
+    ratio_lo: Mapped[float | None] = mapped_column(Float)
+    ratio_hi: Mapped[float | None] = mapped_column(Float)
+    n: Mapped[int | None] = mapped_column(Integer)
+    flagged: Mapped[bool | None] = mapped_column(Boolean)
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class LoadSample(Base):

@@ -35,6 +35,7 @@ class RunRow:
     error: str | None
     output_text: str | None
     token_ids: list[int] | None
+    prompt_token_ids: list[int] | None
     prompt_tokens: int | None
     generated_tokens: int | None
     prefill_s: float | None
@@ -114,6 +115,15 @@ class WidthCostRow:
     sync_ms: float
     pipelined_ms: float | None
     measured_at: datetime
+    calibration: str | None = None
+    host_fingerprint: str | None = None
+    weights_hash: str | None = None
+    ratio: float | None = None
+    ratio_lo: float | None = None
+    ratio_hi: float | None = None
+    n: int | None = None
+    flagged: bool | None = None
+    provenance: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

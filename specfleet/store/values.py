@@ -19,9 +19,10 @@ from specfleet.store.models import Run
 # Keep each statement's bound parameters well under SQLite's limit.
 KEY_CHUNK = 500
 HOST_KEYS = ("machine_id", "kind", "os", "arch", "chip", "memory_gb", "versions")
-# RunResult fields copied onto the run row as they are; the rest are handled by hand.
+# RunResult fields copied onto the run row as they are; the rest are handled by hand (a
+# worker-measured `calibration` is stored by the head in width_costs, not on the run).
 _BY_HAND = frozenset({"run_key", "status", "error", "target", "token_ids", "load_before",
-                      "load_after", "prompt_hash", "started_at", "finished_at"})
+                      "load_after", "prompt_hash", "started_at", "finished_at", "calibration"})
 _RESULT_FIELDS = tuple(name for name in RunResult.model_fields if name not in _BY_HAND)
 
 
@@ -111,6 +112,7 @@ def apply_result(run: Run, result: RunResult, digest: str, now: datetime) -> Non
     for name in _RESULT_FIELDS:
         setattr(run, name, getattr(result, name))
     run.token_ids = list(result.token_ids)
+    run.prompt_token_ids = list(result.prompt_token_ids) or None
     run.load_before = list(result.load_before) if result.load_before else None
     run.load_after = list(result.load_after) if result.load_after else None
     run.status, run.error, run.result_hash = result.status, result.error, digest

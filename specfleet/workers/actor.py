@@ -72,10 +72,9 @@ class WorkerActor:
 
     @ray.method(concurrency_group="run")  # never beside a timed run
     def calibrate(
-        self, model: str, engine: str, device: str, max_width: int = 10,
-        measure: dict | None = None,
+        self, model: str, engine: str, device: str, max_width: int = 33, quick: bool = False
     ) -> dict:
-        return self._worker.calibrate(model, engine, device, max_width, **(measure or {}))
+        return self._worker.calibrate(model, engine, device, max_width, quick)
 
     @ray.method(concurrency_group="run")  # shares the runner's caches with timed runs
     def replay_divergence(

@@ -18,6 +18,7 @@ from typing import Any
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
+from specfleet.workers.costs import CostTables
 from specfleet.workers.hardware import HostInfo, detect_host
 from specfleet.workers.loaded import LoadedModel, LoadedModels
 from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
@@ -47,6 +48,7 @@ class _Prepared:
     warmup_s: float
     weights_hash: str | None
     model_path: str
+    calibration: dict | None = None  # a width-cost table measured for this run
 
 
 class HostWorker:
@@ -99,6 +101,7 @@ class HostWorker:
         self._run_lock_path = run_lock_path
         self._meter = ForeignCpuMeter(quiet_pids)
         self._probe = ConditionsProbe(self.host, conditions_root)
+        self._costs = CostTables()
         self._series = LoadSeries(self.host, lambda: self._current, self._meter, sample_period_s)
 
     # ---- control: answered at once, from any thread --------------------------------------
@@ -216,17 +219,17 @@ class HostWorker:
                 prepared.runner.reset()
 
     def calibrate(
-        self, model: str, engine: str, device: str, max_width: int = 10, **measure: int
+        self, model: str, engine: str, device: str, max_width: int = 33, quick: bool = False
     ) -> dict:
         """Per-width verify cost table (docs/engine.md, "Verify cost per width") of `model` on this host's engine and device.
 
-        Holds the run lock like a timed run (added by the scheduler developer for
-        `specfleet job calibrate`). `measure`: more `measure_width_costs` keyword arguments.
+        Holds the run lock like a timed run (`specfleet job calibrate`).
 
         Returns:
-            `engine.calibrate.WidthCosts` as a dict.
+            {"costs": `engine.calibrate.WidthCosts` as a dict, "host_fingerprint",
+            "weights_hash", "settings", "versions", "measure_s"}.
         """
-        from specfleet.engine.calibrate import measure_width_costs
+        from specfleet.engine.calibrate import QUICK, CalibrationSettings, measure_width_costs
         from specfleet.jobs.run import Target
 
         target = Target(host=self.host, engine=engine, device=device)
@@ -239,12 +242,22 @@ class HostWorker:
             arm="plain",
             max_tokens=1,
         )
+        settings = replace(QUICK if quick else CalibrationSettings(), max_width=max_width)
         with self._run_lock:
             prepared = self._prepare(spec)
+            start_s = time.perf_counter()
             try:
-                return asdict(measure_width_costs(prepared.runner, max_width, **measure))
+                costs = measure_width_costs(prepared.runner, settings)
             finally:
                 prepared.runner.reset()
+        return {
+            "costs": asdict(costs),
+            "host_fingerprint": self._info.fingerprint,
+            "weights_hash": prepared.weights_hash,
+            "settings": asdict(settings),
+            "versions": dict(self._info.versions),
+            "measure_s": round(time.perf_counter() - start_s, 2),
+        }
 
     def _run_locked(self, spec: RunSpec) -> RunResult:
         started_at = datetime.now(UTC)
@@ -266,7 +279,6 @@ class HostWorker:
                                          **run_fields(before, after)})
 
     def _prepare(self, spec: RunSpec) -> _Prepared:
-        lookup, policy = run_policy(spec)
         if spec.target.engine == "toy":
             runner = build_toy_runner(spec.model, spec.prompt_text)
             entry = LoadedModel(
@@ -277,11 +289,14 @@ class HostWorker:
             entry = self._load(spec)
             warmup_s = 0.0
         prompt_ids = entry.runner.encode_prompt(spec.prompt_text, spec.chat)
+        costs, calibration = self._costs.for_run(spec, entry, self._info.fingerprint)
+        lookup, policy = run_policy(spec, costs)
         if spec.target.engine != "toy":
             warmup_s = self._warm(entry, prompt_ids, spec.lookup.max_draft)
         entry.runs += 1
         return _Prepared(
-            entry.runner, prompt_ids, lookup, policy, warmup_s, entry.weights_hash, entry.key[2]
+            entry.runner, prompt_ids, lookup, policy, warmup_s, entry.weights_hash, entry.key[2],
+            calibration,
         )
 
     def _load(self, spec: RunSpec) -> LoadedModel:
@@ -349,6 +364,8 @@ class HostWorker:
             output_text=prepared.runner.decode(tokens),
             token_ids=tokens,
             prompt_tokens=len(prepared.prompt_ids),
+            prompt_token_ids=list(prepared.prompt_ids),
+            calibration=prepared.calibration,
             generated_tokens=len(tokens),
             prefill_s=timings.prefill_s,
             decode_s=timings.decode_s,
@@ -368,7 +385,8 @@ class HostWorker:
             "weights_hash": prepared.weights_hash,
             "prompt_hash": prompt_hash(spec.prompt_text),
             "engine_config": engine_config(
-                spec, prepared.lookup, prepared.policy, prepared.model_path, prepared.warmup_s
+                spec, prepared.lookup, prepared.policy, prepared.model_path, prepared.warmup_s,
+                costs_source="measured" if prepared.calibration else "stored",
             ),
             "versions": dict(self._info.versions),
             "host_fingerprint": self._info.fingerprint,

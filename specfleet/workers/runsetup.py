@@ -12,11 +12,14 @@ from specfleet.engine.config import PromptLookupConfig, resolve_policy
 from specfleet.jobs.run import RunSpec
 
 
-def run_policy(spec: RunSpec) -> tuple[PromptLookupConfig | None, str]:
+def run_policy(
+    spec: RunSpec, costs: tuple[float, ...] = ()
+) -> tuple[PromptLookupConfig | None, str]:
     """The arm resolved for the target's device: (lookup config or None, policy name).
 
-    plain -> (None, "plain"); auto -> the device default; graded / gated as named;
-    fixed (or adaptive=False) -> non-adaptive lookup, "fixed".
+    plain -> (None, "plain"); auto -> the device default; graded / gated / calibrated as
+    named (calibrated with `costs`, its width-cost table); fixed (or adaptive=False) ->
+    non-adaptive lookup, "fixed".
     """
     if spec.arm == "plain":
         return None, "plain"
@@ -30,16 +33,21 @@ def run_policy(spec: RunSpec) -> tuple[PromptLookupConfig | None, str]:
         max_draft=options.max_draft,
         adaptive=adaptive,
         policy=policy,
+        costs=tuple(costs) if policy == "calibrated" else (),
     )
     return config.validate(), policy if adaptive else "fixed"
 
 
 def engine_config(
-    spec: RunSpec, lookup: PromptLookupConfig | None, policy: str, model_path: str, warmup_s: float
+    spec: RunSpec, lookup: PromptLookupConfig | None, policy: str, model_path: str,
+    warmup_s: float, costs_source: str = "stored",
 ) -> dict:
-    """The exact engine settings of a run, stored with it (provenance)."""
+    """The exact engine settings of a run, stored with it (provenance); a calibrated run
+    also says whether its width-cost table was stored or measured for it."""
     guard = spec.loop_guard
+    extra = {"costs_source": costs_source} if policy == "calibrated" else {}
     return {
+        **extra,
         "engine": spec.target.engine,
         "device": spec.target.device,
         "model": spec.model,

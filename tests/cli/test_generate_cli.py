@@ -236,30 +236,29 @@ def test_loop_guard_stops_plain_and_lookup_at_the_same_token(bundled_model):
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_calibrate_prints_the_width_table(bundled_model):
+def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
+    bundled_model, tmp_path, monkeypatch
+):
+    db = str(tmp_path / "cal.db")
+    monkeypatch.setenv("SPECFLEET_DB", db)
     result = invoke(
-        "calibrate",
-        "-m",
-        MODEL,
-        "--engine",
-        "torch",
-        "--device",
-        "cpu",
-        "--max-width",
-        "3",
-        "--prompt-len",
-        "16",
-        "--runs",
-        "1",
-        "--steps",
-        "3",
-        "--sync-rounds",
-        "2",
-        "--no-warm-up",  # the warm-up sequence is pinned in tests/engine/test_calibrate.py
+        "calibrate", "-m", MODEL, "--engine", "torch", "--device", "cpu", "--max-width", "3",
+        "--prompt-len", "16", "--rounds", "2", "--steps", "4", "--reps", "1", "--no-warm-up",
+        "--store",
     )
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert re.fullmatch(r"pipelined step: \d+\.\d{3} ms", lines[2])
     rows = [line.split() for line in lines[4:]]
     assert [row[0] for row in rows] == ["1", "2", "3"]
-    assert all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
+    # sync ms, ratio, lowest and highest round: lowest <= ratio <= highest.
+    assert all(float(r[1]) > 0 and float(r[3]) <= float(r[2]) <= float(r[4]) for r in rows)
+    assert "calibrate: round 2/2" in result.stderr and "stored in" in result.stderr
+    reply = invoke("generate", "-m", MODEL, "--engine", "torch", "-p", EDIT_PROMPT, "-n", "12",
+                   "--prompt-lookup", "--prompt-lookup-policy", "calibrated", "--json",
+                   "--no-warm-up")
+    assert reply.exit_code == 0, reply.stderr
+    assert "[Calibrated] width-cost table of" in reply.stderr and "n=2" in reply.stderr
+    out = json.loads(reply.stdout)
+    assert out["prompt_lookup"]["policy"] == "calibrated"
+    assert out["prompt_lookup"]["max_draft"] == 32 and len(out["prompt_lookup"]["costs"]) == 3
