@@ -258,3 +258,28 @@ def test_a_host_can_offer_a_subset_of_its_engines() -> None:
     finally:
         both.close()
         torch_only.close()
+
+
+def test_calibrated_arm_measures_a_table_once_then_uses_a_matching_stored_one(run_lock) -> None:
+    from specfleet.workers.costs import costs_key
+
+    fresh = HostWorker(info=detect_host("box1"), sample_period_s=0.05, run_lock_path=run_lock)
+    try:
+        plain = fresh.run(spec("p", arm="plain"))
+        first = fresh.run(spec("c1", arm="calibrated"))
+        again = fresh.run(spec("c2", arm="calibrated"))
+        assert first.status == again.status == "done", (first.error, again.error)
+        assert first.token_ids == plain.token_ids  # only the budget differs
+        table = first.calibration["costs"]
+        assert len(table["ratio"]) == 33 and table["n"] >= 3
+        assert first.engine_config["costs_source"] == "measured"
+        assert again.calibration is None  # measured once per worker, then kept
+        key = costs_key(first.calibration["host_fingerprint"], first.weights_hash)
+        stored = fresh.run(spec("c3", arm="calibrated", costs=(1.0, 9.0, 9.0), costs_key=key))
+        assert stored.calibration is None and stored.engine_config["costs_source"] == "stored"
+        assert list(stored.engine_config["lookup"]["costs"]) == [1.0, 9.0, 9.0]
+        assert stored.drafted_rounds == 0  # a width-2 block costing 9 steps never pays
+        other = fresh.run(spec("c4", arm="calibrated", costs=(1.0, 9.0), costs_key="x:y"))
+        assert list(other.engine_config["lookup"]["costs"]) != [1.0, 9.0]  # not this host's table
+    finally:
+        fresh.close()
