@@ -89,6 +89,7 @@ SUBCOMMANDS: list[str] = [
     "report",
     "fleet",
     "serve",
+    "replay",
 ]
 
 

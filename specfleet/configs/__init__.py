@@ -1,4 +1,5 @@
-"""The configuration that ships inside the package: model aliases, prompts, matrices.
+"""The configuration that ships inside the package: model aliases, prompts, matrices and
+width-cost tables.
 
 Read with `importlib.resources`, so an installed wheel finds its own demo. A bare name
 (`demo`, `story`) given where a file is expected resolves to the packaged file of that name;
@@ -31,6 +32,11 @@ def prompts_dir() -> Path:
 def matrices_dir() -> Path:
     """The folder of packaged matrices (`<name>.yaml`)."""
     return _root() / "matrices"
+
+
+def costs_dir() -> Path:
+    """The folder of packaged width-cost tables (`<name>.yaml`, spec 7.6)."""
+    return _root() / "costs"
 
 
 def packaged_names(folder: Path) -> list[str]:

@@ -1,0 +1,65 @@
+"""`specfleet replay RUN_OR_MATRIX --policy ... --costs ...`: every policy's counters and
+predicted speed-up from stored greedy replies, under a stored or packaged cost table.
+
+The work is `specfleet.report.predictions`; this module parses and prints.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from specfleet.engine.config import POLICIES
+from specfleet.errors import UserError
+
+
+def replay_command(
+    ident: Annotated[str, typer.Argument(
+        metavar="RUN_OR_MATRIX", help="A matrix id, a generation job id or a run key.")],
+    policy: Annotated[str, typer.Option(
+        "--policy", help="Comma-separated policies to replay.")] = "graded,gated,calibrated",
+    costs: Annotated[str, typer.Option(
+        "--costs", help="A host with a stored calibration, a YAML file, or a packaged table "
+        "(gb10-qwen3-1.7b, gb10-qwen3-4b, gb10-qwen3-8b, gb10-llama-3.1-8b, apple-m4pro).")] = "",
+    db: Annotated[str | None, typer.Option("--db", help="Store URL or SQLite file.")] = None,
+) -> None:
+    """Recompute each policy's rounds, proposals and acceptances from the stored greedy
+    replies and predict its whole-call speed-up over plain under a width-cost table; also
+    replay every stored lookup run and check its counters equal the stored ones (exit 1 if
+    any differ)."""
+    from specfleet.report.predictions import (
+        check_counters,
+        cost_source,
+        format_predictions,
+        predict,
+        stored_runs,
+    )
+    from specfleet.store.store import open_store
+
+    policies = [p.strip() for p in policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if not policies or unknown:
+        raise UserError(f"--policy must list some of {', '.join(POLICIES)}; got {policy!r}")
+    if not costs:
+        raise UserError("--costs: give a host, a YAML file or a packaged table name")
+    costs_for = cost_source(costs)
+    with open_store(db) as store:
+        runs = stored_runs(store, ident)
+        predictions = predict(store, runs, policies, costs_for)
+        mismatches = check_counters(runs)
+    if not predictions:
+        raise UserError(f"RUN_OR_MATRIX {ident}: no cell has a done greedy plain run to replay")
+    typer.echo(format_predictions(predictions, costs))
+    checked = sum(1 for r in runs if r.arm != "plain")
+    typer.echo(f"\ncounters: {checked} stored lookup runs replayed, "
+               f"{len(mismatches)} differ from the stored counters")
+    for line in mismatches:
+        typer.echo(line, err=True)
+    if mismatches:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the top-level `replay` command."""
+    app.command("replay")(replay_command)

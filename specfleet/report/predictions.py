@@ -1,0 +1,226 @@
+"""`specfleet replay`: each policy's counters and speed-up over plain, predicted from the
+stored greedy replies of a matrix (or one run) under a width-cost table.
+
+Per cell (host, engine, device, model, prompt) the plain run's reply is the greedy output
+every policy emits; `engine.predict.replay` drives the real loop over it for each policy and
+prices the trace with the cost table. The prefill is counted in pipelined steps measured on
+the cell's own plain run (prefill_s / (decode_s / rounds)) and assumed to carry over to the
+host of the table. Every stored lookup run is also replayed under its own config and its
+counters are compared with the stored ones (they must be equal).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from specfleet.engine.config import PromptLookupConfig, default_max_draft
+from specfleet.engine.predict import predicted_speedup, replay
+from specfleet.errors import UserError
+
+COUNTER_NAMES = ("rounds", "drafted_rounds", "paused_rounds", "proposed", "accepted",
+                 "shadow_confirmations")
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """A width-cost table: cost of widths 1..n in pipelined steps, and where it came from."""
+
+    name: str
+    ratio: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One policy on one cell: replayed counters, cost, predicted and measured speed-up."""
+
+    cell: tuple[str, str, str, str, str]
+    policy: str
+    counters: dict[str, int]
+    steps: float
+    plain_steps: float
+    predicted: float
+    measured: float | None
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured, None without a measured arm."""
+        if not self.measured:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+
+def load_cost_file(path: Path) -> CostTable:
+    """A YAML table (`name`, `ratio: [cost of width 1, 2, ...]`); one-line errors."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"--costs {path}: not a readable YAML file ({err.__class__.__name__})") from None
+    ratio = data.get("ratio") if isinstance(data, dict) else None
+    if (not isinstance(ratio, list) or len(ratio) < 2
+            or not all(isinstance(r, int | float) and r > 0 for r in ratio)):
+        raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
+                        "costs (widths 1, 2, ... in pipelined steps)")
+    return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio))
+
+
+def packaged_cost(name: str) -> Path | None:
+    """The packaged table of that bare name (`gb10-qwen3-1.7b`, `apple-m4pro`, ...)."""
+    from specfleet.configs import costs_dir
+
+    path = costs_dir() / f"{name}.yaml"
+    return path if "/" not in name and path.is_file() else None
+
+
+def cost_source(spec: str):
+    """A function cell -> CostTable for `--costs`: a YAML file, a packaged table, or a host
+    whose newest stored calibration of the cell's engine, device and model is used."""
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        table = load_cost_file(path)
+        return lambda store, cell: table
+    packaged = packaged_cost(spec)
+    if packaged is not None:
+        table = load_cost_file(packaged)
+        return lambda store, cell: table
+
+    def stored(store, cell) -> CostTable:
+        _, engine, device, model, _ = cell
+        rows = store.latest_calibration(engine, device, model, host=spec)
+        if not rows or any(r.ratio is None for r in rows):
+            raise UserError(
+                f"--costs {spec}: no YAML file, packaged table or stored calibration of host "
+                f"{spec!r} for {model} on {engine}/{device} (store one with `specfleet "
+                "calibrate --store` or `job calibrate`)")
+        return CostTable(f"{spec} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
+                         tuple(r.ratio for r in rows))
+
+    return stored
+
+
+def stored_runs(store, ident: str) -> list:
+    """The done greedy runs of a matrix, a generation job or one run key."""
+    from specfleet.store import UnknownMatrix
+
+    try:
+        store.get_matrix(ident)
+        runs = store.runs(matrix=ident)
+    except UnknownMatrix:
+        runs = store.runs(job=ident) or [r for r in store.runs() if r.run_key == ident]
+    if not runs:
+        raise UserError(f"RUN_OR_MATRIX: no matrix, generation job or run {ident!r} in "
+                        f"{store.display_url}")
+    greedy = [r for r in runs if r.status == "done" and not r.temperature]
+    if not any(r.prompt_token_ids for r in greedy):
+        raise UserError(f"RUN_OR_MATRIX {ident}: no done greedy run keeps its prompt token ids "
+                        "(runs stored before specfleet replay existed); run it again")
+    return [r for r in greedy if r.prompt_token_ids and r.token_ids]
+
+
+def _cell(run) -> tuple[str, str, str, str, str]:
+    return (run.host, run.engine, run.device, run.model, run.prompt_name)
+
+
+def _guard(run) -> tuple[int, int, int] | None:
+    g = run.loop_guard
+    return (g["min_period"], g["max_period"], g["repeats"]) if g else None
+
+
+def _replay(run, reply_run, lookup: PromptLookupConfig | None, costs: Sequence[float]):
+    return replay(run.prompt_token_ids, reply_run.token_ids, stop_reason=reply_run.stop_reason,
+                  max_tokens=run.max_tokens, lookup=lookup, costs=costs, loop_guard=_guard(run))
+
+
+def stored_lookup(run) -> PromptLookupConfig | None:
+    """The exact lookup config a stored run used (its engine_config), None for plain."""
+    lookup = (run.engine_config or {}).get("lookup")
+    if not lookup:
+        return None
+    return PromptLookupConfig(**{**lookup, "costs": tuple(lookup.get("costs") or ())})
+
+
+def check_counters(runs: Sequence) -> list[str]:
+    """Replay every stored lookup run on its own reply; one line per counter that differs."""
+    mismatches = []
+    for run in runs:
+        lookup = stored_lookup(run)
+        if lookup is None:
+            continue
+        stats = _replay(run, run, lookup, (1.0, 1.0)).generation.stats
+        for name in COUNTER_NAMES:
+            if getattr(stats, name) != getattr(run, name):
+                mismatches.append(f"{run.run_key}: {name} replayed {getattr(stats, name)}, "
+                                  f"stored {getattr(run, name)}")
+    return mismatches
+
+
+def _policy_config(policy: str, arms: dict[str, list], costs: Sequence[float]):
+    """The policy's config: a stored arm's own options when the matrix ran it."""
+    for run in arms.get(policy, []):
+        lookup = stored_lookup(run)
+        if lookup is not None:
+            return PromptLookupConfig(lookup.ngram_max, lookup.ngram_min, lookup.max_draft,
+                                      True, policy, tuple(costs))
+    return PromptLookupConfig(max_draft=default_max_draft(policy), policy=policy,
+                              costs=tuple(costs))
+
+
+def _prefill_steps(plain_runs: Sequence) -> float:
+    steps = [r.prefill_s / (r.decode_s / r.rounds) for r in plain_runs
+             if r.rounds and r.decode_s and r.prefill_s is not None]
+    return statistics.median(steps) if steps else 0.0
+
+
+def _measured(arms: dict[str, list], policy: str) -> float | None:
+    plain = [r.tok_per_s for r in arms.get("plain", []) if r.tok_per_s]
+    mine = [r.tok_per_s for r in arms.get(policy, []) if r.tok_per_s]
+    if not plain or not mine:
+        return None
+    return statistics.median(mine) / statistics.median(plain)
+
+
+def predict(store, runs: Sequence, policies: Sequence[str], costs_for) -> list[Prediction]:
+    """One `Prediction` per cell with a plain run and per policy."""
+    cells: dict[tuple, dict[str, list]] = {}
+    for run in runs:
+        cells.setdefault(_cell(run), {}).setdefault(run.arm, []).append(run)
+    out = []
+    for cell, arms in cells.items():
+        if "plain" not in arms:
+            continue
+        base = min(arms["plain"], key=lambda r: r.repeat)
+        table = costs_for(store, cell)
+        plain_steps = _replay(base, base, None, table.ratio).cost_steps
+        prefill = _prefill_steps(arms["plain"])
+        for policy in policies:
+            done = _replay(base, base, _policy_config(policy, arms, table.ratio), table.ratio)
+            stats = done.generation.stats
+            out.append(Prediction(
+                cell, policy, {n: getattr(stats, n) for n in COUNTER_NAMES}, done.cost_steps,
+                plain_steps, predicted_speedup(plain_steps, done.cost_steps, prefill),
+                _measured(arms, policy),
+            ))
+    return out
+
+
+def format_predictions(predictions: Sequence[Prediction], costs_name: str) -> str:
+    """A markdown table: cell, policy, counters, predicted and measured speed-up, error."""
+    lines = [f"Predicted speed-up over plain under {costs_name} (whole call, prefill in "
+             "pipelined steps from each cell's plain run)", "",
+             "| model | engine | prompt | policy | rounds | drafted | proposed | accepted | "
+             "steps / plain | predicted | measured | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in predictions:
+        _, engine, _, model, prompt = p.cell
+        c = p.counters
+        measured = f"{p.measured:.3f}x" if p.measured else "-"
+        error = f"{p.error * 100:+.1f}%" if p.error is not None else "-"
+        lines.append(
+            f"| {model} | {engine} | {prompt} | {p.policy} | {c['rounds']} | "
+            f"{c['drafted_rounds']} | {c['proposed']} | {c['accepted']} | "
+            f"{p.steps:.1f} / {p.plain_steps:.1f} | {p.predicted:.3f}x | {measured} | {error} |")
+    return "\n".join(lines)
