@@ -1,0 +1,207 @@
+"""Drafting policies side by side: plain, graded, gated, calibrated (and transformers'
+prompt lookup on torch), per engine in its own process, arms interleaved.
+
+Per engine (torch fp32, MLX fp32, MLX 4-bit, all on CPU, the bundled model) a child process
+loads the model once, measures a width-cost table with the quick calibration settings (the
+calibrated arm's table, as a worker without a stored one would), warms every arm, then for
+each prompt and repeat runs the arms back to back in an order rotated every repeat. A cell
+is the median of the repeats of whole-call tok/s (prefill included), over specfleet plain
+of the same engine. Then, from each prompt's plain reply, `engine.predict.replay` recomputes
+every policy's rounds and predicts its speed-up (a) under this engine's measured table, set
+beside the measured speed-up (the replay's error), and (b) under the packaged GB10 and
+Apple Silicon tables (decode loop only: their prefill cost is unknown).
+
+    .venv/bin/python bench/policies.py --out docs/benchmark_results/policies.md
+    .venv/bin/python bench/policies.py --engines torch --prompts edit_fn,story --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.peers import (  # noqa: E402
+    HF_LOOKUP_TOKENS,
+    Arm,
+    Outcome,
+    environment,
+    measure,
+    transformers_arm,
+)
+from bench.policies_prompts import COPY_HEAVY, OWN_PROMPTS, PROSE  # noqa: E402
+
+CONFIG_PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
+ENGINES = {"torch": ("torch", "smollm2-135m"), "mlx": ("mlx", "smollm2-135m"),
+           "mlx-q4": ("mlx", "smollm2-135m-q4")}
+POLICIES = ("graded", "gated", "calibrated")
+FOREIGN_TABLES = ("gb10-qwen3-1.7b", "gb10-qwen3-8b", "apple-m4pro")
+
+
+def sf_arm(name: str, runner, lookup) -> Arm:
+    """specfleet's loop, warmed over the arm's verify widths before each timed call; keeps
+    what the replay needs (prefill and decode seconds)."""
+    from specfleet.engine.loop import generate, warm_up_verify_widths
+
+    max_draft = lookup.max_draft if lookup is not None else 7
+
+    def run(ids: list[int], max_tokens: int) -> Outcome:
+        warm_up_verify_widths(runner, ids, max_draft)
+        result = generate(runner, ids, max_tokens=max_tokens, lookup=lookup)
+        s, t = result.stats, result.timings
+        counters = {"rounds": s.rounds, "drafted": s.drafted_rounds, "proposed": s.proposed,
+                    "accepted": s.accepted, "prefill_s": t.prefill_s, "decode_s": t.decode_s,
+                    "stop": result.stop_reason}
+        return Outcome(list(result.tokens), t.total_s, counters)
+
+    return Arm(name, run)
+
+
+def child(engine: str, args: argparse.Namespace) -> dict:
+    """Everything one engine measures, as JSON-ready data."""
+    from specfleet.cli.generate import load_model
+    from specfleet.engine.calibrate import QUICK, measure_width_costs
+    from specfleet.engine.config import PromptLookupConfig
+
+    kind, model = ENGINES[engine]
+    loaded = load_model(model, kind, "cpu")
+    runner = loaded.runner
+    start_s = time.perf_counter()
+    settings = replace(QUICK, rounds=args.cal_rounds, max_width=args.cal_max_width)
+    table = measure_width_costs(runner, settings, progress=lambda line: log(f"{engine}: {line}"))
+    calibrate_s = time.perf_counter() - start_s
+    arms = [sf_arm("plain", runner, None)]
+    for policy in POLICIES:
+        costs = table.ratio if policy == "calibrated" else ()
+        max_draft = 32 if policy == "calibrated" else 7
+        arms.append(sf_arm(policy, runner, PromptLookupConfig(
+            max_draft=max_draft, policy=policy, costs=costs)))
+    if kind == "torch":
+        arms.append(transformers_arm("hf_lookup10", runner.model, runner.eos_ids,
+                                     HF_LOOKUP_TOKENS))
+    prompts = {name: runner.encode_prompt(text, chat=True) for name, text in prompt_texts(args)}
+    limits = {name: args.tokens for name in prompts}
+    measure(arms, prompts, limits, args.repeats, lambda line: log(f"{engine}: {line}"))
+    return {
+        "engine": engine, "model": model, "calibrate_s": calibrate_s,
+        "table": {"ratio": table.ratio, "lo": table.ratio_lo, "hi": table.ratio_hi, "n": table.n,
+                  "flagged": table.flagged, "pipelined_ms": table.pipelined_ms},
+        "prompts": {name: ids for name, ids in prompts.items()},
+        "limits": limits,
+        "arms": {arm.name: {p: [{"tokens": o.tokens, "total_s": o.total_s,
+                                 "counters": o.counters} for o in outs]
+                            for p, outs in arm.outcomes.items()} for arm in arms},
+    }
+
+
+def prompt_texts(args: argparse.Namespace) -> list[tuple[str, str]]:
+    from specfleet.configs import prompts_dir
+
+    out = []
+    for name in args.prompts.split(","):
+        if name in OWN_PROMPTS:
+            out.append((name, OWN_PROMPTS[name]))
+        else:
+            out.append((name, (prompts_dir() / f"{name}.txt").read_text(encoding="utf-8")))
+    return out
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def rate(run: dict) -> float:
+    return len(run["tokens"]) / run["total_s"] if run["total_s"] > 0 else 0.0
+
+
+def median_rate(data: dict, arm: str, prompt: str) -> float:
+    return statistics.median(rate(r) for r in data["arms"][arm][prompt])
+
+
+def spread(data: dict, arm: str, prompt: str) -> float:
+    rates = [rate(r) for r in data["arms"][arm][prompt]]
+    return (max(rates) - min(rates)) / statistics.median(rates) if rates else 0.0
+
+
+def predictions(data: dict, prompt: str, costs: Sequence[float], whole_call: bool) -> dict:
+    """Predicted speed-up of each policy on this prompt's plain reply under `costs`."""
+    from specfleet.engine.config import PromptLookupConfig
+    from specfleet.engine.predict import predicted_speedup, replay
+
+    plain = data["arms"]["plain"][prompt][0]
+    ids, reply, limit = data["prompts"][prompt], plain["tokens"], data["limits"][prompt]
+    stop = plain["counters"]["stop"]
+    base = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=None, costs=costs)
+    prefill = 0.0
+    if whole_call:
+        runs = data["arms"]["plain"][prompt]
+        prefill = statistics.median(r["counters"]["prefill_s"] / (r["counters"]["decode_s"]
+                                    / r["counters"]["rounds"]) for r in runs)
+    out = {}
+    for policy in POLICIES:
+        lookup = PromptLookupConfig(max_draft=32 if policy == "calibrated" else 7,
+                                    policy=policy, costs=tuple(costs))
+        done = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=lookup, costs=costs)
+        out[policy] = predicted_speedup(base.cost_steps, done.cost_steps, prefill)
+    return out
+
+
+def render(results: list[dict], env: dict, command: str, args) -> str:
+    from bench.policies_report import render_markdown
+
+    return render_markdown(results, env, command, args, predictions, median_rate, spread)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="torch,mlx,mlx-q4")
+    parser.add_argument("--prompts", default=",".join([*CONFIG_PROMPTS, *OWN_PROMPTS]))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=48, help="new tokens per reply")
+    parser.add_argument("--cal-rounds", type=int, default=3, help="calibration rounds")
+    parser.add_argument("--cal-max-width", type=int, default=33, help="widest width measured")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", type=Path, default=None, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        args.json_out.write_text(json.dumps(child(args.child, args)))
+        return 0
+    env = environment()
+    env["load_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    results = []
+    for engine in args.engines.split(","):
+        out = Path(f"/tmp/specfleet-policies-{os.getpid()}-{engine}.json")
+        base = [a for a in (argv if argv is not None else sys.argv[1:])]
+        subprocess.run([sys.executable, __file__, *base, "--child", engine, "--json-out",
+                        str(out)], check=True)  # one process per engine
+        results.append(json.loads(out.read_text()))
+        out.unlink()
+    env["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    command = "python bench/policies.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = render(results, env, command, args)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+        log(f"wrote {args.out}")
+    return 0
+
+
+__all__ = ["COPY_HEAVY", "PROSE", "FOREIGN_TABLES"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
