@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.engine.config import POLICIES
+from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.errors import UserError
 
 
