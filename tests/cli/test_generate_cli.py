@@ -253,12 +253,14 @@ def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
     assert [row[0] for row in rows] == ["1", "2", "3"]
     # sync ms, ratio, lowest and highest round: lowest <= ratio <= highest.
     assert all(float(r[1]) > 0 and float(r[3]) <= float(r[2]) <= float(r[4]) for r in rows)
-    assert "calibrate: round 2/2" in result.stderr and "stored in" in result.stderr
+    assert "calibrate: round 2/" in result.stderr and "stored in" in result.stderr
     reply = invoke("generate", "-m", MODEL, "--engine", "torch", "-p", EDIT_PROMPT, "-n", "12",
                    "--prompt-lookup", "--prompt-lookup-policy", "calibrated", "--json",
                    "--no-warm-up")
     assert reply.exit_code == 0, reply.stderr
-    assert "[Calibrated] width-cost table of" in reply.stderr and "n=2" in reply.stderr
+    # n is 2, or 4 when noise made the table non-monotone and it was re-measured.
+    n = re.search(r" n=(\d+) ", lines[1]).group(1)
+    assert "[Calibrated] width-cost table of" in reply.stderr and f"(n={n}," in reply.stderr
     out = json.loads(reply.stdout)
     assert out["prompt_lookup"]["policy"] == "calibrated"
     assert out["prompt_lookup"]["max_draft"] == 32 and len(out["prompt_lookup"]["costs"]) == 3
