@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from specfleet.stats.runs import Rate
+from collections.abc import Sequence
+
+from specfleet.stats.runs import ROW_FIELDS, Rate
 from specfleet.stats.view import MatrixView, view_of_runs
 from specfleet.store.rows import MatrixRow, RunRow
 
@@ -13,9 +15,13 @@ def load_matrix(store, matrix_id: str) -> MatrixRow:
     return store.get_matrix(matrix_id)
 
 
-def done_runs(store, matrix_id: str) -> list[RunRow]:
-    """The matrix's `done` runs in plan order."""
-    return sorted(store.runs(matrix=matrix_id, status="done"), key=lambda r: r.plan_order)
+def done_runs(store, matrix_id: str, columns: Sequence[str] | None = None) -> list[RunRow]:
+    """The matrix's `done` runs in plan order (`columns`: only these fields, see
+    `Store.runs`)."""
+    if columns is not None:
+        columns = (*columns, "plan_order")
+    return sorted(store.runs(matrix=matrix_id, status="done", columns=columns),
+                  key=lambda r: r.plan_order)
 
 
 def build_view(store, matrix_id: str, rate: Rate = "whole") -> MatrixView:
@@ -25,4 +31,4 @@ def build_view(store, matrix_id: str, rate: Rate = "whole") -> MatrixView:
         UserError: no matrix with this id.
     """
     matrix = load_matrix(store, matrix_id)
-    return view_of_runs(matrix_id, matrix.name, done_runs(store, matrix_id), rate)
+    return view_of_runs(matrix_id, matrix.name, done_runs(store, matrix_id, ROW_FIELDS), rate)

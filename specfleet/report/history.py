@@ -20,7 +20,14 @@ from specfleet.stats.changes import (
     ChangeTest,
     no_floor_text,
 )
-from specfleet.stats.history import CompareRow, HistoryRow, compare_rows, history_rows
+from specfleet.stats.history import (
+    COMPARE_FIELDS,
+    HISTORY_FIELDS,
+    CompareRow,
+    HistoryRow,
+    compare_rows,
+    history_rows,
+)
 
 
 def test_note(factor: float = DEFAULT_FACTOR) -> str:
@@ -57,7 +64,7 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
                  **_target_filters(target))
     if last is not None:
         where["matrix"] = store.newest_matrices(last, **{**where, "arm": arm})
-    runs = store.runs(**where)
+    runs = store.runs(columns=HISTORY_FIELDS, **where)
     if not any(run.arm == arm and run.matrix_id is not None for run in runs):
         on = f" on {target}" if target else ""
         raise UserError(f"no done runs of model {model!r}, prompt {prompt!r}, arm {arm!r}{on}")
@@ -117,8 +124,8 @@ def compare(store, a: str, b: str, allow_mixed: bool = False,
     """
     load_matrix(store, a)
     load_matrix(store, b)
-    runs_a = store.runs(matrix=a, status="done")
-    runs_b = store.runs(matrix=b, status="done")
+    runs_a = store.runs(matrix=a, status="done", columns=COMPARE_FIELDS)
+    runs_b = store.runs(matrix=b, status="done", columns=COMPARE_FIELDS)
     return compare_rows(runs_a, runs_b, allow_mixed, factor)
 
 

@@ -8,11 +8,12 @@ the body of the page's `/api/...` twin.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from statistics import median
-from urllib.parse import urlencode
+from urllib.parse import quote_plus, urlencode
 
 import yaml
 
@@ -29,19 +30,27 @@ from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
 from specfleet.report.tables import grids_for, render_view
 from specfleet.serve import svg
+from specfleet.stats.runs import ROW_FIELDS
 from specfleet.stats.view import view_of_runs
 
 MATRICES_PER_PAGE = 50
 RUNS_PER_PAGE = 100
 HISTORY_LAST = 50  # newest matrices a history page shows unless ?last= says otherwise
 PROGRESS_STATUSES = ("done", "running", "pending", "failed", "interrupted")
+# What `conditions_by_host` reads of a run besides its cell.
+CONDITIONS_FIELDS = ("host", "conditions", "finished_at", "plan_order", "throttled",
+                     "throttle_reason")
 
 
 def history_href(model: str, prompt: str, arm: str, target: str | None = None) -> str:
-    query = {"model": model, "prompt": prompt, "arm": arm}
-    if target:
-        query["target"] = target
-    return "/history?" + urlencode(query)
+    # What urlencode writes, each value quoted once per process (a matrix page links 400 cells).
+    query = f"model={_quoted(model)}&prompt={_quoted(prompt)}&arm={_quoted(arm)}"
+    return "/history?" + query + (f"&target={_quoted(target)}" if target else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted(value: str) -> str:
+    return quote_plus(value)
 
 
 def progress(matrix) -> dict:
@@ -124,7 +133,7 @@ def matrix_page(store, matrix_id: str, as_json: bool = False) -> dict:
     """Heatmaps, the terminal's tables, load, host conditions and spec of one matrix (JSON:
     exactly `matrix show --format json`, plus its progress)."""
     matrix = store.get_matrix(matrix_id)
-    runs = done_runs(store, matrix_id)
+    runs = done_runs(store, matrix_id, (*ROW_FIELDS, *CONDITIONS_FIELDS))
     view = view_of_runs(matrix_id, matrix.name, runs)  # what `matrix show` prints
     if as_json:
         return {**json.loads(render_view(view, "json")), "progress": progress(matrix)}

@@ -16,8 +16,14 @@ from datetime import datetime
 
 from specfleet.stats.cells import LOOP_SHARE_FLAG, relative_spread
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest, compare_matrices, history_changes
-from specfleet.stats.provenance import differences, memo
-from specfleet.stats.runs import target_label
+from specfleet.stats.provenance import PROVENANCE_FIELDS, differences, memo
+from specfleet.stats.runs import VALUE_FIELDS, target_label
+
+# The stored run's fields `history_rows` and `compare_rows` read (store `RunRow` names).
+HISTORY_FIELDS: tuple[str, ...] = (
+    *VALUE_FIELDS, "matrix_id", "loop_share", "throttled", *PROVENANCE_FIELDS,
+)
+COMPARE_FIELDS: tuple[str, ...] = (*VALUE_FIELDS, *PROVENANCE_FIELDS)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
+# The stored run's fields `provenance` reads (store `RunRow` names).
+PROVENANCE_FIELDS: tuple[str, ...] = (
+    "weights_hash", "prompt_hash", "engine_config", "host_fingerprint", "versions", "conditions",
+)
 # engine_config keys that are measurements or code, not settings
 _MEASURED_CONFIG_KEYS = ("warmup_s",)
 

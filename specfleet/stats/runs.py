@@ -12,7 +12,8 @@ cell); `tok_per_s`; `status` (default `done`); `loop_share`; `noisy`; `token_ids
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
@@ -24,6 +25,15 @@ from specfleet.engine.stats import PromptLookupStats, decode_tok_per_s, prompt_t
 Rate = Literal["whole", "decode"]
 
 COUNTER_FIELDS: tuple[str, ...] = (*ENGINE_COUNTERS, "generated_tokens")
+
+# The stored run's fields (store `RunRow` names) that name its cell, that its tok/s values
+# need, and that `to_row` reads: a caller fetching many runs selects only these.
+CELL_FIELDS: tuple[str, ...] = ("host", "engine", "device", "model", "prompt_name", "arm")
+VALUE_FIELDS: tuple[str, ...] = (*CELL_FIELDS, "repeat", "status", "tok_per_s")
+ROW_FIELDS: tuple[str, ...] = (
+    *VALUE_FIELDS, "loop_share", "noisy", "token_ids", "output_text", *COUNTER_FIELDS,
+    "stop_reason", "throttled", "decode_s", "prompt_tokens", "prefill_s",
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -107,52 +117,67 @@ def _is_mapping(cls: type) -> bool:
     return known
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
+def _getter(obj: Any) -> Callable[..., Any]:
+    """`get(name, default)` over a mapping's keys or an object's attributes, picked once per
+    run (a C-level call per field: this is per field of every run of a page)."""
     if _is_mapping(type(obj)):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
+        return obj.get
+    return functools.partial(getattr, obj)
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    return _getter(obj)(name, default)
 
 
 def target_label(obj: Any) -> str:
     """`host/engine/device` of a row's `target` (object, mapping or label) or its fields."""
-    target = _get(obj, "target")
+    return _label(obj, _getter(obj))
+
+
+def _label(obj: Any, get: Callable[..., Any]) -> str:
+    target = get("target", None)
     if isinstance(target, str):
         return target
     if target is None:
         target = obj
+    else:
+        get = _getter(target)
     label = getattr(target, "label", None)
     if isinstance(label, str):
         return label
-    return "/".join(str(_get(target, part, "?")) for part in ("host", "engine", "device"))
+    return f"{get('host', '?')}/{get('engine', '?')}/{get('device', '?')}"
 
 
-def _counters(obj: Any) -> Counters:
-    source = _get(obj, "counters") or obj
-    return Counters(**{name: int(_get(source, name, 0) or 0) for name in COUNTER_FIELDS})
+def _counters(obj: Any, get: Callable[..., Any]) -> Counters:
+    source = get("counters", None)
+    if source:
+        get = _getter(source)
+    return Counters(*[int(get(name, 0) or 0) for name in COUNTER_FIELDS])
 
 
 def to_row(obj: Any) -> Row:
     """Normalize one run (mapping or object); `repeat` is -1 when the run does not say."""
-    key = CellKey(target_label(obj), str(_get(obj, "model")),
-                  str(_get(obj, "prompt_name", _get(obj, "prompt"))), str(_get(obj, "arm")))
-    tokens = _get(obj, "token_ids")
-    text = _get(obj, "output_text")
-    repeat = _get(obj, "repeat")
+    get = _getter(obj)
+    key = CellKey(_label(obj, get), str(get("model", None)),
+                  str(get("prompt_name", get("prompt", None))), str(get("arm", None)))
+    tokens = get("token_ids", None)
+    text = get("output_text", None)
+    repeat = get("repeat", None)
     return Row(
         key=key, repeat=-1 if repeat is None else int(repeat),
-        tok_per_s=float(_get(obj, "tok_per_s", 0.0) or 0.0),
-        status=str(_get(obj, "status", "done") or "done"),
-        loop_share=float(_get(obj, "loop_share", 0.0) or 0.0),
-        noisy=bool(_get(obj, "noisy", False)),
+        tok_per_s=float(get("tok_per_s", 0.0) or 0.0),
+        status=str(get("status", "done") or "done"),
+        loop_share=float(get("loop_share", 0.0) or 0.0),
+        noisy=bool(get("noisy", False)),
         token_ids=None if tokens is None else tuple(map(int, tokens)),
         output_text=None if text is None else str(text),
-        counters=_counters(obj),
-        stop_reason=_get(obj, "stop_reason"),
-        throttled=bool(_get(obj, "throttled", False)),
-        decode_tok_per_s=decode_tok_per_s(int(_get(obj, "generated_tokens", 0) or 0),
-                                          float(_get(obj, "decode_s", 0.0) or 0.0)),
-        prompt_tok_per_s=prompt_tok_per_s(int(_get(obj, "prompt_tokens", 0) or 0),
-                                          float(_get(obj, "prefill_s", 0.0) or 0.0)),
+        counters=_counters(obj, get),
+        stop_reason=get("stop_reason", None),
+        throttled=bool(get("throttled", False)),
+        decode_tok_per_s=decode_tok_per_s(int(get("generated_tokens", 0) or 0),
+                                          float(get("decode_s", 0.0) or 0.0)),
+        prompt_tok_per_s=prompt_tok_per_s(int(get("prompt_tokens", 0) or 0),
+                                          float(get("prefill_s", 0.0) or 0.0)),
     )
 
 

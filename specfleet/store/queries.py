@@ -16,7 +16,7 @@ from specfleet.jobs.run import RunSpec
 from specfleet.store.errors import UnknownMatrix, UnknownRun
 from specfleet.store.leases import reads_interrupted
 from specfleet.store.models import Host, Matrix, Prompt, Run
-from specfleet.store.rows import HostRow, MatrixRow, RunRow
+from specfleet.store.rows import HostRow, MatrixRow, RunRow, run_fields_row
 from specfleet.store.values import naive_utc, run_spec, utcnow
 
 RUN_FIELDS = tuple(f.name for f in fields(RunRow))
@@ -117,17 +117,20 @@ class StoreQueries:
         with self.engine.connect() as conn:
             return dict(conn.execute(stmt).all())
 
-    def runs(self, limit: int | None = None, offset: int = 0, **filters) -> list[RunRow]:
+    def runs(self, limit: int | None = None, offset: int = 0,
+             columns: Sequence[str] | None = None, **filters) -> list:
         """Runs matching the filters of `run_conditions`, in matrix and plan order
-        (`limit` and `offset`: one page of them)."""
-        columns = [getattr(Run, name) for name in RUN_FIELDS]
+        (`limit` and `offset`: one page of them) as `RunRow`s, or with `columns` (names of
+        `RunRow` fields) as light rows of just those fields (`rows.run_fields_row`)."""
+        names = RUN_FIELDS if columns is None else tuple(dict.fromkeys(columns))
         stmt = (
-            select(*columns).where(*run_conditions(**filters))
+            select(*(getattr(Run, name) for name in names)).where(*run_conditions(**filters))
             .order_by(Run.matrix_id, Run.job_id, Run.plan_order, Run.id)
             .limit(limit).offset(offset or None)
         )
+        row_type = RunRow if columns is None else run_fields_row(names)
         with self.engine.connect() as conn:
-            return [RunRow(*row) for row in conn.execute(stmt)]
+            return [row_type(*row) for row in conn.execute(stmt)]
 
     def run_spec(self, run_key: str) -> RunSpec:
         """The RunSpec of a stored run, prompt text included (to run or replay it again).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections import namedtuple
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -64,6 +66,13 @@ class RunRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+@functools.cache
+def run_fields_row(columns: tuple[str, ...]) -> type:
+    """A light row type holding only these `RunRow` fields (one type per set of columns):
+    what a page reads from many runs, without decoding the columns it does not show."""
+    return namedtuple("RunFields", columns)
 
 
 @dataclass(frozen=True)
