@@ -150,3 +150,19 @@ def test_list_matrices_newest_first_with_counts(store):
     assert listed[0].counts == {"pending": 2} and listed[1].counts == {"done": 12}
     assert [m.id for m in store.list_matrices(limit=1)] == [second]
     assert store.list_matrices(limit=1)[0].total_runs == 2
+
+
+def test_light_rows_give_the_same_figures_as_whole_runs(store):
+    from specfleet.stats.history import COMPARE_FIELDS
+    from specfleet.stats.runs import ROW_FIELDS
+
+    first, second = seed(store, FIRST, "one"), seed(store, SECOND, "two")
+    whole = store.runs(matrix=first, status="done")
+    light = store.runs(matrix=first, status="done", columns=(*ROW_FIELDS, "plan_order"))
+    assert [tuple(getattr(w, name) for name in light[0]._fields) for w in whole] == [
+        tuple(row) for row in light]
+    assert not hasattr(light[0], "versions")  # a column not asked for is not read
+    assert view_of_runs(first, "m", light) == view_of_runs(first, "m", whole)
+    assert compare_rows(store.runs(matrix=first, columns=COMPARE_FIELDS),
+                        store.runs(matrix=second, columns=COMPARE_FIELDS)) == compare_rows(
+        store.runs(matrix=first), store.runs(matrix=second))
