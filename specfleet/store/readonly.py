@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL
 
 from specfleet.errors import UserError
 from specfleet.store.engine import BUSY_TIMEOUT_S, display_url, resolve_url
-from specfleet.store.migrate import _check_known, current_revision, head_revision
+from specfleet.store.migrate import check_known, current_revision, head_revision
 from specfleet.store.store import Store, connection_errors
 
 
@@ -31,7 +31,7 @@ def open_read_only(url: str | None = None) -> Store:
     engine = _read_only_engine(resolved)
     with connection_errors(resolved, engine), engine.connect() as conn:
         rev = current_revision(conn)
-        _check_known(rev, conn, resolved)
+        check_known(rev, conn, resolved)
     where = display_url(resolved)
     if rev is None:
         engine.dispose()
