@@ -53,6 +53,9 @@ def main() -> int:
     try:
         workers(fleet)
         url = server.url(server.create_database())
+        from specfleet.store import open_store
+
+        open_store(url).close()  # the schema first: `done()` below only reads
         (work / "m.yaml").write_text(MATRIX)
         env = {**os.environ, "SPECFLEET_JOURNAL_DIR": str(work / "journal"),
                "SPECFLEET_STORE_RETRY_S": str(args.retry_s)}
@@ -60,7 +63,6 @@ def main() -> int:
                str(work / "m.yaml"), "--address", fleet.address, "--db", url, "--no-progress"]
         log = (work / "driver.log").open("w")
         driver = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        from specfleet.store import open_store
 
         def done() -> int:
             with open_store(url, read_only=True) as store:
