@@ -141,7 +141,7 @@ def test_real_clock_gives_positive_costs_and_a_table():
     assert costs.pipelined_ms > 0
     assert len(costs.sync_ms) == len(costs.ratio) == len(costs.ratio_hi) == 3
     assert all(ms > 0 for ms in costs.sync_ms)
-    assert all(lo <= r <= hi for lo, r, hi in zip(costs.ratio_lo, costs.ratio, costs.ratio_hi))
+    assert all(lo <= r <= hi for lo, r, hi in zip(costs.ratio_lo, costs.ratio, costs.ratio_hi, strict=True))
     table = costs.format_table().splitlines()
     assert table[1].startswith("pipelined step: ")
     assert [line.split()[0] for line in table[3:]] == ["1", "2", "3"]
