@@ -322,6 +322,12 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
         return to_markdown(grids_for(view, pivot), f"## {heading}")
     if fmt == "csv":
         return _csv(view, pivot)
+    return json.dumps(view_body(view, pivot), indent=2, default=str) + "\n"
+
+
+def view_body(view: MatrixView, pivot: str | None = None) -> dict[str, Any]:
+    """What `render_view(view, "json", pivot)` writes, as the object (the web API sends it
+    without a text round trip)."""
     body: dict[str, Any] = {"matrix_id": view.matrix_id, "name": view.name,
                             "targets": list(view.targets), "rate": view.rate}
     if pivot == "target":
@@ -330,7 +336,7 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
         body["cells"] = [cell_record(c) for c in view.cells]
         body["headline"] = {t: headline(view, t) for t in view.targets}
         body["headlines"] = [asdict(h) for h in view.headlines]
-    return json.dumps(body, indent=2, default=str) + "\n"
+    return body
 
 
 def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None = None,

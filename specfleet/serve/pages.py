@@ -28,7 +28,7 @@ from specfleet.report.history import (
 )
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
-from specfleet.report.tables import grids_for, render_view
+from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
 from specfleet.stats.runs import ROW_FIELDS
 from specfleet.stats.view import view_of_runs
@@ -136,7 +136,7 @@ def matrix_page(store, matrix_id: str, as_json: bool = False) -> dict:
     runs = done_runs(store, matrix_id, (*ROW_FIELDS, *CONDITIONS_FIELDS))
     view = view_of_runs(matrix_id, matrix.name, runs)  # what `matrix show` prints
     if as_json:
-        return {**json.loads(render_view(view, "json")), "progress": progress(matrix)}
+        return {**view_body(view), "progress": progress(matrix)}
     grids = grids_for(view, None)
 
     def href(cell):
