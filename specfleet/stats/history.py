@@ -16,7 +16,7 @@ from datetime import datetime
 
 from specfleet.stats.cells import LOOP_SHARE_FLAG, relative_spread
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest, compare_matrices, history_changes
-from specfleet.stats.provenance import PROVENANCE_FIELDS, differences, memo
+from specfleet.stats.provenance import PROVENANCE_FIELDS, by_value, differences, memo
 from specfleet.stats.runs import VALUE_FIELDS, target_label
 
 # The stored run's fields `history_rows` and `compare_rows` read (store `RunRow` names).
@@ -137,11 +137,12 @@ def compare_rows(runs_a: Iterable, runs_b: Iterable, allow_mixed: bool = False,
     """
     runs_a, runs_b = list(runs_a), list(runs_b)
     by_cell = _by_cell(runs_a), _by_cell(runs_b)
+    of = by_value()
     out = []
     for comp in compare_matrices(runs_a, runs_b, factor):
         assert comp.key is not None  # compare_matrices names every cell it compares
         key = (comp.key.target, comp.key.model, comp.key.prompt, comp.key.arm)
-        differs = tuple(differences(by_cell[0][key], by_cell[1][key]))
+        differs = tuple(differences(by_cell[0][key], by_cell[1][key], of))
         verdict: str = comp.verdict
         if verdict == "slower" and (allow_mixed or not differs):
             verdict = "regression"

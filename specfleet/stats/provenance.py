@@ -67,6 +67,21 @@ def memo() -> Callable[[object], dict[str, str]]:
     return of
 
 
+def by_value() -> Callable[[object], dict[str, str]]:
+    """`provenance` computed once per distinct stored value (runs of one matrix mostly share
+    theirs): keyed on the fields it reads, the JSON ones by `repr` (exact for JSON values)."""
+    cache: dict[tuple, dict[str, str]] = {}
+
+    def of(run) -> dict[str, str]:
+        key = tuple(repr(getattr(run, name, None)) for name in PROVENANCE_FIELDS)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = provenance(run)
+        return hit
+
+    return of
+
+
 def differences(runs_a: Iterable, runs_b: Iterable, of=provenance) -> list[str]:
     """Names of the provenance parts whose values differ between two sets of runs (a part
     recorded on one side only is not called a difference: there is nothing to compare).
