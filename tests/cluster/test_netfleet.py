@@ -78,14 +78,19 @@ def nf():
         assert not problems, problems
 
 
+DRIVER_LEASE_S = 10
+
+
 def drive(nf, host: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
     """A driver command: only drivers get the store's URL (with its password) in their env."""
     return nf.specfleet(host, *args, env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url), **kwargs)
 
 
 def drive_async(nf, host: str, *args: str) -> subprocess.Popen:
+    # A short run-ownership lease, so a killed driver's runs can be taken over within the test.
     return nf.popen(host, [str(netfleet.BIN / "specfleet"), *args],
-                    env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url),
+                    env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url,
+                               SPECFLEET_LEASE_S=str(DRIVER_LEASE_S)),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -305,6 +310,7 @@ def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
     killed_at = time.monotonic()
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=WAIT_S)
+    time.sleep(DRIVER_LEASE_S + 1)  # a dead driver's runs are free once its lease runs out
     done = resume(nf, "cli", matrix_id, "--address", nf.address)
     ok(done)
     report("driver SIGKILL + resume from cli", nf, matrix_id, expected, before,
