@@ -89,14 +89,12 @@ def test_two_embedded_fleets_never_overlap_timed_runs(tmp_path) -> None:
     spans = sorted((r.started_at, r.finished_at, r.matrix_id) for r in runs)
     overlaps = sum(1 for x, y in itertools.combinations(spans, 2)
                    if x[0] < y[1] and y[0] < x[1])
-    a_end = max(s[1] for s in spans if s[2].startswith("locka"))
-    b_end = max(s[1] for s in spans if s[2].startswith("lockb"))
-    b_start = min(s[0] for s in spans if s[2].startswith("lockb"))
-    a_start = min(s[0] for s in spans if s[2].startswith("locka"))
     print(f"FAULT COUNTS two embedded fleets at once: {len(runs)} runs, {overlaps} overlapping "
           "pairs of timed runs")
+    # Both drivers had a run waiting at the machine at once (asserted above), so this is a real
+    # contest; which driver wins each turn is up to the scheduler (one may run all of its runs
+    # first), so the order is not asserted.
     assert len(runs) == 12 and overlaps == 0
-    assert a_start < b_end and b_start < a_end  # the two matrices really ran at once
 
 
 def _running(url: str) -> int:
