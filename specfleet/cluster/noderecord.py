@@ -149,7 +149,10 @@ def stop_supervisor(record: NodeRecord) -> None:
         return
     try:
         proc = psutil.Process(record.supervisor_pid)
-        if any("supervise" in arg for arg in proc.cmdline()):
+        # A recycled pid is left alone: only a background (`-m specfleet.cluster.supervisor`)
+        # or foreground (`fleet join --supervise`) supervisor is stopped.
+        args = proc.cmdline()
+        if "specfleet.cluster.supervisor" in args or "--supervise" in args:
             stop_processes([proc], grace_s=5.0)
     except psutil.Error:
         return

@@ -15,7 +15,11 @@ from specfleet.workers.quiet import ForeignCpuMeter
 
 
 def _spawn(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code])
+    """Start `code` once the interpreter is up: its start-up CPU must not land in a window."""
+    proc = subprocess.Popen([sys.executable, "-c", f"print('up', flush=True)\n{code}"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+    return proc
 
 
 @pytest.mark.slow
