@@ -26,10 +26,11 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q
 
+# ruff, then mypy over specfleet/ (configured in pyproject.toml).
 lint: venv
 	$(BIN)/ruff check specfleet tests bench tools
+	$(BIN)/mypy
 
-# mypy over specfleet/ (configured in pyproject.toml); not yet clean, so not part of lint.
 typecheck: venv
 	$(BIN)/mypy
 

@@ -51,20 +51,24 @@ def bench_spec_data(models: list[str], prompts: list[str], arms: list[str], repe
     return data
 
 
-def _many(flag: str, short: str | None, help_text: str):
+Many = list[str] | None
+
+
+def _many(flag: str, short: str | None, help_text: str) -> typer.models.OptionInfo:
     names = (flag, short) if short else (flag,)
-    return Annotated[list[str] | None, typer.Option(
-        *names, help=f"{help_text}; comma-separated or repeated.")]
+    return typer.Option(*names, help=f"{help_text}; comma-separated or repeated.")
 
 
 def bench_command(
-    model: _many("--model", "-m", "Model aliases (specfleet models list) or folders") = None,
-    prompt: _many("--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files") = None,
-    arms: _many("--arms", "-a", "Arms: plain, auto, graded, gated, fixed") = None,
+    model: Annotated[Many, _many(
+        "--model", "-m", "Model aliases (specfleet models list) or folders")] = None,
+    prompt: Annotated[Many, _many(
+        "--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files")] = None,
+    arms: Annotated[Many, _many("--arms", "-a", "Arms: plain, auto, graded, gated, fixed")] = None,
     repeats: Annotated[int, typer.Option("--repeats", "-r", help="Repeats of every cell.")] = 3,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,
-    engine: _many("--engine", "-e", "Only these engines (mlx, torch)") = None,
+    engine: Annotated[Many, _many("--engine", "-e", "Only these engines (mlx, torch)")] = None,
     fmt: FormatOption = "table",
     rate: RateOption = "whole",
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,

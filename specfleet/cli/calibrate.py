@@ -12,12 +12,18 @@ import dataclasses
 import json
 import time
 from dataclasses import replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.generate import LoadedModel, check_choice, default_engine, load_model
-from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, choices_text
+from specfleet.cli.generate import DEFAULT_ENGINE, LoadedModel, check_choice, load_model
+from specfleet.engine.kinds import (
+    DEVICE_CHOICES,
+    MODEL_ENGINES,
+    DeviceChoice,
+    ModelEngine,
+    choices_text,
+)
 from specfleet.errors import UserError
 
 # A verify block is at most max-draft (64) proposals plus the bonus row.
@@ -60,10 +66,11 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
         rows = store.latest_calibration(runner.engine, runner.device, loaded.alias,
                                         host_fingerprint=fingerprint,
                                         weights_hash=loaded.weights_hash)
-    if rows and all(r.ratio is not None for r in rows):
+    ratios = tuple(r.ratio for r in rows if r.ratio is not None)
+    if rows and len(ratios) == len(rows):
         _say(f"[Calibrated] width-cost table of {rows[0].measured_at:%Y-%m-%d %H:%M} "
              f"(n={rows[0].n}, widths 1..{len(rows)})")
-        return tuple(r.ratio for r in rows)
+        return ratios
     _say(f"[Calibrated] no stored width-cost table for {loaded.alias} on this host's "
          f"{runner.engine}/{runner.device}; measuring one (quick)")
     start_s = time.perf_counter()
@@ -76,9 +83,9 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
 
 def calibrate_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
-    engine: Annotated[Literal[MODEL_ENGINES], typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
+    engine: Annotated[ModelEngine, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = DEFAULT_ENGINE,
     device: Annotated[
-        Literal[DEVICE_CHOICES], typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
+        DeviceChoice, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
     ] = "auto",
     max_width: Annotated[
         int, typer.Option("--max-width", help="Widest verify block measured.")

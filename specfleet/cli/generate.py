@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
@@ -32,11 +32,18 @@ from specfleet.engine.config import (
     DEFAULT_NGRAM_MIN,
     POLICY_CHOICES,
     ConfigError,
+    PolicyChoice,
     PromptLookupConfig,
     default_max_draft,
     resolve_policy,
 )
-from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, choices_text
+from specfleet.engine.kinds import (
+    DEVICE_CHOICES,
+    MODEL_ENGINES,
+    DeviceChoice,
+    ModelEngine,
+    choices_text,
+)
 from specfleet.errors import UserError
 from specfleet.jobs.spec import MAX_TOKENS_LIMIT, SEED_RANGE, TEMPERATURE_RANGE
 
@@ -54,9 +61,13 @@ class LoadedModel:
     weights_hash: str | None
 
 
-def default_engine() -> str:
+def default_engine() -> ModelEngine:
     """MLX on macOS (Metal), torch elsewhere."""
     return "mlx" if sys.platform == "darwin" else "torch"
+
+
+# `--engine`'s default, read once at import as a default argument would be.
+DEFAULT_ENGINE = default_engine()
 
 
 def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
@@ -418,15 +429,15 @@ def generate_command(
     ] = 256,
     temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampler seed.")] = None,
-    engine: Annotated[Literal[MODEL_ENGINES], typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = default_engine(),
+    engine: Annotated[ModelEngine, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = DEFAULT_ENGINE,
     device: Annotated[
-        Literal[DEVICE_CHOICES], typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
+        DeviceChoice, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
     ] = "auto",
     prompt_lookup: Annotated[
         bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup.")
     ] = False,
     policy: Annotated[
-        Literal[POLICY_CHOICES], typer.Option("--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")
+        PolicyChoice, typer.Option("--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")
     ] = "auto",
     ngram_min: Annotated[int, typer.Option("--prompt-lookup-ngram-min")] = DEFAULT_NGRAM_MIN,
     ngram_max: Annotated[int, typer.Option("--prompt-lookup-ngram-max")] = DEFAULT_NGRAM_MAX,

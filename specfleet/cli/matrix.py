@@ -23,6 +23,7 @@ from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.jobs.userinput import check_writable_dir
 from specfleet.report.tables import render_matrix
+from specfleet.stats.runs import Rate
 from specfleet.store.leases import lease_seconds
 from specfleet.store.store import new_matrix_id, open_store
 from specfleet.store.values import utcnow
@@ -121,7 +122,7 @@ def _refuse_live_owner(store, matrix) -> None:
         raise typer.Exit(1)
 
 
-def _print_outcome(store, outcome, fmt: str = "table", rate: str = "whole") -> None:
+def _print_outcome(store, outcome, fmt: str = "table", rate: Rate = "whole") -> None:
     aside = fmt in ("json", "csv")  # stdout holds the data alone; the words go to stderr
     if outcome.owner is not None:
         typer.echo(f"matrix {outcome.matrix_id}: driver {outcome.owner} still runs it "
@@ -189,7 +190,7 @@ def run(
 
 def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str | None,
              options, report_dir: Path | None = None, fmt: str = "table",
-             rate: str = "whole"):
+             rate: Rate = "whole"):
     """Plan `spec` on the fleet, store it, run it, print the outcome and its tables.
 
     Args:

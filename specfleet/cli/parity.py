@@ -8,6 +8,7 @@ replayed, unless `--allow-unverified`); 2 for a user mistake.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -99,7 +100,7 @@ class _Lazy:
         return self._local.local.replay_divergence(*args)
 
 
-def report_parity(store, matrix_id: str, workers: dict, any_host: Any, *,
+def report_parity(store, matrix_id: str, workers: dict | None, any_host: Any, *,
                   baseline: str | None, near_tie: float, fmt: str,
                   allow_unverified: bool) -> None:
     """Check, print, and exit 1 when CI should fail (`workers` None: no replay)."""
@@ -147,19 +148,20 @@ def parity(
         raise UserError(f"parity: unexpected extra argument {file!r} (use `parity run FILE`)")
     if what == "run" and file is None:
         raise UserError("parity run: missing FILE (a matrix YAML)")
-    options = dict(baseline=baseline, near_tie=near_tie, fmt=fmt,
-                   allow_unverified=allow_unverified)
+    report = functools.partial(report_parity, baseline=baseline, near_tie=near_tie, fmt=fmt,
+                               allow_unverified=allow_unverified)
     with open_store(db, read_only=what != "run") as store:
         if baseline is not None:
             store.get_matrix(baseline)  # an unknown baseline fails before anything runs
         if what != "run":
             with replay_workers(address, replay, embedded) as (workers, any_host):
-                report_parity(store, what, workers if replay else None, any_host, **options)
+                report(store, what, workers if replay else None, any_host)
             return
+        assert file is not None  # `parity run` without FILE was refused above
         spec = load_parity_spec(file)
         with fleet_view(address, "toy" in spec.targets.engines, embedded) as view:
             matrix_id = run_parity_matrix(store, spec, view, progress)
-            report_parity(store, matrix_id, view.workers if replay else None, None, **options)
+            report(store, matrix_id, view.workers if replay else None, None)
 
 
 def run_parity_matrix(store, spec, view, progress: bool = True) -> str:

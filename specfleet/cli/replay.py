@@ -6,11 +6,12 @@ The work is `specfleet.report.predictions`; this module parses and prints.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
 from specfleet.engine.governor import POLICY_NAMES as POLICIES
+from specfleet.engine.governor import Policy
 from specfleet.errors import UserError
 
 
@@ -46,7 +47,8 @@ def replay_command(
     costs_for = cost_source(costs)
     with open_store(db) as store:
         runs = stored_runs(store, ident)
-        predictions = predict(store, runs, policies, costs_for)
+        # Every name was checked against POLICIES above.
+        predictions = predict(store, runs, cast("list[Policy]", policies), costs_for)
         mismatches = check_counters(runs)
     if not predictions:
         raise UserError(f"RUN_OR_MATRIX {ident}: no cell has a done greedy plain run to replay")

@@ -95,7 +95,9 @@ def history(
     typer.echo(render_history(shown, title, fmt, factor), nl=False)
     regressions = history_regressions(rows)
     if regressions and fail_on == "regression":
-        where = ", ".join(f"{r.target} {r.matrix_id} {r.change.ratio:.2f}x" for r in regressions)
+        # A regression always has a change; the filter only narrows it for the type checker.
+        where = ", ".join(f"{r.target} {r.matrix_id} {r.change.ratio:.2f}x" for r in regressions
+                          if r.change is not None)
         typer.echo(f"history: regression at {where}", err=True)
         raise typer.Exit(1)
 

@@ -123,7 +123,8 @@ def enable_token_auth() -> None:
 
 def reload_auth() -> None:
     """Make this process re-read the auth mode and token (Ray caches both)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    # Ray's partial _raylet stub lacks these (they exist at runtime).
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")  # config first, then the token cache (Ray's own test helpers' order)
     AuthenticationTokenLoader.instance().reset_cache()

@@ -61,7 +61,8 @@ def read_head_versions(address: str) -> dict[str, str]:
     Raises:
         UserError: the head cannot be reached or read.
     """
-    from ray._raylet import GcsClient
+    # Ray's partial _raylet stub lacks GcsClient (it exists at runtime).
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     _check_reachable(address)
     try:

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class HostProgress:
     ) -> None:
         self._enabled = enabled and bool(totals)
         self._progress: Progress | None = None
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         if self._enabled:
             self._progress = Progress(
                 TextColumn("{task.fields[host]:<16}"),

@@ -309,6 +309,7 @@ def _loop(ctx: _Ctx) -> None:
             if host.inflight is not None and host.inflight.ref in ready:
                 _settle(ctx, host)
         _check_timeouts(ctx)
+        assert ctx.leases is not None  # runs are in flight, so there are hosts and leases
         ctx.leases.renew(ctx.busy_machines)
         ctx.writer.heartbeat()
 
@@ -333,6 +334,7 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     opts = ctx.opts
     if opts.require_quiet and not _quiet_or_say_why(ctx, host):
         return
+    assert ctx.leases is not None  # made whenever there are hosts
     if not ctx.leases.acquire(host.machine):
         return  # another driver's matrix holds the machine
     spec = host.queue.popleft()
@@ -446,6 +448,7 @@ def _run_over(ctx: _Ctx, host: HostState) -> None:
     wanted = any(h.queue and h.health == "healthy" for h in ctx.hosts.values()
                  if h.machine == host.machine)
     if not wanted:
+        assert ctx.leases is not None  # made whenever there are hosts
         ctx.leases.release(host.machine)
 
 

@@ -172,6 +172,7 @@ def _settle_probe(s: _Loop) -> None:
         return
     s.shadow = None
     if verdict:
+        assert s.governor is not None  # shadow probes are recorded only under a governor
         s.governor.shadow_confirmed()
         s.stats.shadow_confirmations += 1
 
@@ -187,6 +188,7 @@ def _look_up(s: _Loop, budget: int) -> list[int]:
     """(c) The round's draft; a paused Gated round records a shadow probe instead."""
     if s.governor is None:
         return []
+    assert s.index is not None  # a governor means a lookup config, so the prefill built one
     if budget == 0:
         if s.shadow is None and s.governor.probes_while_paused():
             s.index.extend(s.context)
@@ -277,6 +279,7 @@ def _account(s: _Loop, k: int, accepted: int, budget: int) -> None:
     else:
         s.stats.rounds += 1
         s.stats.drafted_rounds += 1
+        assert s.governor is not None  # only a governor's budget lets a draft be proposed
         s.governor.record(accepted, k)
     s.stats.proposed += k
     s.stats.accepted += accepted
@@ -324,6 +327,7 @@ def _record(s: _Loop, kind: RoundKind, budget: int, k: int, accepted: int, emitt
     width = {"pipelined": 1, "sync": 1, "verify": k + 1, "drain": 0}[kind]
     proposed = k if kind == "verify" else 0
     policy = s.governor.state() if s.governor is not None else None
+    assert s.trace is not None  # called only when tracing
     s.trace.append(
         RoundTrace(
             index=len(s.trace), kind=kind, width=width, budget=budget, proposed=proposed,
@@ -376,7 +380,7 @@ def generate(
         runner=runner, sampler=HostSampler(sampler), batched=sampler.batched_argmax,
         max_tokens=max_tokens, context=list(prompt), config=lookup,
         governor=make_governor(lookup) if lookup is not None else None,
-        guard=tuple(loop_guard) if loop_guard is not None else None,
+        guard=(*loop_guard,) if loop_guard is not None else None,
         pipeline=_resolve_pipeline(pipeline, sampler),
         streak_before_pipeline=PLAIN_ROUNDS_BEFORE_PIPELINE if lookup is not None else 0,
         trace=[] if trace else None,
@@ -396,4 +400,5 @@ def generate(
             on_tokens(s.generated)
     end = time.perf_counter()
     timings = Timings(prefill_end - start, end - prefill_end, end - start)
+    assert s.stop_reason is not None  # set above, or `_decode` ran until it was
     return Generation(s.generated, s.stats, timings, s.stop_reason, s.trace or [])

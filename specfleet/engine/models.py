@@ -162,8 +162,9 @@ def list_models() -> list[ResolvedModel]:
 
 
 def _locate(alias: str, engine: str, source: str) -> ResolvedModel:
+    folder: Path | None
     if source in BUNDLED_SOURCES:
-        folder: Path | None = bundled_dir() / BUNDLED_SOURCES[source]
+        folder = bundled_dir() / BUNDLED_SOURCES[source]
         present = (bundled_dir() / COMPLETE_MARKER).is_file() and folder.is_dir()
     elif source.startswith("hf:"):
         folder = _hf_cached(source[3:])
@@ -173,6 +174,7 @@ def _locate(alias: str, engine: str, source: str) -> ResolvedModel:
         present = (folder / "config.json").is_file()
     if not present:
         return ResolvedModel(alias, engine, folder, False, 0, None, source)
+    assert folder is not None  # only an HF id missing from the cache has no folder
     return ResolvedModel(alias, engine, folder, True, folder_size(folder), weights_hash(folder), source)
 
 

@@ -39,7 +39,8 @@ def sequential_reference(
         raise ValueError("the prompt is empty")
     host = HostSampler(sampler)
     runner.reset()
-    history, generated = list(prompt), []
+    history = list(prompt)
+    generated: list[int] = []
     for token in prompt:
         logits = runner.forward([token])
     while len(generated) < max_tokens:

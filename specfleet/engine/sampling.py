@@ -117,7 +117,7 @@ class HostSampler:
         self.config = config
         self.rng = np.random.default_rng(config.seed)
 
-    def sample(self, row: Sequence[float], history: Sequence[int]) -> int:
+    def sample(self, row: np.ndarray | Sequence[float], history: Sequence[int]) -> int:
         """Pick the token for one row.
 
         Args:

@@ -14,11 +14,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from specfleet.configs import matrix_path
+from specfleet.engine.kinds import Engine
 from specfleet.errors import UserError
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.jobs.userinput import check_plain_data, problem_lines, read_yaml
 
-REAL_ENGINES = ("mlx", "torch")
+REAL_ENGINES: tuple[Engine, ...] = ("mlx", "torch")
 
 
 class Problems(UserError):
@@ -58,7 +59,7 @@ def _type_problems(file: str) -> list[str]:
 
 def model_problems(spec: MatrixSpec, label: str) -> list[str]:
     """Every model that cannot run where the matrix may send it, one line each."""
-    problems = []
+    problems: list[str] = []
     for i, model in enumerate(spec.models):
         engines = list(spec.targets.engines) or list(REAL_ENGINES)
         found = [_model_problem(spec, model, engine) for engine in engines]

@@ -20,7 +20,7 @@ file of that name.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -132,6 +132,14 @@ class PromptEntry(_Strict):
     targets: TargetSelector | None = None
 
 
+class ArmOptions(TypedDict, total=False):
+    """The prompt-lookup options an arm gives; the ones left out take their defaults."""
+
+    ngram_min: int
+    ngram_max: int
+    max_draft: int
+
+
 def _name_to_arm(value: Any) -> Any:
     return {"arm": value} if isinstance(value, str) else value
 
@@ -145,8 +153,10 @@ class ArmSpec(_Strict):
     ngram_max: int | None = None
     max_draft: int | None = None
 
-    def given_options(self) -> dict[str, int]:
-        return {k: v for k, v in self.model_dump(exclude={"arm"}).items() if v is not None}
+    def given_options(self) -> ArmOptions:
+        # Without `arm` the dump holds only the three option fields (extra keys are refused).
+        return cast(ArmOptions, {k: v for k, v in self.model_dump(exclude={"arm"}).items()
+                                 if v is not None})
 
     def lookup_options(self) -> LookupOptions:
         """The prompt-lookup knobs this arm runs with (docs/engine.md "Lookup" defaults where

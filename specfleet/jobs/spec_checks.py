@@ -13,7 +13,8 @@ from specfleet.engine.config import ConfigError, PromptLookupConfig
 from specfleet.errors import UserError
 
 if TYPE_CHECKING:
-    from specfleet.jobs.spec import ArmSpec, MatrixSpec
+    from specfleet.engine.kinds import Engine
+    from specfleet.jobs.spec import ArmOptions, ArmSpec, MatrixSpec
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 
@@ -121,7 +122,7 @@ def _check_arm_options(arm: ArmSpec, where: str) -> None:
         raise UserError(f"{where}.{_option_named(str(err), given)}: {err}") from None
 
 
-def _option_named(message: str, given: dict[str, int]) -> str:
+def _option_named(message: str, given: ArmOptions) -> str:
     if message.startswith("ngram-max") and "ngram-min" in message and "ngram_max" not in given:
         return "ngram_min"  # the user set only ngram_min; the default ngram_max is not at fault
     for flag, field in _OPTION_OF_MESSAGE:
@@ -131,7 +132,7 @@ def _option_named(message: str, given: dict[str, int]) -> str:
 
 
 def _check_max_tokens(spec: MatrixSpec, label: str) -> None:
-    engines = list(spec.targets.engines) or [None]
+    engines: list[Engine | None] = list(spec.targets.engines) or [None]
     for engine in engines:
         limit = spec.max_tokens.for_engine(engine) if engine else spec.max_tokens.default
         if limit is None:

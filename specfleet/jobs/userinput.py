@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from specfleet.errors import UserError
 
@@ -214,7 +215,7 @@ _EXPECTED = {
 }
 
 
-def _error_text(root: type[BaseModel], error: dict[str, Any]) -> str:
+def _error_text(root: type[BaseModel], error: ErrorDetails) -> str:
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     if kind == "missing":
         return "required field is missing"

@@ -17,7 +17,7 @@ from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, RowMargins, classi
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.coverage import Coverage, parity_coverage
 from specfleet.stats.cells import cross_target_parity
-from specfleet.stats.view import PLAIN, group_runs, parity_of
+from specfleet.stats.view import PLAIN, RunKey, group_runs, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified"
 
@@ -98,7 +98,7 @@ class ParityReport:
         return bad > 0 or (not allow_unverified and self.count("unverified") > 0)
 
 
-def _classify(key, plain, run, replayer, threshold) -> ArmParity:
+def _classify(key: RunKey, plain, run, replayer, threshold) -> ArmParity:
     verdict, token, char = parity_of(run, plain)
     if verdict == "identical":
         return ArmParity(*key, "identical")
@@ -108,7 +108,8 @@ def _classify(key, plain, run, replayer, threshold) -> ArmParity:
     return ArmParity(*key, classify(replay.margins, threshold), token, char, replay)
 
 
-def arm_parity(groups: dict, replayer: Replayer | None, threshold: float) -> list[ArmParity]:
+def arm_parity(groups: dict[RunKey, list], replayer: Replayer | None,
+               threshold: float) -> list[ArmParity]:
     """Each arm's first repetition against plain's first repetition on the same target."""
     out = []
     for key, runs in groups.items():
@@ -128,7 +129,8 @@ def cross_target(runs: list) -> list[CrossTarget]:
     ]
 
 
-def regressions(groups: dict, baseline: dict, baseline_id: str) -> list[Regression]:
+def regressions(groups: dict[RunKey, list], baseline: dict[RunKey, list],
+                baseline_id: str) -> list[Regression]:
     """Arms identical to plain in `baseline` whose reply now differs from plain."""
     out = []
     for key, runs in groups.items():

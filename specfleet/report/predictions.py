@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from specfleet.engine.config import PromptLookupConfig, default_max_draft
+from specfleet.engine.governor import Policy
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.errors import UserError
 
@@ -158,7 +159,7 @@ def check_counters(runs: Sequence) -> list[str]:
     return mismatches
 
 
-def _policy_config(policy: str, arms: dict[str, list], costs: Sequence[float]):
+def _policy_config(policy: Policy, arms: dict[str, list], costs: Sequence[float]):
     """The policy's config: a stored arm's own options when the matrix ran it."""
     for run in arms.get(policy, []):
         lookup = stored_lookup(run)
@@ -183,7 +184,7 @@ def _measured(arms: dict[str, list], policy: str) -> float | None:
     return statistics.median(mine) / statistics.median(plain)
 
 
-def predict(store, runs: Sequence, policies: Sequence[str], costs_for) -> list[Prediction]:
+def predict(store, runs: Sequence, policies: Sequence[Policy], costs_for) -> list[Prediction]:
     """One `Prediction` per cell with a plain run and per policy."""
     cells: dict[tuple, dict[str, list]] = {}
     for run in runs:

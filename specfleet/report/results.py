@@ -14,6 +14,7 @@ from specfleet.jobs.run import ARMS
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.tables import DASH, cell_record, pct, render_view, speedup_text
 from specfleet.stats.cells import LOOP_SHARE_FLAG
+from specfleet.stats.runs import Rate
 from specfleet.stats.view import MatrixView, view_of_runs
 from specfleet.store.export import export_runs
 
@@ -101,7 +102,7 @@ def cells_grid(view: MatrixView) -> Grid:
 
 
 def render_results(runs: list, fmt: str = "table", cells: bool = False,
-                   pivot: str | None = None, rate: str = "whole") -> str:
+                   pivot: str | None = None, rate: Rate = "whole") -> str:
     """Runs (or, with `cells` or `pivot`, their cells) as text.
 
     Args:

@@ -19,6 +19,7 @@ from specfleet.errors import UserError
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
 from specfleet.stats.changes import no_floor_text
+from specfleet.stats.runs import Rate
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 PIVOTS = (None, "target")
@@ -340,7 +341,7 @@ def view_body(view: MatrixView, pivot: str | None = None) -> dict[str, Any]:
 
 
 def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None = None,
-                  rate: str = "whole") -> str:
+                  rate: Rate = "whole") -> str:
     """The speed-up tables of a stored matrix.
 
     Args:

@@ -50,8 +50,8 @@ def fleet_page(reader: FleetReader | None, store, as_json: bool = False) -> dict
         rows = reader.rows()
     except (ConnectionError, RuntimeError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        message = f"Cannot reach the fleet at {reader.address}: {first}"
-        return {"address": reader.address, "hosts": [], "message": message}
+        return {"address": reader.address, "hosts": [],
+                "message": f"Cannot reach the fleet at {reader.address}: {first}"}
     for row in rows:
         sample = store.latest_load_sample(row["host"])
         row["last_load"] = None if sample is None else {

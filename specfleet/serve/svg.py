@@ -73,7 +73,8 @@ def heatmap(view: MatrixView, target: str, href) -> Heatmap:
     texts = [speedup_text(c) for c in view.cells if c.target == target and c.rates]
     # Wide enough for the longest cell text (12.5 px monospace is ~7.6 px a character).
     cell_w = max(CELL_W, 8 * max((len(t) for t in texts), default=0) + 16)
-    rows, cells = [], []
+    rows: list[tuple[int, str]] = []
+    cells: list[HeatCell] = []
     for model in view.models:
         for arm in view.arms:
             found = [view.cell(target, model, p, arm) for p in view.prompts]
@@ -155,7 +156,8 @@ def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
     if not rows:
         return None
     if speedup:
-        lows = highs = [r.speedup for r in rows]
+        # Every row left has a speed-up; the filter only narrows the type.
+        lows = highs = [r.speedup for r in rows if r.speedup is not None]
     else:
         lows, highs = [min(r.values) for r in rows], [max(r.values) for r in rows]
     y_of, ticks = _scale(min(lows), max(highs))

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import platformdirs
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError
 
 from specfleet.errors import UserError
 from specfleet.store.errors import StoreUnreachable
@@ -129,6 +129,7 @@ def check_readable(url: URL) -> None:
     """
     if url.get_backend_name() != "sqlite":
         return
+    assert url.database is not None  # resolve_url refuses a SQLite URL without a file
     path = Path(url.database)
     if not path.exists():
         raise UserError(f"--db: no store at {path}; `specfleet db upgrade --db {path}` or a "
@@ -144,6 +145,7 @@ def create_private_file(url: URL) -> None:
     side files copy the main file's mode)."""
     if url.get_backend_name() != "sqlite":
         return
+    assert url.database is not None  # resolve_url refuses a SQLite URL without a file
     try:
         os.close(os.open(url.database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                          0o600))
@@ -176,6 +178,7 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
 
 
 def _read_only_url(url: URL) -> URL:
+    assert url.database is not None  # resolve_url refuses a SQLite URL without a file
     path = quote(str(Path(url.database).resolve()))
     return URL.create("sqlite", database=f"file:{path}?mode=ro", query={"uri": "true"})
 
@@ -223,8 +226,9 @@ def _enable_wal(cur) -> None:
             time.sleep(0.05)
 
 
-def translate_error(err: DBAPIError, url: URL) -> UserError | None:
-    """A one-line UserError for a connection problem the user can fix, else None."""
+def translate_error(err: BaseException, url: URL) -> UserError | None:
+    """A one-line UserError for a connection problem the user can fix, else None (`err`: a
+    SQLAlchemy `DBAPIError` or the driver's own error)."""
     text = str(getattr(err, "orig", err) or err).strip()
     first = text.splitlines()[0] if text else type(err).__name__
     where = display_url(url)

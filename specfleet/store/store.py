@@ -101,8 +101,10 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
 def refuse_foreign_sqlite(url: URL) -> None:
     """Look at an existing SQLite file read-only first: opening it for writing switches it to
     WAL, which would already change another application's file."""
-    if url.get_backend_name() != "sqlite" or not Path(url.database).is_file() \
-            or Path(url.database).stat().st_size == 0:
+    if url.get_backend_name() != "sqlite":
+        return
+    assert url.database is not None  # resolve_url refuses a SQLite URL without a file
+    if not Path(url.database).is_file() or Path(url.database).stat().st_size == 0:
         return
     probe = make_engine(url, read_only=True)
     with connection_errors(url, probe), probe.connect() as conn:

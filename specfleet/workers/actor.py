@@ -129,7 +129,9 @@ def start_worker(host: str, worker_kwargs: dict | None = None) -> Any:
     Returns:
         The actor handle (creation is asynchronous: `wait_ready` waits for it).
     """
-    return WorkerActor.options(**worker_options(host)).remote(host, worker_kwargs)
+    # @ray.remote made it an ActorClass (with .options); mypy still sees the plain class.
+    return WorkerActor.options(**worker_options(host)).remote(  # type: ignore[attr-defined]
+        host, worker_kwargs)
 
 
 def get_worker(host: str) -> Any | None:

@@ -247,7 +247,7 @@ def _torch_cuda_build() -> bool:
         return False
     text = _read_text(str(Path(spec.origin).parent / "version.py"))
     match = re.search(r"^cuda\s*(?::[^=]*)?=\s*(.+)$", text, re.MULTILINE)
-    return bool(match) and match.group(1).strip() not in ("None", "''", '""')
+    return match is not None and match.group(1).strip() not in ("None", "''", '""')
 
 
 def _has(module: str) -> bool:

@@ -59,11 +59,14 @@ class ForeignCpuMeter:
             time.sleep(wait_s)
         now = self._snapshot()
         elapsed_s = max(now[0] - self._last[0], 1e-6)
+        before, after = self._last[2], now[2]
+        foreign_s: float
         if self._pids is not None:  # watched processes alive at both ends of the window
-            before, after = self._last[2], now[2]
+            assert isinstance(before, dict) and isinstance(after, dict)  # per-pid snapshots
             foreign_s = sum(after[pid] - before[pid] for pid in after if pid in before)
         else:
-            foreign_s = (now[1] - self._last[1]) - (now[2] - self._last[2])
+            assert not isinstance(before, dict) and not isinstance(after, dict)  # own seconds
+            foreign_s = (now[1] - self._last[1]) - (after - before)
         self._busy_cores = max(foreign_s, 0.0) / elapsed_s
         self._last = now
         return self._busy_cores

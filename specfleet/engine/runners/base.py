@@ -9,7 +9,10 @@ before the device has computed it; only `read_tokens` and `read_row` wait (host 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Logits = Any  # rows of next-token logits, one row per input token
 Tokens = Any  # a 1-D array of token ids living on the device
@@ -65,7 +68,7 @@ class Runner(Protocol):
         """The host read: wait for `tokens` and return them as ints."""
         ...
 
-    def read_row(self, logits: Logits, row: int) -> Sequence[float]:
+    def read_row(self, logits: Logits, row: int) -> np.ndarray:
         """Wait for `logits` and return row `row` on the host (float64-convertible)."""
         ...
 

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import cast
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # GGUF tensor names -> llama (HF / mlx-lm) names.
@@ -78,7 +79,8 @@ def gguf_to_mlx_q4_folder(gguf: Path, hf_folder: Path, out: Path) -> bool:
         import mlx.core as mx
     except ImportError:
         return False
-    raw = mx.load(str(gguf))
+    # Without return_metadata, loading a GGUF gives name -> array (the stub allows any form).
+    raw = cast("dict[str, mx.array]", mx.load(str(gguf)))
     weights = {_llama_name(name): value for name, value in raw.items()}
     out.mkdir(parents=True)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})

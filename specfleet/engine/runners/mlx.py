@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -135,7 +135,8 @@ class MlxRunner(TokenizerText):
         mx.async_eval(tokens)
 
     def read_tokens(self, tokens: mx.array) -> list[int]:
-        return [int(t) for t in tokens.tolist()]
+        # A 1-D token array lists as ints; MLX's stub types tolist() as any nesting.
+        return [int(t) for t in cast("list[int]", tokens.tolist())]
 
     def read_row(self, logits: mx.array, row: int) -> np.ndarray:
         return np.array(logits[row].astype(mx.float32), dtype=np.float64)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ import torch
 from specfleet.engine.runners.base import UnsupportedModelError
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
 from specfleet.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -65,7 +68,7 @@ class TorchRunner(TokenizerText):
         self.model = model
         self.device = device
         self._torch_device = torch.device(device)
-        self._cache = None
+        self._cache: DynamicCache | None = None
         self.reset()
         _check_trimmable(self._cache, model)
         self.tokenizer = tokenizer
@@ -88,7 +91,8 @@ class TorchRunner(TokenizerText):
         resolved = resolve_device(device)
         dtype = torch.float32 if resolved == "cpu" else "auto"
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-        model.to(resolved).eval()
+        # transformers' @wraps(Module.to) types `to` as an unbound callable (self first).
+        model.to(resolved).eval()  # type: ignore[arg-type]
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         return cls(model, tokenizer, resolved)
 
@@ -129,6 +133,7 @@ class TorchRunner(TokenizerText):
     def read_tokens(self, tokens: TorchTokens) -> list[int]:
         if tokens.event is not None:
             tokens.event.synchronize()  # waits for this copy only, not the step queued after it
+            assert tokens.host is not None  # submit sets host with event
             return [int(t) for t in tokens.host.tolist()]
         return [int(t) for t in tokens.ids.tolist()]
 
@@ -137,9 +142,11 @@ class TorchRunner(TokenizerText):
 
     def trim(self, n: int) -> None:
         if n > 0:
+            assert self._cache is not None  # reset() has run since __init__
             self._cache.crop(-n)  # transformers 5: a negative count drops that many tokens
 
     def cache_len(self) -> int:
+        assert self._cache is not None  # reset() has run since __init__
         return int(self._cache.get_seq_length())
 
     def clear_allocator_cache(self) -> None:

@@ -122,6 +122,7 @@ def check_memory(size_bytes: int, reading: HostConditions, device: str) -> Memor
     """
     needed = memory_needed_gb(size_bytes)
     gpu = reading.gpus[0] if reading.gpus else None
+    free: float | None
     if device == "cuda" and gpu is not None and gpu.memory_free_mb is not None:
         free, source = gpu.memory_free_mb / 1024, f"GPU {gpu.index} memory"
     else:

@@ -97,7 +97,8 @@ def read_cpufreq(root: Path) -> dict:
     if not dirs:
         return {"missing": {"cpufreq": f"no cpufreq under {root / CPU_DIR} (VM or no driver)"}}
     cpus = [parse_cpufreq(_read_files(d, _CPUFREQ_FILES)) for d in dirs]
-    current = [c["cur_mhz"] for c in cpus if "cur_mhz" in c]
+    # The MHz keys always hold floats (only "governor" is text); float() narrows the type.
+    current = [float(c["cur_mhz"]) for c in cpus if "cur_mhz" in c]
     maxima = [c["max_mhz"] for c in cpus if "max_mhz" in c]
     limits = [c["limit_mhz"] for c in cpus if "limit_mhz" in c]
     return {

@@ -21,7 +21,7 @@ down_revision: str | Sequence[str] | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-COLUMNS = [
+COLUMNS: list[tuple[str, sa.types.TypeEngine]] = [
     ("calibration", sa.String(length=32)),
     ("host_fingerprint", sa.String(length=128)),
     ("weights_hash", sa.String(length=128)),
