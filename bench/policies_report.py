@@ -69,14 +69,31 @@ def _foreign(results, predictions) -> list[str]:
     return lines
 
 
+# Over this many runnable processes per core (1-minute load average) the timings are shared.
+BUSY_LOAD_PER_CORE = 0.5
+
+
+def load_verdict(env: dict) -> str:
+    """One line on how quiet the machine was when the run began (the load after it includes
+    the bench's own processes, so only the load before judges the neighbours)."""
+    cpus = int(env.get("cpus") or 1)
+    if "load_before" not in env:
+        return "Load was not recorded."
+    before = float(env["load_before"].split()[0])
+    if before > BUSY_LOAD_PER_CORE * cpus:
+        return (f"**The machine was busy when this began (1-minute load {before:.2f} on {cpus} "
+                "cores): every figure is noisy.**")
+    return (f"The machine was quiet when this began (1-minute load {before:.2f} on {cpus} "
+            "cores); the load after includes this bench's own processes.")
+
+
 def render_markdown(results, env, command, args, predictions, median_rate, spread) -> str:
     out = ["# Drafting policies: plain, graded, gated, calibrated (and transformers' lookup)", "",
            f"Command: `{command}` ({args.repeats} repeats, median; {args.tokens} new tokens; "
            "whole-call tok/s over specfleet plain of the same engine; ± is half the "
            "max-min spread over the median).", "",
            "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
-           "**The machine was shared with six other helpers' test runs while this ran "
-           "(load average in the environment line, 2 cores): every figure is noisy.**", ""]
+           load_verdict(env), ""]
     all_misses = []
     for data in results:
         out += [f"## {data['engine']} ({data['model']})", ""] + _table(data)
