@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -103,13 +104,21 @@ def start_postgres(fleet, root: Path) -> str:
                                 "--no-sync", "-D", str(data)]), check=True, capture_output=True)
     with open(data / "pg_hba.conf", "a") as hba:
         hba.write(f"host all all {fleet.subnet} trust\n")
+    fleet.pg_root = root
+    pg_ctl(fleet, "start")
+    return f"postgresql+psycopg://{PG_SUPERUSER}:{SECRET}@{fleet.head.ip}:{PG_PORT}/postgres"
+
+
+def pg_ctl(fleet, action: str) -> None:
+    """Start or stop (fast) the store's server inside the head's namespace."""
+    root = fleet.pg_root
     options = (f"-c listen_addresses={fleet.head.ip} -p {PG_PORT} -k {root} -c fsync=off "
                "-c synchronous_commit=off -c full_page_writes=off")
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    fleet.run(fleet.head, _as_pg_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l",
-                                       str(root / "log"), "-w", "-t", "60", "-o", options,
-                                       "start"]), env=env, check=True, timeout=120)
-    return f"postgresql+psycopg://{PG_SUPERUSER}:{SECRET}@{fleet.head.ip}:{PG_PORT}/postgres"
+    extra = ["-o", options] if action == "start" else ["-m", "fast"]
+    fleet.run(fleet.head, _as_pg_user([str(_find_pg_bin() / "pg_ctl"), "-D", str(root / "data"),
+                                       "-l", str(root / "log"), "-w", "-t", "60", *extra,
+                                       action]),
+              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=True, timeout=120)
 
 
 def sql(fleet, query: str, *args) -> list[tuple]:
@@ -317,3 +326,38 @@ def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
            time.monotonic() - killed_at)
     final = counts(nf, matrix_id)
     assert final == {"done": expected}, final
+
+
+PG_OUTAGE_S = 20
+
+
+def test_the_store_stopped_20s_mid_matrix_loses_nothing_across_hosts(nf) -> None:
+    toy = write(nf, "h1", "toy-pg.yaml", TOY_MATRIX.replace("nf-toy", "nf-pg"))
+    expected = 3 * 3 * 3
+    driver = drive_async(nf, "h1", "matrix", "run", toy, "--no-progress")
+    said: list[tuple[float, str]] = []  # (when, line) of the driver's stderr
+    reader = threading.Thread(target=lambda: said.extend(
+        (time.monotonic(), line) for line in driver.stderr), daemon=True)
+    reader.start()
+    matrix_id = newest_matrix(nf, "nf-pg")
+    deadline = time.monotonic() + WAIT_S
+    while counts(nf, matrix_id).get("done", 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    before = finished(nf, matrix_id)
+    assert len(before) >= 4 and counts(nf, matrix_id).get("pending", 0) > 0, \
+        "the matrix ended before the store could be stopped mid-matrix"
+    stopped_at = time.monotonic()
+    pg_ctl(nf, "stop")
+    time.sleep(PG_OUTAGE_S)
+    pg_ctl(nf, "start")
+    out = driver.stdout.read()
+    assert driver.wait(timeout=WAIT_S * 2) == 0, (out[-2000:], said[-20:])
+    reader.join(timeout=10)
+    retries = [at for at, line in said if "store unreachable" in line]
+    assert retries, f"the driver never said it was retrying: {said[-20:]}"
+    report("PostgreSQL stopped 20 s", nf, matrix_id, expected, before,
+           retries[0] - stopped_at)
+    final = counts(nf, matrix_id)
+    assert final == {"done": expected}, final
+    print(f"PostgreSQL stopped {PG_OUTAGE_S} s: {len(retries)} retry lines, "
+          f"{expected - len(before)} runs finished during and after the stop, all stored once")
