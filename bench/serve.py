@@ -29,8 +29,8 @@ from sqlalchemy import func, select
 
 from specfleet.serve import create_app
 from specfleet.store import open_store
-from specfleet.store.models import Run
 from specfleet.store.readonly import open_read_only
+from specfleet.store.tables import Run
 
 RUNS, MATRICES = 1_000_000, 500
 TARGET_MS = 300.0

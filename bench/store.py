@@ -34,7 +34,7 @@ from specfleet.jobs.run import RunResult, Target
 from specfleet.report.build import build_view
 from specfleet.report.history import cell_history
 from specfleet.store import Store, open_store
-from specfleet.store.models import Matrix, Prompt, Run
+from specfleet.store.tables import Matrix, Prompt, Run
 from specfleet.store.values import text_hash
 
 TARGETS = [Target(host="mac1", engine="mlx", device="metal"),

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.generate import DEFAULT_ENGINE, LoadedModel, check_choice, load_model
+from specfleet.cli.generate import DEFAULT_ENGINE, check_choice, load_model
 from specfleet.engine.kinds import (
     DEVICE_CHOICES,
     MODEL_ENGINES,
@@ -25,6 +25,7 @@ from specfleet.engine.kinds import (
     choices_text,
 )
 from specfleet.errors import UserError
+from specfleet.workers.loaded import LoadedModel
 
 # A verify block is at most max-draft (64) proposals plus the bonus row.
 MAX_WIDTH_LIMIT = 65

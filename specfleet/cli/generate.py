@@ -46,19 +46,10 @@ from specfleet.engine.kinds import (
 )
 from specfleet.errors import UserError
 from specfleet.jobs.spec import MAX_TOKENS_LIMIT, SEED_RANGE, TEMPERATURE_RANGE
+from specfleet.workers.loaded import LoadedModel
 
 # ConfigError messages start with the bound's short name; the CLI names the whole flag.
 _LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A runner ready to generate, and where its weights came from."""
-
-    runner: Any
-    alias: str
-    path: str
-    weights_hash: str | None
 
 
 def default_engine() -> ModelEngine:
@@ -81,18 +72,14 @@ def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
     """Parse `MIN,MAX,REPEATS` (1 <= MIN <= MAX, REPEATS >= 2) for `--loop-guard`."""
     if text is None:
         return None
-    expected = "MIN,MAX,REPEATS integers with 1 <= MIN <= MAX and REPEATS >= 2"
-    parts = text.split(",")
+    from specfleet.engine.stats import LoopGuardConfig
+
     try:
-        values = tuple(int(part) for part in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 3:
-        raise UserError(f"--loop-guard expects {expected}; got {text!r}")
-    min_period, max_period, repeats = values
-    if min_period < 1 or max_period < min_period or repeats < 2:
-        raise UserError(f"--loop-guard expects {expected}; got {text!r}")
-    return (min_period, max_period, repeats)
+        guard = LoopGuardConfig.parse(text).validate()
+    except ConfigError:
+        raise UserError("--loop-guard expects MIN,MAX,REPEATS integers with 1 <= MIN <= MAX "
+                        f"and REPEATS >= 2; got {text!r}") from None
+    return (guard.min_period, guard.max_period, guard.repeats)
 
 
 def lookup_config(
@@ -123,27 +110,9 @@ def lookup_config(
         raise UserError(f"{_LOOKUP_FLAG_PREFIX}{err}") from None
 
 
-def _runner_class(engine: str) -> Any:
-    try:
-        if engine == "torch":
-            from transformers.utils import logging as hf_logging
-
-            from specfleet.engine.runners.torch import TorchRunner
-
-            hf_logging.disable_progress_bar()  # the weight-loading bar would clutter stderr
-            return TorchRunner
-        from specfleet.engine.runners.mlx import MlxRunner
-
-        return MlxRunner
-    except ImportError as err:
-        raise UserError(
-            f"--engine {engine}: the {engine} engine is not installed ({err.name or err}); "
-            f"install it with pip install 'specfleet[{engine}]'"
-        ) from None
-
-
 def load_model(model: str, engine: str, device: str) -> LoadedModel:
-    """Resolve `model` (alias or path) for `engine` and load it on `device`.
+    """Resolve `model` (alias or path) for `engine` and load it on `device`, the way a
+    worker does (`workers.loaded.load_model`); every refusal is one line naming its flag.
 
     Args:
         model: an alias of the model registry (`specfleet models list`) or a local folder.
@@ -157,6 +126,7 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
     check_choice("--device", device, DEVICE_CHOICES)
     from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.base import UnsupportedModelError
+    from specfleet.workers import loaded
 
     try:
         resolved = resolve_model(model, engine)
@@ -168,13 +138,14 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
             f"--model {model}: not on disk; fetch it with `specfleet models fetch` "
             "or pass a model folder"
         )
-    runner_class = _runner_class(engine)
     try:
-        # The runner resolves "auto" and refuses a device this host lacks.
-        runner = runner_class.load(resolved.path, device)
+        loaded.runner_class(engine)
+    except UserError as err:
+        raise UserError(f"--engine {engine}: {err}") from None
+    try:
+        return loaded.load_model(resolved, engine, device)
     except UnsupportedModelError as err:
         raise UserError(f"--model {model}: {err}") from None
-    return LoadedModel(runner, resolved.alias, str(resolved.path), resolved.weights_hash)
 
 
 def encode(runner: Any, text: str, chat: bool | None, system: str | None = None) -> list[int]:
@@ -276,7 +247,7 @@ def run_generation(
     Returns:
         The `--json` object (see `result_dict`).
     """
-    from specfleet.engine.loop import generate, warm_up_verify_widths
+    from specfleet.engine.loop import generate
     from specfleet.engine.runners.base import UnsupportedModelError
     from specfleet.engine.sampling import SamplerConfig
     from specfleet.workers.hardware import machine_id
@@ -307,7 +278,7 @@ def run_generation(
             max_draft = lookup.max_draft if lookup is not None else DEFAULT_MAX_DRAFT
             widths = f"2..{max_draft + 1}"
             with status_line(f"warming up verify widths {widths} ({loaded.alias}, {runner.engine})"):
-                warmup_s = warm_up_verify_widths(runner, prompt_ids, max_draft)
+                warmup_s = loaded.warm(prompt_ids, max_draft)
             if announce and warmup_s > 0:
                 typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
                            "(not in the figures below)", err=True)

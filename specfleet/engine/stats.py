@@ -141,6 +141,17 @@ class LoopGuardConfig:
     max_period: int = 64
     repeats: int = 8
 
+    @classmethod
+    def parse(cls, text: str) -> LoopGuardConfig:
+        """The guard written `MIN,MAX,REPEATS` (`--loop-guard`, a matrix's `loop_guard`), not
+        yet validated. Raises `ConfigError` when it is not three whole numbers."""
+        parts = [part.strip() for part in text.split(",")]
+        if len(parts) != 3 or not all(part.isdigit() for part in parts):
+            raise ConfigError(
+                f"expected 'min_period,max_period,repeats' (e.g. 1,64,8), got {text!r}")
+        min_period, max_period, repeats = (int(part) for part in parts)
+        return cls(min_period, max_period, repeats)
+
     def validate(self) -> LoopGuardConfig:
         """Raise `ConfigError` naming the field; return self when valid."""
         if self.min_period < 1:

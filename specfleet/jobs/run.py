@@ -14,13 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from specfleet.engine.config import PolicyChoice
 from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import Device, Engine
+from specfleet.engine.loop import StopReason
 
 # An arm is plain decoding, a policy choice (auto or a named policy), or fixed (non-adaptive).
 Arm = Literal["plain", PolicyChoice, "fixed"]
 ARMS: tuple[Arm, ...] = get_args(Arm)
 ResolvedPolicy = Literal["plain", Policy, "fixed"]  # what an arm ran as on its device
 RunStatus = Literal["pending", "running", "done", "failed", "interrupted"]
-StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
 
 
 class Target(BaseModel):

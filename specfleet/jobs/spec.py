@@ -19,14 +19,16 @@ file of that name.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
-from specfleet.engine.config import default_max_draft
+from specfleet.engine.config import ConfigError, default_max_draft
 from specfleet.engine.kinds import Device, Engine
+from specfleet.engine.stats import LoopGuardConfig
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS, Arm, LookupOptions, LoopGuard, Target
 from specfleet.jobs.spec_checks import check_matrix
@@ -41,7 +43,7 @@ from specfleet.jobs.userinput import (
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-# The store's column widths (store/models.py) bound what a run can carry.
+# The store's column widths (store/tables.py) bound what a run can carry.
 MAX_NAME_LEN = 128
 MAX_MODEL_LEN = 256
 # Seeds fit the store's 32-bit integer column and every engine's generator.
@@ -169,10 +171,11 @@ class ArmSpec(_Strict):
 def _parse_loop_guard(value: Any) -> Any:
     if not isinstance(value, str):
         return value
-    parts = [p.strip() for p in value.split(",")]
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"expected 'min_period,max_period,repeats' (e.g. 1,64,8), got {value!r}")
-    return dict(zip(("min_period", "max_period", "repeats"), map(int, parts), strict=True))
+    try:
+        guard = LoopGuardConfig.parse(value)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+    return asdict(guard)  # the field's own bounds and spec_checks validate it
 
 
 LoopGuardField = Annotated[

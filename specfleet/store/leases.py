@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from specfleet.errors import UserError
 from specfleet.store.errors import StoreConflict, UnknownMatrix
-from specfleet.store.models import Matrix, Run
+from specfleet.store.tables import Matrix, Run
 from specfleet.store.values import utcnow
 
 LEASE_ENV = "SPECFLEET_LEASE_S"

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from specfleet.jobs.run import RunSpec
 from specfleet.store.errors import UnknownMatrix, UnknownRun
 from specfleet.store.leases import reads_interrupted
-from specfleet.store.models import Host, Matrix, Prompt, Run
 from specfleet.store.rows import HostRow, MatrixRow, RunRow, run_fields_row
+from specfleet.store.tables import Host, Matrix, Prompt, Run
 from specfleet.store.values import naive_utc, run_spec, utcnow
 
 RUN_FIELDS = tuple(f.name for f in fields(RunRow))

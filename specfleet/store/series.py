@@ -12,8 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from specfleet.jobs.run import Target
-from specfleet.store.models import LoadSample, WidthCost
 from specfleet.store.rows import LoadSampleRow, WidthCostRow
+from specfleet.store.tables import LoadSample, WidthCost
 from specfleet.store.values import bulk_insert, naive_utc, utcnow
 
 LOAD_FIELDS = ("t", "load1", "load5", "load15", "cpu_util", "gpu_util")

@@ -43,9 +43,9 @@ from specfleet.store.migrate import (
     current_revision,
     ensure_schema,
 )
-from specfleet.store.models import GenerationJob, Host, Matrix, Prompt, Run
 from specfleet.store.queries import StoreQueries
 from specfleet.store.series import StoreSeries
+from specfleet.store.tables import GenerationJob, Host, Matrix, Prompt, Run
 from specfleet.store.values import utcnow
 
 FINAL_MATRIX_STATUSES = ("done", "failed", "interrupted", "cancelled")

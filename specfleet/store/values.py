@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 import specfleet
 from specfleet.jobs.run import LookupOptions, LoopGuard, RunResult, RunSpec, Target
 from specfleet.store.errors import StoreConflict
-from specfleet.store.models import Run
+from specfleet.store.tables import Run
 
 # Keep each statement's bound parameters well under SQLite's limit.
 KEY_CHUNK = 500

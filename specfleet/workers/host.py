@@ -20,13 +20,12 @@ from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
 from specfleet.workers.hardware import HostInfo, detect_host
-from specfleet.workers.loaded import LoadedModel, LoadedModels
+from specfleet.workers.loaded import LoadedModel, LoadedModels, load_model
 from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
 from specfleet.workers.machinelock import MachineLock, machine_lock_path
 from specfleet.workers.quiet import QUIET_BUSY_PER_CORE, ForeignCpuMeter, QuietCheck
 from specfleet.workers.runsetup import (
     engine_config,
-    load_runner,
     prompt_hash,
     run_policy,
     sampler_config,
@@ -292,7 +291,7 @@ class HostWorker:
         costs, calibration = self._costs.for_run(spec, entry, self._info.fingerprint)
         lookup, policy = run_policy(spec, costs)
         if spec.target.engine != "toy":
-            warmup_s = self._warm(entry, prompt_ids, spec.lookup.max_draft)
+            warmup_s = entry.warm(prompt_ids, spec.lookup.max_draft)
         entry.runs += 1
         return _Prepared(
             entry.runner, prompt_ids, lookup, policy, warmup_s, entry.weights_hash, entry.key[2],
@@ -302,21 +301,13 @@ class HostWorker:
     def _load(self, spec: RunSpec) -> LoadedModel:
         engine, device = spec.target.engine, spec.target.device
         resolved = self._resolve(spec.model, engine)
-        key = (engine, device, str(resolved.path))
+        size_bytes = int(resolved.size_bytes or 0)
 
         def load() -> LoadedModel:
-            self._probe.refuse_if_too_big(spec.model, int(resolved.size_bytes or 0), device)
-            start = time.perf_counter()
-            runner = load_runner(engine, str(resolved.path), device)
-            return LoadedModel(
-                key,
-                runner,
-                int(resolved.size_bytes or 0),
-                resolved.weights_hash,
-                time.perf_counter() - start,
-            )
+            self._probe.refuse_if_too_big(spec.model, size_bytes, device)
+            return load_model(resolved, engine, device)
 
-        return self._models.get_or_load(key, int(resolved.size_bytes or 0), load)
+        return self._models.get_or_load((engine, device, str(resolved.path)), size_bytes, load)
 
     def _resolve(self, model: str, engine: str) -> Any:
         if (model, engine) not in self._resolved:
@@ -324,16 +315,6 @@ class HostWorker:
 
             self._resolved[(model, engine)] = resolve_model(model, engine)
         return self._resolved[(model, engine)]
-
-    def _warm(self, entry: LoadedModel, prompt_ids: list[int], max_draft: int) -> float:
-        """Warm every verify width once per (model, max_draft); 0.0 when already warm."""
-        if max_draft in entry.warmed_drafts:
-            return 0.0
-        from specfleet.engine.loop import warm_up_verify_widths
-
-        entry.warmed_drafts[max_draft] = warm_up_verify_widths(entry.runner, prompt_ids, max_draft)
-        entry.runner.reset()
-        return entry.warmed_drafts[max_draft]
 
     def _generate(self, spec: RunSpec, prepared: _Prepared) -> Any:
         from specfleet.engine.loop import generate

@@ -1,31 +1,63 @@
-"""The models a worker keeps loaded: keyed by (engine, device, model path), bounded by memory.
+"""Loading, warming and keeping models: the one way a runner is made ready to generate.
 
-The least recently used model is dropped when a new one would not fit the budget. Each entry
-remembers which verify widths were warmed, so a model is warmed once per max draft.
+`load_model` loads a resolved model (a worker's run and `specfleet generate` alike);
+`LoadedModel.warm` runs its verify widths once per max draft; `LoadedModels` is a worker's
+LRU of loaded runners, keyed by (engine, device, model path) and bounded by memory (the least
+recently used model is dropped when a new one would not fit the budget).
 """
 
 from __future__ import annotations
 
 import gc
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from specfleet.errors import UserError
 
 ModelKey = tuple[str, str, str]  # (engine, device, model path)
 
 
 @dataclass
 class LoadedModel:
-    """One loaded runner and what the worker knows about it."""
+    """One loaded runner and what is known about it.
+
+    Attributes:
+        key: (engine, device, model path).
+        runner: the loaded runner (None once released).
+        size_bytes: the weights' size on disk.
+        weights_hash: the weights' content hash, if known.
+        load_s: seconds the load took.
+        alias: the name the model was asked for (a registry alias, or the folder).
+        warmed_drafts: max draft -> seconds its verify widths took to warm.
+        runs: runs generated with it.
+    """
 
     key: ModelKey
     runner: Any
     size_bytes: int
     weights_hash: str | None
     load_s: float
-    warmed_drafts: dict[int, float] = field(default_factory=dict)  # max_draft -> warm-up s
+    alias: str = ""
+    warmed_drafts: dict[int, float] = field(default_factory=dict)
     runs: int = 0
+
+    @property
+    def path(self) -> str:
+        return self.key[2]
+
+    def warm(self, prompt_ids: Sequence[int], max_draft: int) -> float:
+        """Run every verify width up to `max_draft + 1` once per max draft (the engine also
+        keeps it once per runner per process); 0.0 when already warm. Leaves the caches empty."""
+        if max_draft in self.warmed_drafts:
+            return 0.0
+        from specfleet.engine.warmup import warm_up_verify_widths
+
+        self.warmed_drafts[max_draft] = warm_up_verify_widths(self.runner, prompt_ids, max_draft)
+        self.runner.reset()
+        return self.warmed_drafts[max_draft]
 
     def summary(self) -> dict:
         engine, device, path = self.key
@@ -38,6 +70,52 @@ class LoadedModel:
             "warmed_max_drafts": sorted(self.warmed_drafts),
             "runs": self.runs,
         }
+
+
+def runner_class(engine: str) -> Any:
+    """The runner class of a real engine (imports the backend only here).
+
+    Raises:
+        UserError: the engine's packages are not installed (the message says how to).
+    """
+    try:
+        if engine == "torch":
+            from transformers.utils import logging as hf_logging
+
+            from specfleet.engine.runners.torch import TorchRunner
+
+            hf_logging.disable_progress_bar()  # the weight-loading bar would clutter stderr
+            return TorchRunner
+        if engine == "mlx":
+            from specfleet.engine.runners.mlx import MlxRunner
+
+            return MlxRunner
+    except ImportError as err:
+        raise UserError(
+            f"the {engine} engine is not installed ({err.name or err}); "
+            f"install it with pip install 'specfleet[{engine}]'"
+        ) from None
+    raise ValueError(f"unknown engine {engine!r}")
+
+
+def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
+    """Load a resolved model (`engine.models.resolve_model`) on `device`, timed.
+
+    Raises:
+        UserError: the engine is not installed.
+        UnsupportedModelError: the runner refuses the model or the device.
+    """
+    start = time.perf_counter()
+    # The runner resolves "auto" and refuses a device this host lacks.
+    runner = runner_class(engine).load(str(resolved.path), device)
+    return LoadedModel(
+        (engine, device, str(resolved.path)),
+        runner,
+        int(resolved.size_bytes or 0),
+        resolved.weights_hash,
+        time.perf_counter() - start,
+        alias=resolved.alias,
+    )
 
 
 class LoadedModels:

@@ -1,5 +1,5 @@
-"""Run setup helpers of a worker: the arm resolved to a policy, the sampler, loading a real
-runner, the engine config stored with a run, and the prompt hash.
+"""How a worker sets up one run: the arm resolved to a policy, the sampler, the engine
+config stored with the run, and the prompt hash.
 """
 
 from __future__ import annotations
@@ -66,19 +66,6 @@ def engine_config(
 def prompt_hash(text: str) -> str:
     """sha256 of the prompt text (UTF-8)."""
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def load_runner(engine: str, path: str, device: str) -> Any:
-    """Load a real runner (imports the backend only here)."""
-    if engine == "torch":
-        from specfleet.engine.runners.torch import TorchRunner
-
-        return TorchRunner.load(path, device)
-    if engine == "mlx":
-        from specfleet.engine.runners.mlx import MlxRunner
-
-        return MlxRunner.load(path, device)
-    raise ValueError(f"unknown engine {engine!r}")
 
 
 def sampler_config(spec: RunSpec) -> Any:

@@ -41,7 +41,7 @@ def _fail_run(store, run_key: str) -> None:
     # A done run is never overwritten; the store's own row is edited to model a failed arm.
     from sqlalchemy import update
 
-    from specfleet.store.models import Run
+    from specfleet.store.tables import Run
 
     with store.engine.begin() as conn:
         conn.execute(update(Run).where(Run.run_key == run_key)

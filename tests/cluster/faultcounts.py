@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from specfleet.store import open_store
-from specfleet.store.models import Run
+from specfleet.store.tables import Run
 
 
 @dataclass(frozen=True)

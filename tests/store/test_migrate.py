@@ -18,7 +18,7 @@ from specfleet.cli.main import app
 from specfleet.errors import UserError
 from specfleet.store import FutureSchemaError, head_revision, open_store
 from specfleet.store.engine import resolve_url
-from specfleet.store.models import Base
+from specfleet.store.tables import Base
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ configures the context; `begin_transaction()` joins the caller's transaction.
 
 from alembic import context
 
-from specfleet.store.models import Base
+from specfleet.store.tables import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -1,4 +1,4 @@
-"""Typed SQLAlchemy 2.0 models of the result store.
+"""The result store's tables, as typed SQLAlchemy 2.0 classes.
 
 The Alembic migrations in `migrations/versions/` create exactly these tables; a test checks
 that the two agree. Datetimes are naive UTC everywhere (SQLite keeps no time zone).
