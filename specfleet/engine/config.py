@@ -21,7 +21,15 @@ CALIBRATED_MAX_DRAFT = 32
 
 
 class ConfigError(ValueError):
-    """A user-facing configuration mistake; the message names the flag and its bound."""
+    """A user-facing configuration mistake; the message names the flag and its bound.
+
+    Attributes:
+        field: the setting at fault (`PromptLookupConfig`'s field name), when one is.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -49,20 +57,23 @@ class PromptLookupConfig:
     def validate(self) -> PromptLookupConfig:
         """Raise `ConfigError` naming the flag and bound; return self when valid."""
         if self.ngram_min < 1:
-            raise ConfigError("ngram-min must be at least 1")
+            raise ConfigError("ngram-min must be at least 1", "ngram_min")
         if self.ngram_max < self.ngram_min:
             raise ConfigError(
-                f"ngram-max ({self.ngram_max}) must be >= ngram-min ({self.ngram_min})"
+                f"ngram-max ({self.ngram_max}) must be >= ngram-min ({self.ngram_min})",
+                "ngram_max",
             )
         if self.ngram_max > NGRAM_MAX_LIMIT:
-            raise ConfigError(f"ngram-max ({self.ngram_max}) must be at most {NGRAM_MAX_LIMIT}")
+            raise ConfigError(f"ngram-max ({self.ngram_max}) must be at most {NGRAM_MAX_LIMIT}",
+                              "ngram_max")
         if self.max_draft < 1:
-            raise ConfigError("max-draft must be at least 1")
+            raise ConfigError("max-draft must be at least 1", "max_draft")
         if self.max_draft > MAX_DRAFT_LIMIT:
-            raise ConfigError(f"max-draft ({self.max_draft}) must be at most {MAX_DRAFT_LIMIT}")
+            raise ConfigError(f"max-draft ({self.max_draft}) must be at most {MAX_DRAFT_LIMIT}",
+                              "max_draft")
         if self.policy not in POLICY_NAMES:
             raise ConfigError(
-                f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}"
+                f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}", "policy"
             )
         if self.adaptive and self.policy == "calibrated":
             _check_costs(self.costs)
@@ -76,10 +87,11 @@ def _check_costs(costs: tuple[float, ...]) -> None:
     if len(costs) < 2:
         raise ConfigError(
             "the calibrated policy needs a width-cost table of at least widths 1-2 "
-            "(measure one with `specfleet calibrate --store`)"
+            "(measure one with `specfleet calibrate --store`)",
+            "costs",
         )
     if not all(c > 0 for c in costs):
-        raise ConfigError(f"width costs must all be positive, got {costs}")
+        raise ConfigError(f"width costs must all be positive, got {costs}", "costs")
 
 
 def default_max_draft(policy: str) -> int:

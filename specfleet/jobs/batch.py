@@ -134,5 +134,5 @@ def _check_lookup(lookup: LookupOptions) -> None:
     try:
         config.validate()
     except ConfigError as err:
-        flag = str(err).split(" ")[0]  # "max-draft (65) must be ..." names its option first
+        flag = (err.field or "options").replace("_", "-")
         raise UserError(f"--prompt-lookup-{flag}: {err}") from None

@@ -18,9 +18,7 @@ if TYPE_CHECKING:
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 
-# Which option a validation message of `PromptLookupConfig.validate` is about.
-_OPTION_OF_MESSAGE = (("ngram-min", "ngram_min"), ("ngram-max", "ngram_max"),
-                      ("max-draft", "max_draft"))
+_ARM_OPTION_FIELDS = ("ngram_min", "ngram_max", "max_draft")  # what an arm may set
 
 
 def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
@@ -119,16 +117,13 @@ def _check_arm_options(arm: ArmSpec, where: str) -> None:
     try:
         PromptLookupConfig(**given).validate()
     except ConfigError as err:
-        raise UserError(f"{where}.{_option_named(str(err), given)}: {err}") from None
+        raise UserError(f"{where}.{_option_named(err, given)}: {err}") from None
 
 
-def _option_named(message: str, given: ArmOptions) -> str:
-    if message.startswith("ngram-max") and "ngram-min" in message and "ngram_max" not in given:
+def _option_named(err: ConfigError, given: ArmOptions) -> str:
+    if err.field == "ngram_max" and "ngram_max" not in given and "ngram_min" in given:
         return "ngram_min"  # the user set only ngram_min; the default ngram_max is not at fault
-    for flag, field in _OPTION_OF_MESSAGE:
-        if message.startswith(flag):
-            return field
-    return "options"
+    return err.field if err.field in _ARM_OPTION_FIELDS else "options"
 
 
 def _check_max_tokens(spec: MatrixSpec, label: str) -> None:
