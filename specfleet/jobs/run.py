@@ -11,7 +11,12 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specfleet.engine.config import PolicyChoice
+from specfleet.engine.config import (
+    DEFAULT_MAX_DRAFT,
+    DEFAULT_NGRAM_MAX,
+    DEFAULT_NGRAM_MIN,
+    PolicyChoice,
+)
 from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.loop import StopReason
@@ -42,9 +47,9 @@ class LookupOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    ngram_min: int = 2
-    ngram_max: int = 3
-    max_draft: int = 7
+    ngram_min: int = DEFAULT_NGRAM_MIN
+    ngram_max: int = DEFAULT_NGRAM_MAX
+    max_draft: int = DEFAULT_MAX_DRAFT
     adaptive: bool = True
 
 
