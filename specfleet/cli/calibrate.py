@@ -129,8 +129,8 @@ def calibrate_command(
         raise UserError(f"--max-width must be at most {MAX_WIDTH_LIMIT}; got {max_width}")
     check_choice("--device", device, DEVICE_CHOICES)
     base = QUICK if quick else CalibrationSettings()
-    settings = replace(base, max_width=max_width,
-                       **{k: v for k, v in given.items() if v is not None})
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    settings = replace(base, max_width=max_width, **overrides)
     loaded = load_model(model, engine, device)
     start_s = time.perf_counter()
     costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=_say)

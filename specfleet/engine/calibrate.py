@@ -15,6 +15,8 @@ measures MLX, torch and the toy runners, and the fleet can store the table per h
 
 from __future__ import annotations
 
+import bisect
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +39,8 @@ class CalibrationSettings:
         steps: pipelined steps per round (half before the widths, half after).
         reps: synchronous verifies per width per round (their upper median is the sample).
         remeasure: extra passes of `rounds` rounds while the table is not monotone.
+        every_width: measure every width; False measures widths 1..DENSE_WIDTHS and a sparse
+            grid above them (`measured_widths`) and interpolates the widths between.
     """
 
     max_width: int = 33
@@ -45,6 +49,7 @@ class CalibrationSettings:
     steps: int = 32
     reps: int = 3
     remeasure: int = 1
+    every_width: bool = True
 
     def validate(self) -> CalibrationSettings:
         for name in ("max_width", "prompt_len", "rounds", "steps", "reps"):
@@ -57,8 +62,41 @@ class CalibrationSettings:
         return self
 
 
-# `calibrate --quick` and a worker's on-demand table: under 20 s on the bundled model here.
-QUICK = CalibrationSettings(prompt_len=128, rounds=3, steps=12, reps=1, remeasure=1)
+# `calibrate --quick` and a worker's on-demand table: the sparse grid keeps it near 20 s on
+# the bundled model here (measuring all 33 widths took 23-39 s on torch).
+QUICK = CalibrationSettings(prompt_len=128, rounds=3, steps=12, reps=1, remeasure=1,
+                            every_width=False)
+
+# Every width up to this is measured; above it a grid 1.5x apart (the widest always), with
+# the widths between interpolated: a verify's cost grows smoothly with its width there.
+DENSE_WIDTHS = 8
+GRID_FACTOR = 1.5
+
+
+def measured_widths(max_width: int, every_width: bool = True) -> list[int]:
+    """The widths a calibration times: all of 1..max_width, or 1..DENSE_WIDTHS then a grid
+    GRID_FACTOR apart ending at max_width (33 -> 1..8, 12, 18, 27, 33)."""
+    if every_width or max_width <= DENSE_WIDTHS:
+        return list(range(1, max_width + 1))
+    widths = list(range(1, DENSE_WIDTHS + 1))
+    width = DENSE_WIDTHS
+    while (width := math.ceil(width * GRID_FACTOR)) < max_width:
+        widths.append(width)
+    return [*widths, max_width]
+
+
+def interpolated(widths: Sequence[int], values: Sequence[float], max_width: int
+                 ) -> tuple[float, ...]:
+    """`values` at the measured `widths`, linearly interpolated to every width 1..max_width."""
+    out = []
+    for width in range(1, max_width + 1):
+        j = bisect.bisect_left(widths, width)
+        if widths[j] == width:
+            out.append(values[j])
+            continue
+        w0, w1, v0, v1 = widths[j - 1], widths[j], values[j - 1], values[j]
+        out.append(v0 + (v1 - v0) * (width - w0) / (w1 - w0))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -135,9 +173,13 @@ def rotated(widths: Sequence[int], round_index: int) -> list[int]:
     return [*widths[shift:], *widths[:shift]]
 
 
-def non_monotone(lo: Sequence[float], hi: Sequence[float]) -> tuple[int, ...]:
-    """Widths (from 2) whose highest ratio is below the previous width's lowest."""
-    return tuple(i + 1 for i in range(1, len(lo)) if hi[i] < lo[i - 1])
+def non_monotone(
+    lo: Sequence[float], hi: Sequence[float], widths: Sequence[int] | None = None
+) -> tuple[int, ...]:
+    """Widths whose highest ratio is below the previous measured width's lowest (`widths`:
+    the measured widths `lo` and `hi` belong to; default 1..len(lo))."""
+    named = widths if widths is not None else range(1, len(lo) + 1)
+    return tuple(named[i] for i in range(1, len(lo)) if hi[i] < lo[i - 1])
 
 
 def _pipelined_s(runner: Runner, steps: int, clock: Callable[[], float]) -> float:
@@ -173,7 +215,7 @@ def _round(
     first_half = settings.steps // 2
     step_s = _pipelined_s(runner, first_half, clock)
     sync_s: dict[int, float] = {}
-    widths = list(range(1, settings.max_width + 1))
+    widths = measured_widths(settings.max_width, settings.every_width)
     for width in rotated(widths, round_index):
         samples = [
             _sync_s(runner, synthetic_block(round_index * settings.reps + r, width,
@@ -188,23 +230,38 @@ def _round(
 def _table(
     runner: Runner, settings: CalibrationSettings, rounds: list[tuple[float, dict[int, float]]]
 ) -> WidthCosts:
-    widths = range(1, settings.max_width + 1)
+    widths = measured_widths(settings.max_width, settings.every_width)
     per_round = [[sync[w] / step if step > 0 else 0.0 for w in widths] for step, sync in rounds]
     columns = list(zip(*per_round, strict=True))
-    lo = tuple(min(c) for c in columns)
-    hi = tuple(max(c) for c in columns)
+    lo = [min(c) for c in columns]
+    hi = [max(c) for c in columns]
+
+    def every(values: Sequence[float]) -> tuple[float, ...]:
+        return interpolated(widths, values, settings.max_width)
+
+    dense = len(widths) == settings.max_width
     return WidthCosts(
         engine=runner.engine,
         device=runner.device,
         prompt_len=settings.prompt_len,
         pipelined_ms=statistics.median(step for step, _ in rounds) * 1000.0,
-        sync_ms=tuple(statistics.median(s[w] for _, s in rounds) * 1000.0 for w in widths),
-        ratio=tuple(statistics.median(c) for c in columns),
-        ratio_lo=lo,
-        ratio_hi=hi,
+        sync_ms=every([statistics.median(s[w] for _, s in rounds) * 1000.0 for w in widths]),
+        ratio=every([statistics.median(c) for c in columns]),
+        ratio_lo=every(lo),
+        ratio_hi=every(hi),
         n=len(rounds),
-        flagged=non_monotone(lo, hi),
+        flagged=non_monotone(lo, hi, widths),
+        method=METHOD if dense else f"{METHOD}, widths {_ranges(settings)} measured, the rest "
+                                     "interpolated",
     )
+
+
+def _ranges(settings: CalibrationSettings) -> str:
+    """The measured widths as text: `1..33`, or `1..8, 12, 18, 27, 33` on the sparse grid."""
+    widths = measured_widths(settings.max_width, settings.every_width)
+    if len(widths) == settings.max_width:
+        return f"1..{settings.max_width}"
+    return ", ".join([f"1..{DENSE_WIDTHS}", *(str(w) for w in widths[DENSE_WIDTHS:])])
 
 
 def measure_width_costs(
@@ -239,7 +296,7 @@ def measure_width_costs(
             rounds.append(_round(runner, prompt, settings, len(rounds), clock))
             if progress is not None:
                 progress(f"calibrate: round {len(rounds)}/{settings.rounds * passes} "
-                         f"(widths 1..{settings.max_width}), "
+                         f"(widths {_ranges(settings)}), "
                          f"{time.perf_counter() - started_s:.1f} s")
         table = _table(runner, settings, rounds)
         if not table.flagged or passes > settings.remeasure:

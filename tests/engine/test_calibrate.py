@@ -9,7 +9,9 @@ from specfleet.engine.calibrate import (
     CalibrationSettings,
     WidthCosts,
     calibration_prompt,
+    interpolated,
     measure_width_costs,
+    measured_widths,
     non_monotone,
     rotated,
     synthetic_block,
@@ -161,3 +163,34 @@ def test_width_costs_is_frozen():
     costs = WidthCosts("toy", "cpu", 1, 1.0, (1.0,), (1.0,))
     with pytest.raises(AttributeError):
         costs.pipelined_ms = 2.0  # type: ignore[misc]
+
+
+def test_the_sparse_grid_measures_up_to_eight_then_one_and_a_half_apart_to_the_widest():
+    assert measured_widths(33, every_width=False) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 18, 27, 33]
+    assert measured_widths(12, every_width=False) == [*range(1, 9), 12]
+    assert measured_widths(6, every_width=False) == [1, 2, 3, 4, 5, 6]
+    assert measured_widths(33) == list(range(1, 34))
+    assert QUICK.every_width is False  # the quick table (and a worker's) is the sparse one
+
+
+def test_interpolation_is_exact_at_measured_widths_and_linear_between():
+    assert interpolated([1, 2, 4], [1.0, 2.0, 5.0], 4) == (1.0, 2.0, 3.5, 5.0)
+
+
+def test_a_sparse_calibration_times_only_the_grid_and_fills_the_rest_exactly():
+    runner = ScriptModel(script=[], vocab=5000)
+    measure_width_costs(runner, settings(max_width=12, rounds=1, steps=2, reps=1,
+                                         every_width=False), warm_up=False)
+    assert sorted(runner.forward_widths[2:-1]) == [*range(1, 9), 12]
+    timed = TimedInduction()
+    costs = measure_width_costs(timed, settings(max_width=12, every_width=False),
+                                clock=timed.clock)
+    # The virtual clock's cost is linear in the width, so interpolation recovers it exactly.
+    expected_sync = [FORWARD_BASE_MS + PER_TOKEN_MS * w + READ_MS for w in range(1, 13)]
+    assert costs.sync_ms == pytest.approx(expected_sync)
+    assert len(costs.ratio) == len(costs.ratio_lo) == len(costs.ratio_hi) == 12
+    assert "1..8, 12 measured, the rest interpolated" in costs.method
+
+
+def test_a_fall_on_the_sparse_grid_is_flagged_at_the_measured_width():
+    assert non_monotone([1.0, 2.0, 3.0], [1.1, 2.1, 1.5], widths=[1, 8, 12]) == (12,)
