@@ -171,8 +171,7 @@ def _settle_probe(s: _Loop) -> None:
     if verdict is None:
         return
     s.shadow = None
-    if verdict:
-        assert s.governor is not None  # shadow probes are recorded only under a governor
+    if verdict and s.governor is not None:  # probes are only recorded under a governor
         s.governor.shadow_confirmed()
         s.stats.shadow_confirmations += 1
 
@@ -186,18 +185,18 @@ def _budget(s: _Loop, remaining: int) -> int:
 
 def _look_up(s: _Loop, budget: int) -> list[int]:
     """(c) The round's draft; a paused Gated round records a shadow probe instead."""
-    if s.governor is None:
+    governor, index = s.governor, s.index  # both exist exactly when lookup is on
+    if governor is None or index is None:
         return []
-    assert s.index is not None  # a governor means a lookup config, so the prefill built one
     if budget == 0:
-        if s.shadow is None and s.governor.probes_while_paused():
-            s.index.extend(s.context)
-            proposal = s.index.find(s.context, SHADOW_CONFIRM)
+        if s.shadow is None and governor.probes_while_paused():
+            index.extend(s.context)
+            proposal = index.find(s.context, SHADOW_CONFIRM)
             if len(proposal) >= SHADOW_CONFIRM:
                 s.shadow = ShadowProbe(start=len(s.context), proposal=tuple(proposal))
         return []
-    s.index.extend(s.context)
-    return s.index.find(s.context, budget)
+    index.extend(s.context)
+    return index.find(s.context, budget)
 
 
 def _count_plain_round(s: _Loop, budget: int) -> None:
@@ -279,8 +278,8 @@ def _account(s: _Loop, k: int, accepted: int, budget: int) -> None:
     else:
         s.stats.rounds += 1
         s.stats.drafted_rounds += 1
-        assert s.governor is not None  # only a governor's budget lets a draft be proposed
-        s.governor.record(accepted, k)
+        if s.governor is not None:  # always: only a governor's budget lets a draft be proposed
+            s.governor.record(accepted, k)
     s.stats.proposed += k
     s.stats.accepted += accepted
 
@@ -320,17 +319,17 @@ def _decode(
             kind, accepted = _verify_round(s, draft, budget)
         _after_round(s)
         if s.trace is not None:
-            _record(s, kind, budget, len(draft), accepted, len(s.context) - before)
+            _record(s, s.trace, kind, budget, len(draft), accepted, len(s.context) - before)
 
 
-def _record(s: _Loop, kind: RoundKind, budget: int, k: int, accepted: int, emitted: int) -> None:
+def _record(s: _Loop, trace: list[RoundTrace], kind: RoundKind, budget: int, k: int,
+            accepted: int, emitted: int) -> None:
     width = {"pipelined": 1, "sync": 1, "verify": k + 1, "drain": 0}[kind]
     proposed = k if kind == "verify" else 0
     policy = s.governor.state() if s.governor is not None else None
-    assert s.trace is not None  # called only when tracing
-    s.trace.append(
+    trace.append(
         RoundTrace(
-            index=len(s.trace), kind=kind, width=width, budget=budget, proposed=proposed,
+            index=len(trace), kind=kind, width=width, budget=budget, proposed=proposed,
             accepted=accepted, emitted=emitted, policy=policy, cache_len=s.runner.cache_len(),
             context_len=len(s.context), in_flight=s.in_flight is not None,
         )
