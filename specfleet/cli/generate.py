@@ -139,11 +139,9 @@ def load_model(model: str, engine: str, device: str) -> LoadedModel:
             "or pass a model folder"
         )
     try:
-        loaded.runner_class(engine)
-    except UserError as err:
-        raise UserError(f"--engine {engine}: {err}") from None
-    try:
         return loaded.load_model(resolved, engine, device)
+    except loaded.EngineNotInstalled as err:
+        raise UserError(f"--engine {engine}: {err}") from None
     except UnsupportedModelError as err:
         raise UserError(f"--model {model}: {err}") from None
 

@@ -72,11 +72,15 @@ class LoadedModel:
         }
 
 
+class EngineNotInstalled(UserError):
+    """A real engine's packages are missing; the message says how to install them."""
+
+
 def runner_class(engine: str) -> Any:
     """The runner class of a real engine (imports the backend only here).
 
     Raises:
-        UserError: the engine's packages are not installed (the message says how to).
+        EngineNotInstalled: the engine's packages are not installed.
     """
     try:
         if engine == "torch":
@@ -91,7 +95,7 @@ def runner_class(engine: str) -> Any:
 
             return MlxRunner
     except ImportError as err:
-        raise UserError(
+        raise EngineNotInstalled(
             f"the {engine} engine is not installed ({err.name or err}); "
             f"install it with pip install 'specfleet[{engine}]'"
         ) from None
@@ -102,7 +106,7 @@ def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
     """Load a resolved model (`engine.models.resolve_model`) on `device`, timed.
 
     Raises:
-        UserError: the engine is not installed.
+        EngineNotInstalled: the engine is not installed.
         UnsupportedModelError: the runner refuses the model or the device.
     """
     start = time.perf_counter()
