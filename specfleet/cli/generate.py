@@ -254,32 +254,13 @@ def run_generation(
     runner = loaded.runner
     prompt_ids = encode(runner, request.text, chat, request.system)
     check_context(loaded, len(prompt_ids), request.max_tokens)
-    lookup = None
-    if request.use_lookup:
-        lookup = lookup_config(
-            request.ngram_min,
-            request.ngram_max,
-            request.max_draft,
-            request.adaptive,
-            request.policy,
-            runner.device,
-        )
-        if lookup.adaptive and lookup.policy == "calibrated":
-            from specfleet.cli.calibrate import stored_or_measured_costs
-
-            lookup = replace(lookup, costs=stored_or_measured_costs(loaded))
+    lookup = request_lookup(loaded, request)
     warmup_s = 0.0
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
     # The machine lock: never timed beside a fleet's run (or another generate) here.
     with MachineLock(machine_lock_path(machine_id())):
         if warm_up:  # also for plain: the first forwards of a fresh model pay one-off costs
-            max_draft = lookup.max_draft if lookup is not None else DEFAULT_MAX_DRAFT
-            widths = f"2..{max_draft + 1}"
-            with status_line(f"warming up verify widths {widths} ({loaded.alias}, {runner.engine})"):
-                warmup_s = loaded.warm(prompt_ids, max_draft)
-            if announce and warmup_s > 0:
-                typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
-                           "(not in the figures below)", err=True)
+            warmup_s = warm_verify_widths(loaded, prompt_ids, lookup, announce)
         try:
             result = generate(
                 runner,
@@ -294,6 +275,34 @@ def run_generation(
         except UnsupportedModelError as err:
             raise UserError(f"--prompt-lookup: {loaded.alias}: {err}") from None
     return result_dict(loaded, prompt_ids, lookup, result, warmup_s)
+
+
+def request_lookup(loaded: LoadedModel, request: GenerateRequest) -> PromptLookupConfig | None:
+    """The request's prompt-lookup config on this model's device (None for plain); the
+    calibrated policy gets this host's stored width-cost table, or one measured now."""
+    if not request.use_lookup:
+        return None
+    lookup = lookup_config(request.ngram_min, request.ngram_max, request.max_draft,
+                           request.adaptive, request.policy, loaded.runner.device)
+    if lookup.adaptive and lookup.policy == "calibrated":
+        from specfleet.cli.calibrate import stored_or_measured_costs
+
+        lookup = replace(lookup, costs=stored_or_measured_costs(loaded))
+    return lookup
+
+
+def warm_verify_widths(loaded: LoadedModel, prompt_ids: list[int],
+                       lookup: PromptLookupConfig | None, announce: bool) -> float:
+    """Warm the widths the reply may verify behind a status line; their time, said apart."""
+    max_draft = lookup.max_draft if lookup is not None else DEFAULT_MAX_DRAFT
+    widths = f"2..{max_draft + 1}"
+    with status_line(f"warming up verify widths {widths} ({loaded.alias}, "
+                     f"{loaded.runner.engine})"):
+        warmup_s = loaded.warm(prompt_ids, max_draft)
+    if announce and warmup_s > 0:
+        typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
+                   "(not in the figures below)", err=True)
+    return warmup_s
 
 
 def result_dict(
