@@ -56,7 +56,7 @@ RETRY_RANGE_S = (1.0, 86400.0)
 
 def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = "15s"):
     """The scheduler's options from the flags `matrix run`, `resume` and `bench` share."""
-    from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
+    from specfleet.cluster.matrixcall import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
                             suspect_grace_s=parse_wait(wait), store_retry_s=store_retry_s())

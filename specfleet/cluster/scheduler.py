@@ -30,6 +30,7 @@ from specfleet.cluster.hoststate import (
     InFlight,
     store_load_samples,
 )
+from specfleet.cluster.matrixcall import MatrixOutcome, RunInterrupted, SchedulerOptions
 from specfleet.cluster.progress import (
     STORE_LINE,
     ProgressCallback,
@@ -44,58 +45,10 @@ from specfleet.store.leases import lease_seconds, new_driver_id
 
 __all__ = [
     "HostTally",
-    "MatrixOutcome",
-    "RunInterrupted",
-    "SchedulerOptions",
     "dispatch_runs",
     "resume",
     "run_matrix",
 ]
-
-
-@dataclass(frozen=True)
-class SchedulerOptions:
-    """Timeouts and switches of one scheduler call (seconds)."""
-
-    run_timeout_s: float = 3600.0  # one run longer than this is cancelled and `interrupted`
-    call_timeout_s: float = 10.0  # ping, lock, quiet check and fetching a ready result
-    poll_s: float = 0.25  # longest wait for a result before looking at locks and health
-    ping_every_s: float = 1.0  # how often a suspect host is pinged
-    suspect_grace_s: float = 15.0  # how long queued runs wait for a suspect host
-    lease_s: float = 120.0  # machine lease; renewed while a run is in flight
-    store_lease_s: float | None = None  # run ownership lease (None: SPECFLEET_LEASE_S or 60 s)
-    store_retry_s: float = 300.0  # how long a store write retries an unreachable store
-    require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
-    quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
-    progress: bool = True  # rich progress bars on stderr
-
-
-@dataclass(frozen=True)
-class MatrixOutcome:
-    """The result of `run_matrix` / `resume`.
-
-    Attributes:
-        matrix_id: the matrix.
-        status: "done" when every run of the matrix is done; "interrupted" when some run is
-            interrupted or still pending; "failed" when only failed runs are left.
-        done, failed, interrupted: runs settled this call, by status.
-        pending: runs left unsent (their host was lost or has no worker).
-        wall_s: wall time of the call.
-        hosts: per-host tallies.
-        skipped: runs left to a live driver that holds them (a second resume).
-        owner: that driver, when it holds the whole matrix (this call took nothing).
-    """
-
-    matrix_id: str
-    status: str
-    done: int
-    failed: int
-    interrupted: int
-    pending: int
-    wall_s: float
-    hosts: dict[str, HostTally]
-    skipped: int = 0
-    owner: str | None = None
 
 
 @dataclass
@@ -168,15 +121,6 @@ def _run_owned(store, matrix_id: str, workers: dict[str, Any],
     store_load_samples(store, matrix_id, healthy, opts.call_timeout_s)
     outcome = _finish(store, matrix_id, tallies, time.monotonic() - started, driver_id)
     return dataclasses.replace(outcome, skipped=claim.skipped)
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped a matrix; its message says how to resume it."""
-
-    def __init__(self, matrix_id: str) -> None:
-        super().__init__(f"matrix {matrix_id} interrupted; runs in flight are marked "
-                         f"interrupted; resume with: specfleet matrix resume {matrix_id}")
-        self.matrix_id = matrix_id
 
 
 def _lease_s(opts: SchedulerOptions) -> float:

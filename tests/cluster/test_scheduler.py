@@ -16,7 +16,8 @@ from datetime import UTC
 import pytest
 import ray
 
-from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, resume, run_matrix
+from specfleet.cluster.matrixcall import SchedulerOptions
+from specfleet.cluster.scheduler import dispatch_runs, resume, run_matrix
 from specfleet.jobs.plan import run_key
 from specfleet.jobs.run import LookupOptions, RunSpec, Target
 from specfleet.store import open_store
