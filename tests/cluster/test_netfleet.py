@@ -104,7 +104,7 @@ def start_postgres(fleet, root: Path) -> str:
                                 "--no-sync", "-D", str(data)]), check=True, capture_output=True)
     with open(data / "pg_hba.conf", "a") as hba:
         hba.write(f"host all all {fleet.subnet} trust\n")
-    fleet.pg_root = root
+    fleet.pg_root, fleet.pg_bin = root, bin_dir
     pg_ctl(fleet, "start")
     return f"postgresql+psycopg://{PG_SUPERUSER}:{SECRET}@{fleet.head.ip}:{PG_PORT}/postgres"
 
@@ -115,7 +115,7 @@ def pg_ctl(fleet, action: str) -> None:
     options = (f"-c listen_addresses={fleet.head.ip} -p {PG_PORT} -k {root} -c fsync=off "
                "-c synchronous_commit=off -c full_page_writes=off")
     extra = ["-o", options] if action == "start" else ["-m", "fast"]
-    fleet.run(fleet.head, _as_pg_user([str(_find_pg_bin() / "pg_ctl"), "-D", str(root / "data"),
+    fleet.run(fleet.head, _as_pg_user([str(fleet.pg_bin / "pg_ctl"), "-D", str(root / "data"),
                                        "-l", str(root / "log"), "-w", "-t", "60", *extra,
                                        action]),
               env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=True, timeout=120)
