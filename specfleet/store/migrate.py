@@ -62,14 +62,18 @@ def check_known(rev: str | None, conn: Connection, url: URL) -> None:
     """Refuse another application's database and a revision newer than this code."""
     if rev is None:
         tables = sorted(set(inspect(conn).get_table_names()) - {"alembic_version"})
-        if tables:  # another application's database: never add our tables to it
+        if not tables:
+            return
+        # Each statement sees what is committed when it starts (PostgreSQL's READ COMMITTED):
+        # tables another opener just created came with their revision, read again here.
+        rev = current_revision(conn)
+        if rev is None:  # another application's database: never add our tables to it
             shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
             raise UserError(
                 f"--db: {display_url(url)} is not a specfleet store (it holds tables {shown} "
                 "and no specfleet schema revision); point --db at an empty database or a "
                 "specfleet store"
             )
-        return
     if rev not in known_revisions():
         raise FutureSchemaError(
             f"--db: {display_url(url)} has schema revision {rev}, newer than this specfleet "
