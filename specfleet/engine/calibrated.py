@@ -8,6 +8,9 @@ block costs on the host at hand: `costs[w - 1]` is the cost of a synchronous ver
     E[landed | k] = p + p^2 + ... + p^k        (a draft lands up to its first miss),
 
 and drafts nothing when that rate does not beat a plain pipelined step (1 token per step).
+On a model whose rollback feeds the kept tokens again (recurrent layers, `rollback_kind`
+"refeed"), a draft whose first miss is at proposal a+1 also pays a forward of width a+1:
+the cost becomes cost(k + 1) + sum over a < k of p^a (1 - p) cost(a + 1).
 `p` is a count estimate: landed proposals ("hits") and first rejections ("misses"), each
 decayed by `DECAY` per drafted round, over a Beta(1, 1) prior. No clock is read. While it
 drafts nothing the loop keeps looking up two-token shadow probes (as it does for a paused
@@ -46,14 +49,24 @@ def expected_landed(p: float, k: int) -> float:
     return sum(p**i for i in range(1, k + 1))
 
 
-def best_draft(p: float, costs: Sequence[float], max_draft: int) -> int:
+def expected_refeed_cost(p: float, costs: Sequence[float], k: int) -> float:
+    """Expected cost of re-feeding after a draft of `k`: the first miss at proposal a+1
+    (probability p^a (1 - p)) re-feeds the a+1 kept tokens, one forward of that width."""
+    return sum(p**a * (1.0 - p) * width_cost(costs, a + 1) for a in range(k))
+
+
+def best_draft(p: float, costs: Sequence[float], max_draft: int, refeeds: bool = False) -> int:
     """The draft length with the highest tokens per cost; 0 when none beats a plain step.
 
-    Ties keep the shorter draft (a wider block risks more on a miss).
+    Ties keep the shorter draft (a wider block risks more on a miss). With `refeeds`, a
+    rejected draft's re-feed is priced in (`expected_refeed_cost`).
     """
     best_k, best_rate = 0, PLAIN_STEP_RATE
     for k in range(1, max_draft + 1):
-        rate = (1.0 + expected_landed(p, k)) / width_cost(costs, k + 1)
+        cost = width_cost(costs, k + 1)
+        if refeeds:
+            cost += expected_refeed_cost(p, costs, k)
+        rate = (1.0 + expected_landed(p, k)) / cost
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k
@@ -65,11 +78,13 @@ class CalibratedGovernor:
     Args:
         max_draft: most proposals per round.
         costs: cost of verify widths 1..n in pipelined plain steps.
+        refeeds: a rollback on this model feeds the kept tokens again (priced per draft).
     """
 
-    def __init__(self, max_draft: int, costs: Sequence[float]) -> None:
+    def __init__(self, max_draft: int, costs: Sequence[float], refeeds: bool = False) -> None:
         self.max_draft = max_draft
         self.costs = tuple(costs)
+        self.refeeds = refeeds
         self.hits = 0.0
         self.misses = 0.0
         self.paused = False
@@ -79,7 +94,7 @@ class CalibratedGovernor:
         return (self.hits + PRIOR_HITS) / (self.hits + self.misses + PRIOR_HITS + PRIOR_MISSES)
 
     def budget(self) -> int:
-        k = best_draft(self.acceptance(), self.costs, self.max_draft)
+        k = best_draft(self.acceptance(), self.costs, self.max_draft, self.refeeds)
         self.paused = k == 0
         return k
 

@@ -168,18 +168,19 @@ class FixedGovernor:
         return GovernorState("fixed", float(self.max_draft), 0, False)
 
 
-def _calibrated(config: PromptLookupConfig) -> DraftGovernor:
+def _calibrated(config: PromptLookupConfig, refeeds: bool) -> DraftGovernor:
     from specfleet.engine.calibrated import CalibratedGovernor  # it imports GovernorState
 
-    return CalibratedGovernor(config.max_draft, config.costs)
+    return CalibratedGovernor(config.max_draft, config.costs, refeeds)
 
 
 # The policy registry: a new adaptive policy is one class plus its name in `Policy` and one
 # line in `POLICIES` (an import-time check keeps the two in step).
 Policy = Literal["graded", "gated", "calibrated"]
-POLICIES: dict[str, Callable[[PromptLookupConfig], DraftGovernor]] = {  # name -> governor
-    "graded": lambda config: GradedGovernor(config.max_draft),
-    "gated": lambda config: GatedGovernor(config.max_draft),
+# Each entry takes the config and whether a rollback re-feeds (only cost-aware policies care).
+POLICIES: dict[str, Callable[[PromptLookupConfig, bool], DraftGovernor]] = {  # name -> governor
+    "graded": lambda config, refeeds: GradedGovernor(config.max_draft),
+    "gated": lambda config, refeeds: GatedGovernor(config.max_draft),
     "calibrated": _calibrated,  # cost-aware (calibrated.py), from the config's width costs
 }
 POLICY_NAMES: tuple[Policy, ...] = get_args(Policy)
@@ -187,8 +188,13 @@ if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - a registry edit that m
     raise RuntimeError(f"governor.Policy {POLICY_NAMES} and POLICIES {tuple(POLICIES)} differ")
 
 
-def make_governor(config: PromptLookupConfig) -> DraftGovernor:
-    """The governor a validated config asks for (`FixedGovernor` when not adaptive)."""
+def make_governor(config: PromptLookupConfig, refeeds: bool = False) -> DraftGovernor:
+    """The governor a validated config asks for (`FixedGovernor` when not adaptive).
+
+    Args:
+        config: a validated prompt-lookup config.
+        refeeds: the runner's rollback feeds kept tokens again (`rollback_kind` "refeed").
+    """
     if not config.adaptive:
         return FixedGovernor(config.max_draft)
-    return POLICIES[config.policy](config)
+    return POLICIES[config.policy](config, refeeds)

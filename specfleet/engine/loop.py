@@ -6,7 +6,8 @@ greedy batched-argmax sampler pipelines; every other sampler reads rows on the h
 runs synchronously (see `specfleet.engine.sampling`).
 
 Optional runner attributes read here (the `Runner` protocol's defaults when absent):
-`trimmable` (True) and `state_layout` ("external"); prompt lookup refuses anything else.
+`trimmable` (True), `state_layout` ("external") and `rollback_kind` ("trim"); prompt lookup
+refuses a runner that cannot roll back or keeps its state internally.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.governor import DraftGovernor, make_governor
 from specfleet.engine.lookup import SHADOW_CONFIRM, NgramIndex, ShadowProbe
 from specfleet.engine.reference import sequential_reference
-from specfleet.engine.runners.base import Runner, UnsupportedModelError
+from specfleet.engine.runners.base import CacheRollbackError, Runner, UnsupportedModelError
 from specfleet.engine.sampling import HostSampler, SamplerConfig
 from specfleet.engine.stats import (
     LoopGuardConfig,
@@ -89,6 +90,7 @@ class _Loop:
     stop_reason: StopReason | None = None
     next_clear: int = ALLOCATOR_CLEAR_EVERY
     trace: list[RoundTrace] | None = None
+    round_refed: int = 0  # tokens this round's rollback fed again
 
 
 def unsupported_reason(runner: Runner) -> str | None:
@@ -101,6 +103,11 @@ def unsupported_reason(runner: Runner) -> str | None:
     if not getattr(runner, "trimmable", True):
         return "prompt lookup needs trimmable external KV caches; this model's cannot be trimmed"
     return None
+
+
+def _refeeds(runner: Runner) -> bool:
+    """Whether a rollback on `runner` feeds kept tokens again (a cost the calibrated policy prices)."""
+    return getattr(runner, "rollback_kind", "trim") == "refeed"
 
 
 def _resolve_pipeline(pipeline: bool | None, sampler: SamplerConfig) -> bool:
@@ -268,7 +275,7 @@ def _verify_round(s: _Loop, draft: list[int], budget: int) -> tuple[RoundKind, i
             break
         accepted += 1
     _account(s, k, accepted, budget)
-    _trim(s, k, accepted)
+    _roll_back(s, k, accepted)
     return ("verify" if k else "sync"), accepted
 
 
@@ -284,9 +291,19 @@ def _account(s: _Loop, k: int, accepted: int, budget: int) -> None:
     s.stats.accepted += accepted
 
 
-def _trim(s: _Loop, k: int, accepted: int) -> None:
-    """Drop the rejected proposals: the cache ends at the last accepted draft token."""
-    s.runner.trim(k - accepted)
+def _roll_back(s: _Loop, k: int, accepted: int) -> None:
+    """Undo the rejected proposals: the caches end at the last accepted draft token, which
+    the runner checks layer by layer; the loop checks the total, so no runner corrupts silently."""
+    if k == accepted:
+        return
+    refed = s.runner.rollback(k - accepted)
+    s.stats.refed_tokens += refed
+    s.round_refed = refed
+    expected = len(s.context) - 1  # every emitted token but the bonus one is cached
+    if s.stop_reason is None and s.runner.cache_len() != expected:
+        raise CacheRollbackError(
+            f"after rolling back {k - accepted} rejected proposals the {s.runner.engine} caches "
+            f"hold {s.runner.cache_len()} positions, expected {expected}")
 
 
 def _after_round(s: _Loop) -> None:
@@ -310,7 +327,7 @@ def _decode(
         budget = _budget(s, remaining)
         draft = _look_up(s, budget)
         s.plain_streak = 0 if draft else s.plain_streak + 1
-        before, accepted = len(s.context), 0
+        before, accepted, s.round_refed = len(s.context), 0, 0
         if s.in_flight is not None:
             kind = _in_flight_round(s, draft, budget, remaining)
         elif not draft and _may_start_pipeline(s, remaining):
@@ -331,7 +348,7 @@ def _record(s: _Loop, trace: list[RoundTrace], kind: RoundKind, budget: int, k: 
         RoundTrace(
             index=len(trace), kind=kind, width=width, budget=budget, proposed=proposed,
             accepted=accepted, emitted=emitted, policy=policy, cache_len=s.runner.cache_len(),
-            context_len=len(s.context), in_flight=s.in_flight is not None,
+            context_len=len(s.context), in_flight=s.in_flight is not None, refed=s.round_refed,
         )
     )
 
@@ -373,12 +390,13 @@ def generate(
         ValueError: empty prompt, negative max_tokens, pipeline=True with a host sampler.
         ConfigError: an invalid lookup, sampler or loop-guard setting.
         UnsupportedModelError: lookup on a model without trimmable external KV caches.
+        CacheRollbackError: a rollback left the caches holding other than the kept tokens.
     """
     _check_request(runner, prompt, max_tokens, lookup, sampler, loop_guard)
     s = _Loop(
         runner=runner, sampler=HostSampler(sampler), batched=sampler.batched_argmax,
         max_tokens=max_tokens, context=list(prompt), config=lookup,
-        governor=make_governor(lookup) if lookup is not None else None,
+        governor=make_governor(lookup, _refeeds(runner)) if lookup is not None else None,
         guard=(*loop_guard,) if loop_guard is not None else None,
         pipeline=_resolve_pipeline(pipeline, sampler),
         streak_before_pipeline=PLAIN_ROUNDS_BEFORE_PIPELINE if lookup is not None else 0,

@@ -5,7 +5,9 @@ runner that predicts exactly the known reply (`ScriptModel` over prompt + reply,
 after it when the run stopped on one). The loop then makes the same lookups, budgets,
 pipelining decisions and trims as the live run did, and its counters are exact. The cost
 of a trace in pipelined steps: a pipelined step 1, a synchronous one-token step
-`cost(1)`, a verify of width w `cost(w)`, a drain 0 (its step was counted when submitted).
+`cost(1)`, a verify of width w `cost(w)`, a drain 0 (its step was counted when submitted),
+and a rollback that fed r tokens again `cost(r)` (models with recurrent layers: replay them
+with `refeeds=True`).
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ class Replayed:
     cost_steps: float
 
 
-def replay_runner(prompt: Sequence[int], reply: Sequence[int], ended_on_eos: bool) -> ScriptModel:
-    """A runner whose greedy output is `reply` (then EOS when the run ended on one)."""
+def replay_runner(
+    prompt: Sequence[int], reply: Sequence[int], ended_on_eos: bool, refeeds: bool = False
+) -> ScriptModel:
+    """A runner whose greedy output is `reply` (then EOS when the run ended on one); with
+    `refeeds`, its rollbacks re-feed the kept tokens as a recurrent model's do."""
     eos = max([*prompt, *reply, 0]) + 1
     runner = ScriptModel([*prompt, *reply, eos], vocab=eos + 1)
     runner.eos_ids = frozenset({eos}) if ended_on_eos else frozenset()
+    runner.rollback_kind = "refeed" if refeeds else "trim"
     return runner
 
 
@@ -49,6 +55,8 @@ def trace_cost(trace: Sequence[RoundTrace], costs: Sequence[float]) -> float:
             total += 1.0
         elif t.kind in ("sync", "verify"):
             total += width_cost(costs, t.width)
+        if t.refed:
+            total += width_cost(costs, t.refed)
     return total
 
 
@@ -61,6 +69,7 @@ def replay(
     lookup: PromptLookupConfig | None,
     costs: Sequence[float],
     loop_guard: tuple[int, int, int] | None = None,
+    refeeds: bool = False,
 ) -> Replayed:
     """Drive the real loop over a known greedy reply.
 
@@ -72,11 +81,13 @@ def replay(
         lookup: the policy's config (None: plain decoding).
         costs: width-cost table (widths 1..n) to price the trace with.
         loop_guard: the run's loop guard, if it had one.
+        refeeds: the model's rollbacks re-feed kept tokens (its runner's `rollback_kind`
+            was "refeed"); each re-feed is priced as a forward of its width.
 
     Returns:
         The replayed generation and its cost in pipelined steps.
     """
-    runner = replay_runner(prompt, reply, stop_reason == "eos")
+    runner = replay_runner(prompt, reply, stop_reason == "eos", refeeds)
     generation = generate(
         runner, prompt, max_tokens=max_tokens, lookup=lookup, loop_guard=loop_guard,
         trace=True, pipeline=True,

@@ -27,6 +27,8 @@ class PromptLookupStats:
         proposed: proposals verified.
         accepted: proposals that landed.
         shadow_confirmations: shadow probes that came true.
+        refed_tokens: tokens fed again by rollbacks (models with recurrent layers; 0 where
+            every cache trims).
     """
 
     rounds: int = 0
@@ -35,6 +37,7 @@ class PromptLookupStats:
     proposed: int = 0
     accepted: int = 0
     shadow_confirmations: int = 0
+    refed_tokens: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -57,13 +60,15 @@ class PromptLookupStats:
         return asdict(self)
 
     def summary_line(self, generated: int) -> str:
-        """The `[Prompt lookup] ...` line the CLI prints on stderr (fields in spec order)."""
+        """The `[Prompt lookup] ...` line the CLI prints on stderr (fields in spec order, then
+        `refed_tokens` when a rollback fed tokens again: the spec's line is unchanged elsewhere)."""
+        refed = f" refed_tokens={self.refed_tokens}" if self.refed_tokens else ""
         return (
             f"[Prompt lookup] rounds={self.rounds} drafted_rounds={self.drafted_rounds} "
             f"paused_rounds={self.paused_rounds} proposed={self.proposed} "
             f"accepted={self.accepted} acceptance_rate={self.acceptance_rate:.4f} "
             f"tokens_per_forward={self.tokens_per_forward(generated):.4f} "
-            f"shadow_confirmations={self.shadow_confirmations}"
+            f"shadow_confirmations={self.shadow_confirmations}{refed}"
         )
 
 
@@ -112,6 +117,7 @@ class RoundTrace:
         cache_len: positions cached after the round.
         context_len: prompt + emitted tokens after the round.
         in_flight: whether a pipelined step is in flight after the round.
+        refed: tokens the round's rollback fed again (recurrent layers; a forward of that width).
     """
 
     index: int
@@ -125,6 +131,7 @@ class RoundTrace:
     cache_len: int
     context_len: int
     in_flight: bool
+    refed: int = 0
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ class RunResult(BaseModel):
     proposed: int = 0
     accepted: int = 0
     shadow_confirmations: int = 0
+    refed_tokens: int = 0  # tokens rollbacks fed again (recurrent layers)
     loop_share: float = 0.0  # fraction of generated tokens inside a trailing repeated cycle
     load_before: tuple[float, float, float] | None = None
     load_after: tuple[float, float, float] | None = None

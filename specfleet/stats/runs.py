@@ -60,6 +60,7 @@ class Counters:
     proposed: int = 0
     accepted: int = 0
     shadow_confirmations: int = 0
+    refed_tokens: int = 0
     generated_tokens: int = 0
 
     @property

@@ -52,6 +52,7 @@ class RunRow:
     proposed: int | None
     accepted: int | None
     shadow_confirmations: int | None
+    refed_tokens: int | None
     loop_share: float | None
     noisy: bool | None
     conditions: dict[str, Any] | None

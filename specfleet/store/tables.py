@@ -167,6 +167,7 @@ class Run(Base):
     proposed: Mapped[int | None] = mapped_column(Integer)
     accepted: Mapped[int | None] = mapped_column(Integer)
     shadow_confirmations: Mapped[int | None] = mapped_column(Integer)
+    refed_tokens: Mapped[int | None] = mapped_column(Integer)
     loop_share: Mapped[float | None] = mapped_column(Float)
     noisy: Mapped[bool | None] = mapped_column(Boolean)
     # Host conditions before/after the run (`workers/conditions`) and the throttle verdict.

@@ -368,6 +368,7 @@ class HostWorker:
             "engine_config": engine_config(
                 spec, prepared.lookup, prepared.policy, prepared.model_path, prepared.warmup_s,
                 costs_source="measured" if prepared.calibration else "stored",
+                rollback_kind=getattr(prepared.runner, "rollback_kind", "trim"),
             ),
             "versions": dict(self._info.versions),
             "host_fingerprint": self._info.fingerprint,

@@ -40,7 +40,7 @@ def run_policy(
 
 def engine_config(
     spec: RunSpec, lookup: PromptLookupConfig | None, policy: str, model_path: str,
-    warmup_s: float, costs_source: str = "stored",
+    warmup_s: float, costs_source: str = "stored", rollback_kind: str = "trim",
 ) -> dict:
     """The exact engine settings of a run, stored with it (provenance); a calibrated run
     also says whether its width-cost table was stored or measured for it."""
@@ -60,6 +60,7 @@ def engine_config(
         "loop_guard": guard.model_dump() if guard else None,
         "warmed": spec.target.engine != "toy",
         "warmup_s": round(warmup_s, 4),
+        "rollback_kind": rollback_kind,  # "refeed": replay prices each rollback's re-feed
     }
 
 

@@ -16,11 +16,12 @@ from specfleet.engine.loop import (
     sequential_reference,
     unsupported_reason,
 )
-from specfleet.engine.runners.base import UnsupportedModelError
+from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelError
 from specfleet.engine.runners.toy import (
     ConstantModel,
     InductionModel,
     ModelOwnedStateModel,
+    RecurrentInductionModel,
     ScriptModel,
     ToyRunner,
     UntrimmableModel,
@@ -430,3 +431,73 @@ def test_loop_equals_the_sequential_reference_and_keeps_its_invariants(
     assert len(model.forward_widths) == 1 + result.stats.rounds
     if lookup is None:
         assert result.stats.drafted_rounds == 0 and result.stats.paused_rounds == 0
+
+
+# --- rollback seam: recurrent state restored and re-fed -------------------------------
+
+
+@pytest.mark.parametrize("policy", ["graded", "gated", "calibrated", "fixed"])
+def test_a_recurrent_model_rolls_back_by_refeeding_and_equals_plain_decoding(policy):
+    """A model whose state cannot drop a tail (a hybrid's linear attention): every rejected
+    draft restores the checkpoint and re-feeds the kept tokens; greedy ids equal plain's."""
+    adaptive = policy != "fixed"
+    config = PromptLookupConfig(
+        3, 2, 7, adaptive, "graded" if policy == "fixed" else policy,
+        costs=(1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7) if policy == "calibrated" else (),
+    )
+    refed = 0
+    for earliest, seed in [(e, seed) for e in (False, True) for seed in range(1, 7)]:
+        prompt = lcg_tokens(seed, 48, 6)
+        plain = generate(RecurrentInductionModel(earliest=earliest), prompt, max_tokens=96)
+        assert plain.tokens == sequential_reference(
+            InductionModel(earliest=earliest), prompt, 96, GREEDY)
+        result = generate(RecurrentInductionModel(earliest=earliest), prompt, max_tokens=96,
+                          lookup=config, trace=True)
+        assert result.tokens == plain.tokens, (earliest, seed)
+        check_rounds(result, 48, 96)
+        assert result.stats.refed_tokens == sum(t.refed for t in result.trace)
+        assert all(t.refed == t.accepted + 1 for t in result.trace
+                   if t.kind == "verify" and t.accepted < t.proposed and t.refed)
+        refed += result.stats.refed_tokens
+    # calibrated prices each re-feed and on this table drafts only what lands.
+    assert refed > 0 or policy == "calibrated"
+
+
+class _SkippedRestore(RecurrentInductionModel):
+    """A rollback that forgets the recurrent layer: trims the cache, keeps the state."""
+
+    def rollback(self, n: int) -> int:
+        if n:
+            del self.cache[-n:]
+            self.last_width -= n
+        return 0
+
+
+class _SkippedTrim(InductionModel):
+    """A rollback that trims nothing (an MLX rotating cache past its window did this)."""
+
+    def rollback(self, n: int) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("runner", [_SkippedRestore, _SkippedTrim], ids=lambda r: r.__name__)
+def test_a_rollback_that_leaves_rejected_rows_fails_the_run_in_one_line(runner):
+    """Never silently wrong: a runner whose rollback leaves a layer holding rejected rows is
+    caught at that round, not left to corrupt the reply."""
+    prompt = lcg_tokens(3, 48, 6)
+    if runner is _SkippedTrim:
+        with pytest.raises(CacheRollbackError, match="hold .* positions, expected"):
+            generate(runner(), prompt, max_tokens=96, lookup=cfg(3, 2, 7))
+        return
+    result = generate(runner(), prompt, max_tokens=96, lookup=cfg(3, 2, 7))
+    # The toy's own state check is skipped by the mutant; the reply then differs from plain,
+    # which is exactly what the runners' per-layer checks exist to prevent.
+    assert result.tokens != generate(InductionModel(), prompt, max_tokens=96).tokens
+
+
+def test_calibrated_prices_a_refeed_into_its_draft_length():
+    from specfleet.engine.calibrated import best_draft
+
+    costs = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35)
+    assert best_draft(0.5, costs, 7, refeeds=False) > best_draft(0.5, costs, 7, refeeds=True)
+    assert best_draft(0.99, costs, 7, refeeds=True) == 7  # nearly sure: re-feeds are rare

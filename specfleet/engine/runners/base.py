@@ -9,17 +9,24 @@ before the device has computed it; only `read_tokens` and `read_row` wait (host 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
 
 Logits = Any  # rows of next-token logits, one row per input token
 Tokens = Any  # a 1-D array of token ids living on the device
+# How a runner undoes rejected verify rows: "trim" drops them from every cache; "refeed"
+# restores the state kept before the verify and feeds the kept tokens again (recurrent layers).
+RollbackKind = Literal["trim", "refeed"]
 
 
 class UnsupportedModelError(ValueError):
-    """A model prompt lookup cannot drive (e.g. its caches cannot be trimmed)."""
+    """A model prompt lookup cannot drive (e.g. a cache kind the runner cannot roll back)."""
+
+
+class CacheRollbackError(RuntimeError):
+    """After a rollback a cache does not hold exactly the kept tokens: the reply would be wrong."""
 
 
 @runtime_checkable
@@ -31,12 +38,15 @@ class Runner(Protocol):
         device: "metal", "cuda", "mps" or "cpu" (the toy runners say "cpu").
         eos_ids: token ids that end a reply; never emitted.
         vocab_size: number of logit columns.
+        rollback_kind: "trim" when every cache drops rejected rows in place, "refeed" when
+            some layer (recurrent, convolution) is restored and the kept tokens fed again.
     """
 
     engine: str
     device: str
     eos_ids: frozenset[int]
     vocab_size: int
+    rollback_kind: RollbackKind
 
     def reset(self) -> None:
         """Drop all cached positions: fresh caches, `cache_len() == 0`."""
@@ -72,8 +82,21 @@ class Runner(Protocol):
         """Wait for `logits` and return row `row` on the host (float64-convertible)."""
         ...
 
-    def trim(self, n: int) -> None:
-        """Drop the last `n` cached positions of every cache (no-op for 0)."""
+    def rollback(self, n: int) -> int:
+        """Undo the last `n` positions that the latest `forward` appended, exactly, in every
+        cache (no-op for 0); `n` is at most that forward's width.
+
+        Full-attention layers drop their tail; sliding-window layers get back what the
+        forward displaced; recurrent layers return to the state kept before the forward and
+        are fed the kept tokens again. Afterwards every cache is checked to hold exactly the
+        kept positions.
+
+        Returns:
+            Tokens fed again (0 for a runner whose caches all trim).
+
+        Raises:
+            CacheRollbackError: a cache does not hold the kept positions afterwards.
+        """
         ...
 
     def cache_len(self) -> int:

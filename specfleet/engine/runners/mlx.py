@@ -66,6 +66,7 @@ class MlxRunner(TokenizerText):
     engine = "mlx"
     trimmable = True  # load refuses any model whose caches cannot be trimmed
     state_layout = "external"
+    rollback_kind = "trim"
 
     def __init__(self, model, tokenizer, device: str) -> None:
         self.model = model
@@ -141,9 +142,10 @@ class MlxRunner(TokenizerText):
     def read_row(self, logits: mx.array, row: int) -> np.ndarray:
         return np.array(logits[row].astype(mx.float32), dtype=np.float64)
 
-    def trim(self, n: int) -> None:
+    def rollback(self, n: int) -> int:
         if n > 0:
             trim_prompt_cache(self._cache, n)
+        return 0
 
     def cache_len(self) -> int:
         return int(self._cache[0].offset) if self._cache else 0

@@ -63,6 +63,7 @@ class TorchRunner(TokenizerText):
     engine = "torch"
     trimmable = True  # load refuses any model whose cache cannot be trimmed
     state_layout = "external"
+    rollback_kind = "trim"
 
     def __init__(self, model, tokenizer, device: str) -> None:
         self.model = model
@@ -140,10 +141,11 @@ class TorchRunner(TokenizerText):
     def read_row(self, logits: torch.Tensor, row: int) -> np.ndarray:
         return logits[row].detach().to("cpu", torch.float64).numpy()
 
-    def trim(self, n: int) -> None:
+    def rollback(self, n: int) -> int:
         if n > 0:
             assert self._cache is not None  # reset() has run since __init__
             self._cache.crop(-n)  # transformers 5: a negative count drops that many tokens
+        return 0
 
     def cache_len(self) -> int:
         assert self._cache is not None  # reset() has run since __init__

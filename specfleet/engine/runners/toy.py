@@ -2,7 +2,7 @@
 
 Each toy runner has real cache semantics: the cache is the list of fed tokens and every
 logits row is computed from the cached sequence up to and including its input token, so a
-wrong trim changes the output. Handles are plain Python values (a logits handle is a list
+wrong rollback changes the output. Handles are plain Python values (a logits handle is a list
 of numpy rows, a tokens handle a list of ints); `submit` is a no-op. Runners count their
 forwards (`forward_widths`, prefill included) and host reads (`host_reads`).
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from specfleet.engine.runners.base import CacheRollbackError, RollbackKind
 
 INDUCTION_VOCAB = 6
 
@@ -31,13 +33,16 @@ class ToyRunner:
     device = "cpu"
     trimmable = True
     state_layout = "external"
+    rollback_kind: RollbackKind = "trim"
 
     def __init__(self, vocab: int, eos_ids: frozenset[int] = frozenset()) -> None:
         self.vocab_size = vocab
         self.eos_ids = eos_ids
         self.cache: list[int] = []
+        self.last_width = 0  # rows of the latest forward not rolled back yet
         self.forward_widths: list[int] = []
         self.host_reads = 0
+        self.reset()
 
     def row(self, cache: Sequence[int]) -> np.ndarray:
         """Logits of the next token after the whole cached sequence."""
@@ -45,10 +50,12 @@ class ToyRunner:
 
     def reset(self) -> None:
         self.cache = []
+        self.last_width = 0
 
     def prefill(self, prompt: Sequence[int]) -> list[np.ndarray]:
         self.cache.extend(prompt)
         self.forward_widths.append(len(prompt))
+        self.last_width = 0
         return [self.row(self.cache)]
 
     def forward(self, tokens: Sequence[int]) -> list[np.ndarray]:
@@ -57,6 +64,7 @@ class ToyRunner:
             self.cache.append(int(token))
             rows.append(self.row(self.cache))
         self.forward_widths.append(len(rows))
+        self.last_width = len(rows)
         return rows
 
     def argmax(self, logits: list[np.ndarray]) -> list[int]:
@@ -74,11 +82,17 @@ class ToyRunner:
         self.host_reads += 1
         return logits[row]
 
-    def trim(self, n: int) -> None:
-        if n < 0 or n > len(self.cache):
-            raise ValueError(f"cannot trim {n} of {len(self.cache)} cached positions")
-        if n:
-            del self.cache[-n:]
+    def rollback(self, n: int) -> int:
+        if n < 0 or n > self.last_width:
+            raise ValueError(f"cannot roll back {n} of the last forward's {self.last_width} rows")
+        if n == 0:
+            return 0
+        del self.cache[-n:]
+        self.last_width -= n
+        if self.rollback_kind == "trim":
+            return 0
+        self.forward_widths.append(self.last_width)  # a "refeed" runner's re-feed forward
+        return self.last_width
 
     def cache_len(self) -> int:
         return len(self.cache)
@@ -139,6 +153,56 @@ class InductionModel(ToyRunner):
         return (current + 1) % self.vocab_size
 
 
+class RecurrentInductionModel(InductionModel):
+    """`InductionModel` read from a recurrent state, as a hybrid model's linear-attention layer.
+
+    `state` is what the recurrent layer has absorbed; it cannot drop a tail, so every forward
+    of two or more tokens keeps a checkpoint, and a rollback restores it and feeds the kept
+    tokens again (`forward_widths` records the re-feed). Rows are computed from `state`
+    alone, so a rollback that skips the restore changes the output.
+    """
+
+    rollback_kind: RollbackKind = "refeed"
+
+    def reset(self) -> None:
+        super().reset()
+        self.state: list[int] = []
+        self._checkpoint: list[int] = []
+        self._last_tokens: list[int] = []
+
+    def prefill(self, prompt: Sequence[int]) -> list[np.ndarray]:
+        self.state.extend(prompt)
+        return super().prefill(prompt)
+
+    def forward(self, tokens: Sequence[int]) -> list[np.ndarray]:
+        self._checkpoint = list(self.state)
+        self._last_tokens = [int(t) for t in tokens]
+        rows = []
+        for token in self._last_tokens:
+            self.cache.append(token)
+            self.state.append(token)
+            rows.append(self.row(self.state))
+        self.forward_widths.append(len(rows))
+        self.last_width = len(rows)
+        return rows
+
+    def rollback(self, n: int) -> int:
+        if n < 0 or n > self.last_width:
+            raise ValueError(f"cannot roll back {n} of the last forward's {self.last_width} rows")
+        if n == 0:
+            return 0
+        kept = self._last_tokens[: self.last_width - n]
+        del self.cache[-n:]
+        self.state = [*self._checkpoint, *kept]
+        self.forward_widths.append(len(kept))
+        self.last_width = len(kept)
+        if self.state != self.cache:
+            raise CacheRollbackError(
+                f"toy recurrent state holds {len(self.state)} positions after a rollback, "
+                f"the cache {len(self.cache)}")
+        return len(kept)
+
+
 class ConstantModel(ToyRunner):
     """Always predicts `token` (logit 10); `eos` is its EOS id."""
 
@@ -177,6 +241,7 @@ class ZeroCostRunner:
     device = "cpu"
     trimmable = True
     state_layout = "external"
+    rollback_kind: RollbackKind = "trim"
 
     def __init__(self, script: Sequence[int], vocab: int = 1024) -> None:
         self.script = list(script) + [0] * 2
@@ -209,8 +274,9 @@ class ZeroCostRunner:
     def read_row(self, logits: tuple[int, int], row: int) -> np.ndarray:
         return _one_hot(self.vocab_size, self.argmax(logits)[row], 10.0)
 
-    def trim(self, n: int) -> None:
+    def rollback(self, n: int) -> int:
         self.length -= n
+        return 0
 
     def cache_len(self) -> int:
         return self.length

@@ -51,6 +51,7 @@ def test_protocol_attributes(runner):
     assert runner.device == "cpu" and runner.vocab_size == 49152
     assert runner.eos_ids == frozenset({2})  # <|im_end|>
     assert runner.trimmable and runner.state_layout == "external"
+    assert runner.rollback_kind == "trim"  # a llama: every layer is full attention
 
 
 def test_prefill_leaves_the_prompt_in_the_cache_and_returns_one_row(runner, prompt):
@@ -63,15 +64,15 @@ def test_prefill_leaves_the_prompt_in_the_cache_and_returns_one_row(runner, prom
     assert runner.read_tokens(runner.argmax(logits)) == [int(np.argmax(row))]
 
 
-def test_trim_restores_the_cache_length_and_the_state(runner, prompt):
+def test_rollback_restores_the_cache_length_and_the_state(runner, prompt):
     tokens, rows = _greedy_steps(runner, prompt, 2)
     # Cache holds prompt + tokens[0]; feed junk, trim it, and the next row is unchanged.
     assert runner.cache_len() == len(prompt) + 1
     runner.forward([tokens[1], 11, 12, 13])
     assert runner.cache_len() == len(prompt) + 5
-    runner.trim(4)
+    assert runner.rollback(4) == 0
     assert runner.cache_len() == len(prompt) + 1
-    runner.trim(0)
+    runner.rollback(0)
     assert runner.cache_len() == len(prompt) + 1
     after_trim = runner.read_row(runner.forward([tokens[1]]), 0)
     # Same width-1 kernel over the same cache positions: the same row.
