@@ -30,6 +30,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # A machine lock and a result journal per test session: other sessions on this box (other
 # checkouts' suites) never wait on our timed runs, and no journal outlives the session.
 os.environ.setdefault("SPECFLEET_RUNTIME_DIR", tempfile.mkdtemp(prefix="specfleet-rt-"))
+# Workers skip their start-up self-test here (tests/workers/test_selftest.py proves it, and
+# each worker process would pay it once); a test that needs it passes self_test=True.
+os.environ.setdefault("SPECFLEET_SELFTEST", "0")
 os.environ.setdefault("SPECFLEET_JOURNAL_DIR", tempfile.mkdtemp(prefix="specfleet-journal-"))
 
 PG_SUPERUSER = "postgres"

@@ -170,11 +170,22 @@ def render_status(rows: list[dict]) -> str:
         if "targets" in row:
             policies = row["default_policies"]
             lines.append("  targets: " + ", ".join(f"{t} [{policies[t]}]" for t in row["targets"]))
+            lines.append("  self-test: " + selftest_text(row.get("selftest") or {}))
             models = [f"{m['engine']}/{m['device']}:{m['path']}" for m in row["loaded_models"]]
             lines.append("  loaded: " + (", ".join(models) or "-"))
             versions = row["versions"]
             lines.append("  versions: " + " ".join(f"{k}={v}" for k, v in versions.items()))
     return "\n".join(lines + conditions_section(rows))
+
+
+def selftest_text(tests: dict[str, dict]) -> str:
+    """`torch/cpu ok (1.2 s), mlx/cpu FAILED: qwen3_next: ...`: each target's start-up test."""
+    if not tests:
+        return "not run (SPECFLEET_SELFTEST=0)"
+    return ", ".join(
+        f"{label} ok ({test['seconds']:.1f} s)" if test["passed"]
+        else f"{label} FAILED: {test['reason']} (no runs sent)"
+        for label, test in sorted(tests.items()))
 
 
 def conditions_section(rows: list[dict]) -> list[str]:

@@ -139,6 +139,9 @@ def open_fleet(
         view.infos[name] = info
         view.machines[name] = info.get("machine_id") or name
         view.targets.extend(_targets(name, info, with_toy))
+        for label, reason in sorted(info.get("failed_targets", {}).items()):
+            print(f"warning: {name}: {label} left out: it failed its self-test ({reason}); "
+                  f"`specfleet selftest` on that host shows the details", file=sys.stderr)
     for name in sorted((wanted or set()) - set(handles)):
         handle = actor.get_worker(name)  # a detached worker outlives its node: it may return
         if handle is not None:
@@ -148,10 +151,13 @@ def open_fleet(
 
 
 def _targets(host: str, info: dict, with_toy: bool) -> list[Target]:
+    """The host's targets, leaving out any that failed the worker's start-up self-test."""
+    failed = info.get("failed_targets", {})
     targets = [
         Target(host=host, engine=engine, device=device)
         for engine, devices in sorted(info.get("engines", {}).items())
         for device in devices
+        if f"{engine}/{device}" not in failed
     ]
     if with_toy:
         targets.append(Target(host=host, engine="toy", device="cpu"))

@@ -90,6 +90,7 @@ SUBCOMMANDS: list[str] = [
     "fleet",
     "serve",
     "replay",
+    "selftest",
 ]
 
 

@@ -332,6 +332,7 @@ def _status_row(name: str, node: HostNode | None, refs: Any, timeout_s: float) -
         "chip": info["chip"],
         "memory_gb": info["memory_gb"],
         "targets": info["targets"],
+        "selftest": info.get("selftest", {}),
         "default_policies": info["default_policies"],
         "loaded_models": status["loaded_models"],
         "quiet": status["quiet"]["quiet"],

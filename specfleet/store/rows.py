@@ -88,6 +88,7 @@ class HostRow:
     chip: str | None
     memory_gb: float | None
     versions: dict[str, Any]
+    selftest: dict[str, Any] | None
     first_seen_at: datetime
     last_seen_at: datetime
 

@@ -49,6 +49,8 @@ class Host(Base):
     chip: Mapped[str | None] = mapped_column(String(128))
     memory_gb: Mapped[float | None] = mapped_column(Float)
     versions: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # Target label -> its start-up self-test (workers/selftest.py); None before it existed.
+    selftest: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     first_seen_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
 

@@ -45,6 +45,8 @@ class HostInfo:
         engines: engine -> devices present, e.g. {"torch": ("cuda", "cpu")}.
         versions: python, specfleet (+ git commit), ray, mlx, mlx-lm, torch, transformers.
         kind: mac-mlx | gb10-cuda | linux-cuda | linux-cpu | mac-cpu | <os>-cpu.
+        selftest: "engine/device" -> its start-up self-test (`workers/selftest.SelfTest` as
+            a dict); a target whose test failed is left out of `targets()`.
     """
 
     name: str
@@ -59,14 +61,23 @@ class HostInfo:
     engines: dict[str, tuple[str, ...]] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     kind: str = "linux-cpu"
+    selftest: dict[str, dict] = field(default_factory=dict)
 
     def targets(self) -> list[Target]:
-        """Every (host, engine, device) this host can run, best device first."""
-        return [
+        """Every (host, engine, device) this host can run, best device first; a target that
+        failed its self-test is left out (the scheduler never sends it a run)."""
+        every = [
             Target(host=self.name, engine=engine, device=device)
             for engine in MODEL_ENGINES  # in the order targets are listed
             for device in self.engines.get(engine, ())
         ]
+        failed = self.failed_targets()
+        return [t for t in every if f"{t.engine}/{t.device}" not in failed]
+
+    def failed_targets(self) -> dict[str, str]:
+        """"engine/device" -> why its self-test failed (one line)."""
+        return {label: test.get("reason", "") for label, test in self.selftest.items()
+                if not test.get("passed", True)}
 
     def default_policies(self) -> dict[str, str]:
         """Target label -> the backend's default drafting policy (`auto` resolved)."""
@@ -77,7 +88,7 @@ class HostInfo:
         """A short hash of what makes this host's numbers comparable: hardware and library
         versions, but neither the fleet name nor specfleet's own version (that is what a
         regression check compares)."""
-        parts = {k: v for k, v in asdict(self).items() if k != "name"}
+        parts = {k: v for k, v in asdict(self).items() if k not in ("name", "selftest")}
         parts["versions"] = {
             k: v for k, v in self.versions.items() if not k.startswith("specfleet")
         }
@@ -89,6 +100,7 @@ class HostInfo:
         out = asdict(self)
         out["engines"] = {k: list(v) for k, v in self.engines.items()}
         out["targets"] = [t.label for t in self.targets()]
+        out["failed_targets"] = self.failed_targets()
         out["default_policies"] = self.default_policies()
         out["fingerprint"] = self.fingerprint
         return out

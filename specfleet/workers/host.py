@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from specfleet.engine.config import PromptLookupConfig
+from specfleet.engine.config import PromptLookupConfig, resolve_policy
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
@@ -30,10 +30,12 @@ from specfleet.workers.runsetup import (
     run_policy,
     sampler_config,
 )
+from specfleet.workers.selftest import self_test_once
 from specfleet.workers.toy import build_toy_runner, log_toy_run, toy_weights_hash
 
 # Share of host memory the loaded models may take together (the rest: KV caches, the OS).
 MODEL_MEMORY_SHARE = 0.5
+SELFTEST_ENV = "SPECFLEET_SELFTEST"  # "0": start without the self-test (test suites, debugging)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class HostWorker:
         engines: offer only these engines (`fleet join --engines torch`; default: all).
         conditions_root: where the Linux conditions sources read (default:
             $SPECFLEET_CONDITIONS_ROOT, else /; see `workers/conditions/sample.py`).
+        self_test: prove each offered engine/device on the tiny cache-family models before
+            taking runs (`workers/selftest.py`); default on unless $SPECFLEET_SELFTEST is "0".
+        break_rollback: engines whose self-test runners drop their rollbacks (fault
+            injection: proves a broken engine is kept out of matrices).
     """
 
     def __init__(
@@ -82,6 +88,8 @@ class HostWorker:
         quiet_pids: list[int] | None = None,
         engines: list[str] | None = None,
         conditions_root: str | None = None,
+        self_test: bool | None = None,
+        break_rollback: tuple[str, ...] = (),
     ) -> None:
         self._info = info or detect_host(host)
         if machine_id is not None:
@@ -89,6 +97,8 @@ class HostWorker:
         if engines is not None:
             offered = {e: d for e, d in self._info.engines.items() if e in engines}
             self._info = replace(self._info, engines=offered)
+        if self_test if self_test is not None else os.environ.get(SELFTEST_ENV, "1") != "0":
+            self._info = replace(self._info, selftest=self._self_test(tuple(break_rollback)))
         budget_gb = memory_budget_gb or self._info.memory_gb * MODEL_MEMORY_SHARE
         self._models = LoadedModels(int(budget_gb * 2**30))
         self._resolved: dict[tuple[str, str], Any] = {}
@@ -102,6 +112,16 @@ class HostWorker:
         self._probe = ConditionsProbe(self.host, conditions_root)
         self._costs = CostTables()
         self._series = LoadSeries(self.host, lambda: self._current, self._meter, sample_period_s)
+
+    def _self_test(self, break_rollback: tuple[str, ...]) -> dict[str, dict]:
+        """Each offered target's self-test, as stored with the host."""
+        results = {}
+        for target in self._info.targets():
+            policy = resolve_policy("auto", target.device)
+            test = self_test_once(target.engine, target.device, policy,
+                                  break_rollback=target.engine in break_rollback)
+            results[test.target] = test.to_dict()
+        return results
 
     # ---- control: answered at once, from any thread --------------------------------------
 

@@ -1,0 +1,65 @@
+"""A host proves itself when it starts: tiny cache-family models, plain vs lookup, identical."""
+
+from __future__ import annotations
+
+import pytest
+
+from specfleet.engine.runners.toy import InductionModel, RecurrentInductionModel
+from specfleet.workers.hardware import HostInfo
+from specfleet.workers.selftest import (
+    DroppedRollback,
+    copy_prompt,
+    run_self_test,
+)
+
+TOYS = {"induction": InductionModel, "recurrent": RecurrentInductionModel}
+
+
+def _toy(family: str, device: str):
+    return TOYS[family](vocab=6, earliest=True)  # earliest: lookup proposes what it rejects
+
+
+def test_copy_prompt_is_seeded_and_copies_itself():
+    prompt = copy_prompt(64)
+    assert prompt == copy_prompt(64) and len(prompt) == 34
+    assert prompt[12:18] == prompt[:6]  # the first copy starts as the segment does
+
+
+def test_a_sound_runner_passes_every_family_and_refeeds_where_recurrent():
+    test = run_self_test("toy", "cpu", "graded", build=_toy, families=tuple(TOYS))
+    assert test.passed and test.reason == "" and test.target == "toy/cpu"
+    outcomes = {o.family: o for o in test.families}
+    assert all(o.detail == "identical" for o in outcomes.values())
+    assert outcomes["induction"].refed_tokens == 0 and outcomes["recurrent"].refed_tokens > 0
+
+
+@pytest.mark.parametrize("family", sorted(TOYS))
+def test_a_runner_that_drops_its_rollback_fails_in_one_line(family):
+    test = run_self_test("toy", "cpu", "graded", build=lambda f, d: DroppedRollback(_toy(f, d)),
+                         families=(family,))
+    assert not test.passed
+    assert test.reason.startswith(f"{family}: CacheRollbackError: after rolling back")
+    assert "\n" not in test.reason
+
+
+def test_an_engine_without_tiny_models_fails_instead_of_raising():
+    test = run_self_test("nosuch", "cpu", "graded")
+    assert not test.passed and "ModuleNotFoundError" in test.reason and test.families == []
+
+
+def test_a_failed_target_is_left_out_of_the_host_targets_with_its_reason():
+    info = HostInfo(
+        name="h1", machine_id="m", os="linux", os_release="6", arch="x86_64", chip="cpu",
+        gpu=None, cpu_count=2, memory_gb=8.0, engines={"mlx": ("cpu",), "torch": ("cpu",)},
+        selftest={"torch/cpu": {"passed": False, "reason": "qwen3_next: ids differ"},
+                  "mlx/cpu": {"passed": True, "reason": ""}},
+    )
+    assert [t.label for t in info.targets()] == ["h1/mlx/cpu"]
+    assert info.failed_targets() == {"torch/cpu": "qwen3_next: ids differ"}
+    as_dict = info.to_dict()
+    assert as_dict["targets"] == ["h1/mlx/cpu"]
+    assert as_dict["failed_targets"] == {"torch/cpu": "qwen3_next: ids differ"}
+    # The self-test's timings never change what makes a host's numbers comparable.
+    import dataclasses
+
+    assert dataclasses.replace(info, selftest={}).fingerprint == info.fingerprint
