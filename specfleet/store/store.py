@@ -259,7 +259,10 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         """Set a matrix's final status (done, failed, interrupted, cancelled) and finish time.
 
         With `driver_id`, only while that driver still holds the matrix (another driver's
-        resume may have taken it over after our lease ran out).
+        resume may have taken it over after our lease ran out). A matrix `interrupted` by its
+        driver also settles, in the same transaction, every run that driver still has
+        `running`: a stop signal can land between marking a run running and tracking it (or
+        between fetching its result and storing it), and no run may stay `running` after.
 
         Returns:
             Whether the status was set.
@@ -283,7 +286,19 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
             row.status, row.finished_at = status, utcnow()
             if model is Matrix:
                 row.lease_until = None
+                if status == "interrupted" and driver_id is not None:
+                    self._interrupt_runs_of(session, ident, driver_id)
             return True
+
+    @staticmethod
+    def _interrupt_runs_of(session: Session, matrix_id: str, driver_id: str) -> None:
+        """The driver's still-`running` runs of a matrix it stopped become `interrupted`."""
+        session.execute(
+            update(Run)
+            .where(Run.matrix_id == matrix_id, Run.status == "running",
+                   Run.driver_id == driver_id)
+            .values(status="interrupted", error="driver stopped", finished_at=utcnow(),
+                    lease_until=None))
 
     def requeue(self, matrix_id: str) -> int:
         """Put every run of the matrix that is not `done` back to `pending`.

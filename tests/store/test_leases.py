@@ -44,6 +44,31 @@ def test_an_expired_lease_reads_interrupted_and_can_be_taken_over(store) -> None
     assert store.finish_matrix(matrix_id, "done", "d2")
 
 
+def test_a_stopped_driver_leaves_no_run_running(store) -> None:
+    """SIGTERM can land after a run is marked running but before the driver tracks it (or
+    after its result is fetched but before it is stored); interrupting the matrix settles
+    every run that driver still has running, in the same transaction, and nothing else."""
+    runs = grid(repeats=2)
+    matrix_id = store.create_matrix("demo", {}, runs)
+    store.claim_matrix(matrix_id, "d1", 30.0)
+    store.record_result(result(runs[0]))
+    store.mark_running(runs[1].run_key, "d1", 30.0)
+    assert store.finish_matrix(matrix_id, "interrupted", "d1")
+    row = store.get_matrix(matrix_id)
+    assert (row.status, row.counts) == ("interrupted", {"done": 1, "interrupted": 1, "pending": 2})
+    [stopped] = store.runs(matrix=matrix_id, status="interrupted")
+    assert (stopped.run_key, stopped.error) == (runs[1].run_key, "driver stopped")
+
+
+def test_interrupting_leaves_another_drivers_running_run_alone(store) -> None:
+    runs = grid(repeats=1)
+    matrix_id = store.create_matrix("demo", {}, runs)
+    store.claim_matrix(matrix_id, "d1", 30.0)
+    store.mark_running(runs[0].run_key, "d1", 30.0)
+    assert store.finish_matrix(matrix_id, "done")  # no driver named: only the matrix changes
+    assert store.get_matrix(matrix_id).counts.get("running") == 1
+
+
 def test_heartbeat_keeps_a_lease_alive(store) -> None:
     runs = grid(repeats=1)
     matrix_id = store.create_matrix("demo", {}, runs)
