@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specfleet.engine.config import PromptLookupConfig
+from specfleet.engine.forensics import first_divergence
 from specfleet.engine.loop import generate
 from specfleet.engine.runners.toy import lcg_tokens
 
@@ -88,8 +89,7 @@ def check_family(family: str, runner: Any, configs: dict[str, PromptLookupConfig
         result = generate(runner, prompt, max_tokens=REPLY_TOKENS, lookup=config)
         refed += result.stats.refed_tokens
         if result.tokens != plain:
-            at = next((i for i, (a, b) in enumerate(zip(plain, result.tokens)) if a != b),
-                      min(len(plain), len(result.tokens)))
+            at = first_divergence(plain, result.tokens)
             return FamilyOutcome(family, False, f"{name}: ids differ from plain at token {at}",
                                  refed)
     return FamilyOutcome(family, True, "identical", refed)
