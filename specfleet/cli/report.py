@@ -9,6 +9,7 @@ import typer
 
 from specfleet.report.record import write_record
 from specfleet.store.store import open_store
+from specfleet.userfiles import check_writable_dir
 
 DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
            "default $SPECFLEET_DB, else the user data dir.")
@@ -21,12 +22,7 @@ def report(
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
 ) -> None:
     """Write the benchmark record of a matrix: markdown, PNG plots, raw runs as CSV."""
-    from specfleet.errors import UserError
-    from specfleet.jobs.userinput import check_writable_dir
-
     target = out or Path("reports") / matrix_id
-    if target.exists() and not target.is_dir():
-        raise UserError(f"--out: {target} exists and is not a folder")
     check_writable_dir(target, "--out")
     with open_store(db, read_only=True) as store:
         files = write_record(store, matrix_id, target)

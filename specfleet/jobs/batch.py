@@ -16,7 +16,8 @@ from specfleet.engine.config import ConfigError, PromptLookupConfig
 from specfleet.errors import UserError
 from specfleet.jobs.run import LookupOptions, Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
-from specfleet.jobs.userinput import first_problem, read_text, validation_message
+from specfleet.jobs.userinput import first_problem, validation_message
+from specfleet.userfiles import read_text
 
 
 def parse_target_ref(text: str, flag: str = "--target") -> TargetRef:

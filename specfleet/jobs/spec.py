@@ -39,6 +39,7 @@ from specfleet.jobs.userinput import (
     read_yaml,
     validation_message,
 )
+from specfleet.userfiles import read_text
 
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
@@ -279,7 +280,7 @@ class GenerateJobSpec(_Strict):
 
 def read_prompt_text(path: Path) -> str:
     """A prompt file's text without its final newline (editors add one; it is no content)."""
-    return path.read_text(encoding="utf-8").rstrip("\r\n")
+    return read_text(path, str(path), expected="a prompt text file").rstrip("\r\n")
 
 
 def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> MatrixSpec:

@@ -6,11 +6,13 @@ order of the file's fields so the first mistake a reader would meet is the one r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specfleet.engine.config import ConfigError, PromptLookupConfig
 from specfleet.errors import UserError
+from specfleet.userfiles import read_text
 
 if TYPE_CHECKING:
     from specfleet.engine.kinds import Engine
@@ -38,10 +40,11 @@ def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
 
 
 def find_prompt_file(prompt_dir: Path, name: str) -> Path | None:
-    """`<name>.txt`, `<name>.md` or `<name>` in `prompt_dir`, the first that exists."""
+    """`<name>.txt`, `<name>.md` or `<name>` in `prompt_dir`, the first that exists (of any
+    kind: a folder of that name is refused by its reader, not passed over)."""
     for suffix in PROMPT_SUFFIXES:
         candidate = prompt_dir / f"{name}{suffix}"
-        if candidate.is_file():
+        if os.path.lexists(candidate):
             return candidate
     return None
 
@@ -74,13 +77,7 @@ def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
 
 def _check_prompt_file(path: Path, where: str) -> None:
     """The file must be UTF-8 text without NUL (a binary file would fail every run later)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"{where}: {path} is not UTF-8 text (byte {err.start}); expected a "
-                        "text file") from None
-    except OSError as err:
-        raise UserError(f"{where}: cannot read {path} ({err.strerror})") from None
+    text = read_text(path, f"{where}: {path}", expected="a prompt text file")
     if "\x00" in text:
         raise UserError(f"{where}: {path} contains a NUL character; expected a text file")
     if not text.strip():

@@ -1,4 +1,4 @@
-"""Reading user files and turning their mistakes into one line each.
+"""Parsing user YAML and turning its mistakes into one line each.
 
 `read_yaml` parses a YAML file (refusing duplicate keys, which PyYAML would otherwise
 silently let the last one win); `validation_message` turns a pydantic `ValidationError`
@@ -8,7 +8,6 @@ into `field.path[2].name: what is expected, got what` for the first problem foun
 from __future__ import annotations
 
 import difflib
-import os
 import types
 import typing
 from pathlib import Path
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from specfleet.errors import UserError
+from specfleet.userfiles import read_text
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -40,46 +40,6 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
 )
-
-
-def read_text(path: Path, label: str) -> str:
-    """Read a UTF-8 text file or raise one `UserError` line naming it.
-
-    Args:
-        path: the file to read.
-        label: how the file is named in messages (the path as the user gave it).
-
-    Returns:
-        The file's text.
-    """
-    if not path.exists():
-        raise UserError(f"{label}: no such file")
-    if path.is_dir():
-        raise UserError(f"{label}: is a directory, expected a file")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"{label}: not UTF-8 text (byte {err.start})") from None
-    except OSError as err:
-        raise UserError(f"{label}: cannot read ({err.strerror})") from None
-
-
-def check_writable_dir(path: Path, flag: str) -> None:
-    """Refuse an output folder that cannot be created or written, before any work starts.
-
-    Args:
-        path: the folder (it may not exist yet).
-        flag: the option naming it in messages (`--out`, `--report-dir`).
-    """
-    probe = path
-    while not probe.exists():
-        if probe.is_symlink():
-            raise UserError(f"{flag}: {probe} is a dangling link; expected a folder")
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"{flag}: {probe} is a file, not a folder; expected a folder for {path}")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"{flag}: cannot write in {probe} (permission denied)")
 
 
 def read_yaml(path: Path, label: str) -> Any:

@@ -7,7 +7,9 @@ transaction with `BEGIN IMMEDIATE`, so concurrent writers queue instead of faili
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ BUSY_TIMEOUT_S = 60.0
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
 WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
 
 
 def default_db_path() -> Path:
@@ -93,10 +96,25 @@ def _check_pg_parts(url: URL, source: str) -> None:
     where = display_url(url)
     if not url.host and "host" not in url.query:
         raise UserError(f"{source}: {where}: no host; expected {_SCHEMES[1]}")
+    bad = [h for h in url.host.split(",") if not _is_host(h)] if url.host else []
+    if bad:
+        raise UserError(f"{source}: {where}: host {bad[0]!r} is neither a host name nor an IP "
+                        f"address; expected {_SCHEMES[1]} (an IPv6 address in brackets: [::1])")
     if url.port is not None and not 0 < url.port < 65536:
         raise UserError(f"{source}: {where}: port {url.port} is not between 1 and 65535")
     if not url.database:
         raise UserError(f"{source}: {where}: no database name; expected {_SCHEMES[1]}")
+
+
+def _is_host(text: str) -> bool:
+    """A host name, an IP address, or a Unix socket folder (libpq takes a comma list)."""
+    if text.startswith("/") or _HOST_NAME.fullmatch(text):
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_writable(url: URL) -> None:
@@ -246,6 +264,7 @@ def translate_error(err: BaseException, url: URL) -> UserError | None:
         return UserError(f"--db: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
         return UserError(f"--db: {first} (at {where})")
-    if "connection" in low or "timeout" in low or "could not" in low or "terminating" in low:
+    if any(word in low for word in ("connection", "timeout", "could not", "terminating",
+                                    "resolve")):  # psycopg: "failed to resolve host"
         return StoreUnreachable(f"--db: cannot reach PostgreSQL at {where} ({first})")
     return None

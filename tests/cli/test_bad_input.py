@@ -2,13 +2,15 @@
 the store (and every file around it) byte-identical afterwards.
 
 Cases cover matrix files, flags, environment variables, database URLs, paths and files of
-the wrong kind; each fails at the edge, before a fleet starts or a model loads. A Hypothesis
+the wrong kind; each fails at the edge, before a fleet starts or a model loads (`NAMED` cases
+also say what the line must name: the flag, variable or file, and what is expected). A Hypothesis
 test feeds random YAML structures to `matrix validate` and never sees a traceback.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -34,9 +36,14 @@ def matrix(**fields: str) -> str:
     """GOOD with some top-level fields replaced (values are YAML text)."""
     data = yaml.safe_load(GOOD)
     lines = [f"{key}: {value}" for key, value in fields.items()]
-    kept = [f"{key}: {yaml.safe_dump(value, default_flow_style=True).strip()}"
-            for key, value in data.items() if key not in fields]
+    kept = [f"{key}: {flow(value)}" for key, value in data.items() if key not in fields]
     return "\n".join(kept + lines) + "\n"
+
+
+def flow(value) -> str:
+    """`value` as one line of YAML; a lone scalar dumps with the document end marker `...`,
+    which would end the document there."""
+    return yaml.safe_dump(value, default_flow_style=True).removesuffix("...\n").strip()
 
 
 def deep(levels: int) -> str:
@@ -261,7 +268,7 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def check_case(world, args: list[str], env: dict[str, str] | None = None,
-               every_problem: bool = False) -> None:
+               every_problem: bool = False):
     """One `error:` line (`matrix validate` may list several problems, one line each)."""
     tmp, db, matrix_id = world
     args = [a.replace("{db}", str(db)).replace("{mid}", matrix_id) for a in args]
@@ -276,6 +283,7 @@ def check_case(world, args: list[str], env: dict[str, str] | None = None,
     assert every_problem or len(lines) == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert snapshot(tmp) == before
+    return result
 
 
 @pytest.mark.parametrize("case", sorted(FILES))
@@ -298,6 +306,109 @@ def test_bad_call(world, case) -> None:
 def test_bad_environment(world, case) -> None:
     env, make = ENVS[case]
     check_case(world, make(world[0]), env)
+
+
+def files(**entries: str):
+    """A call's own files: text, or "fifo" / "dir" for a named pipe or a folder of that
+    name (`__` in a keyword stands for a dot); the call's arguments come after."""
+    def make(here: Path, args: list[str]) -> list[str]:
+        here.mkdir(parents=True)
+        for name, content in entries.items():
+            path = here / name.replace("__", ".")
+            if content == "fifo":
+                os.mkfifo(path)
+            elif content == "dir":
+                path.mkdir()
+            else:
+                path.write_bytes(content.encode("latin-1"))
+        return args
+    return make
+
+
+def run_args(matrix_file: str, *more: str) -> list[str]:
+    return ["matrix", "run", matrix_file, "--db", "{db}", "--embedded", "--no-progress", *more]
+
+
+NOT_WRITABLE = "/proc/specfleet-x"  # root writes wherever mode bits say no, but not here
+STORY_HERE = matrix(prompts="[story]", prompt_dir="'.'")  # prompts read beside the file
+STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
+PIPE = "is a named pipe (FIFO); expected a"
+NO_FILES = files()
+
+# case -> (environment, files, arguments, what the one line names); `{here}` is the case's
+# own folder. Each is refused with exit status 2, one line, nothing written.
+NAMED = {
+    "run: report dir cannot be made": (
+        {}, NO_FILES, run_args("{tmp}/good.yaml", "--report-dir", NOT_WRITABLE),
+        ["--report-dir", f"cannot create {NOT_WRITABLE}", "expected a folder you can write"]),
+    "report: --out cannot be made": (
+        {}, NO_FILES, ["report", "{mid}", "--db", "{db}", "--out", NOT_WRITABLE],
+        ["--out", f"cannot create {NOT_WRITABLE}", "expected a folder you can write"]),
+    "db current: malformed host": (
+        {}, NO_FILES, ["db", "current", "--db", "postgresql+psycopg://u:s3cret@[zz/x"],
+        ["--db: postgresql+psycopg://u:***@", "host '[zz'",
+         "expected postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"]),
+    "SPECFLEET_MODELS: a binary file": (
+        {"SPECFLEET_MODELS": "{here}/models.bin"}, files(models__bin="\x89PNG\xff\x00"),
+        ["models", "list"],
+        ["SPECFLEET_MODELS {here}/models.bin: not UTF-8 text", "expected a YAML mapping"]),
+    "SPECFLEET_HOME: a file, fetch": (
+        {"SPECFLEET_HOME": "{here}/home"}, files(home="not a folder"),
+        ["models", "fetch", "smollm2-135m"],
+        ["SPECFLEET_HOME: {here}/home is a file, not a folder; expected a folder"]),
+    "SPECFLEET_HOME: a file, list": (
+        {"SPECFLEET_HOME": "{here}/home"}, files(home="not a folder"), ["models", "list"],
+        ["SPECFLEET_HOME: {here}/home is a file, not a folder; expected a folder"]),
+    "SPECFLEET_HOME: cannot be made, fetch": (
+        {"SPECFLEET_HOME": NOT_WRITABLE}, NO_FILES, ["models", "fetch", "smollm2-135m"],
+        ["SPECFLEET_HOME: cannot create", "expected a folder you can write"]),
+    "validate: a named pipe": (
+        {}, files(m__yaml="fifo"), ["matrix", "validate", "{here}/m.yaml"],
+        [f"{{here}}/m.yaml: {PIPE} regular file"]),
+    "run: a named pipe": (
+        {}, files(m__yaml="fifo"), run_args("{here}/m.yaml"),
+        [f"{{here}}/m.yaml: {PIPE} regular file"]),
+    "validate: a character device": (
+        {}, NO_FILES, ["matrix", "validate", "/dev/null"],
+        ["/dev/null: is a character device; expected a regular file"]),
+    "validate: a prompt file that is a named pipe": (
+        {}, files(m__yaml=STORY_HERE, story__txt="fifo"), ["matrix", "validate", "{here}/m.yaml"],
+        [f"{{here}}/m.yaml: prompts[0]: {{here}}/story.txt: {PIPE} prompt text file"]),
+    "generate: --prompt-file a named pipe": (
+        {}, files(p__txt="fifo"), ["generate", "-m", "smollm2-135m", "--prompt-file",
+                                   "{here}/p.txt"],
+        [f"--prompt-file {{here}}/p.txt: {PIPE} text file"]),
+    "validate: a prompt that is a directory": (
+        {}, files(m__yaml=STORY_HERE, story="dir"), ["matrix", "validate", "{here}/m.yaml"],
+        [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
+    "run: a prompt that is a directory": (
+        {}, files(m__yaml=STORY_HERE, story="dir"), run_args("{here}/m.yaml"),
+        [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
+}
+
+
+@pytest.mark.timeout(60)  # a named pipe opened for reading waits for a writer: fail, not hang
+@pytest.mark.parametrize("case", sorted(NAMED))
+def test_refusal_names_what_is_wrong(world, case) -> None:
+    tmp, db, _ = world
+    env, make, args, names = NAMED[case]
+    if NOT_WRITABLE in [*args, *env.values()] and not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux /proc")
+    here = tmp / "named" / case.replace(" ", "_").replace(":", "").replace(",", "")
+
+    def fill(text: str) -> str:
+        return text.replace("{here}", str(here)).replace("{tmp}", str(tmp))
+
+    args = make(here, [fill(a) for a in args])
+    with open_store(str(db), read_only=True) as store:
+        matrices_before = [m.id for m in store.list_matrices()]
+    result = check_case(world, args, {k: fill(v) for k, v in env.items()})
+    assert result.exit_code == 2, result.stderr
+    for name in names:
+        assert fill(name) in result.stderr, result.stderr
+    assert "s3cret" not in result.stdout + result.stderr
+    with open_store(str(db), read_only=True) as store:
+        assert [m.id for m in store.list_matrices()] == matrices_before
 
 
 def test_the_corpus_has_at_least_90_cases() -> None:

@@ -49,3 +49,34 @@ def test_refused_urls_name_the_flag(raw, fragment):
     with pytest.raises(UserError) as err:
         resolve_url(raw)
     assert str(err.value).startswith("--db: ") and fragment in str(err.value)
+
+
+@pytest.mark.parametrize("host", ["[zz", "zz]", "a b", "-h", "h;x"])
+def test_a_malformed_host_is_one_line_without_the_password(host):
+    with pytest.raises(UserError) as err:
+        resolve_url(f"postgresql+psycopg://u:s3cret@{host}/db")
+    message = str(err.value)
+    assert message.startswith("--db: ") and f"host {host!r} is neither" in message
+    assert "s3cret" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://u@h:5432/db", "postgresql://u@db.example.org/db", "postgresql://u@127.0.0.1/db",
+    "postgresql://u@[::1]:5432/db", "postgresql://u@h1,h2/db", "postgresql://u@my_host/db",
+    "postgresql://u@/db?host=/var/run/postgresql"])
+def test_hosts_libpq_takes_are_accepted(url):
+    assert resolve_url(url).drivername == "postgresql+psycopg"
+
+
+def test_an_unresolvable_host_is_unreachable_not_a_bug():
+    from sqlalchemy.exc import OperationalError
+
+    from specfleet.store.engine import translate_error
+    from specfleet.store.errors import StoreUnreachable
+
+    url = resolve_url("postgresql://u:s3cret@nosuchhost.invalid/db")
+    err = OperationalError("connect", {}, Exception(
+        "failed to resolve host 'nosuchhost.invalid': [Errno -2] Name or service not known"))
+    translated = translate_error(err, url)
+    assert isinstance(translated, StoreUnreachable)
+    assert "s3cret" not in str(translated) and "nosuchhost.invalid" in str(translated)

@@ -1,0 +1,109 @@
+"""Files and folders a user names (a matrix, a prompt file, `SPECFLEET_MODELS`, `--out`,
+`SPECFLEET_HOME`): read one as text, or check a folder before any work starts.
+
+Every mistake is one `UserError` line naming the path and what is expected. Only regular
+files are opened: a named pipe blocks until a writer comes and a device may never end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from specfleet.errors import UserError
+
+_KINDS = (
+    (stat.S_ISREG, "a file"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def kind_of(mode: int) -> str:
+    """`a file`, `a directory`, `a named pipe (FIFO)`, ... for an `st_mode`."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_text(path: Path, label: str, expected: str | None = None) -> str:
+    """Read a UTF-8 text file the user named, or raise one `UserError` line naming it.
+
+    Args:
+        path: the file to read.
+        label: how the file is named in messages (the path as the user gave it, or the
+            flag or variable that named it).
+        expected: what the file should be, said after a refusal (default: a regular file).
+
+    Returns:
+        The file's text (universal newlines, as `Path.read_text`).
+    """
+    want = f"; expected {expected}" if expected else ""
+    try:
+        kind = kind_of(path.stat().st_mode)
+    except FileNotFoundError:
+        raise UserError(f"{label}: no such file{want}") from None
+    except OSError as err:
+        raise UserError(f"{label}: cannot read ({err.strerror}){want}") from None
+    if kind != "a file":
+        raise UserError(f"{label}: is {kind}; expected {expected or 'a regular file'}")
+    try:
+        # O_NONBLOCK: a pipe put in its place since the stat cannot make the open wait.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, encoding="utf-8") as handle:
+            now = kind_of(os.fstat(fd).st_mode)
+            if now != "a file":
+                raise UserError(f"{label}: is {now}; expected {expected or 'a regular file'}")
+            return handle.read()
+    except UnicodeDecodeError as err:
+        raise UserError(f"{label}: not UTF-8 text (byte {err.start}){want}") from None
+    except OSError as err:
+        raise UserError(f"{label}: cannot read ({err.strerror}){want}") from None
+
+
+def check_folder_path(path: Path, label: str) -> Path:
+    """Refuse a folder path whose nearest existing part is not a folder.
+
+    Args:
+        path: the folder (it may not exist yet).
+        label: the flag or variable naming it in messages (`--out`, `SPECFLEET_HOME`).
+
+    Returns:
+        The nearest part of `path` that exists (`path` itself when it exists).
+    """
+    probe = path
+    while not os.path.exists(probe):  # False, not an error, where a parent is unreadable
+        if probe.is_symlink():
+            raise UserError(f"{label}: {probe} is a dangling link; expected a folder")
+        probe = probe.parent
+    kind = kind_of(probe.stat().st_mode)
+    if kind != "a directory":
+        inside = "" if probe == path else f", so {path} cannot be made inside it"
+        raise UserError(f"{label}: {probe} is {kind}, not a folder{inside}; expected a folder")
+    return probe
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """Refuse an output folder that cannot be created or written, before any work starts.
+
+    A real folder is made and removed beside where the output goes: permission bits say
+    nothing to root, nor about /proc or a read-only mount.
+
+    Args:
+        path: the folder (it may not exist yet).
+        flag: the option naming it in messages (`--out`, `--report-dir`).
+    """
+    existing = check_folder_path(path, flag)
+    try:
+        probe = tempfile.mkdtemp(prefix=".specfleet-probe-", dir=existing)
+    except OSError as err:
+        what = f"write in {path}" if existing == path else \
+            f"create {path} (making a folder in {existing} fails)"
+        raise UserError(f"{flag}: cannot {what}: {err.strerror}; expected a folder you can "
+                        "write") from None
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)

@@ -1,0 +1,72 @@
+"""Files and folders a user names: only regular files are read, output folders are tried."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specfleet.errors import UserError
+from specfleet.userfiles import check_folder_path, check_writable_dir, read_text
+
+
+def refusal(call, *args) -> str:
+    with pytest.raises(UserError) as err:
+        call(*args)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+def test_read_text_reads_a_regular_file_with_universal_newlines(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_bytes(b"caf\xc3\xa9\r\nline\n")
+    assert read_text(path, "p.txt") == "caf\u00e9\nline\n"
+
+
+@pytest.mark.timeout(20)  # opening a pipe for reading waits for a writer: fail, not hang
+def test_read_text_refuses_a_named_pipe_without_opening_it(tmp_path):
+    pipe = tmp_path / "m.yaml"
+    os.mkfifo(pipe)
+    assert refusal(read_text, pipe, "m.yaml", "a matrix") == \
+        "m.yaml: is a named pipe (FIFO); expected a matrix"
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda tmp: tmp, "a directory"),
+    (lambda tmp: Path(os.devnull), "a character device"),
+])
+def test_read_text_refuses_other_kinds(tmp_path, make, kind):
+    assert refusal(read_text, make(tmp_path), "F") == f"F: is {kind}; expected a regular file"
+
+
+def test_read_text_names_missing_and_undecodable_files(tmp_path):
+    assert refusal(read_text, tmp_path / "none", "none") == "none: no such file"
+    (tmp_path / "bin").write_bytes(b"ok\xff")
+    assert refusal(read_text, tmp_path / "bin", "X bin", "a YAML mapping") == \
+        "X bin: not UTF-8 text (byte 2); expected a YAML mapping"
+
+
+def test_folder_path_under_a_file_is_refused(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert refusal(check_folder_path, afile, "SPECFLEET_HOME") == \
+        f"SPECFLEET_HOME: {afile} is a file, not a folder; expected a folder"
+    assert refusal(check_folder_path, afile / "sub", "--out") == (
+        f"--out: {afile} is a file, not a folder, so {afile / 'sub'} cannot be made inside "
+        "it; expected a folder")
+    assert check_folder_path(tmp_path / "new" / "deeper", "--out") == tmp_path
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_folder_that_cannot_be_made_is_refused_even_for_root():
+    assert refusal(check_writable_dir, Path("/proc/specfleet-x"), "--report-dir") == (
+        "--report-dir: cannot create /proc/specfleet-x (making a folder in /proc fails): "
+        "No such file or directory; expected a folder you can write")
+
+
+def test_a_writable_folder_passes_and_nothing_is_left_behind(tmp_path):
+    check_writable_dir(tmp_path / "reports" / "m-1", "--out")
+    check_writable_dir(tmp_path, "--out")
+    assert list(tmp_path.iterdir()) == []
