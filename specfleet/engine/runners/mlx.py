@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
-from specfleet.engine.runners.base import UnsupportedModelError
+from specfleet.engine.runners.base import RollbackKind
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
+from specfleet.engine.runners.mlx_caches import PromptCaches
 from specfleet.errors import UserError
 
 DEVICES = ("auto", "cpu", "metal", "cuda")
@@ -58,29 +59,30 @@ def resolve_device(device: str) -> str:
 class MlxRunner(TokenizerText):
     """One mlx-lm model and its prompt caches on one device (a `Runner`).
 
+    Rollback is exact for every cache kind mlx-lm builds (`mlx_caches`): attention layers trim,
+    sliding windows drop the block's tail, recurrent layers are restored and the kept tokens fed
+    again; every layer is checked after each rollback.
+
     Attributes:
-        tokenizer: mlx-lm's `TokenizerWrapper` (chat template included).
+        tokenizer: mlx-lm's `TokenizerWrapper` (chat template included), or any object with
+            `eos_token_id` / `eos_token_ids` for an ids-only model.
         model: the mlx-lm `nn.Module`.
+        rollback_kind: "refeed" when some layer is recurrent, else "trim".
     """
 
     engine = "mlx"
-    trimmable = True  # load refuses any model whose caches cannot be trimmed
+    trimmable = True  # construction refuses any cache kind it cannot roll back
     state_layout = "external"
-    rollback_kind = "trim"
 
     def __init__(self, model, tokenizer, device: str) -> None:
         self.model = model
         self.device = device
-        self._cache: list[Any] = []
-        self.reset()
-        if not can_trim_prompt_cache(self._cache):
-            kinds = sorted({type(c).__name__ for c in self._cache if not c.is_trimmable()})
-            raise UnsupportedModelError(
-                f"prompt lookup needs KV caches it can trim; this model's {', '.join(kinds)} cannot"
-            )
+        self.reset()  # refuses a cache type `mlx_caches` does not know (UnsupportedModelError)
+        self.rollback_kind: RollbackKind = "refeed" if self._caches.refeeds else "trim"
         self.tokenizer = tokenizer
         self.vocab_size = _vocab_size(model)
-        self.eos_ids = eos_id_set(getattr(tokenizer, "eos_token_ids", None), tokenizer.eos_token_id)
+        self.eos_ids = eos_id_set(getattr(tokenizer, "eos_token_ids", None),
+                                  getattr(tokenizer, "eos_token_id", None))
         # Our own stream, as mlx-lm's generation_stream: lazy steps queue behind each other.
         self._stream = mx.new_thread_local_stream(mx.cpu if device == "cpu" else mx.gpu)
 
@@ -106,10 +108,12 @@ class MlxRunner(TokenizerText):
 
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:
-        self._cache = make_prompt_cache(self.model)
+        self._caches = PromptCaches(make_prompt_cache(self.model))
+        self._cache = self._caches.caches
 
     def prefill(self, prompt: Sequence[int]) -> mx.array:
         tokens = mx.array(list(prompt))
+        self._caches.prefilled(len(prompt))
         with mx.stream(self._stream):
             done = 0
             while len(prompt) - done > 1:
@@ -124,6 +128,10 @@ class MlxRunner(TokenizerText):
 
     def forward(self, tokens: Sequence[int] | mx.array) -> mx.array:
         ids = tokens if isinstance(tokens, mx.array) else mx.array(list(tokens))
+        return self._forward_ids(ids)
+
+    def _forward_ids(self, ids: mx.array) -> mx.array:
+        self._caches.before_forward(ids)
         with mx.stream(self._stream):
             return self.model(ids.reshape(1, -1), cache=self._cache)[0]
 
@@ -143,12 +151,19 @@ class MlxRunner(TokenizerText):
         return np.array(logits[row].astype(mx.float32), dtype=np.float64)
 
     def rollback(self, n: int) -> int:
-        if n > 0:
-            trim_prompt_cache(self._cache, n)
-        return 0
+        # Window slices and the re-feed are lazy ops on our stream, queued behind the forward
+        # they undo; the next forward waits for them, nothing here waits for the device.
+        with mx.stream(self._stream):
+            kept = self._caches.roll_back(n)
+            if kept:
+                tokens = self._caches.tokens
+                assert tokens is not None  # set by the forward being rolled back
+                self._forward_ids(tokens[:kept])
+                self._caches.check()
+        return kept
 
     def cache_len(self) -> int:
-        return int(self._cache[0].offset) if self._cache else 0
+        return self._caches.position
 
     def clear_allocator_cache(self) -> None:
         mx.clear_cache()
@@ -158,7 +173,8 @@ def _vocab_size(model) -> int:
     args = getattr(model, "args", None)
     size = getattr(args, "vocab_size", None)
     if size is None:
-        size = getattr(getattr(args, "text_config", None), "vocab_size", None)
+        text = getattr(args, "text_config", None)  # a dict on some (qwen3_5), a dataclass on others
+        size = text.get("vocab_size") if isinstance(text, dict) else getattr(text, "vocab_size", None)
     return int(size) if size is not None else int(model.model.embed_tokens.weight.shape[0])
 
 

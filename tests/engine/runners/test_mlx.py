@@ -1,4 +1,4 @@
-"""MLX runner specifics: mlx-lm's own generation as the reference, the 4-bit form, refusals.
+"""MLX runner specifics: mlx-lm's own generation as the reference, the 4-bit form, devices.
 
 Short prompts and replies: MLX's CPU backend runs ~10 tok/s prefill, ~6 tok/s decode here.
 """
@@ -11,7 +11,6 @@ mx = pytest.importorskip("mlx.core", reason="the mlx engine is not installed")
 
 from mlx_lm.generate import generate_step  # noqa: E402
 
-from specfleet.engine.runners.base import UnsupportedModelError  # noqa: E402
 from specfleet.engine.runners.mlx import MlxRunner, resolve_device  # noqa: E402
 from specfleet.errors import UserError  # noqa: E402
 
@@ -58,7 +57,7 @@ def test_the_exact_4bit_form_agrees_with_float32(bundled_model, mlx_runner):
     assert _greedy(q4, ids, 4) == _greedy(mlx_runner, ids, 4)
 
 
-def test_a_model_with_untrimmable_caches_is_refused_in_one_line():
+def test_a_state_space_model_is_driven_by_refeed_rollback():
     from mlx_lm.models import mamba
 
     args = mamba.ModelArgs(
@@ -66,9 +65,11 @@ def test_a_model_with_untrimmable_caches_is_refused_in_one_line():
         num_hidden_layers=1, conv_kernel=2, use_bias=False, use_conv_bias=True,
         time_step_rank=2, tie_word_embeddings=True,
     )
-    with pytest.raises(UnsupportedModelError) as err:
-        MlxRunner(mamba.Model(args), tokenizer=None, device="cpu")
-    assert "cannot" in str(err.value) and "\n" not in str(err.value)
+    runner = MlxRunner(mamba.Model(args), tokenizer=None, device="cpu")
+    assert runner.rollback_kind == "refeed" and runner.eos_ids == frozenset()
+    runner.prefill([1, 2, 3])
+    runner.forward([4, 5, 6])
+    assert runner.rollback(2) == 1 and runner.cache_len() == 4
 
 
 def test_device_names_are_checked():
