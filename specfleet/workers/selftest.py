@@ -73,10 +73,13 @@ def copy_prompt(vocab: int) -> list[int]:
 
 
 def lookup_configs(default_policy: str) -> dict[str, PromptLookupConfig]:
-    """The host's default policy and a fixed width (drafts every round, so it rejects)."""
+    """The host's default policy and a fixed width (drafts every round, so it rejects).
+
+    One-token n-grams: random-weight replies rarely repeat a two-token n-gram of the prompt,
+    and a self-test that never drafts proves nothing about rollback."""
     return {
-        default_policy: PromptLookupConfig(policy=default_policy),  # type: ignore[arg-type]
-        "fixed-4": PromptLookupConfig(max_draft=4, adaptive=False),
+        default_policy: PromptLookupConfig(ngram_min=1, policy=default_policy),  # type: ignore[arg-type]
+        "fixed-4": PromptLookupConfig(ngram_min=1, max_draft=4, adaptive=False),
     }
 
 
