@@ -56,6 +56,20 @@ class TokenizerText:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
+class IdsOnlyTokenizer:
+    """Stands in for a tokenizer on a runner driven by token ids (the tiny self-test models):
+    no EOS, no chat template, no text in; ids decode to `<id>`."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def encode(self, text: str) -> list[int]:
+        raise UserError("this model takes token ids, not text (a tiny self-test model)")
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return " ".join(f"<{int(i)}>" for i in ids)
+
+
 def top2(runner: Any, logits: Any, row: int) -> tuple[int, float, int, float]:
     """The two best tokens of one logits row, ties to the lowest id (parity forensics).
 

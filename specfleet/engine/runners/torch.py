@@ -2,7 +2,10 @@
 
 Plain decoding here means transformers' own greedy `generate`: one forward of the whole
 prompt computing only the last row (`logits_to_keep=1`), then one-token forwards. The
-runner does exactly that, so the first token and caches equal plain decoding.
+runner does exactly that, so the first token and caches equal plain decoding. Rollback is
+exact on every cache layer class transformers uses for causal LMs (full, sliding-window,
+linear-attention / state-space and their combinations; `torch_rollback.py`); any other is
+refused at load.
 
 On CUDA the one-token step is pipelined the way MLX does it: `argmax` stays on the device,
 `submit` copies it non-blocking into pinned host memory and records an event, and
@@ -20,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from specfleet.engine.runners.base import UnsupportedModelError
+from specfleet.engine.runners.base import RollbackKind, UnsupportedModelError
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
+from specfleet.engine.runners.torch_rollback import CacheRollback, layer_kinds
 from specfleet.errors import UserError
 
 if TYPE_CHECKING:
@@ -56,22 +60,26 @@ class TorchRunner(TokenizerText):
     """One transformers causal LM and its `DynamicCache` on one device (a `Runner`).
 
     Attributes:
-        tokenizer: the Hugging Face tokenizer loaded with the model.
+        tokenizer: the Hugging Face tokenizer loaded with the model (`IdsOnlyTokenizer` for
+            a runner driven by token ids, `tiny_torch`).
         model: the `PreTrainedModel`.
+        rollback_kind: "refeed" when a cache layer is recurrent, else "trim".
     """
 
     engine = "torch"
-    trimmable = True  # load refuses any model whose cache cannot be trimmed
+    trimmable = True  # load refuses any cache layer it cannot roll back exactly
     state_layout = "external"
-    rollback_kind = "trim"
 
     def __init__(self, model, tokenizer, device: str) -> None:
+        from transformers import DynamicCache
+
         self.model = model
         self.device = device
         self._torch_device = torch.device(device)
-        self._cache: DynamicCache | None = None
-        self.reset()
-        _check_trimmable(self._cache, model)
+        self._cache: DynamicCache | None = DynamicCache(config=model.config)
+        decoder = model.config.get_text_config(decoder=True)
+        self._rollback = CacheRollback(layer_kinds(self._cache, decoder.model_type))
+        self.rollback_kind: RollbackKind = self._rollback.rollback_kind
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.get_text_config().vocab_size)
         self.eos_ids = eos_id_set(model.generation_config.eos_token_id, tokenizer.eos_token_id)
@@ -102,21 +110,38 @@ class TorchRunner(TokenizerText):
         from transformers import DynamicCache
 
         self._cache = DynamicCache(config=self.model.config)
+        self._rollback.reset()
 
     @torch.inference_mode()
     def prefill(self, prompt: Sequence[int]) -> torch.Tensor:
-        ids = torch.tensor([list(prompt)], dtype=torch.long, device=self._torch_device)
+        assert self._cache is not None  # reset() has run since __init__
+        self._rollback.before_forward(self._cache, None)
         # transformers' generate computes only the last row at prefill: same kernels here.
-        out = self.model(input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=1)
-        return out.logits[0]
+        logits = self._run([int(t) for t in prompt], logits_to_keep=1)
+        self._rollback.fed(len(prompt), undoable=False)
+        # A model that keeps its state elsewhere (or ignores `cache=`) leaves layers empty.
+        self._rollback.check(self._cache, f"{self.model.config.model_type} after a prefill",
+                             error=UnsupportedModelError)
+        return logits
 
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int] | TorchTokens) -> torch.Tensor:
+        assert self._cache is not None  # reset() has run since __init__
+        ids: list[int] | torch.Tensor
         if isinstance(tokens, TorchTokens):
-            ids = tokens.ids.reshape(1, -1)
+            block, ids = None, tokens.ids.reshape(1, -1)
         else:
-            ids = torch.tensor([list(tokens)], dtype=torch.long, device=self._torch_device)
-        out = self.model(input_ids=ids, cache=self._cache, use_cache=True)
+            block = ids = [int(t) for t in tokens]
+        self._rollback.before_forward(self._cache, block)
+        logits = self._run(ids)
+        self._rollback.fed(logits.shape[0])
+        return logits
+
+    def _run(self, ids: list[int] | torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        if isinstance(ids, list):
+            ids = torch.tensor([ids], dtype=torch.long, device=self._torch_device)
+        out = self.model(input_ids=ids, cache=self._cache, use_cache=True,
+                         logits_to_keep=logits_to_keep)
         return out.logits[0]
 
     def argmax(self, logits: torch.Tensor) -> TorchTokens:
@@ -141,14 +166,22 @@ class TorchRunner(TokenizerText):
     def read_row(self, logits: torch.Tensor, row: int) -> np.ndarray:
         return logits[row].detach().to("cpu", torch.float64).numpy()
 
+    @torch.inference_mode()
     def rollback(self, n: int) -> int:
-        if n > 0:
-            assert self._cache is not None  # reset() has run since __init__
-            self._cache.crop(-n)  # transformers 5: a negative count drops that many tokens
-        return 0
+        if n == 0:
+            return 0
+        assert self._cache is not None  # reset() has run since __init__
+        kept = self._rollback.undo(self._cache, n)
+        if kept:
+            self._run(kept)  # rows unused: this only rebuilds the states of the kept tokens
+            self._rollback.fed(len(kept), undoable=False)
+            self._rollback.check(self._cache, f"after feeding {len(kept)} kept tokens again")
+        return len(kept)
 
     def cache_len(self) -> int:
         assert self._cache is not None  # reset() has run since __init__
+        if not self._rollback.attention:  # no layer counts positions (e.g. Mamba 2)
+            return self._rollback.positions
         return int(self._cache.get_seq_length())
 
     def clear_allocator_cache(self) -> None:
@@ -156,18 +189,3 @@ class TorchRunner(TokenizerText):
             torch.cuda.empty_cache()
         elif self.device == "mps":
             torch.mps.empty_cache()
-
-
-def _check_trimmable(cache, model) -> None:
-    """Only full-attention dynamic layers roll back exactly by dropping their tail."""
-    from transformers.cache_utils import DynamicLayer
-
-    kinds = {type(layer) for layer in cache.layers}
-    if not kinds:  # layers created lazily, all of one class
-        kinds = {getattr(cache, "layer_class_to_replicate", None) or type(None)}
-    if kinds != {DynamicLayer}:
-        names = ", ".join(sorted(k.__name__ for k in kinds)) or "no layers"
-        raise UnsupportedModelError(
-            f"{model.config.model_type}: prompt lookup needs KV caches it can trim, "
-            f"this model's cache uses {names}"
-        )

@@ -1,0 +1,116 @@
+"""Tiny seeded transformers models, one per cache family, for self-tests without a download.
+
+Each is built from transformers' own model code and config class (`AutoConfig.for_model`)
+with random weights from a fixed seed: 2-3 layers, hidden 32, vocab `TINY_VOCAB`, driven by
+token ids (no tokenizer files, no EOS). Weights are drawn wide
+(`initializer_range` 0.5): with the usual 0.02 a tiny model's logits are near-ties and a
+width-dependent rounding would flip greedy choices. Sliding windows are 8 tokens, so a short
+reply already runs past them. A worker can build any of them in well under a second and check
+that prompt lookup replies exactly as plain decoding on that cache family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from specfleet.engine.runners.common import IdsOnlyTokenizer
+from specfleet.engine.runners.torch import TorchRunner, resolve_device
+from specfleet.errors import UserError
+
+TINY_VOCAB = 96
+TINY_SLIDING_WINDOW = 8
+
+# Shared by every family; `for_model` ignores what a config class does not know.
+_COMMON: Mapping[str, Any] = MappingProxyType({
+    "vocab_size": TINY_VOCAB, "hidden_size": 32, "intermediate_size": 64,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+    "initializer_range": 0.5, "tie_word_embeddings": False,
+    "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
+})
+
+
+@dataclass(frozen=True)
+class TinyFamily:
+    """How one tiny model is built.
+
+    Attributes:
+        model_type: transformers' `model_type`.
+        layers: the cache layers it gets, in words.
+        config: settings over the common tiny ones.
+    """
+
+    model_type: str
+    layers: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+_LINEAR_HEADS = {"linear_key_head_dim": 8, "linear_value_head_dim": 8,
+                 "linear_num_key_heads": 2, "linear_num_value_heads": 2}
+
+TINY_FAMILIES: Mapping[str, TinyFamily] = MappingProxyType({
+    "llama": TinyFamily("llama", "full attention", {"num_hidden_layers": 2}),
+    "qwen3": TinyFamily("qwen3", "full attention", {"num_hidden_layers": 2}),
+    "gemma3_text": TinyFamily("gemma3_text", "sliding window + full attention", {
+        "num_hidden_layers": 2, "sliding_window": TINY_SLIDING_WINDOW,
+        "layer_types": ["sliding_attention", "full_attention"]}),
+    "ministral3": TinyFamily("ministral3", "sliding window on every layer", {
+        "num_hidden_layers": 2, "sliding_window": TINY_SLIDING_WINDOW}),
+    "qwen3_next": TinyFamily("qwen3_next", "gated delta net (linear attention) + full", {
+        "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"],
+        "mlp_only_layers": [0, 1], **_LINEAR_HEADS}),
+    "qwen3_5_text": TinyFamily("qwen3_5_text", "gated delta net (linear attention) + full", {
+        "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"],
+        **_LINEAR_HEADS}),
+    "lfm2": TinyFamily("lfm2", "short convolution + full attention", {
+        "num_hidden_layers": 3, "layer_types": ["conv", "full_attention", "conv"],
+        "block_auto_adjust_ff_dim": False}),
+    "nemotron_h": TinyFamily("nemotron_h", "Mamba 2 + full attention + MLP-only", {
+        "num_hidden_layers": 3, "layers_block_type": ["mamba", "attention", "mlp"],
+        "mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8, "n_groups": 1,
+        "chunk_size": 8}),
+    "mamba2": TinyFamily("mamba2", "Mamba 2 on every layer (no attention)", {
+        "num_hidden_layers": 2, "num_heads": 4, "head_dim": 16, "state_size": 8,
+        "n_groups": 1, "chunk_size": 8}),
+})
+
+
+def tiny_model(family: str, dtype: torch.dtype = torch.float64, seed: int = 0):
+    """The seeded random-weight `PreTrainedModel` of `family` (a key of `TINY_FAMILIES`), in eval mode."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if family not in TINY_FAMILIES:
+        raise UserError(
+            f"tiny torch family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
+    spec = TINY_FAMILIES[family]
+    config = AutoConfig.for_model(spec.model_type, **{**_COMMON, **spec.config})
+    with torch.random.fork_rng(devices=[]):  # seeded weights without moving the caller's RNG
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.float64,
+                seed: int = 0) -> TorchRunner:
+    """A `TorchRunner` over `tiny_model(family, dtype, seed)` on `device`, ids only.
+
+    Args:
+        family: a key of `TINY_FAMILIES`.
+        device: "auto", "cpu", "cuda" or "mps".
+        dtype: weight dtype; float64 keeps a verify row within ~1e-5 of its one-token step
+            (the model code computes some parts in float32). MPS has no float64: float32 there.
+        seed: weight seed.
+
+    Returns:
+        The runner: token ids in and out (`IdsOnlyTokenizer`), no EOS.
+    """
+    resolved = resolve_device(device)
+    if resolved == "mps" and dtype == torch.float64:
+        dtype = torch.float32
+    model = tiny_model(family, dtype, seed)
+    model.to(resolved)
+    return TorchRunner(model, IdsOnlyTokenizer(), resolved)

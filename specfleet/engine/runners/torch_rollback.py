@@ -1,0 +1,277 @@
+"""Exact rollback of transformers' cache layers, one rule per layer class (the torch runner's).
+
+transformers 5 builds a `DynamicCache` from the model config with one layer object per decoder
+layer; the layer's class says how the rejected rows of a verify block are undone:
+
+- `DynamicLayer` (full attention): drop the tail.
+- `DynamicSlidingWindowLayer`: `update` keeps only the last `sliding_window - 1` positions, so
+  a block displaces old ones. On a model that only trims, the layer records its past during a
+  block (transformers' `record_past`, made for assisted decoding) and `crop(-n)` returns what
+  the block displaced; the next forward restricts it to the window again.
+- `LinearAttentionLayer` (linear attention, Mamba, short convolutions): conv and recurrent
+  states absorb every token in place and cannot drop a tail, so they are cloned before a block,
+  restored, and the kept tokens fed again (`rollback_kind` "refeed"). In such a model the
+  attention layers go back to before the block too (the re-feed recomputes them): full ones
+  drop the block, sliding ones get back the tensors they held, kept by reference (their
+  `update` rebinds new tensors and never writes into the old ones).
+- `LinearAttentionAnd{Full,SlidingWindow}AttentionLayer`: both rules; `DummyLayer`: nothing.
+
+Every other class is refused at load, and so is a recurrent model whose multi-token forward
+is not known to equal its one-token steps (`REFEED_MODEL_TYPES`). After every rollback each
+layer is checked to hold exactly the kept positions; a mismatch raises `CacheRollbackError`
+naming the layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from specfleet.engine.runners.base import CacheRollbackError, RollbackKind, UnsupportedModelError
+
+LayerKind = Literal["full", "sliding", "recurrent", "recurrent+full", "recurrent+sliding", "empty"]
+
+# Recurrent decoders whose verify rows equal their one-token steps in transformers 5.24 (to
+# ~1e-5 logits in float64), each proven by a `tiny_torch` family. Elsewhere the torch path of a
+# multi-token forward over a kept state differs: mamba, falcon_mamba, bamba and jamba by 0.5-10
+# logits, recurrent_gemma by ~0.05, so prompt lookup would not reply as plain decoding.
+REFEED_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "lfm2", "nemotron_h", "mamba2"})
+
+
+def _kind_by_class() -> dict[type, LayerKind]:
+    from transformers.cache_utils import (
+        DummyLayer,
+        DynamicLayer,
+        DynamicSlidingWindowLayer,
+        LinearAttentionAndFullAttentionLayer,
+        LinearAttentionAndSlidingWindowAttentionLayer,
+        LinearAttentionLayer,
+    )
+
+    return {
+        DynamicLayer: "full",
+        DynamicSlidingWindowLayer: "sliding",
+        LinearAttentionLayer: "recurrent",
+        LinearAttentionAndFullAttentionLayer: "recurrent+full",
+        LinearAttentionAndSlidingWindowAttentionLayer: "recurrent+sliding",
+        DummyLayer: "empty",
+    }
+
+
+def layer_kinds(cache: Any, model_type: str) -> tuple[LayerKind, ...]:
+    """The rollback rule of every layer of `cache`, by exact class.
+
+    Args:
+        cache: a `DynamicCache` built from the model's config.
+        model_type: the decoder's `model_type` (its text config's, for a multimodal model).
+
+    Raises:
+        UnsupportedModelError: a layer class this module has no exact rule for, or recurrent
+            layers in a model type outside `REFEED_MODEL_TYPES` (one line).
+    """
+    known = _kind_by_class()
+    layers = list(cache.layers)
+    unknown = sorted({type(layer).__name__ for layer in layers if type(layer) not in known})
+    if unknown or not layers:
+        names = ", ".join(unknown) or "no layers"
+        raise UnsupportedModelError(
+            f"{model_type}: prompt lookup cannot roll back this model's cache exactly "
+            f"(unknown cache layer type {names})")
+    kinds = tuple(known[type(layer)] for layer in layers)
+    if any(k.startswith("recurrent") for k in kinds) and model_type not in REFEED_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"{model_type}: its recurrent layers are not known to verify a block exactly as "
+            f"one-token steps (known: {', '.join(sorted(REFEED_MODEL_TYPES))})")
+    return kinds
+
+
+def _attention_len(layer: Any) -> int:
+    """Positions in the layer's key tensor (a sliding layer's own count is its total)."""
+    from transformers.cache_utils import DynamicLayer
+
+    return DynamicLayer.get_seq_length(layer)
+
+
+@dataclass
+class _Mark:
+    """What undoing a block of two or more tokens needs (a refeed model's checkpoint)."""
+
+    block: list[int]
+    positions: int  # positions cached before the block
+    windows: dict[int, tuple[Any, Any, int]] = field(default_factory=dict)  # by reference
+    states: dict[int, tuple[dict, dict]] = field(default_factory=dict)  # cloned conv, recurrent
+
+
+class CacheRollback:
+    """Marks before blocks, undo and per-layer checks for one runner's `DynamicCache`.
+
+    Attributes:
+        kinds: the rollback rule of every cache layer.
+        rollback_kind: "refeed" when a layer is recurrent, else "trim".
+        positions: positions every layer should hold.
+    """
+
+    def __init__(self, kinds: tuple[LayerKind, ...]) -> None:
+        self.kinds = kinds
+        self.rollback_kind: RollbackKind = (
+            "refeed" if any(k.startswith("recurrent") for k in kinds) else "trim")
+        self._sliding = [i for i, k in enumerate(kinds) if k == "sliding"]
+        self._recurrent = [i for i, k in enumerate(kinds) if k.startswith("recurrent")]
+        self.attention = any(k != "recurrent" and k != "empty" for k in kinds)
+        self.reset()
+
+    def reset(self) -> None:
+        self.positions = 0
+        self._width = 0  # rows of the latest forward that may still be rolled back
+        self._mark: _Mark | None = None
+        self._recording = False
+        self._layer_positions = dict.fromkeys(self._recurrent, 0)
+
+    # -- around each forward ----------------------------------------------------------
+    def before_forward(self, cache: Any, block: list[int] | None) -> None:
+        """Settle the previous block, then mark this one when it has two or more tokens.
+
+        Args:
+            cache: the runner's cache.
+            block: the forward's tokens when the host has them; None for a device token or
+                a prefill (never rolled back).
+        """
+        self._restrict_windows(cache)
+        self._mark = None
+        if block is None or len(block) < 2:
+            return
+        if self.rollback_kind == "refeed":
+            self._mark = self._checkpoint(cache, block)
+        elif self._sliding:
+            for i in self._sliding:
+                cache.layers[i].record_past = True
+            self._recording = True
+        # A trim-only model without sliding layers needs nothing kept: zero cost per block.
+
+    def fed(self, width: int, undoable: bool = True) -> None:
+        """Count `width` positions appended by a forward (`undoable`) or a prefill."""
+        self.positions += width
+        for i in self._recurrent:
+            self._layer_positions[i] += width
+        self._width = width if undoable else 0
+
+    # -- rollback ---------------------------------------------------------------------
+    def undo(self, cache: Any, n: int) -> list[int]:
+        """Undo the last `n` positions; return the tokens the caller must feed again.
+
+        A trim model is checked here; a refeed model is checked here against its
+        checkpoint, and again by `check` once the caller has fed the tokens.
+        """
+        if n < 0 or n > self._width:
+            raise ValueError(f"cannot roll back {n} of the latest forward's {self._width} rows")
+        self._width -= n
+        if self.rollback_kind == "refeed":
+            return self._restore(cache, n)
+        for i, kind in enumerate(self.kinds):
+            self._trim(cache.layers[i], i, kind, n)
+        self._recording = False
+        self.positions -= n
+        self.check(cache, f"after rolling back {n}")
+        return []
+
+    def _trim(self, layer: Any, index: int, kind: LayerKind, n: int) -> None:
+        if kind == "full":
+            layer.crop(-n)
+        elif kind == "sliding":
+            if not layer.record_past:
+                raise CacheRollbackError(
+                    f"cache layer {index} (sliding) kept no past for this forward: only blocks "
+                    "of two or more host tokens can be rolled back")
+            layer.crop(-n)  # returns what the block displaced, restricted to the window
+            layer.record_past = False
+
+    def _restrict_windows(self, cache: Any) -> None:
+        """A block all accepted leaves recording layers oversized: back to the window."""
+        if not self._recording:
+            return
+        for i in self._sliding:
+            cache.layers[i].crop(0)
+            cache.layers[i].record_past = False
+        self._recording = False
+
+    def _checkpoint(self, cache: Any, block: list[int]) -> _Mark:
+        mark = _Mark(block=block, positions=self.positions)
+        for i, kind in enumerate(self.kinds):
+            layer = cache.layers[i]
+            if kind.endswith("sliding"):
+                mark.windows[i] = (layer.keys, layer.values, layer.cumulative_length)
+            if kind.startswith("recurrent"):
+                # conv and recurrent updates write in place (copy_, fused step kernels).
+                mark.states[i] = (_clone(layer.conv_states), _clone(layer.recurrent_states))
+        return mark
+
+    def _restore(self, cache: Any, n: int) -> list[int]:
+        mark = self._mark
+        if mark is None:
+            raise CacheRollbackError(
+                "no checkpoint for this forward: a model with recurrent layers rolls back only "
+                "blocks of two or more host tokens")
+        self._mark = None
+        for i, kind in enumerate(self.kinds):
+            self._restore_layer(cache.layers[i], i, kind, mark)
+        self.positions = mark.positions
+        self.check(cache, f"after restoring the checkpoint to roll back {n}", mark)
+        return mark.block[: len(mark.block) - n]
+
+    def _restore_layer(self, layer: Any, index: int, kind: LayerKind, mark: _Mark) -> None:
+        from transformers.cache_utils import DynamicLayer
+
+        if kind.endswith("full"):
+            DynamicLayer.crop(layer, -len(mark.block))  # the re-feed recomputes the kept rows
+        if kind.endswith("sliding"):
+            layer.keys, layer.values, layer.cumulative_length = mark.windows[index]
+        if kind.startswith("recurrent"):
+            conv, recurrent = mark.states[index]
+            layer.conv_states.update(conv)
+            layer.recurrent_states.update(recurrent)
+            self._layer_positions[index] = mark.positions
+
+    # -- checks -----------------------------------------------------------------------
+    def check(self, cache: Any, when: str, mark: _Mark | None = None,
+              error: type[Exception] = CacheRollbackError) -> None:
+        """Every layer holds exactly `positions`; with `mark`, recurrent states are its own.
+
+        Raises:
+            error: one line naming the first layer that does not (CacheRollbackError unless
+                the caller says otherwise).
+        """
+        for i, kind in enumerate(self.kinds):
+            problem = self._layer_problem(cache.layers[i], i, kind, mark)
+            if problem is not None:
+                raise error(f"{when}: cache layer {i} ({kind}) {problem}")
+
+    def _layer_problem(self, layer: Any, index: int, kind: LayerKind,
+                       mark: _Mark | None) -> str | None:
+        expected = self.positions
+        if kind.endswith("full") and _attention_len(layer) != expected:
+            return f"holds {_attention_len(layer)} positions, expected {expected}"
+        if kind.endswith("sliding"):
+            window = min(expected, layer.sliding_window - 1)
+            if layer.cumulative_length != expected or _attention_len(layer) != window:
+                return (f"counts {layer.cumulative_length} positions and keeps "
+                        f"{_attention_len(layer)}, expected {expected} and {window}")
+        if kind.startswith("recurrent"):
+            if expected and not any(layer.has_previous_state.values()):
+                return "holds no state: the model did not feed it"
+            if mark is not None and not _same_objects(layer, mark.states[index]):
+                return "does not hold the state kept before the forward"
+            if self._layer_positions[index] != expected:
+                return f"absorbed {self._layer_positions[index]} positions, expected {expected}"
+        return None
+
+
+def _clone(states: dict[int, torch.Tensor | None]) -> dict[int, torch.Tensor]:
+    return {i: t.clone() for i, t in states.items() if t is not None}
+
+
+def _same_objects(layer: Any, kept: tuple[dict, dict]) -> bool:
+    conv, recurrent = kept
+    return (all(layer.conv_states[i] is t for i, t in conv.items())
+            and all(layer.recurrent_states[i] is t for i, t in recurrent.items()))

@@ -1,0 +1,216 @@
+"""Prompt lookup on every cache family transformers runs, exactly: tiny seeded models, float64.
+
+Each family (`tiny_torch.TINY_FAMILIES`) replies to copy-heavy prompts under every policy
+exactly as plain greedy decoding, over a prompt and reply longer than the sliding window, with
+drafts rejected (so rollbacks ran) and, on recurrent families, kept tokens fed again. A rolled
+back block wider than the window leaves the caches as if it had never been fed; a rollback that
+skips a layer is caught and named; an unknown cache layer is refused at load and a model that
+ignores the cache at its first prefill, in one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specfleet.engine.config import PromptLookupConfig
+from specfleet.engine.loop import generate
+from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelError
+from specfleet.engine.runners.common import IdsOnlyTokenizer
+from specfleet.engine.runners.tiny_torch import (
+    TINY_FAMILIES,
+    TINY_SLIDING_WINDOW,
+    TINY_VOCAB,
+    tiny_model,
+    tiny_runner,
+)
+from specfleet.engine.runners.torch import TorchRunner
+from specfleet.engine.runners.torch_rollback import REFEED_MODEL_TYPES, CacheRollback
+from specfleet.engine.runners.toy import lcg_tokens
+
+FAMILIES = tuple(TINY_FAMILIES)
+# Width w costs 0.5 + 0.02 (w - 1) plain steps: so cheap that calibrated drafts from its
+# prior on, re-feeds priced in, and long blocks once proposals land.
+CHEAP_COSTS = tuple(0.5 + 0.02 * i for i in range(17))
+POLICIES = {
+    "graded": PromptLookupConfig(policy="graded"),
+    "gated": PromptLookupConfig(policy="gated"),
+    "calibrated": PromptLookupConfig(policy="calibrated", costs=CHEAP_COSTS, max_draft=12),
+    "fixed": PromptLookupConfig(adaptive=False, max_draft=4),
+}
+PROMPT_SEEDS = (2, 3)
+PROMPT_TOKENS = 24
+REPLY_TOKENS = 40
+BLOCK = 12  # wider than the sliding window (8)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest single-threaded, and the box is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def copy_heavy_prompt(runner: TorchRunner, seed: int) -> list[int]:
+    """Seeded LCG start `s`, the model's own greedy continuation `r` of it: the prompt is
+    r[2:16] with one token changed, then s, then r[:4]. Lookup finds r[2:4] and proposes the
+    continuation with its edit: some proposals land, the edit is rejected."""
+    start = lcg_tokens(seed, 6, TINY_VOCAB)
+    own = generate(runner, start, max_tokens=16).tokens
+    copy = list(own[2:16])
+    copy[7] = (copy[7] + 1 + seed) % TINY_VOCAB
+    prompt = copy + start + own[:4]
+    assert len(prompt) == PROMPT_TOKENS
+    return prompt
+
+
+class _Family:
+    """One family's runner, prompts and plain replies, built once per module."""
+
+    def __init__(self, name: str) -> None:
+        self.runner = tiny_runner(name)
+        self.prompts = [copy_heavy_prompt(self.runner, seed) for seed in PROMPT_SEEDS]
+        self.plain = [generate(self.runner, p, max_tokens=REPLY_TOKENS).tokens
+                      for p in self.prompts]
+
+
+@pytest.fixture(scope="module")
+def families() -> dict[str, _Family]:
+    return {}
+
+
+def _family(families: dict[str, _Family], name: str) -> _Family:
+    if name not in families:
+        families[name] = _Family(name)
+    return families[name]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_policy_replies_exactly_as_plain_decoding(families, name, policy):
+    family = _family(families, name)
+    proposed = accepted = refed = 0
+    for prompt, plain in zip(family.prompts, family.plain, strict=True):
+        got = generate(family.runner, prompt, max_tokens=REPLY_TOKENS, lookup=POLICIES[policy])
+        assert got.tokens == plain, f"{name} {policy}: diverged from plain greedy"
+        proposed += got.stats.proposed
+        accepted += got.stats.accepted
+        refed += got.stats.refed_tokens
+    assert len(family.plain[0]) == REPLY_TOKENS > TINY_SLIDING_WINDOW
+    assert proposed > accepted, "no draft was rejected: no rollback ran"
+    if family.runner.rollback_kind == "refeed":
+        assert refed > 0
+    else:
+        assert refed == 0
+
+
+def _next_row(runner: TorchRunner, prompt: list[int], fed: list[int], token: int) -> np.ndarray:
+    runner.reset()
+    runner.prefill(prompt)
+    if fed:
+        runner.forward(fed)
+    return runner.read_row(runner.forward([token]), 0)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_block_wider_than_the_window_rolls_back_as_if_never_fed(name):
+    runner = tiny_runner(name)
+    prompt = lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB)
+    block = lcg_tokens(12, BLOCK, TINY_VOCAB)
+    for n in (BLOCK - 1, BLOCK // 2, 1, BLOCK):
+        kept = block[: BLOCK - n]
+        expected = _next_row(runner, prompt, kept, token=7)
+        runner.reset()
+        runner.prefill(prompt)
+        runner.forward(block)
+        refed = runner.rollback(n)
+        assert refed == (len(kept) if runner.rollback_kind == "refeed" else 0)
+        assert runner.cache_len() == PROMPT_TOKENS + len(kept)
+        got = runner.read_row(runner.forward([7]), 0)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9, err_msg=f"{name} n={n}")
+
+
+def _skip_layer(monkeypatch, skipped: int) -> None:
+    """Make every rollback leave layer `skipped` as the forward left it."""
+    trim, restore = CacheRollback._trim, CacheRollback._restore_layer
+
+    def trim_but(self, layer, index, kind, n):
+        if index != skipped:
+            trim(self, layer, index, kind, n)
+
+    def restore_but(self, layer, index, kind, mark):
+        if index != skipped:
+            restore(self, layer, index, kind, mark)
+
+    monkeypatch.setattr(CacheRollback, "_trim", trim_but)
+    monkeypatch.setattr(CacheRollback, "_restore_layer", restore_but)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_rollback_that_skips_a_layer_is_caught_and_named(monkeypatch, name):
+    runner = tiny_runner(name)
+    kinds = runner._rollback.kinds
+    for skipped, kind in enumerate(kinds):
+        if kind == "empty":
+            continue
+        with monkeypatch.context() as patch:
+            _skip_layer(patch, skipped)
+            runner.reset()
+            runner.prefill(lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB))
+            runner.forward(lcg_tokens(12, BLOCK, TINY_VOCAB))
+            with pytest.raises(CacheRollbackError) as err:
+                runner.rollback(5)
+        message = str(err.value)
+        assert f"cache layer {skipped} ({kind})" in message and "\n" not in message
+
+
+def test_an_unknown_cache_layer_kind_is_refused_in_one_line():
+    model = tiny_model("llama")
+    model.config.layer_types = ["full_attention", "indexed_attention"]  # a DSA indexer cache
+    with pytest.raises(UnsupportedModelError) as err:
+        TorchRunner(model, IdsOnlyTokenizer(), "cpu")
+    message = str(err.value)
+    assert "DynamicIndexedLayer" in message and "llama" in message and "\n" not in message
+
+
+def test_a_model_that_ignores_the_cache_is_refused_at_its_first_prefill():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("rwkv", vocab_size=TINY_VOCAB, hidden_size=32,
+                                  attention_hidden_size=32, num_hidden_layers=2)
+    runner = TorchRunner(AutoModelForCausalLM.from_config(config), IdsOnlyTokenizer(), "cpu")
+    with pytest.raises(UnsupportedModelError) as err:
+        runner.prefill([1, 2, 3])
+    message = str(err.value)
+    assert "rwkv after a prefill: cache layer 0 (full) holds 0 positions" in message
+    assert "\n" not in message
+
+
+def test_every_verified_recurrent_model_type_has_a_tiny_family():
+    refeeds = {TINY_FAMILIES[name].model_type for name in FAMILIES
+               if tiny_runner(name).rollback_kind == "refeed"}
+    assert refeeds == REFEED_MODEL_TYPES
+
+
+@pytest.mark.parametrize("name", ["gemma3_text", "ministral3"])
+def test_a_block_all_accepted_leaves_the_window_at_its_size(name):
+    runner = tiny_runner(name)
+    runner.reset()
+    runner.prefill(lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB))
+    runner.forward(lcg_tokens(12, BLOCK, TINY_VOCAB))  # every proposal landed: no rollback
+    runner.forward([7])
+    sliding = [layer for layer in runner._cache.layers if getattr(layer, "is_sliding", False)]
+    assert sliding and all(
+        layer.keys.shape[-2] == TINY_SLIDING_WINDOW - 1 and not layer.record_past
+        for layer in sliding)
+
+
+def test_a_trim_only_model_keeps_nothing_per_block():
+    runner = tiny_runner("llama")
+    runner.reset()
+    runner.prefill([1, 2, 3])
+    runner.forward([4, 5, 6])
+    assert runner.rollback_kind == "trim" and runner._rollback._mark is None
