@@ -2,9 +2,9 @@
 greedy against prompt lookup, identical token ids, with every rollback checked.
 
 Metal and CUDA cannot run where specfleet is developed; they first run on a user's machine.
-So every worker, when it starts, builds the tiny seeded random-weight models of
-`engine/runners/tiny_<engine>.py` (full attention, sliding window, hybrid linear attention,
-state space) on each device it offers, decodes a copy-heavy prompt past their sliding window
+So every worker, when it starts, builds the tiny seeded random-weight models of each cache
+family (`self_test_runner` of `engine/runners/tiny_<engine>.py`: full attention, sliding
+window, hybrid linear attention, state space) on each device it offers, decodes a copy-heavy prompt past their sliding window
 plainly and under prompt lookup (the host's default policy and a fixed width, which rejects
 often), and compares the ids. A runner's own rollback check (`CacheRollbackError`) or any
 other failure fails the target. The scheduler sends no run to a target that failed
@@ -25,8 +25,8 @@ from specfleet.engine.forensics import first_divergence
 from specfleet.engine.loop import generate
 from specfleet.engine.runners.toy import lcg_tokens
 
-PROMPT_SEGMENT = 12  # random tokens, then copied twice with one edit each: lookup drafts
-REPLY_TOKENS = 28  # prompt + reply pass the tiny models' sliding window (8) several times
+PROMPT_SEGMENT = 8  # random tokens, then copied twice with one edit each: lookup drafts
+REPLY_TOKENS = 20  # prompt + reply pass the tiny models' sliding window (8) several times
 SEED = 7
 
 
@@ -121,7 +121,7 @@ def run_self_test(
         if build is None or families is None:
             tiny = importlib.import_module(f"specfleet.engine.runners.tiny_{engine}")
         names = families if families is not None else tuple(tiny.TINY_FAMILIES)
-        make = build or (lambda family, dev: tiny.tiny_runner(family, device=dev))
+        make = build or (lambda family, dev: tiny.self_test_runner(family, device=dev))
         configs = lookup_configs(default_policy)
         outcomes = []
         for family in names:
@@ -172,7 +172,7 @@ def self_test_once(engine: str, device: str, default_policy: str,
             tiny = importlib.import_module(f"specfleet.engine.runners.tiny_{engine}")
 
             def build(family: str, dev: str) -> Any:
-                return DroppedRollback(tiny.tiny_runner(family, device=dev))
+                return DroppedRollback(tiny.self_test_runner(family, device=dev))
 
         _results[key] = run_self_test(engine, device, default_policy, build)
     return _results[key]

@@ -21,8 +21,8 @@ def _toy(family: str, device: str):
 
 def test_copy_prompt_is_seeded_and_copies_itself():
     prompt = copy_prompt(64)
-    assert prompt == copy_prompt(64) and len(prompt) == 34
-    assert prompt[12:18] == prompt[:6]  # the first copy starts as the segment does
+    assert prompt == copy_prompt(64) and len(prompt) == 22
+    assert prompt[8:12] == prompt[:4]  # the first copy starts as the segment does
 
 
 def test_a_sound_runner_passes_every_family_and_refeeds_where_recurrent():

@@ -61,6 +61,7 @@ class IdsOnlyTokenizer:
     no EOS, no chat template, no text in; ids decode to `<id>`."""
 
     eos_token_id = None
+    eos_token_ids = None  # mlx-lm's wrapper attribute, read by the MLX runner
     chat_template = None
 
     def encode(self, text: str) -> list[int]:

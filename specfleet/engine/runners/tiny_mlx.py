@@ -21,6 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
+from specfleet.engine.runners.common import IdsOnlyTokenizer
 from specfleet.engine.runners.mlx import MlxRunner, resolve_device
 from specfleet.errors import UserError
 
@@ -75,20 +76,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-class IdsOnlyTokenizer:
-    """Stands in for a tokenizer on the tiny models: no EOS, token ids in and out."""
-
-    eos_token_id = None
-    eos_token_ids = None
-    chat_template = None
-
-    def encode(self, text: str) -> list[int]:
-        raise UserError("the tiny MLX models take token ids, not text")
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return " ".join(f"<{int(i)}>" for i in ids)
-
-
 def build_model(arch: str) -> nn.Module:
     """mlx-lm's `Model` of `arch` from `CONFIGS`, weights drawn wide from MLX's global seed."""
     module = importlib.import_module(f"mlx_lm.models.{arch}")
@@ -128,3 +115,8 @@ def tiny_runner(family: str, device: str = "cpu", seed: int = 0) -> MlxRunner:
     mx.set_default_device(mx.cpu if resolved == "cpu" else mx.gpu)
     mx.random.seed(seed)
     return MlxRunner(TINY_FAMILIES[family](), IdsOnlyTokenizer(), resolved)
+
+
+def self_test_runner(family: str, device: str = "cpu") -> MlxRunner:
+    """The runner a worker's start-up self-test uses (`workers/selftest.py`): float32, seed 0."""
+    return tiny_runner(family, device)

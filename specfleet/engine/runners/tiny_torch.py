@@ -114,3 +114,10 @@ def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.flo
     model = tiny_model(family, dtype, seed)
     model.to(resolved)
     return TorchRunner(model, IdsOnlyTokenizer(), resolved)
+
+
+def self_test_runner(family: str, device: str = "cpu") -> TorchRunner:
+    """The runner a worker's start-up self-test uses (`workers/selftest.py`): float32, the
+    precision real runs use on accelerators, and several times faster than float64 through
+    the reference kernels of the hybrid layers on a CPU."""
+    return tiny_runner(family, device, torch.float32)

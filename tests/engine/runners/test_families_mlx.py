@@ -26,12 +26,12 @@ from specfleet.engine.config import PromptLookupConfig  # noqa: E402
 from specfleet.engine.forensics import classify, first_divergence, replay_margins  # noqa: E402
 from specfleet.engine.loop import generate  # noqa: E402
 from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelError  # noqa: E402
+from specfleet.engine.runners.common import IdsOnlyTokenizer  # noqa: E402
 from specfleet.engine.runners.mlx import MlxRunner  # noqa: E402
 from specfleet.engine.runners.tiny_mlx import (  # noqa: E402
     TINY_FAMILIES,
     VOCAB,
     WINDOW,
-    IdsOnlyTokenizer,
     tiny_runner,
 )
 from specfleet.engine.runners.toy import lcg_tokens  # noqa: E402
