@@ -39,6 +39,7 @@ from specfleet.cluster.membership import (
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.workers.actor import get_worker, start_worker, stop_worker, wait_ready
+from tests.cluster.raycluster import wait_until
 
 TIMEOUT_S = 30
 SPECFLEET = [os.path.join(os.path.dirname(sys.executable), "specfleet")]
@@ -290,3 +291,35 @@ def test_status_follows_the_fleet_this_machine_joined_and_says_where_from(
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert f"(from {source}): no Ray head answers there" in line
+
+
+@pytest.mark.slow
+def test_a_target_that_fails_its_self_test_gets_no_runs_and_says_why(
+    fleet: LocalFleet, tmp_path
+) -> None:
+    """A worker whose torch runners drop their rollbacks (fault injection) fails its start-up
+    self-test: `fleet status` shows it, and a matrix asking for that target is refused with
+    the reason, while the host's other targets stay usable."""
+    kwargs = fleet.worker_kwargs_for("h2")
+    assert stop_worker("h2") is True
+    assert wait_until(lambda: get_worker("h2") is None, TIMEOUT_S, 0.1)
+    broken = {**kwargs, "self_test": True, "break_rollback": ("torch",), "engines": ["torch"]}
+    try:
+        wait_ready(start_worker("h2", broken), 120)
+        info = ray.get(get_worker("h2").info.remote(), timeout=TIMEOUT_S)
+        assert "h2/torch/cpu" not in info["targets"]
+        assert info["failed_targets"]["torch/cpu"].split(": ")[1] == "CacheRollbackError"
+        status = cli("fleet", "status", "--address", fleet.address)
+        assert "self-test: torch/cpu FAILED: " in status.stdout, status.stdout + status.stderr
+        matrix = tmp_path / "torch.yaml"
+        matrix.write_text("name: m\ntargets: {hosts: [h2], engines: [torch]}\n"
+                          "models: [smollm2-135m]\nprompts: [{name: p, text: hi}]\narms: [plain]\n")
+        done = cli("matrix", "run", str(matrix), "--address", fleet.address,
+                   "--db", f"sqlite:///{tmp_path / 'm.db'}")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "warning: h2: torch/cpu left out: it failed its self-test (" in done.stderr
+        assert "no target matches" in done.stderr and "Traceback" not in done.stderr
+    finally:
+        stop_worker("h2")
+        assert wait_until(lambda: get_worker("h2") is None, TIMEOUT_S, 0.1)
+        wait_ready(start_worker("h2", kwargs), TIMEOUT_S)
