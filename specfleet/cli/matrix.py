@@ -17,7 +17,7 @@ import typer
 
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
 from specfleet.cli.options import FormatOption, RateOption
-from specfleet.cluster.progress import STORE_LINE
+from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
@@ -52,14 +52,15 @@ def show(
 
 RETRY_ENV = "SPECFLEET_STORE_RETRY_S"
 RETRY_RANGE_S = (1.0, 86400.0)
+WAIT_DEFAULT = "2m"  # = SchedulerOptions.host_wait_s (ray-free here; a test keeps them equal)
 
 
-def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = "15s"):
+def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = WAIT_DEFAULT):
     """The scheduler's options from the flags `matrix run`, `resume` and `bench` share."""
     from specfleet.cluster.matrixcall import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
-                            suspect_grace_s=parse_wait(wait), store_retry_s=store_retry_s())
+                            host_wait_s=parse_wait(wait), store_retry_s=store_retry_s())
 
 
 def parse_wait(text: str) -> float:
@@ -108,8 +109,8 @@ def say_waiting(event) -> None:
         typer.echo(f"store: {event.reason}", err=True)
     elif event.status == "waiting":
         typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
-    elif event.status == "gave up":
-        typer.echo(f"{event.host}: {event.reason}", err=True)
+    elif event.status in HOST_NEWS:
+        typer.echo(host_line(event), err=True)
 
 
 def _refuse_live_owner(store, matrix) -> None:
@@ -159,7 +160,8 @@ QuietOption = Annotated[bool, typer.Option(
     "--require-quiet", help="Wait for a quiet host before each timed run.")]
 NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
 WaitOption = Annotated[str, typer.Option(
-    "--wait", help="How long runs wait for a suspect host that owns them (90s, 10m, 1h).")]
+    "--wait", help="How long the runs of a host that went away (unreachable, suspect, not in "
+    "the fleet) wait for it to come back (90s, 10m, 1h); then they stay pending for `resume`.")]
 
 
 @app.command("run")
@@ -170,7 +172,7 @@ def run(
     db: DbOption = None,
     require_quiet: QuietOption = False,
     no_progress: NoProgressOption = False,
-    wait: WaitOption = "15s",
+    wait: WaitOption = WAIT_DEFAULT,
     report_dir: Annotated[Path | None, typer.Option(
         "--report-dir", help="Also write the record (markdown, plots, CSV) to DIR/MATRIX_ID.")
     ] = None,
@@ -245,7 +247,7 @@ def resume_cmd(
     db: DbOption = None,
     require_quiet: QuietOption = False,
     no_progress: NoProgressOption = False,
-    wait: WaitOption = "15s",
+    wait: WaitOption = WAIT_DEFAULT,
 ) -> None:
     """Re-queue every run of a matrix that is not done and that no live driver runs, and
     run them; done runs are kept. A host that owns runs but is not in the fleet now is

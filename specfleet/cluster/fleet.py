@@ -3,8 +3,11 @@
 - `connect()` with no address starts the embedded fleet: a local Ray instance bound to
   127.0.0.1 with one worker for this machine. With an address it joins as a client.
 - Hosts are found by node label (`specfleet.host`, `specfleet.kind`), never by node id.
-- Health of a host: healthy (ping answered) -> suspect (actor unavailable or no answer in
-  time: restarting, node gone) -> dead (actor died for good) or healthy again.
+- Health of a host (`Health`): healthy (ping answered) -> suspect (actor unavailable or no
+  answer in time while its node takes connections: restarting, busy starting) or unreachable
+  (no answer and its node takes no connection either: link down, host off) -> dead (actor
+  died for good) or healthy again. Unreachable is judged on specfleet's own terms
+  (`probe_node`), not by Ray's health checks, which take about a minute with Ray's defaults.
 
 Token auth is on everywhere (`RAY_AUTH_MODE=token`, token file mode 0600); see docs/fleet.md.
 The `fleet up / join / leave` commands live in `specfleet/cluster/membership.py`.
@@ -13,8 +16,10 @@ The `fleet up / join / leave` commands live in `specfleet/cluster/membership.py`
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import socket
 import stat
 import sys
 import threading
@@ -22,7 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
@@ -40,7 +45,9 @@ from specfleet.workers.actor import (
 )
 from specfleet.workers.hardware import detect_host
 
-HEALTHY, SUSPECT, DEAD = "healthy", "suspect", "dead"
+Health = Literal["healthy", "suspect", "unreachable", "dead"]
+HEALTH_STATES: tuple[Health, ...] = get_args(Health)
+HEALTHY, SUSPECT, UNREACHABLE, DEAD = HEALTH_STATES
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 WORKER_START_TIMEOUT_S = 120.0
 RAY_DIR_MAX_LEN = 40  # Ray adds ~65 bytes (session_<date>_<pid>/sockets/plasma_store)
@@ -64,6 +71,7 @@ class HostNode:
     node_id: str
     node_ip: str
     alive: bool
+    node_port: int = 0  # the raylet's port: `reach.probe_node` connects there
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ class HostHealth:
     """One health reading of a host's worker."""
 
     host: str
-    state: str  # healthy | suspect | dead
+    state: Health
     reason: str = ""
     ping: dict = field(default_factory=dict)
 
@@ -249,6 +257,7 @@ def discover_hosts(include_dead: bool = False) -> list[HostNode]:
             node["NodeID"],
             node.get("NodeManagerAddress", ""),
             bool(node["Alive"]),
+            int(node.get("NodeManagerPort") or 0),
         )
         if name not in found or (entry.alive and not found[name].alive):
             found[name] = entry
@@ -260,17 +269,20 @@ def health(host: str, timeout_s: float = 2.0) -> HostHealth:
 
     Returns:
         healthy (answered), suspect (unavailable or no answer within `timeout_s`: restarting,
-        its node gone or busy starting), or dead (died for good, or no worker at all).
+        its node gone or busy starting), unreachable (no answer, and its node takes no
+        connection), or dead (died for good, or no worker at all).
     """
     handle = get_worker(host)
     if handle is None:
         return HostHealth(host, DEAD, "no worker actor")
     try:
         ping = ray.get(handle.ping.remote(), timeout=timeout_s)
-    except ActorUnavailableError as err:
-        return HostHealth(host, SUSPECT, _first_line(err))
-    except GetTimeoutError:
-        return HostHealth(host, SUSPECT, f"no answer within {timeout_s:g} s")
+    except (ActorUnavailableError, GetTimeoutError) as err:
+        why = f"no answer within {timeout_s:g} s" if isinstance(err, GetTimeoutError) \
+            else _first_line(err)
+        nodes = {h.host: h for h in discover_hosts(include_dead=True)}
+        reading = _not_answering(nodes.get(host), why)
+        return HostHealth(host, reading["health"], reading["reason"])
     except ActorDiedError as err:
         return HostHealth(host, DEAD, _first_line(err))
     return HostHealth(host, HEALTHY, ping=ping)
@@ -320,7 +332,7 @@ def _status_row(name: str, node: HostNode | None, refs: Any, timeout_s: float) -
     try:
         status, info = ray.get(list(refs), timeout=timeout_s)
     except (ActorUnavailableError, GetTimeoutError) as err:
-        return {**row, "health": SUSPECT, "reason": _first_line(err)}
+        return {**row, **_not_answering(node, _first_line(err))}
     except ActorDiedError as err:
         return {**row, "health": DEAD, "reason": _first_line(err)}
     return {
@@ -339,6 +351,41 @@ def _status_row(name: str, node: HostNode | None, refs: Any, timeout_s: float) -
         "conditions": status.get("conditions"),  # power, thermal, clocks, memory now
         "versions": info["versions"],
     }
+
+
+def _not_answering(node: HostNode | None, why: str) -> dict:
+    """A worker that does not answer: unreachable when its node takes no TCP connection
+    either (the network, or the host itself, is gone), else suspect (restarting, busy)."""
+    if node is not None and node.node_port:
+        cut = probe_node(node.node_ip, node.node_port)
+        if cut is not None:
+            return {"health": UNREACHABLE,
+                    "reason": f"{why}; its node {node.node_ip}:{node.node_port} {cut}"}
+    return {"health": SUSPECT, "reason": why}
+
+
+# A connect that ends so means no packet came back from the host; refused means it answered.
+_NO_ROUTE = {errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN}
+
+
+def probe_node(ip: str, port: int, timeout_s: float = 2.0) -> str | None:
+    """Whether a node can be reached at all: a fresh TCP connection to its raylet's port.
+
+    A fresh connection is answered within milliseconds once the link is up, where Ray's own
+    connection may sit in TCP's retransmission back-off for many seconds after it returns.
+
+    Returns:
+        None when the host answered (connected, or refused: the node is down, not the
+        network), else why not (`is unreachable: timed out after 2 s`).
+    """
+    try:
+        socket.create_connection((ip, port), timeout=timeout_s).close()
+    except TimeoutError:
+        return f"is unreachable: no answer to a connection within {timeout_s:g} s"
+    except OSError as err:
+        if err.errno in _NO_ROUTE:
+            return f"is unreachable: {os.strerror(err.errno).lower()}"
+    return None
 
 
 def _first_line(err: BaseException) -> str:

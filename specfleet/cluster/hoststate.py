@@ -1,8 +1,13 @@
 """The scheduler's view of one host: its queue, its run in flight, its health, its gates.
 
-Health follows DESIGN.md: healthy -> suspect (a run was lost or timed out) -> healthy again
-when the worker answers a ping. A suspect host gets no new runs. Every Ray call here is
-non-blocking (`ray.wait(timeout=0)`) or has a timeout, so one slow host never stalls the rest.
+Health (`fleet.Health`): healthy -> suspect (a run was lost or timed out; Ray says the worker
+is unavailable) or unreachable (its worker answers no ping at all) -> healthy again when the
+worker answers a ping. A host that is not healthy gets no new runs. While a run is in flight,
+and while the host is away, the worker is pinged every second over its control group (never
+behind a run): silence is measured from the oldest ping still unanswered, so a driver that
+was itself stalled (a store outage) never mistakes its own pause for the host's.
+Every Ray call here is non-blocking (`ray.wait(timeout=0)`) or has a timeout, so one slow host
+never stalls the rest.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,11 +30,13 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
+from specfleet.cluster.fleet import HEALTHY, SUSPECT, UNREACHABLE, Health
 from specfleet.jobs.run import RunSpec
 
 # Errors that mean "the worker (or its node) went away": the run's fate is unknown.
 WORKER_LOST = (RayActorError, NodeDiedError, ObjectLostError, OwnerDiedError, WorkerCrashedError)
 CALL_FAILED = (*WORKER_LOST, RayTaskError, GetTimeoutError)
+MAX_PINGS = 8  # unanswered pings kept; an older one is let go (the worker still answers it)
 
 
 @dataclass(frozen=True)
@@ -46,11 +53,18 @@ class HostTally:
 
 @dataclass
 class InFlight:
-    """A run sent to a worker and not settled yet."""
+    """A run sent to a worker and not settled yet.
+
+    A run whose host went silent is `interrupted` in the store at once (`cut_at` set) but
+    stays here: when the host answers again, its result may still come back, and is then
+    stored (once: the store is idempotent by run key); the host takes no new run meanwhile.
+    """
 
     spec: RunSpec
     ref: Any
     sent_at: float
+    cut_at: float | None = None
+    gone_at: float | None = None  # when the host, back, first said it no longer runs it
 
 
 @dataclass
@@ -62,11 +76,18 @@ class HostState:
     machine: str
     queue: deque[RunSpec]
     total: int = 0
-    health: str = "healthy"
+    health: Health = HEALTHY
     inflight: InFlight | None = None
-    suspect_since: float = 0.0
-    ping_ref: Any = None
+    away_since: float = 0.0  # when it stopped being healthy
+    back_at: float = 0.0  # when it last answered after being away
+    settle_until: float = 0.0  # back from unreachable: no new run before this
+    pings: deque[tuple[Any, float]] = field(default_factory=deque)  # unanswered (ref, sent at)
     ping_at: float = 0.0
+    silent_from: float | None = None  # sent time of the oldest ping unanswered since an answer
+    heard: int = 0  # answers received (a host is back when this grows while it is away)
+    heard_when_left: int = 0
+    answer: dict = field(default_factory=dict)  # the newest ping answer (busy, run_key)
+    refusal: str = ""  # Ray's newest error for a ping ("" once the worker answers)
     quiet_ref: Any = None
     quiet_at: float = 0.0
     quiet_since: float | None = None  # first time this run waited for quiet
@@ -83,28 +104,62 @@ class HostState:
         )
 
     def mark_suspect(self) -> None:
-        self.health = "suspect"
-        self.suspect_since = time.monotonic()
-        self.ping_ref = None
+        """Its worker was lost or a run timed out: only pings sent from now on can clear it."""
+        self.pings.clear()
+        self.silent_from = None
+        self._leave(SUSPECT)
+
+    def mark_unreachable(self) -> None:
+        """Its worker went silent; the pings already out still count when answered."""
+        self._leave(UNREACHABLE)
+
+    def _leave(self, health: Health) -> None:
+        if self.health == HEALTHY:
+            self.away_since = time.monotonic()
+        self.health = health
+        self.heard_when_left = self.heard
         self.quiet_ref = None
 
-    def check_health(self, every_s: float, timeout_s: float) -> None:
-        """Ping a suspect host now and then; an answer makes it healthy again."""
-        if self.health != "suspect":
-            return
+    def silent_s(self, now: float) -> float:
+        """How long the oldest ping not answered since the last answer has waited."""
+        return 0.0 if self.silent_from is None else now - self.silent_from
+
+    def listen(self, every_s: float) -> bool:
+        """Ping the worker every `every_s` while a run of ours is in flight there or the host
+        is away, and read the answers.
+
+        Returns:
+            True when an away host answered: it is healthy again (`back_at` now).
+        """
         now = time.monotonic()
-        if self.ping_ref is None:
-            if now - self.ping_at >= every_s:
-                self.ping_ref, self.ping_at = self.worker.ping.remote(), now
-            return
-        ready, _ = ray.wait([self.ping_ref], timeout=0)
-        if ready:
-            with contextlib.suppress(*CALL_FAILED):
-                ray.get(self.ping_ref, timeout=timeout_s)
-                self.health = "healthy"
-            self.ping_ref = None
-        elif now - self.ping_at > timeout_s:
-            self.ping_ref = None  # unanswered (actor restarting): ask again later
+        if (self.inflight is not None or self.health != HEALTHY) and now - self.ping_at >= every_s:
+            self.pings.append((self.worker.ping.remote(), now))
+            self.ping_at = now
+            self.silent_from = self.silent_from if self.silent_from is not None else now
+            while len(self.pings) > MAX_PINGS:
+                self.pings.popleft()
+        if self.pings:
+            self._read_pings()
+        if self.health != HEALTHY and self.heard > self.heard_when_left:
+            self.health, self.back_at = HEALTHY, now
+            return True
+        return False
+
+    def _read_pings(self) -> None:
+        ready, _ = ray.wait([ref for ref, _ in self.pings], num_returns=len(self.pings),
+                            timeout=0)
+        done = set(ready)
+        for ref, sent in [p for p in self.pings if p[0] in done]:  # oldest first
+            try:
+                self.answer = ray.get(ref, timeout=1.0)  # ready: returns at once
+            except CALL_FAILED as err:  # Ray answered for a worker that could not
+                self.refusal = " ".join(str(err).split())[:200] or type(err).__name__
+                continue
+            self.heard += 1
+            self.refusal = ""
+            later = [at for r, at in self.pings if at > sent and r not in done]
+            self.silent_from = min(later, default=None)
+        self.pings = deque(p for p in self.pings if p[0] not in done)
 
     def quiet_enough(self, every_s: float, wait_s: float, timeout_s: float) -> bool:
         """With --require-quiet: True once the worker reports a quiet, unthrottled host (or

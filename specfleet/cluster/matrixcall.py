@@ -15,8 +15,15 @@ class SchedulerOptions:
     run_timeout_s: float = 3600.0  # one run longer than this is cancelled and `interrupted`
     call_timeout_s: float = 10.0  # ping, lock, quiet check and fetching a ready result
     poll_s: float = 0.25  # longest wait for a result before looking at locks and health
-    ping_every_s: float = 1.0  # how often a suspect host is pinged
-    suspect_grace_s: float = 15.0  # how long queued runs wait for a suspect host
+    ping_every_s: float = 1.0  # how often a host running ours, or away, is pinged
+    # A worker that answers no ping this long while it runs ours: the host is unreachable and
+    # the run interrupted. Pings go to the control group, so a slow run still answers them.
+    unreachable_after_s: float = 8.0
+    host_wait_s: float = 120.0  # how long queued runs wait for a host away (`--wait`)
+    # A host back from unreachable gets its next run this much later: Ray (shipped health
+    # checks: 10 s timeout, 3 s period) may still declare its node dead for a check it began
+    # before the link returned, and that would lose the run.
+    settle_s: float = 15.0
     lease_s: float = 120.0  # machine lease; renewed while a run is in flight
     store_lease_s: float | None = None  # run ownership lease (None: SPECFLEET_LEASE_S or 60 s)
     store_retry_s: float = 300.0  # how long a store write retries an unreachable store

@@ -27,15 +27,19 @@ class ProgressEvent:
         host: the host name.
         run_key: the run that changed.
         status: "running", "done", "failed", "interrupted", "waiting" (for a quiet,
-            unthrottled host) or "gave up" (waited `quiet_wait_s`; runs anyway).
+            unthrottled host), or news of the host itself (`HOST_NEWS`): "gave up" (waited
+            `quiet_wait_s` and runs anyway, or waited `host_wait_s` for a host away),
+            "unreachable" / "suspect" (its run was cut loose) or "back" (answers again).
         done: runs of this host done so far (this call).
         failed: runs of this host failed or interrupted so far.
         total: runs of this host this call set out to do.
-        health: "healthy", "suspect" or "dead".
+        health: the host's `fleet.Health`.
         reason: why a "waiting" host waits (the worker's quiet check), why it "gave up", or
             why a run failed or was interrupted, else "".
         run: the run in words (`torch edit_fn graded rep 2`), "" when not about one run.
         tok_per_s: a done run's whole-call rate.
+        late: the result of a run already reported `interrupted` (its host went silent)
+            that came back after all: it replaces that outcome, it is not one more run.
     """
 
     host: str
@@ -48,10 +52,12 @@ class ProgressEvent:
     reason: str = ""
     run: str = ""
     tok_per_s: float | None = None
+    late: bool = False
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
 STORE_LINE = "store"  # the `host` of events about the store itself (an outage being retried)
+HOST_NEWS = ("gave up", "unreachable", "suspect", "back")  # a line about the host, no run
 
 
 class HostProgress:
@@ -99,7 +105,7 @@ class HostProgress:
             state += f"  ({event.health})"
         if event.status == "waiting":
             state += f"  waiting: {event.reason}"
-        elif event.status == "gave up":
+        elif event.status in HOST_NEWS:
             state += f"  {event.reason}"
         self._progress.update(
             self._tasks[event.host], completed=event.done + event.failed, state=state
@@ -127,21 +133,28 @@ class RunLines:
         self._stream = stream
 
     def update(self, event: ProgressEvent) -> None:
-        if event.status == "gave up" or (event.status == "waiting" and event.host == STORE_LINE):
-            stream = self._stream or sys.stderr  # a store outage being retried, or a bound
-            stream.write(f"{event.host}: {event.reason}\n")
+        stream = self._stream or sys.stderr
+        if event.status in HOST_NEWS or (event.status == "waiting" and event.host == STORE_LINE):
+            stream.write(f"{host_line(event)}\n")  # a store outage being retried, or a bound
             stream.flush()
             return
         if event.status not in FINISHED or not event.run:
             return
-        self._finished += 1
         if event.status == "done":
             outcome = f"{event.tok_per_s or 0.0:.1f} tok/s"
         else:
             outcome = f"{event.status}: {event.reason}" if event.reason else event.status
-        stream = self._stream or sys.stderr
-        stream.write(f"[{self._finished}/{self._total}] {event.run}: {outcome}\n")
+        if event.late:  # settles a run already counted as interrupted
+            stream.write(f"[late] {event.run}: {outcome} ({event.reason})\n")
+        else:
+            self._finished += 1
+            stream.write(f"[{self._finished}/{self._total}] {event.run}: {outcome}\n")
         stream.flush()
+
+
+def host_line(event: ProgressEvent) -> str:
+    """`h2: unreachable: no answer for 8 s; ...`, `store: store unreachable ...`."""
+    return f"{event.host}: {event.reason}"
 
 
 def progress_for(totals: dict[str, int], enabled: bool) -> tuple[HostProgress, RunLines | None]:

@@ -5,6 +5,12 @@ before it is sent and its result is stored the moment it returns. A run whose wo
 becomes `interrupted` (never replayed here; `resume` re-queues it on the user's word), a run
 that fails inside the worker becomes `failed` with its error, and the other hosts go on.
 A host that lost a run is `suspect` and gets nothing new until it answers a ping again.
+
+A host is watched on specfleet's own terms, whatever Ray's health checks say: while it runs
+one of ours its worker is pinged every second over its control group, and a worker silent for
+`unreachable_after_s` makes the host `unreachable` and its run `interrupted` ("host unreachable
+for 8 s"). Its result is still taken if it comes back (stored once), and the host's queue
+waits for it up to `host_wait_s`, then stays `pending` for `resume`.
 Every Ray call has a timeout. Machine leases (`locks.py`) keep two drivers apart.
 """
 
@@ -23,6 +29,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayTaskError
 
 from specfleet.cluster import locks
+from specfleet.cluster.fleet import DEAD, HEALTHY, UNREACHABLE
 from specfleet.cluster.hoststate import (
     WORKER_LOST,
     HostState,
@@ -32,6 +39,7 @@ from specfleet.cluster.hoststate import (
 )
 from specfleet.cluster.matrixcall import MatrixOutcome, RunInterrupted, SchedulerOptions
 from specfleet.cluster.progress import (
+    HOST_NEWS,
     STORE_LINE,
     ProgressCallback,
     ProgressEvent,
@@ -87,7 +95,7 @@ def run_matrix(
         machines: host name -> physical machine key, for hosts sharing one machine
             (default: each host is its own machine).
         suspect: hosts that start `suspect` (node gone now): their runs wait for them up to
-            `options.suspect_grace_s`.
+            `options.host_wait_s`.
 
     Returns:
         The `MatrixOutcome`; the matrix is finished in the store with its `status`.
@@ -210,7 +218,7 @@ def _store_waiting(notify: ProgressCallback):
 def _abandon(ctx: _Ctx, reason: str) -> None:
     """Cancel and mark `interrupted` every run in flight (best effort, nothing raised)."""
     for host in ctx.hosts.values():
-        if host.inflight is not None:
+        if host.inflight is not None and host.inflight.cut_at is None:
             host.cancel_quietly()
             with contextlib.suppress(Exception):
                 ctx.store.mark_interrupted(host.inflight.spec.run_key, reason)
@@ -229,7 +237,7 @@ def _make_hosts(
         hosts[name].total += 1
     for host in hosts.values():
         if host.worker is None:
-            host.health = "dead"  # no worker on this host: its runs stay pending
+            host.health = DEAD  # no worker on this host: its runs stay pending
         elif host.name in suspect:
             host.mark_suspect()  # its node is gone now: wait for it, bounded
     return hosts
@@ -239,14 +247,14 @@ def _loop(ctx: _Ctx) -> None:
     opts = ctx.opts
     while True:
         for host in ctx.hosts.values():
-            host.check_health(opts.ping_every_s, opts.call_timeout_s)
+            _watch(ctx, host)
             _maybe_dispatch(ctx, host)
+        if _nothing_left(ctx):
+            return
         refs = [h.inflight.ref for h in ctx.hosts.values() if h.inflight is not None]
         if not refs:
-            if _nothing_left(ctx):
-                return
             ctx.writer.heartbeat()
-            time.sleep(min(opts.poll_s, 0.05))  # waiting for a lock, quiet or a suspect host
+            time.sleep(min(opts.poll_s, 0.05))  # waiting for a lock, quiet or an away host
             continue
         ready, _ = ray.wait(refs, num_returns=1, timeout=opts.poll_s)
         for host in ctx.hosts.values():
@@ -259,20 +267,94 @@ def _loop(ctx: _Ctx) -> None:
 
 
 def _nothing_left(ctx: _Ctx) -> bool:
+    """No host can still do anything this call: its queue is empty and nothing of ours is in
+    flight there, or it has been away longer than `host_wait_s` (then it is given up)."""
     now = time.monotonic()
+    away = []
     for host in ctx.hosts.values():
-        if not host.queue:
+        if (not host.queue and host.inflight is None) or host.health == DEAD:
             continue
-        if host.health == "healthy":
+        if host.health == HEALTHY or now - host.away_since < ctx.opts.host_wait_s:
             return False
-        if host.health == "suspect" and now - host.suspect_since < ctx.opts.suspect_grace_s:
-            return False
+        away.append(host)
+    for host in away:
+        _give_up(ctx, host, now)
     return True
 
 
-def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
-    if host.health != "healthy" or host.inflight is not None or not host.queue:
+def _give_up(ctx: _Ctx, host: HostState, now: float) -> None:
+    host.inflight = None  # a run cut loose: already `interrupted` in the store
+    _host_news(ctx, host, "gave up", f"gave up: {host.health} for "
+               f"{now - host.away_since:.0f} s, longer than --wait {ctx.opts.host_wait_s:g} s; "
+               f"{len(host.queue)} of its runs stay pending")
+
+
+def _watch(ctx: _Ctx, host: HostState) -> None:
+    """Ping a host that runs one of ours or is away; cut loose the run of a host gone silent;
+    say when it answers again."""
+    if host.health == DEAD:
         return
+    was = host.health
+    if host.listen(ctx.opts.ping_every_s):
+        away_s = time.monotonic() - host.away_since
+        settle = ""
+        if was == UNREACHABLE and host.queue and ctx.opts.settle_s > 0:
+            host.settle_until = time.monotonic() + ctx.opts.settle_s
+            settle = f"; its next run in {ctx.opts.settle_s:g} s"
+        _host_news(ctx, host, "back", f"back: answers again after {away_s:.0f} s {was}{settle}")
+    flight = host.inflight
+    if flight is None or host.health != HEALTHY:
+        return
+    now = time.monotonic()
+    if flight.cut_at is not None:
+        _forget_if_gone(ctx, host, now)
+        return
+    silent_s = host.silent_s(now)
+    if silent_s >= ctx.opts.unreachable_after_s:
+        _cut_loose(ctx, host, silent_s, now)
+
+
+def _cut_loose(ctx: _Ctx, host: HostState, silent_s: float, now: float) -> None:
+    """The worker answered no ping for `silent_s`: the run is `interrupted` now, the host
+    `unreachable` (or `suspect` when Ray refused the pings); its result is still taken if it
+    comes back."""
+    flight = host.inflight
+    assert flight is not None
+    flight.cut_at = now
+    if host.refusal:
+        host.mark_suspect()
+        why = f"worker unavailable for {silent_s:.0f} s ({host.refusal})"
+    else:
+        host.mark_unreachable()
+        why = f"host unreachable for {silent_s:.0f} s"
+    _interrupt(ctx, host, flight.spec, why)
+    _host_news(ctx, host, host.health, f"{host.health}: no answer to pings for "
+               f"{silent_s:.0f} s; its run is interrupted; waiting up to "
+               f"{ctx.opts.host_wait_s:g} s for it (--wait)")
+    # Other hosts of its machine may go on: the worker's machine lock still keeps their
+    # timed runs apart from this one, should it still be running.
+    _run_over(ctx, host)
+
+
+def _forget_if_gone(ctx: _Ctx, host: HostState, now: float) -> None:
+    """A host back from away no longer runs the run we cut loose: after `call_timeout_s`
+    its result is not coming; the run stays `interrupted` and the host takes new runs."""
+    flight = host.inflight
+    assert flight is not None and flight.cut_at is not None
+    if host.answer.get("run_key") == flight.spec.run_key:
+        flight.gone_at = None  # still running there: its result will come
+        return
+    if flight.gone_at is None:
+        flight.gone_at = now
+    elif now - flight.gone_at >= ctx.opts.call_timeout_s:
+        host.inflight = None
+
+
+def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
+    if host.health != HEALTHY or host.inflight is not None or not host.queue:
+        return
+    if host.settle_until > time.monotonic():
+        return  # back from unreachable: Ray may still declare its node dead (see matrixcall)
     if host.machine in ctx.busy_machines:
         return  # another host of this machine is running (same driver)
     opts = ctx.opts
@@ -312,18 +394,51 @@ def _settle(ctx: _Ctx, host: HostState) -> None:
     host.inflight = None
     try:
         result = ray.get(flight.ref, timeout=ctx.opts.call_timeout_s)
-    except WORKER_LOST as err:
-        _interrupt(ctx, host, flight.spec, f"worker lost: {_one_line(err)}")
-        host.mark_suspect()  # a detached worker with max_restarts=-1 may come back
-    except RayTaskError as err:  # raised outside HostWorker's own error handling
-        _fail(ctx, host, flight.spec, _task_error(err))
-    except GetTimeoutError:
-        _interrupt(ctx, host, flight.spec, "result not fetched in time")
-        host.mark_suspect()
+    except (*WORKER_LOST, RayTaskError, GetTimeoutError) as err:
+        if flight.cut_at is None:
+            _lost(ctx, host, flight.spec, err)
+        elif host.health == HEALTHY and isinstance(err, WORKER_LOST):
+            host.mark_suspect()  # back, then lost: its worker restarts
     else:
-        _store_result(ctx, host, flight.spec, result)
+        if flight.cut_at is None:
+            _store_result(ctx, host, flight.spec, result)
+        else:
+            _store_late(ctx, host, flight, result)
     finally:
-        _run_over(ctx, host)
+        if flight.cut_at is None:  # a run cut loose freed its machine then
+            _run_over(ctx, host)
+
+
+def _lost(ctx: _Ctx, host: HostState, spec: RunSpec, err: Exception) -> None:
+    if isinstance(err, RayTaskError):  # raised outside HostWorker's own error handling
+        _fail(ctx, host, spec, _task_error(err))
+        return
+    why = "result not fetched in time" if isinstance(err, GetTimeoutError) \
+        else f"worker lost: {_one_line(err)}"
+    _interrupt(ctx, host, spec, why)
+    host.mark_suspect()  # a detached worker with max_restarts=-1 may come back
+
+
+def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult) -> None:
+    """The result of a run cut loose came back after all: stored (once), no longer
+    interrupted."""
+    try:
+        ctx.writer.record(result)
+    except StoreConflict:  # another driver stored this run first; its result stands
+        return
+    host.interrupted -= 1
+    if result.status == "done":
+        host.done += 1
+        host.run_s += result.total_s
+    elif result.status == "failed":
+        host.failed += 1
+    else:
+        host.interrupted += 1
+    assert flight.cut_at is not None
+    late_s = time.monotonic() - flight.cut_at
+    _emit(ctx, host, flight.spec.run_key, result.status,
+          f"its result came back {late_s:.0f} s after the run was cut loose; stored",
+          flight.spec, result.tok_per_s, late=True)
 
 
 def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) -> None:
@@ -380,16 +495,17 @@ def _check_timeouts(ctx: _Ctx) -> None:
         if flight is None or now - flight.sent_at < limit_s:
             continue
         host.inflight = None
-        _interrupt(ctx, host, flight.spec, f"timed out after {limit_s:g} s; cancelled")
-        host.cancel_quietly()
-        host.mark_suspect()
-        _run_over(ctx, host)
+        if flight.cut_at is None:
+            _interrupt(ctx, host, flight.spec, f"timed out after {limit_s:g} s; cancelled")
+            host.cancel_quietly()
+            host.mark_suspect()
+            _run_over(ctx, host)
 
 
 def _run_over(ctx: _Ctx, host: HostState) -> None:
     """The machine is free again; keep its lease only while more runs wait for it."""
     ctx.busy_machines.discard(host.machine)
-    wanted = any(h.queue and h.health == "healthy" for h in ctx.hosts.values()
+    wanted = any(h.queue and h.health == HEALTHY for h in ctx.hosts.values()
                  if h.machine == host.machine)
     if not wanted:
         assert ctx.leases is not None  # made whenever there are hosts
@@ -397,12 +513,19 @@ def _run_over(ctx: _Ctx, host: HostState) -> None:
 
 
 def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str, reason: str = "",
-          spec: RunSpec | None = None, tok_per_s: float | None = None) -> None:
+          spec: RunSpec | None = None, tok_per_s: float | None = None,
+          late: bool = False) -> None:
     failed = host.failed + host.interrupted
     words = _run_words(ctx, spec) if spec is not None else ""
     event = ProgressEvent(host.name, run_key, status, host.done, failed, host.total, host.health,
-                          reason, words, tok_per_s)
+                          reason, words, tok_per_s, late)
     ctx.notify(event)
+
+
+def _host_news(ctx: _Ctx, host: HostState, status: str, reason: str) -> None:
+    """A change of the host itself (`progress.HOST_NEWS`), e.g. `h2: unreachable: ...`."""
+    assert status in HOST_NEWS
+    _emit(ctx, host, "", status, reason)
 
 
 def _run_words(ctx: _Ctx, spec: RunSpec) -> str:

@@ -323,3 +323,31 @@ def test_a_target_that_fails_its_self_test_gets_no_runs_and_says_why(
         stop_worker("h2")
         assert wait_until(lambda: get_worker("h2") is None, TIMEOUT_S, 0.1)
         wait_ready(start_worker("h2", kwargs), TIMEOUT_S)
+
+
+def test_a_silent_worker_is_unreachable_only_when_its_node_takes_no_connection(monkeypatch):
+    import errno
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on: refused, so reachable
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    node = fleet_mod.HostNode("h2", "linux-cpu", "n2", "127.0.0.1", True, port)
+    assert fleet_mod.probe_node("127.0.0.1", port) is None
+    assert fleet_mod._not_answering(node, "no answer within 3 s") == {
+        "health": SUSPECT, "reason": "no answer within 3 s"}
+
+    def cut(*_args, **_kwargs):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(fleet_mod.socket, "create_connection", cut)
+    row = fleet_mod._not_answering(node, "no answer within 3 s")
+    assert row == {"health": fleet_mod.UNREACHABLE, "reason": (
+        f"no answer within 3 s; its node 127.0.0.1:{port} is unreachable: no answer to a "
+        "connection within 2 s")}
+
+    def no_route(*_args, **_kwargs):
+        raise OSError(errno.EHOSTUNREACH, "No route to host")
+
+    monkeypatch.setattr(fleet_mod.socket, "create_connection", no_route)
+    assert fleet_mod.probe_node("10.0.0.9", 1) == "is unreachable: no route to host"

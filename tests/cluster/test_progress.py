@@ -64,3 +64,47 @@ def test_giving_up_the_wait_is_said_once_on_bars_lines_and_the_cli(capsys):
     assert lines.getvalue() == f"alpha: {reason}\n"
     say_waiting(event)
     assert capsys.readouterr().err == f"alpha: {reason}\n"
+
+
+def test_a_host_gone_silent_its_return_and_a_late_result_read_as_one_story(capsys):
+    from specfleet.cli.matrix import say_waiting
+
+    run = "h2/toy p plain rep 2"
+    story = [
+        ProgressEvent("h2", "k5", "interrupted", 4, 1, 10, "unreachable",
+                      "host unreachable for 8 s", run),
+        ProgressEvent("h2", "", "unreachable", 4, 1, 10, "unreachable",
+                      "unreachable: no answer to pings for 8 s; its run is interrupted; "
+                      "waiting up to 120 s for it (--wait)"),
+        ProgressEvent("h2", "k5", "done", 5, 0, 10, "unreachable",
+                      "its result came back 31 s after the run was cut loose; stored", run,
+                      12.34, late=True),
+        ProgressEvent("h2", "", "back", 5, 0, 10, "healthy",
+                      "back: answers again after 47 s unreachable; its next run in 15 s"),
+    ]
+    lines = io.StringIO()
+    run_lines = RunLines(10, lines)
+    for event in story:
+        run_lines.update(event)
+        say_waiting(event)
+    assert lines.getvalue().splitlines() == [
+        "[1/10] h2/toy p plain rep 2: interrupted: host unreachable for 8 s",
+        "h2: unreachable: no answer to pings for 8 s; its run is interrupted; waiting up to "
+        "120 s for it (--wait)",
+        "[late] h2/toy p plain rep 2: 12.3 tok/s (its result came back 31 s after the run was "
+        "cut loose; stored)",
+        "h2: back: answers again after 47 s unreachable; its next run in 15 s",
+    ]
+    assert capsys.readouterr().err.splitlines() == [lines.getvalue().splitlines()[i]
+                                                     for i in (1, 3)]
+    out = io.StringIO()
+    with HostProgress({"h2": 10}, console=Console(file=out, width=200)) as bars:
+        bars.update(story[1])
+    assert "(unreachable)  unreachable: no answer to pings for 8 s" in out.getvalue()
+
+
+def test_the_wait_default_is_the_schedulers():
+    from specfleet.cli.matrix import WAIT_DEFAULT, parse_wait
+    from specfleet.cluster.matrixcall import SchedulerOptions
+
+    assert parse_wait(WAIT_DEFAULT) == SchedulerOptions().host_wait_s

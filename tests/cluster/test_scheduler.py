@@ -1,15 +1,19 @@
 """The scheduler on a real multi-node Ray cluster (head + two labelled nodes = two hosts).
 
 Toy-engine runs keep it fast; one short real torch run when the bundled model is present.
-Faults: a node removed mid-matrix, a run failing inside the worker.
+Faults: a node removed mid-matrix, a run failing inside the worker, a worker gone silent
+(SIGSTOP) mid-run: cut loose in seconds, its late result stored once, or given up.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC
 
@@ -27,7 +31,7 @@ from tests.workers.conditions.conftest import FIXTURES as CONDITIONS_FIXTURES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-FAST = SchedulerOptions(progress=False, suspect_grace_s=0.5, call_timeout_s=10.0, poll_s=0.1)
+FAST = SchedulerOptions(progress=False, host_wait_s=0.5, call_timeout_s=10.0, poll_s=0.1)
 PROMPT = "def add(a, b):\n    return a + b\n" * 3
 
 
@@ -182,7 +186,7 @@ def test_a_worker_process_lost_mid_run_is_interrupted_and_the_host_comes_back(fl
                       ("script:1ms", "plain", 6), ("script:1ms", "graded", 6)]}
     matrix_id, runs = new_matrix(store, "exit", plan)
     outcome = run_matrix(store, matrix_id, fleet.handles,
-                         options=replace(FAST, suspect_grace_s=60.0))
+                         options=replace(FAST, host_wait_s=60.0))
     assert (outcome.done, outcome.interrupted, outcome.pending) == (3, 1, 0)
     assert outcome.hosts["alpha"].health == "healthy"  # answered a ping again after restart
     assert statuses(store, matrix_id)[runs[1].run_key] == "interrupted"
@@ -275,3 +279,88 @@ def test_a_throttled_host_is_flagged_and_require_quiet_waits_for_it_to_cool(flee
                            "running anyway, flagged"], events
     finally:
         ray.kill(hot)
+
+
+# ---- a host gone silent, on the scheduler's own terms (its worker SIGSTOPped: no answer, no
+# error, exactly what a cut link looks like from the driver) --------------------------------
+
+SILENCE = replace(FAST, unreachable_after_s=1.5, ping_every_s=0.25, settle_s=0.5)
+
+
+@contextmanager
+def stopped(handle):
+    """The worker process of `handle` stopped (SIGSTOP) until the block ends (SIGCONT)."""
+    pid = ray.get(handle.ping.remote(), timeout=10)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield time.monotonic()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def run_in_thread(store, matrix_id, handles, options, events):
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(outcome=run_matrix(
+        store, matrix_id, handles, events.append, options=options)), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_slow_step_is_not_cut_a_silent_host_is_and_its_late_result_is_stored_once(
+        fleet, store):
+    # Each forward of the first run sleeps 2 s, longer than the 1.5 s silence bound: the
+    # worker still answers pings (control group), so only the SIGSTOP below cuts it loose.
+    plan = {"alpha": [("script:2000ms", "plain", 2), ("script:100ms", "plain", 40),
+                      ("script:1ms", "plain", 4), ("script:1ms", "graded", 4)]}
+    matrix_id, runs = new_matrix(store, "silent", plan)
+    events: list = []
+    thread, result = run_in_thread(store, matrix_id, fleet.handles,
+                                   replace(SILENCE, host_wait_s=60.0), events)
+    assert wait_until(lambda: statuses(store, matrix_id)[runs[1].run_key] == "running", 60)
+    assert statuses(store, matrix_id)[runs[0].run_key] == "done"  # 2 s steps: not cut
+    with stopped(fleet.handles["alpha"]) as stopped_at:
+        assert wait_until(lambda: statuses(store, matrix_id)[runs[1].run_key] == "interrupted",
+                          30, 0.05)
+        noticed_s = time.monotonic() - stopped_at
+        time.sleep(1.0)
+    thread.join(timeout=90)
+    outcome = result["outcome"]
+    print(f"\nsilent worker (SIGSTOP): run interrupted {noticed_s:.1f} s later (bound 1.5 s)")
+    assert 1.5 <= noticed_s < 4.0, noticed_s
+    cut = next(e for e in events if e.status == "interrupted")
+    assert cut.reason.startswith("host unreachable for ") and cut.health == "unreachable"
+    news = [(e.status, e.reason) for e in events if e.run_key == ""]
+    assert news[0][0] == "unreachable" and news[0][1].startswith("unreachable: no answer to pings")
+    assert news[1][0] == "back" and "unreachable" in news[1][1]
+    late = [e for e in events if e.late]
+    assert [(e.run_key, e.status) for e in late] == [(runs[1].run_key, "done")]
+    assert (outcome.status, outcome.done, outcome.interrupted, outcome.pending) == (
+        "done", 4, 0, 0)
+    rows = store.runs(matrix=matrix_id)
+    assert {r.status for r in rows} == {"done"} and len(rows) == 4
+    assert rows[1].generated_tokens == 40  # the whole run, finished while its host was silent
+    assert_no_overlap(rows)  # the next run waited for the one cut loose
+
+
+def test_a_host_silent_past_the_wait_is_given_up_and_resume_finishes(fleet, store):
+    plan = {"alpha": [("script:100ms", "plain", 30)] + [("script:1ms", "plain", 4)] * 2}
+    matrix_id, runs = new_matrix(store, "gone", plan)
+    events: list = []
+    thread, result = run_in_thread(store, matrix_id, fleet.handles,
+                                   replace(SILENCE, host_wait_s=2.0), events)
+    assert wait_until(lambda: statuses(store, matrix_id)[runs[0].run_key] == "running", 30)
+    with stopped(fleet.handles["alpha"]):
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    outcome = result["outcome"]
+    assert (outcome.status, outcome.interrupted, outcome.pending) == ("interrupted", 1, 2)
+    assert outcome.hosts["alpha"].health == "unreachable"
+    gave_up = [e.reason for e in events if e.status == "gave up"]
+    assert len(gave_up) == 1 and gave_up[0].startswith("gave up: unreachable for "), gave_up
+    assert "2 of its runs stay pending" in gave_up[0]
+    assert wait_until(lambda: not ray.get(fleet.handles["alpha"].ping.remote(),
+                                          timeout=10)["busy"], 30, 0.2)
+    again = resume(store, matrix_id, fleet.handles, options=SILENCE)
+    assert (again.status, again.done) == ("done", 3)
+    rows = store.runs(matrix=matrix_id)
+    assert len(rows) == 3 and {r.status for r in rows} == {"done"}
