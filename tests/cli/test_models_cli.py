@@ -55,12 +55,32 @@ def test_fetch_refuses_unknown_and_non_bundled_aliases_in_one_line(registry):
     assert len(hub.stderr.strip().splitlines()) == 1
 
 
+def test_fetch_fetches_the_bundled_model_each_source_names(registry, monkeypatch):
+    import specfleet.cli.models as cli_models
+    from specfleet.engine.models import FetchResult
+
+    fetched: list[str] = []
+
+    def fake_fetch(alias, force=False):
+        fetched.append(alias)
+        return FetchResult(registry, True, f"{alias} fetched")
+
+    monkeypatch.setattr(cli_models, "fetch_bundled", fake_fetch)
+    (registry / "models.yaml").write_text(
+        "models:\n  g:\n    torch: bundled:gemma3-270m\n    mlx: bundled:gemma3-270m\n"
+        "  q4:\n    mlx: bundled-q4\n")
+    assert invoke("models", "fetch", "g").stdout == "gemma3-270m fetched\n"
+    assert invoke("models", "fetch", "q4").stdout == "smollm2-135m fetched\n"
+    assert fetched == ["gemma3-270m", "smollm2-135m"]
+
+
 @pytest.mark.slow
-def test_fetch_of_an_already_fetched_model_does_nothing(monkeypatch):
+@pytest.mark.parametrize("alias", ["smollm2-135m", "gemma3-270m"])
+def test_fetch_of_an_already_fetched_model_does_nothing(alias, monkeypatch):
     from specfleet.engine.models import fetch_bundled
 
-    fetch_bundled()  # the user cache dir: a no-op once fetched
+    fetch_bundled(alias)  # the user cache dir: a no-op once fetched
     monkeypatch.delenv("SPECFLEET_MODELS", raising=False)
-    result = invoke("models", "fetch", "smollm2-135m")
+    result = invoke("models", "fetch", alias)
     assert result.exit_code == 0
-    assert "already fetched" in result.stdout
+    assert result.stdout.startswith(f"{alias} already fetched")

