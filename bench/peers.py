@@ -1,4 +1,4 @@
-"""specfleet against its peers on the bundled model, measured in ONE process.
+"""specfleet against its peers on a bundled model, measured in ONE process.
 
 torch engine: specfleet plain vs transformers `generate` (greedy), and specfleet prompt
 lookup (auto, graded, gated) vs transformers `prompt_lookup_num_tokens=10`.
@@ -13,6 +13,7 @@ repeated cycle (loop share > 0.2) are flagged: their lookup "speed-ups" are not 
 
     .venv/bin/python bench/peers.py --out docs/benchmark_results/peers.md
     .venv/bin/python bench/peers.py --quick      # smoke run: 2 prompts, 1 repeat, no file
+    .venv/bin/python bench/peers.py --model gemma3-270m --quick   # the other bundled model
 
 On a quiet 2-core host the full run takes about half an hour: torch ~15 min (5 timed arms x
 5 prompts x 3 repeats, ~20 tok/s), MLX ~15 min (MLX's CPU backend prefills ~10 tok/s and
@@ -38,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from bench.peers_report import Cell, render_markdown, render_table  # noqa: E402
 
 PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
-MODEL = "smollm2-135m"
+MODEL = "smollm2-135m"  # the default; `--model` takes any alias both engines resolve
 HF_LOOKUP_TOKENS = 10
 LOOKUP_POLICIES = ("graded", "gated", "auto")  # auto last: it reuses a twin's runs
 WARM_TOKENS = 8
@@ -138,8 +139,8 @@ def _until_eos(tokens: list[int], eos: Sequence[int]) -> list[int]:
     return tokens
 
 
-def torch_arms(policies: Sequence[str]) -> tuple[object, list[Arm]]:
-    """Load the bundled model once; every torch arm shares the one `PreTrainedModel`."""
+def torch_arms(policies: Sequence[str], model: str = MODEL) -> tuple[object, list[Arm]]:
+    """Load the model once; every torch arm shares the one `PreTrainedModel`."""
     from transformers.utils import logging as hf_logging
 
     from specfleet.engine.config import PromptLookupConfig, resolve_policy
@@ -148,7 +149,7 @@ def torch_arms(policies: Sequence[str]) -> tuple[object, list[Arm]]:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    runner = TorchRunner.load(resolve_model(MODEL, "torch").path, "cpu")
+    runner = TorchRunner.load(resolve_model(model, "torch").path, "cpu")
     arms = [
         specfleet_arm("sf_plain", runner, None),
         transformers_arm("hf_plain", runner.model, runner.eos_ids, None),
@@ -166,12 +167,12 @@ def torch_arms(policies: Sequence[str]) -> tuple[object, list[Arm]]:
     return runner, arms
 
 
-def mlx_arms() -> tuple[object, list[Arm]]:
-    """Load the bundled model for MLX once; both arms share the one mlx-lm model."""
+def mlx_arms(model: str = MODEL) -> tuple[object, list[Arm]]:
+    """Load the model for MLX once; both arms share the one mlx-lm model."""
     from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.mlx import MlxRunner
 
-    runner = MlxRunner.load(resolve_model(MODEL, "mlx").path, "cpu")
+    runner = MlxRunner.load(resolve_model(model, "mlx").path, "cpu")
     return runner, [
         specfleet_arm("sf_plain", runner, None),
         mlx_lm_arm("mlx_lm", runner.model, runner.tokenizer),
@@ -304,6 +305,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="smoke run: edit_fn and story, 1 repeat, 24 tokens, MLX 8",
     )
+    parser.add_argument("--model", default=MODEL,
+                        help=f"model alias (default {MODEL}; gemma3-270m is the other bundled one)")
     parser.add_argument("--engines", default="torch,mlx", help="comma list of torch, mlx")
     parser.add_argument("--prompts", default=None, help="comma list (default: all five)")
     parser.add_argument("--prompts-dir", type=Path, default=REPO / "specfleet" / "configs" / "prompts")
@@ -328,16 +331,16 @@ def run_engine(engine: str, args: argparse.Namespace, log) -> list[Cell]:
     """Load one engine's arms, measure them, and return their cells."""
     names = args.prompts.split(",")
     if engine == "torch":
-        runner, arms = torch_arms(LOOKUP_POLICIES)
+        runner, arms = torch_arms(LOOKUP_POLICIES, args.model)
         peers = {"sf_plain": "hf_plain", "hf_lookup10": "hf_plain"}
         peers.update({f"sf_{p}": "hf_lookup10" for p in LOOKUP_POLICIES})
         limits = token_limits(names, args.tokens)
     else:
         names = args.mlx_prompts.split(",") if args.mlx_prompts else names
-        runner, arms = mlx_arms()
+        runner, arms = mlx_arms(args.model)
         peers = {"sf_plain": "mlx_lm"}
         limits = token_limits(names, args.mlx_tokens)
-    log(f"{engine}: {', '.join(a.name for a in arms)}; tokens {limits}")
+    log(f"{engine} {args.model}: {', '.join(a.name for a in arms)}; tokens {limits}")
     measure(arms, load_prompts(runner, names, args.prompts_dir), limits, args.repeats, log)
     return cells(engine, arms, peers)
 
@@ -345,7 +348,7 @@ def run_engine(engine: str, args: argparse.Namespace, log) -> list[Cell]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     command = "python bench/peers.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    env = environment()
+    env = {"model": args.model, **environment()}
     env["load_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     def log(line: str) -> None:

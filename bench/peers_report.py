@@ -36,11 +36,11 @@ class Cell:
 
     @property
     def vs_peer(self) -> float | None:
-        return self.median / statistics.median(self.peer_rates) if self.peer_rates else None
+        return _over(self.median, self.peer_rates) if self.peer_rates else None
 
     @property
-    def vs_plain(self) -> float:
-        return self.median / statistics.median(self.plain_rates)
+    def vs_plain(self) -> float | None:
+        return _over(self.median, self.plain_rates)
 
     @property
     def spread(self) -> float:
@@ -69,7 +69,7 @@ class Cell:
                 out.append((f"{self.arm} vs {self.peer}", self.vs_peer, 1.0))
             if self.prompt in PROSE_PROMPTS:
                 out.append((f"{self.arm} vs {self.peer}", self.vs_peer, 1.10))
-        if self.arm == "sf_auto":
+        if self.arm == "sf_auto" and self.vs_plain is not None:
             out.append(("sf_auto vs sf_plain", self.vs_plain, 0.98))
         return out
 
@@ -80,6 +80,13 @@ class Cell:
             for what, ratio, bound in self.targets()
             if ratio < bound
         ]
+
+
+def _over(median: float, rates: list[float]) -> float | None:
+    """`median` over the median of `rates`; None when that is 0 (every reply empty: a base
+    model can stop at once, as Gemma 3 270M does after edit_fn's closing code fence)."""
+    base = statistics.median(rates)
+    return median / base if base > 0 else None
 
 
 def _counters(cell: Cell) -> tuple[str, str, str]:
@@ -162,7 +169,7 @@ def render_markdown(cells: list[Cell], env: dict[str, str], command: str, repeat
     env_lines = [f"- {key}: {value}" for key, value in env.items()]
     return "\n".join(
         [
-            "# specfleet vs peers on the bundled model (SmolLM2-135M, fp32)",
+            f"# specfleet vs peers on {env.get('model', 'smollm2-135m')} (fp32)",
             "",
             f"Command: `{command}`",
             "",

@@ -1,7 +1,7 @@
 """Drafting policies side by side: plain, graded, gated, calibrated (and transformers'
 prompt lookup on torch), per engine in its own process, arms interleaved.
 
-Per engine (torch fp32, MLX fp32, MLX 4-bit, all on CPU, the bundled model) a child process
+Per engine (torch fp32, MLX fp32, MLX 4-bit, all on CPU, a bundled model) a child process
 loads the model once, measures a width-cost table with the quick calibration settings (the
 calibrated arm's table, as a worker without a stored one would), warms every arm, then for
 each prompt and repeat runs the arms back to back in an order rotated every repeat. A cell
@@ -13,6 +13,7 @@ Apple Silicon tables (decode loop only: their prefill cost is unknown).
 
     .venv/bin/python bench/policies.py --out docs/benchmark_results/policies.md
     .venv/bin/python bench/policies.py --engines torch --prompts edit_fn,story --repeats 1
+    .venv/bin/python bench/policies.py --model gemma3-270m    # torch and MLX fp32 (no 4-bit form)
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from bench.peers import (  # noqa: E402
 from bench.policies_prompts import COPY_HEAVY, OWN_PROMPTS, PROSE  # noqa: E402
 
 CONFIG_PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
-ENGINES = {"torch": ("torch", "smollm2-135m"), "mlx": ("mlx", "smollm2-135m"),
-           "mlx-q4": ("mlx", "smollm2-135m-q4")}
+MODEL = "smollm2-135m"
+ENGINES = {"torch": "torch", "mlx": "mlx", "mlx-q4": "mlx"}  # arm engine -> runner engine
+Q4_ALIASES = {"smollm2-135m": "smollm2-135m-q4"}  # the exact 4-bit MLX form, where there is one
 POLICIES = ("graded", "gated", "calibrated")
 FOREIGN_TABLES = ("gb10-qwen3-1.7b", "gb10-qwen3-8b", "apple-m4pro")
 
@@ -73,7 +75,8 @@ def child(engine: str, args: argparse.Namespace) -> dict:
     from specfleet.engine.calibrate import QUICK, measure_width_costs
     from specfleet.engine.config import PromptLookupConfig
 
-    kind, model = ENGINES[engine]
+    kind = ENGINES[engine]
+    model = Q4_ALIASES[args.model] if engine == "mlx-q4" else args.model
     loaded = load_model(model, kind, "cpu")
     runner = loaded.runner
     start_s = time.perf_counter()
@@ -164,7 +167,10 @@ def render(results: list[dict], env: dict, command: str, args) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="torch,mlx,mlx-q4")
+    parser.add_argument("--model", default=MODEL,
+                        help=f"model alias (default {MODEL}; gemma3-270m is the other bundled one)")
+    parser.add_argument("--engines", default=None,
+                        help="comma list of torch, mlx, mlx-q4 (default: all the model has)")
     parser.add_argument("--prompts", default=",".join([*CONFIG_PROMPTS, *OWN_PROMPTS]))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=48, help="new tokens per reply")
@@ -173,7 +179,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json-out", type=Path, default=None, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    has = [e for e in ENGINES if e != "mlx-q4" or args.model in Q4_ALIASES]
+    engines = args.engines or ",".join(has)
+    if "mlx-q4" in engines.split(",") and args.model not in Q4_ALIASES:
+        parser.error(f"--engines mlx-q4: {args.model} has no 4-bit MLX alias (those that do: "
+                     f"{', '.join(Q4_ALIASES)})")
+    args.engines = engines
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

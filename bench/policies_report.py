@@ -26,6 +26,9 @@ def _speed_table(data, median_rate, spread, predictions) -> tuple[list[str], lis
     lines = [head, "|" + "---|" * (len(arms) + 4)]
     misses = []
     for prompt in data["arms"]["plain"]:
+        if prompt not in answered(data):
+            lines.append(f"| {prompt} | - | 0 | empty replies: the model stopped at once |")
+            continue
         plain = median_rate(data, "plain", prompt)
         kind = "copy" if prompt in COPY_HEAVY else "prose" if prompt in PROSE else "-"
         ratio = {a: median_rate(data, a, prompt) / plain for a in arms}
@@ -36,6 +39,13 @@ def _speed_table(data, median_rate, spread, predictions) -> tuple[list[str], lis
                      f"{errors['calibrated'] * 100:+.1f}% |")
         misses += _misses(data["engine"], prompt, kind, ratio)
     return lines, misses
+
+
+def answered(data) -> list[str]:
+    """The prompts whose plain replies hold tokens: a base model (Gemma 3 270M) can stop at
+    once, and an empty reply has no rate to compare."""
+    return [prompt for prompt, runs in data["arms"]["plain"].items()
+            if all(run["tokens"] for run in runs)]
 
 
 def _misses(engine, prompt, kind, ratio) -> list[str]:
@@ -59,7 +69,7 @@ def _foreign(results, predictions) -> list[str]:
         f"{name} {p}" for name in FOREIGN for p in POLICIES) + " |",
         "|" + "---|" * (2 + len(FOREIGN) * len(POLICIES))]
     for data in results:
-        for prompt in data["arms"]["plain"]:
+        for prompt in answered(data):
             cells = []
             for name in FOREIGN:
                 costs = load_cost_file(packaged_cost(name)).ratio
