@@ -34,6 +34,7 @@ from specfleet.workers.actor import (
     stop_worker,
     wait_ready,
 )
+from specfleet.workers.blas import openblas_env
 from specfleet.workers.hardware import detect_host
 
 DEFAULT_PORT = 6379
@@ -154,10 +155,12 @@ def _node_args(
 
 
 def start_env(os_name: str | None = None) -> dict[str, str]:
-    """Environment of `ray start`: token auth, no usage stats, macOS multi-node opt-in."""
+    """Environment of `ray start`: token auth, no usage stats, macOS multi-node opt-in, and
+    OpenBLAS preloaded for MLX's CPU backend on Linux when present (workers inherit it)."""
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0")
     if (os_name or sys.platform) == "darwin":
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"  # Ray's opt-in for macOS clusters
+    env.update(openblas_env(env))
     return env
 
 

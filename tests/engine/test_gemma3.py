@@ -87,3 +87,30 @@ def test_mlx_float32_logits_agree_with_torch(gemma3_runners):
     # Measured 0.022 on logits of +-27: mlx-lm rounds Gemma's embedding scale sqrt(640) to
     # bfloat16 (25.25, torch 25.30); with torch given the same scale the gap is 6e-5.
     assert np.abs(got - expected).max() < 0.05
+
+
+def _numbered_list_prompt(items: int) -> str:
+    """A copy task longer than Gemma's 512-token window: repeat a numbered list."""
+    words = ["harbor", "river", "stone", "lantern", "meadow", "copper", "willow", "ember",
+             "falcon", "quartz", "thistle", "orchard", "glacier", "saffron", "timber", "velvet"]
+    lines = [f"{i}. {words[(7 * i) % 16]} {words[(3 * i + 5) % 16]} {words[(11 * i + 2) % 16]}"
+             for i in range(1, items + 1)]
+    return "Here is a list:\n" + "\n".join(lines) + "\n\nThe same list again:\n1."
+
+
+@pytest.mark.parametrize("engine", ["torch", "mlx"])
+def test_prompt_lookup_equals_plain_once_the_sliding_window_has_wrapped(gemma3_runners, engine):
+    """The reported case: on MLX a rejected draft stayed in a wrapped RotatingKVCache and the
+    reply was silently corrupted at token 10; torch refused the model. One pair of calls per
+    engine (MLX's CPU backend prefills slowly)."""
+    from specfleet.engine.config import PromptLookupConfig
+    from specfleet.engine.loop import generate
+
+    runner = gemma3_runners[0] if engine == "torch" else gemma3_runners[1]
+    prompt = runner.encode_prompt(_numbered_list_prompt(76), chat=False)
+    assert len(prompt) > SLIDING_WINDOW + 16
+    plain = generate(runner, prompt, max_tokens=24)
+    lookup = generate(runner, prompt, max_tokens=24, lookup=PromptLookupConfig())
+    assert lookup.tokens == plain.tokens
+    stats = lookup.stats
+    assert stats.proposed > stats.accepted > 0  # drafts landed and some were rolled back

@@ -10,9 +10,9 @@ Devices: Metal (Apple Silicon), CUDA (GB10 through `mlx[cuda13]`, other NVIDIA b
 the machine this was written on; the GPU branches are kept to the few lines below.
 
 Linux CPU speed-up (optional, never required): the `mlx[cpu]` wheel bundles netlib's
-reference BLAS; starting Python with Debian's OpenBLAS preloaded made decoding ~3x faster
-here, e.g. `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 OPENBLAS_CORETYPE=SKYLAKEX`
-(pick a core type the CPU's flags support; without it Debian's 0.3.21 picks Prescott).
+reference BLAS; starting Python with Debian's OpenBLAS preloaded made decoding ~3x and
+prefill ~25x faster here. `workers/blas.py` builds that environment (the core type from the
+CPU's flags); `make test`, `make demo` and the Ray nodes of `fleet up` / `fleet join` use it.
 """
 
 from __future__ import annotations

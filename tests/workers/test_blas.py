@@ -1,0 +1,31 @@
+"""OpenBLAS for MLX's CPU backend: the core type comes from the CPU's own flags."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from specfleet.workers import blas
+
+SKYLAKE = "flags\t\t: fpu sse avx avx2 fma avx512f avx512bw avx512vl\n"
+HASWELL = "flags\t\t: fpu sse avx avx2 fma\n"
+
+
+def test_the_core_type_is_the_best_every_cpu_supports():
+    assert blas.core_type(SKYLAKE) == "SKYLAKEX"
+    assert blas.core_type(HASWELL) == "HASWELL"
+    assert blas.core_type(SKYLAKE + HASWELL) == "HASWELL"  # one core without AVX-512
+    assert blas.core_type("flags\t: fpu sse\n") is None
+    assert blas.core_type("model name: ?\n") is None
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or not blas.LIBRARY.exists(),
+                    reason="needs Debian's libopenblas0-pthread (make test installs it)")
+def test_the_preload_is_offered_once_and_can_be_turned_off():
+    env = blas.openblas_env({"LD_PRELOAD": "/x/other.so"})
+    assert env["LD_PRELOAD"] == f"{blas.LIBRARY}:/x/other.so"
+    assert env["OPENBLAS_CORETYPE"] in {name for name, _ in blas.CORE_TYPES}
+    assert blas.openblas_env({"LD_PRELOAD": env["LD_PRELOAD"]}) == {}  # already preloaded
+    assert blas.openblas_env({blas.SWITCH_ENV: "0"}) == {}
+    assert blas.openblas_env({"OPENBLAS_CORETYPE": "HASWELL"})["OPENBLAS_CORETYPE"] == "HASWELL"
