@@ -29,3 +29,15 @@ def test_the_preload_is_offered_once_and_can_be_turned_off():
     assert blas.openblas_env({"LD_PRELOAD": env["LD_PRELOAD"]}) == {}  # already preloaded
     assert blas.openblas_env({blas.SWITCH_ENV: "0"}) == {}
     assert blas.openblas_env({"OPENBLAS_CORETYPE": "HASWELL"})["OPENBLAS_CORETYPE"] == "HASWELL"
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or not blas.LIBRARY.exists(),
+                    reason="needs Debian's libopenblas0-pthread (make test installs it)")
+def test_ray_nodes_started_by_fleet_up_or_join_inherit_the_preload(monkeypatch):
+    from specfleet.cluster.membership import start_env
+
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv(blas.SWITCH_ENV, raising=False)
+    assert start_env("linux")["LD_PRELOAD"] == str(blas.LIBRARY)
+    monkeypatch.setenv(blas.SWITCH_ENV, "0")
+    assert "LD_PRELOAD" not in start_env("linux")
