@@ -282,6 +282,11 @@ def request_lookup(loaded: LoadedModel, request: GenerateRequest) -> PromptLooku
     calibrated policy gets this host's stored width-cost table, or one measured now."""
     if not request.use_lookup:
         return None
+    from specfleet.engine.loop import unsupported_reason
+
+    reason = unsupported_reason(loaded.runner)
+    if reason is not None:  # before any warm-up or table measurement is paid for
+        raise UserError(f"--prompt-lookup: {loaded.alias}: {reason}")
     lookup = lookup_config(request.ngram_min, request.ngram_max, request.max_draft,
                            request.adaptive, request.policy, loaded.runner.device)
     if lookup.adaptive and lookup.policy == "calibrated":

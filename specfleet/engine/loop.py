@@ -6,8 +6,9 @@ greedy batched-argmax sampler pipelines; every other sampler reads rows on the h
 runs synchronously (see `specfleet.engine.sampling`).
 
 Optional runner attributes read here (the `Runner` protocol's defaults when absent):
-`trimmable` (True), `state_layout` ("external") and `rollback_kind` ("trim"); prompt lookup
-refuses a runner that cannot roll back or keeps its state internally.
+`trimmable` (True), `state_layout` ("external"), `rollback_kind` ("trim") and
+`lookup_refusal` (None: a runner's own one-line reason); prompt lookup refuses a runner that
+cannot roll back exactly or keeps its state internally.
 """
 
 from __future__ import annotations
@@ -94,7 +95,11 @@ class _Loop:
 
 
 def unsupported_reason(runner: Runner) -> str | None:
-    """Why prompt lookup cannot drive `runner` (untrimmable or model-owned caches), or None when it can."""
+    """Why prompt lookup cannot drive `runner` (the runner's own `lookup_refusal`, untrimmable
+    or model-owned caches), or None when it can."""
+    own = getattr(runner, "lookup_refusal", None)
+    if own:
+        return own
     if getattr(runner, "state_layout", "external") != "external":
         return (
             "the model keeps its sequence state internally; prompt lookup needs trimmable "

@@ -264,3 +264,28 @@ def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
     out = json.loads(reply.stdout)
     assert out["prompt_lookup"]["policy"] == "calibrated"
     assert out["prompt_lookup"]["max_draft"] == 32 and len(out["prompt_lookup"]["costs"]) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_model_whose_cache_cannot_be_rolled_back_is_one_clean_refusal(bundled_model, tmp_path):
+    """A Mamba (1) model: transformers computes its multi-token forward differently from its
+    steps, so prompt lookup could never equal plain decoding: refused in one line (plain
+    decoding of it works)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder = tmp_path / "tiny-mamba"
+    config = AutoConfig.for_model("mamba", vocab_size=49152, hidden_size=16,
+                                  num_hidden_layers=2, state_size=4)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(bundled_model).save_pretrained(folder)
+    result = invoke("generate", "-m", str(folder), "--engine", "torch", "--device", "cpu",
+                    "-p", "hello", "-n", "4", "--prompt-lookup")
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "mamba" in line, line
+    assert "Traceback" not in result.output
+    plain = invoke("generate", "-m", str(folder), "--engine", "torch", "--device", "cpu",
+                   "-p", "hello", "-n", "4", "--json")
+    assert plain.exit_code == 0, plain.output
+    assert json.loads(plain.stdout)["generated_tokens"] == 4

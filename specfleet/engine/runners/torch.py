@@ -25,7 +25,7 @@ import torch
 
 from specfleet.engine.runners.base import RollbackKind, UnsupportedModelError
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
-from specfleet.engine.runners.torch_rollback import CacheRollback, layer_kinds
+from specfleet.engine.runners.torch_rollback import CacheRollback, layer_kinds, lookup_refusal
 from specfleet.errors import UserError
 
 if TYPE_CHECKING:
@@ -78,8 +78,12 @@ class TorchRunner(TokenizerText):
         self._torch_device = torch.device(device)
         self._cache: DynamicCache | None = DynamicCache(config=model.config)
         decoder = model.config.get_text_config(decoder=True)
-        self._rollback = CacheRollback(layer_kinds(self._cache, decoder.model_type))
+        kinds = layer_kinds(self._cache, decoder.model_type)
+        self._rollback = CacheRollback(kinds)
         self.rollback_kind: RollbackKind = self._rollback.rollback_kind
+        # Plain decoding works on every known layer kind; prompt lookup only where exact.
+        self.lookup_refusal = lookup_refusal(kinds, decoder.model_type)
+        self.trimmable = self.lookup_refusal is None
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.get_text_config().vocab_size)
         self.eos_ids = eos_id_set(model.generation_config.eos_token_id, tokenizer.eos_token_id)

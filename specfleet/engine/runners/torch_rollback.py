@@ -68,8 +68,7 @@ def layer_kinds(cache: Any, model_type: str) -> tuple[LayerKind, ...]:
         model_type: the decoder's `model_type` (its text config's, for a multimodal model).
 
     Raises:
-        UnsupportedModelError: a layer class this module has no exact rule for, or recurrent
-            layers in a model type outside `REFEED_MODEL_TYPES` (one line).
+        UnsupportedModelError: a layer class this module has no exact rule for (one line).
     """
     known = _kind_by_class()
     layers = list(cache.layers)
@@ -79,12 +78,18 @@ def layer_kinds(cache: Any, model_type: str) -> tuple[LayerKind, ...]:
         raise UnsupportedModelError(
             f"{model_type}: prompt lookup cannot roll back this model's cache exactly "
             f"(unknown cache layer type {names})")
-    kinds = tuple(known[type(layer)] for layer in layers)
+    return tuple(known[type(layer)] for layer in layers)
+
+
+def lookup_refusal(kinds: tuple[LayerKind, ...], model_type: str) -> str | None:
+    """Why prompt lookup must not drive this model (plain decoding still may), or None:
+    recurrent layers in a model type outside `REFEED_MODEL_TYPES`, whose multi-token forward
+    transformers computes differently from its one-token steps."""
     if any(k.startswith("recurrent") for k in kinds) and model_type not in REFEED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"{model_type}: its recurrent layers are not known to verify a block exactly as "
-            f"one-token steps (known: {', '.join(sorted(REFEED_MODEL_TYPES))})")
-    return kinds
+        return (f"{model_type}: its recurrent layers are not known to verify a block exactly "
+                f"as one-token steps, so prompt lookup could not equal plain decoding (known: "
+                f"{', '.join(sorted(REFEED_MODEL_TYPES))}); plain decoding works")
+    return None
 
 
 def _attention_len(layer: Any) -> int:

@@ -49,15 +49,23 @@ def test_cpu_tokens_are_synchronous_handles(torch_runner):
     assert next(torch_runner.model.parameters()).dtype == torch.float32
 
 
-def test_a_model_whose_verify_blocks_differ_from_its_steps_is_refused_in_one_line():
+def test_a_model_whose_verify_blocks_differ_from_its_steps_decodes_plainly_but_not_by_lookup():
     # Sliding-window and hybrid models roll back exactly now (test_families_torch.py); Mamba 1's
     # torch path verifies a block over a kept state differently from one-token steps.
     from transformers import MambaConfig, MambaForCausalLM
 
+    from specfleet.engine.config import PromptLookupConfig
+    from specfleet.engine.loop import generate
+    from specfleet.engine.runners.common import IdsOnlyTokenizer
+
     config = MambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, state_size=8)
+    runner = TorchRunner(MambaForCausalLM(config), tokenizer=IdsOnlyTokenizer(), device="cpu")
+    assert len(generate(runner, [1, 2, 3], max_tokens=6).tokens) == 6
     with pytest.raises(UnsupportedModelError) as err:
-        TorchRunner(MambaForCausalLM(config), tokenizer=None, device="cpu")
-    assert str(err.value).startswith("mamba: its recurrent layers") and "\n" not in str(err.value)
+        generate(runner, [1, 2, 3], max_tokens=6, lookup=PromptLookupConfig())
+    message = str(err.value)
+    assert message.startswith("mamba: its recurrent layers") and "\n" not in message
+    assert message.endswith("plain decoding works")
 
 
 def test_device_names_are_checked():
