@@ -72,7 +72,9 @@ def _start_fleet(kwargs: dict) -> LocalFleet:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     lock = str(tmp_path_factory.mktemp("lock") / "active-run.lock")
-    kwargs = {"memory_budget_gb": 2.0, "sample_period_s": 1.0, "run_lock_path": lock}
+    # The worker proves its one engine when it starts, as a user's does (the page shows it).
+    kwargs = {"memory_budget_gb": 2.0, "sample_period_s": 1.0, "run_lock_path": lock,
+              "self_test": True, "engines": ["torch"]}
     local = _start_fleet(kwargs)
     try:
         local.handles = local.start_workers()
@@ -257,4 +259,6 @@ def test_fleet_page_shows_the_fleet(server, browser, tmp_path):
     browser.get(f"{base}/fleet")
     host = browser.find_element(By.CSS_SELECTOR, f'section.host[data-host="{HOST}"]')
     assert "healthy" in host.text and f"{HOST}/torch/cpu" in host.text
+    selftest = host.find_element(By.CSS_SELECTOR, "p.selftest").text
+    assert selftest.startswith("self-test: torch/cpu ok (") and selftest.endswith(" s)"), selftest
     full_page_screenshot(browser, tmp_path / "fleet.png")
