@@ -331,7 +331,9 @@ def _status_row(name: str, node: HostNode | None, refs: Any, timeout_s: float) -
         return {**row, "health": DEAD, "reason": "no worker actor"}
     try:
         status, info = ray.get(list(refs), timeout=timeout_s)
-    except (ActorUnavailableError, GetTimeoutError) as err:
+    except GetTimeoutError:
+        return {**row, **_not_answering(node, f"no answer within {timeout_s:g} s")}
+    except ActorUnavailableError as err:
         return {**row, **_not_answering(node, _first_line(err))}
     except ActorDiedError as err:
         return {**row, "health": DEAD, "reason": _first_line(err)}
@@ -358,9 +360,9 @@ def _not_answering(node: HostNode | None, why: str) -> dict:
     either (the network, or the host itself, is gone), else suspect (restarting, busy)."""
     if node is not None and node.node_port:
         cut = probe_node(node.node_ip, node.node_port)
-        if cut is not None:
-            return {"health": UNREACHABLE,
-                    "reason": f"{why}; its node {node.node_ip}:{node.node_port} {cut}"}
+        if cut is not None:  # Ray's own words add nothing here
+            return {"health": UNREACHABLE, "reason": f"its worker does not answer and its node "
+                                                     f"{node.node_ip}:{node.node_port} {cut}"}
     return {"health": SUSPECT, "reason": why}
 
 

@@ -56,8 +56,11 @@ class InFlight:
     """A run sent to a worker and not settled yet.
 
     A run whose host went silent is `interrupted` in the store at once (`cut_at` set) but
-    stays here: when the host answers again, its result may still come back, and is then
-    stored (once: the store is idempotent by run key); the host takes no new run meanwhile.
+    stays here: its result may still come back, and is then stored (once: the store is
+    idempotent by run key); the host takes no new run meanwhile. When Ray loses the reply
+    (a cut link resets the connection, or its node is declared dead), the host's worker is
+    asked for the result it kept (`claimed`: `ref` is then that call's; None while waiting
+    for the host to answer again).
     """
 
     spec: RunSpec
@@ -65,6 +68,9 @@ class InFlight:
     sent_at: float
     cut_at: float | None = None
     gone_at: float | None = None  # when the host, back, first said it no longer runs it
+    claimed: bool = False
+    claims: int = 0  # claims that failed (the worker restarting)
+    heard_when_lost: int = 0  # `HostState.heard` then: the next claim waits for a new answer
 
 
 @dataclass
@@ -81,6 +87,7 @@ class HostState:
     away_since: float = 0.0  # when it stopped being healthy
     back_at: float = 0.0  # when it last answered after being away
     settle_until: float = 0.0  # back from unreachable: no new run before this
+    pid_when_left: int | None = None  # the worker process that answered before it went away
     pings: deque[tuple[Any, float]] = field(default_factory=deque)  # unanswered (ref, sent at)
     ping_at: float = 0.0
     silent_from: float | None = None  # sent time of the oldest ping unanswered since an answer
@@ -109,30 +116,41 @@ class HostState:
         self.silent_from = None
         self._leave(SUSPECT)
 
-    def mark_unreachable(self) -> None:
-        """Its worker went silent; the pings already out still count when answered."""
-        self._leave(UNREACHABLE)
+    def mark_unreachable(self, since: float) -> None:
+        """Its worker has been silent since `since`; the pings already out still count when
+        answered."""
+        self._leave(UNREACHABLE, since)
 
-    def _leave(self, health: Health) -> None:
+    def _leave(self, health: Health, since: float | None = None) -> None:
         if self.health == HEALTHY:
-            self.away_since = time.monotonic()
+            self.away_since = since if since is not None else time.monotonic()
+            self.pid_when_left = self.answer.get("pid")
         self.health = health
         self.heard_when_left = self.heard
         self.quiet_ref = None
+        self.settle_until = 0.0
+
+    def settling(self, now: float) -> bool:
+        return self.health == HEALTHY and now < self.settle_until
+
+    def same_worker(self) -> bool:
+        """Whether the worker answering now is the process that answered before it left."""
+        return self.answer.get("pid") == self.pid_when_left
 
     def silent_s(self, now: float) -> float:
         """How long the oldest ping not answered since the last answer has waited."""
         return 0.0 if self.silent_from is None else now - self.silent_from
 
     def listen(self, every_s: float) -> bool:
-        """Ping the worker every `every_s` while a run of ours is in flight there or the host
-        is away, and read the answers.
+        """Ping the worker every `every_s` while a run of ours is in flight there, or the host
+        is away or settling, and read the answers.
 
         Returns:
             True when an away host answered: it is healthy again (`back_at` now).
         """
         now = time.monotonic()
-        if (self.inflight is not None or self.health != HEALTHY) and now - self.ping_at >= every_s:
+        watching = self.inflight is not None or self.health != HEALTHY or self.settling(now)
+        if watching and now - self.ping_at >= every_s:
             self.pings.append((self.worker.ping.remote(), now))
             self.ping_at = now
             self.silent_from = self.silent_from if self.silent_from is not None else now

@@ -20,10 +20,11 @@ class SchedulerOptions:
     # the run interrupted. Pings go to the control group, so a slow run still answers them.
     unreachable_after_s: float = 8.0
     host_wait_s: float = 120.0  # how long queued runs wait for a host away (`--wait`)
-    # A host back from unreachable gets its next run this much later: Ray (shipped health
-    # checks: 10 s timeout, 3 s period) may still declare its node dead for a check it began
-    # before the link returned, and that would lose the run.
-    settle_s: float = 15.0
+    # A host back from unreachable, still with the same worker process, gets its next run
+    # after as long again as it was away (at most this): Ray's own health checks may sit in
+    # TCP retransmission back-off about that long after the link returns, and still declare
+    # the node dead, which would lose a run sent there (measured: 40 s cut, dead 18 s after).
+    settle_max_s: float = 60.0
     lease_s: float = 120.0  # machine lease; renewed while a run is in flight
     store_lease_s: float | None = None  # run ownership lease (None: SPECFLEET_LEASE_S or 60 s)
     store_retry_s: float = 300.0  # how long a store write retries an unreachable store

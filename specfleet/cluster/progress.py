@@ -145,7 +145,8 @@ class RunLines:
         else:
             outcome = f"{event.status}: {event.reason}" if event.reason else event.status
         if event.late:  # settles a run already counted as interrupted
-            stream.write(f"[late] {event.run}: {outcome} ({event.reason})\n")
+            said = f"{outcome} ({event.reason})" if event.status == "done" else outcome
+            stream.write(f"[late] {event.run}: {said}\n")
         else:
             self._finished += 1
             stream.write(f"[{self._finished}/{self._total}] {event.run}: {outcome}\n")

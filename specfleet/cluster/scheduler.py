@@ -29,7 +29,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayTaskError
 
 from specfleet.cluster import locks
-from specfleet.cluster.fleet import DEAD, HEALTHY, UNREACHABLE
+from specfleet.cluster.fleet import DEAD, HEALTHY, SUSPECT, UNREACHABLE
 from specfleet.cluster.hoststate import (
     WORKER_LOST,
     HostState,
@@ -50,6 +50,8 @@ from specfleet.cluster.storewriter import StoreWriter
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.store.errors import StoreConflict
 from specfleet.store.leases import lease_seconds, new_driver_id
+
+MAX_CLAIMS = 3  # asks for a kept result that fail (its worker restarting) before giving up
 
 __all__ = [
     "HostTally",
@@ -251,7 +253,8 @@ def _loop(ctx: _Ctx) -> None:
             _maybe_dispatch(ctx, host)
         if _nothing_left(ctx):
             return
-        refs = [h.inflight.ref for h in ctx.hosts.values() if h.inflight is not None]
+        refs = [h.inflight.ref for h in ctx.hosts.values()
+                if h.inflight is not None and h.inflight.ref is not None]
         if not refs:
             ctx.writer.heartbeat()
             time.sleep(min(opts.poll_s, 0.05))  # waiting for a lock, quiet or an away host
@@ -296,22 +299,34 @@ def _watch(ctx: _Ctx, host: HostState) -> None:
         return
     was = host.health
     if host.listen(ctx.opts.ping_every_s):
-        away_s = time.monotonic() - host.away_since
-        settle = ""
-        if was == UNREACHABLE and host.queue and ctx.opts.settle_s > 0:
-            host.settle_until = time.monotonic() + ctx.opts.settle_s
-            settle = f"; its next run in {ctx.opts.settle_s:g} s"
-        _host_news(ctx, host, "back", f"back: answers again after {away_s:.0f} s {was}{settle}")
+        _back(ctx, host, was)
+    if host.settling(time.monotonic()) and host.refusal:
+        host.mark_suspect()  # Ray declared its node dead after all: its worker restarts
+        _host_news(ctx, host, SUSPECT, f"suspect: its worker went away after it answered "
+                   f"again ({host.refusal})")
     flight = host.inflight
     if flight is None or host.health != HEALTHY:
         return
     now = time.monotonic()
     if flight.cut_at is not None:
-        _forget_if_gone(ctx, host, now)
+        _claim_if_gone(ctx, host, now)
         return
     silent_s = host.silent_s(now)
     if silent_s >= ctx.opts.unreachable_after_s:
         _cut_loose(ctx, host, silent_s, now)
+
+
+def _back(ctx: _Ctx, host: HostState, was: str) -> None:
+    """An away host answered. Back from unreachable with the same worker process, it gets
+    its next run only after as long again as it was away (`settle_max_s` at most)."""
+    now = time.monotonic()
+    away_s = now - host.away_since
+    settle = ""
+    if was == UNREACHABLE and host.same_worker():
+        settle_s = min(away_s, ctx.opts.settle_max_s)
+        host.settle_until = now + settle_s
+        settle = f"; its next run in {settle_s:.0f} s (Ray may still declare its node dead)"
+    _host_news(ctx, host, "back", f"back: answers again after {away_s:.0f} s {was}{settle}")
 
 
 def _cut_loose(ctx: _Ctx, host: HostState, silent_s: float, now: float) -> None:
@@ -325,7 +340,7 @@ def _cut_loose(ctx: _Ctx, host: HostState, silent_s: float, now: float) -> None:
         host.mark_suspect()
         why = f"worker unavailable for {silent_s:.0f} s ({host.refusal})"
     else:
-        host.mark_unreachable()
+        host.mark_unreachable(now - silent_s)
         why = f"host unreachable for {silent_s:.0f} s"
     _interrupt(ctx, host, flight.spec, why)
     _host_news(ctx, host, host.health, f"{host.health}: no answer to pings for "
@@ -336,24 +351,46 @@ def _cut_loose(ctx: _Ctx, host: HostState, silent_s: float, now: float) -> None:
     _run_over(ctx, host)
 
 
-def _forget_if_gone(ctx: _Ctx, host: HostState, now: float) -> None:
-    """A host back from away no longer runs the run we cut loose: after `call_timeout_s`
-    its result is not coming; the run stays `interrupted` and the host takes new runs."""
+def _claim_if_gone(ctx: _Ctx, host: HostState, now: float) -> None:
+    """A host back from away no longer runs the run we cut loose, and its reply has not come
+    within `call_timeout_s`: ask the worker for the result it kept."""
     flight = host.inflight
     assert flight is not None and flight.cut_at is not None
-    if host.answer.get("run_key") == flight.spec.run_key:
-        flight.gone_at = None  # still running there: its result will come
+    if flight.claimed or host.answer.get("run_key") == flight.spec.run_key:
+        flight.gone_at = None  # asked already, or still running there: its result will come
+        return
+    if flight.ref is None:  # its reply is lost: ask again once the worker answers anew
+        if host.heard > flight.heard_when_lost:
+            _claim(host, flight)
         return
     if flight.gone_at is None:
         flight.gone_at = now
     elif now - flight.gone_at >= ctx.opts.call_timeout_s:
-        host.inflight = None
+        _claim(host, flight)
+
+
+def _claim(host: HostState, flight: InFlight) -> None:
+    """Ray lost the reply of a run cut loose: wait for the worker's kept result instead."""
+    flight.ref, flight.claimed = host.worker.result.remote(flight.spec.run_key), True
+    host.inflight = flight
+
+
+def _claim_later(ctx: _Ctx, host: HostState, flight: InFlight, err: Exception) -> None:
+    """The worker could not be asked (it restarts: Ray declared its node dead). The result
+    is kept on the host's disk: ask the next worker process once it answers, a few times."""
+    flight.claims += 1
+    if flight.claims >= MAX_CLAIMS:
+        _late_loss(ctx, host, flight, f"its worker cannot be asked: {_one_line(err, 160)}")
+        return
+    flight.ref, flight.claimed, flight.gone_at = None, False, None
+    flight.heard_when_lost = host.heard
+    host.inflight = flight
 
 
 def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     if host.health != HEALTHY or host.inflight is not None or not host.queue:
         return
-    if host.settle_until > time.monotonic():
+    if host.settling(time.monotonic()):
         return  # back from unreachable: Ray may still declare its node dead (see matrixcall)
     if host.machine in ctx.busy_machines:
         return  # another host of this machine is running (same driver)
@@ -397,11 +434,16 @@ def _settle(ctx: _Ctx, host: HostState) -> None:
     except (*WORKER_LOST, RayTaskError, GetTimeoutError) as err:
         if flight.cut_at is None:
             _lost(ctx, host, flight.spec, err)
-        elif host.health == HEALTHY and isinstance(err, WORKER_LOST):
-            host.mark_suspect()  # back, then lost: its worker restarts
+        elif not flight.claimed:
+            _claim(host, flight)
+        else:
+            _claim_later(ctx, host, flight, err)
     else:
         if flight.cut_at is None:
             _store_result(ctx, host, flight.spec, result)
+        elif result is None:
+            _late_loss(ctx, host, flight, "its worker does not have it: it never ran it, or "
+                       "restarted since")
         else:
             _store_late(ctx, host, flight, result)
     finally:
@@ -417,6 +459,12 @@ def _lost(ctx: _Ctx, host: HostState, spec: RunSpec, err: Exception) -> None:
         else f"worker lost: {_one_line(err)}"
     _interrupt(ctx, host, spec, why)
     host.mark_suspect()  # a detached worker with max_restarts=-1 may come back
+
+
+def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:
+    """The result of a run cut loose will not come: it stays `interrupted` for `resume`."""
+    _emit(ctx, host, flight.spec.run_key, "interrupted", f"its result is lost ({why}); "
+          "it stays interrupted for `matrix resume`", flight.spec, late=True)
 
 
 def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult) -> None:

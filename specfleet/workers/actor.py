@@ -5,7 +5,8 @@ One detached, named actor per host, pinned to that host's node by its label. Cal
 - `run(spec: RunSpec) -> RunResult`, `calibrate(...)`, `replay_divergence(...)`
                                                   group "run" (one at a time)
 - `ping() -> dict`, `info() -> dict`, `status() -> dict`, `quiet() -> dict`, `conditions() -> dict`,
-  `cancel(run_key=None) -> bool`, `drain_load_samples() -> list[dict]`
+  `cancel(run_key=None) -> bool`, `result(run_key) -> RunResult | None`,
+  `drain_load_samples() -> list[dict]`
                                                   group "control" (never wait behind a run)
 
 Everything returned is a small dict or pydantic model, never a tensor.
@@ -110,6 +111,10 @@ class WorkerActor:
     @ray.method(concurrency_group="control")
     def cancel(self, run_key: str | None = None) -> bool:
         return self._worker.cancel(run_key)
+
+    @ray.method(concurrency_group="control")
+    def result(self, run_key: str) -> RunResult | None:
+        return self._worker.result(run_key)
 
     @ray.method(concurrency_group="control")
     def drain_load_samples(self) -> list[dict]:

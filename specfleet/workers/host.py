@@ -4,6 +4,8 @@ It answers `ping` / `info` / `status` at once from any thread, keeps loaded mode
 by memory), warms each model once per max draft (recorded apart as `warmup_s`), runs one
 `RunSpec` at a time and returns a `RunResult` with every field filled. A run can be
 cancelled between rounds. A sampler thread keeps the host's load series while it is busy.
+The newest results are kept on the host's disk (`kept.py`): a driver whose reply was lost
+to a cut link asks for its result again (`result`) instead of running the benchmark twice.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from specfleet.engine.config import PromptLookupConfig, resolve_policy
@@ -20,6 +23,7 @@ from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
 from specfleet.workers.hardware import HostInfo, detect_host
+from specfleet.workers.kept import KeptResults
 from specfleet.workers.loaded import LoadedModel, LoadedModels, load_model
 from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
 from specfleet.workers.machinelock import MachineLock, machine_lock_path
@@ -73,6 +77,8 @@ class HostWorker:
             taking runs (`workers/selftest.py`); default on unless $SPECFLEET_SELFTEST is "0".
         break_rollback: engines whose self-test runners drop their rollbacks (fault
             injection: proves a broken engine is kept out of matrices).
+        kept_dir: where finished results are kept for `result` (default: the host's folder
+            in the private runtime directory).
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class HostWorker:
         conditions_root: str | None = None,
         self_test: bool | None = None,
         break_rollback: tuple[str, ...] = (),
+        kept_dir: Path | None = None,
     ) -> None:
         self._info = info or detect_host(host)
         if machine_id is not None:
@@ -106,6 +113,7 @@ class HostWorker:
         self._cancel = threading.Event()
         self._current: str | None = None
         self._runs_done = 0
+        self._kept = KeptResults(self.host, kept_dir)
         self._quiet_threshold = quiet_threshold_per_core
         self._run_lock_path = run_lock_path
         self._meter = ForeignCpuMeter(quiet_pids)
@@ -178,6 +186,11 @@ class HostWorker:
         self._cancel.set()
         return True
 
+    def result(self, run_key: str) -> RunResult | None:
+        """The result of a run this host finished lately (its newest `kept.KEPT_RESULTS`,
+        also from before a worker restart), or None: the run never finished here."""
+        return self._kept.get(run_key)
+
     def drain_load_samples(self) -> list[dict]:
         """The load samples taken since the last drain (oldest first), then forgotten."""
         return self._series.drain()
@@ -200,17 +213,22 @@ class HostWorker:
         with self._run_lock:
             self._cancel.clear()
             self._current = spec.run_key
-            lock = MachineLock(self._run_lock_path or machine_lock_path(self._info.machine_id))
             try:
-                if not lock.acquire(self._cancel.is_set):
-                    return self._cancelled(spec)
-                try:
-                    return self._run_locked(spec)
-                finally:
-                    lock.release()
+                result = self._run_on_machine(spec)
+                self._kept.put(result)  # before `_current` clears: never seen missing
+                return result
             finally:
                 self._current = None
                 self._runs_done += 1
+
+    def _run_on_machine(self, spec: RunSpec) -> RunResult:
+        lock = MachineLock(self._run_lock_path or machine_lock_path(self._info.machine_id))
+        if not lock.acquire(self._cancel.is_set):
+            return self._cancelled(spec)
+        try:
+            return self._run_locked(spec)
+        finally:
+            lock.release()
 
     def replay_divergence(
         self, spec: RunSpec, tokens_a: list[int], tokens_b: list[int], row: int

@@ -343,8 +343,8 @@ def test_a_silent_worker_is_unreachable_only_when_its_node_takes_no_connection(m
     monkeypatch.setattr(fleet_mod.socket, "create_connection", cut)
     row = fleet_mod._not_answering(node, "no answer within 3 s")
     assert row == {"health": fleet_mod.UNREACHABLE, "reason": (
-        f"no answer within 3 s; its node 127.0.0.1:{port} is unreachable: no answer to a "
-        "connection within 2 s")}
+        f"its worker does not answer and its node 127.0.0.1:{port} is unreachable: no answer "
+        "to a connection within 2 s")}
 
     def no_route(*_args, **_kwargs):
         raise OSError(errno.EHOSTUNREACH, "No route to host")

@@ -284,7 +284,7 @@ def test_a_throttled_host_is_flagged_and_require_quiet_waits_for_it_to_cool(flee
 # ---- a host gone silent, on the scheduler's own terms (its worker SIGSTOPped: no answer, no
 # error, exactly what a cut link looks like from the driver) --------------------------------
 
-SILENCE = replace(FAST, unreachable_after_s=1.5, ping_every_s=0.25, settle_s=0.5)
+SILENCE = replace(FAST, unreachable_after_s=1.5, ping_every_s=0.25, settle_max_s=0.5)
 
 
 @contextmanager

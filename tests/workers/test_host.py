@@ -137,6 +137,28 @@ def test_control_calls_answer_during_a_run_and_cancel_stops_it(worker: HostWorke
     assert worker.drain_load_samples() == []
 
 
+def test_a_finished_result_is_kept_for_a_driver_that_lost_its_reply(run_lock, tmp_path) -> None:
+    from specfleet.workers.kept import KEPT_RESULTS
+
+    worker = HostWorker(info=detect_host("box1"), sample_period_s=3600.0, run_lock_path=run_lock,
+                        kept_dir=tmp_path / "kept")
+    try:
+        first = worker.run(spec("r0", model="script", max_tokens=4)).model_dump(mode="json")
+        assert worker.result("r0").model_dump(mode="json") == first  # what the store hashes
+        assert worker.result("never-ran") is None
+        assert oct((tmp_path / "kept").stat().st_mode & 0o777) == "0o700"
+        restarted = HostWorker(info=detect_host("box1"), kept_dir=tmp_path / "kept")
+        assert restarted.result("r0").model_dump(mode="json") == first  # after a restart too
+        restarted.close()
+        for i in range(1, KEPT_RESULTS + 1):
+            worker.run(spec(f"r{i}", model="script", max_tokens=4))
+        assert worker.result("r0") is None  # the oldest let go
+        assert worker.result(f"r{KEPT_RESULTS}").run_key == f"r{KEPT_RESULTS}"
+        assert len(list((tmp_path / "kept").iterdir())) == KEPT_RESULTS
+    finally:
+        worker.close()
+
+
 def test_runs_are_one_at_a_time(worker: HostWorker) -> None:
     specs = [spec(f"s{i}", model="script:5ms", arm="plain", max_tokens=10) for i in range(3)]
     results: list = []
