@@ -16,19 +16,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)" -e ".[mlx,torch,postgres,serve,dev]"
 	touch $(STAMP)
 
-# On Linux, MLX's CPU backend runs on Debian's OpenBLAS when present (25x faster prefill than
-# the wheel's reference BLAS); `make test` installs it first (root, apt). See workers/blas.py.
-BLAS_ENV = $$($(BIN)/python -m specfleet.workers.blas $(1))
-
 demo: venv
 	$(BIN)/specfleet models fetch smollm2-135m
 	mkdir -p reports
-	bash -o pipefail -c 'env $(call BLAS_ENV) $(BIN)/specfleet matrix run demo --report-dir reports | tee reports/.demo-run.txt'
+	bash -o pipefail -c '$(BIN)/specfleet matrix run demo --report-dir reports | tee reports/.demo-run.txt'
 	@id=$$(sed -n 's/^matrix id: //p' reports/.demo-run.txt); \
 	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
+# The MLX-only subprocesses of the suite run on Debian's OpenBLAS (workers/blas.py): install it.
 test: venv
-	env $(call BLAS_ENV,--install) $(BIN)/python -m pytest -q
+	$(BIN)/python -m specfleet.workers.blas --install > /dev/null
+	$(BIN)/python -m pytest -q
 
 # ruff, then mypy over specfleet/ (configured in pyproject.toml).
 lint: venv

@@ -4,11 +4,15 @@ The `mlx[cpu]` wheel bundles netlib's reference BLAS (a 1024^3 matmul ~1 s). Pre
 Debian's OpenBLAS (`libopenblas0-pthread`) replaces it: Gemma 3 270M prefilled 538 tokens in
 3.1 s instead of 78 s here. OpenBLAS 0.3.21 misdetects this kind of CPU as Prescott unless
 `OPENBLAS_CORETYPE` names a core the CPU supports, chosen here from /proc/cpuinfo's flags
-(never a core the CPU lacks). torch links MKL statically and is unaffected.
+(never a core the CPU lacks).
 
-A preload only works from process start, so it is applied where processes start: `make test`
-and `make demo` (`python -m specfleet.workers.blas` prints the assignments), and the Ray node
-`fleet up` / `fleet join` start (workers inherit it). `SPECFLEET_OPENBLAS=0` turns it off.
+Only for processes that run MLX without torch: libtorch_cpu exports its own (MKL) `sgemm_`
+and calls it through the dynamic linker, so a preloaded OpenBLAS takes over torch's BLAS
+calls too and made a torch decode step 2-4x slower here (67 ms -> 151-255 ms on SmolLM2).
+A preload only works from process start, so it is applied where such processes start: the
+Ray node of `fleet up` / `fleet join` on a host offering MLX alone (`--engines mlx`, or no
+torch installed), and by hand for one command (`env $(python -m specfleet.workers.blas)
+specfleet generate --engine mlx ...`). `SPECFLEET_OPENBLAS=0` turns it off.
 
     python -m specfleet.workers.blas            # LD_PRELOAD=... OPENBLAS_CORETYPE=..., or nothing
     python -m specfleet.workers.blas --install  # first apt-get install libopenblas0-pthread (root)

@@ -98,19 +98,41 @@ def _numbered_list_prompt(items: int) -> str:
     return "Here is a list:\n" + "\n".join(lines) + "\n\nThe same list again:\n1."
 
 
-@pytest.mark.parametrize("engine", ["torch", "mlx"])
-def test_prompt_lookup_equals_plain_once_the_sliding_window_has_wrapped(gemma3_runners, engine):
-    """The reported case: on MLX a rejected draft stayed in a wrapped RotatingKVCache and the
-    reply was silently corrupted at token 10; torch refused the model. One pair of calls per
-    engine (MLX's CPU backend prefills slowly)."""
+def test_prompt_lookup_equals_plain_once_the_window_has_wrapped_on_torch(gemma3_runners):
+    """torch refused Gemma 3 before its sliding layers rolled back; one pair of calls."""
     from specfleet.engine.config import PromptLookupConfig
     from specfleet.engine.loop import generate
 
-    runner = gemma3_runners[0] if engine == "torch" else gemma3_runners[1]
+    runner = gemma3_runners[0]
     prompt = runner.encode_prompt(_numbered_list_prompt(76), chat=False)
     assert len(prompt) > SLIDING_WINDOW + 16
     plain = generate(runner, prompt, max_tokens=24)
     lookup = generate(runner, prompt, max_tokens=24, lookup=PromptLookupConfig())
     assert lookup.tokens == plain.tokens
-    stats = lookup.stats
-    assert stats.proposed > stats.accepted > 0  # drafts landed and some were rolled back
+    assert lookup.stats.proposed > lookup.stats.accepted > 0  # some drafts were rolled back
+
+
+def test_generate_prompt_lookup_equals_plain_once_the_window_has_wrapped_on_mlx(gemma3_model):
+    """The reported case, as the user ran it: `generate --prompt-lookup` on MLX kept a rejected
+    draft in a wrapped RotatingKVCache and printed a corrupted reply at token 10 with exit 0.
+    One pair of `generate` calls, each an MLX-only process on OpenBLAS when this host has it
+    (its reference BLAS prefills this prompt in ~80 s, OpenBLAS in ~3 s)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from specfleet.workers.blas import openblas_env
+
+    specfleet = str(Path(sys.executable).parent / "specfleet")
+    args = [specfleet, "generate", "-m", "gemma3-270m", "--engine", "mlx", "--device", "cpu",
+            "-n", "24", "--json", "--no-chat", "-p", _numbered_list_prompt(76)]
+    env = {**os.environ, **openblas_env()}
+    plain, lookup = (subprocess.run([*args, *extra], capture_output=True, text=True, env=env,
+                                    timeout=600) for extra in ([], ["--prompt-lookup"]))
+    assert plain.returncode == 0 and lookup.returncode == 0, plain.stderr + lookup.stderr
+    plain_out, lookup_out = json.loads(plain.stdout), json.loads(lookup.stdout)
+    assert plain_out["prompt_tokens"] > SLIDING_WINDOW + 16
+    assert lookup_out["token_ids"] == plain_out["token_ids"]
+    counters = lookup_out["counters"]
+    assert counters["proposed"] > counters["accepted"] > 0  # some drafts were rolled back

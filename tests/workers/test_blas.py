@@ -34,10 +34,16 @@ def test_the_preload_is_offered_once_and_can_be_turned_off():
 @pytest.mark.skipif(platform.system() != "Linux" or not blas.LIBRARY.exists(),
                     reason="needs Debian's libopenblas0-pthread (make test installs it)")
 def test_ray_nodes_started_by_fleet_up_or_join_inherit_the_preload(monkeypatch):
-    from specfleet.cluster.membership import start_env
+    """Only a node that runs MLX without torch gets it: torch's own BLAS calls would go to
+    OpenBLAS too (a torch step 2-4x slower here)."""
+    from specfleet.cluster.membership import _mlx_only, start_env
 
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.delenv(blas.SWITCH_ENV, raising=False)
-    assert start_env("linux")["LD_PRELOAD"] == str(blas.LIBRARY)
-    monkeypatch.setenv(blas.SWITCH_ENV, "0")
+    assert start_env("linux", mlx_only=True)["LD_PRELOAD"] == str(blas.LIBRARY)
     assert "LD_PRELOAD" not in start_env("linux")
+    assert _mlx_only({"mlx": ("cpu",), "torch": ("cpu",)}, ["mlx"])
+    assert not _mlx_only({"mlx": ("cpu",), "torch": ("cpu",)}, None)
+    assert _mlx_only({"mlx": ("cpu",)}, None)
+    monkeypatch.setenv(blas.SWITCH_ENV, "0")
+    assert "LD_PRELOAD" not in start_env("linux", mlx_only=True)

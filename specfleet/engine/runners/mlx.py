@@ -12,7 +12,7 @@ the machine this was written on; the GPU branches are kept to the few lines belo
 Linux CPU speed-up (optional, never required): the `mlx[cpu]` wheel bundles netlib's
 reference BLAS; starting Python with Debian's OpenBLAS preloaded made decoding ~3x and
 prefill ~25x faster here. `workers/blas.py` builds that environment (the core type from the
-CPU's flags); `make test`, `make demo` and the Ray nodes of `fleet up` / `fleet join` use it.
+CPU's flags) for processes that run MLX without torch (a preload takes over torch's BLAS too).
 """
 
 from __future__ import annotations
