@@ -300,10 +300,7 @@ def _watch(ctx: _Ctx, host: HostState) -> None:
     was = host.health
     if host.listen(ctx.opts.ping_every_s):
         _back(ctx, host, was)
-    if host.settling(time.monotonic()) and host.refusal:
-        host.mark_suspect()  # Ray declared its node dead after all: its worker restarts
-        _host_news(ctx, host, SUSPECT, f"suspect: its worker went away after it answered "
-                   f"again ({host.refusal})")
+    _end_settling(ctx, host)
     flight = host.inflight
     if flight is None or host.health != HEALTHY:
         return
@@ -327,6 +324,18 @@ def _back(ctx: _Ctx, host: HostState, was: str) -> None:
         host.settle_until = now + settle_s
         settle = f"; its next run in {settle_s:.0f} s (Ray may still declare its node dead)"
     _host_news(ctx, host, "back", f"back: answers again after {away_s:.0f} s {was}{settle}")
+
+
+def _end_settling(ctx: _Ctx, host: HostState) -> None:
+    """At the end of a host's settling time, Ray refusing its pings still (a reset connection
+    alone heals within a ping or two) means its node was declared dead after all."""
+    if not host.settle_until or host.settling(time.monotonic()):
+        return
+    host.settle_until = 0.0
+    if host.refusal:
+        host.mark_suspect()
+        _host_news(ctx, host, SUSPECT, f"suspect: its worker went away after it answered "
+                   f"again ({host.refusal})")
 
 
 def _cut_loose(ctx: _Ctx, host: HostState, silent_s: float, now: float) -> None:
@@ -429,36 +438,39 @@ def _settle(ctx: _Ctx, host: HostState) -> None:
     flight = host.inflight
     assert flight is not None
     host.inflight = None
+    cut = flight.cut_at is not None  # a run cut loose freed its machine then
     try:
         result = ray.get(flight.ref, timeout=ctx.opts.call_timeout_s)
     except (*WORKER_LOST, RayTaskError, GetTimeoutError) as err:
-        if flight.cut_at is None:
-            _lost(ctx, host, flight.spec, err)
+        if not cut:
+            _lost(ctx, host, flight, err)
         elif not flight.claimed:
             _claim(host, flight)
         else:
             _claim_later(ctx, host, flight, err)
     else:
-        if flight.cut_at is None:
+        if not cut:
             _store_result(ctx, host, flight.spec, result)
         elif result is None:
-            _late_loss(ctx, host, flight, "its worker does not have it: it never ran it, or "
-                       "restarted since")
+            _late_loss(ctx, host, flight, "its host does not have it: it never finished there")
         else:
             _store_late(ctx, host, flight, result)
     finally:
-        if flight.cut_at is None:  # a run cut loose freed its machine then
+        if not cut:
             _run_over(ctx, host)
 
 
-def _lost(ctx: _Ctx, host: HostState, spec: RunSpec, err: Exception) -> None:
+def _lost(ctx: _Ctx, host: HostState, flight: InFlight, err: Exception) -> None:
     if isinstance(err, RayTaskError):  # raised outside HostWorker's own error handling
-        _fail(ctx, host, spec, _task_error(err))
+        _fail(ctx, host, flight.spec, _task_error(err))
         return
     why = "result not fetched in time" if isinstance(err, GetTimeoutError) \
         else f"worker lost: {_one_line(err)}"
-    _interrupt(ctx, host, spec, why)
+    _interrupt(ctx, host, flight.spec, why)
     host.mark_suspect()  # a detached worker with max_restarts=-1 may come back
+    if isinstance(err, WORKER_LOST):  # it may have finished first: its host keeps the result
+        flight.cut_at, flight.ref, flight.heard_when_lost = time.monotonic(), None, host.heard
+        host.inflight = flight
 
 
 def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:
