@@ -134,8 +134,9 @@ class HostState:
         return self.health == HEALTHY and now < self.settle_until
 
     def same_worker(self) -> bool:
-        """Whether the worker answering now is the process that answered before it left."""
-        return self.answer.get("pid") == self.pid_when_left
+        """Whether the worker answering now may be the process that answered before it left
+        (not known when it left before its first answer)."""
+        return self.pid_when_left is None or self.answer.get("pid") == self.pid_when_left
 
     def silent_s(self, now: float) -> float:
         """How long the oldest ping not answered since the last answer has waited."""
