@@ -69,6 +69,7 @@ class NetFleet:
     hosts: list[NetHost] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
     db_url: str = ""  # a store for drivers (the tests serve PostgreSQL from the head)
+    fast_health: bool = True  # False: Ray's shipped health checks, what `fleet up` gives users
 
     @property
     def head(self) -> NetHost:
@@ -82,12 +83,15 @@ class NetFleet:
         return next(h for h in self.hosts if h.name == name)
 
     def env(self, host: NetHost, **extra: str) -> dict[str, str]:
-        """A host's environment: its own HOME, this checkout's code, fast health checks."""
+        """A host's environment: its own HOME, this checkout's code, fast health checks unless
+        the fleet runs Ray's shipped ones."""
         keep = ("PATH", "PYTHONPATH", "LANG", "OMP_WAIT_POLICY", "SPECFLEET_MODELS")
         env = {k: os.environ[k] for k in keep if k in os.environ}
         env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         env["PATH"] = f"{BIN}:{env['PATH']}"
-        env.update(HOME=host.home, RAY_USAGE_STATS_ENABLED="0", **FAST_HEALTH_ENV)
+        env.update(HOME=host.home, RAY_USAGE_STATS_ENABLED="0")
+        if self.fast_health:
+            env.update(FAST_HEALTH_ENV)
         env.update(self.extra_env)
         env.update(extra)
         return env
@@ -176,12 +180,14 @@ def free_subnet(tries: int = 50) -> ipaddress.IPv4Network:
     raise RuntimeError("no free 10.x.y.0/24 found")
 
 
-def create(hosts: dict[str, list[str] | None], outside: tuple[str, ...] = ()) -> NetFleet:
-    """Namespaces, bridge, veths and addresses (no Ray yet). On failure, removes what it made."""
+def create(hosts: dict[str, list[str] | None], outside: tuple[str, ...] = (),
+           fast_health: bool = True) -> NetFleet:
+    """Namespaces, bridge, veths and addresses (no Ray yet). On failure, removes what it made.
+    `fast_health=False` leaves Ray's health checks at their shipped defaults."""
     fid = f"{os.getpid() % 10000:04d}{random.randint(0, 99):02d}"
     net = free_subnet()
     root = tempfile.mkdtemp(prefix=f"sfnf{fid}-")  # short: Ray's socket paths live under it
-    fleet = NetFleet(fid, str(net), f"sfbr{fid}", root)
+    fleet = NetFleet(fid, str(net), f"sfbr{fid}", root, fast_health=fast_health)
     addrs = list(net.hosts())
     try:
         _ip("link", "add", fleet.bridge, "type", "bridge")
@@ -287,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="create the namespaces and start the fleet")
     up.add_argument("--host", action="append", required=True, help="NAME[=ENGINE,ENGINE]")
     up.add_argument("--outside", action="append", default=[], help="a namespace not in it")
+    up.add_argument("--ray-defaults", action="store_true",
+                    help="keep Ray's shipped health checks (default: 1 s x 3, for tests)")
     for name in ("up", "down", "exec"):
         p = up if name == "up" else sub.add_parser(name)
         p.add_argument("--state", required=True, help="JSON file describing the fleet")
@@ -298,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"error: {why}", file=sys.stderr)
             return 2
-        fleet = create(dict(map(_parse_host, args.host)), tuple(args.outside))
+        fleet = create(dict(map(_parse_host, args.host)), tuple(args.outside),
+                       fast_health=not args.ray_defaults)
         fleet.save(args.state)
         start(fleet)
         print(f"fleet at {fleet.address}: " + ", ".join(f"{h.name} {h.ip} ({h.ns})"
