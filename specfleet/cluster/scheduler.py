@@ -486,14 +486,8 @@ def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult)
         ctx.writer.record(result)
     except StoreConflict:  # another driver stored this run first; its result stands
         return
-    host.interrupted -= 1
-    if result.status == "done":
-        host.done += 1
-        host.run_s += result.total_s
-    elif result.status == "failed":
-        host.failed += 1
-    else:
-        host.interrupted += 1
+    host.interrupted -= 1  # counted when it was cut loose; now counted by its result
+    _tally(host, result)
     assert flight.cut_at is not None
     late_s = time.monotonic() - flight.cut_at
     _emit(ctx, host, flight.spec.run_key, result.status,
@@ -512,14 +506,19 @@ def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) 
     except StoreConflict:  # another driver stored this run first; its result stands
         _emit(ctx, host, spec.run_key, "done")
         return
+    _tally(host, result)
+    _emit(ctx, host, spec.run_key, result.status, result.error or "", spec, result.tok_per_s)
+
+
+def _tally(host: HostState, result: RunResult) -> None:
+    """Count a stored result on its host (interrupted: cancelled cooperatively by the worker)."""
     if result.status == "done":
         host.done += 1
         host.run_s += result.total_s
     elif result.status == "failed":
         host.failed += 1
     else:
-        host.interrupted += 1  # cancelled cooperatively by the worker
-    _emit(ctx, host, spec.run_key, result.status, result.error or "", spec, result.tok_per_s)
+        host.interrupted += 1
 
 
 def with_stored_costs(store, spec: RunSpec) -> RunSpec:
