@@ -170,9 +170,6 @@ def self_test_once(engine: str, device: str, default_policy: str,
         build = None
         if break_rollback:
             tiny = importlib.import_module(f"specfleet.engine.runners.tiny_{engine}")
-
-            def build(family: str, dev: str) -> Any:
-                return DroppedRollback(tiny.self_test_runner(family, device=dev))
-
+            build = lambda family, dev: DroppedRollback(tiny.self_test_runner(family, dev))  # noqa: E731
         _results[key] = run_self_test(engine, device, default_policy, build)
     return _results[key]
