@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from specfleet.cli.fleetlink import DB_HELP
 from specfleet.errors import UserError
+from specfleet.userfiles import read_text
 
 DEFAULT_PORT = 8266  # next to Ray's dashboard (8265) on a head
 
@@ -45,6 +48,42 @@ def url_of(host: str, port: int, path: str = "/") -> str:
     return f"http://{shown}:{port}{path}"
 
 
+def view_token(host: str, token_file: Path | None) -> tuple[str | None, str]:
+    """The token the view asks for and where it came from, read before anything starts.
+
+    `--token-file` when given (on loopback too), else open on loopback, else the fleet's token.
+
+    Raises:
+        UserError: a bad token file, or a non-loopback `--host` with no token to ask for.
+    """
+    from specfleet.serve.auth import check_token
+
+    if token_file is not None:
+        label = f"--token-file {token_file}"
+        text = read_text(token_file, label, "a file holding the token")
+        return check_token(text, label), f"the token in {token_file}"
+    if is_loopback(host):
+        return None, ""
+    return fleet_token(host)
+
+
+def fleet_token(host: str) -> tuple[str, str]:
+    """The fleet's token ($RAY_AUTH_TOKEN, else its token file) and where it came from."""
+    from specfleet.cluster.fleet import token_path
+    from specfleet.serve.auth import check_token
+
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return check_token(os.environ["RAY_AUTH_TOKEN"], "RAY_AUTH_TOKEN"), \
+            "the fleet's token ($RAY_AUTH_TOKEN)"
+    path = token_path()
+    if not os.path.exists(path):  # False (not an error) where a parent is unreadable too
+        raise UserError(f"--host {host}: the view would show every stored prompt and output to "
+                        "the network; pass --token-file PATH (a file holding the token to log "
+                        f"in with), or copy the fleet's token to {path}")
+    label = f"the fleet's token file {path}"
+    return check_token(read_text(path, label), label), f"the fleet's token ({path})"
+
+
 def serve(
     db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
     address: Annotated[str | None, typer.Option(
@@ -52,8 +91,12 @@ def serve(
         "$RAY_ADDRESS, the fleet this machine joined; none: the page says so.")] = None,
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = DEFAULT_PORT,
     host: Annotated[str, typer.Option(
-        "--host", help="Address to bind (default 127.0.0.1; anything else is reachable from "
-        "the network: the view has no login).")] = "127.0.0.1",
+        "--host", help="Address to bind (default 127.0.0.1, open). Anything else is reachable "
+        "from the network and needs a token on every page and API call: --token-file, else "
+        "the fleet's token.")] = "127.0.0.1",
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", help="A file holding the token people log in with (or send as "
+        "`Authorization: Bearer`); one line, 16+ characters. Also on loopback.")] = None,
     matrix: Annotated[str | None, typer.Option(
         "--matrix", help="Print the address of this matrix's page (checked first).")] = None,
 ) -> None:
@@ -69,19 +112,22 @@ def serve(
     from specfleet.store.readonly import open_read_only
 
     check_port(port)
-    if not is_loopback(host):
-        typer.echo(f"warning: --host {host}: the web view is reachable from the network, "
-                   "without a login; it shows every stored prompt and output", err=True)
+    token, token_from = view_token(host, token_file)
     address = fleet_address(address)
     store = open_read_only(db)
     if matrix is not None:
         store.get_matrix(matrix)  # an unknown id: one line, before listening
     check_free(host, port)
+    login = f"needs a token: {token_from}" if token else "open: loopback only"
     typer.echo(f"specfleet serve: {url_of(host, port)} (store {store.display_url}, read-only; "
-               f"fleet {address or 'none'})", err=True)
+               f"fleet {address or 'none'}; {login})", err=True)
+    if not is_loopback(host):
+        typer.echo(f"note: --host {host}: plain HTTP, the token and the pages cross the network "
+                   "unencrypted; on a network you do not trust, use an SSH tunnel or a TLS "
+                   "proxy instead", err=True)
     if matrix is not None:
         typer.echo(f"matrix {matrix}: {url_of(host, port, f'/matrices/{matrix}')}", err=True)
-    app = create_app(store, FleetReader(address) if address else None)
+    app = create_app(store, FleetReader(address) if address else None, token)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

@@ -1,8 +1,9 @@
 """The Starlette app behind `specfleet serve`: routes, error pages, headers.
 
-Every page has a JSON twin under `/api/...`. Only GET (and HEAD) are routed, the store is
-opened read-only, no route takes SQL or a file path, and every response forbids scripts
-from anywhere but the app itself (Content-Security-Policy) on top of Jinja's escaping.
+Every page has a JSON twin under `/api/...`. Only GET (and HEAD) are routed (and the login
+form's POST), the store is opened read-only, no route takes SQL or a file path, and every
+response forbids scripts from anywhere but the app itself (Content-Security-Policy) on top of
+Jinja's escaping. With a token, every page and API call needs it (`auth.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from specfleet.errors import UserError
 from specfleet.serve import pages, params
+from specfleet.serve.auth import OPEN_PREFIX, Login, TokenGate
 from specfleet.serve.fleetpage import FleetReader, fleet_page
 from specfleet.store.export import export_runs
 from specfleet.store.store import Store
@@ -161,16 +163,21 @@ def _error_handlers(views: Views) -> dict:
             HTTPException: missing}
 
 
-def create_app(store: Store, fleet: FleetReader | None = None) -> Starlette:
+def create_app(store: Store, fleet: FleetReader | None = None,
+               token: str | None = None) -> Starlette:
     """The web app over a store opened with `store.readonly.open_read_only`.
 
     Args:
         store: the (read-only) store every page reads.
         fleet: reads the fleet's status for the fleet page (None: no fleet).
+        token: the token every page and API call needs (None: open, for loopback only).
     """
     v = Views(store, fleet)
+    login = Login(token, v.html)
     get = ["GET"]
     routes = [
+        Route("/login", login.form, methods=get),
+        Route("/login", login.submit, methods=["POST"]),
         Route("/", v.home, methods=get),
         Route("/fleet", v.fleet_view, methods=get),
         Route("/api/fleet", v.fleet_view, methods=get),
@@ -191,12 +198,14 @@ def create_app(store: Store, fleet: FleetReader | None = None) -> Starlette:
         Route("/api/compare", v.compare, methods=get),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers=_error_handlers(v),
-                     middleware=[Middleware(SecurityHeaders)])
+    # SecurityHeaders outermost: a refusal carries the same headers as a page.
+    middleware = [Middleware(SecurityHeaders), Middleware(TokenGate, token=token)]
+    return Starlette(routes=routes, exception_handlers=_error_handlers(v), middleware=middleware)
 
 
 class SecurityHeaders:
-    """ASGI middleware: the CSP and friends on every response, and the server time."""
+    """ASGI middleware: the CSP and friends on every response, no caching of anything but the
+    static assets (pages hold prompts and outputs), and the server time."""
 
     def __init__(self, app):
         self.app = app
@@ -213,6 +222,8 @@ class SecurityHeaders:
                 headers["Content-Security-Policy"] = CSP
                 headers["X-Content-Type-Options"] = "nosniff"
                 headers["Referrer-Policy"] = "no-referrer"
+                if not scope["path"].startswith(OPEN_PREFIX):
+                    headers["Cache-Control"] = "no-store"
                 # Server time, read by bench/serve.py (browsers' devtools show it too).
                 elapsed_ms = (time.perf_counter() - started) * 1e3
                 headers["Server-Timing"] = f"app;dur={elapsed_ms:.1f}"

@@ -1,5 +1,5 @@
 """`specfleet serve`'s mistakes through the real Typer app: one line each, exit 2, nothing
-listened on. (The server itself is tested in tests/serve/.)"""
+listened on; which token the view asks for. (The server itself is tested in tests/serve/.)"""
 
 from __future__ import annotations
 
@@ -14,6 +14,28 @@ from specfleet.cli.serve import is_loopback, url_of
 from specfleet.store import open_store
 
 runner = CliRunner()
+TOKEN = "5e1f0c3a9b7d4e2f8a6c1b3d5f7e9a0c"
+
+
+@pytest.fixture
+def no_fleet_token(tmp_path, monkeypatch):
+    """This machine holds no fleet token (the box running the tests may hold a real one)."""
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-ray" / "auth_token"))
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """`uvicorn.run` replaced: the app `serve` would listen with, instead of listening."""
+    apps: list = []
+    monkeypatch.setattr("uvicorn.run", lambda app, **kwargs: apps.append((app, kwargs)))
+    return apps
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -50,10 +72,95 @@ def test_a_taken_port_is_one_line(empty_store):
     assert f"--port {port}: cannot listen on 127.0.0.1" in stderr
 
 
-def test_binding_beyond_loopback_warns_first(tmp_path):
-    stderr = _error("--host", "0.0.0.0", "--db", str(tmp_path / "missing.db"))
-    first = stderr.splitlines()[0]
-    assert first.startswith("warning: --host 0.0.0.0: the web view is reachable from the network")
+def test_beyond_loopback_without_a_token_is_refused(tmp_path, empty_store, no_fleet_token):
+    for host in ("0.0.0.0", "192.168.1.4", "::"):
+        stderr = _error("--host", host, "--db", empty_store)
+        assert stderr.splitlines() == [
+            f"error: --host {host}: the view would show every stored prompt and output to the "
+            "network; pass --token-file PATH (a file holding the token to log in with), or copy "
+            f"the fleet's token to {tmp_path / 'no-ray' / 'auth_token'}"]
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "no such file; expected a file holding the token"),
+    ("dir", "is a directory; expected a file holding the token"),
+    (b"", "is empty; expected a token (make one with `openssl rand -hex 32`)"),
+    (b" \n\n", "is empty; expected a token"),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe" + TOKEN.encode(), "not UTF-8 text (byte 0)"),
+    (TOKEN.encode() + b"\x00", "holds '\\x00'; expected one line of printable ASCII without spaces"),
+    (f"{TOKEN}\n{TOKEN}".encode(), "holds '\\n'; expected one line of printable ASCII"),
+    (f"{TOKEN} x".encode(), "holds ' '; expected one line"),
+    ("jeton-très-secret-0123".encode(), "holds 'è'; expected one line of printable ASCII"),
+    (b"short-token", "the token has 11 characters; expected at least 16"),
+])
+def test_token_file_mistakes_are_one_line(tmp_path, empty_store, content, says):
+    path = tmp_path / "token"
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    for host in ("127.0.0.1", "0.0.0.0"):
+        lines = _error("--host", host, "--token-file", str(path), "--db", empty_store).splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: --token-file {path}: {says}")
+
+
+def test_a_bad_fleet_token_is_one_line_naming_its_file(tmp_path, empty_store, monkeypatch):
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    bad = tmp_path / "auth_token"
+    bad.write_text("abc\n")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(bad))
+    assert _error("--host", "0.0.0.0", "--db", empty_store).splitlines() == [
+        f"error: the fleet's token file {bad}: the token has 3 characters; expected at least 16 "
+        "(make one with `openssl rand -hex 32`)"]
+
+
+def _serve(*args: str) -> str:
+    result = runner.invoke(app, ["serve", "--port", str(_free_port()), *args])
+    assert result.exit_code == 0, result.output
+    return result.stderr
+
+
+def test_beyond_loopback_the_fleet_token_guards_the_view(tmp_path, empty_store, served,
+                                                         monkeypatch):
+    from starlette.testclient import TestClient
+
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    fleet_file = tmp_path / "auth_token"
+    fleet_file.write_text(TOKEN + "\n")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(fleet_file))
+    lines = _serve("--host", "0.0.0.0", "--db", empty_store).splitlines()
+    assert lines[0].endswith(f"; fleet none; needs a token: the fleet's token ({fleet_file}))")
+    assert lines[1].startswith("note: --host 0.0.0.0: plain HTTP, the token and the pages cross")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN[::-1])  # Ray reads the variable first, so do we
+    assert "needs a token: the fleet's token ($RAY_AUTH_TOKEN)" in _serve(
+        "--host", "0.0.0.0", "--db", empty_store)
+    (first, options), (second, _) = served
+    assert options["host"] == "0.0.0.0"
+    for guarded, token in ((first, TOKEN), (second, TOKEN[::-1])):
+        with TestClient(guarded, follow_redirects=False) as web:
+            assert web.get("/api/matrices").status_code == 401
+            assert web.get("/api/matrices", headers={
+                "Authorization": f"Bearer {token}"}).status_code == 200
+
+
+def test_loopback_is_open_unless_a_token_file_is_given(tmp_path, empty_store, served,
+                                                       no_fleet_token):
+    from starlette.testclient import TestClient
+
+    assert _serve("--db", empty_store).splitlines()[0].endswith("; open: loopback only)")
+    token_file = tmp_path / "view-token"
+    token_file.write_text(f"  {TOKEN}\n")
+    stderr = _serve("--db", empty_store, "--token-file", str(token_file))
+    assert stderr.splitlines()[0].endswith(f"; needs a token: the token in {token_file})")
+    assert "note:" not in stderr
+    (open_app, _), (guarded, _) = served
+    with TestClient(open_app) as web:
+        assert web.get("/api/matrices").status_code == 200
+    with TestClient(guarded, follow_redirects=False) as web:
+        assert web.get("/api/matrices").status_code == 401
+        assert web.get("/matrices").headers["location"] == "/login?next=%2Fmatrices"
+        assert web.get("/api/matrices", headers={
+            "Authorization": f"Bearer {TOKEN}"}).status_code == 200
 
 
 def test_loopback_and_urls():

@@ -5,11 +5,13 @@ Two real matrices of the bundled SmolLM2-135M (torch, CPU, greedy; plain + auto,
 scheduler on a simulated one-host fleet (real Ray, real worker actor), into a real SQLite
 file. `specfleet serve` runs as a real process on a loopback port with `--address` of that
 fleet; Chromium opens the pages, follows links and reads values off them. Screenshots of
-every page go to the test's tmp dir.
+every page go to the test's tmp dir. A second server, over the small seeded store and with a
+token file, is logged into as a person would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -29,6 +31,7 @@ from specfleet.cluster.scheduler import run_matrix
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import load_matrix_spec
+from specfleet.serve.auth import COOKIE, session_value
 from specfleet.store import open_store
 from tests.engine.conftest import bundled_model  # noqa: F401 (the fetched bundled model)
 from tests.serve import seed
@@ -52,6 +55,7 @@ targets: {{{{engines: [torch]}}}}
 """
 FAST = SchedulerOptions(progress=False, call_timeout_s=60.0, poll_s=0.1)
 CELL = f"{HOST}/torch/cpu|smollm2-135m|story|auto"
+TOKEN = "b7c1e0d2a9f84e3c6d5b4a3f2e1d0c9b"
 runner = CliRunner()
 
 
@@ -113,17 +117,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(db_url, fleet, tmp_path_factory):
-    """`specfleet serve` as a real process; its stderr goes to a log file."""
+@contextlib.contextmanager
+def _serving(args: list[str], log: Path):
+    """`specfleet serve ARGS` as a real process on a free loopback port, its stderr in `log`;
+    yields the base URL once it listens."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
     cli = Path(sys.executable).with_name("specfleet")
     with open(log, "w") as err:
         proc = subprocess.Popen(
-            [str(cli), "serve", "--db", db_url, "--port", str(port), "--address",
-             fleet.address, "--matrix", "first"], stdout=subprocess.DEVNULL, stderr=err,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            [str(cli), "serve", "--port", str(port), *args], stdout=subprocess.DEVNULL,
+            stderr=err, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -137,7 +140,7 @@ def server(db_url, fleet, tmp_path_factory):
                 time.sleep(0.2)
         else:
             pytest.fail(f"specfleet serve did not listen within 90 s: {log.read_text()}")
-        yield base, log
+        yield base
     finally:
         proc.terminate()
         try:
@@ -145,6 +148,25 @@ def server(db_url, fleet, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(db_url, fleet, tmp_path_factory):
+    """`specfleet serve` as a real process; its stderr goes to a log file."""
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with _serving(["--db", db_url, "--address", fleet.address, "--matrix", "first"],
+                  log) as base:
+        yield base, log
+
+
+@pytest.fixture(scope="module")
+def guarded_server(seeded_url, tmp_path_factory):
+    """`specfleet serve --token-file` over the small seeded store (no fleet, no model)."""
+    folder = tmp_path_factory.mktemp("guarded")
+    (folder / "token").write_text(TOKEN + "\n")
+    with _serving(["--db", seeded_url, "--token-file", str(folder / "token")],
+                  folder / "serve.log") as base:
+        yield base, folder / "serve.log"
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +284,42 @@ def test_fleet_page_shows_the_fleet(server, browser, tmp_path):
     selftest = host.find_element(By.CSS_SELECTOR, "p.selftest").text
     assert selftest.startswith("self-test: torch/cpu ok (") and selftest.endswith(" s)"), selftest
     full_page_screenshot(browser, tmp_path / "fleet.png")
+
+
+def test_a_token_guarded_view_asks_for_it_once(guarded_server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    base, log = guarded_server
+    assert "needs a token: the token in" in log.read_text()
+    browser.delete_all_cookies()
+    browser.get(f"{base}/matrices/{seed.BASE}")
+    assert browser.current_url == f"{base}/login?next=%2Fmatrices%2F{seed.BASE}"
+    assert seed.BASE not in browser.find_element(By.TAG_NAME, "body").text
+    full_page_screenshot(browser, tmp_path / "login.png")
+    browser.get(f"{base}/api/matrices")  # a script without the cookie: 401 and no data
+    assert "this view needs a token" in browser.page_source and seed.BASE not in \
+        browser.page_source
+
+    browser.get(f"{base}/matrices/{seed.BASE}")
+    browser.find_element(By.ID, "token").send_keys("not-the-token-at-all")
+    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+    assert browser.find_element(By.ID, "login-error").text == "Wrong token."
+    assert browser.get_cookie(COOKIE) is None
+    full_page_screenshot(browser, tmp_path / "login-wrong.png")
+
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+    deadline = time.monotonic() + 30
+    while browser.current_url != f"{base}/matrices/{seed.BASE}" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert browser.current_url == f"{base}/matrices/{seed.BASE}"
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.heatmap a.cell")
+    cookie = browser.get_cookie(COOKIE)
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert cookie["value"] == session_value(TOKEN)
+    assert browser.execute_script("return document.cookie") == ""  # out of scripts' reach
+    full_page_screenshot(browser, tmp_path / "matrix-after-login.png")
+    browser.get(f"{base}/matrices")  # the other pages and the API answer now
+    assert browser.find_elements(By.CSS_SELECTOR, "a.matrix-link")
+    browser.get(f"{base}/api/matrices/{seed.LIVE}/progress")
+    assert f'"id":"{seed.LIVE}"' in browser.page_source.replace(" ", "")

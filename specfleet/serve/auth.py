@@ -1,0 +1,168 @@
+"""Who may see the web view: one shared token, checked on every page and API call.
+
+A browser logs in once at `/login` and then carries a cookie holding an HMAC of a fixed label
+keyed with the token, never the token itself: the fleet's token is also the key to its Ray
+cluster, and a cookie is easier to leak than a file. Scripts send `Authorization: Bearer
+TOKEN`. Only `/login` and `/static/` (the stylesheet and the script, no stored data) answer
+without either. Every comparison is `hmac.compare_digest`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable
+from urllib.parse import parse_qs, urlencode
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from specfleet.errors import UserError, one_line
+
+COOKIE = "specfleet_view"
+LOGIN_PATH = "/login"
+OPEN_PREFIX = "/static/"
+HOME = "/matrices"
+MIN_TOKEN_CHARS = 16
+MAX_FORM_BYTES = 4096  # the login form is two short fields
+_LABEL = b"specfleet serve: a browser that logged in"
+REFUSED = ("this view needs a token: send `Authorization: Bearer TOKEN` or log in at "
+           f"{LOGIN_PATH}")
+
+
+def check_token(text: str, label: str) -> str:
+    """The token in a token file's (or variable's) text: one line of printable ASCII without
+    spaces, at least `MIN_TOKEN_CHARS` long, surrounding white space dropped.
+
+    Raises:
+        UserError: one line naming `label` and what a token must be.
+    """
+    token = text.strip()
+    make = "make one with `openssl rand -hex 32`"
+    if not token:
+        raise UserError(f"{label}: is empty; expected a token ({make})")
+    bad = next((ch for ch in token if not (ch.isascii() and ch.isprintable()) or ch == " "),
+               None)
+    if bad is not None:
+        raise UserError(f"{label}: holds {one_line(repr(bad))}; expected one line of printable "
+                        f"ASCII without spaces ({make})")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise UserError(f"{label}: the token has {len(token)} characters; expected at least "
+                        f"{MIN_TOKEN_CHARS} ({make})")
+    return token
+
+
+def session_value(token: str) -> str:
+    """What the login cookie holds: HMAC-SHA256 of a fixed label keyed with the token."""
+    return hmac.new(token.encode(), _LABEL, hashlib.sha256).hexdigest()
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+
+
+def _bearer(headers: Headers) -> str | None:
+    """The bearer token sent, "" for another kind of Authorization, None for none."""
+    value = headers.get("authorization")
+    if value is None:
+        return None
+    scheme, _, credentials = value.partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
+
+
+def local_path(target: str | None) -> str:
+    """`target` when it is a path on this site (never another host, never the login page)."""
+    if (not target or not target.startswith("/") or target.startswith("//")
+            or "\\" in target or not target.isprintable() or target.startswith(LOGIN_PATH)):
+        return HOME
+    return target
+
+
+class TokenGate:
+    """ASGI middleware: lets a request through with the right bearer token or login cookie.
+
+    A refused page is a 303 to the login page (which returns to it); a refused API call, or
+    any request with a wrong `Authorization` header, is a 401 with a JSON error.
+    """
+
+    def __init__(self, app, token: str | None):
+        self.app, self.token = app, token
+        self.cookie = None if token is None else session_value(token)
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if (scope["type"] != "http" or self.token is None or path == LOGIN_PATH
+                or path.startswith(OPEN_PREFIX)):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refused = self.refusal(request)
+        if refused is None:
+            await self.app(scope, receive, send)
+        else:
+            await refused(scope, receive, send)
+
+    def refusal(self, request: Request) -> Response | None:
+        """None for a request that may pass, else the response that refuses it."""
+        assert self.token is not None and self.cookie is not None
+        bearer = _bearer(request.headers)
+        if bearer is not None:
+            return None if _same(bearer, self.token) else _unauthorized()
+        if _same(request.cookies.get(COOKIE, ""), self.cookie):
+            return None
+        if request.url.path.startswith("/api/"):
+            return _unauthorized()
+        asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"{LOGIN_PATH}?{urlencode({'next': asked})}", status_code=303)
+
+
+def _unauthorized() -> Response:
+    return JSONResponse({"error": REFUSED}, status_code=401,
+                        headers={"WWW-Authenticate": 'Bearer realm="specfleet"'})
+
+
+class Login:
+    """`GET /login` (the form) and `POST /login` (check the token, set the cookie, go back).
+
+    Args:
+        token: the view's token (None: an open view, where both just go to the page asked).
+        render: renders a template with a context and a status (the app's `Views.html`).
+    """
+
+    def __init__(self, token: str | None, render: Callable[..., Response]):
+        self.token, self.render = token, render
+
+    async def form(self, request: Request) -> Response:
+        target = local_path(request.query_params.get("next"))
+        if self.token is None:
+            return RedirectResponse(target, status_code=303)
+        return self.render("login.html", {"next": target, "error": None})
+
+    async def submit(self, request: Request) -> Response:
+        fields = await _form_fields(request)
+        target = local_path(fields.get("next"))
+        if self.token is None:
+            return RedirectResponse(target, status_code=303)
+        if not _same(fields.get("token", "").strip(), self.token):
+            return self.render("login.html", {"next": target, "error": "Wrong token."},
+                               status=401)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, session_value(self.token), httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+
+async def _form_fields(request: Request) -> dict[str, str]:
+    """A small urlencoded form (the app has no multipart parser and needs none)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise HTTPException(413, f"the login form is over {MAX_FORM_BYTES} bytes")
+    try:
+        pairs = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
+    except ValueError:
+        raise HTTPException(400, "the login form has too many fields") from None
+    return {key: values[0] for key, values in pairs.items()}
