@@ -71,7 +71,7 @@ def sf_arm(name: str, runner, lookup) -> Arm:
 
 def child(engine: str, args: argparse.Namespace) -> dict:
     """Everything one engine measures, as JSON-ready data."""
-    from specfleet.cli.generate import load_model
+    from specfleet.cli.localmodel import load_model
     from specfleet.engine.calibrate import QUICK, measure_width_costs
     from specfleet.engine.config import PromptLookupConfig
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specfleet.cli.generate import load_model  # noqa: E402
+from specfleet.cli.localmodel import load_model  # noqa: E402
 from specfleet.configs import prompts_dir  # noqa: E402
 from specfleet.engine import warmup  # noqa: E402
 

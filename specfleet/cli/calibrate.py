@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.generate import DEFAULT_ENGINE, check_choice, load_model
+from specfleet.cli.localmodel import DEFAULT_ENGINE, check_choice, load_model, say, store_table
 from specfleet.engine.kinds import (
     DEVICE_CHOICES,
     MODEL_ENGINES,
@@ -25,61 +25,9 @@ from specfleet.engine.kinds import (
     choices_text,
 )
 from specfleet.errors import UserError
-from specfleet.workers.loaded import LoadedModel
 
 # A verify block is at most max-draft (64) proposals plus the bonus row.
 MAX_WIDTH_LIMIT = 65
-
-
-def _say(line: str) -> None:
-    typer.echo(line, err=True)
-
-
-def store_table(loaded: LoadedModel, costs: Any, settings: Any, measure_s: float,
-                db: str | None) -> str:
-    """Store a measured table for this host; returns where (for the message)."""
-    from specfleet.jobs.run import Target
-    from specfleet.store.store import open_store
-    from specfleet.workers.hardware import detect_host
-
-    info = detect_host()
-    calibration = {
-        "costs": dataclasses.asdict(costs), "host_fingerprint": info.fingerprint,
-        "weights_hash": loaded.weights_hash, "settings": dataclasses.asdict(settings),
-        "versions": dict(info.versions), "measure_s": round(measure_s, 2),
-    }
-    target = Target(host=info.name, engine=costs.engine, device=costs.device)
-    with open_store(db) as store:
-        store.record_calibration(target, loaded.alias, calibration)
-        return store.display_url
-
-
-def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tuple[float, ...]:
-    """The newest stored table of this host, engine, device, model and weights; when there
-    is none, one measured with the quick settings, stored, and said so on stderr."""
-    from specfleet.engine.calibrate import QUICK, measure_width_costs
-    from specfleet.store.store import open_store
-    from specfleet.workers.hardware import detect_host
-
-    runner = loaded.runner
-    fingerprint = detect_host().fingerprint
-    with open_store(db) as store:
-        rows = store.latest_calibration(runner.engine, runner.device, loaded.alias,
-                                        host_fingerprint=fingerprint,
-                                        weights_hash=loaded.weights_hash)
-    ratios = tuple(r.ratio for r in rows if r.ratio is not None)
-    if rows and len(ratios) == len(rows):
-        _say(f"[Calibrated] width-cost table of {rows[0].measured_at:%Y-%m-%d %H:%M} "
-             f"(n={rows[0].n}, widths 1..{len(rows)})")
-        return ratios
-    _say(f"[Calibrated] no stored width-cost table for {loaded.alias} on this host's "
-         f"{runner.engine}/{runner.device}; measuring one (quick)")
-    start_s = time.perf_counter()
-    costs = measure_width_costs(runner, QUICK, progress=_say)
-    where = store_table(loaded, costs, QUICK, time.perf_counter() - start_s, db)
-    _say(f"[Calibrated] measured in {time.perf_counter() - start_s:.1f} s; stored in {where}")
-    runner.reset()
-    return costs.ratio
 
 
 def calibrate_command(
@@ -133,11 +81,11 @@ def calibrate_command(
     settings = replace(base, max_width=max_width, **overrides)
     loaded = load_model(model, engine, device)
     start_s = time.perf_counter()
-    costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=_say)
+    costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
     measure_s = time.perf_counter() - start_s
     if store:
         where = store_table(loaded, costs, settings, measure_s, db)
-        _say(f"calibrate: stored in {where}")
+        say(f"calibrate: stored in {where}")
     if as_json:
         typer.echo(json.dumps({"model": loaded.alias, **dataclasses.asdict(costs)}))
         return

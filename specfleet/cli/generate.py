@@ -4,7 +4,7 @@ It mirrors the reference `generate --prompt-lookup` command: the reply on stdout
 (streamed), then `[Generated N tokens in X s = Y tok/s]` (whole call including prefill),
 the prompt and generation rates apart and peak memory; with prompt lookup the
 `[Prompt lookup] ...` counters line on stderr. Model loading and flag checks here are
-shared with `calibrate.py`.
+shared with `calibrate.py` (`localmodel.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ from specfleet.cli.generate_io import (
     footer_lines,
     peak_memory,
     read_prompt,
+)
+from specfleet.cli.localmodel import (
+    DEFAULT_ENGINE,
+    check_choice,
+    load_model,
+    stored_or_measured_costs,
 )
 from specfleet.engine.config import (
     DEFAULT_MAX_DRAFT,
@@ -50,22 +56,6 @@ from specfleet.workers.loaded import LoadedModel
 
 # ConfigError messages start with the bound's short name; the CLI names the whole flag.
 _LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
-
-
-def default_engine() -> ModelEngine:
-    """MLX on macOS (Metal), torch elsewhere."""
-    return "mlx" if sys.platform == "darwin" else "torch"
-
-
-# `--engine`'s default, read once at import as a default argument would be.
-DEFAULT_ENGINE = default_engine()
-
-
-def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
-    """Return `value` if it is one of `choices`, else raise a one-line `UserError`."""
-    if value not in choices:
-        raise UserError(f"{flag} must be one of {', '.join(choices)}; got {value!r}")
-    return value
 
 
 def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
@@ -108,42 +98,6 @@ def lookup_config(
         return config.validate()
     except ConfigError as err:
         raise UserError(f"{_LOOKUP_FLAG_PREFIX}{err}") from None
-
-
-def load_model(model: str, engine: str, device: str) -> LoadedModel:
-    """Resolve `model` (alias or path) for `engine` and load it on `device`, the way a
-    worker does (`workers.loaded.load_model`); every refusal is one line naming its flag.
-
-    Args:
-        model: an alias of the model registry (`specfleet models list`) or a local folder.
-        engine: "mlx" or "torch".
-        device: "auto", "cpu", "metal", "cuda" or "mps".
-
-    Returns:
-        The loaded runner with the model's provenance.
-    """
-    check_choice("--engine", engine, MODEL_ENGINES)
-    check_choice("--device", device, DEVICE_CHOICES)
-    from specfleet.engine.models import resolve_model
-    from specfleet.engine.runners.base import UnsupportedModelError
-    from specfleet.workers import loaded
-
-    try:
-        resolved = resolve_model(model, engine)
-    except UserError as err:
-        message = str(err)
-        raise UserError(message if message.startswith("--") else f"--model: {message}") from None
-    if resolved.path is None or not Path(resolved.path).exists():
-        raise UserError(
-            f"--model {model}: not on disk; fetch it with `specfleet models fetch` "
-            "or pass a model folder"
-        )
-    try:
-        return loaded.load_model(resolved, engine, device)
-    except loaded.EngineNotInstalled as err:
-        raise UserError(f"--engine {engine}: {err}") from None
-    except UnsupportedModelError as err:
-        raise UserError(f"--model {model}: {err}") from None
 
 
 def encode(runner: Any, text: str, chat: bool | None, system: str | None = None) -> list[int]:
@@ -290,8 +244,6 @@ def request_lookup(loaded: LoadedModel, request: GenerateRequest) -> PromptLooku
     lookup = lookup_config(request.ngram_min, request.ngram_max, request.max_draft,
                            request.adaptive, request.policy, loaded.runner.device)
     if lookup.adaptive and lookup.policy == "calibrated":
-        from specfleet.cli.calibrate import stored_or_measured_costs
-
         lookup = replace(lookup, costs=stored_or_measured_costs(loaded))
     return lookup
 

@@ -1,0 +1,122 @@
+"""The local model path shared by `generate` and `calibrate`: the default engine, loading a
+model the way a worker does with one-line refusals naming their flag, and the calibrated
+policy's width-cost table for this host (the newest stored one, else measured and stored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, ModelEngine
+from specfleet.errors import UserError
+from specfleet.workers.loaded import LoadedModel
+
+
+def default_engine() -> ModelEngine:
+    """MLX on macOS (Metal), torch elsewhere."""
+    return "mlx" if sys.platform == "darwin" else "torch"
+
+
+# `--engine`'s default, read once at import as a default argument would be.
+DEFAULT_ENGINE = default_engine()
+
+
+def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
+    """Return `value` if it is one of `choices`, else raise a one-line `UserError`."""
+    if value not in choices:
+        raise UserError(f"{flag} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def load_model(model: str, engine: str, device: str) -> LoadedModel:
+    """Resolve `model` (alias or path) for `engine` and load it on `device`, the way a
+    worker does (`workers.loaded.load_model`); every refusal is one line naming its flag.
+
+    Args:
+        model: an alias of the model registry (`specfleet models list`) or a local folder.
+        engine: "mlx" or "torch".
+        device: "auto", "cpu", "metal", "cuda" or "mps".
+
+    Returns:
+        The loaded runner with the model's provenance.
+    """
+    check_choice("--engine", engine, MODEL_ENGINES)
+    check_choice("--device", device, DEVICE_CHOICES)
+    from specfleet.engine.models import resolve_model
+    from specfleet.engine.runners.base import UnsupportedModelError
+    from specfleet.workers import loaded
+
+    try:
+        resolved = resolve_model(model, engine)
+    except UserError as err:
+        message = str(err)
+        raise UserError(message if message.startswith("--") else f"--model: {message}") from None
+    if resolved.path is None or not Path(resolved.path).exists():
+        raise UserError(
+            f"--model {model}: not on disk; fetch it with `specfleet models fetch` "
+            "or pass a model folder"
+        )
+    try:
+        return loaded.load_model(resolved, engine, device)
+    except loaded.EngineNotInstalled as err:
+        raise UserError(f"--engine {engine}: {err}") from None
+    except UnsupportedModelError as err:
+        raise UserError(f"--model {model}: {err}") from None
+
+
+def say(line: str) -> None:
+    """One status line on stderr (stdout carries the reply or the JSON)."""
+    typer.echo(line, err=True)
+
+
+def store_table(loaded: LoadedModel, costs: Any, settings: Any, measure_s: float,
+                db: str | None) -> str:
+    """Store a measured table for this host; returns where (for the message)."""
+    from specfleet.jobs.run import Target
+    from specfleet.store.store import open_store
+    from specfleet.workers.hardware import detect_host
+
+    info = detect_host()
+    calibration = {
+        "costs": dataclasses.asdict(costs), "host_fingerprint": info.fingerprint,
+        "weights_hash": loaded.weights_hash, "settings": dataclasses.asdict(settings),
+        "versions": dict(info.versions), "measure_s": round(measure_s, 2),
+    }
+    target = Target(host=info.name, engine=costs.engine, device=costs.device)
+    with open_store(db) as store:
+        store.record_calibration(target, loaded.alias, calibration)
+        return store.display_url
+
+
+def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tuple[float, ...]:
+    """The newest stored table of this host, engine, device, model and weights; when there
+    is none, one measured with the quick settings, stored, and said so on stderr."""
+    from specfleet.engine.calibrate import QUICK, measure_width_costs
+    from specfleet.store.store import open_store
+    from specfleet.workers.hardware import detect_host
+
+    runner = loaded.runner
+    fingerprint = detect_host().fingerprint
+    with open_store(db) as store:
+        rows = store.latest_calibration(runner.engine, runner.device, loaded.alias,
+                                        host_fingerprint=fingerprint,
+                                        weights_hash=loaded.weights_hash)
+    ratios = tuple(r.ratio for r in rows if r.ratio is not None)
+    if rows and len(ratios) == len(rows):
+        say(f"[Calibrated] width-cost table of {rows[0].measured_at:%Y-%m-%d %H:%M} "
+             f"(n={rows[0].n}, widths 1..{len(rows)})")
+        return ratios
+    say(f"[Calibrated] no stored width-cost table for {loaded.alias} on this host's "
+         f"{runner.engine}/{runner.device}; measuring one (quick)")
+    start_s = time.perf_counter()
+    costs = measure_width_costs(runner, QUICK, progress=say)
+    where = store_table(loaded, costs, QUICK, time.perf_counter() - start_s, db)
+    say(f"[Calibrated] measured in {time.perf_counter() - start_s:.1f} s; stored in {where}")
+    runner.reset()
+    return costs.ratio
