@@ -94,7 +94,8 @@ def up_command(
 ) -> None:
     """Start the head on this machine (token auth, dashboard on 127.0.0.1) and its worker;
     a supervisor brings the node back when it is lost (--supervise: in the foreground)."""
-    from specfleet.cluster.membership import fleet_up, supervise_here
+    from specfleet.cluster.membership import fleet_up
+    from specfleet.cluster.supervisor import supervise_here
 
     if not 0 < port < 65536:
         raise UserError(f"--port {port}: expected 1..65535")
@@ -119,7 +120,8 @@ def join_command(
 ) -> None:
     """Join the fleet at HEAD as this host (checks Python and Ray versions first); a
     supervisor brings the node back when it is lost (--supervise: in the foreground)."""
-    from specfleet.cluster.membership import fleet_join, supervise_here
+    from specfleet.cluster.membership import fleet_join
+    from specfleet.cluster.supervisor import supervise_here
 
     check_address(head, "HEAD")
     options = _options(num_cpus, node_ip, engines, temp_dir)

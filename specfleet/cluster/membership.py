@@ -215,7 +215,7 @@ def fleet_up(
     _remember(address, info.name, True, temp_dir, opts, port)
     _start_own_worker(address, info.name, opts.engines)
     if supervise:
-        _keep_supervisor()
+        keep_supervisor()
     return Membership(address, info.name, info.kind)
 
 
@@ -244,28 +244,33 @@ def fleet_join(
     _remember(head, info.name, False, temp_dir, opts, None)
     _start_own_worker(head, info.name, opts.engines)
     if supervise:
-        _keep_supervisor()
+        keep_supervisor()
     return Membership(head, info.name, info.kind)
 
 
-def _keep_supervisor(pid: int | None = None) -> None:
-    """One supervisor per host: the previous one stops, this one (or a new background one)
-    is recorded."""
-    from specfleet.cluster import supervisor
-
+def keep_supervisor(pid: int | None = None) -> None:
+    """One supervisor per host: the previous one stops, this one (`pid`, the caller's
+    process) or a new background one is recorded."""
     record = noderecord.load()
     if record is None:
         return
     noderecord.stop_supervisor(record)
-    noderecord.save(replace(record, supervisor_pid=pid or supervisor.spawn()))
+    noderecord.save(replace(record, supervisor_pid=pid or _spawn_supervisor()))
 
 
-def supervise_here() -> None:
-    """Record this process as the host's supervisor, then watch the node (foreground)."""
-    from specfleet.cluster import supervisor
+def _spawn_supervisor() -> int:
+    """Start a background supervisor for this host (own session: outlives the shell)."""
+    from specfleet.engine.models import specfleet_home
 
-    _keep_supervisor(os.getpid())
-    supervisor.supervise(lambda line: print(line, flush=True))
+    log = specfleet_home() / "supervisor.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specfleet.cluster.supervisor"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=dict(os.environ),
+        )
+    return proc.pid
 
 
 def _stop_stale_node(host: str) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -81,19 +79,12 @@ def supervise(
         time.sleep(check_every_s)
 
 
-def spawn() -> int:
-    """Start a background supervisor for this host (own session: outlives the shell)."""
-    from specfleet.engine.models import specfleet_home
+def supervise_here() -> None:
+    """Record this process as the host's supervisor, then watch the node (foreground)."""
+    from specfleet.cluster.membership import keep_supervisor
 
-    log = specfleet_home() / "supervisor.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "specfleet.cluster.supervisor"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=dict(os.environ),
-        )
-    return proc.pid
+    keep_supervisor(os.getpid())
+    supervise(lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":
