@@ -12,14 +12,8 @@ from dataclasses import asdict
 from specfleet.errors import UserError
 from specfleet.report.build import load_matrix
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.tables import DASH, pct
-from specfleet.stats.changes import (
-    CHANGE_ALPHA,
-    DEFAULT_FACTOR,
-    MIN_REPEATS,
-    ChangeTest,
-    no_floor_text,
-)
+from specfleet.report.tables import DASH, interval_text, pct
+from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
 from specfleet.stats.history import (
     COMPARE_FIELDS,
     HISTORY_FIELDS,
@@ -28,14 +22,14 @@ from specfleet.stats.history import (
     compare_rows,
     history_rows,
 )
+from specfleet.stats.interval import RULE, no_verdict_text
 
 
 def test_note(factor: float = DEFAULT_FACTOR) -> str:
     """The change test in words, under every history and compare table."""
-    beyond = f" and the ratio is beyond {factor:g}x either way" if factor > 1.0 else ""
-    return (f"Change test: two-sided Mann-Whitney U over the repeats' tok/s, changed when "
-            f"p <= {CHANGE_ALPHA}{beyond} (with >= {MIN_REPEATS} repeats a side); with fewer "
-            f"repeats there is no noise floor and no verdict.")
+    beyond = (f" Changed also needs the ratio beyond {factor:g}x either way (--factor)."
+              if factor > 1.0 else "")
+    return f"Change test, after over before: {RULE}.{beyond}"
 
 
 def _target_filters(target: str | None) -> dict:
@@ -73,15 +67,16 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
 
 
 def change_text(change: ChangeTest | None) -> str:
-    """`CHANGED 0.80x (mann-whitney p=0.100)`, `same ...`, or `n=1, no noise floor 1.54x`."""
+    """`CHANGED 0.80x (90% interval 0.78-0.82x)`, `within noise ...`, or `n=1, no verdict
+    1.54x`."""
     if change is None:
         return DASH
-    if not change.judged:
-        n = min(change.n_before, change.n_after)
-        return f"{no_floor_text(n)} {change.ratio:.2f}x"
-    p_value = f" p={change.p_value:.3f}" if change.p_value is not None else ""
-    verdict = "CHANGED" if change.changed else "same"
-    return f"{verdict} {change.ratio:.2f}x ({change.test}{p_value})"
+    interval = change.interval
+    if interval is None:
+        return f"{no_verdict_text(min(change.n_before, change.n_after))} {change.ratio:.2f}x"
+    verdict = "CHANGED" if change.changed else "within noise"
+    return (f"{verdict} {change.ratio:.2f}x "
+            f"({interval_text(interval.low, interval.high, interval.coverage)})")
 
 
 def _differs_text(row: HistoryRow) -> str:

@@ -25,7 +25,7 @@ def slug(text: str) -> str:
 
 def _marks(cell) -> str:
     marks = []
-    if cell.within_noise:
+    if cell.verdict == "within noise":
         marks.append("~")
     if cell.spread_flag:
         marks.append("!")

@@ -16,7 +16,7 @@ from specfleet.report.parity_tables import cross_grid, where_text
 from specfleet.report.plots import write_plots
 from specfleet.report.tables import DASH, grids_for
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
-from specfleet.stats.changes import CHANGE_ALPHA
+from specfleet.stats.interval import RULE
 from specfleet.stats.runs import target_label
 from specfleet.stats.view import view_of_runs
 from specfleet.store.export import export_runs
@@ -29,13 +29,13 @@ METHOD = (
     "figure), after the worker warmed every verify width once (kept apart as warm-up).",
     "- Cell value = median arm tok/s / median plain tok/s on the same target, model and "
     "prompt; spread = (max - min) / median over the repeats; a spread above "
-    f"{SPREAD_FLAG:.0%} is flagged; plain's spread is the noise floor and a speed-up inside "
-    "it reads 'within noise'.",
+    f"{SPREAD_FLAG:.0%} is flagged.",
+    f"- Verdicts, for speed-ups (arm over plain) and changes over time (after over before): "
+    f"{RULE}.",
     f"- A cell whose median loop share exceeds {LOOP_SHARE_FLAG} loops (its reply is mostly a "
     "repeated cycle prompt lookup copies for free): marked LOOP, kept out of the headline.",
     "- Counters and parity come from each cell's first repetition; parity compares token ids "
     "with plain's on the same target (first differing token and character).",
-    f"- Changes over time: Mann-Whitney U over the repeats (changed when p <= {CHANGE_ALPHA}).",
 )
 
 

@@ -2,9 +2,9 @@
 
 Per target, like the reference record: rows model x arm, columns prompts, each
 speed-up with its spread beside it. Markers (explained under every table):
-`!` spread above 5%, `within noise` inside plain's spread, `n=1, no noise floor` fewer
-than 3 repeats (no verdict), `LOOP` replies loop (kept out of
-the headline), `THROTTLED` a run of the cell or of its plain ran on a throttled host,
+`!` spread above 5%, `within noise` the 90% interval on the speed-up holds 1x (the rule:
+`stats/interval.py`), `n=1, no verdict` fewer than 3 repeats, `LOOP` replies loop (kept out
+of the headline), `THROTTLED` a run of the cell or of its plain ran on a throttled host,
 `=` identical to plain, `≠` diverged from plain.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from specfleet.errors import UserError
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
-from specfleet.stats.changes import no_floor_text
+from specfleet.stats.interval import RULE, no_verdict_text
 from specfleet.stats.runs import Rate
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
@@ -28,10 +28,9 @@ RATE_WORDS = {"whole": "whole call incl. prefill",
               "decode": "decode only: generation after the first token, --rate decode"}
 LEGEND = (
     f"Speed-up = median tok/s of the arm / median plain tok/s (whole call incl. prefill); "
-    f"±x% = (max-min)/median over repeats; ! spread > {SPREAD_FLAG:.0%}; plain rows show the "
-    f"noise floor; 'within noise' = inside plain's spread; 'n=1, no noise floor' = fewer than "
-    f"3 repeats, no verdict; LOOP = replies loop (kept out of "
-    f"the headline); THROTTLED = a run of the cell or of its plain ran on a throttled host "
+    f"±x% = (max-min)/median over repeats; ! spread > {SPREAD_FLAG:.0%}; {RULE} "
+    f"('n=1, no verdict'); LOOP = replies loop (kept out of the headline); THROTTLED = a run "
+    f"of the cell or of its plain ran on a throttled host "
     f"(clocks capped, thermal state not nominal, on battery or Low Power Mode); "
     f"= identical to plain, ≠ diverged."
 )
@@ -39,6 +38,11 @@ LEGEND = (
 
 def pct(value: float | None) -> str:
     return DASH if value is None else f"±{value * 100:.1f}%"
+
+
+def interval_text(low: float, high: float, coverage: float) -> str:
+    """`90% interval 0.89-1.21x`: a ratio's interval and its exact coverage."""
+    return f"{coverage:.0%} interval {low:.2f}-{high:.2f}x"
 
 
 def speedup_text(cell: CellView | None) -> str:
@@ -50,7 +54,7 @@ def speedup_text(cell: CellView | None) -> str:
     if cell.speedup is None:
         return DASH
     parts = [f"{cell.speedup:.2f}x", spread_text(cell)]
-    if cell.within_noise:
+    if cell.verdict == "within noise":
         parts.append("within noise")
     if cell.loop:
         parts.append("LOOP")
@@ -66,9 +70,9 @@ def _throttled(cell: CellView | None) -> str:
 
 
 def spread_text(cell: CellView) -> str:
-    """`±1.2%` (with `!` above the flag), or `n=1, no noise floor` under 3 repeats."""
-    if cell.no_floor_n is not None:
-        return no_floor_text(cell.no_floor_n)
+    """`±1.2%` (with `!` above the flag), or `n=1, no verdict` under 3 repeats."""
+    if cell.no_verdict_n is not None:
+        return no_verdict_text(cell.no_verdict_n)
     return pct(cell.spread) + ("!" if cell.spread_flag else "")
 
 
@@ -177,7 +181,7 @@ def headline(view: MatrixView, target: str) -> list[str]:
             lines.append(
                 f"Headline {item.arm}: {item.geomean_speedup:.2f}x geometric mean over "
                 f"{item.cells} cells ({item.gains} gains, {item.losses} losses, "
-                f"{item.within_noise} within noise{_no_floor_count(item)})"
+                f"{item.within_noise} within noise{_no_verdict_count(item)})"
             )
         looped = [c for c in view.cells if c.target == target and c.arm == item.arm and c.loop
                   and c.speedup is not None]
@@ -187,8 +191,8 @@ def headline(view: MatrixView, target: str) -> list[str]:
     return lines
 
 
-def _no_floor_count(item) -> str:
-    return f", {item.no_noise_floor} under 3 repeats: no noise floor" if item.no_noise_floor else ""
+def _no_verdict_count(item) -> str:
+    return f", {item.no_verdict} under 3 repeats: no verdict" if item.no_verdict else ""
 
 
 def noisy_summary(view: MatrixView) -> str | None:

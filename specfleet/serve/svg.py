@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.report.history import HistoryRow, change_text
-from specfleet.report.tables import speedup_text
+from specfleet.report.tables import interval_text, speedup_text
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 CELL_W, CELL_H, LABEL_W, HEAD_H = 190, 34, 230, 28
@@ -39,16 +39,16 @@ class Heatmap:
 
 
 def speedup_fill(cell: CellView) -> str:
-    """Grey inside the noise floor (and for plain), blue-grey without a verdict (under 3
-    repeats: no noise floor), green for a gain, red for a loss; the further from 1.0x, the
-    stronger (saturating at 2x / 0.5x)."""
-    if cell.arm == PLAIN or cell.speedup is None or cell.within_noise:
+    """Grey within noise (and for plain), blue-grey without a verdict (under 3 repeats),
+    green for a gain, red for a loss; the further from 1.0x, the stronger (saturating at
+    2x / 0.5x)."""
+    if cell.arm == PLAIN or cell.speedup is None or cell.verdict == "within noise":
         return "#e8e8e8"
-    if cell.no_floor_n is not None:
+    if cell.verdict not in ("gain", "loss"):
         return "#dde5ee"
     strength = min(1.0, abs(cell.speedup - 1.0) / (1.0 if cell.speedup > 1 else 0.5))
     light = int(92 - 42 * strength)
-    hue = 130 if cell.speedup > 1 else 4
+    hue = 130 if cell.verdict == "gain" else 4
     return f"hsl({hue}, 55%, {light}%)"
 
 
@@ -56,8 +56,9 @@ def _cell_title(cell: CellView) -> str:
     rates = ", ".join(f"{r:.2f}" for r in cell.rates)
     parts = [f"{cell.model} / {cell.prompt} / {cell.arm} on {cell.target}",
              f"median {cell.median_tok_per_s:.2f} tok/s over {cell.n} [{rates}]"]
-    if cell.noise_floor is not None:
-        parts.append(f"noise floor ±{cell.noise_floor * 100:.1f}%")
+    low, high, coverage = cell.speedup_low, cell.speedup_high, cell.speedup_coverage
+    if low is not None and high is not None and coverage is not None:
+        parts.append(f"{cell.verdict}: speed-up {interval_text(low, high, coverage)}")
     if cell.noisy_runs:
         parts.append(f"{cell.noisy_runs} noisy runs")
     return "; ".join(parts)

@@ -5,10 +5,10 @@ Pure Python over plain rows (see `runs.py` for the accepted shapes). Definitions
 * Cell statistics use the `done` runs of a cell: median, min, max tok/s, n, and the relative
   spread `(max - min) / median` (0 for one run). A spread above `SPREAD_FLAG` (5%) is flagged.
 * Speed-up of an arm = median arm tok/s / median plain tok/s on the same target, model and
-  prompt (whole call including prefill, as the reference record). The plain cell's relative
-  spread is the noise floor: `|speed-up - 1| <= floor` is "within noise", otherwise "gain"
-  or "loss". With fewer than `MIN_REPEATS` (3) repeats on either side there is no noise
-  floor: the verdict is "no noise floor" (shown `n=1, no noise floor`), never gain or loss.
+  prompt (whole call including prefill, as the reference record). Its verdict is the one rule
+  of `interval.py`, over the arm's and plain's repeats: "gain" or "loss" when the 90%
+  interval on the speed-up lies above or below 1, otherwise "within noise"; with fewer than
+  `MIN_REPEATS` (3) repeats on either side "no verdict" (shown `n=1, no verdict`).
 * A cell loops when the median `loop_share` of its runs exceeds `LOOP_SHARE_FLAG` (0.2): its
   reply is mostly a repeated cycle, which prompt lookup copies for free. A speed-up whose arm
   or plain cell loops is kept out of the headline and returned apart, never dropped.
@@ -27,13 +27,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from specfleet.stats.changes import MIN_REPEATS
+from specfleet.stats.interval import RatioInterval, Side, ratio_interval, side
 from specfleet.stats.runs import CellKey, Counters, Rate, Row, group_by_cell, to_rows
 
 SPREAD_FLAG = 0.05  # relative spread above which a cell's repeats disagree too much to trust
 LOOP_SHARE_FLAG = 0.2  # median loop share above which a cell's replies count as looping
 
-Verdict = Literal["gain", "loss", "within noise", "no noise floor"]
+Verdict = Literal["gain", "loss", "within noise", "no verdict"]
+_VERDICTS: dict[Side, Verdict] = {"above": "gain", "below": "loss",
+                                  "within noise": "within noise", "no verdict": "no verdict"}
 ParityStatus = Literal["identical", "diverged", "missing"]
 
 
@@ -67,7 +69,7 @@ class SpeedUp:
     ratio: float
     arm_median_tok_per_s: float
     plain_median_tok_per_s: float
-    noise_floor: float  # plain's relative spread
+    interval: RatioInterval | None  # on `ratio`, over both sides' repeats; None: too few
     verdict: Verdict
     n: int  # repeats of the smaller side (arm or plain)
     spread_flag: bool  # the arm's or plain's spread exceeds SPREAD_FLAG
@@ -86,7 +88,7 @@ class Headline:
     losses: int
     within_noise: int
     looping_excluded: int
-    no_noise_floor: int = 0  # cells with fewer than MIN_REPEATS repeats: no verdict
+    no_verdict: int = 0  # cells with fewer than MIN_REPEATS repeats a side
 
 
 @dataclass(frozen=True)
@@ -158,14 +160,9 @@ def cell_stats(runs: Iterable[Any], rate: Rate = "whole") -> list[CellStats]:
     return [_cell(key, rows, rate) for key, rows in group_by_cell(to_rows(runs)).items()]
 
 
-def noise_verdict(ratio: float, noise_floor: float, n: int = MIN_REPEATS) -> Verdict:
-    """"within noise" when |ratio - 1| <= noise_floor, else "gain" or "loss"; "no noise
-    floor" when either side has fewer than `MIN_REPEATS` repeats (`n`, the smaller)."""
-    if n < MIN_REPEATS:
-        return "no noise floor"
-    if abs(ratio - 1.0) <= noise_floor + 1e-12:
-        return "within noise"
-    return "gain" if ratio > 1.0 else "loss"
+def noise_verdict(interval: RatioInterval | None) -> Verdict:
+    """"gain", "loss", "within noise" or "no verdict" by the one rule (`interval.py`)."""
+    return _VERDICTS[side(interval)]
 
 
 def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
@@ -185,11 +182,11 @@ def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
             continue
         arm_median, plain_median = cell.median_tok_per_s or 0.0, plain.median_tok_per_s or 0.0
         ratio = arm_median / plain_median if plain_median else 0.0
-        n = min(cell.n, plain.n)
+        interval = ratio_interval(plain.values, cell.values)
         out.append(SpeedUp(
             key=key, ratio=ratio, arm_median_tok_per_s=arm_median,
-            plain_median_tok_per_s=plain_median, noise_floor=plain.spread or 0.0,
-            verdict=noise_verdict(ratio, plain.spread or 0.0, n), n=n,
+            plain_median_tok_per_s=plain_median, interval=interval,
+            verdict=noise_verdict(interval), n=min(cell.n, plain.n),
             spread_flag=cell.spread_flag or plain.spread_flag,
             looping=cell.looping or plain.looping,
         ))
@@ -224,7 +221,7 @@ def headline(ups: Iterable[SpeedUp]) -> list[Headline]:
             target=target, arm=arm, geomean_speedup=geomean([u.ratio for u in kept]),
             cells=len(kept), gains=verdicts.count("gain"), losses=verdicts.count("loss"),
             within_noise=verdicts.count("within noise"), looping_excluded=len(group) - len(kept),
-            no_noise_floor=verdicts.count("no noise floor"),
+            no_verdict=verdicts.count("no verdict"),
         ))
     return out
 

@@ -118,7 +118,7 @@ class CompareRow:
     median_b: float
     ratio: float
     change: ChangeTest
-    verdict: str  # regression | slower | faster | same | no noise floor
+    verdict: str  # regression | slower | faster | within noise | no verdict
     differs: tuple[str, ...]  # provenance that differs besides the code version
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from specfleet.stats import cells as cellstats
 from specfleet.stats.cells import Headline
-from specfleet.stats.changes import MIN_REPEATS
+from specfleet.stats.interval import MIN_REPEATS
 from specfleet.stats.runs import Counters, Rate, target_label, to_row, to_rows
 
 PLAIN = "plain"
@@ -31,10 +31,12 @@ class CellView:
         median_tok_per_s: median of `rates`.
         spread: (max - min) / median of `rates`.
         speedup: median arm tok/s over median plain tok/s (None for plain or no plain).
-        noise_floor: plain's spread on the same target, model and prompt.
-        within_noise: the speed-up lies inside the noise floor (neither gain nor loss).
-        no_floor_n: the repeats of the smaller side (arm or plain) when under 3: no noise
-            floor, no verdict (`n=1, no noise floor`); None otherwise.
+        verdict: "gain", "loss", "within noise" or "no verdict" (`stats/interval.py`: the
+            90% interval on the speed-up against 1); None for plain or without plain.
+        speedup_low / speedup_high: that interval; speedup_coverage: its exact coverage
+            (None under 3 repeats a side).
+        no_verdict_n: the repeats of the smaller side (arm or plain) when under 3: no
+            verdict (`n=1, no verdict`); None otherwise.
         spread_flag: spread above `SPREAD_FLAG`.
         loop: replies loop (loop share above the threshold); kept out of headlines.
         parity: "identical", "diverged" or None (plain, or nothing to compare).
@@ -53,9 +55,11 @@ class CellView:
     median_tok_per_s: float
     spread: float
     speedup: float | None = None
-    noise_floor: float | None = None
-    within_noise: bool = False
-    no_floor_n: int | None = None
+    verdict: str | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    speedup_coverage: float | None = None
+    no_verdict_n: int | None = None
     spread_flag: bool = False
     loop: bool = False
     loop_share: float = 0.0
@@ -140,14 +144,17 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
     its plain partner's statistics (a throttled plain run marks the speed-up too)."""
     key = stats.key
     diverged = parity is not None and parity.status == "diverged"
+    interval = speedup.interval if speedup else None
     return CellView(
         target=key.target, model=key.model, prompt=key.prompt, arm=key.arm,
         rates=stats.values, median_tok_per_s=stats.median_tok_per_s or 0.0,
         spread=stats.spread or 0.0,
         speedup=speedup.ratio if speedup else None,
-        noise_floor=speedup.noise_floor if speedup else None,
-        within_noise=bool(speedup and speedup.verdict == "within noise"),
-        no_floor_n=_no_floor_n(stats, speedup),
+        verdict=speedup.verdict if speedup else None,
+        speedup_low=interval.low if interval else None,
+        speedup_high=interval.high if interval else None,
+        speedup_coverage=interval.coverage if interval else None,
+        no_verdict_n=_no_verdict_n(stats, speedup),
         spread_flag=stats.spread_flag,
         loop=speedup.looping if speedup else stats.looping,
         loop_share=stats.loop_share,
@@ -164,7 +171,7 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
     )
 
 
-def _no_floor_n(stats, speedup) -> int | None:
+def _no_verdict_n(stats, speedup) -> int | None:
     n = speedup.n if speedup is not None else stats.n
     return n if n < MIN_REPEATS else None
 

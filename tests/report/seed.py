@@ -10,7 +10,7 @@ from specfleet.jobs.run import RunSpec, Target
 H1 = Target(host="h1", engine="toy", device="cpu")
 H2 = Target(host="h2", engine="toy", device="cpu")
 PROMPTS = {"copy": "hello world hello world", "echo": "the cat sat on the mat"}
-PLAIN_RATES = [100.0, 101.0, 99.0]  # median 100, spread 2%: the noise floor
+PLAIN_RATES = [100.0, 101.0, 99.0]  # median 100, spread 2%
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def seed_matrix(store, worker, name: str, seeds: list[Seed], matrix_id: str) -> 
 def demo_seeds() -> list[Seed]:
     """Two targets, two prompts, plain / graded / gated, and one looping model.
 
-    h1 copy: graded 1.50x, gated 1.005x (within plain's 2% noise floor).
+    h1 copy: graded 1.50x (a gain), gated 1.005x (within noise: interval 0.99-1.02x).
     h1 echo: gated spread 20% (flagged). h2 copy: graded diverges at token 5 (suspect).
     h2 echo: every arm carries the same changed token 3, so plain disagrees across targets.
     constant (h1 copy): replies loop; graded 4.00x kept out of the headline.

@@ -60,6 +60,10 @@ def test_json_and_csv_carry_every_cell(store) -> None:
     assert len(cells) == 14
     graded = cells[("h1/toy/cpu", "script", "copy", "graded")]
     assert graded["speedup"] == pytest.approx(1.5) and graded["rates"] == [150.0, 152.0, 148.0]
+    assert (graded["verdict"], graded["speedup_low"], graded["speedup_high"],
+            graded["speedup_coverage"]) == ("gain", pytest.approx(148 / 101),
+                                            pytest.approx(152 / 99), 0.9)
+    assert cells[("h1/toy/cpu", "script", "copy", "gated")]["verdict"] == "within noise"
     assert cells[("h1/toy/cpu", "constant", "copy", "graded")]["loop"] is True
     assert cells[("h2/toy/cpu", "script", "copy", "graded")]["diverge_token"] == 5
     graded_h1 = next(h for h in body["headlines"] if (h["target"], h["arm"]) ==
@@ -100,8 +104,9 @@ def test_speedup_text_markers() -> None:
                     loop=True, parity="diverged")
     assert speedup_text(cell) == "0.97x ±7.0%! LOOP ≠"
     assert speedup_text(None) == "–"
-    single = CellView("t", "m", "p", "graded", (7.7,), 7.7, 0.0, speedup=0.77, no_floor_n=1)
-    assert speedup_text(single) == "0.77x n=1, no noise floor"
+    single = CellView("t", "m", "p", "graded", (7.7,), 7.7, 0.0, speedup=0.77, no_verdict_n=1,
+                      verdict="no verdict")
+    assert speedup_text(single) == "0.77x n=1, no verdict"
 
 
 def test_view_marks_single_repeats_and_the_footer_names_noisy_runs() -> None:
@@ -114,12 +119,12 @@ def test_view_marks_single_repeats_and_the_footer_names_noisy_runs() -> None:
             for i, (arm, rate) in enumerate((("plain", 10.0), ("graded", 7.7)))]
     view = view_of_runs("x-1", "x", [_Obj(r) for r in rows])
     graded = view.cell("h/torch/cpu", "m", "p", "graded")
-    assert graded.no_floor_n == 1 and not graded.within_noise
+    assert (graded.no_verdict_n, graded.verdict, graded.speedup_low) == (1, "no verdict", None)
     notes = grids_for(view, None)[-1].notes
     assert any(n.startswith("Noisy runs") and "h/torch/cpu m/p graded: 1 of 1" in n
                for n in notes)
     headline = next(n for n in grids_for(view, None)[1].notes if n.startswith("Headline"))
-    assert "0 losses" in headline and "1 under 3 repeats: no noise floor" in headline
+    assert "0 losses" in headline and "1 under 3 repeats: no verdict" in headline
 
 
 class _Obj:

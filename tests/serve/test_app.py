@@ -77,7 +77,7 @@ def test_history_page_has_a_point_per_matrix_and_marks_the_change(client, seeded
     assert len(rows) == 2 and rows[1].change.changed
     # Two plots (tok/s and speed-up), one point per matrix in each; the second is a change.
     assert page.count('<g class="point"') == 2 and page.count('<g class="point changed"') == 2
-    assert "CHANGED 0.80x (mann-whitney p=0.100)" in page
+    assert "CHANGED 0.80x (90% interval 0.79-0.81x)" in page
     api = client.get("/api/history?model=m1&prompt=edit_fn&arm=graded").json()
     assert [p["matrix_id"] for p in api["points"]] == [BASE, NEXT]
     newest = client.get("/api/history?model=m1&prompt=edit_fn&arm=graded&last=1").json()

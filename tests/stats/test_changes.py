@@ -1,4 +1,5 @@
-"""Change detection between sets of repeats: Mann-Whitney from 3 a side, else min-max range."""
+"""Change detection between sets of repeats: the verdict rule (`interval.py`) on after over
+before, from 3 repeats a side, and asv's `--factor`."""
 
 from __future__ import annotations
 
@@ -6,54 +7,58 @@ import pytest
 
 from specfleet.stats.cells import cell_stats
 from specfleet.stats.changes import (
-    CHANGE_ALPHA,
     compare_cells,
     compare_matrices,
     detect_change,
     history_changes,
-    no_floor_text,
 )
+from specfleet.stats.interval import RatioInterval
 from specfleet.stats.runs import CellKey
 
 
-def test_three_against_three_fully_separated_is_a_change_at_p_0_1() -> None:
+def test_three_against_three_fully_separated_is_a_change_at_90_percent() -> None:
     change = detect_change([10.0, 10.2, 9.9], [11.0, 11.3, 11.1])
-    assert change.test == "mann-whitney"
-    assert change.p_value == pytest.approx(0.1)  # 2 / C(6, 3): the smallest attainable
-    assert change.changed and CHANGE_ALPHA == 0.10
+    assert change.interval == RatioInterval(11.0 / 10.2, 11.3 / 9.9, 0.9)
+    assert change.changed and change.verdict == "faster" and change.judged
     assert change.ratio == pytest.approx(11.1 / 10.0)
 
 
-def test_interleaved_repeats_are_no_change() -> None:
+def test_interleaved_repeats_are_within_noise() -> None:
     change = detect_change([10.0, 10.4, 9.8], [10.1, 10.3, 9.9])
-    assert change.test == "mann-whitney" and not change.changed
-    assert change.p_value > 0.5
+    assert not change.changed and change.verdict == "within noise"
+    assert change.interval is not None and change.interval.low < 1.0 < change.interval.high
 
 
-def test_more_repeats_give_smaller_p_values() -> None:
+def test_a_wide_spread_after_is_within_noise_a_tight_one_a_change() -> None:
+    before = [100.0, 101.5, 98.6]
+    assert detect_change(before, [90.0, 97.0, 104.3]).verdict == "within noise"
+    assert detect_change(before, [96.5, 97.0, 97.5]).verdict == "slower"
+
+
+def test_more_repeats_give_narrower_intervals_at_stated_coverage() -> None:
     change = detect_change([10.0, 10.1, 9.9, 10.05, 9.95], [10.5, 10.6, 10.4, 10.55, 10.45])
-    assert change.p_value == pytest.approx(2 / 252)  # exact two-sided, C(10, 5) = 252
+    assert change.interval is not None and change.interval.coverage == pytest.approx(1 - 24 / 252)
     assert change.changed
 
 
 def test_identical_values_everywhere_are_no_change() -> None:
     change = detect_change([5.0, 5.0, 5.0], [5.0, 5.0, 5.0])
-    assert (change.changed, change.p_value) == (False, 1.0)
+    assert (change.changed, change.verdict) == (False, "within noise")
+    assert change.interval == RatioInterval(1.0, 1.0, 0.9)
 
 
 def test_fewer_than_three_repeats_give_no_verdict() -> None:
     for before, after in (([10.0, 10.2], [11.0, 11.4]), ([10.0], [10.5, 10.7, 10.6]),
-                          ([10.0], [15.4])):  # a 1.54x jump of single runs: not "same"
+                          ([10.0], [15.4])):  # a 1.54x jump of single runs: no verdict
         change = detect_change(before, after)
-        assert (change.test, change.changed, change.p_value) == ("too few repeats", False, None)
-        assert change.verdict == "no noise floor" and not change.judged
-    assert no_floor_text(1) == "n=1, no noise floor"
+        assert (change.interval, change.changed) == (None, False)
+        assert change.verdict == "no verdict" and not change.judged
 
 
 def test_factor_keeps_small_significant_changes_out() -> None:
-    before, after = [20.0, 20.1, 19.9], [20.9, 21.0, 21.1]  # +5%, p = 0.1
+    before, after = [20.0, 20.1, 19.9], [20.9, 21.0, 21.1]  # +5%, interval above 1
     assert detect_change(before, after).verdict == "faster"
-    assert detect_change(before, after, factor=1.1).verdict == "same"
+    assert detect_change(before, after, factor=1.1).verdict == "within noise"
     assert detect_change(before, [30.0, 30.1, 29.9], factor=1.1).verdict == "faster"
     assert detect_change([30.0, 30.1, 29.9], before, factor=1.1).verdict == "slower"
     with pytest.raises(ValueError):
@@ -73,7 +78,7 @@ def test_compare_cells_with_values_or_cell_stats() -> None:
             for v in (10.0, 10.1, 10.2)]
     (cell,) = cell_stats(rows)
     same = compare_cells(cell, [10.05, 10.15, 10.0])
-    assert (same.verdict, same.significant) == ("same", False)
+    assert (same.verdict, same.significant) == ("within noise", False)
 
 
 def test_compare_matrices_common_cells_only() -> None:
@@ -97,21 +102,3 @@ def test_history_flags_each_step() -> None:
     ])
     assert [(s.before, s.after, s.change.changed) for s in steps] == [
         ("m1", "m2", False), ("m2", "m3", True)]
-
-
-def test_exact_p_value_equals_scipys():
-    """The plain-Python exact Mann-Whitney p-value is scipy's `method="exact"` one."""
-    import random
-
-    from scipy.stats import mannwhitneyu
-
-    from specfleet.stats.changes import _exact_applies, _mann_whitney_p
-
-    rng = random.Random(3)
-    for _ in range(300):
-        a = [rng.random() + rng.choice([0.0, 0.4]) for _ in range(rng.randint(1, 8))]
-        b = [rng.random() for _ in range(rng.randint(1, 20))]
-        assert _exact_applies(a, b)
-        expected = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-        assert abs(_mann_whitney_p(a, b) - expected) < 1e-12
-    assert not _exact_applies([1.0, 2.0, 2.0], [3.0, 4.0, 5.0])  # ties: scipy's normal approx.

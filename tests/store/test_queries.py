@@ -54,14 +54,14 @@ def test_runs_not_done_are_left_out(store):
     assert [(c.arm, c.n) for c in view(store, matrix_id).cells] == [("plain", 1)]
 
 
-def test_speedups_over_plain_with_noise_floor(store):
+def test_speedups_over_plain_with_verdicts(store):
     matrix_id = seed(store, FIRST, "one")
     cells = {(c.target.split("/")[0], c.arm): c for c in view(store, matrix_id).cells}
     mac = cells[("mac1", "graded")]
-    assert mac.speedup == pytest.approx(2.0) and mac.noise_floor == pytest.approx(2.0 / 11.0)
-    assert mac.within_noise is False
+    assert mac.speedup == pytest.approx(2.0) and mac.verdict == "gain"
+    assert (mac.speedup_low, mac.speedup_high) == (pytest.approx(20.0 / 12.0), 2.4)
     spark = cells[("spark1", "graded")]
-    assert spark.speedup == pytest.approx(1.04) and spark.noise_floor == 0.0
+    assert spark.speedup == pytest.approx(1.04) and spark.verdict == "gain"
     assert cells[("mac1", "plain")].speedup is None
     with pytest.raises(UnknownMatrix):
         store.get_matrix("nope")
@@ -72,7 +72,7 @@ def test_speedup_without_plain_is_none(store):
     matrix_id = store.create_matrix("demo", {}, runs)
     store.record_result(result(runs[0], 10.0))
     (cell,) = view(store, matrix_id).cells
-    assert (cell.speedup, cell.noise_floor, cell.within_noise) == (None, None, False)
+    assert (cell.speedup, cell.verdict, cell.speedup_low) == (None, None, None)
 
 
 def test_filters(store):
@@ -126,9 +126,9 @@ def test_compare_two_matrices_flags_regressions(store):
     mac = by[("mac1", "graded")]
     assert (mac.median_a, mac.median_b, mac.ratio) == (22.0, 15.0, pytest.approx(15.0 / 22.0))
     assert mac.verdict == "regression"  # every repeat slower, same provenance
-    assert by[("mac1", "plain")].ratio == 1.0 and by[("mac1", "plain")].verdict == "same"
+    assert by[("mac1", "plain")].ratio == 1.0 and by[("mac1", "plain")].verdict == "within noise"
     spark = by[("spark1", "graded")]
-    assert spark.ratio == pytest.approx(1.0) and spark.verdict == "same"
+    assert spark.ratio == pytest.approx(1.0) and spark.verdict == "within noise"
 
 
 def test_compare_with_a_cell_only_on_one_side(store):

@@ -1,0 +1,125 @@
+"""The one rule behind every verdict: does a ratio of medians differ from 1 at a stated level?
+
+Every gain, loss and "within noise" of the tables, the record and the web view (arm over
+plain on one target, model and prompt), and every change `history` and `compare` flag (after
+over before), is judged here, from the repeats of both sides:
+
+* The interval: the m x n ratios `other_i / base_j` of every repeat of one side over every
+  repeat of the other, sorted; it runs from the k-th smallest to the k-th largest, k the
+  largest whose two tails together hold at most 1 - `CONFIDENCE` of the C(m + n, m) equally
+  likely orderings of the repeats (the Mann-Whitney U distribution). This is the
+  distribution-free interval for a scale shift (Hodges-Lehmann's, on log tok/s): when one
+  side's tok/s are the other's times one factor, the ratio of their medians, it holds that
+  factor with probability `coverage` = 1 - 2 P(U < k) >= `CONFIDENCE`, whatever the shape of
+  the noise (exact for continuous tok/s; ties only widen it). No random draws: the same
+  repeats always give the same interval.
+* At 3 repeats a side (the default, `jobs/spec.py`) k = 1 and the coverage is exactly 90%
+  (2 of the 20 orderings are the extreme ones): the interval runs from the smallest ratio to
+  the largest, so a gain needs every arm repeat faster than every plain repeat. A wide spread
+  on either side widens the interval; plain's spread alone decides nothing.
+* "above" (a gain, faster) when the whole interval lies above 1; "below" (a loss, slower)
+  when it lies below 1; otherwise "within noise". With fewer than `MIN_REPEATS` (3) repeats
+  on either side: "no verdict", never a gain, a loss or within noise (at 2 a side no
+  interval covers more than 67%).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+CONFIDENCE = 0.90  # the stated level: an interval covers the true ratio at least this often
+MIN_REPEATS = 3  # per side; fewer give no verdict
+
+Side = Literal["above", "below", "within noise", "no verdict"]
+
+# The rule in words, for every legend (tables, record, history, compare, web view).
+RULE = (
+    f"gain or loss (faster or slower) only when the {CONFIDENCE:.0%} interval on the ratio of "
+    f"medians excludes 1x, else within noise (the interval: from the k-th smallest to the k-th "
+    f"largest ratio of a repeat over a repeat of the other side, distribution-free; at 3 "
+    f"repeats a side the smallest to the largest); no verdict under {MIN_REPEATS} repeats a side"
+)
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """Where the ratio of medians (other over base) lies, at `coverage`."""
+
+    low: float
+    high: float
+    coverage: float  # exact, at least CONFIDENCE
+
+
+def no_verdict_text(n: int) -> str:
+    """What a cell with fewer than `MIN_REPEATS` repeats (`n`, the smaller side) says."""
+    return f"n={n}, no verdict"
+
+
+@functools.cache
+def _u_counts(m: int, n: int) -> tuple[int, ...]:
+    """How many of the C(m + n, m) orderings of m + n distinct values give each U = 0..m*n:
+    the coefficients of the Gaussian binomial prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i)."""
+    size = m * n + 1
+    poly = [1] + [0] * (size - 1)
+    for i in range(1, m + 1):
+        for u in range(size - 1, n + i - 1, -1):  # times (1 - q^(n+i))
+            poly[u] -= poly[u - n - i]
+        for u in range(i, size):  # over (1 - q^i): running sums i apart
+            poly[u] += poly[u - i]
+    return tuple(poly)
+
+
+@functools.cache
+def _rank(m: int, n: int) -> tuple[int, float]:
+    """k and the interval's coverage 1 - 2 P(U < k); k = 0 when no interval reaches
+    `CONFIDENCE`."""
+    counts, total = _u_counts(m, n), math.comb(m + n, m)
+    limit = (1 - Fraction(str(CONFIDENCE))) * total  # exact: 2 of 20 is within 10%
+    k = tail = 0
+    while k < len(counts) // 2 and 2 * (tail + counts[k]) <= limit:
+        tail += counts[k]
+        k += 1
+    return k, 1 - 2 * tail / total
+
+
+def _ratio(other: float, base: float) -> float:
+    if base:
+        return other / base
+    return math.inf if other else 1.0
+
+
+def ratio_interval(base: Sequence[float], other: Sequence[float]) -> RatioInterval | None:
+    """The interval on median(other) / median(base) (see the module docstring).
+
+    Args:
+        base: tok/s of the baseline's repeats (plain, or the earlier matrix).
+        other: tok/s of the other side's repeats (the arm, or the later matrix).
+
+    Returns:
+        The interval and its exact coverage, or None with fewer than `MIN_REPEATS` repeats
+        on either side.
+    """
+    if min(len(base), len(other)) < MIN_REPEATS:
+        return None
+    k, coverage = _rank(len(base), len(other))
+    if k == 0:
+        return None
+    ratios = sorted(_ratio(o, b) for o in other for b in base)
+    return RatioInterval(low=ratios[k - 1], high=ratios[-k], coverage=coverage)
+
+
+def side(interval: RatioInterval | None) -> Side:
+    """"above" or "below" 1 when the whole interval is; "within noise" when it holds 1;
+    "no verdict" without an interval."""
+    if interval is None:
+        return "no verdict"
+    if interval.low > 1.0:
+        return "above"
+    if interval.high < 1.0:
+        return "below"
+    return "within noise"
