@@ -41,6 +41,7 @@ from specfleet.engine.config import (
     PolicyChoice,
     PromptLookupConfig,
     default_max_draft,
+    needs_costs,
     resolve_policy,
 )
 from specfleet.engine.kinds import (
@@ -92,7 +93,7 @@ def lookup_config(
         costs=costs or (),
     )
     try:
-        if costs is None and resolved == "calibrated":
+        if costs is None and needs_costs(resolved):
             replace(config, costs=(1.0, 1.0)).validate()
             return config
         return config.validate()
@@ -243,7 +244,7 @@ def request_lookup(loaded: LoadedModel, request: GenerateRequest) -> PromptLooku
         raise UserError(f"--prompt-lookup: {loaded.alias}: {reason}")
     lookup = lookup_config(request.ngram_min, request.ngram_max, request.max_draft,
                            request.adaptive, request.policy, loaded.runner.device)
-    if lookup.adaptive and lookup.policy == "calibrated":
+    if lookup.adaptive and needs_costs(lookup.policy):
         lookup = replace(lookup, costs=stored_or_measured_costs(loaded))
     return lookup
 

@@ -47,6 +47,7 @@ from specfleet.cluster.progress import (
     progress_for,
 )
 from specfleet.cluster.storewriter import StoreWriter
+from specfleet.engine.config import needs_costs
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.store.errors import StoreConflict
 from specfleet.store.leases import lease_seconds, new_driver_id
@@ -415,7 +416,7 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     except StoreConflict:  # done or owned by another driver meanwhile: never run it twice
         return
     ctx.busy_machines.add(host.machine)
-    if spec.arm == "calibrated":
+    if needs_costs(spec.arm):
         spec = with_stored_costs(ctx.store, spec)
     host.inflight = InFlight(spec, host.worker.run.remote(spec), time.monotonic())
     _emit(ctx, host, spec.run_key, "running")

@@ -20,9 +20,9 @@ Gated loop); each confirmed probe counts as two hits, which is the way back to d
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
-from specfleet.engine.governor import GovernorState
-from specfleet.engine.lookup import SHADOW_CONFIRM
+from specfleet.engine.governor import SHADOW_CONFIRM, GovernorState
 
 PRIOR_HITS = 1.0
 PRIOR_MISSES = 1.0
@@ -80,6 +80,16 @@ class CalibratedGovernor:
         costs: cost of verify widths 1..n in pipelined plain steps.
         refeeds: a rollback on this model feeds the kept tokens again (priced per draft).
     """
+
+    name: ClassVar[str] = "calibrated"
+    needs_costs: ClassVar[bool] = True
+    # Up to a 33-row block: the widest width a measured table covers.
+    default_max_draft: ClassVar[int] = 32
+
+    @classmethod
+    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> CalibratedGovernor:
+        """The policy for a validated config: its width-cost table and re-feed pricing."""
+        return cls(max_draft, costs, refeeds)
 
     def __init__(self, max_draft: int, costs: Sequence[float], refeeds: bool = False) -> None:
         self.max_draft = max_draft

@@ -5,19 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from specfleet.engine.governor import POLICY_NAMES, Policy
+from specfleet.engine.governor import (
+    DEFAULT_MAX_DRAFT,
+    POLICY_NAMES,
+    DraftGovernor,
+    FixedGovernor,
+    Policy,
+)
+from specfleet.engine.policies import AUTO_POLICY_BY_DEVICE, AUTO_POLICY_OTHERWISE, POLICIES
 
 DEFAULT_NGRAM_MAX = 3
 DEFAULT_NGRAM_MIN = 2
-DEFAULT_MAX_DRAFT = 7
 # The index keeps one key per position per n-gram length: memory grows with range x context.
 NGRAM_MAX_LIMIT = 16
 MAX_DRAFT_LIMIT = 64
 
 PolicyChoice = Literal["auto", Policy]  # "auto": the device's default policy
 POLICY_CHOICES: tuple[PolicyChoice, ...] = get_args(PolicyChoice)
-# The calibrated policy may draft up to a 33-row block (the widest width a table covers).
-CALIBRATED_MAX_DRAFT = 32
 
 
 class ConfigError(ValueError):
@@ -41,7 +45,7 @@ class PromptLookupConfig:
         ngram_min: shortest suffix tried.
         max_draft: most proposals per round (verify width = max_draft + 1).
         adaptive: False always asks for `max_draft` (no governor, no pauses, no probes).
-        policy: resolved drafting policy (one of `governor.POLICIES`); ignored when not
+        policy: resolved drafting policy (one of `policies.POLICIES`); ignored when not
             adaptive.
         costs: verify cost of widths 1..n in pipelined plain steps (spec 7.6); the
             calibrated policy's table, empty for the others.
@@ -75,7 +79,7 @@ class PromptLookupConfig:
             raise ConfigError(
                 f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}", "policy"
             )
-        if self.adaptive and self.policy == "calibrated":
+        if self.adaptive and POLICIES[self.policy].needs_costs:
             _check_costs(self.costs)
         return self
 
@@ -86,7 +90,7 @@ class PromptLookupConfig:
 def _check_costs(costs: tuple[float, ...]) -> None:
     if len(costs) < 2:
         raise ConfigError(
-            "the calibrated policy needs a width-cost table of at least widths 1-2 "
+            "this policy needs a width-cost table of at least widths 1-2 "
             "(measure one with `specfleet calibrate --store`)",
             "costs",
         )
@@ -95,12 +99,29 @@ def _check_costs(costs: tuple[float, ...]) -> None:
 
 
 def default_max_draft(policy: str) -> int:
-    """The max draft a policy runs with when none is given (7; 32 for calibrated)."""
-    return CALIBRATED_MAX_DRAFT if policy == "calibrated" else DEFAULT_MAX_DRAFT
+    """The max draft a policy runs with when none is given (its class says; else 7)."""
+    return POLICIES[policy].default_max_draft if policy in POLICIES else DEFAULT_MAX_DRAFT
+
+
+def needs_costs(policy: str) -> bool:
+    """Whether a policy runs only with a width-cost table (measured by `calibrate`)."""
+    return policy in POLICIES and POLICIES[policy].needs_costs
+
+
+def make_governor(config: PromptLookupConfig, refeeds: bool = False) -> DraftGovernor:
+    """The governor a validated config asks for (`FixedGovernor` when not adaptive).
+
+    Args:
+        config: a validated prompt-lookup config.
+        refeeds: the runner's rollback feeds kept tokens again (`rollback_kind` "refeed").
+    """
+    if not config.adaptive:
+        return FixedGovernor(config.max_draft)
+    return POLICIES[config.policy].build(config.max_draft, config.costs, refeeds)
 
 
 def resolve_policy(choice: str, device: str) -> Policy:
-    """Resolve a policy choice for a device: `auto` is gated on CUDA, graded elsewhere.
+    """Resolve a policy choice for a device: `auto` is the device's own (`policies.py`).
 
     Args:
         choice: one of `POLICY_CHOICES`.
@@ -110,7 +131,7 @@ def resolve_policy(choice: str, device: str) -> Policy:
         One of `governor.POLICY_NAMES`.
     """
     if choice == "auto":
-        return "gated" if device == "cuda" else "graded"
+        return AUTO_POLICY_BY_DEVICE.get(device, AUTO_POLICY_OTHERWISE)
     for name in POLICY_NAMES:
         if choice == name:
             return name

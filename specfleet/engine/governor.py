@@ -9,13 +9,16 @@ shadow probe confirms two unverified tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, get_args
+from typing import ClassVar, Literal, Protocol, get_args
 
-if TYPE_CHECKING:
-    from specfleet.engine.config import PromptLookupConfig
+# The drafting policies by name; `engine/policies.py` maps each to its class.
+Policy = Literal["graded", "gated", "calibrated"]
+POLICY_NAMES: tuple[Policy, ...] = get_args(Policy)
 
+DEFAULT_MAX_DRAFT = 7  # most proposals per round unless a policy or the user says otherwise
+SHADOW_CONFIRM = 2  # a shadow probe settles on this many claimed tokens
 MISSES_BEFORE_COOLDOWN = 3
 MIN_COOLDOWN = 4
 MAX_COOLDOWN = 32
@@ -64,6 +67,15 @@ class DraftGovernor(Protocol):
 class GradedGovernor:
     """PR #2074's governor: budget `floor(2*ema + 0.5) + 2`, pauses of 4, 8, 16, 32 rounds."""
 
+    name: ClassVar[str] = "graded"
+    needs_costs: ClassVar[bool] = False  # True: runs only with a width-cost table
+    default_max_draft: ClassVar[int] = DEFAULT_MAX_DRAFT
+
+    @classmethod
+    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> GradedGovernor:
+        """The policy for a validated config (only cost-aware policies use costs, refeeds)."""
+        return cls(max_draft)
+
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
         self.ema = float(max_draft)  # optimistic: an edit's first match gets the full block
@@ -101,6 +113,15 @@ class GradedGovernor:
 
 class GatedGovernor:
     """PR #2092's governor: narrow or full blocks, probation, timer-free pause."""
+
+    name: ClassVar[str] = "gated"
+    needs_costs: ClassVar[bool] = False  # True: runs only with a width-cost table
+    default_max_draft: ClassVar[int] = DEFAULT_MAX_DRAFT
+
+    @classmethod
+    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> GatedGovernor:
+        """The policy for a validated config (only cost-aware policies use costs, refeeds)."""
+        return cls(max_draft)
 
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
@@ -166,35 +187,3 @@ class FixedGovernor:
 
     def state(self) -> GovernorState:
         return GovernorState("fixed", float(self.max_draft), 0, False)
-
-
-def _calibrated(config: PromptLookupConfig, refeeds: bool) -> DraftGovernor:
-    from specfleet.engine.calibrated import CalibratedGovernor  # it imports GovernorState
-
-    return CalibratedGovernor(config.max_draft, config.costs, refeeds)
-
-
-# The policy registry: a new adaptive policy is one class plus its name in `Policy` and one
-# line in `POLICIES` (an import-time check keeps the two in step).
-Policy = Literal["graded", "gated", "calibrated"]
-# Each entry takes the config and whether a rollback re-feeds (only cost-aware policies care).
-POLICIES: dict[str, Callable[[PromptLookupConfig, bool], DraftGovernor]] = {  # name -> governor
-    "graded": lambda config, refeeds: GradedGovernor(config.max_draft),
-    "gated": lambda config, refeeds: GatedGovernor(config.max_draft),
-    "calibrated": _calibrated,  # cost-aware (calibrated.py), from the config's width costs
-}
-POLICY_NAMES: tuple[Policy, ...] = get_args(Policy)
-if tuple(POLICIES) != POLICY_NAMES:  # pragma: no cover - a registry edit that missed one
-    raise RuntimeError(f"governor.Policy {POLICY_NAMES} and POLICIES {tuple(POLICIES)} differ")
-
-
-def make_governor(config: PromptLookupConfig, refeeds: bool = False) -> DraftGovernor:
-    """The governor a validated config asks for (`FixedGovernor` when not adaptive).
-
-    Args:
-        config: a validated prompt-lookup config.
-        refeeds: the runner's rollback feeds kept tokens again (`rollback_kind` "refeed").
-    """
-    if not config.adaptive:
-        return FixedGovernor(config.max_draft)
-    return POLICIES[config.policy](config, refeeds)

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specfleet.engine.config import PromptLookupConfig
-
-SHADOW_CONFIRM = 2  # a probe settles on this many claimed tokens
+from specfleet.engine.governor import SHADOW_CONFIRM
 
 
 def find_draft(context: Sequence[int], config: PromptLookupConfig) -> list[int]:

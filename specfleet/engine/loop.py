@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specfleet.engine.config import PromptLookupConfig
-from specfleet.engine.governor import DraftGovernor, make_governor
-from specfleet.engine.lookup import SHADOW_CONFIRM, NgramIndex, ShadowProbe
+from specfleet.engine.config import PromptLookupConfig, make_governor
+from specfleet.engine.governor import SHADOW_CONFIRM, DraftGovernor
+from specfleet.engine.lookup import NgramIndex, ShadowProbe
 from specfleet.engine.reference import sequential_reference
 from specfleet.engine.runners.base import CacheRollbackError, Runner, UnsupportedModelError
 from specfleet.engine.sampling import HostSampler, SamplerConfig

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from specfleet.engine.config import needs_costs
 from specfleet.jobs.run import RunSpec
 
 
@@ -32,9 +33,9 @@ class CostTables:
     ) -> tuple[tuple[float, ...], dict | None]:
         """(ratios of widths 1..n, the table measured for this run or None).
 
-        A run that is not of the calibrated arm gets ((), None).
+        A run whose arm needs no table gets ((), None).
         """
-        if spec.arm != "calibrated":
+        if not needs_costs(spec.arm):
             return (), None
         if spec.costs and spec.costs_key == costs_key(host_fingerprint, entry.weights_hash):
             return tuple(spec.costs), None

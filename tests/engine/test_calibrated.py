@@ -12,8 +12,7 @@ from specfleet.engine.calibrated import (
     expected_landed,
     width_cost,
 )
-from specfleet.engine.config import ConfigError, PromptLookupConfig
-from specfleet.engine.governor import make_governor
+from specfleet.engine.config import ConfigError, PromptLookupConfig, make_governor
 from specfleet.engine.loop import generate, sequential_reference
 from specfleet.engine.runners.toy import InductionModel, ScriptModel, lcg_tokens
 from specfleet.engine.sampling import SamplerConfig

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from specfleet.engine.config import PromptLookupConfig
+from specfleet.engine.config import PromptLookupConfig, make_governor
 from specfleet.engine.governor import (
     FixedGovernor,
     GatedGovernor,
     GradedGovernor,
-    make_governor,
     round_half_away,
 )
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specfleet.engine.config import PromptLookupConfig
-from specfleet.engine.lookup import SHADOW_CONFIRM, NgramIndex, ShadowProbe, find_draft
+from specfleet.engine.governor import SHADOW_CONFIRM
+from specfleet.engine.lookup import NgramIndex, ShadowProbe, find_draft
 from specfleet.engine.runners.toy import lcg_tokens
 
 
