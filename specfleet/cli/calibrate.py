@@ -79,6 +79,11 @@ def calibrate_command(
     base = QUICK if quick else CalibrationSettings()
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     settings = replace(base, max_width=max_width, **overrides)
+    if store:  # a store that cannot take the table is said before minutes of measuring
+        from specfleet.store.engine import resolve_url
+        from specfleet.store.store import check_writable_store
+
+        check_writable_store(resolve_url(db))
     loaded = load_model(model, engine, device)
     start_s = time.perf_counter()
     costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)

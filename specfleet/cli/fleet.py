@@ -5,8 +5,10 @@ See docs/fleet.md for the ports to open and the security model.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,6 +16,7 @@ import typer
 from specfleet.cli.fleetlink import ADDRESS_HELP, EmbeddedOption
 from specfleet.cluster.whichfleet import check_address
 from specfleet.errors import UserError
+from specfleet.userfiles import check_writable_dir
 
 app = typer.Typer(
     help="Start, join, inspect and leave the fleet (a Ray cluster).", no_args_is_help=True
@@ -79,7 +82,21 @@ def _options(num_cpus, node_ip, engines, temp_dir):
     if temp_dir is not None and len(temp_dir) > MAX_TEMP_DIR_CHARS:
         raise UserError(f"--temp-dir {temp_dir!r}: keep it under {MAX_TEMP_DIR_CHARS + 1} "
                         "characters (Ray's socket paths inside it are limited to 107 bytes)")
+    if temp_dir is not None:
+        check_writable_dir(Path(temp_dir).expanduser(), "--temp-dir")
+    if node_ip is not None:
+        check_ip(node_ip)
     return NodeOptions(num_cpus, node_ip, check_engines(engines), temp_dir)
+
+
+def check_ip(node_ip: str) -> str:
+    """`--node-ip`: an IPv4 or IPv6 address (Ray binds and advertises it as given)."""
+    try:
+        ipaddress.ip_address(node_ip)
+    except ValueError:
+        raise UserError(f"--node-ip {node_ip!r}: expected this host's IP address, e.g. "
+                        "192.168.1.11") from None
+    return node_ip
 
 
 @app.command("up")

@@ -18,7 +18,7 @@ import typer
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
 from specfleet.cli.options import FormatOption, RateOption
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
@@ -316,13 +316,50 @@ def list_cmd(
 
 
 @app.command("validate")
-def validate(file: Annotated[str, typer.Argument(help="Matrix YAML file.")]) -> None:
-    """Check a matrix file and resolve what its runs need (models fetched, prompts, token
+def validate(
+    file: Annotated[str, typer.Argument(help="Matrix YAML file.")],
+    address: AddressOption = None,
+    local: Annotated[bool, typer.Option(
+        "--local", help="Resolve the models on this machine only, even in a fleet; a model "
+        "missing here is then an error.")] = False,
+) -> None:
+    """Check a matrix file and resolve what its runs need (prompts, models fetched, token
     limits within each model's context) without running it: every mistake, one line each,
-    exit 2."""
-    from specfleet.jobs.resolve import check_matrix_file, describe
+    exit 2. In a fleet each host a run would go to resolves its own models; without one
+    they are resolved here, and a model missing here is a warning (an error with --local)."""
+    from specfleet.jobs.resolve import Problems, check_matrix_file, describe
 
-    typer.echo(describe(check_matrix_file(file), file))
+    if local and address is not None:
+        raise UserError("--local and --address: give one of them")
+    spec = check_matrix_file(file)
+    report, where = _check_models(spec, file, address, local)
+    for line in report.unanswered + ([] if local else report.missing):
+        typer.echo(f"warning: {one_line(line)}", err=True)
+    errors = report.errors + (report.missing if local else [])
+    if errors:
+        raise Problems(errors)
+    typer.echo(describe(spec, file, where))
+
+
+def _check_models(spec: MatrixSpec, file: str, address: str | None, local: bool):
+    """The model checks of `validate` and the words saying where they were made."""
+    from specfleet.cluster.modelcheck import check_here, check_on_hosts
+    from specfleet.cluster.whichfleet import choose_fleet
+
+    if set(spec.targets.engines) == {"toy"}:  # toy names read the same on every host
+        return check_here(spec, file), "every model resolved"
+    if local:
+        return check_here(spec, file), "every model resolved on this machine (--local)"
+    if choose_fleet(address).embedded:
+        report = check_here(spec, file)
+        found = (f"{len(report.missing)} not here (warnings above; --local makes that an "
+                 "error)" if report.missing else "every model resolved")
+        return report, ("models and their context lengths checked on this machine only "
+                        f"(no fleet joined); {found}")
+    view = open_fleet(address, with_toy="toy" in spec.targets.engines)
+    report = check_on_hosts(spec, file, view)
+    asked = ", ".join(report.hosts) or "none"
+    return report, f"every model resolved on the hosts its runs go to ({asked})"
 
 
 @app.command("schema")

@@ -33,6 +33,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 
 from specfleet.errors import UserError
+from specfleet.userfiles import read_text
 from specfleet.workers.actor import (
     HOST_LABEL,
     KIND_LABEL,
@@ -104,7 +105,9 @@ def ensure_token(create: bool) -> Path | None:
     if os.environ.get("RAY_AUTH_TOKEN"):
         return None
     path = token_path()
-    if not path.exists():
+    if os.path.lexists(path):
+        _check_token_file(path)
+    else:
         if not create:
             raise UserError(
                 f"no Ray token at {path}: copy the head's token file there (mode 600) "
@@ -120,6 +123,16 @@ def ensure_token(create: bool) -> Path | None:
         path.chmod(0o600)  # Ray writes 0644; the token is the only key to the cluster
     reload_auth()
     return path
+
+
+def _check_token_file(path: Path) -> None:
+    """A token file that is a folder, a pipe or binary would be chmodded, or hang or break
+    Ray's own read: refuse it in one line first."""
+    named = "RAY_AUTH_TOKEN_PATH" if os.environ.get("RAY_AUTH_TOKEN_PATH") else \
+        "the Ray token file"
+    expected = "the head's token file (one line of text, mode 600)"
+    if not read_text(path, f"{named} {path}", expected).strip():
+        raise UserError(f"{named} {path}: is empty; expected {expected}")
 
 
 def enable_token_auth() -> None:

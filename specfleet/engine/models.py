@@ -125,6 +125,10 @@ class ResolvedModel:
     source: str = ""
 
 
+class ModelNotFetched(UserError):
+    """The model is known, but its files are not on this machine (another host may hold them)."""
+
+
 @dataclass(frozen=True)
 class FetchResult:
     """Outcome of `fetch_bundled`: where the model is and whether this call did the work."""
@@ -200,13 +204,17 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
     return {str(a): {str(k): str(v) for k, v in e.items()} for a, e in models.items()}
 
 
-def resolve_model(alias_or_path: str, engine: str, *, must_exist: bool = True) -> ResolvedModel:
+def resolve_model(
+    alias_or_path: str, engine: str, *, must_exist: bool = True, measure: bool = True
+) -> ResolvedModel:
     """Find the folder an alias (or a folder path, or `hf:ORG/NAME`) names for `engine`.
 
     Args:
         alias_or_path: an alias of models.yaml, a model folder, or `hf:ORG/NAME`.
         engine: "mlx" or "torch".
-        must_exist: raise `UserError` (with what to do) when the model is not on disk.
+        must_exist: raise `ModelNotFetched` (with what to do) when the model is not on disk.
+        measure: fill `size_bytes` and `weights_hash` (hashing reads every weight file once;
+            a check that only asks whether the model is there passes False).
 
     Returns:
         ResolvedModel; `fetched` says whether it is on disk.
@@ -228,9 +236,9 @@ def resolve_model(alias_or_path: str, engine: str, *, must_exist: bool = True) -
             f"model {alias_or_path!r} is neither an alias in {registry_path()} ({known}) "
             "nor an existing model folder"
         )
-    model = _locate(alias_or_path, engine, source)
+    model = _locate(alias_or_path, engine, source, measure)
     if must_exist and not model.fetched:
-        raise UserError(_missing_hint(alias_or_path, source))
+        raise ModelNotFetched(_missing_hint(alias_or_path, source))
     return model
 
 
@@ -245,7 +253,7 @@ def list_models() -> list[ResolvedModel]:
     ]
 
 
-def _locate(alias: str, engine: str, source: str) -> ResolvedModel:
+def _locate(alias: str, engine: str, source: str, measure: bool = True) -> ResolvedModel:
     folder: Path | None
     if (bundled := bundled_source(source)) is not None:
         root = bundled_dir(alias=bundled[0].alias)
@@ -260,6 +268,8 @@ def _locate(alias: str, engine: str, source: str) -> ResolvedModel:
     if not present:
         return ResolvedModel(alias, engine, folder, False, 0, None, source)
     assert folder is not None  # only an HF id missing from the cache has no folder
+    if not measure:
+        return ResolvedModel(alias, engine, folder, True, 0, None, source)
     return ResolvedModel(alias, engine, folder, True, folder_size(folder), weights_hash(folder), source)
 
 

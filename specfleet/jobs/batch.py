@@ -72,7 +72,8 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     """Read a JSONL prompt file; a bad line is one `UserError` naming file and line."""
     label = str(path)
     prompts: list[GeneratePrompt] = []
-    for number, line in enumerate(read_text(Path(path), label).splitlines(), start=1):
+    text = read_text(Path(path), label, expected='a JSONL file, one {"prompt": ...} a line')
+    for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             prompts.append(_prompt_line(line, f"{label}: line {number}", number))
     if not prompts:

@@ -320,18 +320,20 @@ def parse_matrix_spec(
         spec = MatrixSpec.model_validate(data)
     except ValidationError as err:
         raise UserError(validation_message(label, MatrixSpec, err)) from None
-    directory = _prompt_dir(spec, base_dir, prompt_dir)
-    check_matrix(spec, label, directory)
+    directory, fallback = _prompt_dir(spec, base_dir, prompt_dir)
+    check_matrix(spec, label, directory, beside=base_dir if fallback else None)
     return spec.model_copy(update={"prompt_dir": str(directory)})
 
 
-def _prompt_dir(spec: MatrixSpec, base_dir: Path, override: str | Path | None) -> Path:
+def _prompt_dir(spec: MatrixSpec, base_dir: Path,
+                override: str | Path | None) -> tuple[Path, bool]:
+    """Where named prompts are read, and whether that is the packaged folder by default."""
     if override is not None:
-        return Path(override).resolve()
+        return Path(override).resolve(), False
     if spec.prompt_dir is not None:
-        return (base_dir / spec.prompt_dir).resolve()
+        return (base_dir / spec.prompt_dir).resolve(), False
     beside = base_dir.parent / "prompts"
-    return beside.resolve() if beside.is_dir() else prompts_dir()
+    return (beside.resolve(), False) if beside.is_dir() else (prompts_dir(), True)
 
 
 def load_parity_spec(path: str | Path, prompt_dir: str | Path | None = None) -> ParitySpec:

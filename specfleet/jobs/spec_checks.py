@@ -23,16 +23,19 @@ PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 _ARM_OPTION_FIELDS = ("ngram_min", "ngram_max", "max_draft")  # what an arm may set
 
 
-def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
+def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path,
+                 beside: Path | None = None) -> None:
     """Raise `UserError` for the first cross-field mistake in `spec`.
 
     Args:
         spec: a type-checked matrix.
         label: the file name used in messages.
         prompt_dir: the directory named prompts are read from.
+        beside: the matrix's own folder when `prompt_dir` is the packaged one by default: a
+            folder, pipe or device there named like a prompt is refused, not passed over.
     """
     _check_models(spec, label)
-    _check_prompts(spec, label, prompt_dir)
+    _check_prompts(spec, label, prompt_dir, beside)
     _check_arms(spec, label)
     _check_max_tokens(spec, label)
     _check_loop_guard(spec, label)
@@ -59,7 +62,8 @@ def _check_models(spec: MatrixSpec, label: str) -> None:
         seen.add(model)
 
 
-def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
+def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path,
+                   beside: Path | None) -> None:
     seen: set[str] = set()
     for i, prompt in enumerate(spec.prompts):
         if prompt.name in seen:
@@ -69,10 +73,20 @@ def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path) -> None:
             if not prompt.text.strip():
                 raise UserError(f"{label}: prompts[{i}].text: must not be empty")
             continue
+        if beside is not None:
+            _refuse_odd_namesake(beside, prompt.name, f"{label}: prompts[{i}]")
         found = find_prompt_file(prompt_dir, prompt.name)
         if found is None:
             raise UserError(f"{label}: prompts[{i}]: {_missing_prompt(prompt_dir, prompt.name)}")
         _check_prompt_file(found, f"{label}: prompts[{i}]")
+
+
+def _refuse_odd_namesake(folder: Path, name: str, where: str) -> None:
+    """A folder (or pipe, device) beside the matrix named like a packaged prompt: the user
+    most likely meant it, so say what it is instead of reading the packaged prompt."""
+    namesake = find_prompt_file(folder, name)
+    if namesake is not None and not namesake.is_file():
+        read_text(namesake, f"{where}: {namesake}", expected="a prompt text file")
 
 
 def _check_prompt_file(path: Path, where: str) -> None:

@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError
 
 from specfleet.errors import UserError
 from specfleet.store.errors import StoreUnreachable
+from specfleet.userfiles import check_folder_path
 
 ENV_VAR = "SPECFLEET_DB"
 BUSY_TIMEOUT_S = 60.0
@@ -127,6 +128,7 @@ def check_writable(url: URL) -> None:
         return
     path = Path(url.database or "")
     if not path.parent.is_dir():
+        check_folder_path(path.parent, "--db")  # a file in the way says so
         raise UserError(f"--db: directory {path.parent} does not exist")
     if path.exists() and not path.is_file():
         raise UserError(f"--db: {path} is not a regular file; give a SQLite file path")

@@ -22,6 +22,7 @@ import platformdirs
 from sqlalchemy.engine import URL
 
 from specfleet.jobs.run import RunResult
+from specfleet.userfiles import check_writable_dir
 
 JOURNAL_ENV = "SPECFLEET_JOURNAL_DIR"
 SUFFIX = ".json"
@@ -34,6 +35,18 @@ def journal_root() -> Path:
     if raw:
         return Path(raw).expanduser()
     return Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "journal"
+
+
+def check_journal_root() -> None:
+    """Refuse a journal folder that cannot be made or written (`$SPECFLEET_JOURNAL_DIR` a
+    file, or under /proc) before a writing command starts: a result finished later could
+    not be kept for its store.
+
+    Raises:
+        UserError: naming the variable (or the default folder) and what is expected.
+    """
+    label = JOURNAL_ENV if os.environ.get(JOURNAL_ENV) else "the journal folder"
+    check_writable_dir(journal_root(), label)
 
 
 def store_key(url: URL) -> str:

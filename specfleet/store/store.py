@@ -35,7 +35,7 @@ from specfleet.store.engine import (
     translate_error,
 )
 from specfleet.store.errors import StoreConflict, UnknownMatrix, UnknownRun
-from specfleet.store.journal import Journal, ReplayOutcome
+from specfleet.store.journal import Journal, ReplayOutcome, check_journal_root
 from specfleet.store.leases import StoreLeases, lease_seconds
 from specfleet.store.migrate import (
     check_known,
@@ -83,8 +83,7 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
     if read_only:
         check_readable(resolved)
     else:
-        check_writable(resolved)
-        refuse_foreign_sqlite(resolved)
+        check_writable_store(resolved)
         create_private_file(resolved)
     engine = make_engine(resolved, read_only=read_only)
     with connection_errors(resolved, engine):
@@ -96,6 +95,19 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
     # Results a driver finished but could not store (an outage longer than its retries).
     store.replayed = Journal(resolved).replay(store)
     return store
+
+
+def check_writable_store(url: URL) -> None:
+    """What a writing command needs of its store, checked before any work and creating
+    nothing: a writable SQLite file (or folder for it), not another application's database,
+    and a journal folder to keep its results in (`journal.py`).
+
+    Raises:
+        UserError: naming the path or variable and what is expected.
+    """
+    check_writable(url)
+    check_journal_root()
+    refuse_foreign_sqlite(url)
 
 
 def refuse_foreign_sqlite(url: URL) -> None:

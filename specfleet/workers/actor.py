@@ -6,7 +6,7 @@ One detached, named actor per host, pinned to that host's node by its label. Cal
                                                   group "run" (one at a time)
 - `ping() -> dict`, `info() -> dict`, `status() -> dict`, `quiet() -> dict`, `conditions() -> dict`,
   `cancel(run_key=None) -> bool`, `result(run_key) -> RunResult | None`,
-  `drain_load_samples() -> list[dict]`
+  `check_models(asks) -> list[ModelCheck]`, `drain_load_samples() -> list[dict]`
                                                   group "control" (never wait behind a run)
 
 Everything returned is a small dict or pydantic model, never a tensor.
@@ -21,6 +21,7 @@ import ray
 
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.host import HostWorker
+from specfleet.workers.loaded import ModelCheck
 
 NAMESPACE = "specfleet"
 HOST_LABEL = "specfleet.host"
@@ -115,6 +116,10 @@ class WorkerActor:
     @ray.method(concurrency_group="control")
     def result(self, run_key: str) -> RunResult | None:
         return self._worker.result(run_key)
+
+    @ray.method(concurrency_group="control")  # resolves only: never waits behind a run
+    def check_models(self, asks: list[tuple[str, str, int]]) -> list[ModelCheck]:
+        return self._worker.check_models(asks)
 
     @ray.method(concurrency_group="control")
     def drain_load_samples(self) -> list[dict]:

@@ -24,7 +24,13 @@ from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
 from specfleet.workers.hardware import HostInfo, detect_host
 from specfleet.workers.kept import KeptResults
-from specfleet.workers.loaded import LoadedModel, LoadedModels, load_model
+from specfleet.workers.loaded import (
+    LoadedModel,
+    LoadedModels,
+    ModelCheck,
+    check_model,
+    load_model,
+)
 from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
 from specfleet.workers.machinelock import MachineLock, machine_lock_path
 from specfleet.workers.quiet import QUIET_BUSY_PER_CORE, ForeignCpuMeter, QuietCheck
@@ -190,6 +196,11 @@ class HostWorker:
         """The result of a run this host finished lately (its newest `kept.KEPT_RESULTS`,
         also from before a worker restart), or None: the run never finished here."""
         return self._kept.get(run_key)
+
+    def check_models(self, asks: list[tuple[str, str, int]]) -> list[ModelCheck]:
+        """Whether each (model, engine, longest max_tokens) would run here (`matrix validate`
+        asks the hosts its runs would go to); resolved afresh, nothing loaded."""
+        return [check_model(model, engine, max_tokens) for model, engine, max_tokens in asks]
 
     def drain_load_samples(self) -> list[dict]:
         """The load samples taken since the last drain (oldest first), then forgotten."""

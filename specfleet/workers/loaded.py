@@ -1,6 +1,7 @@
 """Loading, warming and keeping models: the one way a runner is made ready to generate.
 
 `load_model` loads a resolved model (a worker's run and `specfleet generate` alike);
+`check_model` says, without loading, whether a model would load here (`matrix validate`);
 `LoadedModel.warm` runs its verify widths once per max draft; `LoadedModels` is a worker's
 LRU of loaded runners, keyed by (engine, device, model path) and bounded by memory (the least
 recently used model is dropped when a new one would not fit the budget).
@@ -100,6 +101,54 @@ def runner_class(engine: str) -> Any:
             f"install it with pip install 'specfleet[{engine}]'"
         ) from None
     raise ValueError(f"unknown engine {engine!r}")
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """Whether one model can run on one engine on this host, found without loading it.
+
+    Attributes:
+        problem: why it cannot, one line (None: it can).
+        missing: the model is known but its files are not on this host (another may hold them).
+    """
+
+    problem: str | None = None
+    missing: bool = False
+
+
+def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
+    """Resolve `model` for `engine` as a run here would (toy names parsed, aliases and
+    folders found, weights not hashed) and check its context against `max_tokens`.
+
+    Args:
+        model: a toy model name, an alias, a model folder or `hf:ORG/NAME`.
+        engine: toy, mlx or torch.
+        max_tokens: the longest reply a run of it asks for.
+
+    Returns:
+        The `ModelCheck`.
+    """
+    if engine == "toy":
+        from specfleet.workers.toy import parse_toy_model
+
+        try:
+            parse_toy_model(model)
+        except UserError as err:
+            return ModelCheck(str(err))
+        return ModelCheck()
+    from specfleet.engine.models import ModelNotFetched, context_tokens, resolve_model
+
+    try:
+        resolved = resolve_model(model, engine, measure=False)
+    except ModelNotFetched as err:
+        return ModelCheck(str(err), missing=True)
+    except UserError as err:
+        return ModelCheck(str(err))
+    context = context_tokens(resolved.path)
+    if context is not None and max_tokens >= context:
+        return ModelCheck(f"max_tokens {max_tokens} leaves no room for the prompt in the "
+                          f"model's context of {context} tokens")
+    return ModelCheck()
 
 
 def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:

@@ -331,6 +331,8 @@ def run_args(matrix_file: str, *more: str) -> list[str]:
 
 NOT_WRITABLE = "/proc/specfleet-x"  # root writes wherever mode bits say no, but not here
 STORY_HERE = matrix(prompts="[story]", prompt_dir="'.'")  # prompts read beside the file
+STORY_PACKAGED = matrix(prompts="[story]")  # the packaged prompts: no ../prompts in the cases
+FLEET_STATUS = ["fleet", "status", "--address", "127.0.0.1:1"]
 STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
 PIPE = "is a named pipe (FIFO); expected a"
 NO_FILES = files()
@@ -384,6 +386,86 @@ NAMED = {
     "run: a prompt that is a directory": (
         {}, files(m__yaml=STORY_HERE, story="dir"), run_args("{here}/m.yaml"),
         [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
+    # No prompt_dir and no ../prompts: `story` is the packaged prompt, yet a folder of that
+    # name beside the matrix is what the user most likely meant.
+    "validate: a directory beside the matrix named like a packaged prompt": (
+        {}, files(m__yaml=STORY_PACKAGED, story="dir"), ["matrix", "validate", "{here}/m.yaml"],
+        [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
+    "run: a directory beside the matrix named like a packaged prompt": (
+        {}, files(m__yaml=STORY_PACKAGED, story="dir"), run_args("{here}/m.yaml"),
+        [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
+    "validate: a named pipe beside the matrix named like a packaged prompt": (
+        {}, files(m__yaml=STORY_PACKAGED, story__md="fifo"), ["matrix", "validate",
+                                                               "{here}/m.yaml"],
+        [f"{{here}}/m.yaml: prompts[0]: {{here}}/story.md: {PIPE} prompt text file"]),
+    "validate: --local with --address": (
+        {}, NO_FILES, ["matrix", "validate", "{tmp}/good.yaml", "--local", "--address",
+                       "127.0.0.1:1"], ["--local and --address: give one of them"]),
+    "run: --report-dir a named pipe": (
+        {}, files(r="fifo"), run_args("{tmp}/good.yaml", "--report-dir", "{here}/r"),
+        ["--report-dir: {here}/r is a named pipe (FIFO), not a folder; expected a folder"]),
+    "report: --out a named pipe": (
+        {}, files(r="fifo"), ["report", "{mid}", "--db", "{db}", "--out", "{here}/r"],
+        ["--out: {here}/r is a named pipe (FIFO), not a folder; expected a folder"]),
+    "SPECFLEET_MODELS: a directory": (
+        {"SPECFLEET_MODELS": "{here}/m"}, files(m="dir"), ["models", "list"],
+        ["SPECFLEET_MODELS {here}/m: is a directory; expected a YAML mapping"]),
+    "SPECFLEET_MODELS: a named pipe": (
+        {"SPECFLEET_MODELS": "{here}/m"}, files(m="fifo"), ["models", "list"],
+        [f"SPECFLEET_MODELS {{here}}/m: {PIPE} YAML mapping"]),
+    "SPECFLEET_HOME: a named pipe, fetch": (
+        {"SPECFLEET_HOME": "{here}/home"}, files(home="fifo"), ["models", "fetch", "smollm2-135m"],
+        ["SPECFLEET_HOME: {here}/home is a named pipe (FIFO), not a folder; expected a folder"]),
+    "SPECFLEET_JOURNAL_DIR: a file, run": (
+        {"SPECFLEET_JOURNAL_DIR": "{here}/j"}, files(j="results go here"),
+        run_args("{tmp}/good.yaml"),
+        ["SPECFLEET_JOURNAL_DIR: {here}/j is a file, not a folder; expected a folder"]),
+    "SPECFLEET_JOURNAL_DIR: cannot be made, run": (
+        {"SPECFLEET_JOURNAL_DIR": NOT_WRITABLE}, NO_FILES, run_args("{tmp}/good.yaml"),
+        [f"SPECFLEET_JOURNAL_DIR: cannot create {NOT_WRITABLE}",
+         "expected a folder you can write"]),
+    "RAY_AUTH_TOKEN_PATH: a directory": (
+        {"RAY_AUTH_TOKEN_PATH": "{here}/t"}, files(t="dir"), FLEET_STATUS,
+        ["RAY_AUTH_TOKEN_PATH {here}/t: is a directory; expected the head's token file"]),
+    "RAY_AUTH_TOKEN_PATH: a named pipe": (
+        {"RAY_AUTH_TOKEN_PATH": "{here}/t"}, files(t="fifo"), FLEET_STATUS,
+        ["RAY_AUTH_TOKEN_PATH {here}/t: is a named pipe (FIFO); expected the head's token"]),
+    "RAY_AUTH_TOKEN_PATH: a binary file": (
+        {"RAY_AUTH_TOKEN_PATH": "{here}/t"}, files(t="\xff\xfe\x00"), FLEET_STATUS,
+        ["RAY_AUTH_TOKEN_PATH {here}/t: not UTF-8 text (byte 0)", "expected the head's token"]),
+    "RAY_AUTH_TOKEN_PATH: an empty file": (
+        {"RAY_AUTH_TOKEN_PATH": "{here}/t"}, files(t=""), FLEET_STATUS,
+        ["RAY_AUTH_TOKEN_PATH {here}/t: is empty; expected the head's token file"]),
+    "job generate: --prompts a named pipe": (
+        {}, files(b__jsonl="fifo"), ["job", "generate", "--prompts", "{here}/b.jsonl",
+                                     "--target", "h/toy", "--db", "{db}"],
+        [f"{{here}}/b.jsonl: {PIPE} JSONL file"]),
+    "job generate: --prompts a binary file": (
+        {}, files(b__jsonl="\x89PNG\xff\x00"), ["job", "generate", "--prompts",
+                                                 "{here}/b.jsonl", "--target", "h/toy",
+                                                 "--db", "{db}"],
+        ["{here}/b.jsonl: not UTF-8 text (byte 0); expected a JSONL file"]),
+    # Refused before the model loads: measuring first took minutes before the store failed.
+    "calibrate --store: --db a directory": (
+        {}, files(d="dir"), ["calibrate", "-m", "smollm2-135m", "--quick", "--store", "--db",
+                             "{here}/d"],
+        ["--db: {here}/d is not a regular file; give a SQLite file path"]),
+    "db upgrade: --db inside a file": (
+        {}, NO_FILES, ["db", "upgrade", "--db", "{tmp}/afile/x.db"],
+        ["--db: {tmp}/afile is a file, not a folder"]),
+    # `join` of a closed port: a check that failed to refuse could start no Ray node.
+    "fleet join: --temp-dir inside a device": (  # short: Ray limits the folder's length
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--temp-dir",
+                       "/dev/null/ray"],
+        ["--temp-dir: /dev/null is a character device, not a folder, so /dev/null/ray cannot "
+         "be made inside it; expected a folder"]),
+    "fleet join: --temp-dir cannot be made": (
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--temp-dir",
+                       NOT_WRITABLE],
+        [f"--temp-dir: cannot create {NOT_WRITABLE}", "expected a folder you can write"]),
+    "fleet join: --node-ip not an address": (
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--node-ip", "300.1.1.1"],
+        ["--node-ip '300.1.1.1': expected this host's IP address"]),
 }
 
 

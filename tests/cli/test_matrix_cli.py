@@ -111,6 +111,37 @@ def test_without_a_terminal_each_finished_run_is_one_line_and_failures_are_summe
     assert "toy model failed on purpose" in summary[0]
 
 
+def test_validate_in_a_fleet_asks_the_hosts_its_runs_go_to(fleet, tmp_path, monkeypatch):
+    def folder(name: str, context: int) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(f'{{"max_position_embeddings": {context}}}')
+        return str(tmp_path / name)
+
+    big, small = folder("big", 4096), folder("small", 8)
+    # Only this process knows the alias `mine`: the hosts' workers started without it.
+    registry = write(tmp_path, "models.yaml", f"models:\n  mine: {{torch: {big}}}\n")
+    monkeypatch.setenv("SPECFLEET_MODELS", registry)
+    matrix = ("name: v\nprompts: [{name: p, text: hi}]\narms: [plain]\nmax_tokens: 12\n"
+              "targets: {engines: [torch]}\nmodels: ")
+    three = write(tmp_path, "three.yaml", matrix + f"[{big}, {small}, mine]\n")
+    asked = invoke("matrix", "validate", three, "--address", fleet.address)
+    lines = asked.stderr.splitlines()
+    assert (asked.exit_code, lines[0]) == (2, f"fleet: {fleet.address} (2 hosts)"), asked.stderr
+    assert sorted(line.split(": ")[3] for line in lines[1:]) == [
+        "host alpha, torch", "host alpha, torch", "host beta, torch", "host beta, torch"]
+    assert sum(f"models[1]: host {h}, torch: max_tokens 12 leaves no room for the prompt in "
+               "the model's context of 8 tokens" in asked.stderr for h in ("alpha", "beta")) == 2
+    assert asked.stderr.count("models[2]: host ") == 2 and "models[0]" not in asked.stderr
+    assert "model 'mine' is neither an alias" in asked.stderr
+    here = invoke("matrix", "validate", three, "--local")  # this machine knows `mine`
+    assert here.exit_code == 2 and here.stderr.count("\n") == 1 and "models[1]" in here.stderr
+    one = write(tmp_path, "one.yaml", matrix + f"[{big}]\n")
+    found = invoke("matrix", "validate", one, "--address", fleet.address)
+    assert found.exit_code == 0, found.stderr
+    assert found.stdout.endswith("; every model resolved on the hosts its runs go to "
+                                 "(alpha, beta)\n")
+
+
 def test_bench_runs_a_sweep_given_on_the_command_line(fleet, db):
     result = invoke("bench", "-m", "script:1ms", "-p", "story,edit_fn", "--arms", "plain",
                     "-a", "graded", "-r", "2", "-n", "8", "-e", "toy", "-o", "json",

@@ -101,6 +101,18 @@ def test_join_of_an_unreachable_head_is_one_line_at_once() -> None:
     assert time.monotonic() - start < 30
 
 
+def test_a_token_path_that_is_a_folder_is_refused_and_left_as_it_was(tmp_path,
+                                                                     monkeypatch) -> None:
+    folder = tmp_path / "auth_token"
+    folder.mkdir()
+    folder.chmod(0o755)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(folder))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    with pytest.raises(UserError, match="auth_token: is a directory; expected the head's"):
+        ensure_token(create=True)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755  # it used to be chmodded to 600
+
+
 def test_a_client_without_a_token_is_told_where_to_put_it(tmp_path) -> None:
     missing = tmp_path / "nope" / "auth_token"
     done = cli(

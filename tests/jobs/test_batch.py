@@ -68,5 +68,5 @@ def test_bad_flags_name_the_flag(tmp_path: Path) -> None:
         load_generate_job(path, model="m", target="a/torch", lookup={"max_draft": 65})
     with pytest.raises(UserError, match=r"^--prompt-lookup-ngram-max: ngram-max \(1\) must be"):
         load_generate_job(path, model="m", target="a/torch", lookup={"ngram_max": 1})
-    with pytest.raises(UserError, match=r"no such file$"):
+    with pytest.raises(UserError, match=r"no such file; expected a JSONL file"):
         load_generate_job(tmp_path / "none.jsonl", model="m", target="a/torch")

@@ -259,3 +259,18 @@ def test_governor_matches_the_reference_limits(tmp_path: Path) -> None:
     assert limits == {"edit_fn": 400, "edit_json": 400, "summary": 400, "write": 400,
                       "story": 800}
     assert len(spec.models) == 4
+
+
+def test_a_folder_beside_the_matrix_named_like_a_packaged_prompt_is_refused(tmp_path) -> None:
+    path = tmp_path / "m" / "x.yaml"  # no ../prompts: named prompts are the packaged ones
+    path.parent.mkdir()
+    path.write_text("name: t\nmodels: [m1]\nprompts: [story]\narms: [plain]\n")
+    assert load_matrix_spec(path).prompt_dir == str(prompts_dir())
+    (path.parent / "story.txt").write_text("a text file here is not read: the packaged is\n")
+    assert load_matrix_spec(path).prompt_dir == str(prompts_dir())
+    (path.parent / "story.txt").unlink()
+    (path.parent / "story").mkdir()
+    with pytest.raises(UserError) as err:
+        load_matrix_spec(path)
+    assert str(err.value) == (f"{path}: prompts[0]: {path.parent}/story: is a directory; "
+                              "expected a prompt text file")

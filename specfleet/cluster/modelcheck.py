@@ -1,0 +1,143 @@
+"""Where a matrix's models are, for `matrix validate`: asked of each host a planned run would
+go to, or of this machine alone when there is no fleet.
+
+In a fleet, the plan decides which (host, engine, model) cells exist; each host's worker
+resolves its own cells as its runs will (`HostWorker.check_models`), so a model missing only
+on the machine that validates is no problem, and one missing on a host is named with it.
+Without a fleet only this machine can answer: a model whose files are not here is reported
+apart (`ModelReport.missing`), for the caller to warn about or refuse (`--local`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specfleet.engine.kinds import MODEL_ENGINES, Engine
+from specfleet.errors import UserError
+from specfleet.jobs.plan import plan_runs
+from specfleet.jobs.run import Target
+from specfleet.jobs.spec import MatrixSpec
+from specfleet.workers.loaded import ModelCheck, check_model
+
+CHECK_TIMEOUT_S = 60.0  # for every host together: resolving reads folders, never weights
+
+Ask = tuple[str, str, int]  # (model, engine, longest max_tokens of its runs there)
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """What the model checks found, one line each.
+
+    Attributes:
+        errors: models that cannot run where the matrix sends them.
+        missing: models whose files are not on this machine (no fleet was asked).
+        unanswered: hosts that could not be asked, with why.
+        hosts: the hosts that answered (empty: checked on this machine).
+    """
+
+    errors: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+
+
+def check_here(spec: MatrixSpec, label: str) -> ModelReport:
+    """Each model on each engine it may run on, resolved on this machine.
+
+    Without `targets.engines`, a model that runs on one real engine is fine (the fleet's
+    other engine may lack it); a problem shared by every engine is said once.
+    """
+    report = ModelReport()
+    for i, model in enumerate(spec.models):
+        engines: list[Engine] = list(spec.targets.engines) or list(MODEL_ENGINES)
+        checks = {e: check_model(model, e, _longest(spec, e)) for e in engines}
+        failing = {e: c for e, c in checks.items() if c.problem}
+        if not failing or (not spec.targets.engines and len(failing) < len(checks)):
+            continue
+        shared = len(failing) > 1 and len({c.problem for c in failing.values()}) == 1
+        for engine, check in (list(failing.items())[:1] if shared else failing.items()):
+            where = f"models[{i}]" if shared else f"models[{i}]: {engine}"
+            _file(report, check, f"{label}: {where}: {check.problem}")
+    return report
+
+
+def _longest(spec: MatrixSpec, engine: str) -> int:
+    return max(spec.max_tokens_for(p, engine) for p in spec.prompts)
+
+
+def _file(report: ModelReport, check: ModelCheck, line: str) -> None:
+    (report.missing if check.missing else report.errors).append(line)
+
+
+def host_asks(spec: MatrixSpec, targets: list[Target],
+              kinds: Mapping[str, str]) -> dict[str, list[Ask]]:
+    """What to ask each host: the (model, engine) cells the plan gives it, each with the
+    longest max_tokens of its runs there.
+
+    Raises:
+        UserError: no target of the fleet matches the matrix.
+    """
+    longest: dict[str, dict[tuple[str, str], int]] = defaultdict(dict)
+    for run in plan_runs(spec, targets, "validate", host_kinds=kinds):
+        cells = longest[run.target.host]
+        key = (run.model, run.target.engine)
+        cells[key] = max(cells.get(key, 0), run.max_tokens)
+    return {host: [(m, e, n) for (m, e), n in cells.items()]
+            for host, cells in sorted(longest.items())}
+
+
+def host_lines(spec: MatrixSpec, label: str, asks: list[Ask], checks: list[ModelCheck],
+               host: str) -> list[str]:
+    """One line per model a host cannot run, naming the host and the engine."""
+    index = {model: i for i, model in enumerate(spec.models)}
+    return [f"{label}: models[{index[model]}]: host {host}, {engine}: {check.problem}"
+            for (model, engine, _), check in zip(asks, checks, strict=True) if check.problem]
+
+
+def check_on_hosts(spec: MatrixSpec, label: str, view: Any,
+                   timeout_s: float = CHECK_TIMEOUT_S) -> ModelReport:
+    """Ask each host of the fleet whether it can run the models the plan sends it.
+
+    Args:
+        spec: the checked matrix.
+        label: the file as named in messages.
+        view: the `cli.fleetlink.FleetView` (targets, kinds, worker handles).
+        timeout_s: how long all hosts together may take to answer.
+
+    Returns:
+        The `ModelReport`: every problem names its host; a host that does not answer is
+        in `unanswered`.
+    """
+    import ray
+
+    try:
+        asks = host_asks(spec, view.targets, view.kinds)
+    except UserError as err:
+        return ModelReport(errors=[str(err)])
+    report = ModelReport()
+    refs = {}
+    for host, items in asks.items():
+        try:
+            refs[host] = view.workers[host].check_models.remote(items)
+        except AttributeError:  # a worker of an older specfleet has no such call
+            report.unanswered.append(f"host {host}: its worker cannot check models (an older "
+                                     "specfleet); update it with the fleet")
+    deadline = time.monotonic() + timeout_s
+    for host, ref in refs.items():
+        try:
+            checks = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+        except Exception as err:  # noqa: BLE001 - a host that cannot answer is named, not fatal
+            report.unanswered.append(f"host {host}: no answer ({_first_line(err)})")
+            continue
+        report.errors.extend(host_lines(spec, label, asks[host], checks, host))
+        report.hosts.append(host)
+    return report
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__

@@ -1,0 +1,100 @@
+"""`matrix validate`'s model checks: what each host is asked, how its answers read, and the
+checks this machine makes alone without a fleet (a model missing here: a warning, an error
+with --local). The checks on a real fleet: tests/cli/test_matrix_cli.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.cluster.modelcheck import check_here, host_asks, host_lines
+from specfleet.jobs.run import Target
+from specfleet.jobs.spec import MatrixSpec
+from specfleet.workers.loaded import ModelCheck, check_model
+
+
+def model_folder(root: Path, context: int) -> Path:
+    """A folder that resolves as a model (its config.json says its context length)."""
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"max_position_embeddings": context}))
+    return root
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch) -> Path:
+    """This machine without a fleet: its own home (no joined fleet) and a registry with an
+    alias `far` whose folder is not on this machine."""
+    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPECFLEET_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    registry = tmp_path / "models.yaml"
+    registry.write_text(yaml.safe_dump({"models": {"far": {"torch": str(tmp_path / "gone")}}}))
+    monkeypatch.setenv("SPECFLEET_MODELS", str(registry))
+    return tmp_path
+
+
+def spec(models: list[str], engines: list[str] | None = None, **more) -> MatrixSpec:
+    data = {"name": "m", "models": models, "prompts": [{"name": "p", "text": "hi"}],
+            "arms": ["plain"], "max_tokens": 12, **more}
+    if engines is not None:
+        data["targets"] = {"engines": engines}
+    return MatrixSpec.model_validate(data)
+
+
+def test_a_model_missing_here_is_told_apart_from_a_mistake(here) -> None:
+    folder = model_folder(here / "small", context=8)
+    assert check_model("far", "torch", 12).missing
+    unknown = check_model("nope", "torch", 12)
+    assert unknown.problem.startswith("model 'nope' is neither an alias") and not unknown.missing
+    assert check_model(str(folder), "torch", 7) == ModelCheck()
+    assert check_model(str(folder), "torch", 8).problem == (
+        "max_tokens 8 leaves no room for the prompt in the model's context of 8 tokens")
+    assert check_model("script:1ms", "toy", 12) == ModelCheck()
+    assert "a toy model is" in check_model("turbo", "toy", 12).problem
+
+
+def test_check_here_files_missing_models_apart_and_says_a_shared_problem_once(here) -> None:
+    report = check_here(spec(["far", "nope"]), "m.yaml")
+    assert report.errors[0] == "m.yaml: models[0]: mlx: model 'far' has no mlx source " \
+        "(available: torch)"
+    assert report.missing == [f"m.yaml: models[0]: torch: model 'far': {here}/gone holds no "
+                              "model (expected a folder with config.json)"]
+    assert len(report.errors) == 2 and report.errors[1].startswith(
+        "m.yaml: models[1]: model 'nope' is neither an alias")  # once, not per engine
+    torch_only = check_here(spec(["far"], engines=["torch"]), "m.yaml")
+    assert (torch_only.errors, len(torch_only.missing)) == ([], 1)
+
+
+def test_each_host_is_asked_for_the_cells_its_runs_need() -> None:
+    matrix = spec(["a", "b"], prompts=[{"name": "p", "text": "hi", "max_tokens": 40},
+                                       {"name": "q", "text": "yo", "targets": {"hosts": ["h2"]},
+                                        "max_tokens": 90}])
+    targets = [Target(host="h1", engine="torch", device="cpu"),
+               Target(host="h2", engine="mlx", device="cpu")]
+    asks = host_asks(matrix, targets, {})
+    assert asks == {"h1": [("a", "torch", 40), ("b", "torch", 40)],
+                    "h2": [("a", "mlx", 90), ("b", "mlx", 90)]}
+    checks = [ModelCheck(), ModelCheck("model 'b': gone", missing=True)]
+    assert host_lines(matrix, "m.yaml", asks["h2"], checks, "h2") == [
+        "m.yaml: models[1]: host h2, mlx: model 'b': gone"]
+
+
+def test_without_a_fleet_a_model_missing_here_warns_and_local_refuses(here) -> None:
+    path = here / "m.yaml"
+    path.write_text(yaml.safe_dump(spec(["far"], engines=["torch"]).model_dump(
+        mode="json", exclude_none=True)))
+    warned = CliRunner().invoke(app, ["matrix", "validate", str(path)])
+    line = (f"{path}: models[0]: torch: model 'far': {here}/gone holds no model (expected a "
+            "folder with config.json)")
+    assert warned.exit_code == 0, warned.stderr
+    assert warned.stderr == f"warning: {line}\n"
+    assert warned.stdout.endswith("; models and their context lengths checked on this machine "
+                                  "only (no fleet joined); 1 not here (warnings above; --local "
+                                  "makes that an error)\n")
+    refused = CliRunner().invoke(app, ["matrix", "validate", str(path), "--local"])
+    assert (refused.exit_code, refused.stderr, refused.stdout) == (2, f"error: {line}\n", "")
