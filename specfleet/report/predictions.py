@@ -11,6 +11,7 @@ counters are compared with the stored ones (they must be equal).
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from specfleet.engine.config import PromptLookupConfig, default_max_draft
 from specfleet.engine.governor import Policy
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.errors import UserError
+from specfleet.userfiles import read_text
 
 COUNTER_NAMES = ("rounds", "drafted_rounds", "paused_rounds", "proposed", "accepted",
                  "shadow_confirmations")
@@ -55,11 +57,15 @@ class Prediction:
         return (self.predicted - self.measured) / self.measured
 
 
+COSTS_EXPECTED = "a YAML width-cost table (name, ratio: [cost of width 1, 2, ...])"
+
+
 def load_cost_file(path: Path) -> CostTable:
     """A YAML table (`name`, `ratio: [cost of width 1, 2, ...]`); one-line errors."""
+    text = read_text(path, f"--costs {path}", expected=COSTS_EXPECTED)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
         raise UserError(f"--costs {path}: not a readable YAML file ({err.__class__.__name__})") from None
     ratio = data.get("ratio") if isinstance(data, dict) else None
     if (not isinstance(ratio, list) or len(ratio) < 2
@@ -81,7 +87,7 @@ def cost_source(spec: str):
     """A function cell -> CostTable for `--costs`: a YAML file, a packaged table, or a host
     whose newest stored calibration of the cell's engine, device and model is used."""
     path = Path(spec)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
+    if path.suffix in (".yaml", ".yml") and os.path.lexists(path):  # its reader refuses a pipe
         table = load_cost_file(path)
         return lambda store, cell: table
     packaged = packaged_cost(spec)

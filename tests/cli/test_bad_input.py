@@ -333,6 +333,7 @@ NOT_WRITABLE = "/proc/specfleet-x"  # root writes wherever mode bits say no, but
 STORY_HERE = matrix(prompts="[story]", prompt_dir="'.'")  # prompts read beside the file
 STORY_PACKAGED = matrix(prompts="[story]")  # the packaged prompts: no ../prompts in the cases
 FLEET_STATUS = ["fleet", "status", "--address", "127.0.0.1:1"]
+REPLAY_COSTS = ["replay", "{mid}", "--costs", "{here}/c.yaml", "--db", "{db}"]
 STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
 PIPE = "is a named pipe (FIFO); expected a"
 NO_FILES = files()
@@ -463,6 +464,15 @@ NAMED = {
         {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--temp-dir",
                        NOT_WRITABLE],
         [f"--temp-dir: cannot create {NOT_WRITABLE}", "expected a folder you can write"]),
+    "replay: --costs a binary YAML file": (
+        {}, files(c__yaml="\x89PNG\xff\x00"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: not UTF-8 text (byte 0); expected a YAML width-cost table"]),
+    "replay: --costs a named pipe": (
+        {}, files(c__yaml="fifo"), REPLAY_COSTS,
+        [f"--costs {{here}}/c.yaml: {PIPE} YAML width-cost table"]),
+    "replay: --costs a folder": (
+        {}, files(c__yaml="dir"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: is a directory; expected a YAML width-cost table"]),
     "fleet join: --node-ip not an address": (
         {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--node-ip", "300.1.1.1"],
         ["--node-ip '300.1.1.1': expected this host's IP address"]),
