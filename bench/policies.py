@@ -9,7 +9,10 @@ is the median of the repeats of whole-call tok/s (prefill included), over specfl
 of the same engine. Then, from each prompt's plain reply, `engine.predict.replay` recomputes
 every policy's rounds and predicts its speed-up (a) under this engine's measured table, set
 beside the measured speed-up (the replay's error), and (b) under the packaged GB10 and
-Apple Silicon tables (decode loop only: their prefill cost is unknown).
+Apple Silicon tables (decode loop only: their prefill cost is unknown). Under each engine's
+table the record also gives every policy's efficiency against the oracle bound
+(`engine.oracle`: the cheapest schedule over the same n-gram index; 1.0 = no better schedule
+existed).
 
     .venv/bin/python bench/policies.py --out docs/benchmark_results/policies.md
     .venv/bin/python bench/policies.py --engines torch --prompts edit_fn,story --repeats 1
@@ -138,7 +141,6 @@ def spread(data: dict, arm: str, prompt: str) -> float:
 
 def predictions(data: dict, prompt: str, costs: Sequence[float], whole_call: bool) -> dict:
     """Predicted speed-up of each policy on this prompt's plain reply under `costs`."""
-    from specfleet.engine.config import PromptLookupConfig
     from specfleet.engine.predict import predicted_speedup, replay
 
     plain = data["arms"]["plain"][prompt][0]
@@ -152,17 +154,44 @@ def predictions(data: dict, prompt: str, costs: Sequence[float], whole_call: boo
                                     / r["counters"]["rounds"]) for r in runs)
     out = {}
     for policy in POLICIES:
-        lookup = PromptLookupConfig(max_draft=32 if policy == "calibrated" else 7,
-                                    policy=policy, costs=tuple(costs))
-        done = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=lookup, costs=costs)
+        done = replay(ids, reply, stop_reason=stop, max_tokens=limit,
+                      lookup=policy_config(policy, costs), costs=costs)
         out[policy] = predicted_speedup(base.cost_steps, done.cost_steps, prefill)
+    return out
+
+
+def policy_config(policy: str, costs: Sequence[float]):
+    from specfleet.engine.config import PromptLookupConfig
+
+    return PromptLookupConfig(max_draft=32 if policy == "calibrated" else 7, policy=policy,
+                              costs=tuple(costs))
+
+
+def efficiencies(data: dict, prompt: str, costs: Sequence[float]) -> dict:
+    """Oracle cost over each policy's replayed cost on this prompt's plain reply under
+    `costs` (decode loop), and under "ceiling" the oracle's decode speed-up over plain."""
+    from specfleet.engine.oracle import oracle
+    from specfleet.engine.predict import replay
+
+    plain = data["arms"]["plain"][prompt][0]
+    ids, reply, limit = data["prompts"][prompt], plain["tokens"], data["limits"][prompt]
+    stop = plain["counters"]["stop"]
+    widest = max((policy_config(p, costs) for p in POLICIES), key=lambda c: c.max_draft)
+    best = oracle(ids, reply, stop_reason=stop, max_tokens=limit, lookup=widest, costs=costs)
+    base = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=None, costs=costs)
+    out = {"ceiling": base.cost_steps / best.cost_steps if best.cost_steps else 1.0}
+    for policy in POLICIES:
+        done = replay(ids, reply, stop_reason=stop, max_tokens=limit,
+                      lookup=policy_config(policy, costs), costs=costs)
+        out[policy] = best.efficiency(done.cost_steps)
     return out
 
 
 def render(results: list[dict], env: dict, command: str, args) -> str:
     from bench.policies_report import render_markdown
 
-    return render_markdown(results, env, command, args, predictions, median_rate, spread)
+    return render_markdown(results, env, command, args, predictions, median_rate, spread,
+                           efficiencies)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -97,7 +97,19 @@ def load_verdict(env: dict) -> str:
             "cores); the load after includes this bench's own processes.")
 
 
-def render_markdown(results, env, command, args, predictions, median_rate, spread) -> str:
+def _efficiency(results, efficiencies) -> list[str]:
+    lines = ["| engine | prompt | oracle ceiling (decode) | " + " | ".join(POLICIES) + " |",
+             "|" + "---|" * (3 + len(POLICIES))]
+    for data in results:
+        for prompt in answered(data):
+            eff = efficiencies(data, prompt, data["table"]["ratio"])
+            cells = " | ".join(f"{eff[p]:.2f}" for p in POLICIES)
+            lines.append(f"| {data['engine']} | {prompt} | {eff['ceiling']:.2f}x | {cells} |")
+    return lines
+
+
+def render_markdown(results, env, command, args, predictions, median_rate, spread,
+                    efficiencies) -> str:
     out = ["# Drafting policies: plain, graded, gated, calibrated (and transformers' lookup)", "",
            f"Command: `{command}` ({args.repeats} repeats, median; {args.tokens} new tokens; "
            "whole-call tok/s over specfleet plain of the same engine; ± is half the "
@@ -125,4 +137,10 @@ def render_markdown(results, env, command, args, predictions, median_rate, sprea
             "From each prompt's plain reply above; GB10 tables are spec 7.6's; the Apple "
             "Silicon table is spec 7.8's one figure (width 8 = 2.5 steps) interpolated.", ""]
     out += _foreign(results, predictions)
+    out += ["", "## Efficiency against the oracle bound (each engine's own table)", "",
+            "From each prompt's plain reply: the oracle is the cheapest schedule over the same "
+            "n-gram index (drafts up to 32) under the engine's measured table, pipeline "
+            "mechanics unpaid; a policy's efficiency is oracle cost / its replayed cost "
+            "(decode loop), the ceiling the oracle's decode speed-up over plain.", ""]
+    out += _efficiency(results, efficiencies)
     return "\n".join(out) + "\n"

@@ -33,6 +33,7 @@ ENGINE_TESTS = [
     "tests/engine/test_reference.py",
     "tests/engine/test_warmup.py",
     "tests/engine/runners/test_toy.py",
+    "tests/engine/test_oracle.py",
 ]
 
 
@@ -48,6 +49,7 @@ GOV = "specfleet/engine/governor.py"
 LOOP = "specfleet/engine/loop.py"
 LOOKUP = "specfleet/engine/lookup.py"
 CAL = "specfleet/engine/calibrated.py"
+ORACLE = "specfleet/engine/oracle.py"
 
 MUTATIONS = [
     Mutation("probation ignored", GOV,
@@ -117,6 +119,29 @@ MUTATIONS = [
              "    def probes_while_paused(self) -> bool:\n        return False"),
     Mutation("paused rounds counted in plain decoding", LOOP,
              "if budget == 0 and s.governor is not None:", "if budget == 0:"),
+    Mutation("oracle verify advances without the bonus row", ORACLE,
+             "min(min(landed, k) + 1, left)", "max(min(landed, k), 1)"),
+    Mutation("oracle verify advances one past the bonus row", ORACLE,
+             "min(min(landed, k) + 1, left)", "min(min(landed, k) + 2, left)"),
+    Mutation("oracle ignores the verify cost", ORACLE,
+             "cost = width_cost(costs, k + 1)", "cost = 0.0"),
+    Mutation("oracle reads the cost one width narrow", ORACLE,
+             "cost = width_cost(costs, k + 1)", "cost = width_cost(costs, k)"),
+    Mutation("oracle ignores the re-feed", ORACLE,
+             "    if refeeds and accepted < k:\n        cost += width_cost(costs, accepted + 1)",
+             "    if False:\n        cost += width_cost(costs, accepted + 1)"),
+    Mutation("oracle ignores the token limit", ORACLE,
+             "max_tokens - position - 1) + 1)", "max_tokens - position) + 1)"),
+    Mutation("oracle counts the row at the end as accepted", ORACLE,
+             "accepted = min(landed, k, left - 1)", "accepted = min(landed, k)"),
+    Mutation("oracle prices a plain step at cost(1)", ORACLE,
+             "plain = min(1.0, width_cost(costs, 1))", "plain = width_cost(costs, 1)"),
+    Mutation("oracle looks up one token late", ORACLE,
+             "        if position:\n            context.append",
+             "        if position > 1:\n            context.append"),
+    Mutation("oracle forgets the EOS row", ORACLE,
+             'targets = [*reply, _EOS] if stop_reason == "eos" and reply else list(reply)',
+             "targets = list(reply)"),
 ]
 
 

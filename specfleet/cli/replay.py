@@ -1,5 +1,6 @@
-"""`specfleet replay RUN_OR_MATRIX --policy ... --costs ...`: every policy's counters and
-predicted speed-up from stored greedy replies, under a stored or packaged cost table.
+"""`specfleet replay RUN_OR_MATRIX --policy ... --costs ... [--oracle]`: every policy's
+counters and predicted speed-up from stored greedy replies, under a stored or packaged cost
+table, and with `--oracle` the cheapest schedule and each policy's efficiency.
 
 The work is `specfleet.report.predictions`; this module parses and prints.
 """
@@ -24,14 +25,18 @@ def replay_command(
         "--costs", help="A host with a stored calibration, a YAML file, or a packaged table "
         "(gb10-qwen3-1.7b, gb10-qwen3-4b, gb10-qwen3-8b, gb10-llama-3.1-8b, apple-m4pro).")] = "",
     db: Annotated[str | None, typer.Option("--db", help="Store URL or SQLite file.")] = None,
+    oracle: Annotated[bool, typer.Option(
+        "--oracle", help="Also compute each cell's cheapest schedule over the same n-gram "
+        "index under the table, and each policy's efficiency (oracle cost / its cost).")] = False,
 ) -> None:
     """Recompute each policy's rounds, proposals and acceptances from the stored greedy
     replies and predict its whole-call speed-up over plain under a width-cost table; also
     replay every stored lookup run and check its counters equal the stored ones (exit 1 if
-    any differ)."""
+    any differ). With --oracle, the best any drafting schedule could have done too."""
     from specfleet.report.predictions import (
         check_counters,
         cost_source,
+        format_bounds,
         format_predictions,
         predict,
         stored_runs,
@@ -48,11 +53,13 @@ def replay_command(
     with open_store(db) as store:
         runs = stored_runs(store, ident)
         # Every name was checked against POLICIES above.
-        predictions = predict(store, runs, cast("list[Policy]", policies), costs_for)
+        predictions = predict(store, runs, cast("list[Policy]", policies), costs_for, oracle)
         mismatches = check_counters(runs)
     if not predictions:
         raise UserError(f"RUN_OR_MATRIX {ident}: no cell has a done greedy plain run to replay")
     typer.echo(format_predictions(predictions, costs))
+    if oracle:
+        typer.echo("\n" + format_bounds(predictions, costs))
     checked = sum(1 for r in runs if r.arm != "plain")
     typer.echo(f"\ncounters: {checked} stored lookup runs replayed, "
                f"{len(mismatches)} differ from the stored counters")

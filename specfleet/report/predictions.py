@@ -6,7 +6,9 @@ every policy emits; `engine.predict.replay` drives the real loop over it for eac
 prices the trace with the cost table. The prefill is counted in pipelined steps measured on
 the cell's own plain run (prefill_s / (decode_s / rounds)) and assumed to carry over to the
 host of the table. Every stored lookup run is also replayed under its own config and its
-counters are compared with the stored ones (they must be equal).
+counters are compared with the stored ones (they must be equal). With the oracle, each cell
+also gets the cheapest schedule over the policies' n-gram index (`engine.oracle`) and each
+policy its efficiency, oracle cost over its own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import yaml
 
 from specfleet.engine.config import PromptLookupConfig, default_max_draft
 from specfleet.engine.governor import Policy
+from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.errors import UserError
 from specfleet.userfiles import read_text
@@ -38,8 +41,24 @@ class CostTable:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """The oracle on one cell: the cheapest schedule over one n-gram index.
+
+    Attributes:
+        lookup: the index (ngram_min, ngram_max) and the widest draft it may verify.
+        schedule: the oracle's schedule and cost in pipelined steps.
+        ceiling: the whole-call speed-up over plain that schedule would give.
+    """
+
+    lookup: PromptLookupConfig
+    schedule: OracleSchedule
+    ceiling: float
+
+
+@dataclass(frozen=True)
 class Prediction:
-    """One policy on one cell: replayed counters, cost, predicted and measured speed-up."""
+    """One policy on one cell: replayed counters, cost, predicted and measured speed-up,
+    and the cell's oracle bound when asked for."""
 
     cell: tuple[str, str, str, str, str]
     policy: str
@@ -48,6 +67,7 @@ class Prediction:
     plain_steps: float
     predicted: float
     measured: float | None
+    bound: Bound | None = None
 
     @property
     def error(self) -> float | None:
@@ -55,6 +75,11 @@ class Prediction:
         if not self.measured:
             return None
         return (self.predicted - self.measured) / self.measured
+
+    @property
+    def efficiency(self) -> float | None:
+        """Oracle cost over this policy's cost (<= 1.0), None without the oracle."""
+        return self.bound.schedule.efficiency(self.steps) if self.bound else None
 
 
 COSTS_EXPECTED = "a YAML width-cost table (name, ratio: [cost of width 1, 2, ...])"
@@ -190,8 +215,28 @@ def _measured(arms: dict[str, list], policy: str) -> float | None:
     return statistics.median(mine) / statistics.median(plain)
 
 
-def predict(store, runs: Sequence, policies: Sequence[Policy], costs_for) -> list[Prediction]:
-    """One `Prediction` per cell with a plain run and per policy."""
+def _bounds(run, configs: dict[Policy, PromptLookupConfig], costs: Sequence[float],
+            plain_steps: float, prefill: float) -> dict[Policy, Bound]:
+    """Each policy's oracle bound: one per n-gram index the policies share, as wide as the
+    widest of their drafts (any of their schedules is then one the oracle weighed)."""
+    widest: dict[tuple[int, int], int] = {}
+    for c in configs.values():
+        key = (c.ngram_min, c.ngram_max)
+        widest[key] = max(widest.get(key, 0), c.max_draft)
+    bounds = {}
+    for (ngram_min, ngram_max), max_draft in widest.items():
+        lookup = PromptLookupConfig(ngram_max, ngram_min, max_draft)
+        schedule = oracle(run.prompt_token_ids, run.token_ids, stop_reason=run.stop_reason,
+                          max_tokens=run.max_tokens, lookup=lookup, costs=costs)
+        bounds[(ngram_min, ngram_max)] = Bound(
+            lookup, schedule, predicted_speedup(plain_steps, schedule.cost_steps, prefill))
+    return {p: bounds[(c.ngram_min, c.ngram_max)] for p, c in configs.items()}
+
+
+def predict(store, runs: Sequence, policies: Sequence[Policy], costs_for,
+            with_oracle: bool = False) -> list[Prediction]:
+    """One `Prediction` per cell with a plain run and per policy (with the cell's oracle
+    bound when `with_oracle`)."""
     cells: dict[tuple, dict[str, list]] = {}
     for run in runs:
         cells.setdefault(_cell(run), {}).setdefault(run.arm, []).append(run)
@@ -203,31 +248,68 @@ def predict(store, runs: Sequence, policies: Sequence[Policy], costs_for) -> lis
         table = costs_for(store, cell)
         plain_steps = _replay(base, base, None, table.ratio).cost_steps
         prefill = _prefill_steps(arms["plain"])
+        configs = {p: _policy_config(p, arms, table.ratio) for p in policies}
+        bounds = _bounds(base, configs, table.ratio, plain_steps, prefill) if with_oracle else {}
         for policy in policies:
-            done = _replay(base, base, _policy_config(policy, arms, table.ratio), table.ratio)
+            done = _replay(base, base, configs[policy], table.ratio)
             stats = done.generation.stats
             out.append(Prediction(
                 cell, policy, {n: getattr(stats, n) for n in COUNTER_NAMES}, done.cost_steps,
                 plain_steps, predicted_speedup(plain_steps, done.cost_steps, prefill),
-                _measured(arms, policy),
+                _measured(arms, policy), bounds.get(policy),
             ))
     return out
 
 
 def format_predictions(predictions: Sequence[Prediction], costs_name: str) -> str:
-    """A markdown table: cell, policy, counters, predicted and measured speed-up, error."""
+    """A markdown table: cell, policy, counters, predicted and measured speed-up, error, and
+    the efficiency when the predictions carry the oracle."""
+    extra = (" efficiency |", "---|") if any(p.bound for p in predictions) else ("", "")
     lines = [f"Predicted speed-up over plain under {costs_name} (whole call, prefill in "
              "pipelined steps from each cell's plain run)", "",
              "| model | engine | prompt | policy | rounds | drafted | proposed | accepted | "
-             "steps / plain | predicted | measured | error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "steps / plain | predicted | measured | error |" + extra[0],
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + extra[1]]
     for p in predictions:
         _, engine, _, model, prompt = p.cell
         c = p.counters
         measured = f"{p.measured:.3f}x" if p.measured else "-"
         error = f"{p.error * 100:+.1f}%" if p.error is not None else "-"
+        efficiency = f" {p.efficiency:.3f} |" if p.efficiency is not None else ""
         lines.append(
             f"| {model} | {engine} | {prompt} | {p.policy} | {c['rounds']} | "
             f"{c['drafted_rounds']} | {c['proposed']} | {c['accepted']} | "
-            f"{p.steps:.1f} / {p.plain_steps:.1f} | {p.predicted:.3f}x | {measured} | {error} |")
+            f"{p.steps:.1f} / {p.plain_steps:.1f} | {p.predicted:.3f}x | {measured} | {error} |"
+            f"{efficiency}")
     return "\n".join(lines)
+
+
+def format_bounds(predictions: Sequence[Prediction], costs_name: str) -> str:
+    """A markdown table of each cell's oracle: its index, cost, schedule and ceiling."""
+    lines = [f"Oracle bound under {costs_name}: the cheapest schedule over each cell's n-gram "
+             "index (pipeline mechanics not paid; efficiency = oracle steps / policy steps)", "",
+             "| model | engine | prompt | index | steps / plain | ceiling | verifies | "
+             "proposed | accepted | plain steps | widths |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    seen: list[Bound] = []
+    for p in predictions:
+        if p.bound is None or any(b is p.bound for b in seen):
+            continue
+        seen.append(p.bound)
+        _, engine, _, model, prompt = p.cell
+        b, s = p.bound.lookup, p.bound.schedule
+        lines.append(
+            f"| {model} | {engine} | {prompt} | n-gram {b.ngram_min}-{b.ngram_max}, draft <= "
+            f"{b.max_draft} | {s.cost_steps:.1f} / {p.plain_steps:.1f} | {p.bound.ceiling:.3f}x | "
+            f"{s.verifies} | {s.proposed} | {s.accepted} | {s.plain_steps} | {_widths(s)} |")
+    return "\n".join(lines)
+
+
+def _widths(schedule: OracleSchedule) -> str:
+    """The verify widths the oracle used, most used first (`8x12 4x3`: width 8 twelve times)."""
+    counts: dict[int, int] = {}
+    for step in schedule.steps:
+        if step.draft:
+            counts[step.draft + 1] = counts.get(step.draft + 1, 0) + 1
+    ranked = sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))
+    return " ".join(f"{w}x{c}" for w, c in ranked) or "-"

@@ -83,3 +83,48 @@ def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
         assert len(result.stderr.splitlines()) == 1 and expected in result.stderr
     missing = invoke("replay", "nosuch", "--costs", "apple-m4pro", "--db", db)
     assert missing.exit_code == 2 and "no matrix, generation job or run" in missing.stderr
+
+
+def test_oracle_prints_each_cells_bound_and_every_policys_efficiency(db):
+    result = invoke("replay", matrix_id(db), "--costs", "apple-m4pro", "--oracle", "--db", db)
+    assert result.exit_code == 0, result.stderr
+    head = next(line for line in result.stdout.splitlines() if "| policy |" in line)
+    assert head.endswith("| efficiency |")
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| script")]
+    policy_rows = [r for r in rows if r[4].strip() in ("graded", "gated", "calibrated")]
+    bound_rows = [r for r in rows if r[4].strip().startswith("n-gram")]
+    assert len(policy_rows) == 2 * 3 and len(bound_rows) == 2
+    assert all(0.0 < float(r[13]) <= 1.0 for r in policy_rows)
+    # One bound per prompt, over the stored arms' own index and widest draft.
+    assert {r[3].strip() for r in bound_rows} == set(PROMPTS)
+    assert all(r[4].strip() == "n-gram 2-3, draft <= 7" for r in bound_rows)
+    for r in bound_rows:
+        oracle_steps, plain_steps = (float(x) for x in r[5].split("/"))
+        best = max(float(p[10].strip().rstrip("x")) for p in policy_rows if p[3] == r[3])
+        assert oracle_steps <= plain_steps and float(r[6].strip().rstrip("x")) >= best
+
+
+def test_without_the_oracle_the_table_is_unchanged(db):
+    result = invoke("replay", matrix_id(db), "--costs", "apple-m4pro", "--db", db)
+    assert "efficiency" not in result.stdout and "Oracle bound" not in result.stdout
+
+
+def test_the_oracle_flag_takes_no_value(db):
+    result = invoke("replay", matrix_id(db), "--costs", "apple-m4pro", "--oracle=yes",
+                    "--db", db)
+    assert result.exit_code == 2
+    assert len(result.stderr.splitlines()) == 1 and "--oracle" in result.stderr
+
+
+def test_the_bound_covers_the_widest_draft_replayed(db):
+    # Without a stored calibrated arm, calibrated replays with its default 32-token drafts:
+    # the cell's one bound must weigh those too, or calibrated could beat it.
+    with open_store(db) as store:
+        runs = [r for r in stored_runs(store, matrix_id(db)) if r.arm != "calibrated"]
+        predictions = predict(store, runs, ["graded", "calibrated"],
+                              cost_source("gb10-qwen3-8b"), with_oracle=True)
+    for prompt in PROMPTS:
+        graded, calibrated = (p for p in predictions if p.cell[4] == prompt)
+        assert graded.bound is calibrated.bound and graded.bound is not None
+        assert graded.bound.lookup.max_draft == 32
+        assert 0 < graded.efficiency <= 1.0 and 0 < calibrated.efficiency <= 1.0
