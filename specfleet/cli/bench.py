@@ -2,7 +2,8 @@
 
 `specfleet bench -m smollm2-135m -p edit_fn,story --arms plain,auto -r 3 -o md` builds the
 matrix those flags describe, runs it on the fleet like `matrix run` (stored like any other
-matrix, so `compare`, `history` and `report` read it), and prints its tables.
+matrix, so `compare`, `history` and `report` read it), and prints its tables. `--arms
+plain,auto,hf-lookup` adds a peer engine's own generation beside ours (`engine/peers.py`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def bench_command(
         "--model", "-m", "Model aliases (specfleet models list) or folders")] = None,
     prompt: Annotated[Many, _many(
         "--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files")] = None,
-    arms: Annotated[Many, _many("--arms", "-a", "Arms: plain, auto, graded, gated, fixed")] = None,
+    arms: Annotated[Many, _many(
+        "--arms", "-a", "Arms: plain, auto, graded, gated, calibrated, fixed, or a peer "
+        "engine's own generation: hf, hf-lookup (torch), mlx-lm (mlx)")] = None,
     repeats: Annotated[int, typer.Option("--repeats", "-r", help="Repeats of every cell.")] = 3,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,

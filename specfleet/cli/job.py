@@ -17,7 +17,7 @@ import typer
 from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
 from specfleet.engine.kinds import ENGINES, choices_text
 from specfleet.errors import UserError
-from specfleet.jobs.run import ARMS, Target
+from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.store.store import new_matrix_id, open_store
 
 app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
@@ -31,7 +31,7 @@ CALIBRATE_TIMEOUT_S = 1800.0
 def generate(
     prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line.")],
     target: Annotated[str, typer.Option("--target", help="HOST/ENGINE or HOST/ENGINE/DEVICE.")],
-    policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(ARMS)}.")] = "auto",
+    policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(OWN_ARMS)}.")] = "auto",
     model: Annotated[str, typer.Option("--model", help="Model alias.")] = DEFAULT_MODEL,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
     address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,

@@ -19,7 +19,7 @@ from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_
 from specfleet.cli.options import FormatOption, RateOption
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.errors import UserError, one_line
-from specfleet.jobs.plan import plan_runs
+from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 from specfleet.report.tables import render_matrix
 from specfleet.stats.runs import Rate
@@ -210,6 +210,8 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+        for line in peer_skips(spec, select_targets(spec, view.targets, view.kinds)):
+            typer.echo(line, err=True)
         view.record_hosts(store)
         store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=matrix_id)
         typer.echo(f"matrix {matrix_id}: {len(runs)} runs on "

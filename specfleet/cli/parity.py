@@ -168,11 +168,13 @@ def run_parity_matrix(store, spec, view, progress: bool = True) -> str:
     """Plan a parity spec on the fleet, store it and run it; return the matrix id."""
     from specfleet.cluster.matrixcall import SchedulerOptions
     from specfleet.cluster.scheduler import run_matrix
-    from specfleet.jobs.plan import plan_runs
+    from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
     from specfleet.store.store import new_matrix_id
 
     matrix_id = new_matrix_id(spec.name)
     runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+    for line in peer_skips(spec, select_targets(spec, view.targets, view.kinds)):
+        typer.echo(line, err=True)
     if not runs:
         raise UserError(f"matrix '{spec.name}': no target of the fleet matches its targets")
     for change in getattr(spec, "overridden", []):

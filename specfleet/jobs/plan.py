@@ -6,6 +6,8 @@ spec order, then repeats 0..n-1; within one (target, model, prompt, repeat) ever
 back to back, in rotated spec order: repeat r starts at arm `r mod len(arms)`. With arms
 [plain, graded, gated] that is plain graded gated / graded gated plain / gated plain graded,
 so slow drift of the machine (heat, neighbours) hits every arm at every position alike.
+A peer arm (`engine/peers.py`) is planned on its own engine's targets only and rotates with
+the arms that run there; `peer_skips` says where it was left out.
 
 Run keys are deterministic: a hash of (matrix id, host, engine, device, model, prompt, arm,
 repeat), so planning the same matrix twice yields the same keys (idempotent store writes,
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from specfleet.configs import prompts_dir
+from specfleet.engine.peers import peer_kind
 from specfleet.errors import UserError
 from specfleet.jobs.run import LookupOptions, RunSpec, Target
 from specfleet.jobs.spec import (
@@ -127,7 +130,9 @@ def plan_runs(
     texts = prompt_texts(spec, prompt_dir)
     kinds = host_kinds or {}
     runs: list[RunSpec] = []
-    for target in select_targets(spec, targets, kinds):
+    chosen = select_targets(spec, targets, kinds)
+    peer_skips(spec, chosen)  # a peer arm that fits none of them is a mistake
+    for target in chosen:
         for model in spec.models:
             for prompt in spec.prompts:
                 if prompt.targets and not prompt.targets.matches(target, kinds.get(target.host)):
@@ -137,12 +142,40 @@ def plan_runs(
     return runs
 
 
+def fits(arm: str, target: Target) -> bool:
+    """Whether an arm runs on a target: ours everywhere, a peer on its own engine only."""
+    kind = peer_kind(arm)
+    return kind is None or kind.engine == target.engine
+
+
+def peer_skips(spec: MatrixSpec, targets: list[Target]) -> list[str]:
+    """Why each peer arm is left out of some selected targets, one line each.
+
+    Raises:
+        UserError: a peer arm fits none of the targets (nothing of it would run).
+    """
+    lines = []
+    for i, arm in enumerate(spec.arms):
+        kind = peer_kind(arm.arm)
+        if kind is None:
+            continue
+        left = [t.label for t in targets if not fits(arm.arm, t)]
+        if len(left) == len(targets):
+            raise UserError(f"matrix '{spec.name}': arms[{i}]: {arm.arm} runs on {kind.engine} "
+                            f"targets only, and none is selected ({', '.join(left)})")
+        if left:
+            lines.append(f"arm {arm.arm} runs on {kind.engine} targets only: skipped on "
+                         f"{', '.join(left)}")
+    return lines
+
+
 def _cell_runs(spec: MatrixSpec, target: Target, model: str, prompt: PromptEntry, text: str,
                matrix_id: str) -> list[RunSpec]:
     max_tokens = spec.max_tokens_for(prompt, target.engine)
+    arms = [arm for arm in spec.arms if fits(arm.arm, target)]
     runs = []
     for repeat in range(spec.repeats):
-        for arm in rotated(list(spec.arms), repeat):
+        for arm in rotated(arms, repeat):
             key = run_key(matrix_id, target.host, target.engine, target.device, model,
                           prompt.name, arm.arm, repeat)
             runs.append(RunSpec(

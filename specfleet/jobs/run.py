@@ -20,11 +20,15 @@ from specfleet.engine.config import (
 from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.loop import StopReason
+from specfleet.engine.peers import Peer
 
-# An arm is plain decoding, a policy choice (auto or a named policy), or fixed (non-adaptive).
-Arm = Literal["plain", PolicyChoice, "fixed"]
+# Our arms: plain decoding, a policy choice (auto or a named policy), or fixed (non-adaptive).
+OwnArm = Literal["plain", PolicyChoice, "fixed"]
+OWN_ARMS: tuple[OwnArm, ...] = get_args(OwnArm)
+# What a matrix can name: our arms, or a peer engine's own generation (`engine/peers.py`).
+Arm = Literal[OwnArm, Peer]
 ARMS: tuple[Arm, ...] = get_args(Arm)
-ResolvedPolicy = Literal["plain", Policy, "fixed"]  # what an arm ran as on its device
+ResolvedPolicy = Literal["plain", Policy, "fixed", Peer]  # what an arm ran as on its device
 RunStatus = Literal["pending", "running", "done", "failed", "interrupted"]
 
 
@@ -107,13 +111,14 @@ class RunResult(BaseModel):
     tok_per_s: float = 0.0  # whole call, prefill included (the reference's headline figure)
     warmup_s: float = 0.0
     stop_reason: StopReason | None = None
-    rounds: int = 0
-    drafted_rounds: int = 0
-    paused_rounds: int = 0
-    proposed: int = 0
-    accepted: int = 0
-    shadow_confirmations: int = 0
-    refed_tokens: int = 0  # tokens rollbacks fed again (recurrent layers)
+    # The loop's counters (`engine/stats.py`); None for a peer arm, which counts none of them.
+    rounds: int | None = 0
+    drafted_rounds: int | None = 0
+    paused_rounds: int | None = 0
+    proposed: int | None = 0
+    accepted: int | None = 0
+    shadow_confirmations: int | None = 0
+    refed_tokens: int | None = 0  # tokens rollbacks fed again (recurrent layers)
     loop_share: float = 0.0  # fraction of generated tokens inside a trailing repeated cycle
     load_before: tuple[float, float, float] | None = None
     load_after: tuple[float, float, float] | None = None

@@ -28,9 +28,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
 from specfleet.engine.config import ConfigError, default_max_draft
 from specfleet.engine.kinds import Device, Engine
+from specfleet.engine.peers import (
+    HF_LOOKUP_NGRAM_MAX,
+    HF_LOOKUP_NGRAM_MIN,
+    HF_LOOKUP_TOKENS,
+    is_peer,
+    peer_kind,
+)
 from specfleet.engine.stats import LoopGuardConfig
 from specfleet.errors import UserError
-from specfleet.jobs.run import ARMS, Arm, LookupOptions, LoopGuard, Target
+from specfleet.jobs.run import ARMS, Arm, LookupOptions, LoopGuard, OwnArm, Target
 from specfleet.jobs.spec_checks import check_matrix
 from specfleet.jobs.spec_checks import find_prompt_file as find_prompt_file  # re-export
 from specfleet.jobs.userinput import (
@@ -149,7 +156,7 @@ def _name_to_arm(value: Any) -> Any:
 
 class ArmSpec(_Strict):
     """An arm: `plain`, `auto`, `graded`, `gated`, `calibrated` or `fixed` (non-adaptive),
-    with options."""
+    or a peer engine's own generation (`hf`, `hf-lookup`, `mlx-lm`), with options."""
 
     arm: Arm
     ngram_min: int | None = None
@@ -163,10 +170,22 @@ class ArmSpec(_Strict):
 
     def lookup_options(self) -> LookupOptions:
         """The prompt-lookup knobs this arm runs with (docs/engine.md "Lookup" defaults where
-        not given; the calibrated arm drafts up to 32 unless told otherwise)."""
+        not given; the calibrated arm drafts up to 32 unless told otherwise; hf-lookup's are
+        transformers' own: up to 10 tokens after a 2- or 1-gram)."""
         given = self.given_options()
+        if is_peer(self.arm):
+            return _peer_lookup(self.arm, given)
         given.setdefault("max_draft", default_max_draft(self.arm))
         return LookupOptions(**given, adaptive=self.arm != "fixed")
+
+
+def _peer_lookup(arm: str, given: ArmOptions) -> LookupOptions:
+    kind = peer_kind(arm)
+    if kind is None or not kind.drafts:
+        return LookupOptions()  # no drafting: stored like plain's
+    return LookupOptions(ngram_min=HF_LOOKUP_NGRAM_MIN,
+                         ngram_max=given.get("ngram_max", HF_LOOKUP_NGRAM_MAX),
+                         max_draft=given.get("max_draft", HF_LOOKUP_TOKENS), adaptive=False)
 
 
 def _parse_loop_guard(value: Any) -> Any:
@@ -266,7 +285,7 @@ class GenerateJobSpec(_Strict):
     model: str = Field(min_length=1, max_length=MAX_MODEL_LEN)
     target: TargetRef
     prompts: list[GeneratePrompt] = Field(min_length=1)
-    policy: Arm = "auto"
+    policy: OwnArm = "auto"
     lookup: LookupOptions = LookupOptions()
     max_tokens: int = Field(256, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)

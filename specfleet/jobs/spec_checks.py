@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specfleet.engine.config import ConfigError, PromptLookupConfig
+from specfleet.engine.peers import HF_LOOKUP_NGRAM_MAX, HF_LOOKUP_TOKENS, PeerKind, peer_kind
 from specfleet.errors import UserError
 from specfleet.userfiles import read_text
 
@@ -113,7 +114,11 @@ def _check_arms(spec: MatrixSpec, label: str) -> None:
         if arm.arm in seen:
             raise UserError(f"{label}: arms[{i}]: duplicate arm '{arm.arm}' (each arm once)")
         seen.add(arm.arm)
-        _check_arm_options(arm, f"{label}: arms[{i}]")
+        kind = peer_kind(arm.arm)
+        if kind is None:
+            _check_arm_options(arm, f"{label}: arms[{i}]")
+        else:
+            _check_peer_arm(spec, arm, kind, f"{label}: arms[{i}]")
     lookup_arms = seen - {"plain"}
     if spec.speedups and lookup_arms and "plain" not in seen:
         raise UserError(f"{label}: arms: add the plain arm: speed-ups are measured over plain "
@@ -129,6 +134,30 @@ def _check_arm_options(arm: ArmSpec, where: str) -> None:
         PromptLookupConfig(**given).validate()
     except ConfigError as err:
         raise UserError(f"{where}.{_option_named(err, given)}: {err}") from None
+
+
+def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) -> None:
+    """A peer arm: its options, greedy decoding, and an engine among the matrix's targets (a
+    matrix that spans engines skips it, with the reason, on targets of the other engine)."""
+    given = arm.given_options()
+    if given and not kind.drafts:
+        raise UserError(f"{where}.{next(iter(given))}: the {arm.arm} arm takes no options")
+    if "ngram_min" in given:
+        raise UserError(f"{where}.ngram_min: {arm.arm} looks up n-grams of ngram_max down to 1, "
+                        "as transformers does; set ngram_max and max_draft only")
+    try:
+        PromptLookupConfig(ngram_min=1, ngram_max=given.get("ngram_max", HF_LOOKUP_NGRAM_MAX),
+                           max_draft=given.get("max_draft", HF_LOOKUP_TOKENS)).validate()
+    except ConfigError as err:
+        raise UserError(f"{where}.{err.field or 'options'}: {err}") from None
+    if spec.temperature != 0.0:
+        raise UserError(f"{where}: {arm.arm} decodes greedily (a peer is compared with plain "
+                        f"greedy decoding); set temperature: 0, got {spec.temperature}")
+    engines = spec.targets.engines
+    if engines and kind.engine not in engines:
+        raise UserError(f"{where}: {arm.arm} runs on {kind.engine} targets only, and "
+                        f"targets.engines is [{', '.join(engines)}]; add {kind.engine} or "
+                        "drop the arm")
 
 
 def _option_named(err: ConfigError, given: ArmOptions) -> str:

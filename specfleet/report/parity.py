@@ -6,6 +6,8 @@ at the first differing token, then classified `near-tie` (the competing tokens a
 `NEAR_TIE_LOGIT_MARGIN` logits on both paths: a verify row rounded a near-tie the other way,
 docs/engine.md "Parity and near-ties") or `suspect` (anything else). A divergence that could not be replayed is
 `unverified`. Verdicts compare each cell's first repetition, as the reference record does.
+A peer arm (`engine/peers.py`: another library's decoding) that differs from our plain is
+`peer differs`: reported where it differs, never replayed, never a failure or a regression.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, RowMargins, classify
+from specfleet.engine.peers import is_peer
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.coverage import Coverage, parity_coverage
 from specfleet.stats.cells import cross_target_parity
 from specfleet.stats.view import PLAIN, RunKey, group_runs, parity_of
 
-Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified"
+Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified" | PEER_DIFFERS
+PEER_DIFFERS = "peer differs"
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ def _classify(key: RunKey, plain, run, replayer, threshold) -> ArmParity:
     verdict, token, char = parity_of(run, plain)
     if verdict == "identical":
         return ArmParity(*key, "identical")
+    if is_peer(key[3]):  # another library's decoding: information, not our failure
+        return ArmParity(*key, PEER_DIFFERS, token, char)
     replay = replayer(plain, run, token) if replayer and token is not None else None
     if replay is None:
         return ArmParity(*key, "unverified", token, char)
@@ -137,7 +143,7 @@ def regressions(groups: dict[RunKey, list], baseline: dict[RunKey, list],
         plain, then_runs, then_plain = (
             groups.get((*key[:3], PLAIN)), baseline.get(key), baseline.get((*key[:3], PLAIN)),
         )
-        if key[3] == PLAIN or not (plain and then_runs and then_plain):
+        if key[3] == PLAIN or is_peer(key[3]) or not (plain and then_runs and then_plain):
             continue
         if parity_of(then_runs[0], then_plain[0])[0] != "identical":
             continue

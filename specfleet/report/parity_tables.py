@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.parity import ArmParity, ParityReport
+from specfleet.report.parity import PEER_DIFFERS, ArmParity, ParityReport
 
 DASH = "–"
 
@@ -68,6 +68,8 @@ def regression_grid(report: ParityReport) -> Grid:
 def summary_line(report: ParityReport) -> str:
     counts = ", ".join(f"{report.count(v)} {v}"
                        for v in ("identical", "near-tie", "suspect", "unverified"))
+    if report.count(PEER_DIFFERS):  # reported, passes: another library decoded these
+        counts += f", {report.count(PEER_DIFFERS)} {PEER_DIFFERS} (a peer arm; passes)"
     line = f"Parity of {report.matrix_id}: {counts}"
     if report.baseline_id is not None:
         line += f"; {len(report.regressions)} regressions against {report.baseline_id}"

@@ -16,7 +16,9 @@ from specfleet.stats.view import PLAIN, MatrixView  # noqa: E402
 
 ARM_COLORS = {"plain": "#555555", "graded": "#1f77b4", "gated": "#d62728", "auto": "#2ca02c",
               "calibrated": "#ff7f0e",
-              "fixed": "#9467bd"}
+              "fixed": "#9467bd",
+              # peer arms (engine/peers.py): browns and pinks, apart from our arms' colours
+              "hf": "#8c564b", "hf-lookup": "#e377c2", "mlx-lm": "#bcbd22"}
 
 
 def slug(text: str) -> str:

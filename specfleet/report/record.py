@@ -150,8 +150,7 @@ def raw_grid(runs: list) -> Grid:
             str(r.generated_tokens or 0), f"{r.tok_per_s or 0:.2f}",
             f"{decode_tok_per_s(r.generated_tokens or 0, r.decode_s or 0.0):.2f}",
             f"{r.prefill_s or 0:.3f}", f"{r.total_s or 0:.3f}",
-            f"{r.rounds or 0}/{r.drafted_rounds or 0}/{r.paused_rounds or 0}",
-            f"{r.proposed or 0}/{r.accepted or 0}", str(r.shadow_confirmations or 0),
+            *_counted(r),
             f"{r.loop_share or 0:.2f}", "yes" if r.noisy else "no",
             "yes" if r.throttled else "no", load, r.stop_reason or DASH,
         ))
@@ -160,6 +159,14 @@ def raw_grid(runs: list) -> Grid:
                "total s", "rounds/drafted/paused", "prop/acc", "shadow", "loop share",
                "noisy", "throttled", "load before/after", "stop")
     return Grid("Raw per-run data (plan order)", headers, tuple(rows), left_cols=5)
+
+
+def _counted(r) -> tuple[str, str, str]:
+    """rounds/drafted/paused, prop/acc and shadow; dashes for a peer arm's run (never counted)."""
+    if r.rounds is None:
+        return DASH, DASH, DASH
+    return (f"{r.rounds}/{r.drafted_rounds or 0}/{r.paused_rounds or 0}",
+            f"{r.proposed or 0}/{r.accepted or 0}", str(r.shadow_confirmations or 0))
 
 
 def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:

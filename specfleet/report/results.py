@@ -94,7 +94,8 @@ def cells_grid(view: MatrixView) -> Grid:
     rows = []
     for c in view.cells:
         median = f"{c.median_tok_per_s:.2f} {pct(c.spread)}" + ("!" if c.spread_flag else "")
-        acc = f"{c.counters.acceptance_rate:.4f}" if c.arm != "plain" else DASH
+        rate = c.counters.acceptance_rate if c.arm != "plain" else None
+        acc = DASH if rate is None else f"{rate:.4f}"
         rows.append((c.target, c.model, c.prompt, c.arm, str(c.n), median,
                      speedup_text(c) if c.arm != "plain" else DASH, acc))
     headers = ("target", "model", "prompt", "arm", "n", "median tok/s", "speed-up", "acc rate")

@@ -117,7 +117,7 @@ def speedup_grid(view: MatrixView, target: str) -> Grid:
             if all(c is None for c in cells):
                 continue
             rows.append((model, arm, *(speedup_text(c) for c in cells)))
-    notes = (*headline(view, target), legend(view.rate))
+    notes = (*headline(view, target), *peer_headline(view, target), legend(view.rate))
     return Grid(
         f"Prompt lookup over plain — {target}", ("Model", "arm", *view.prompts), tuple(rows), notes
     )
@@ -147,6 +147,8 @@ def _counter_cols(cell: CellView) -> tuple[str, ...]:
     loop = " LOOP" if cell.loop else ""
     if cell.arm == PLAIN:
         return (tok, DASH, DASH, DASH, DASH, DASH, DASH, rates_text(cell) + loop)
+    if not c.counted:  # a peer arm: no rounds or drafts to show (transformers exposes none)
+        return (tok, DASH, DASH, DASH, DASH, DASH, parity_text(cell), rates_text(cell) + loop)
     return (
         tok,
         f"{c.rounds}/{c.drafted_rounds}/{c.paused_rounds}",
@@ -195,6 +197,17 @@ def _no_verdict_count(item) -> str:
     return f", {item.no_verdict} under 3 repeats: no verdict" if item.no_verdict else ""
 
 
+def peer_headline(view: MatrixView, target: str) -> list[str]:
+    """`Against peers: graded 1.18x hf-lookup ...`: our best arm over the best peer arm
+    (`stats.cells.versus_peers`); nothing when the target ran no peer arm."""
+    return [
+        f"Against peers: {item.ours} {item.ratio:.2f}x {item.peer} (geometric-mean speed-ups "
+        f"over plain: {item.ours} {item.ours_speedup:.2f}x, {item.peer} "
+        f"{item.peer_speedup:.2f}x)"
+        for item in view.versus_peers if item.target == target
+    ]
+
+
 def noisy_summary(view: MatrixView) -> str | None:
     """Names the cells with runs timed on a busy host (`--require-quiet` waits instead)."""
     noisy = [c for c in view.cells if c.noisy_runs]
@@ -229,7 +242,8 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
     base = f"{plain.median_tok_per_s:.1f} tok/s" if plain and plain.rates else DASH
     if cell is None:
         return f"{base} · {DASH}"
-    return f"{base} · {speedup_text(cell)} · acc {cell.counters.acceptance_rate:.2f}"
+    acc = cell.counters.acceptance_rate
+    return f"{base} · {speedup_text(cell)} · acc {DASH if acc is None else f'{acc:.2f}'}"
 
 
 def parity_summary(view: MatrixView) -> str:
@@ -339,7 +353,8 @@ def view_body(view: MatrixView, pivot: str | None = None) -> dict[str, Any]:
         body["rows"] = pivot_records(view)
     else:
         body["cells"] = [cell_record(c) for c in view.cells]
-        body["headline"] = {t: headline(view, t) for t in view.targets}
+        body["headline"] = {t: [*headline(view, t), *peer_headline(view, t)]
+                            for t in view.targets}
         body["headlines"] = [asdict(h) for h in view.headlines]
     return body
 

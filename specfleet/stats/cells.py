@@ -17,6 +17,8 @@ Pure Python over plain rows (see `runs.py` for the accepted shapes). Definitions
   reply is a prefix of the other) and, given both decoded texts, the first differing
   character index.
 * The headline is, per target and arm, the geometric mean of the non-looping speed-ups.
+* Against peers (`engine/peers.py`): per target, our best headline arm (plain counted as 1x)
+  over the best peer arm's headline (`versus_peers`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from specfleet.engine.peers import is_peer
 from specfleet.stats.interval import RatioInterval, Side, ratio_interval, side
 from specfleet.stats.runs import CellKey, Counters, Rate, Row, group_by_cell, to_rows
 
@@ -353,3 +356,43 @@ def summarize(runs: Iterable[Any]) -> MatrixSummary:
         headline=tuple(headline(ups)),
         parity=tuple(parity_verdicts(rows)),
     )
+
+
+@dataclass(frozen=True)
+class PeerHeadline:
+    """Our best arm on a target against the best peer arm there (`engine/peers.py`): each
+    arm's headline geometric-mean speed-up over our plain, plain itself 1x on our side."""
+
+    target: str
+    ours: str
+    ours_speedup: float
+    peer: str
+    peer_speedup: float
+
+    @property
+    def ratio(self) -> float:
+        """How many times faster our best arm is than the best peer (below 1: slower)."""
+        return self.ours_speedup / self.peer_speedup
+
+
+def versus_peers(headlines: Iterable[Headline]) -> list[PeerHeadline]:
+    """Per target with a peer headline: our best headline arm (or plain) over the best peer.
+
+    Args:
+        headlines: from `headline`.
+
+    Returns:
+        One `PeerHeadline` per target that has a peer arm's headline, sorted by target.
+    """
+    ours: dict[str, tuple[float, str]] = {}
+    peers: dict[str, tuple[float, str]] = {}
+    for item in headlines:
+        if item.geomean_speedup is not None:
+            side = peers if is_peer(item.arm) else ours
+            side[item.target] = max(side.get(item.target, (0.0, "")),
+                                    (item.geomean_speedup, item.arm))
+    out = []
+    for target, (peer_speedup, peer) in sorted(peers.items()):
+        speedup, arm = max(ours.get(target, (0.0, "")), (1.0, "plain"))
+        out.append(PeerHeadline(target, arm, speedup, peer, peer_speedup))
+    return out

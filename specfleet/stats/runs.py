@@ -7,7 +7,8 @@ joined with its `RunSpec`, ORM rows). Fields read, each by name:
 cell); `tok_per_s`; `status` (default `done`); `loop_share`; `noisy`; `token_ids`;
 `output_text`; `throttled`; counters either as a `counters` mapping or as top-level fields
 (`rounds`, `drafted_rounds`, `paused_rounds`, `proposed`, `accepted`,
-`shadow_confirmations`, `generated_tokens`).
+`shadow_confirmations`, `generated_tokens`; a loop counter given as None stays None: a peer
+arm's run counts none of them).
 """
 
 from __future__ import annotations
@@ -52,28 +53,39 @@ class CellKey:
 @dataclass(frozen=True)
 class Counters:
     """A stored run's counters: the engine's `PromptLookupStats`, frozen, plus the tokens the
-    run generated (the ratios' denominator); the fields follow `COUNTER_FIELDS`."""
+    run generated (the ratios' denominator); the fields follow `COUNTER_FIELDS`. A peer arm's
+    run (`engine/peers.py`) counts no rounds or drafts: those and the ratios are None."""
 
-    rounds: int = 0
-    drafted_rounds: int = 0
-    paused_rounds: int = 0
-    proposed: int = 0
-    accepted: int = 0
-    shadow_confirmations: int = 0
-    refed_tokens: int = 0
+    rounds: int | None = 0
+    drafted_rounds: int | None = 0
+    paused_rounds: int | None = 0
+    proposed: int | None = 0
+    accepted: int | None = 0
+    shadow_confirmations: int | None = 0
+    refed_tokens: int | None = 0
     generated_tokens: int = 0
 
     @property
-    def acceptance_rate(self) -> float:
-        return self._engine_stats().acceptance_rate
+    def counted(self) -> bool:
+        """False for a peer arm's run: the loop counters do not apply to it."""
+        return self.rounds is not None
 
     @property
-    def tokens_per_forward(self) -> float:
-        return self._engine_stats().tokens_per_forward(self.generated_tokens)
+    def acceptance_rate(self) -> float | None:
+        stats = self._engine_stats()
+        return stats.acceptance_rate if stats else None
 
-    def _engine_stats(self) -> PromptLookupStats:
-        """The engine's own counters, so the ratios have one definition (docs/engine.md, "Counters")."""
-        return PromptLookupStats(**{name: getattr(self, name) for name in ENGINE_COUNTERS})
+    @property
+    def tokens_per_forward(self) -> float | None:
+        stats = self._engine_stats()
+        return stats.tokens_per_forward(self.generated_tokens) if stats else None
+
+    def _engine_stats(self) -> PromptLookupStats | None:
+        """The engine's own counters, so the ratios have one definition (docs/engine.md,
+        "Counters"); None when they were not counted."""
+        if not self.counted:
+            return None
+        return PromptLookupStats(**{name: getattr(self, name) or 0 for name in ENGINE_COUNTERS})
 
 
 if tuple(f.name for f in fields(Counters)) != COUNTER_FIELDS:  # pragma: no cover
@@ -153,6 +165,9 @@ def _counters(obj: Any, get: Callable[..., Any]) -> Counters:
     source = get("counters", None)
     if source:
         get = _getter(source)
+    if get("rounds", 0) is None:  # never counted (a peer arm's run): None, not 0
+        loop = dict.fromkeys(ENGINE_COUNTERS)
+        return Counters(**loop, generated_tokens=int(get("generated_tokens", 0) or 0))
     return Counters(*[int(get(name, 0) or 0) for name in COUNTER_FIELDS])
 
 

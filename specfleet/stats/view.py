@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from specfleet.stats import cells as cellstats
-from specfleet.stats.cells import Headline
+from specfleet.stats.cells import Headline, PeerHeadline
 from specfleet.stats.interval import MIN_REPEATS
 from specfleet.stats.runs import Counters, Rate, target_label, to_row, to_rows
 
@@ -91,6 +91,7 @@ class MatrixView:
     cells: tuple[CellView, ...]
     headlines: tuple[Headline, ...] = ()
     rate: str = "whole"  # which tok/s `rates`, medians and speed-ups read: whole or decode
+    versus_peers: tuple[PeerHeadline, ...] = ()  # per target: our best arm over the best peer
 
     def cell(self, target: str, model: str, prompt: str, arm: str) -> CellView | None:
         """The cell at these coordinates, or None when nothing was measured there."""
@@ -187,6 +188,7 @@ def view_of_runs(matrix_id: str, name: str, runs: list, rate: Rate = "whole") ->
     by_key = {s.key: s for s in stats}
     cells = tuple(cell_view(s, by_up.get(s.key), by_parity.get(s.key),
                             by_key.get(s.key.with_arm(PLAIN))) for s in stats)
+    headlines = cellstats.headline(ups)
     done = [r for r in runs if r.status == "done"]
     arms = ordered(r.arm for r in done)
     if PLAIN in arms:
@@ -199,6 +201,7 @@ def view_of_runs(matrix_id: str, name: str, runs: list, rate: Rate = "whole") ->
         prompts=ordered(r.prompt_name for r in done),
         arms=arms,
         cells=cells,
-        headlines=tuple(cellstats.headline(ups)),
+        headlines=tuple(headlines),
         rate=rate,
+        versus_peers=tuple(cellstats.versus_peers(headlines)),
     )

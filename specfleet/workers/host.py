@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from specfleet.engine.config import PromptLookupConfig, resolve_policy
+from specfleet.engine.peers import PeerCall
+from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
@@ -36,6 +38,7 @@ from specfleet.workers.machinelock import MachineLock, machine_lock_path
 from specfleet.workers.quiet import QUIET_BUSY_PER_CORE, ForeignCpuMeter, QuietCheck
 from specfleet.workers.runsetup import (
     engine_config,
+    peer_call,
     prompt_hash,
     run_policy,
     sampler_config,
@@ -60,6 +63,7 @@ class _Prepared:
     weights_hash: str | None
     model_path: str
     calibration: dict | None = None  # a width-cost table measured for this run
+    peer: PeerCall | None = None  # a peer arm's call (`engine/peers.py`) instead of our loop
 
 
 class HostWorker:
@@ -339,12 +343,14 @@ class HostWorker:
         prompt_ids = entry.runner.encode_prompt(spec.prompt_text, spec.chat)
         costs, calibration = self._costs.for_run(spec, entry, self._info.fingerprint)
         lookup, policy = run_policy(spec, costs)
+        peer = peer_call(spec, self._cancel.is_set)
         if spec.target.engine != "toy":
-            warmup_s = entry.warm(prompt_ids, spec.lookup.max_draft)
+            warmup_s = (entry.warm_peer(prompt_ids, peer) if peer else
+                        entry.warm(prompt_ids, spec.lookup.max_draft))
         entry.runs += 1
         return _Prepared(
             entry.runner, prompt_ids, lookup, policy, warmup_s, entry.weights_hash, entry.key[2],
-            calibration,
+            calibration, peer,
         )
 
     def _load(self, spec: RunSpec) -> LoadedModel:
@@ -367,7 +373,10 @@ class HostWorker:
 
     def _generate(self, spec: RunSpec, prepared: _Prepared) -> Any:
         from specfleet.engine.loop import generate
+        from specfleet.engine.peers import generate_peer
 
+        if prepared.peer is not None:
+            return generate_peer(prepared.runner, prepared.prompt_ids, prepared.peer)
         guard = spec.loop_guard
         return generate(
             prepared.runner,
@@ -385,10 +394,14 @@ class HostWorker:
         from specfleet.engine.stats import loop_share
 
         tokens = [int(t) for t in gen.tokens]
-        stats, timings = gen.stats, gen.timings
+        timings = gen.timings
+        # A peer counts no rounds or drafts: its counters stay None, never a faked 0.
+        counters = gen.stats.as_dict() if prepared.peer is None else dict.fromkeys(COUNTER_FIELDS)
+        peer = None if prepared.peer is None else {**prepared.peer.settings(),
+                                                  "version": gen.library_version}
         cancelled = gen.stop_reason == "cancelled"
         return RunResult(
-            **self._provenance(spec, prepared, started_at),
+            **self._provenance(spec, prepared, started_at, peer),
             status="interrupted" if cancelled else "done",
             error="cancelled" if cancelled else None,
             output_text=prepared.runner.decode(tokens),
@@ -403,11 +416,12 @@ class HostWorker:
             tok_per_s=len(tokens) / timings.total_s if timings.total_s > 0 else 0.0,
             warmup_s=prepared.warmup_s,
             stop_reason=gen.stop_reason,
-            **stats.as_dict(),
+            **counters,
             loop_share=loop_share(tokens),
         )
 
-    def _provenance(self, spec: RunSpec, prepared: _Prepared, started_at: datetime) -> dict:
+    def _provenance(self, spec: RunSpec, prepared: _Prepared, started_at: datetime,
+                    peer: dict | None = None) -> dict:
         return {
             "run_key": spec.run_key,
             "target": spec.target,
@@ -417,7 +431,7 @@ class HostWorker:
             "engine_config": engine_config(
                 spec, prepared.lookup, prepared.policy, prepared.model_path, prepared.warmup_s,
                 costs_source="measured" if prepared.calibration else "stored",
-                rollback_kind=getattr(prepared.runner, "rollback_kind", "trim"),
+                rollback_kind=getattr(prepared.runner, "rollback_kind", "trim"), peer=peer,
             ),
             "versions": dict(self._info.versions),
             "host_fingerprint": self._info.fingerprint,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specfleet.engine.peers import PeerCall, warm_up_peer
 from specfleet.errors import UserError
 
 ModelKey = tuple[str, str, str]  # (engine, device, model path)
@@ -33,6 +34,8 @@ class LoadedModel:
         load_s: seconds the load took.
         alias: the name the model was asked for (a registry alias, or the folder).
         warmed_drafts: max draft -> seconds its verify widths took to warm.
+        warmed_peers: a peer arm and its settings (`PeerCall.warm_key`) -> seconds its
+            warm-up took.
         runs: runs generated with it.
     """
 
@@ -43,6 +46,7 @@ class LoadedModel:
     load_s: float
     alias: str = ""
     warmed_drafts: dict[int, float] = field(default_factory=dict)
+    warmed_peers: dict[str, float] = field(default_factory=dict)
     runs: int = 0
 
     @property
@@ -60,6 +64,15 @@ class LoadedModel:
         self.runner.reset()
         return self.warmed_drafts[max_draft]
 
+    def warm_peer(self, prompt_ids: Sequence[int], call: PeerCall) -> float:
+        """A peer arm's warm-up (`engine.peers.warm_up_peer`), once per peer and settings on
+        this model, as our arms' verify widths; 0.0 when already warm."""
+        key = call.warm_key()
+        if key in self.warmed_peers:
+            return 0.0
+        self.warmed_peers[key] = warm_up_peer(self.runner, prompt_ids, call)
+        return self.warmed_peers[key]
+
     def summary(self) -> dict:
         engine, device, path = self.key
         return {
@@ -69,6 +82,7 @@ class LoadedModel:
             "size_gb": round(self.size_bytes / 2**30, 3),
             "load_s": round(self.load_s, 3),
             "warmed_max_drafts": sorted(self.warmed_drafts),
+            "warmed_peers": sorted(self.warmed_peers),
             "runs": self.runs,
         }
 

@@ -1,14 +1,16 @@
-"""How a worker sets up one run: the arm resolved to a policy, the sampler, the engine
-config stored with the run, and the prompt hash.
+"""How a worker sets up one run: the arm resolved to a policy (or a peer's call), the
+sampler, the engine config stored with the run, and the prompt hash.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 from specfleet.engine.config import PromptLookupConfig, resolve_policy
+from specfleet.engine.peers import PEER_KINDS, PEERS, PeerCall, is_peer
 from specfleet.jobs.run import RunSpec
 
 
@@ -19,10 +21,10 @@ def run_policy(
 
     plain -> (None, "plain"); auto -> the device default; graded / gated / calibrated as
     named (calibrated with `costs`, its width-cost table); fixed (or adaptive=False) ->
-    non-adaptive lookup, "fixed".
+    non-adaptive lookup, "fixed"; a peer -> (None, its name): it runs its library's own loop.
     """
-    if spec.arm == "plain":
-        return None, "plain"
+    if spec.arm == "plain" or is_peer(spec.arm):
+        return None, spec.arm
     options = spec.lookup
     adaptive = options.adaptive and spec.arm != "fixed"
     choice = "auto" if spec.arm == "fixed" else spec.arm
@@ -38,14 +40,35 @@ def run_policy(
     return config.validate(), policy if adaptive else "fixed"
 
 
+def peer_call(spec: RunSpec, should_stop: Callable[[], bool] | None = None) -> PeerCall | None:
+    """A peer arm's request (None for our arms); hf-lookup drafts `max_draft` tokens after
+    an n-gram of up to `ngram_max`, the arm's options."""
+    peer = next((p for p in PEERS if p == spec.arm), None)
+    if peer is None:
+        return None
+    guard = spec.loop_guard
+    drafts = PEER_KINDS[peer].drafts
+    return PeerCall(
+        peer, spec.max_tokens,
+        lookup_tokens=spec.lookup.max_draft if drafts else None,
+        ngram_max=spec.lookup.ngram_max if drafts else None,
+        loop_guard=(guard.min_period, guard.max_period, guard.repeats) if guard else None,
+        should_stop=should_stop,
+    )
+
+
 def engine_config(
     spec: RunSpec, lookup: PromptLookupConfig | None, policy: str, model_path: str,
     warmup_s: float, costs_source: str = "stored", rollback_kind: str = "trim",
+    peer: dict | None = None,
 ) -> dict:
     """The exact engine settings of a run, stored with it (provenance); a calibrated run
-    also says whether its width-cost table was stored or measured for it."""
+    also says whether its width-cost table was stored or measured for it, a peer arm which
+    library call and version generated it (`peer`)."""
     guard = spec.loop_guard
-    extra = {"costs_source": costs_source} if policy == "calibrated" else {}
+    extra: dict[str, Any] = {"costs_source": costs_source} if policy == "calibrated" else {}
+    if peer is not None:
+        extra["peer"] = peer
     return {
         **extra,
         "engine": spec.target.engine,

@@ -8,7 +8,7 @@ import pytest
 
 from specfleet.errors import UserError
 from specfleet.jobs.batch import load_generate_job
-from specfleet.jobs.plan import plan_generate_runs, plan_runs, rotated, run_key
+from specfleet.jobs.plan import peer_skips, plan_generate_runs, plan_runs, rotated, run_key
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
 
@@ -156,3 +156,26 @@ def test_generate_batch_runs(tmp_path: Path) -> None:
         ("line-1", "One", 50), ("two", "Two", 9)]
     assert all(r.arm == "fixed" and not r.lookup.adaptive for r in runs)
     assert runs[0].run_key == plan_generate_runs(job, TORCH, "job-1")[0].run_key
+
+
+def test_peer_arms_run_on_their_engine_only_rotating_with_the_arms_there() -> None:
+    both = spec(arms=["plain", "hf-lookup", "mlx-lm"], repeats=2)
+    runs = plan_runs(both, [TORCH, MLX], "mx")
+    by_target = {t.engine: [(r.repeat, r.arm) for r in runs if r.target == t] for t in (TORCH, MLX)}
+    assert by_target == {
+        "torch": [(0, "plain"), (0, "hf-lookup"), (1, "hf-lookup"), (1, "plain")],
+        "mlx": [(0, "plain"), (0, "mlx-lm"), (1, "mlx-lm"), (1, "plain")],
+    }
+    lookup = next(r.lookup for r in runs if r.arm == "hf-lookup")
+    assert (lookup.ngram_min, lookup.ngram_max, lookup.max_draft, lookup.adaptive) == (1, 2, 10,
+                                                                                        False)
+    assert peer_skips(both, [MLX, TORCH]) == [
+        "arm hf-lookup runs on torch targets only: skipped on here/mlx/cpu",
+        "arm mlx-lm runs on mlx targets only: skipped on here/torch/cpu",
+    ]
+
+
+def test_a_peer_arm_that_fits_no_selected_target_is_refused_at_submit() -> None:
+    with pytest.raises(UserError, match=r"^matrix 't': arms\[1\]: hf runs on torch targets "
+                       r"only, and none is selected \(here/mlx/cpu, mac1/mlx/metal\)$"):
+        plan_runs(spec(arms=["plain", "hf"]), [MLX, MAC], "mx")

@@ -8,7 +8,7 @@ import pytest
 
 from specfleet.configs import matrix_path, models_file, packaged_names, prompt_path, prompts_dir
 from specfleet.errors import UserError
-from specfleet.jobs.run import Target
+from specfleet.jobs.run import LookupOptions, Target
 from specfleet.jobs.spec import (
     MatrixSpec,
     load_matrix_spec,
@@ -259,6 +259,44 @@ def test_governor_matches_the_reference_limits(tmp_path: Path) -> None:
     assert limits == {"edit_fn": 400, "edit_json": 400, "summary": 400, "write": 400,
                       "story": 800}
     assert len(spec.models) == 4
+
+
+def test_peer_arms_load_with_transformers_lookup_defaults(configs: Path) -> None:
+    text = GOOD.replace("[plain, graded, gated]",
+                        "[plain, graded, hf, {arm: hf-lookup, max_draft: 5}, mlx-lm]")
+    arms = {a.arm: a for a in load_matrix_spec(write(configs, text)).arms}
+    assert arms["hf-lookup"].lookup_options().model_dump() == {
+        "ngram_min": 1, "ngram_max": 2, "max_draft": 5, "adaptive": False}
+    assert arms["hf"].lookup_options() == arms["mlx-lm"].lookup_options() == LookupOptions()
+
+
+PEERS = GOOD.replace("[plain, graded, gated]", "[plain, graded, hf-lookup]")
+PEER_BAD: list[tuple[str, str]] = [
+    (GOOD.replace("gated]", "{arm: hf, max_draft: 3}]"),
+     "arms[2].max_draft: the hf arm takes no options"),
+    (PEERS.replace("hf-lookup]", "{arm: hf-lookup, ngram_min: 2}]"),
+     "arms[2].ngram_min: hf-lookup looks up n-grams of ngram_max down to 1, as transformers "
+     "does; set ngram_max and max_draft only"),
+    (PEERS.replace("hf-lookup]", "{arm: hf-lookup, max_draft: 65}]"),
+     "arms[2].max_draft: max-draft (65) must be at most 64"),
+    (PEERS + "temperature: 0.7\n",
+     "arms[2]: hf-lookup decodes greedily (a peer is compared with plain greedy decoding); "
+     "set temperature: 0, got 0.7"),
+    (PEERS + "targets: {engines: [mlx]}\n",
+     "arms[2]: hf-lookup runs on torch targets only, and targets.engines is [mlx]; add torch "
+     "or drop the arm"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), PEER_BAD,
+                         ids=[f"peer{i}" for i in range(len(PEER_BAD))])
+def test_a_misplaced_or_misconfigured_peer_arm_is_one_line(
+    configs: Path, text: str, expected: str
+) -> None:
+    path = write(configs, text)
+    with pytest.raises(UserError) as info:
+        load_matrix_spec(path)
+    assert str(info.value) == f"{path}: {expected}"
 
 
 def test_a_folder_beside_the_matrix_named_like_a_packaged_prompt_is_refused(tmp_path) -> None:

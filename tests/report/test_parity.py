@@ -90,3 +90,25 @@ def test_render_table_and_json(store, worker) -> None:
     assert csv_lines[0].startswith("target,model,prompt,arm,") and len(csv_lines) == 10
     with pytest.raises(UserError):
         render_parity(report, "xml")
+
+
+def test_a_peer_that_differs_from_plain_is_reported_and_passes() -> None:
+    from types import SimpleNamespace
+
+    from specfleet.report.parity import PEER_DIFFERS, ParityReport, arm_parity
+    from specfleet.report.parity_tables import summary_line
+    from specfleet.stats.view import group_runs
+
+    def run(arm: str, tokens: list[int]) -> SimpleNamespace:
+        return SimpleNamespace(host="h", engine="torch", device="cpu", model="m",
+                               prompt_name="p", arm=arm, repeat=0, status="done",
+                               token_ids=tokens, output_text=None)
+
+    groups = group_runs([run("plain", [1, 2, 3]), run("hf-lookup", [1, 2, 4]),
+                         run("hf", [1, 2, 3])])
+    items = {a.arm: a for a in arm_parity(groups, None, 0.1)}
+    assert (items["hf-lookup"].verdict, items["hf-lookup"].token) == (PEER_DIFFERS, 2)
+    assert items["hf"].verdict == "identical"
+    report = ParityReport("m", 0.1, tuple(items.values()), ())
+    assert not report.failed()  # information, not our failure: never replayed, never unverified
+    assert summary_line(report).endswith("0 unverified, 1 peer differs (a peer arm; passes)")

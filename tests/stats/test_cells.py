@@ -227,3 +227,20 @@ def test_accepts_run_result_like_objects() -> None:
 def test_relative_spread() -> None:
     assert relative_spread([5.0]) == 0.0
     assert relative_spread([9.0, 11.0, 10.0]) == pytest.approx(0.2)
+
+
+def test_our_best_arm_against_the_best_peer_per_target() -> None:
+    from specfleet.stats.cells import Headline, versus_peers
+
+    def head(target: str, arm: str, geomean: float | None) -> Headline:
+        return Headline(target, arm, geomean, 1, 0, 0, 1, 0)
+
+    found = versus_peers([
+        head("a/torch/cpu", "graded", 1.5), head("a/torch/cpu", "gated", 1.2),
+        head("a/torch/cpu", "hf", 0.9), head("a/torch/cpu", "hf-lookup", 1.25),
+        head("b/torch/cpu", "graded", 0.8), head("b/torch/cpu", "hf-lookup", 1.6),
+        head("c/mlx/cpu", "graded", 1.1), head("c/mlx/cpu", "mlx-lm", None),
+    ])
+    assert [(p.target, p.ours, p.peer) for p in found] == [
+        ("a/torch/cpu", "graded", "hf-lookup"), ("b/torch/cpu", "plain", "hf-lookup")]
+    assert found[0].ratio == pytest.approx(1.2) and found[1].ratio == pytest.approx(1 / 1.6)

@@ -39,3 +39,12 @@ def test_missing_repeat_is_order_of_appearance_and_cells_sort() -> None:
     assert [(r.repeat, r.tok_per_s) for r in cells[CellKey("t", "m", "z", "a")]] == [
         (0, 1.0), (1, 3.0)]
     assert all(r.status == "done" and r.token_ids is None for r in to_rows(raw))
+
+
+def test_a_peer_runs_counters_stay_none_not_zero() -> None:
+    (peer,) = to_rows([{"target": "t", "model": "m", "prompt": "p", "arm": "hf-lookup",
+                        "rounds": None, "proposed": None, "accepted": None,
+                        "generated_tokens": 9}])
+    assert not peer.counters.counted and peer.counters.generated_tokens == 9
+    assert peer.counters.accepted is None
+    assert peer.counters.acceptance_rate is None and peer.counters.tokens_per_forward is None

@@ -168,6 +168,11 @@ class MlxRunner(TokenizerText):
     def clear_allocator_cache(self) -> None:
         mx.clear_cache()
 
+    @property
+    def stream(self) -> mx.ThreadLocalStream:
+        """The runner's stream (its device's): where a peer on this model runs too."""
+        return self._stream
+
 
 def _vocab_size(model) -> int:
     args = getattr(model, "args", None)

@@ -1,0 +1,218 @@
+"""Peer engines as arms: another library's own greedy generation on the model a runner holds.
+
+A peer arm runs on the same worker, model and prompt ids as our arms and is timed the same
+way: the whole call, and a prefill that ends when the first generated token reaches the
+host (here: the library's streamer), so decode-only time is the rest. Its reply is compared
+with our plain decoding like any arm's; a peer that diverges is reported, never a failure.
+
+- `hf`: transformers' greedy `generate` (`do_sample=False`) on the `TorchRunner`'s model;
+- `hf-lookup`: the same with transformers' prompt lookup (`prompt_lookup_num_tokens`, the
+  arm's `max_draft`, default 10; `max_matching_ngram_size`, the arm's `ngram_max`, default 2;
+  its shortest n-gram is always 1);
+- `mlx-lm`: mlx-lm's `stream_generate` with its greedy sampler on the `MlxRunner`'s model.
+
+Peers count no rounds, drafts or acceptances (transformers does not expose its prompt
+lookup's), so their counters are None, not zero. The implementations live beside their
+runners (`runners/torch_peers.py`, `runners/mlx_peers.py`), the only modules here that
+import torch or mlx.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from specfleet.engine.kinds import ModelEngine
+from specfleet.engine.loop import StopReason
+from specfleet.engine.stats import Timings, loop_guard_fires
+from specfleet.errors import UserError
+
+Peer = Literal["hf", "hf-lookup", "mlx-lm"]
+PEERS: tuple[Peer, ...] = get_args(Peer)
+
+HF_LOOKUP_TOKENS = 10  # transformers' `prompt_lookup_num_tokens` in its docs and our bench
+HF_LOOKUP_NGRAM_MAX = 2  # transformers' default `max_matching_ngram_size`
+HF_LOOKUP_NGRAM_MIN = 1  # transformers always falls back to 1-grams
+# A peer's untimed warm-up: its own call over the prompt's first tokens, this many new ones.
+PEER_WARM_CONTEXT_TOKENS = 4
+PEER_WARM_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class PeerKind:
+    """What one peer is.
+
+    Attributes:
+        engine: the only engine whose runner it runs on.
+        library: the distribution whose version is stored with each run.
+        call: what runs, in the library's words.
+        drafts: takes prompt-lookup options (`max_draft`, `ngram_max`).
+    """
+
+    engine: ModelEngine
+    library: str
+    call: str
+    drafts: bool = False
+
+
+PEER_KINDS: dict[Peer, PeerKind] = {
+    "hf": PeerKind("torch", "transformers", "generate(do_sample=False)"),
+    "hf-lookup": PeerKind(
+        "torch", "transformers",
+        "generate(do_sample=False, prompt_lookup_num_tokens, max_matching_ngram_size)", True),
+    "mlx-lm": PeerKind("mlx", "mlx-lm", "stream_generate(sampler=make_sampler(0.0))"),
+}
+if tuple(PEER_KINDS) != PEERS:  # pragma: no cover - a registry edit that missed one
+    raise RuntimeError(f"peers.Peer {PEERS} and PEER_KINDS {tuple(PEER_KINDS)} differ")
+
+
+def peer_kind(arm: str) -> PeerKind | None:
+    """The peer an arm names; None for our own arms."""
+    return next((kind for peer, kind in PEER_KINDS.items() if peer == arm), None)
+
+
+def is_peer(arm: str) -> bool:
+    return peer_kind(arm) is not None
+
+
+@dataclass(frozen=True)
+class PeerCall:
+    """One peer generation request.
+
+    Attributes:
+        peer: which peer.
+        max_tokens: most tokens to emit (the first one included), as our arms.
+        lookup_tokens / ngram_max: hf-lookup's `prompt_lookup_num_tokens` and
+            `max_matching_ngram_size` (None for the others).
+        loop_guard: (min_period, max_period, repeats), checked like our loop's.
+        should_stop: polled after every streamed block; True ends the reply "cancelled".
+    """
+
+    peer: Peer
+    max_tokens: int
+    lookup_tokens: int | None = None
+    ngram_max: int | None = None
+    loop_guard: tuple[int, int, int] | None = None
+    should_stop: Callable[[], bool] | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The library call's settings, stored with the run (engine_config)."""
+        kind = PEER_KINDS[self.peer]
+        extra = ({"prompt_lookup_num_tokens": self.lookup_tokens,
+                  "max_matching_ngram_size": self.ngram_max} if kind.drafts else {})
+        return {"library": kind.library, "call": kind.call, **extra}
+
+    def warm_key(self) -> str:
+        """What a warm-up covers: the peer and its settings."""
+        return f"{self.peer}:{self.lookup_tokens}:{self.ngram_max}"
+
+
+@dataclass(frozen=True)
+class PeerGeneration:
+    """One peer reply and what it cost (the fields a worker reads from `loop.Generation`).
+
+    Attributes:
+        tokens: emitted tokens, EOS excluded, cut where the loop guard fired.
+        timings: prefill = start to the first streamed token; decode = the rest.
+        stop_reason: "eos", "max_tokens", "loop_guard" or "cancelled".
+        library_version: the version of the library that generated it.
+    """
+
+    tokens: list[int]
+    timings: Timings
+    stop_reason: StopReason
+    library_version: str
+
+
+class FirstTokenClock:
+    """Times a peer call as the loop times ours: prefill ends at the first generated token."""
+
+    def __init__(self) -> None:
+        self.start_s = time.perf_counter()
+        self.first_s: float | None = None
+
+    def token_arrived(self) -> None:
+        if self.first_s is None:
+            self.first_s = time.perf_counter()
+
+    def timings(self) -> Timings:
+        end_s = time.perf_counter()
+        first_s = end_s if self.first_s is None else self.first_s
+        return Timings(first_s - self.start_s, end_s - first_s, end_s - self.start_s)
+
+
+class StopWatch:
+    """The stops a library cannot make itself: the loop guard, checked at every new token as
+    our loop does (a block that lands several tokens is checked token by token), and
+    cancellation."""
+
+    def __init__(self, call: PeerCall) -> None:
+        self.call = call
+        self.guard_at: int | None = None  # reply length at which the guard fired
+        self.cancelled = False
+        self._checked = 0
+
+    def should_stop(self, generated: Sequence[int]) -> bool:
+        guard = self.call.loop_guard
+        if guard is not None and self.guard_at is None:
+            for n in range(self._checked + 1, len(generated) + 1):
+                if loop_guard_fires(generated[:n], *guard):
+                    self.guard_at = n
+                    break
+            self._checked = len(generated)
+        if self.call.should_stop is not None and self.call.should_stop():
+            self.cancelled = True
+        return self.guard_at is not None or self.cancelled
+
+    def finish(self, tokens: list[int], eos: bool, timings: Timings,
+               version: str) -> PeerGeneration:
+        """The reply cut where the guard fired, with the reason it stopped."""
+        reason: StopReason = "max_tokens"
+        if self.cancelled:
+            reason = "cancelled"
+        elif self.guard_at is not None and self.guard_at <= len(tokens):
+            tokens, reason = tokens[: self.guard_at], "loop_guard"
+        elif eos:
+            reason = "eos"
+        return PeerGeneration(tokens, timings, reason, version)
+
+
+def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:
+    """Run a peer on a loaded runner's model (greedy), timed like `loop.generate`.
+
+    Args:
+        runner: a `TorchRunner` for hf / hf-lookup, an `MlxRunner` for mlx-lm; its own
+            caches are left alone (the library builds its own).
+        prompt: prompt token ids, as our arms feed them.
+        call: the request.
+
+    Returns:
+        The `PeerGeneration`.
+
+    Raises:
+        UserError: the peer does not run on this runner's engine.
+    """
+    engine = PEER_KINDS[call.peer].engine
+    if getattr(runner, "engine", None) != engine:
+        raise UserError(f"arm {call.peer} runs on {engine} targets only, not on "
+                        f"{getattr(runner, 'engine', '?')}")
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if engine == "mlx":
+        from specfleet.engine.runners.mlx_peers import mlx_lm_generate
+
+        return mlx_lm_generate(runner, prompt, call)
+    from specfleet.engine.runners.torch_peers import hf_generate
+
+    return hf_generate(runner, prompt, call)
+
+
+def warm_up_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> float:
+    """The peer's own call once, untimed, over the prompt's first tokens (kernels, lazy
+    allocations, the library's first-call set-up). Returns seconds spent."""
+    start = time.perf_counter()
+    warm = PeerCall(call.peer, PEER_WARM_TOKENS, call.lookup_tokens, call.ngram_max)
+    generate_peer(runner, list(prompt[:PEER_WARM_CONTEXT_TOKENS]), warm)
+    return time.perf_counter() - start

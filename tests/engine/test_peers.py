@@ -1,0 +1,84 @@
+"""Peer arms' shared parts: the registry, the stops a library cannot make, the clock.
+
+The real libraries on the bundled model run in tests/workers/test_peers.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specfleet.engine.kinds import MODEL_ENGINES
+from specfleet.engine.peers import (
+    PEER_KINDS,
+    PEERS,
+    FirstTokenClock,
+    PeerCall,
+    StopWatch,
+    generate_peer,
+    is_peer,
+    peer_kind,
+)
+from specfleet.engine.stats import Timings, loop_guard_fires
+from specfleet.errors import UserError
+
+TIMINGS = Timings(0.1, 0.2, 0.3)
+
+
+def test_every_peer_names_a_real_engine_and_only_hf_lookup_drafts() -> None:
+    assert PEERS == ("hf", "hf-lookup", "mlx-lm")
+    assert {PEER_KINDS[p].engine for p in PEERS} == set(MODEL_ENGINES)
+    assert [p for p in PEERS if PEER_KINDS[p].drafts] == ["hf-lookup"]
+    assert is_peer("mlx-lm") and not is_peer("plain") and peer_kind("graded") is None
+
+
+def test_the_guard_cuts_a_block_at_the_token_where_it_fires_as_our_loop_would() -> None:
+    watch = StopWatch(PeerCall("hf-lookup", 64, loop_guard=(1, 4, 3)))
+    reply = [5, 6, 7, 7]
+    assert not watch.should_stop(reply)
+    reply += [7, 8, 9]  # one block: the guard fires at the third 7 (length 5), not at 7
+    assert watch.should_stop(reply)
+    done = watch.finish(reply, eos=False, timings=TIMINGS, version="x")
+    assert done.tokens == [5, 6, 7, 7, 7] and done.stop_reason == "loop_guard"
+    first = next(n for n in range(1, 8) if loop_guard_fires(reply[:n], 1, 4, 3))
+    assert first == len(done.tokens)
+
+
+def test_stop_reasons_eos_max_tokens_and_cancelled() -> None:
+    plain = StopWatch(PeerCall("hf", 4))
+    assert not plain.should_stop([1, 2])
+    assert plain.finish([1, 2], eos=True, timings=TIMINGS, version="x").stop_reason == "eos"
+    assert plain.finish([1, 2, 3, 4], False, TIMINGS, "x").stop_reason == "max_tokens"
+    stop = StopWatch(PeerCall("mlx-lm", 4, should_stop=lambda: True))
+    assert stop.should_stop([1])
+    assert stop.finish([1], eos=False, timings=TIMINGS, version="x").stop_reason == "cancelled"
+
+
+def test_the_clock_ends_prefill_at_the_first_token() -> None:
+    clock = FirstTokenClock()
+    time.sleep(0.01)
+    clock.token_arrived()
+    time.sleep(0.01)
+    clock.token_arrived()  # later tokens do not move it
+    timings = clock.timings()
+    assert timings.prefill_s >= 0.01 and timings.decode_s >= 0.01
+    assert timings.total_s == pytest.approx(timings.prefill_s + timings.decode_s)
+
+
+def test_settings_name_the_library_call_and_hf_lookups_knobs() -> None:
+    call = PeerCall("hf-lookup", 16, lookup_tokens=10, ngram_max=2)
+    assert call.settings() == {
+        "library": "transformers", "call": PEER_KINDS["hf-lookup"].call,
+        "prompt_lookup_num_tokens": 10, "max_matching_ngram_size": 2,
+    }
+    assert PeerCall("mlx-lm", 16).settings()["library"] == "mlx-lm"
+    assert call.warm_key() != PeerCall("hf-lookup", 16, 5, 2).warm_key()
+
+
+def test_a_peer_on_another_engines_runner_is_one_line() -> None:
+    class Toy:
+        engine = "toy"
+
+    with pytest.raises(UserError, match="^arm hf-lookup runs on torch targets only, not on toy$"):
+        generate_peer(Toy(), [1, 2], PeerCall("hf-lookup", 4, 10, 2))
