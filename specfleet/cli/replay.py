@@ -39,6 +39,7 @@ def replay_command(
         format_bounds,
         format_predictions,
         predict,
+        stored_lookup,
         stored_runs,
     )
     from specfleet.store.store import open_store
@@ -60,7 +61,7 @@ def replay_command(
     typer.echo(format_predictions(predictions, costs))
     if oracle:
         typer.echo("\n" + format_bounds(predictions, costs))
-    checked = sum(1 for r in runs if r.arm != "plain")
+    checked = sum(1 for r in runs if stored_lookup(r) is not None)  # not plain, not a peer
     typer.echo(f"\ncounters: {checked} stored lookup runs replayed, "
                f"{len(mismatches)} differ from the stored counters")
     for line in mismatches:
