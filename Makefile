@@ -24,9 +24,11 @@ demo: venv
 	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
 # The MLX-only subprocesses of the suite run on Debian's OpenBLAS (workers/blas.py): install it.
+# Two xdist workers, a test module whole on one (tests/conftest.py groups them): one waits on
+# Ray, subprocesses and servers while the other computes.
 test: venv
 	$(BIN)/python -m specfleet.workers.blas --install > /dev/null
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # ruff, then mypy over specfleet/ (configured in pyproject.toml).
 lint: venv

@@ -24,6 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.installs import machine_install_lock
+
+# `make test` runs two pytest-xdist workers: each keeps its own machine lock and journal (a
+# worker's timed runs must not wait on the other's), set before anything reads them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["SPECFLEET_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="specfleet-rt-")
+    os.environ["SPECFLEET_JOURNAL_DIR"] = tempfile.mkdtemp(prefix="specfleet-journal-")
 # Before anything imports torch: idle OpenMP threads must sleep, not spin, or every torch
 # forward slows 5-10x while Ray workers and servers share the 2 cores (measured here).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -34,6 +41,31 @@ os.environ.setdefault("SPECFLEET_RUNTIME_DIR", tempfile.mkdtemp(prefix="specflee
 # each worker process would pay it once); a test that needs it passes self_test=True.
 os.environ.setdefault("SPECFLEET_SELFTEST", "0")
 os.environ.setdefault("SPECFLEET_JOURNAL_DIR", tempfile.mkdtemp(prefix="specfleet-journal-"))
+
+# Modules that build Linux network namespaces from one fixed private /24: never two at once.
+NAMESPACE_MODULES = ("tests/cluster/test_netfleet.py", "tests/serve/test_network.py",
+                     "tests/cluster/test_chaos.py")
+
+
+# The slowest modules (measured with --durations), started first so that two workers end
+# together rather than one waiting on the last long module.
+SLOW_FIRST = ("tests/cluster/test_netfleet.py", "tests/engine/runners/test_greedy_parity.py",
+              "tests/engine/test_gemma3.py", "tests/cluster/test_faults.py",
+              "tests/cluster/test_fleet.py", "tests/cluster/test_scheduler.py",
+              "tests/cluster/test_leave.py", "tests/cli/test_bad_input.py", "tests/test_trust.py",
+              "tests/serve/test_browser.py", "tests/cli/test_generate_cli.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist (`--dist loadgroup`) a module runs whole on one worker, so module-scoped
+    fleets and models start once; the namespace modules share one group."""
+    rank = {module: i for i, module in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = "namespaces" if module in NAMESPACE_MODULES else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 PG_SUPERUSER = "postgres"
 # A role that must log in with a password (pg_hba: scram), for bad-credential tests.
@@ -160,8 +192,11 @@ def pg_server() -> Iterator[PgServer]:
     """A private PostgreSQL cluster for the whole session (fails loudly if it cannot run)."""
     bin_dir = _find_pg_bin()
     if bin_dir is None:
-        _install_postgres()
-        bin_dir = _find_pg_bin()
+        with machine_install_lock():
+            bin_dir = _find_pg_bin()  # the other worker may have installed it meanwhile
+            if bin_dir is None:
+                _install_postgres()
+                bin_dir = _find_pg_bin()
     if bin_dir is None:
         pytest.fail("PostgreSQL's initdb not found even after apt-get install postgresql")
     root = _make_root()

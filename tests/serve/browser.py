@@ -35,7 +35,11 @@ def _apt_install() -> None:
 def ensure_chromium() -> None:
     """Install Debian's chromium and its driver when either is missing."""
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        _apt_install()
+        from tests.installs import machine_install_lock
+
+        with machine_install_lock():
+            if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+                _apt_install()
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         pytest.fail(f"{CHROMIUM} or {CHROMEDRIVER} missing even after apt-get install")
 

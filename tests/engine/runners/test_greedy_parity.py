@@ -3,9 +3,10 @@ prompt lookup under graded, gated and non-adaptive emit identical token ids.
 
 A multi-token verify row may round a near-tie the other way (spec 8.3). Such a flip does not
 skip the case: the test replays both paths to the divergence row and asserts the two competing
-tokens are within `NEAR_TIE_RELATIVE` there, naming the case. Torch runs the five benchmark
-prompts with their chat template for 48 tokens; MLX's CPU backend is slow here (~10 tok/s
-prefill, ~6 tok/s decode), so it runs short raw prompts of the same five kinds for 12 tokens.
+tokens are within `NEAR_TIE_RELATIVE` there, naming the case. Torch runs three benchmark
+prompts (two copies, one prose) with their chat template for 48 tokens; MLX's CPU backend is
+slow here (~10 tok/s prefill, ~6 tok/s decode), so it runs short raw prompts of the same three
+kinds for 12 tokens. The other packaged prompts run in `bench/peers.py` and `matrix run full`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from specfleet.engine.loop import generate
 pytestmark = pytest.mark.slow
 
 PROMPTS_DIR = prompts_dir()
-PROMPT_NAMES = ("edit_fn", "edit_json", "summary", "write", "story")
+PROMPT_NAMES = ("edit_fn", "edit_json", "story")
 ARMS = {
     "graded": PromptLookupConfig(policy="graded"),
     "gated": PromptLookupConfig(policy="gated"),
@@ -35,8 +36,6 @@ NEAR_TIE_RELATIVE = 1e-3
 MLX_PROMPTS = {
     "edit_fn": "def add(a, b):\n    total = a + b\n    return total\n\n# renamed:\ndef add(a, b):\n",
     "edit_json": '[{"id": 1, "email": "a@x.com"}, {"id": 2, "email": "b@x.com"}]\nWith "active":\n[{"id": 1,',
-    "summary": "Notes: the migration finished on Tuesday with no downtime.\nSummary: The migration",
-    "write": "Hi Sam, can we meet on Friday afternoon instead of Thursday? Hi Sam, can we meet",
     "story": "Once upon a time, a lighthouse keeper found a bottle. Once upon a time, a",
 }
 
