@@ -47,6 +47,8 @@ class HostInfo:
         kind: mac-mlx | gb10-cuda | linux-cuda | linux-cpu | mac-cpu | <os>-cpu.
         selftest: "engine/device" -> its start-up self-test (`workers/selftest.SelfTest` as
             a dict); a target whose test failed is left out of `targets()`.
+        read_gb_per_s: memory read bandwidth measured when the worker started
+            (`workers/bandwidth.py`); None when not measured.
     """
 
     name: str
@@ -62,6 +64,7 @@ class HostInfo:
     versions: dict[str, str] = field(default_factory=dict)
     kind: str = "linux-cpu"
     selftest: dict[str, dict] = field(default_factory=dict)
+    read_gb_per_s: float | None = None
 
     def targets(self) -> list[Target]:
         """Every (host, engine, device) this host can run, best device first; a target that
@@ -87,8 +90,9 @@ class HostInfo:
     def fingerprint(self) -> str:
         """A short hash of what makes this host's numbers comparable: hardware and library
         versions, but neither the fleet name nor specfleet's own version (that is what a
-        regression check compares)."""
-        parts = {k: v for k, v in asdict(self).items() if k not in ("name", "selftest")}
+        regression check compares). Measurements (self-test, bandwidth) are left out."""
+        parts = {k: v for k, v in asdict(self).items()
+                 if k not in ("name", "selftest", "read_gb_per_s")}
         parts["versions"] = {
             k: v for k, v in self.versions.items() if not k.startswith("specfleet")
         }

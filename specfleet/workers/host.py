@@ -23,6 +23,7 @@ from specfleet.engine.peers import PeerCall
 from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
+from specfleet.workers.bandwidth import measure_read_gb_per_s
 from specfleet.workers.costs import CostTables
 from specfleet.workers.hardware import HostInfo, detect_host
 from specfleet.workers.kept import KeptResults
@@ -64,6 +65,7 @@ class _Prepared:
     model_path: str
     calibration: dict | None = None  # a width-cost table measured for this run
     peer: PeerCall | None = None  # a peer arm's call (`engine/peers.py`) instead of our loop
+    weight_bytes: int | None = None  # the loaded weights' bytes on the runner's device
 
 
 class HostWorker:
@@ -116,6 +118,8 @@ class HostWorker:
             self._info = replace(self._info, engines=offered)
         if self_test if self_test is not None else os.environ.get(SELFTEST_ENV, "1") != "0":
             self._info = replace(self._info, selftest=self._self_test(tuple(break_rollback)))
+        # Once per start, before any run: the ceiling plain decoding is measured against.
+        self._info = replace(self._info, read_gb_per_s=measure_read_gb_per_s())
         budget_gb = memory_budget_gb or self._info.memory_gb * MODEL_MEMORY_SHARE
         self._models = LoadedModels(int(budget_gb * 2**30))
         self._resolved: dict[tuple[str, str], Any] = {}
@@ -350,7 +354,7 @@ class HostWorker:
         entry.runs += 1
         return _Prepared(
             entry.runner, prompt_ids, lookup, policy, warmup_s, entry.weights_hash, entry.key[2],
-            calibration, peer,
+            calibration, peer, entry.weight_bytes,
         )
 
     def _load(self, spec: RunSpec) -> LoadedModel:
@@ -432,6 +436,7 @@ class HostWorker:
                 spec, prepared.lookup, prepared.policy, prepared.model_path, prepared.warmup_s,
                 costs_source="measured" if prepared.calibration else "stored",
                 rollback_kind=getattr(prepared.runner, "rollback_kind", "trim"), peer=peer,
+                weight_bytes=prepared.weight_bytes,
             ),
             "versions": dict(self._info.versions),
             "host_fingerprint": self._info.fingerprint,

@@ -37,6 +37,8 @@ class LoadedModel:
         warmed_peers: a peer arm and its settings (`PeerCall.warm_key`) -> seconds its
             warm-up took.
         runs: runs generated with it.
+        weight_bytes: the weights' bytes as loaded on the device (`runner.weight_bytes()`;
+            None for a runner that cannot say).
     """
 
     key: ModelKey
@@ -48,6 +50,7 @@ class LoadedModel:
     warmed_drafts: dict[int, float] = field(default_factory=dict)
     warmed_peers: dict[str, float] = field(default_factory=dict)
     runs: int = 0
+    weight_bytes: int | None = None
 
     @property
     def path(self) -> str:
@@ -84,6 +87,7 @@ class LoadedModel:
             "warmed_max_drafts": sorted(self.warmed_drafts),
             "warmed_peers": sorted(self.warmed_peers),
             "runs": self.runs,
+            "weight_bytes": self.weight_bytes,
         }
 
 
@@ -182,6 +186,7 @@ def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
         resolved.weights_hash,
         time.perf_counter() - start,
         alias=resolved.alias,
+        weight_bytes=runner.weight_bytes(),
     )
 
 

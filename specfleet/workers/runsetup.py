@@ -60,15 +60,18 @@ def peer_call(spec: RunSpec, should_stop: Callable[[], bool] | None = None) -> P
 def engine_config(
     spec: RunSpec, lookup: PromptLookupConfig | None, policy: str, model_path: str,
     warmup_s: float, costs_source: str = "stored", rollback_kind: str = "trim",
-    peer: dict | None = None,
+    peer: dict | None = None, weight_bytes: int | None = None,
 ) -> dict:
     """The exact engine settings of a run, stored with it (provenance); a calibrated run
     also says whether its width-cost table was stored or measured for it, a peer arm which
-    library call and version generated it (`peer`)."""
+    library call and version generated it (`peer`), a real model its weights' bytes as
+    loaded (`weight_bytes`: what one plain step reads, for the bandwidth ceiling)."""
     guard = spec.loop_guard
     extra: dict[str, Any] = {"costs_source": costs_source} if policy == "calibrated" else {}
     if peer is not None:
         extra["peer"] = peer
+    if weight_bytes is not None:
+        extra["weight_bytes"] = weight_bytes
     return {
         **extra,
         "engine": spec.target.engine,

@@ -106,6 +106,14 @@ class MlxRunner(TokenizerText):
             _to_float32(model)
         return cls(model, tokenizer, resolved)
 
+    def weight_bytes(self) -> int:
+        """Bytes of the weights as loaded (quantized ones at their packed size, scales and
+        biases included): what one plain step reads."""
+        from mlx.utils import tree_flatten
+
+        arrays = {id(a): a for _, a in tree_flatten(self.model.parameters())}
+        return sum(int(a.nbytes) for a in arrays.values())
+
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:
         self._caches = PromptCaches(make_prompt_cache(self.model))

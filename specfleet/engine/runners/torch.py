@@ -109,6 +109,12 @@ class TorchRunner(TokenizerText):
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         return cls(model, tokenizer, resolved)
 
+    def weight_bytes(self) -> int:
+        """Bytes of the weights as loaded: every parameter and persistent buffer, a tensor
+        shared by two names (tied embeddings) counted once; what one plain step reads."""
+        tensors = {id(t): t for t in self.model.state_dict(keep_vars=True).values()}
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:
         from transformers import DynamicCache
