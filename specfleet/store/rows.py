@@ -91,6 +91,7 @@ class HostRow:
     selftest: dict[str, Any] | None
     first_seen_at: datetime
     last_seen_at: datetime
+    read_gb_per_s: float | None = None  # measured when its worker last started
 
 
 @dataclass(frozen=True)

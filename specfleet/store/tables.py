@@ -51,6 +51,8 @@ class Host(Base):
     versions: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # Target label -> its start-up self-test (workers/selftest.py); None before it existed.
     selftest: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Memory read bandwidth measured when its worker last started (workers/bandwidth.py).
+    read_gb_per_s: Mapped[float | None] = mapped_column(Float)
     first_seen_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
 

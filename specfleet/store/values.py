@@ -18,7 +18,8 @@ from specfleet.store.tables import Run
 
 # Keep each statement's bound parameters well under SQLite's limit.
 KEY_CHUNK = 500
-HOST_KEYS = ("machine_id", "kind", "os", "arch", "chip", "memory_gb", "versions", "selftest")
+HOST_KEYS = ("machine_id", "kind", "os", "arch", "chip", "memory_gb", "versions", "selftest",
+             "read_gb_per_s")
 # RunResult fields copied onto the run row as they are; the rest are handled by hand (a
 # worker-measured `calibration` is stored by the head in width_costs, not on the run).
 _BY_HAND = frozenset({"run_key", "status", "error", "target", "token_ids", "load_before",
