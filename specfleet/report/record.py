@@ -15,6 +15,7 @@ from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import cross_grid, where_text
 from specfleet.report.plots import write_plots
 from specfleet.report.tables import DASH, grids_for
+from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
 from specfleet.stats.interval import RULE
 from specfleet.stats.runs import target_label
@@ -126,6 +127,36 @@ def _reading(run, side: str) -> str:
     return summary(HostConditions.from_dict(data)) if data else DASH
 
 
+NOT_MEASURED = "not measured"
+
+
+def ceiling_grid(store, runs: list) -> Grid | None:
+    """Plain decode tok/s per host, engine, device and model against the memory-bandwidth
+    ceiling (`stats/ceiling.py`); None when the matrix has no plain runs of a real model."""
+    hosts = store.hosts(sorted({r.host for r in runs}))
+    rows = tuple(_ceiling_row(c) for c in decode_ceilings(
+        runs, {h.name: h.read_gb_per_s for h in hosts}))
+    if not rows:
+        return None
+    note = ("Ceiling = the host's read bandwidth (measured when its worker started) / the "
+            "weights' bytes as loaded: one plain step reads every weight once, so no plain "
+            "decoding on that host can be faster. Share = median plain decode tok/s / "
+            "ceiling (docs/trust.md).")
+    return Grid("Plain decoding against the machine's limit",
+                ("host", "engine", "device", "model", "plain runs", "decode tok/s",
+                 "weights", "read bandwidth", "ceiling tok/s", "share", "why"),
+                rows, (note,), left_cols=4)
+
+
+def _ceiling_row(c: DecodeCeiling) -> tuple[str, ...]:
+    weights = f"{c.weight_bytes / 1e6:.0f} MB" if c.weight_bytes else NOT_MEASURED
+    bandwidth = f"{c.read_gb_per_s:.1f} GB/s" if c.read_gb_per_s else NOT_MEASURED
+    ceiling = f"{c.ceiling_tok_per_s:.1f}" if c.ceiling_tok_per_s else NOT_MEASURED
+    share = f"{c.share:.0%}" if c.share is not None else NOT_MEASURED
+    return (c.host, c.engine, c.device, c.model, str(c.runs), f"{c.decode_tok_per_s:.2f}",
+            weights, bandwidth, ceiling, share, c.why)
+
+
 def parity_grid(store, matrix_id: str) -> list[Grid]:
     """Arm-vs-plain verdicts (no replay: `specfleet parity ID` adds the forensics)."""
     report = check_parity(store, matrix_id)
@@ -186,8 +217,9 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     ]
     body = [environment_grid(store, runs), prompts_grid(store, runs)]
     results = grids_for(view, None) + (grids_for(view, "target") if len(view.targets) > 1 else [])
-    tail = [*parity_grid(store, matrix_id), load_grid(store, matrix_id, runs),
-            conditions_grid(runs)]
+    ceiling = ceiling_grid(store, runs)
+    tail = [*([ceiling] if ceiling else []), *parity_grid(store, matrix_id),
+            load_grid(store, matrix_id, runs), conditions_grid(runs)]
     plots = ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
     return "\n".join([
         *lines, to_markdown(body, level=2), "## Results", "",

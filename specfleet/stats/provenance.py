@@ -17,7 +17,7 @@ PROVENANCE_FIELDS: tuple[str, ...] = (
     "weights_hash", "prompt_hash", "engine_config", "host_fingerprint", "versions", "conditions",
 )
 # engine_config keys that are measurements or code, not settings
-_MEASURED_CONFIG_KEYS = ("warmup_s",)
+_MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes")
 
 
 def _canonical(value) -> str:

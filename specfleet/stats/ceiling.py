@@ -1,0 +1,101 @@
+"""Plain decoding against the machine's limit: decode tok/s as a share of the bandwidth ceiling.
+
+A plain step reads every weight once, so a host that reads `read_gb_per_s` cannot decode
+faster than `read_gb_per_s * 1e9 / weight_bytes` tokens a second (docs/trust.md). The share
+says how much of that a target reaches; what is missing (runs stored before weight bytes,
+hosts before the probe, a device whose own memory the probe does not read) is "not
+measured", never guessed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from specfleet.engine.stats import decode_tok_per_s
+
+NEAR_LIMIT_SHARE = 0.7  # at or above: the weight reads set the pace
+LOW_SHARE = 0.4  # below: something other than reading weights sets the pace
+# The probe reads host memory from the CPU: a ceiling for runs whose weights sit there.
+PROBED_DEVICES = ("cpu",)
+# Why an engine decodes far below the ceiling on a CPU, in one line.
+_LOW_WHY = {
+    "torch": "eager torch on CPU: hundreds of small ops a step dispatched from Python and "
+             "batch-1 matmuls that do not stream memory at full rate",
+    "mlx": "MLX's CPU backend: reference BLAS unless OpenBLAS is preloaded, and slow "
+           "quantized kernels; compute, not weight reads, sets the pace",
+}
+
+
+@dataclass(frozen=True)
+class DecodeCeiling:
+    """One (host, engine, device, model): its plain decode rate against the ceiling.
+
+    Attributes:
+        decode_tok_per_s: median over plain runs of (generated - 1) / decode seconds.
+        weight_bytes: the weights' bytes as loaded (None: not recorded with the runs).
+        read_gb_per_s: the host's measured read bandwidth (None: not measured).
+        ceiling_tok_per_s, share: None when either fact is missing or the device's own
+            memory was not probed.
+        why: one line: what is missing, or why the share is what it is.
+    """
+
+    host: str
+    engine: str
+    device: str
+    model: str
+    runs: int
+    decode_tok_per_s: float
+    weight_bytes: int | None
+    read_gb_per_s: float | None
+    ceiling_tok_per_s: float | None
+    share: float | None
+    why: str
+
+
+def decode_ceilings(runs: Iterable, bandwidth: Mapping[str, float | None]) -> list[DecodeCeiling]:
+    """One `DecodeCeiling` per (host, engine, device, model) with plain runs (toy runs,
+    which have no weights, are left out).
+
+    Args:
+        runs: stored runs (`RunRow`s: host, engine, device, model, arm, generated_tokens,
+            decode_s, engine_config).
+        bandwidth: host name -> its measured read GB/s (None or absent: not measured).
+    """
+    groups: dict[tuple[str, str, str, str], list] = {}
+    for run in runs:
+        if run.arm == "plain" and run.engine != "toy":
+            groups.setdefault((run.host, run.engine, run.device, run.model), []).append(run)
+    return [_ceiling(key, group, bandwidth.get(key[0])) for key, group in sorted(groups.items())]
+
+
+def _ceiling(key: tuple[str, str, str, str], runs: list, gb_per_s: float | None) -> DecodeCeiling:
+    host, engine, device, model = key
+    rate = statistics.median(decode_tok_per_s(r.generated_tokens or 0, r.decode_s or 0.0)
+                             for r in runs)
+    sizes = {(r.engine_config or {}).get("weight_bytes") for r in runs} - {None}
+    weight_bytes = max(sizes) if sizes else None
+    ceiling = share = None
+    if weight_bytes is None:
+        why = "not measured: weight bytes were not stored with these runs"
+    elif gb_per_s is None:
+        why = "not measured: the host's read bandwidth was not recorded"
+    elif device not in PROBED_DEVICES:
+        why = f"not measured: the probe reads host memory, not the {device} device's own"
+    else:
+        ceiling = gb_per_s * 1e9 / weight_bytes
+        share = rate / ceiling
+        why = share_why(share, engine)
+    return DecodeCeiling(host, engine, device, model, len(runs), rate, weight_bytes,
+                         gb_per_s, ceiling, share, why)
+
+
+def share_why(share: float, engine: str) -> str:
+    """One line on why plain decoding reaches `share` of the ceiling."""
+    if share >= NEAR_LIMIT_SHARE:
+        return "near the limit: reading the weights sets the pace"
+    if share >= LOW_SHARE:
+        return "per-step overhead beside the weight reads"
+    return _LOW_WHY.get(engine, "per-step overhead (Python, op dispatch, small kernels), "
+                                "not weight reads, sets the pace")

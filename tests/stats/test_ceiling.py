@@ -1,0 +1,42 @@
+"""Plain decode rate against the bandwidth ceiling (`stats/ceiling.py`), exact figures."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from specfleet.stats.ceiling import decode_ceilings, share_why
+
+
+def _run(host="h", engine="torch", device="cpu", model="m", arm="plain", decode_s=10.0,
+         weight_bytes: int | None = 500_000_000):
+    config = {"weight_bytes": weight_bytes} if weight_bytes is not None else {"k": 1}
+    return SimpleNamespace(host=host, engine=engine, device=device, model=model, arm=arm,
+                           generated_tokens=101, decode_s=decode_s, engine_config=config)
+
+
+def test_ceiling_and_share_from_the_median_plain_run():
+    runs = [_run(decode_s=s) for s in (10.0, 5.0, 20.0)] + [_run(arm="graded", decode_s=1.0)]
+    (row,) = decode_ceilings(runs, {"h": 40.0})
+    assert row.runs == 3 and row.decode_tok_per_s == pytest.approx(10.0)  # 100 / 10 s
+    assert row.ceiling_tok_per_s == pytest.approx(80.0)  # 40 GB/s / 500 MB
+    assert row.share == pytest.approx(0.125)
+    assert row.why == share_why(0.125, "torch") and "eager torch" in row.why
+
+
+def test_missing_facts_are_not_measured_never_guessed():
+    runs = [_run(host="old"), _run(host="h", engine="mlx", weight_bytes=None),
+            _run(host="h", device="cuda"), _run(host="h", engine="toy", weight_bytes=None)]
+    rows = {(r.host, r.engine, r.device): r for r in decode_ceilings(runs, {"h": 40.0})}
+    assert set(rows) == {("old", "torch", "cpu"), ("h", "mlx", "cpu"), ("h", "torch", "cuda")}
+    assert all(r.share is None and r.ceiling_tok_per_s is None for r in rows.values())
+    assert rows["old", "torch", "cpu"].why.startswith("not measured: the host's read bandwidth")
+    assert rows["h", "mlx", "cpu"].why.startswith("not measured: weight bytes")
+    assert "cuda" in rows["h", "torch", "cuda"].why
+
+
+def test_why_by_share():
+    assert share_why(0.8, "mlx").startswith("near the limit")
+    assert share_why(0.5, "mlx").startswith("per-step overhead")
+    assert "MLX" in share_why(0.1, "mlx")
