@@ -200,13 +200,7 @@ def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGen
                         f"{getattr(runner, 'engine', '?')}")
     if not prompt:
         raise ValueError("the prompt is empty")
-    if engine == "mlx":
-        from specfleet.engine.runners.mlx_peers import mlx_lm_generate
-
-        return mlx_lm_generate(runner, prompt, call)
-    from specfleet.engine.runners.torch_peers import hf_generate
-
-    return hf_generate(runner, prompt, call)
+    return runner.generate_peer(prompt, call)  # the runner knows its engine's peer library
 
 
 def warm_up_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import mlx.core as mx
 import numpy as np
@@ -29,6 +29,9 @@ from specfleet.engine.runners.base import RollbackKind
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
 from specfleet.engine.runners.mlx_caches import PromptCaches
 from specfleet.errors import UserError
+
+if TYPE_CHECKING:
+    from specfleet.engine.peers import PeerCall, PeerGeneration
 
 DEVICES = ("auto", "cpu", "metal", "cuda")
 PREFILL_STEP_SIZE = 2048  # mlx_lm.generate.generate_step's default chunk
@@ -113,6 +116,12 @@ class MlxRunner(TokenizerText):
 
         arrays = {id(a): a for _, a in tree_flatten(self.model.parameters())}
         return sum(int(a.nbytes) for a in arrays.values())
+
+    def generate_peer(self, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:
+        """mlx-lm's `stream_generate` (mlx-lm) on this runner's model, greedy, timed (`engine/peers.py`)."""
+        from specfleet.engine.runners.mlx_peers import mlx_lm_generate
+
+        return mlx_lm_generate(self, prompt, call)
 
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib.metadata import version
+from typing import TYPE_CHECKING
 
 from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from specfleet.engine.peers import FirstTokenClock, PeerCall, PeerGeneration, StopWatch
-from specfleet.engine.runners.mlx import MlxRunner
+
+if TYPE_CHECKING:
+    from specfleet.engine.runners.mlx import MlxRunner  # its runner calls in here
 
 
 def mlx_lm_generate(runner: MlxRunner, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:

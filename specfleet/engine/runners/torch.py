@@ -31,6 +31,8 @@ from specfleet.errors import UserError
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
+    from specfleet.engine.peers import PeerCall, PeerGeneration
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
@@ -114,6 +116,12 @@ class TorchRunner(TokenizerText):
         shared by two names (tied embeddings) counted once; what one plain step reads."""
         tensors = {id(t): t for t in self.model.state_dict(keep_vars=True).values()}
         return sum(t.numel() * t.element_size() for t in tensors.values())
+
+    def generate_peer(self, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:
+        """transformers' `generate` (hf, hf-lookup) on this runner's model, greedy, timed (`engine/peers.py`)."""
+        from specfleet.engine.runners.torch_peers import hf_generate
+
+        return hf_generate(self, prompt, call)
 
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:

@@ -12,6 +12,7 @@ from decode into prefill there.)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import transformers
@@ -19,7 +20,9 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.generation.streamers import BaseStreamer
 
 from specfleet.engine.peers import FirstTokenClock, PeerCall, PeerGeneration, StopWatch
-from specfleet.engine.runners.torch import TorchRunner
+
+if TYPE_CHECKING:
+    from specfleet.engine.runners.torch import TorchRunner  # its runner calls in here
 
 
 class _Clocked(BaseStreamer):
