@@ -140,12 +140,13 @@ def ceiling_grid(store, runs: list) -> Grid | None:
         return None
     note = ("Ceiling = the host's read bandwidth (measured when its worker started) / the "
             "weights' bytes as loaded: one plain step reads every weight once, so no plain "
-            "decoding on that host can be faster. Share = median plain decode tok/s / "
-            "ceiling (docs/trust.md).")
+            "decoding on that host can be faster. Share = median decode tok/s (after the "
+            "first token) / ceiling; peers that decode plainly (the library's own loop) are "
+            "measured against the same ceiling (docs/trust.md).")
     return Grid("Plain decoding against the machine's limit",
-                ("host", "engine", "device", "model", "plain runs", "decode tok/s",
+                ("host", "engine", "device", "model", "decoder", "runs", "decode tok/s",
                  "weights", "read bandwidth", "ceiling tok/s", "share", "why"),
-                rows, (note,), left_cols=4)
+                rows, (note,), left_cols=5)
 
 
 def _ceiling_row(c: DecodeCeiling) -> tuple[str, ...]:
@@ -153,7 +154,9 @@ def _ceiling_row(c: DecodeCeiling) -> tuple[str, ...]:
     bandwidth = f"{c.read_gb_per_s:.1f} GB/s" if c.read_gb_per_s else NOT_MEASURED
     ceiling = f"{c.ceiling_tok_per_s:.1f}" if c.ceiling_tok_per_s else NOT_MEASURED
     share = f"{c.share:.0%}" if c.share is not None else NOT_MEASURED
-    return (c.host, c.engine, c.device, c.model, str(c.runs), f"{c.decode_tok_per_s:.2f}",
+    decoder = "plain (ours)" if c.arm == "plain" else f"{c.arm} (peer)"
+    return (c.host, c.engine, c.device, c.model, decoder, str(c.runs),
+            f"{c.decode_tok_per_s:.2f}",
             weights, bandwidth, ceiling, share, c.why)
 
 

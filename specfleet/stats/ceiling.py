@@ -13,8 +13,11 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from specfleet.engine.peers import PEER_KINDS
 from specfleet.engine.stats import decode_tok_per_s
 
+# Arms that decode plainly: ours, and peers that take no drafts (a library's own plain loop).
+PLAIN_DECODERS: tuple[str, ...] = ("plain", *(p for p, k in PEER_KINDS.items() if not k.drafts))
 NEAR_LIMIT_SHARE = 0.7  # at or above: the weight reads set the pace
 LOW_SHARE = 0.4  # below: something other than reading weights sets the pace
 # The probe reads host memory from the CPU: a ceiling for runs whose weights sit there.
@@ -30,9 +33,10 @@ _LOW_WHY = {
 
 @dataclass(frozen=True)
 class DecodeCeiling:
-    """One (host, engine, device, model): its plain decode rate against the ceiling.
+    """One (host, engine, device, model, arm): its plain decode rate against the ceiling.
 
     Attributes:
+        arm: "plain" (ours) or a peer that decodes plainly (`PLAIN_DECODERS`).
         decode_tok_per_s: median over plain runs of (generated - 1) / decode seconds.
         weight_bytes: the weights' bytes as loaded (None: not recorded with the runs).
         read_gb_per_s: the host's measured read bandwidth (None: not measured).
@@ -45,6 +49,7 @@ class DecodeCeiling:
     engine: str
     device: str
     model: str
+    arm: str
     runs: int
     decode_tok_per_s: float
     weight_bytes: int | None
@@ -55,23 +60,26 @@ class DecodeCeiling:
 
 
 def decode_ceilings(runs: Iterable, bandwidth: Mapping[str, float | None]) -> list[DecodeCeiling]:
-    """One `DecodeCeiling` per (host, engine, device, model) with plain runs (toy runs,
-    which have no weights, are left out).
+    """One `DecodeCeiling` per (host, engine, device, model, plain decoder) with runs, ours
+    before the peers' (toy runs, which have no weights, are left out).
 
     Args:
         runs: stored runs (`RunRow`s: host, engine, device, model, arm, generated_tokens,
             decode_s, engine_config).
         bandwidth: host name -> its measured read GB/s (None or absent: not measured).
     """
-    groups: dict[tuple[str, str, str, str], list] = {}
+    groups: dict[tuple[str, str, str, str, int], list] = {}
     for run in runs:
-        if run.arm == "plain" and run.engine != "toy":
-            groups.setdefault((run.host, run.engine, run.device, run.model), []).append(run)
+        if run.arm in PLAIN_DECODERS and run.engine != "toy":
+            key = (run.host, run.engine, run.device, run.model, PLAIN_DECODERS.index(run.arm))
+            groups.setdefault(key, []).append(run)
     return [_ceiling(key, group, bandwidth.get(key[0])) for key, group in sorted(groups.items())]
 
 
-def _ceiling(key: tuple[str, str, str, str], runs: list, gb_per_s: float | None) -> DecodeCeiling:
-    host, engine, device, model = key
+def _ceiling(key: tuple[str, str, str, str, int], runs: list,
+             gb_per_s: float | None) -> DecodeCeiling:
+    host, engine, device, model, decoder = key
+    arm = PLAIN_DECODERS[decoder]
     rate = statistics.median(decode_tok_per_s(r.generated_tokens or 0, r.decode_s or 0.0)
                              for r in runs)
     sizes = {(r.engine_config or {}).get("weight_bytes") for r in runs} - {None}
@@ -87,7 +95,7 @@ def _ceiling(key: tuple[str, str, str, str], runs: list, gb_per_s: float | None)
         ceiling = gb_per_s * 1e9 / weight_bytes
         share = rate / ceiling
         why = share_why(share, engine)
-    return DecodeCeiling(host, engine, device, model, len(runs), rate, weight_bytes,
+    return DecodeCeiling(host, engine, device, model, arm, len(runs), rate, weight_bytes,
                          gb_per_s, ceiling, share, why)
 
 

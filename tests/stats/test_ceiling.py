@@ -25,6 +25,15 @@ def test_ceiling_and_share_from_the_median_plain_run():
     assert row.why == share_why(0.125, "torch") and "eager torch" in row.why
 
 
+def test_plainly_decoding_peers_get_rows_of_their_own_drafting_ones_none():
+    runs = [_run(), _run(arm="hf", decode_s=5.0), _run(arm="hf-lookup", decode_s=1.0),
+            _run(engine="mlx", arm="mlx-lm")]
+    rows = decode_ceilings(runs, {"h": 40.0})
+    assert [(r.engine, r.arm) for r in rows] == [("mlx", "mlx-lm"), ("torch", "plain"),
+                                                 ("torch", "hf")]
+    assert rows[2].share == pytest.approx(0.25)  # 20 tok/s of 80
+
+
 def test_missing_facts_are_not_measured_never_guessed():
     runs = [_run(host="old"), _run(host="h", engine="mlx", weight_bytes=None),
             _run(host="h", device="cuda"), _run(host="h", engine="toy", weight_bytes=None)]
