@@ -30,9 +30,10 @@ test: venv
 	$(BIN)/python -m specfleet.workers.blas --install > /dev/null
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
-# ruff, then mypy over specfleet/ (configured in pyproject.toml).
+# ruff, the layer contract (import-linter), then mypy over specfleet/ (all in pyproject.toml).
 lint: venv
 	$(BIN)/ruff check specfleet tests bench tools
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
 typecheck: venv

@@ -16,7 +16,7 @@ import typer
 
 from specfleet.cli.fleetlink import EmbeddedOption
 from specfleet.cli.options import FormatOption
-from specfleet.cluster.replay import worker_replayer
+from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
 from specfleet.jobs.spec import load_parity_spec

@@ -1,4 +1,4 @@
-"""Replayers for parity forensics: ask the worker of a run's target to replay a divergence.
+"""Parity forensics on the fleet: ask the worker of a run's target to replay a divergence.
 
 A worker is a plain `HostWorker` (in this process) or its Ray actor handle; both expose
 `replay_divergence(spec, tokens_a, tokens_b, row) -> dict` (see `engine/forensics.py`).
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specfleet.engine.forensics import margins_from_dict
-from specfleet.report.parity import Replay, Replayer
+from specfleet.engine.forensics import Replay, Replayer, margins_from_dict
 
 REPLAY_TIMEOUT_S = 600.0
 

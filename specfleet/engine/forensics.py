@@ -9,7 +9,7 @@ block, so the kernel that made the flip is the one measured. Plain Python over `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -202,3 +202,16 @@ def margins_from_dict(data: dict) -> RowMargins:
 
     return RowMargins(int(data["row"]), int(data["token_a"]), int(data["token_b"]),
                       path(data["a"]), path(data["b"]))
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a worker's replay found at a divergence row."""
+
+    margins: RowMargins
+    text_a: str  # the plain path's token, decoded ("" when that path ended)
+    text_b: str
+
+
+# (plain run, arm run, row) -> Replay, or None when the target cannot be reached
+Replayer = Callable[[object, object, int], Replay | None]

@@ -12,10 +12,9 @@ A peer arm (`engine/peers.py`: another library's decoding) that differs from our
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, RowMargins, classify
+from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, Replay, Replayer, classify
 from specfleet.engine.peers import is_peer
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.coverage import Coverage, parity_coverage
@@ -24,19 +23,6 @@ from specfleet.stats.view import PLAIN, RunKey, group_runs, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified" | PEER_DIFFERS
 PEER_DIFFERS = "peer differs"
-
-
-@dataclass(frozen=True)
-class Replay:
-    """What a worker's replay found at a divergence row."""
-
-    margins: RowMargins
-    text_a: str  # the plain path's token, decoded ("" when that path ended)
-    text_b: str
-
-
-# (plain run, arm run, row) -> Replay, or None when the target cannot be reached
-Replayer = Callable[[object, object, int], Replay | None]
 
 
 @dataclass(frozen=True)

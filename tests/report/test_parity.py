@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from specfleet.cluster.replay import worker_replayer
-from specfleet.engine.forensics import PathRow, RowMargins
+from specfleet.cluster.forensics import worker_replayer
+from specfleet.engine.forensics import PathRow, Replay, RowMargins
 from specfleet.errors import UserError
-from specfleet.report.parity import Replay, check_parity
+from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import render_parity
 from tests.report.conftest import AFTER_ID, DEMO_ID
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from specfleet.cluster.forensics import worker_replayer
 from specfleet.cluster.localfleet import LocalFleet
-from specfleet.cluster.replay import worker_replayer
 from specfleet.report.parity import check_parity
 from tests.report.conftest import DEMO_ID
 
