@@ -101,6 +101,9 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
 
 def share_why(share: float, engine: str) -> str:
     """One line on why plain decoding reaches `share` of the ceiling."""
+    if share > 1.0:  # no decoder reads weights faster than memory delivers them
+        return ("above the ceiling: the bandwidth probe read slower than the runs did (a busy "
+                "host when the worker started?); restart the worker on a quiet host")
     if share >= NEAR_LIMIT_SHARE:
         return "near the limit: reading the weights sets the pace"
     if share >= LOW_SHARE:

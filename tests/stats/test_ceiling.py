@@ -46,6 +46,7 @@ def test_missing_facts_are_not_measured_never_guessed():
 
 
 def test_why_by_share():
+    assert share_why(1.2, "torch").startswith("above the ceiling")
     assert share_why(0.8, "mlx").startswith("near the limit")
     assert share_why(0.5, "mlx").startswith("per-step overhead")
     assert "MLX" in share_why(0.1, "mlx")
