@@ -4,12 +4,13 @@ Figures (medians, speed-ups, changes) are computed from these rows by `specfleet
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.orm import Session
 
 from specfleet.jobs.run import RunSpec
@@ -62,7 +63,7 @@ def _in(column, value):
 
 
 class StoreQueries:
-    """Read methods of `Store` (mixed in; needs `_read()` and `display_url`)."""
+    """Read methods of `Store` (mixed in; needs `_read()`, `_connect()` and `display_url`)."""
 
     engine: Engine
 
@@ -70,12 +71,15 @@ class StoreQueries:
     def display_url(self) -> str:  # pragma: no cover - provided by Store
         raise NotImplementedError
 
-    def _read(self) -> Session:  # pragma: no cover - provided by Store
-        raise NotImplementedError
+    def _read(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover
+        raise NotImplementedError  # provided by Store
+
+    def _connect(self) -> contextlib.AbstractContextManager[Connection]:  # pragma: no cover
+        raise NotImplementedError  # provided by Store
 
     def count_matrices(self) -> int:
         """How many matrices the store holds."""
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return conn.execute(select(func.count()).select_from(Matrix)).scalar_one()
 
     def get_matrix(self, matrix_id: str) -> MatrixRow:
@@ -100,7 +104,7 @@ class StoreQueries:
     def count_runs(self, **filters) -> int:
         """How many runs match the filters of `run_conditions`."""
         stmt = select(func.count()).select_from(Run).where(*run_conditions(**filters))
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return conn.execute(stmt).scalar_one()
 
     def newest_matrices(self, limit: int, **filters) -> list[str]:
@@ -108,13 +112,13 @@ class StoreQueries:
         having = select(Run.matrix_id).where(*run_conditions(**filters)).distinct()
         stmt = (select(Matrix.id).where(Matrix.id.in_(having))
                 .order_by(Matrix.submitted_at.desc(), Matrix.id).limit(limit))
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return list(conn.scalars(stmt))
 
     def submitted_times(self, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
         stmt = select(Matrix.id, Matrix.submitted_at).where(Matrix.id.in_(list(matrix_ids)))
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return dict(conn.execute(stmt).all())
 
     def runs(self, limit: int | None = None, offset: int = 0,
@@ -129,7 +133,7 @@ class StoreQueries:
             .limit(limit).offset(offset or None)
         )
         row_type = RunRow if columns is None else run_fields_row(names)
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return [row_type(*row) for row in conn.execute(stmt)]
 
     def run_spec(self, run_key: str) -> RunSpec:
@@ -152,13 +156,13 @@ class StoreQueries:
         """The recorded hosts of these names (names never recorded are left out)."""
         stmt = select(*(getattr(Host, f.name) for f in fields(HostRow))).where(
             Host.name.in_(list(names)))
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return [HostRow(*row) for row in conn.execute(stmt)]
 
     def prompt_texts(self, hashes: Sequence[str]) -> dict[str, str]:
         """Prompt text by its sha256 (unknown hashes are left out)."""
         stmt = select(Prompt.text_hash, Prompt.text).where(Prompt.text_hash.in_(list(hashes)))
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return dict(conn.execute(stmt).all())
 
     def runs_not_done(

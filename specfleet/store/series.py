@@ -24,7 +24,7 @@ WidthCosts = Mapping[int, tuple[float, float | None]] | Iterable[Any] | Any
 class StoreSeries:
     """Width-cost and load-sample methods of `Store` (mixed in)."""
 
-    def _read(self) -> Session:  # pragma: no cover - provided by Store
+    def _read(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover
         raise NotImplementedError
 
     def _write(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
@@ -183,8 +183,16 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         ):
             yield session
 
-    def _read(self) -> Session:
-        return Session(self.engine)
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        # Reads too: a server gone mid-command is one line (exit 2), never a traceback.
+        with connection_errors(self.url), Session(self.engine) as session:
+            yield session
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        with connection_errors(self.url), self.engine.connect() as conn:
+            yield conn
 
     # hosts ---------------------------------------------------------------------------------
 

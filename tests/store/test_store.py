@@ -203,3 +203,24 @@ def test_open_store_turns_connection_faults_into_one_line_user_errors(tmp_path, 
         with pytest.raises(UserError) as err:
             open_store(url)
         assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_read_after_the_server_went_away_is_one_line_not_a_traceback():
+    """Reads, like writes, say `cannot reach PostgreSQL` (exit 2) when the server is gone
+    after the store opened (tools/chaos.py seed 1: a `resume` ended with a traceback)."""
+    import socket
+
+    from sqlalchemy.engine import make_url
+
+    from specfleet.store.engine import make_engine
+    from specfleet.store.errors import StoreUnreachable
+    from specfleet.store.store import Store
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    url = make_url(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres")
+    gone = Store(make_engine(url), url)
+    for read in (lambda: gone.get_matrix("m"), gone.count_matrices, gone.runs):
+        with pytest.raises(StoreUnreachable, match="cannot reach PostgreSQL"):
+            read()
