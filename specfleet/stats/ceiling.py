@@ -65,7 +65,7 @@ def decode_ceilings(runs: Iterable, bandwidth: Mapping[str, float | None]) -> li
 
     Args:
         runs: stored runs (`RunRow`s: host, engine, device, model, arm, generated_tokens,
-            decode_s, engine_config).
+            decode_s, engine_config, noisy).
         bandwidth: host name -> its measured read GB/s (None or absent: not measured).
     """
     groups: dict[tuple[str, str, str, str, int], list] = {}
@@ -95,6 +95,9 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
         ceiling = gb_per_s * 1e9 / weight_bytes
         share = rate / ceiling
         why = share_why(share, engine)
+        busy = sum(bool(getattr(r, "noisy", False)) for r in runs)
+        if busy:  # a busy host slows the probe and the runs, each by its own amount
+            why = f"{busy} of {len(runs)} runs noisy (host busy): share unreliable; {why}"
     return DecodeCeiling(host, engine, device, model, arm, len(runs), rate, weight_bytes,
                          gb_per_s, ceiling, share, why)
 

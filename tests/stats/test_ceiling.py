@@ -10,10 +10,11 @@ from specfleet.stats.ceiling import decode_ceilings, share_why
 
 
 def _run(host="h", engine="torch", device="cpu", model="m", arm="plain", decode_s=10.0,
-         weight_bytes: int | None = 500_000_000):
+         weight_bytes: int | None = 500_000_000, noisy=False):
     config = {"weight_bytes": weight_bytes} if weight_bytes is not None else {"k": 1}
     return SimpleNamespace(host=host, engine=engine, device=device, model=model, arm=arm,
-                           generated_tokens=101, decode_s=decode_s, engine_config=config)
+                           generated_tokens=101, decode_s=decode_s, engine_config=config,
+                           noisy=noisy)
 
 
 def test_ceiling_and_share_from_the_median_plain_run():
@@ -43,6 +44,11 @@ def test_missing_facts_are_not_measured_never_guessed():
     assert rows["old", "torch", "cpu"].why.startswith("not measured: the host's read bandwidth")
     assert rows["h", "mlx", "cpu"].why.startswith("not measured: weight bytes")
     assert "cuda" in rows["h", "torch", "cuda"].why
+
+
+def test_noisy_runs_say_the_share_is_unreliable():
+    (row,) = decode_ceilings([_run(noisy=True), _run(), _run()], {"h": 40.0})
+    assert row.why.startswith("1 of 3 runs noisy (host busy): share unreliable; eager torch")
 
 
 def test_why_by_share():
