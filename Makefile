@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck bench clean
+.PHONY: venv demo test test-fast lint typecheck bench clean
 
 venv: $(STAMP)
 
@@ -29,6 +29,10 @@ demo: venv
 test: venv
 	$(BIN)/python -m specfleet.workers.blas --install > /dev/null
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# The inner loop: everything but the `slow` modules (no Ray, real model, browser or namespaces).
+test-fast: venv
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 # ruff, the layer contract (import-linter), then mypy over specfleet/ (all in pyproject.toml).
 lint: venv

@@ -47,22 +47,35 @@ NAMESPACE_MODULES = ("tests/cluster/test_netfleet.py", "tests/serve/test_network
                      "tests/cluster/test_chaos.py")
 
 
-# The slowest modules (measured with --durations), started first so that two workers end
-# together rather than one waiting on the last long module.
-SLOW_FIRST = ("tests/cluster/test_netfleet.py", "tests/engine/runners/test_greedy_parity.py",
-              "tests/engine/test_gemma3.py", "tests/cluster/test_faults.py",
-              "tests/cluster/test_fleet.py", "tests/cluster/test_scheduler.py",
-              "tests/cluster/test_leave.py", "tests/cli/test_bad_input.py", "tests/test_trust.py",
-              "tests/serve/test_browser.py", "tests/cli/test_generate_cli.py")
+# Modules that start Ray fleets, real models, browsers, servers or namespaces, slowest first
+# (measured with --durations): `make test` starts them first so that two workers end together;
+# they are all `slow`, so `make test-fast` (-m "not slow") leaves them out.
+SLOW_MODULES = (
+    "tests/cluster/test_netfleet.py", "tests/engine/runners/test_greedy_parity.py",
+    "tests/engine/test_gemma3.py", "tests/cluster/test_faults.py", "tests/cluster/test_fleet.py",
+    "tests/cluster/test_scheduler.py", "tests/cluster/test_leave.py",
+    "tests/cli/test_bad_input.py", "tests/test_trust.py", "tests/serve/test_browser.py",
+    "tests/cli/test_generate_cli.py", "tests/cluster/test_machinelock.py",
+    "tests/cli/test_matrix_cli.py", "tests/cluster/test_chaos.py",
+    "tests/engine/runners/test_conformance.py", "tests/test_packaging.py",
+    "tests/store/test_concurrency.py", "tests/workers/test_actor.py",
+    "tests/engine/runners/test_families_mlx.py", "tests/engine/runners/test_families_torch.py",
+    "tests/cli/test_parity_cli.py", "tests/report/test_replay.py", "tests/workers/test_peers.py",
+    "tests/workers/test_selftest.py", "tests/workers/test_host.py", "tests/store/test_migrate.py",
+    "tests/engine/runners/test_mlx.py", "tests/engine/runners/test_torch.py",
+    "tests/serve/test_network.py", "tests/cluster/test_modelcheck.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under xdist (`--dist loadgroup`) a module runs whole on one worker, so module-scoped
     fleets and models start once; the namespace modules share one group."""
-    rank = {module: i for i, module in enumerate(SLOW_FIRST)}
+    rank = {module: i for i, module in enumerate(SLOW_MODULES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     for item in items:
         module = item.nodeid.split("::", 1)[0]
+        if module in rank:
+            item.add_marker(pytest.mark.slow)
         group = "namespaces" if module in NAMESPACE_MODULES else module
         item.add_marker(pytest.mark.xdist_group(group))
 
