@@ -22,8 +22,8 @@ from specfleet.engine.config import PromptLookupConfig, resolve_policy
 from specfleet.engine.peers import PeerCall
 from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.jobs.run import RunResult, RunSpec
-from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.bandwidth import measure_read_gb_per_s
+from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
 from specfleet.workers.hardware import HostInfo, detect_host
 from specfleet.workers.kept import KeptResults
