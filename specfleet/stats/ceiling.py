@@ -82,8 +82,9 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
     arm = PLAIN_DECODERS[decoder]
     rate = statistics.median(decode_tok_per_s(r.generated_tokens or 0, r.decode_s or 0.0)
                              for r in runs)
-    sizes = {(r.engine_config or {}).get("weight_bytes") for r in runs} - {None}
-    weight_bytes = max(sizes) if sizes else None
+    sizes = [int(size) for r in runs
+             if (size := (r.engine_config or {}).get("weight_bytes")) is not None]
+    weight_bytes = max(sizes) if sizes else None  # one model on one device: one size
     ceiling = share = None
     if weight_bytes is None:
         why = "not measured: weight bytes were not stored with these runs"
