@@ -26,8 +26,8 @@ PROBED_DEVICES = ("cpu",)
 _LOW_WHY = {
     "torch": "eager torch on CPU: hundreds of small ops a step dispatched from Python and "
              "batch-1 matmuls that do not stream memory at full rate",
-    "mlx": "MLX's CPU backend: reference BLAS unless OpenBLAS is preloaded, and slow "
-           "quantized kernels; compute, not weight reads, sets the pace",
+    "mlx": "MLX's CPU backend: the wheel's reference BLAS (unless OpenBLAS is preloaded) "
+           "and slow quantized kernels, not weight reads, set the pace",
 }
 
 
