@@ -259,6 +259,8 @@ def test_a_real_torch_run_is_warmed_once_and_matches_plain(
     assert plain.engine_config["model_path"] == str(bundled_torch_model.path)
     (loaded,) = [m for m in worker.status()["loaded_models"] if m["engine"] == "torch"]
     assert loaded["runs"] == 2 and loaded["warmed_max_drafts"] == [2]
+    # fp32, tied embedding once: 134,515,008 parameters x 4, stored for the bandwidth ceiling
+    assert plain.engine_config["weight_bytes"] == loaded["weight_bytes"] == 538_060_032
 
 
 def test_a_simulated_host_can_stand_in_its_machine_id() -> None:
