@@ -70,6 +70,8 @@ class NetFleet:
     extra_env: dict[str, str] = field(default_factory=dict)
     db_url: str = ""  # a store for drivers (the tests serve PostgreSQL from the head)
     fast_health: bool = True  # False: Ray's shipped health checks, what `fleet up` gives users
+    pg_root: str = ""  # the PostgreSQL of `start_postgres`: its folder and binaries
+    pg_bin: str = ""
 
     @property
     def head(self) -> NetHost:
@@ -280,6 +282,53 @@ def destroy(fleet: NetFleet) -> list[str]:
     subprocess.run(["ip", "link", "del", fleet.bridge], capture_output=True, timeout=30)
     shutil.rmtree(fleet.root, ignore_errors=True)
     return problems
+
+
+PG_PORT = 5432
+
+
+def start_postgres(fleet: NetFleet, root: Path, password: str) -> str:
+    """A throwaway PostgreSQL listening on the head's namespace address only; its URL (with
+    `password`, which trust auth ignores: a secret to look for where it must not be).
+    `destroy` kills it with the head's processes; `root` is the caller's to remove."""
+    from tests.conftest import PG_SUPERUSER, _as_pg_user, _find_pg_bin
+
+    bin_dir = _find_pg_bin()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL is not installed (tests/conftest.py installs it)")
+    data = root / "data"
+    subprocess.run(_as_pg_user([str(bin_dir / "initdb"), "-A", "trust", "-U", PG_SUPERUSER,
+                                "--no-sync", "-D", str(data)]), check=True, capture_output=True)
+    with open(data / "pg_hba.conf", "a") as hba:
+        hba.write(f"host all all {fleet.subnet} trust\n")
+    fleet.pg_root, fleet.pg_bin = str(root), str(bin_dir)
+    pg_ctl(fleet, "start")
+    return f"postgresql+psycopg://{PG_SUPERUSER}:{password}@{fleet.head.ip}:{PG_PORT}/postgres"
+
+
+def pg_ctl(fleet: NetFleet, action: str) -> None:
+    """Start or stop (fast) the store's server inside the head's namespace."""
+    from tests.conftest import _as_pg_user
+
+    root = Path(fleet.pg_root)
+    options = (f"-c listen_addresses={fleet.head.ip} -p {PG_PORT} -k {root} -c fsync=off "
+               "-c synchronous_commit=off -c full_page_writes=off")
+    extra = ["-o", options] if action == "start" else ["-m", "fast"]
+    fleet.run(fleet.head, _as_pg_user([str(Path(fleet.pg_bin) / "pg_ctl"), "-D",
+                                       str(root / "data"), "-l", str(root / "log"), "-w", "-t",
+                                       "60", *extra, action]),
+              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=True, timeout=120)
+
+
+def sql(fleet: NetFleet, query: str, *args) -> list[tuple]:
+    """A query on the store's server, from this (the root) namespace."""
+    import psycopg
+
+    from tests.conftest import PG_SUPERUSER
+
+    with psycopg.connect(host=fleet.head.ip, port=PG_PORT, user=PG_SUPERUSER, dbname="postgres",
+                         connect_timeout=10) as conn:
+        return conn.execute(query, args).fetchall()
 
 
 def _parse_host(text: str) -> tuple[str, list[str] | None]:

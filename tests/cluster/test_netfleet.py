@@ -29,7 +29,7 @@ import pytest
 from specfleet.cluster import noderecord
 from specfleet.workers.machinelock import RUNTIME_ENV
 from specfleet.workers.toy import TOY_RUN_LOG_ENV
-from tests.conftest import PG_SUPERUSER, _as_pg_user, _find_pg_bin, _make_root
+from tests.conftest import _make_root
 
 _spec = importlib.util.spec_from_file_location(
     "netfleet", Path(__file__).parents[2] / "tools" / "netfleet.py")
@@ -43,7 +43,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
 
 HOSTS = {"h1": ["mlx", "torch"], "h2": ["torch"], "h3": ["mlx"]}
 SECRET = f"pw-{uuid.uuid4().hex}"  # in the driver's DB URL; must never reach a worker
-PG_PORT = 5432
 WAIT_S = 120  # every wait below is bounded by this (and polls at most every 0.2 s)
 RECOVER_S = 240  # a supervisor's rejoin: ray start + the worker's imports, on a busy box
 
@@ -78,7 +77,7 @@ def nf():
     }
     root = _make_root()
     try:
-        fleet.db_url = start_postgres(fleet, root)
+        fleet.db_url = netfleet.start_postgres(fleet, root, SECRET)
         netfleet.start(fleet)
         netfleet.copy_token(Path(fleet.head.home, ".ray", "auth_token"), fleet.host("cli"))
         yield fleet
@@ -104,38 +103,7 @@ def drive_async(nf, host: str, *args: str) -> subprocess.Popen:
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def start_postgres(fleet, root: Path) -> str:
-    """A throwaway PostgreSQL listening on the head's namespace address only."""
-    bin_dir = _find_pg_bin()
-    assert bin_dir is not None, "PostgreSQL is not installed (tests/conftest.py installs it)"
-    data = root / "data"
-    subprocess.run(_as_pg_user([str(bin_dir / "initdb"), "-A", "trust", "-U", PG_SUPERUSER,
-                                "--no-sync", "-D", str(data)]), check=True, capture_output=True)
-    with open(data / "pg_hba.conf", "a") as hba:
-        hba.write(f"host all all {fleet.subnet} trust\n")
-    fleet.pg_root, fleet.pg_bin = root, bin_dir
-    pg_ctl(fleet, "start")
-    return f"postgresql+psycopg://{PG_SUPERUSER}:{SECRET}@{fleet.head.ip}:{PG_PORT}/postgres"
-
-
-def pg_ctl(fleet, action: str) -> None:
-    """Start or stop (fast) the store's server inside the head's namespace."""
-    root = fleet.pg_root
-    options = (f"-c listen_addresses={fleet.head.ip} -p {PG_PORT} -k {root} -c fsync=off "
-               "-c synchronous_commit=off -c full_page_writes=off")
-    extra = ["-o", options] if action == "start" else ["-m", "fast"]
-    fleet.run(fleet.head, _as_pg_user([str(fleet.pg_bin / "pg_ctl"), "-D", str(root / "data"),
-                                       "-l", str(root / "log"), "-w", "-t", "60", *extra,
-                                       action]),
-              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=True, timeout=120)
-
-
-def sql(fleet, query: str, *args) -> list[tuple]:
-    import psycopg
-
-    with psycopg.connect(host=fleet.head.ip, port=PG_PORT, user=PG_SUPERUSER, dbname="postgres",
-                         connect_timeout=10) as conn:
-        return conn.execute(query, args).fetchall()
+pg_ctl, sql = netfleet.pg_ctl, netfleet.sql
 
 
 def write(fleet, host: str, name: str, text: str) -> str:
