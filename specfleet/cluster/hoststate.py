@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -230,8 +231,11 @@ def _field(obj: Any, name: str) -> Any:
 
 
 def store_load_samples(store, matrix_id: str | None, workers: dict[str, Any],
-                       timeout_s: float = 10.0) -> int:
+                       timeout_s: float = 10.0, retry: Callable[..., Any] | None = None) -> int:
     """Drain each worker's load series (sampled while it ran) into the store.
+
+    Args:
+        retry: `StoreWriter.retry` to wait out a store outage (None: write once).
 
     Returns:
         How many samples were stored; a worker that does not answer is skipped.
@@ -243,7 +247,12 @@ def store_load_samples(store, matrix_id: str | None, workers: dict[str, Any],
             samples = ray.get(ref, timeout=timeout_s)
         except CALL_FAILED:
             continue
-        stored += store.record_load_samples(host, [_load_row(s) for s in samples], matrix_id)
+        rows = [_load_row(s) for s in samples]
+        if retry is None:
+            stored += store.record_load_samples(host, rows, matrix_id)
+        else:
+            stored += retry("store load samples", store.record_load_samples, host, rows,
+                            matrix_id)
     return stored
 
 

@@ -129,8 +129,11 @@ def _run_owned(store, matrix_id: str, workers: dict[str, Any],
             store.finish_matrix(matrix_id, "interrupted", driver_id)
         raise RunInterrupted(matrix_id) from None
     healthy = {h: workers[h] for h, t in tallies.items() if t.health == "healthy"}
-    store_load_samples(store, matrix_id, healthy, opts.call_timeout_s)
-    outcome = _finish(store, matrix_id, tallies, time.monotonic() - started, driver_id)
+    # The last writes wait out a store outage like every result write did.
+    writer = StoreWriter(store, driver_id, _lease_s(opts), opts.store_retry_s,
+                         _store_waiting(on_progress or (lambda event: None)))
+    store_load_samples(store, matrix_id, healthy, opts.call_timeout_s, writer.retry)
+    outcome = _finish(writer, matrix_id, tallies, time.monotonic() - started, driver_id)
     return dataclasses.replace(outcome, skipped=claim.skipped)
 
 
@@ -595,9 +598,10 @@ def _run_words(ctx: _Ctx, spec: RunSpec) -> str:
     return f"{where}{model} {spec.prompt_name} {spec.arm} rep {spec.repeat + 1}"
 
 
-def _finish(store, matrix_id: str, tallies: dict[str, HostTally], wall_s: float,
+def _finish(writer: StoreWriter, matrix_id: str, tallies: dict[str, HostTally], wall_s: float,
             driver_id: str) -> MatrixOutcome:
-    counts = store.get_matrix(matrix_id).counts
+    store = writer.store
+    counts = writer.retry("read the matrix's counts", store.get_matrix, matrix_id).counts
     left = {status: n for status, n in counts.items() if status != "done" and n}
     if not left:
         status = "done"
@@ -605,8 +609,9 @@ def _finish(store, matrix_id: str, tallies: dict[str, HostTally], wall_s: float,
         status = "failed"
     else:
         status = "interrupted"
-    if not store.finish_matrix(matrix_id, status, driver_id):
-        status = store.get_matrix(matrix_id).status  # taken over after our lease ran out
+    if not writer.retry("finish the matrix", store.finish_matrix, matrix_id, status, driver_id):
+        # taken over after our lease ran out
+        status = writer.retry("read the matrix", store.get_matrix, matrix_id).status
     return MatrixOutcome(
         matrix_id=matrix_id,
         status=status,

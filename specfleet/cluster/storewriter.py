@@ -57,7 +57,7 @@ class StoreWriter:
 
     def mark_running(self, run_key: str) -> None:
         """Mark the run running under this driver (StoreConflict: not ours to run)."""
-        self._retry("mark a run running", self.store.mark_running, run_key, self.driver_id,
+        self.retry("mark a run running", self.store.mark_running, run_key, self.driver_id,
                     self.lease_s)
 
     def record(self, result: RunResult) -> bool:
@@ -73,7 +73,7 @@ class StoreWriter:
         """
         self.journal.write(result)
         try:
-            fresh = self._retry("store a result", self.store.record_result, result)
+            fresh = self.retry("store a result", self.store.record_result, result)
         except StoreOutage:
             raise
         except Exception:
@@ -83,10 +83,10 @@ class StoreWriter:
         return fresh
 
     def mark_failed(self, run_key: str, error: str) -> None:
-        self._retry("mark a run failed", self.store.mark_failed, run_key, error)
+        self.retry("mark a run failed", self.store.mark_failed, run_key, error)
 
     def mark_interrupted(self, run_key: str, reason: str) -> None:
-        self._retry("mark a run interrupted", self.store.mark_interrupted, run_key, reason)
+        self.retry("mark a run interrupted", self.store.mark_interrupted, run_key, reason)
 
     def heartbeat(self) -> None:
         """Renew this driver's leases if a quarter of the lease has passed."""
@@ -99,7 +99,12 @@ class StoreWriter:
         except _TRANSIENT as err:
             self.on_wait(f"store unreachable, lease not renewed: {_short(err)}")
 
-    def _retry(self, what: str, call: Callable[..., T], *args: Any) -> T:
+    def retry(self, what: str, call: Callable[..., T], *args: Any) -> T:
+        """`call(*args)` on the store, retried while it is unreachable (up to `retry_s`).
+
+        Raises:
+            StoreOutage: still unreachable after `retry_s` (names what could not be done).
+        """
         deadline = time.monotonic() + self.retry_s
         delay, attempt = FIRST_BACKOFF_S, 0
         while True:
