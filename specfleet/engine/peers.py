@@ -13,8 +13,8 @@ with our plain decoding like any arm's; a peer that diverges is reported, never 
 
 Peers count no rounds, drafts or acceptances (transformers does not expose its prompt
 lookup's), so their counters are None, not zero. The implementations live beside their
-runners (`runners/torch_peers.py`, `runners/mlx_peers.py`), the only modules here that
-import torch or mlx.
+runners (`runners/torch_peers.py`, `runners/mlx_peers.py`): only there are the frameworks
+used.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class MlxRunner(TokenizerText):
         """mlx-lm's `stream_generate` (mlx-lm) on this runner's model, greedy, timed (`engine/peers.py`)."""
         from specfleet.engine.runners.mlx_peers import mlx_lm_generate
 
-        return mlx_lm_generate(self, prompt, call)
+        return mlx_lm_generate(self.model, self.tokenizer, self.stream, prompt, call)
 
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:

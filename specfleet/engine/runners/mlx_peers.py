@@ -10,26 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib.metadata import version
-from typing import TYPE_CHECKING
+from typing import Any
 
 from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from specfleet.engine.peers import FirstTokenClock, PeerCall, PeerGeneration, StopWatch
 
-if TYPE_CHECKING:
-    from specfleet.engine.runners.mlx import MlxRunner  # its runner calls in here
 
-
-def mlx_lm_generate(runner: MlxRunner, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:
-    """mlx-lm's `stream_generate` on the runner's model: see `engine.peers.generate_peer`."""
+def mlx_lm_generate(model: Any, tokenizer: Any, stream: Any, prompt: Sequence[int],
+                    call: PeerCall) -> PeerGeneration:
+    """mlx-lm's `stream_generate` on a runner's model and stream: see
+    `engine.peers.generate_peer`."""
     watch = StopWatch(call)
     tokens: list[int] = []
     eos = False
     clock = FirstTokenClock()
-    responses = stream_generate(runner.model, runner.tokenizer, prompt=list(prompt),
+    responses = stream_generate(model, tokenizer, prompt=list(prompt),
                                 max_tokens=call.max_tokens, sampler=make_sampler(0.0),
-                                stream=runner.stream)
+                                stream=stream)
     for response in responses:
         clock.token_arrived()
         if response.finish_reason == "stop":

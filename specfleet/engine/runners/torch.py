@@ -121,7 +121,7 @@ class TorchRunner(TokenizerText):
         """transformers' `generate` (hf, hf-lookup) on this runner's model, greedy, timed (`engine/peers.py`)."""
         from specfleet.engine.runners.torch_peers import hf_generate
 
-        return hf_generate(self, prompt, call)
+        return hf_generate(self.model, self.eos_ids, prompt, call)
 
     # -- Runner protocol ------------------------------------------------------------
     def reset(self) -> None:

@@ -11,8 +11,8 @@ from decode into prefill there.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence, Set
+from typing import Any
 
 import torch
 import transformers
@@ -20,9 +20,6 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.generation.streamers import BaseStreamer
 
 from specfleet.engine.peers import FirstTokenClock, PeerCall, PeerGeneration, StopWatch
-
-if TYPE_CHECKING:
-    from specfleet.engine.runners.torch import TorchRunner  # its runner calls in here
 
 
 class _Clocked(BaseStreamer):
@@ -55,9 +52,9 @@ class _Stops(StoppingCriteria):
                           device=input_ids.device)
 
 
-def greedy_config(runner: TorchRunner, call: PeerCall) -> GenerationConfig:
+def greedy_config(eos_ids: Set[int], call: PeerCall) -> GenerationConfig:
     """transformers' greedy decoding with our EOS ids, plus its prompt lookup for hf-lookup."""
-    eos = sorted(runner.eos_ids)
+    eos = sorted(eos_ids)
     lookup = ({"prompt_lookup_num_tokens": call.lookup_tokens,
                "max_matching_ngram_size": call.ngram_max} if call.lookup_tokens else {})
     return GenerationConfig(
@@ -66,21 +63,22 @@ def greedy_config(runner: TorchRunner, call: PeerCall) -> GenerationConfig:
     )
 
 
-def hf_generate(runner: TorchRunner, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:
-    """transformers' `generate` on the runner's model: see `engine.peers.generate_peer`."""
+def hf_generate(model: Any, eos_ids: Set[int], prompt: Sequence[int],
+                call: PeerCall) -> PeerGeneration:
+    """transformers' `generate` on a runner's model: see `engine.peers.generate_peer`."""
     watch = StopWatch(call)
-    ids = torch.tensor([list(prompt)], dtype=torch.long, device=runner.model.device)
-    config = greedy_config(runner, call)
+    ids = torch.tensor([list(prompt)], dtype=torch.long, device=model.device)
+    config = greedy_config(eos_ids, call)
     clock = FirstTokenClock()
     with torch.inference_mode():
-        out = runner.model.generate(
+        out = model.generate(
             ids, attention_mask=torch.ones_like(ids), generation_config=config,
             streamer=_Clocked(clock),
             stopping_criteria=StoppingCriteriaList([_Stops(watch, len(prompt))]),
         )
     timings = clock.timings()
     tokens = [int(t) for t in out[0, len(prompt):].tolist()]
-    ended = next((i for i, t in enumerate(tokens) if t in runner.eos_ids), None)
+    ended = next((i for i, t in enumerate(tokens) if t in eos_ids), None)
     if ended is not None:
         tokens = tokens[:ended]
     return watch.finish(tokens, ended is not None, timings, transformers.__version__)
