@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Protocol, get_args
+from typing import ClassVar, Literal, Protocol, Self, get_args
 
 # The drafting policies by name; `engine/policies.py` maps each to its class.
 Policy = Literal["graded", "gated", "calibrated"]
@@ -64,17 +64,25 @@ class DraftGovernor(Protocol):
     def state(self) -> GovernorState: ...
 
 
-class GradedGovernor:
-    """PR #2074's governor: budget `floor(2*ema + 0.5) + 2`, pauses of 4, 8, 16, 32 rounds."""
+class _CostFree:
+    """What a policy that needs no width-cost table declares (see `engine/policies.py`)."""
 
-    name: ClassVar[str] = "graded"
     needs_costs: ClassVar[bool] = False  # True: runs only with a width-cost table
     default_max_draft: ClassVar[int] = DEFAULT_MAX_DRAFT
 
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft
+
     @classmethod
-    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> GradedGovernor:
+    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> Self:
         """The policy for a validated config (only cost-aware policies use costs, refeeds)."""
         return cls(max_draft)
+
+
+class GradedGovernor(_CostFree):
+    """PR #2074's governor: budget `floor(2*ema + 0.5) + 2`, pauses of 4, 8, 16, 32 rounds."""
+
+    name: ClassVar[str] = "graded"
 
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
@@ -111,17 +119,10 @@ class GradedGovernor:
         return GovernorState("graded", self.ema, self.misses, self.cooldown > 0, self.cooldown)
 
 
-class GatedGovernor:
+class GatedGovernor(_CostFree):
     """PR #2092's governor: narrow or full blocks, probation, timer-free pause."""
 
     name: ClassVar[str] = "gated"
-    needs_costs: ClassVar[bool] = False  # True: runs only with a width-cost table
-    default_max_draft: ClassVar[int] = DEFAULT_MAX_DRAFT
-
-    @classmethod
-    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> GatedGovernor:
-        """The policy for a validated config (only cost-aware policies use costs, refeeds)."""
-        return cls(max_draft)
 
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
