@@ -13,8 +13,15 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption
-from specfleet.cli.options import FormatOption, RateOption
+from specfleet.cli.options import (
+    AddressOption,
+    DbOption,
+    EmbeddedOption,
+    FormatOption,
+    NoProgressOption,
+    RateOption,
+    RequireQuietOption,
+)
 from specfleet.errors import UserError
 
 BENCH_NAME = "bench"
@@ -74,12 +81,11 @@ def bench_command(
     engine: Annotated[Many, _many("--engine", "-e", "Only these engines (mlx, torch)")] = None,
     fmt: FormatOption = "table",
     rate: RateOption = "whole",
-    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    address: AddressOption = None,
     embedded: EmbeddedOption = False,
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
-    require_quiet: Annotated[bool, typer.Option(
-        "--require-quiet", help="Wait for a quiet host before each timed run.")] = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress.")] = False,
+    db: DbOption = None,
+    require_quiet: RequireQuietOption = False,
+    no_progress: NoProgressOption = False,
 ) -> None:
     """Run a sweep given on the command line (no YAML) and print its tables.
 

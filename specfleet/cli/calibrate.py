@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.localmodel import DEFAULT_ENGINE, check_choice, load_model, say, store_table
+from specfleet.cli.options import DbOption
 from specfleet.engine.kinds import (
     DEVICE_CHOICES,
     MODEL_ENGINES,
@@ -58,7 +59,7 @@ def calibrate_command(
     store: Annotated[
         bool, typer.Option("--store", help="Keep the table for this host in the store.")
     ] = False,
-    db: Annotated[str | None, typer.Option("--db", help="Store URL or SQLite file.")] = None,
+    db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Print the per-width verify cost table: sync ms and multiples of a pipelined step,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from specfleet.cli.options import DbOption
 from specfleet.store.engine import (
     check_writable,
     create_private_file,
@@ -18,11 +19,9 @@ from specfleet.store.store import connection_errors, refuse_foreign_sqlite
 
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
 
-DB_HELP = "Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; default $SPECFLEET_DB, else the user data dir."
-
 
 @app.command("upgrade")
-def upgrade_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> None:
+def upgrade_cmd(db: DbOption = None) -> None:
     """Create or upgrade the schema to this specfleet's newest revision."""
     url = resolve_url(db)
     check_writable(url)
@@ -38,7 +37,7 @@ def upgrade_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> No
 
 
 @app.command("current")
-def current_cmd(db: str | None = typer.Option(None, "--db", help=DB_HELP)) -> None:
+def current_cmd(db: DbOption = None) -> None:
     """Show the database's schema revision and URL (password hidden); changes nothing."""
     url = resolve_url(db)
     typer.echo(f"url: {display_url(url)}\nrevision: {_read_revision(url)}")

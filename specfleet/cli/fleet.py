@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, EmbeddedOption
+from specfleet.cli.options import AddressOption, EmbeddedOption
 from specfleet.cluster.whichfleet import check_address
 from specfleet.errors import UserError
 from specfleet.userfiles import check_writable_dir
@@ -26,7 +26,6 @@ app = typer.Typer(
 MAX_TEMP_DIR_CHARS = 107 - 63
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
-AddressOption = Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)]
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
 ]

@@ -13,21 +13,13 @@ import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from specfleet.cluster.whichfleet import FleetChoice, announce, choose_fleet
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 
 INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
-DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
-           "default $SPECFLEET_DB, else the user data dir.")
-ADDRESS_HELP = ("Fleet head HOST:PORT; default $SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet "
-                "this machine joined (fleet up/join), else the embedded fleet.")
-EmbeddedOption = Annotated[bool, typer.Option(
-    "--embedded", help="Use a private fleet of this machine only, whatever is joined or set.")]
 
 
 @dataclass(frozen=True)

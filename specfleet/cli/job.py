@@ -14,7 +14,13 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
+from specfleet.cli.fleetlink import open_fleet
+from specfleet.cli.options import (
+    AddressOption,
+    DbOption,
+    EmbeddedOption,
+    NoProgressOption,
+)
 from specfleet.engine.kinds import ENGINES, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target
@@ -34,10 +40,10 @@ def generate(
     policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(OWN_ARMS)}.")] = "auto",
     model: Annotated[str, typer.Option("--model", help="Model alias.")] = DEFAULT_MODEL,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
-    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    address: AddressOption = None,
     embedded: EmbeddedOption = False,
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bars.")] = False,
+    db: DbOption = None,
+    no_progress: NoProgressOption = False,
 ) -> None:
     """Run a batch of prompts on one target, store the outputs as a generation job, print them.
 
@@ -99,9 +105,9 @@ def calibrate(
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
     max_width: Annotated[int, typer.Option("--max-width", help="Widest verify block.")] = 33,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter rounds.")] = False,
-    address: Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)] = None,
+    address: AddressOption = None,
     embedded: EmbeddedOption = False,
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    db: DbOption = None,
 ) -> None:
     """Measure the per-width verify cost table on every target and store it per host.
 

@@ -15,8 +15,16 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.fleetlink import ADDRESS_HELP, DB_HELP, EmbeddedOption, open_fleet
-from specfleet.cli.options import FormatOption, RateOption
+from specfleet.cli.fleetlink import open_fleet
+from specfleet.cli.options import (
+    AddressOption,
+    DbOption,
+    EmbeddedOption,
+    FormatOption,
+    NoProgressOption,
+    RateOption,
+    RequireQuietOption,
+)
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
@@ -40,7 +48,7 @@ def show(
         "--pivot", help="'target': each model, prompt and arm on every target side by side.")
     ] = None,
     rate: RateOption = "whole",
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    db: DbOption = None,
 ) -> None:
     """The speed-up tables of a matrix: plain tok/s, speed-ups over plain, counters, parity."""
     with open_store(db, read_only=True) as store:
@@ -153,12 +161,7 @@ def failure_lines(rows) -> list[str]:
             for (status, reason), n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-# Options `run` and `resume` share.
-AddressOption = Annotated[str | None, typer.Option("--address", help=ADDRESS_HELP)]
-DbOption = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
-QuietOption = Annotated[bool, typer.Option(
-    "--require-quiet", help="Wait for a quiet host before each timed run.")]
-NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
+# `--wait` of `run` and `resume`.
 WaitOption = Annotated[str, typer.Option(
     "--wait", help="How long the runs of a host that went away (unreachable, suspect, not in "
     "the fleet) wait for it to come back (90s, 10m, 1h); then they stay pending for `resume`.")]
@@ -170,7 +173,7 @@ def run(
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
     db: DbOption = None,
-    require_quiet: QuietOption = False,
+    require_quiet: RequireQuietOption = False,
     no_progress: NoProgressOption = False,
     wait: WaitOption = WAIT_DEFAULT,
     report_dir: Annotated[Path | None, typer.Option(
@@ -247,7 +250,7 @@ def resume_cmd(
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
     db: DbOption = None,
-    require_quiet: QuietOption = False,
+    require_quiet: RequireQuietOption = False,
     no_progress: NoProgressOption = False,
     wait: WaitOption = WAIT_DEFAULT,
 ) -> None:
@@ -278,7 +281,7 @@ def resume_cmd(
 @app.command("status")
 def status(
     matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    db: DbOption = None,
 ) -> None:
     """A matrix's status, its runs per host and status, and the errors of unfinished runs."""
     with open_store(db, read_only=True) as store:
@@ -304,7 +307,7 @@ def status(
 
 @app.command("list")
 def list_cmd(
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    db: DbOption = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N matrices.")] = 20,
 ) -> None:
     """Matrices, newest first: id, name, status, runs done of total, submitted."""

@@ -14,8 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.fleetlink import EmbeddedOption
-from specfleet.cli.options import FormatOption
+from specfleet.cli.options import DbOption, EmbeddedOption, FormatOption
 from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
@@ -23,9 +22,6 @@ from specfleet.jobs.spec import load_parity_spec
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import render_parity
 from specfleet.store.store import open_store
-
-DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
-           "default $SPECFLEET_DB, else the user data dir.")
 
 
 class _LocalWorkers(dict):
@@ -135,7 +131,7 @@ def parity(
         "--allow-unverified", help="Do not fail on divergences nobody could replay.")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress",
                                            help="Progress bars while `run` runs.")] = True,
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    db: DbOption = None,
 ) -> None:
     """Greedy parity vs plain, across targets and a baseline; exit 1 if suspect or regressed.
 

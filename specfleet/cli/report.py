@@ -7,19 +7,17 @@ from typing import Annotated
 
 import typer
 
+from specfleet.cli.options import DbOption
 from specfleet.report.record import write_record
 from specfleet.store.store import open_store
 from specfleet.userfiles import check_writable_dir
-
-DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
-           "default $SPECFLEET_DB, else the user data dir.")
 
 
 def report(
     matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
     out: Annotated[Path | None, typer.Option(
         "--out", help="Folder for the record (default: reports/MATRIX_ID).")] = None,
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    db: DbOption = None,
 ) -> None:
     """Write the benchmark record of a matrix: markdown, PNG plots, raw runs as CSV."""
     target = out or Path("reports") / matrix_id

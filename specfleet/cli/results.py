@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from specfleet.cli.options import FormatOption, RateOption
+from specfleet.cli.options import DbOption, FormatOption, RateOption
 from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
 from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
@@ -22,9 +22,6 @@ from specfleet.stats.changes import DEFAULT_FACTOR
 from specfleet.stats.history import changed_only, history_regressions
 from specfleet.store.store import open_store
 
-DB_HELP = ("Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
-           "default $SPECFLEET_DB, else the user data dir.")
-Db = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
 Many = list[str] | None
 FailOn = Literal["regression", "none"]
 FailOnOption = Annotated[FailOn, typer.Option(
@@ -56,7 +53,7 @@ def results(
     pivot: Annotated[str | None, typer.Option(help="'target': targets side by side.")] = None,
     fmt: FormatOption = "table",
     rate: RateOption = "whole",
-    db: Db = None,
+    db: DbOption = None,
 ) -> None:
     """Stored runs matching the filters (or, with --cells / --pivot, their cells)."""
     with open_store(db, read_only=True) as store:
@@ -81,7 +78,7 @@ def history(
     only_changed: OnlyChangedOption = False,
     fail_on: FailOnOption = "regression",
     fmt: FormatOption = "table",
-    db: Db = None,
+    db: DbOption = None,
 ) -> None:
     """One cell over time, every change beyond noise flagged (the test is named).
 
@@ -112,7 +109,7 @@ def compare_cmd(
     only_changed: OnlyChangedOption = False,
     fail_on: FailOnOption = "regression",
     fmt: FormatOption = "table",
-    db: Db = None,
+    db: DbOption = None,
 ) -> None:
     """Two matrices side by side per cell: ratio B/A, significance, regressions.
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.fleetlink import DB_HELP
+from specfleet.cli.options import DbOption
 from specfleet.errors import UserError
 from specfleet.userfiles import read_text
 
@@ -85,7 +85,7 @@ def fleet_token(host: str) -> tuple[str, str]:
 
 
 def serve(
-    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    db: DbOption = None,
     address: Annotated[str | None, typer.Option(
         "--address", help="Fleet head HOST:PORT for the fleet page; default $SPECFLEET_ADDRESS, "
         "$RAY_ADDRESS, the fleet this machine joined; none: the page says so.")] = None,
