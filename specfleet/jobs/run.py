@@ -7,9 +7,9 @@ These pydantic models are the contract shared by the planner (`jobs/plan.py`), t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from specfleet.engine.config import (
     DEFAULT_MAX_DRAFT,
@@ -21,6 +21,7 @@ from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.loop import StopReason
 from specfleet.engine.peers import Peer
+from specfleet.engine.stats import COUNTER_FIELDS
 
 # Our arms: plain decoding, a policy choice (auto or a named policy), or fixed (non-adaptive).
 OwnArm = Literal["plain", PolicyChoice, "fixed"]
@@ -92,8 +93,8 @@ class RunSpec(BaseModel):
     costs_key: str | None = None
 
 
-class RunResult(BaseModel):
-    """Everything a worker measured for one run; written to `runs` as is."""
+class _RunOutput(BaseModel):
+    """A result's fields before its counters: what the run produced and how fast."""
 
     run_key: str
     status: Literal["done", "failed", "interrupted"]
@@ -111,14 +112,17 @@ class RunResult(BaseModel):
     tok_per_s: float = 0.0  # whole call, prefill included (the reference's headline figure)
     warmup_s: float = 0.0
     stop_reason: StopReason | None = None
-    # The loop's counters (`engine/stats.py`); None for a peer arm, which counts none of them.
-    rounds: int | None = 0
-    drafted_rounds: int | None = 0
-    paused_rounds: int | None = 0
-    proposed: int | None = 0
-    accepted: int | None = 0
-    shadow_confirmations: int | None = 0
-    refed_tokens: int | None = 0  # tokens rollbacks fed again (recurrent layers)
+
+
+# The loop's counters, one per `engine.stats.COUNTER_FIELDS` name, in their place after
+# `stop_reason`; None for a peer arm, which counts none of them.
+_counter_fields: dict[str, Any] = {name: (int | None, 0) for name in COUNTER_FIELDS}
+_RunCounted = create_model("_RunCounted", __base__=_RunOutput, **_counter_fields)
+
+
+class RunResult(_RunCounted):
+    """Everything a worker measured for one run; written to `runs` as is."""
+
     loop_share: float = 0.0  # fraction of generated tokens inside a trailing repeated cycle
     load_before: tuple[float, float, float] | None = None
     load_after: tuple[float, float, float] | None = None

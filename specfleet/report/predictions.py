@@ -25,11 +25,12 @@ from specfleet.engine.config import PromptLookupConfig, default_max_draft
 from specfleet.engine.governor import Policy
 from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
+from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.errors import UserError
 from specfleet.userfiles import read_text
 
-COUNTER_NAMES = ("rounds", "drafted_rounds", "paused_rounds", "proposed", "accepted",
-                 "shadow_confirmations")
+# The counters a replay reproduces: `_replay` re-feeds nothing, so `refed_tokens` stays 0 there.
+COUNTER_NAMES = tuple(name for name in COUNTER_FIELDS if name != "refed_tokens")
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,15 @@ joined with its `RunSpec`, ORM rows). Fields read, each by name:
 `model`; `prompt_name` (or `prompt`); `arm`; `repeat` (default: order of appearance in its
 cell); `tok_per_s`; `status` (default `done`); `loop_share`; `noisy`; `token_ids`;
 `output_text`; `throttled`; counters either as a `counters` mapping or as top-level fields
-(`rounds`, `drafted_rounds`, `paused_rounds`, `proposed`, `accepted`,
-`shadow_confirmations`, `generated_tokens`; a loop counter given as None stays None: a peer
-arm's run counts none of them).
+(`COUNTER_FIELDS`: the engine's counters, then `generated_tokens`; a loop counter given as
+None stays None: a peer arm's run counts none of them).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, make_dataclass, replace
 from typing import Any, Literal
 
 from specfleet.engine.stats import COUNTER_FIELDS as ENGINE_COUNTERS
@@ -50,19 +49,19 @@ class CellKey:
         return replace(self, arm=arm)
 
 
+# A stored run's loop counters: one per `engine.stats.COUNTER_FIELDS` name, None when the run
+# counted none of them (a peer arm's, `engine/peers.py`).
+_LoopCounters: Any = make_dataclass(
+    "_LoopCounters", [(name, int | None, 0) for name in ENGINE_COUNTERS], frozen=True
+)
+
+
 @dataclass(frozen=True)
-class Counters:
+class Counters(_LoopCounters):
     """A stored run's counters: the engine's `PromptLookupStats`, frozen, plus the tokens the
     run generated (the ratios' denominator); the fields follow `COUNTER_FIELDS`. A peer arm's
-    run (`engine/peers.py`) counts no rounds or drafts: those and the ratios are None."""
+    run counts no rounds or drafts: those and the ratios are None."""
 
-    rounds: int | None = 0
-    drafted_rounds: int | None = 0
-    paused_rounds: int | None = 0
-    proposed: int | None = 0
-    accepted: int | None = 0
-    shadow_confirmations: int | None = 0
-    refed_tokens: int | None = 0
     generated_tokens: int = 0
 
     @property
@@ -86,10 +85,6 @@ class Counters:
         if not self.counted:
             return None
         return PromptLookupStats(**{name: getattr(self, name) or 0 for name in ENGINE_COUNTERS})
-
-
-if tuple(f.name for f in fields(Counters)) != COUNTER_FIELDS:  # pragma: no cover
-    raise RuntimeError("stats.runs.Counters must list the engine's counters, then generated_tokens")
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 from collections import namedtuple
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from datetime import datetime
 from typing import Any
 
+from specfleet.engine.stats import COUNTER_FIELDS
+
 
 @dataclass(frozen=True)
-class RunRow:
-    """One stored run, everything planned and measured."""
+class _RunOutput:
+    """A stored run's fields before its counters: what was planned, its status and output."""
 
     run_key: str
     matrix_id: str | None
@@ -46,13 +48,20 @@ class RunRow:
     warmup_s: float | None
     tok_per_s: float | None
     stop_reason: str | None
-    rounds: int | None
-    drafted_rounds: int | None
-    paused_rounds: int | None
-    proposed: int | None
-    accepted: int | None
-    shadow_confirmations: int | None
-    refed_tokens: int | None
+
+
+# The loop's counters, one per `engine.stats.COUNTER_FIELDS` name, in their place after
+# `stop_reason` (None for a peer arm's run and before a run is measured).
+_RunCounted: Any = make_dataclass(
+    "_RunCounted", [(name, int | None) for name in COUNTER_FIELDS], bases=(_RunOutput,),
+    frozen=True,
+)
+
+
+@dataclass(frozen=True)
+class RunRow(_RunCounted):
+    """One stored run, everything planned and measured."""
+
     loop_share: float | None
     noisy: bool | None
     conditions: dict[str, Any] | None

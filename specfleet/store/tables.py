@@ -25,6 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from specfleet.engine.stats import COUNTER_FIELDS
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -165,13 +167,9 @@ class Run(Base):
     warmup_s: Mapped[float | None] = mapped_column(Float)
     tok_per_s: Mapped[float | None] = mapped_column(Float)
     stop_reason: Mapped[str | None] = mapped_column(String(16))
-    rounds: Mapped[int | None] = mapped_column(Integer)
-    drafted_rounds: Mapped[int | None] = mapped_column(Integer)
-    paused_rounds: Mapped[int | None] = mapped_column(Integer)
-    proposed: Mapped[int | None] = mapped_column(Integer)
-    accepted: Mapped[int | None] = mapped_column(Integer)
-    shadow_confirmations: Mapped[int | None] = mapped_column(Integer)
-    refed_tokens: Mapped[int | None] = mapped_column(Integer)
+    # The loop's counters: one nullable integer per `engine.stats.COUNTER_FIELDS` name, in order
+    # (the class body's namespace is the dict declarative maps; a new counter needs a migration).
+    locals().update({name: mapped_column(Integer, nullable=True) for name in COUNTER_FIELDS})
     loop_share: Mapped[float | None] = mapped_column(Float)
     noisy: Mapped[bool | None] = mapped_column(Boolean)
     # Host conditions before/after the run (`workers/conditions`) and the throttle verdict.

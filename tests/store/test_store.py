@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
 
 import pytest
 
-from specfleet.jobs.run import Target
-from specfleet.store import StoreConflict, UnknownMatrix, UnknownRun
+from specfleet.engine.stats import COUNTER_FIELDS as ENGINE_COUNTERS
+from specfleet.jobs.run import RunResult, Target
+from specfleet.stats.runs import Counters, to_row
+from specfleet.store import RunRow, StoreConflict, UnknownMatrix, UnknownRun
+from specfleet.store.tables import Run
 from tests.store.factory import HOST_B, grid, result, spec
 
 
@@ -63,6 +67,21 @@ def test_result_round_trips_every_field(store):
     assert row.weights_hash == "w" * 8 and row.resolved_policy == "plain"
     assert row.finished_at == datetime(2026, 11, 1, 12, 0, 1)  # naive UTC
     assert (row.rounds, row.drafted_rounds, row.proposed, row.accepted) == (4, 2, 5, 3)
+
+
+def test_every_counter_is_stored_and_read_back_in_its_place(store):
+    """`RunResult`, the `runs` columns, `RunRow` and `stats.Counters` follow `COUNTER_FIELDS`."""
+    run = spec("a")
+    store.create_matrix("demo", {}, [run])
+    counted = {name: i + 1 for i, name in enumerate(ENGINE_COUNTERS)}
+    store.record_result(result(run).model_copy(update=counted))
+    row = store.runs()[0]
+    assert {name: getattr(row, name) for name in ENGINE_COUNTERS} == counted
+    assert to_row(row).counters == Counters(**counted, generated_tokens=3)
+    for names in (list(RunResult.model_fields), [f.name for f in fields(RunRow)],
+                  list(Run.__table__.columns.keys())):
+        start = names.index("stop_reason") + 1
+        assert tuple(names[start:start + len(ENGINE_COUNTERS)]) == ENGINE_COUNTERS
 
 
 def test_identical_second_write_is_a_no_op(store):
