@@ -16,40 +16,29 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.localmodel import DEFAULT_ENGINE, check_choice, load_model, say, store_table
-from specfleet.cli.options import DbOption
-from specfleet.engine.kinds import (
-    DEVICE_CHOICES,
-    MODEL_ENGINES,
-    DeviceChoice,
-    ModelEngine,
-    choices_text,
+from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, say, store_table
+from specfleet.cli.options import (
+    DbOption,
+    DeviceOption,
+    EngineOption,
+    LocalModelOption,
+    MaxWidthOption,
 )
-from specfleet.errors import UserError
-
-# A verify block is at most max-draft (64) proposals plus the bonus row.
-MAX_WIDTH_LIMIT = 65
 
 
 def calibrate_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
-    engine: Annotated[ModelEngine, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = DEFAULT_ENGINE,
-    device: Annotated[
-        DeviceChoice, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
-    ] = "auto",
-    max_width: Annotated[
-        int, typer.Option("--max-width", help="Widest verify block measured.")
-    ] = 33,
-    prompt_len: Annotated[
-        int | None, typer.Option("--prompt-len", help="Cached positions at each round's start.")
-    ] = None,
-    rounds: Annotated[
-        int | None, typer.Option("--rounds", help="Rotating rounds (each ratio's n).")
-    ] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Pipelined steps per round.")] = None,
-    reps: Annotated[
-        int | None, typer.Option("--reps", help="Verifies per width per round.")
-    ] = None,
+    model: LocalModelOption,
+    engine: EngineOption = DEFAULT_ENGINE,
+    device: DeviceOption = "auto",
+    max_width: MaxWidthOption = 33,
+    prompt_len: Annotated[int | None, typer.Option(
+        "--prompt-len", min=1, help="Cached positions at each round's start.")] = None,
+    rounds: Annotated[int | None, typer.Option(
+        "--rounds", min=1, help="Rotating rounds (each ratio's n).")] = None,
+    steps: Annotated[int | None, typer.Option(
+        "--steps", min=2, help="Pipelined steps per round.")] = None,
+    reps: Annotated[int | None, typer.Option(
+        "--reps", min=1, help="Verifies per width per round.")] = None,
     quick: Annotated[
         bool, typer.Option("--quick", help="Few short rounds (under 30 s on the bundled model).")
     ] = False,
@@ -67,16 +56,6 @@ def calibrate_command(
     from specfleet.engine.calibrate import QUICK, CalibrationSettings, measure_width_costs
 
     given = {"prompt_len": prompt_len, "rounds": rounds, "steps": steps, "reps": reps}
-    for name, value in given.items():
-        if value is not None and value < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1; got {value}")
-    if steps is not None and steps < 2:
-        raise UserError(f"--steps must be at least 2; got {steps}")
-    if max_width < 1:
-        raise UserError(f"--max-width must be at least 1; got {max_width}")
-    if max_width > MAX_WIDTH_LIMIT:
-        raise UserError(f"--max-width must be at most {MAX_WIDTH_LIMIT}; got {max_width}")
-    check_choice("--device", device, DEVICE_CHOICES)
     base = QUICK if quick else CalibrationSettings()
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     settings = replace(base, max_width=max_width, **overrides)

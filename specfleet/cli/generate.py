@@ -26,17 +26,14 @@ from specfleet.cli.generate_io import (
     peak_memory,
     read_prompt,
 )
-from specfleet.cli.localmodel import (
-    DEFAULT_ENGINE,
-    check_choice,
-    load_model,
-    stored_or_measured_costs,
-)
+from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, stored_or_measured_costs
+from specfleet.cli.options import DeviceOption, EngineOption, LocalModelOption
 from specfleet.engine.config import (
     DEFAULT_MAX_DRAFT,
     DEFAULT_NGRAM_MAX,
     DEFAULT_NGRAM_MIN,
     POLICY_CHOICES,
+    POLICY_NAMES,
     ConfigError,
     PolicyChoice,
     PromptLookupConfig,
@@ -44,13 +41,7 @@ from specfleet.engine.config import (
     needs_costs,
     resolve_policy,
 )
-from specfleet.engine.kinds import (
-    DEVICE_CHOICES,
-    MODEL_ENGINES,
-    DeviceChoice,
-    ModelEngine,
-    choices_text,
-)
+from specfleet.engine.kinds import choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.spec import MAX_TOKENS_LIMIT, SEED_RANGE, TEMPERATURE_RANGE
 from specfleet.workers.loaded import LoadedModel
@@ -82,7 +73,6 @@ def lookup_config(
     `max_draft` None is the policy's default; `costs` None (calibrated only) checks every
     bound but the width-cost table, which is found or measured after the model loads.
     """
-    check_choice("--prompt-lookup-policy", policy, POLICY_CHOICES)
     resolved = resolve_policy(policy, device)
     config = PromptLookupConfig(
         ngram_max=ngram_max,
@@ -349,8 +339,15 @@ def print_result(
         typer.echo("[Loop guard] the reply repeated itself; stopped", err=True)
 
 
+def max_draft_help() -> str:
+    """`Default 7; 32 for calibrated.`: each policy's own default, from the registry."""
+    own = [f"{default_max_draft(name)} for {name}" for name in POLICY_NAMES
+           if default_max_draft(name) != DEFAULT_MAX_DRAFT]
+    return "; ".join([f"Default {DEFAULT_MAX_DRAFT}", *own]) + "."
+
+
 def generate_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="Alias or local model folder.")],
+    model: LocalModelOption,
     prompt: Annotated[str | None, typer.Option(
         "--prompt", "-p", help="Prompt text; - reads standard input.")] = None,
     prompt_file: Annotated[
@@ -365,10 +362,8 @@ def generate_command(
     ] = 256,
     temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Sampler seed.")] = None,
-    engine: Annotated[ModelEngine, typer.Option("--engine", help=f"{choices_text(MODEL_ENGINES)}.")] = DEFAULT_ENGINE,
-    device: Annotated[
-        DeviceChoice, typer.Option("--device", help=f"{choices_text(DEVICE_CHOICES)}.")
-    ] = "auto",
+    engine: EngineOption = DEFAULT_ENGINE,
+    device: DeviceOption = "auto",
     prompt_lookup: Annotated[
         bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup.")
     ] = False,
@@ -379,7 +374,7 @@ def generate_command(
     ngram_max: Annotated[int, typer.Option("--prompt-lookup-ngram-max")] = DEFAULT_NGRAM_MAX,
     max_draft: Annotated[
         int | None,
-        typer.Option("--prompt-lookup-max-draft", help="Default 7; 32 for calibrated."),
+        typer.Option("--prompt-lookup-max-draft", help=max_draft_help()),
     ] = None,
     no_adaptive: Annotated[
         bool, typer.Option("--prompt-lookup-no-adaptive", help="Always propose max-draft tokens.")
@@ -422,8 +417,6 @@ def generate_command(
         system=system_prompt,
     )
     validate_request(request)
-    check_choice("--engine", engine, MODEL_ENGINES)
-    check_choice("--device", device, DEVICE_CHOICES)
     from specfleet.workers.machinelock import runtime_dir
 
     runtime_dir()  # the machine lock's folder must be usable before the model loads

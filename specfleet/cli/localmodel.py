@@ -1,5 +1,6 @@
 """The local model path shared by `generate` and `calibrate`: the default engine, loading a
-model the way a worker does with one-line refusals naming their flag, and the calibrated
+model the way a worker does with one-line refusals naming their flag (the choices of
+`--engine` and `--device` are Typer's to check: `options.EngineOption`, `DeviceOption`), and the calibrated
 policy's width-cost table for this host (the newest stored one, else measured and stored).
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import typer
 
-from specfleet.engine.kinds import DEVICE_CHOICES, MODEL_ENGINES, ModelEngine
+from specfleet.engine.kinds import DeviceChoice, ModelEngine
 from specfleet.errors import UserError
 from specfleet.workers.loaded import LoadedModel
 
@@ -27,27 +28,18 @@ def default_engine() -> ModelEngine:
 DEFAULT_ENGINE = default_engine()
 
 
-def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
-    """Return `value` if it is one of `choices`, else raise a one-line `UserError`."""
-    if value not in choices:
-        raise UserError(f"{flag} must be one of {', '.join(choices)}; got {value!r}")
-    return value
-
-
-def load_model(model: str, engine: str, device: str) -> LoadedModel:
+def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedModel:
     """Resolve `model` (alias or path) for `engine` and load it on `device`, the way a
     worker does (`workers.loaded.load_model`); every refusal is one line naming its flag.
 
     Args:
         model: an alias of the model registry (`specfleet models list`) or a local folder.
-        engine: "mlx" or "torch".
-        device: "auto", "cpu", "metal", "cuda" or "mps".
+        engine: the `--engine` flag (Typer checked the choice).
+        device: the `--device` flag (Typer checked the choice).
 
     Returns:
         The loaded runner with the model's provenance.
     """
-    check_choice("--engine", engine, MODEL_ENGINES)
-    check_choice("--device", device, DEVICE_CHOICES)
     from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.base import UnsupportedModelError
     from specfleet.workers import loaded

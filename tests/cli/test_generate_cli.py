@@ -118,10 +118,20 @@ def test_a_missing_model_or_prompt_is_one_line_and_exit_2(args, expected):
     assert expected in lines[0]
 
 
-def test_calibrate_refuses_bad_counts_in_one_line():
-    result = invoke("calibrate", "-m", MODEL, "--max-width", "0")
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--max-width", "0", "greater than or equal to 1"),
+        ("--max-width", "66", "less than or equal to 65"),
+        ("--steps", "1", "greater than or equal to 2"),
+        ("--rounds", "0", "greater than or equal to 1"),
+    ],
+)
+def test_calibrate_refuses_bad_counts_in_one_line(flag, value, expected):
+    result = invoke("calibrate", "-m", MODEL, flag, value)
     assert result.exit_code == 2
-    assert result.stderr.splitlines() == ["error: --max-width must be at least 1; got 0"]
+    assert result.stderr.splitlines() == [
+        f"error: specfleet calibrate: Invalid value for '{flag}': Input should be {expected}"]
 
 
 @pytest.mark.slow
