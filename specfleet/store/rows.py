@@ -8,74 +8,22 @@ from dataclasses import dataclass, field, make_dataclass
 from datetime import datetime
 from typing import Any
 
-from specfleet.engine.stats import COUNTER_FIELDS
+from specfleet.store.tables import Run
 
-
-@dataclass(frozen=True)
-class _RunOutput:
-    """A stored run's fields before its counters: what was planned, its status and output."""
-
-    run_key: str
-    matrix_id: str | None
-    job_id: str | None
-    plan_order: int
-    host: str
-    engine: str
-    device: str
-    model: str
-    weights_hash: str | None
-    prompt_name: str
-    prompt_hash: str
-    chat: bool
-    arm: str
-    resolved_policy: str | None
-    repeat: int
-    max_tokens: int
-    temperature: float
-    seed: int | None
-    lookup: dict[str, Any]
-    loop_guard: dict[str, Any] | None
-    status: str
-    error: str | None
-    output_text: str | None
-    token_ids: list[int] | None
-    prompt_token_ids: list[int] | None
-    prompt_tokens: int | None
-    generated_tokens: int | None
-    prefill_s: float | None
-    decode_s: float | None
-    total_s: float | None
-    warmup_s: float | None
-    tok_per_s: float | None
-    stop_reason: str | None
-
-
-# The loop's counters, one per `engine.stats.COUNTER_FIELDS` name, in their place after
-# `stop_reason` (None for a peer arm's run and before a run is measured).
-_RunCounted: Any = make_dataclass(
-    "_RunCounted", [(name, int | None) for name in COUNTER_FIELDS], bases=(_RunOutput,),
+# The store's own bookkeeping on a run, never read back as part of it.
+_NOT_READ = frozenset({"id", "driver_id", "lease_until", "result_hash"})
+# Every other `runs` column, in table order (the counters follow `engine.stats.COUNTER_FIELDS`).
+_RunColumns: Any = make_dataclass(
+    "_RunColumns",
+    [(column.name, Any) for column in Run.__table__.columns if column.name not in _NOT_READ],
     frozen=True,
 )
 
 
 @dataclass(frozen=True)
-class RunRow(_RunCounted):
-    """One stored run, everything planned and measured."""
-
-    loop_share: float | None
-    noisy: bool | None
-    conditions: dict[str, Any] | None
-    throttled: bool | None
-    throttle_reason: str | None
-    load_before: list[float] | None
-    load_after: list[float] | None
-    engine_config: dict[str, Any] | None
-    versions: dict[str, Any] | None
-    specfleet_version: str
-    host_fingerprint: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+class RunRow(_RunColumns):
+    """One stored run, everything planned and measured: one field per `runs` column
+    (`store/tables.Run`) but the store's bookkeeping (id, lease, result hash), values as stored."""
 
 
 @functools.cache
