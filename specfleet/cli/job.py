@@ -19,9 +19,11 @@ from specfleet.cli.options import (
     AddressOption,
     DbOption,
     EmbeddedOption,
+    MaxWidthOption,
+    ModelAliasOption,
     NoProgressOption,
 )
-from specfleet.engine.kinds import ENGINES, choices_text
+from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.store.store import new_matrix_id, open_store
@@ -38,7 +40,7 @@ def generate(
     prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line.")],
     target: Annotated[str, typer.Option("--target", help="HOST/ENGINE or HOST/ENGINE/DEVICE.")],
     policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(OWN_ARMS)}.")] = "auto",
-    model: Annotated[str, typer.Option("--model", help="Model alias.")] = DEFAULT_MODEL,
+    model: ModelAliasOption = DEFAULT_MODEL,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
@@ -100,10 +102,11 @@ def _print_outputs(store, job_id: str) -> None:
 
 @app.command("calibrate")
 def calibrate(
-    model: Annotated[str, typer.Option("--model", help="Model alias.")],
-    engine: Annotated[str | None, typer.Option("--engine", help=f"Only this engine ({choices_text(ENGINES)}).")] = None,
+    model: ModelAliasOption,
+    engine: Annotated[Engine | None, typer.Option(
+        "--engine", help=f"Only this engine ({choices_text(ENGINES)}).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
-    max_width: Annotated[int, typer.Option("--max-width", help="Widest verify block.")] = 33,
+    max_width: MaxWidthOption = 33,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter rounds.")] = False,
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
@@ -114,10 +117,6 @@ def calibrate(
     One host runs one calibration at a time, never beside a timed run (machine lease).
     Exit status 0 when every target was measured, 1 otherwise.
     """
-    if engine is not None and engine not in ENGINES:
-        raise UserError(f"--engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    if not 1 <= max_width <= 65:
-        raise UserError(f"--max-width must be between 1 and 65; got {max_width}")
     with open_store(db) as store:
         view = open_fleet(address, with_toy=engine == "toy",
                           hosts=[host] if host is not None else None, embedded=embedded)

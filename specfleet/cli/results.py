@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from specfleet.cli.options import DbOption, FormatOption, RateOption
+from specfleet.cli.options import DbOption, FormatOption, ModelAliasOption, RateOption
 from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
 from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
@@ -69,7 +69,7 @@ def results(
 
 
 def history(
-    model: Annotated[str, typer.Option("--model", help="Model alias.")],
+    model: ModelAliasOption,
     prompt: Annotated[str, typer.Option("--prompt", help="Prompt name.")],
     arm: Annotated[str, typer.Option("--arm", help=f"Arm ({choices_text(ARMS)}).")],
     target: Annotated[str | None, typer.Option(
