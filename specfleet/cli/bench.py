@@ -22,7 +22,10 @@ from specfleet.cli.options import (
     RateOption,
     RequireQuietOption,
 )
+from specfleet.engine.kinds import MODEL_ENGINES
+from specfleet.engine.peers import PEER_KINDS
 from specfleet.errors import UserError
+from specfleet.jobs.run import OWN_ARMS
 
 BENCH_NAME = "bench"
 DEFAULT_MAX_TOKENS = 128
@@ -62,6 +65,16 @@ def bench_spec_data(models: list[str], prompts: list[str], arms: list[str], repe
 Many = list[str] | None
 
 
+def arms_help() -> str:
+    """Our arms, then each peer engine's own generation with the engine it runs on (the
+    `jobs.run` and `engine.peers` registries)."""
+    by_engine: dict[str, list[str]] = {}
+    for peer, kind in PEER_KINDS.items():
+        by_engine.setdefault(kind.engine, []).append(peer)
+    peers = ", ".join(f"{', '.join(names)} ({engine})" for engine, names in by_engine.items())
+    return f"Arms: {', '.join(OWN_ARMS)}, or a peer engine's own generation: {peers}"
+
+
 def _many(flag: str, short: str | None, help_text: str) -> typer.models.OptionInfo:
     names = (flag, short) if short else (flag,)
     return typer.Option(*names, help=f"{help_text}; comma-separated or repeated.")
@@ -72,13 +85,12 @@ def bench_command(
         "--model", "-m", "Model aliases (specfleet models list) or folders")] = None,
     prompt: Annotated[Many, _many(
         "--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files")] = None,
-    arms: Annotated[Many, _many(
-        "--arms", "-a", "Arms: plain, auto, graded, gated, calibrated, fixed, or a peer "
-        "engine's own generation: hf, hf-lookup (torch), mlx-lm (mlx)")] = None,
+    arms: Annotated[Many, _many("--arms", "-a", arms_help())] = None,
     repeats: Annotated[int, typer.Option("--repeats", "-r", help="Repeats of every cell.")] = 3,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,
-    engine: Annotated[Many, _many("--engine", "-e", "Only these engines (mlx, torch)")] = None,
+    engine: Annotated[Many, _many(
+        "--engine", "-e", f"Only these engines ({', '.join(MODEL_ENGINES)})")] = None,
     fmt: FormatOption = "table",
     rate: RateOption = "whole",
     address: AddressOption = None,

@@ -12,6 +12,7 @@ from typing import Annotated, cast
 import typer
 
 from specfleet.cli.options import DbOption
+from specfleet.configs import costs_dir, packaged_names
 from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.engine.governor import Policy
 from specfleet.errors import UserError
@@ -24,7 +25,7 @@ def replay_command(
         "--policy", help="Comma-separated policies to replay.")] = "graded,gated,calibrated",
     costs: Annotated[str, typer.Option(
         "--costs", help="A host with a stored calibration, a YAML file, or a packaged table "
-        "(gb10-qwen3-1.7b, gb10-qwen3-4b, gb10-qwen3-8b, gb10-llama-3.1-8b, apple-m4pro).")] = "",
+        f"({', '.join(packaged_names(costs_dir()))}).")] = "",
     db: DbOption = None,
     oracle: Annotated[bool, typer.Option(
         "--oracle", help="Also compute each cell's cheapest schedule over the same n-gram "
