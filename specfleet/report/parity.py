@@ -19,7 +19,8 @@ from specfleet.engine.peers import is_peer
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.coverage import Coverage, parity_coverage
 from specfleet.stats.cells import cross_target_parity
-from specfleet.stats.view import PLAIN, RunKey, group_runs, parity_of
+from specfleet.stats.runs import CellKey
+from specfleet.stats.view import PLAIN, group_runs, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified" | PEER_DIFFERS
 PEER_DIFFERS = "peer differs"
@@ -88,11 +89,11 @@ class ParityReport:
         return bad > 0 or (not allow_unverified and self.count("unverified") > 0)
 
 
-def _classify(key: RunKey, plain, run, replayer, threshold) -> ArmParity:
+def _classify(key: CellKey, plain, run, replayer, threshold) -> ArmParity:
     verdict, token, char = parity_of(run, plain)
     if verdict == "identical":
         return ArmParity(*key, "identical")
-    if is_peer(key[3]):  # another library's decoding: information, not our failure
+    if is_peer(key.arm):  # another library's decoding: information, not our failure
         return ArmParity(*key, PEER_DIFFERS, token, char)
     replay = replayer(plain, run, token) if replayer and token is not None else None
     if replay is None:
@@ -100,13 +101,13 @@ def _classify(key: RunKey, plain, run, replayer, threshold) -> ArmParity:
     return ArmParity(*key, classify(replay.margins, threshold), token, char, replay)
 
 
-def arm_parity(groups: dict[RunKey, list], replayer: Replayer | None,
+def arm_parity(groups: dict[CellKey, list], replayer: Replayer | None,
                threshold: float) -> list[ArmParity]:
     """Each arm's first repetition against plain's first repetition on the same target."""
     out = []
     for key, runs in groups.items():
-        plain = groups.get((*key[:3], PLAIN))
-        if key[3] == PLAIN or not plain:
+        plain = groups.get(key.with_arm(PLAIN))
+        if key.arm == PLAIN or not plain:
             continue
         out.append(_classify(key, plain[0], runs[0], replayer, threshold))
     return out
@@ -121,15 +122,15 @@ def cross_target(runs: list) -> list[CrossTarget]:
     ]
 
 
-def regressions(groups: dict[RunKey, list], baseline: dict[RunKey, list],
+def regressions(groups: dict[CellKey, list], baseline: dict[CellKey, list],
                 baseline_id: str) -> list[Regression]:
     """Arms identical to plain in `baseline` whose reply now differs from plain."""
     out = []
     for key, runs in groups.items():
         plain, then_runs, then_plain = (
-            groups.get((*key[:3], PLAIN)), baseline.get(key), baseline.get((*key[:3], PLAIN)),
+            groups.get(key.with_arm(PLAIN)), baseline.get(key), baseline.get(key.with_arm(PLAIN)),
         )
-        if key[3] == PLAIN or is_peer(key[3]) or not (plain and then_runs and then_plain):
+        if key.arm == PLAIN or is_peer(key.arm) or not (plain and then_runs and then_plain):
             continue
         if parity_of(then_runs[0], then_plain[0])[0] != "identical":
             continue

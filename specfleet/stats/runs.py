@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, make_dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from specfleet.engine.stats import COUNTER_FIELDS as ENGINE_COUNTERS
 from specfleet.engine.stats import PromptLookupStats, decode_tok_per_s, prompt_tok_per_s
@@ -36,9 +36,9 @@ ROW_FIELDS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, order=True)
-class CellKey:
-    """One cell of a matrix: a target label, a model, a prompt and an arm."""
+class CellKey(NamedTuple):
+    """One cell of a matrix: a target label, a model, a prompt and an arm (a tuple, so a
+    `(target, model, prompt, arm)` tuple finds it in a dict keyed by cells)."""
 
     target: str
     model: str
@@ -46,7 +46,7 @@ class CellKey:
     arm: str
 
     def with_arm(self, arm: str) -> CellKey:
-        return replace(self, arm=arm)
+        return self._replace(arm=arm)
 
 
 # A stored run's loop counters: one per `engine.stats.COUNTER_FIELDS` name, None when the run

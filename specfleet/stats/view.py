@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from specfleet.stats import cells as cellstats
 from specfleet.stats.cells import Headline, PeerHeadline
 from specfleet.stats.interval import MIN_REPEATS
-from specfleet.stats.runs import Counters, Rate, target_label, to_row, to_rows
+from specfleet.stats.runs import CellKey, Counters, Rate, target_label, to_row, to_rows
 
 PLAIN = "plain"
 
@@ -95,12 +95,12 @@ class MatrixView:
 
     def cell(self, target: str, model: str, prompt: str, arm: str) -> CellView | None:
         """The cell at these coordinates, or None when nothing was measured there."""
-        return self._by_key.get((target, model, prompt, arm))
+        return self._by_key.get(CellKey(target, model, prompt, arm))
 
     @functools.cached_property
-    def _by_key(self) -> dict[tuple[str, str, str, str], CellView]:
+    def _by_key(self) -> dict[CellKey, CellView]:
         # Tables look up every cell of every grid: a dict, not a scan (big matrices).
-        return {(c.target, c.model, c.prompt, c.arm): c for c in self.cells}
+        return {CellKey(c.target, c.model, c.prompt, c.arm): c for c in self.cells}
 
     @property
     def lookup_arms(self) -> tuple[str, ...]:
@@ -112,14 +112,12 @@ def ordered(values) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
-RunKey = tuple[str, str, str, str]  # target label, model, prompt, arm
-
-
-def group_runs(runs: Iterable) -> dict[RunKey, list]:
-    """Runs by cell, each cell's runs ordered by repeat."""
-    cells: dict[RunKey, list] = defaultdict(list)
+def group_runs(runs: Iterable) -> dict[CellKey, list]:
+    """Runs as they came (not `Row`s) by cell, cells in first-seen order, each cell's runs
+    ordered by repeat."""
+    cells: dict[CellKey, list] = defaultdict(list)
     for run in runs:
-        cells[(target_label(run), run.model, run.prompt_name, run.arm)].append(run)
+        cells[CellKey(target_label(run), run.model, run.prompt_name, run.arm)].append(run)
     for group in cells.values():
         group.sort(key=lambda r: r.repeat)
     return dict(cells)
