@@ -30,7 +30,7 @@ NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
 ]
 CpusOption = Annotated[
-    int | None, typer.Option("--num-cpus", help="CPUs Ray accounts on this host.")
+    int | None, typer.Option("--num-cpus", min=1, help="CPUs Ray accounts on this host.")
 ]
 NodeIpOption = Annotated[
     str | None, typer.Option("--node-ip", help="This host's address the others reach.")
@@ -76,8 +76,6 @@ def check_engines(engines: str | None) -> list[str] | None:
 def _options(num_cpus, node_ip, engines, temp_dir):
     from specfleet.cluster.membership import NodeOptions
 
-    if num_cpus is not None and num_cpus < 1:
-        raise UserError(f"--num-cpus {num_cpus}: expected 1 or more")
     if temp_dir is not None and len(temp_dir) > MAX_TEMP_DIR_CHARS:
         raise UserError(f"--temp-dir {temp_dir!r}: keep it under {MAX_TEMP_DIR_CHARS + 1} "
                         "characters (Ray's socket paths inside it are limited to 107 bytes)")
@@ -101,7 +99,8 @@ def check_ip(node_ip: str) -> str:
 @app.command("up")
 def up_command(
     name: NameOption = None,
-    port: Annotated[int, typer.Option("--port", help="GCS port of the head.")] = 6379,
+    port: Annotated[int, typer.Option(
+        "--port", min=1, max=65535, help="GCS port of the head.")] = 6379,
     num_cpus: CpusOption = None,
     node_ip: NodeIpOption = None,
     engines: EnginesOption = None,
@@ -113,8 +112,6 @@ def up_command(
     from specfleet.cluster.membership import fleet_up
     from specfleet.cluster.supervisor import supervise_here
 
-    if not 0 < port < 65536:
-        raise UserError(f"--port {port}: expected 1..65535")
     options = _options(num_cpus, node_ip, engines, temp_dir)
     done = fleet_up(check_name(name), port=port, options=options, supervise=not supervise)
     typer.echo(f"head up at {done.address}; host {done.host} ({done.kind}) is in the fleet")

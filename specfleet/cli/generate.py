@@ -133,17 +133,13 @@ def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int) -> N
 
 
 def validate_request(request: GenerateRequest) -> None:
-    """Check every flag's bound before loading anything (the model load takes seconds)."""
-    if not 1 <= request.max_tokens <= MAX_TOKENS_LIMIT:
-        raise UserError(f"--max-tokens must be between 1 and {MAX_TOKENS_LIMIT}; "
-                        f"got {request.max_tokens}")
+    """Check the bounds Typer does not (its min/max bound --max-tokens and --seed) before
+    loading anything: the model load takes seconds."""
     low, high = TEMPERATURE_RANGE
+    # By hand: Typer's max would call nan "not less than or equal to 10".
     if not low <= request.temperature <= high:  # also refuses nan and inf
         raise UserError(f"--temp must be a number from {low:g} to {high:g} (0 is greedy); "
                         f"got {request.temperature}")
-    if request.seed is not None and not SEED_RANGE[0] <= request.seed <= SEED_RANGE[1]:
-        raise UserError(f"--seed must be between {SEED_RANGE[0]} and {SEED_RANGE[1]}; "
-                        f"got {request.seed}")
     lookup_config(
         request.ngram_min,
         request.ngram_max,
@@ -357,11 +353,12 @@ def generate_command(
     ] = None,
     system_prompt: Annotated[str | None, typer.Option(
         "--system-prompt", help="A system turn before the prompt (chat template).")] = None,
-    max_tokens: Annotated[
-        int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")
+    max_tokens: Annotated[int, typer.Option(
+        "--max-tokens", "-n", min=1, max=MAX_TOKENS_LIMIT, help="Most tokens to generate.")
     ] = 256,
     temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
-    seed: Annotated[int | None, typer.Option("--seed", help="Sampler seed.")] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", min=SEED_RANGE[0], max=SEED_RANGE[1], help="Sampler seed.")] = None,
     engine: EngineOption = DEFAULT_ENGINE,
     device: DeviceOption = "auto",
     prompt_lookup: Annotated[

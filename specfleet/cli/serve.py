@@ -17,12 +17,6 @@ from specfleet.userfiles import read_text
 DEFAULT_PORT = 8266  # next to Ray's dashboard (8265) on a head
 
 
-def check_port(port: int) -> int:
-    if not 0 < port < 65536:
-        raise UserError(f"--port {port}: expected 1..65535")
-    return port
-
-
 def check_free(host: str, port: int) -> None:
     """Fail with one line before starting when the port is taken (uvicorn would log it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -89,7 +83,8 @@ def serve(
     address: Annotated[str | None, typer.Option(
         "--address", help="Fleet head HOST:PORT for the fleet page; default $SPECFLEET_ADDRESS, "
         "$RAY_ADDRESS, the fleet this machine joined; none: the page says so.")] = None,
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = DEFAULT_PORT,
+    port: Annotated[int, typer.Option(
+        "--port", min=1, max=65535, help="Port to listen on.")] = DEFAULT_PORT,
     host: Annotated[str, typer.Option(
         "--host", help="Address to bind (default 127.0.0.1, open). Anything else is reachable "
         "from the network and needs a token on every page and API call: --token-file, else "
@@ -111,7 +106,6 @@ def serve(
     from specfleet.serve.fleetpage import FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only
 
-    check_port(port)
     token, token_from = view_token(host, token_file)
     address = fleet_address(address)
     store = open_read_only(db)

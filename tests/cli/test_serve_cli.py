@@ -54,7 +54,8 @@ def _error(*args: str) -> str:
 
 
 def test_mistakes_are_one_line(tmp_path, empty_store):
-    assert "--port 70000: expected 1..65535" in _error("--port", "70000", "--db", empty_store)
+    assert "'--port': Input should be less than or equal to 65535" in _error(
+        "--port", "70000", "--db", empty_store)
     assert "no SQLite file at" in _error("--db", str(tmp_path / "missing.db"))
     assert "no matrix 'nope'" in _error("--db", empty_store, "--matrix", "nope")
     assert "--address 'nowhere'" in _error("--db", empty_store, "--address", "nowhere")
