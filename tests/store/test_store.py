@@ -12,6 +12,7 @@ from specfleet.jobs.run import RunResult, Target
 from specfleet.stats.runs import Counters, to_row
 from specfleet.store import RunRow, StoreConflict, UnknownMatrix, UnknownRun
 from specfleet.store.tables import Run
+from specfleet.store.values import _RESULT_FIELDS
 from tests.store.factory import HOST_B, grid, result, spec
 
 
@@ -82,6 +83,11 @@ def test_every_counter_is_stored_and_read_back_in_its_place(store):
                   list(Run.__table__.columns.keys())):
         start = names.index("stop_reason") + 1
         assert tuple(names[start:start + len(ENGINE_COUNTERS)]) == ENGINE_COUNTERS
+
+
+def test_every_result_field_copied_by_name_has_a_column():
+    """A field added to `RunResult` needs its `runs` column (and migration), or it is lost."""
+    assert set(_RESULT_FIELDS) <= set(Run.__table__.columns.keys())
 
 
 def test_identical_second_write_is_a_no_op(store):
