@@ -1,5 +1,7 @@
 """The round loop (docs/engine.md, "The round loop"): prefill, then plain, pipelined and drafted rounds.
 
+`rounds` is the loop itself, a generator over explicit local state that yields one `Round`
+after the prefill and after every round; `generate` iterates it to stream, trace and cancel.
 Plain decoding (`lookup=None`) runs through the same loop with no governor and an always
 empty draft, so both share one prefill and one one-token step. Only the
 greedy batched-argmax sampler pipelines; every other sampler reads rows on the host and
@@ -15,9 +17,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Literal, NamedTuple
 
 from specfleet.engine.config import PromptLookupConfig, make_governor
 from specfleet.engine.governor import SHADOW_CONFIRM, DraftGovernor
@@ -38,12 +41,14 @@ from specfleet.engine.warmup import warm_up_verify_widths
 PLAIN_ROUNDS_BEFORE_PIPELINE = 2  # lookup pipelines on the third consecutive empty round
 ALLOCATOR_CLEAR_EVERY = 256  # generated tokens between allocator-cache clears (non-semantic)
 FORCE_SYNC_ENV = "SPECFLEET_FORCE_SYNC"  # presence (any value) disables pipelining
+NO_DRAFT: tuple[int, ...] = ()  # a round without proposals (shared: drafts are only read)
 
 StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
+StepKind = Literal["prefill"] | RoundKind  # what a `Round` reports: the prefill or a round
 TokensCallback = Callable[[Sequence[int]], None]  # every token emitted so far
 
 __all__ = [
-    "Generation", "generate", "sequential_reference", "unsupported_reason",
+    "Generation", "Round", "generate", "rounds", "sequential_reference", "unsupported_reason",
     "warm_up_verify_widths",
 ]
 
@@ -67,31 +72,62 @@ class Generation:
     trace: list[RoundTrace]
 
 
-@dataclass
-class _Loop:
-    """Mutable state of one generation."""
+class Round(NamedTuple):
+    """What one step of `rounds` did: the prefill first, then one round of the loop each.
 
-    runner: Runner
-    sampler: HostSampler
-    batched: bool
-    max_tokens: int
-    context: list[int]
-    config: PromptLookupConfig | None
+    A named tuple, not a frozen dataclass: one is built every round, and a frozen
+    dataclass's `__init__` costs more than a plain round of the loop.
+
+    Attributes:
+        kind: "prefill", or the round's `RoundKind` ("pipelined", "sync", "verify", "drain").
+        budget: the governor's budget this round, after the remaining-1 cap (0 for plain).
+        proposed: proposals verified (0 unless "verify").
+        accepted: proposals that landed.
+        emitted: tokens emitted by this step.
+        refed: tokens this round's rollback fed again.
+        in_flight: whether a pipelined step is in flight after this step.
+        tokens: every token emitted so far.
+        stats: the counters so far.
+        governor: the draft policy (None for plain decoding); `governor.state()` is its state
+            after this step.
+        (`tokens`, `stats` and `governor` are the loop's own objects, which later steps
+        update: read them before asking for the next step, and never write them.)
+        stop_reason: why the reply ends after this step, None while it goes on; the
+            generator stops after the step that carries one.
+    """
+
+    kind: StepKind
+    budget: int
+    proposed: int
+    accepted: int
+    emitted: int
+    refed: int
+    in_flight: bool
+    tokens: list[int]
+    stats: PromptLookupStats
     governor: DraftGovernor | None
+    stop_reason: StopReason | None
+
+    def trace(self, index: int, cache_len: int, context_len: int) -> RoundTrace:
+        """This round as the `index`-th `RoundTrace` (not for the prefill step)."""
+        assert self.kind != "prefill"  # the trace records rounds only
+        width = {"pipelined": 1, "sync": 1, "verify": self.proposed + 1, "drain": 0}[self.kind]
+        policy = self.governor.state() if self.governor is not None else None
+        return RoundTrace(
+            index=index, kind=self.kind, width=width, budget=self.budget,
+            proposed=self.proposed, accepted=self.accepted, emitted=self.emitted, policy=policy,
+            cache_len=cache_len, context_len=context_len, in_flight=self.in_flight,
+            refed=self.refed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ends:
+    """What ends a reply: an EOS token, `max_tokens` emitted, or the loop guard firing."""
+
+    eos_ids: frozenset[int]
+    max_tokens: int
     guard: tuple[int, int, int] | None
-    pipeline: bool
-    streak_before_pipeline: int
-    generated: list[int] = field(default_factory=list)
-    stats: PromptLookupStats = field(default_factory=PromptLookupStats)
-    index: NgramIndex | None = None
-    current: int = -1
-    in_flight: Any = None  # lazy sample of the token after `current`; cache holds `current`
-    shadow: ShadowProbe | None = None
-    plain_streak: int = 0
-    stop_reason: StopReason | None = None
-    next_clear: int = ALLOCATOR_CLEAR_EVERY
-    trace: list[RoundTrace] | None = None
-    round_refed: int = 0  # tokens this round's rollback fed again
 
 
 def unsupported_reason(runner: Runner) -> str | None:
@@ -145,217 +181,252 @@ def _check_request(
             raise UnsupportedModelError(reason)
 
 
-def _emit(s: _Loop, token: int) -> None:
-    """Append a target token; stop at max_tokens or when the loop guard fires."""
-    s.context.append(token)
-    s.generated.append(token)
-    s.current = token
-    if len(s.generated) >= s.max_tokens:
-        s.stop_reason = "max_tokens"
-    elif s.guard is not None and loop_guard_fires(s.generated, *s.guard):
-        s.stop_reason = "loop_guard"
+def _emit(token: int, context: list[int], generated: list[int], ends: _Ends) -> StopReason | None:
+    """Append a target token unless it is EOS; why the reply ends with it, or None."""
+    if token in ends.eos_ids:
+        return "eos"
+    context.append(token)
+    generated.append(token)
+    if len(generated) >= ends.max_tokens:
+        return "max_tokens"
+    if ends.guard is not None and loop_guard_fires(generated, *ends.guard):
+        return "loop_guard"
+    return None
 
 
-def _prefill(s: _Loop, prompt: Sequence[int]) -> int:
-    """Plain decoding's prefill; the index is built while the first token computes."""
-    logits = s.runner.prefill(prompt)
-    s.runner.clear_allocator_cache()
-    if s.batched:
-        first = s.runner.argmax(logits)
-        s.runner.submit(first)
-        _build_index(s)
-        return s.runner.read_tokens(first)[0]
-    _build_index(s)
-    return s.sampler.sample(s.runner.read_row(logits, 0), s.context)
+def _prefill(
+    runner: Runner, host: HostSampler | None, context: list[int],
+    lookup: PromptLookupConfig | None,
+) -> tuple[int, NgramIndex | None]:
+    """Plain decoding's prefill; the index is built while the first token computes.
+    Returns (the first token, the index or None when lookup is off)."""
+    logits = runner.prefill(context)
+    runner.clear_allocator_cache()
+    if host is None:
+        first = runner.argmax(logits)
+        runner.submit(first)
+        index = _build_index(lookup, context)
+        return runner.read_tokens(first)[0], index
+    index = _build_index(lookup, context)
+    return host.sample(runner.read_row(logits, 0), context), index
 
 
-def _build_index(s: _Loop) -> None:
-    if s.config is not None:
-        s.index = NgramIndex(s.config.ngram_min, s.config.ngram_max)
-        s.index.extend(s.context)
+def _build_index(lookup: PromptLookupConfig | None, context: list[int]) -> NgramIndex | None:
+    if lookup is None:
+        return None
+    index = NgramIndex(lookup.ngram_min, lookup.ngram_max)
+    index.extend(context)
+    return index
 
 
-def _settle_probe(s: _Loop) -> None:
-    """(a) A decided probe is dropped; a true one resumes a paused Gated governor."""
-    if s.shadow is None:
-        return
-    verdict = s.shadow.settle(s.context)
+def _settle_probe(
+    shadow: ShadowProbe, context: list[int], governor: DraftGovernor | None,
+    stats: PromptLookupStats,
+) -> ShadowProbe | None:
+    """(a) The probe while undecided; a true one resumes a paused Gated governor."""
+    verdict = shadow.settle(context)
     if verdict is None:
-        return
-    s.shadow = None
-    if verdict and s.governor is not None:  # probes are only recorded under a governor
-        s.governor.shadow_confirmed()
-        s.stats.shadow_confirmations += 1
+        return shadow
+    if verdict and governor is not None:  # probes are only recorded under a governor
+        governor.shadow_confirmed()
+        stats.shadow_confirmations += 1
+    return None
 
 
-def _budget(s: _Loop, remaining: int) -> int:
+def _budget(governor: DraftGovernor, remaining: int) -> int:
     """(b) The governor's budget (asked once per round), capped so the bonus row fits."""
-    if s.governor is None:
-        return 0
-    return min(s.governor.budget(), max(remaining - 1, 0))
+    return min(governor.budget(), max(remaining - 1, 0))
 
 
-def _look_up(s: _Loop, budget: int) -> list[int]:
-    """(c) The round's draft; a paused Gated round records a shadow probe instead."""
-    governor, index = s.governor, s.index  # both exist exactly when lookup is on
-    if governor is None or index is None:
-        return []
+def _look_up(
+    governor: DraftGovernor, index: NgramIndex | None, context: list[int], budget: int,
+    shadow: ShadowProbe | None,
+) -> tuple[Sequence[int], ShadowProbe | None]:
+    """(c) The round's draft and pending probe; a paused Gated round records a shadow probe
+    instead of drafting."""
+    if index is None:  # never: the index exists exactly when a governor does
+        return NO_DRAFT, shadow
     if budget == 0:
-        if s.shadow is None and governor.probes_while_paused():
-            index.extend(s.context)
-            proposal = index.find(s.context, SHADOW_CONFIRM)
+        if shadow is None and governor.probes_while_paused():
+            index.extend(context)
+            proposal = index.find(context, SHADOW_CONFIRM)
             if len(proposal) >= SHADOW_CONFIRM:
-                s.shadow = ShadowProbe(start=len(s.context), proposal=tuple(proposal))
-        return []
-    index.extend(s.context)
-    return index.find(s.context, budget)
+                shadow = ShadowProbe(start=len(context), proposal=tuple(proposal))
+        return NO_DRAFT, shadow
+    index.extend(context)
+    return index.find(context, budget), shadow
 
 
-def _count_plain_round(s: _Loop, budget: int) -> None:
-    s.stats.rounds += 1
-    if budget == 0 and s.governor is not None:
-        s.stats.paused_rounds += 1
+def _submit_step(runner: Runner, token: Any) -> Any:
+    """Pipelined plain step: forward a token the host may not have read; the lazy sample."""
+    sample = runner.argmax(runner.forward(token))
+    runner.submit(sample)
+    return sample
 
 
-def _submit_step(s: _Loop, token: Any) -> None:
-    """Pipelined plain step: forward a token the host may not have read, sample lazily."""
-    sample = s.runner.argmax(s.runner.forward(token))
-    s.runner.submit(sample)
-    s.in_flight = sample
-
-
-def _in_flight_round(s: _Loop, draft: list[int], budget: int, remaining: int) -> RoundKind:
-    """(e) Read the in-flight token, after submitting the next step unless a draft (which
-    is dropped) or the end of the budget stops the pipeline."""
-    pending, s.in_flight = s.in_flight, None
-    kind: RoundKind = "drain"
-    if not draft and remaining > 1:
-        _submit_step(s, pending)
-        _count_plain_round(s, budget)
-        kind = "pipelined"
-    token = s.runner.read_tokens(pending)[0]
-    if token in s.runner.eos_ids:
-        s.stop_reason = "eos"
-    else:
-        _emit(s, token)
-    return kind
-
-
-def _may_start_pipeline(s: _Loop, remaining: int) -> bool:
+def _may_start_pipeline(
+    pipeline: bool, remaining: int, plain_streak: int, governor: DraftGovernor | None
+) -> bool:
     """(f) Third empty round in a row (at once for plain decoding or a paused Gated loop)."""
-    if not s.pipeline or remaining <= 1:
+    if not pipeline or remaining <= 1:
         return False
-    if s.plain_streak > s.streak_before_pipeline:
+    if governor is None or plain_streak > PLAIN_ROUNDS_BEFORE_PIPELINE:
         return True
-    return s.governor is not None and s.governor.probes_while_paused()
+    return governor.probes_while_paused()
 
 
-def _start_pipeline(s: _Loop, budget: int) -> RoundKind:
-    _submit_step(s, [s.current])
-    _count_plain_round(s, budget)
-    return "pipelined"
-
-
-def _target(s: _Loop, logits: Any, targets: list[int] | None, row: int) -> int:
-    if targets is not None:
-        return targets[row]
-    # History already holds the tokens accepted earlier in this block.
-    return s.sampler.sample(s.runner.read_row(logits, row), s.context)
-
-
-def _verify_round(s: _Loop, draft: list[int], budget: int) -> tuple[RoundKind, int]:
-    """(g) Forward [current] + draft; emit targets while they match the draft; trim."""
+def _verify_round(
+    runner: Runner, host: HostSampler | None, governor: DraftGovernor | None,
+    draft: Sequence[int], context: list[int], generated: list[int], ends: _Ends,
+) -> tuple[int, int, StopReason | None]:
+    """(g) Forward [current] + draft; emit targets while they match the draft; roll back.
+    Returns (accepted, tokens the rollback fed again, why the reply ends or None)."""
     k = len(draft)
-    logits = s.runner.forward([s.current, *draft])
+    logits = runner.forward([context[-1], *draft])
     # One host read per verify: every row's argmax at once.
-    targets = s.runner.read_tokens(s.runner.argmax(logits)) if s.batched else None
-    accepted = 0
+    targets = runner.read_tokens(runner.argmax(logits)) if host is None else []
+    accepted, stop = k, None
     for i in range(k + 1):
-        token = _target(s, logits, targets, i)
-        if token in s.runner.eos_ids:
-            s.stop_reason = "eos"
+        # History already holds the tokens accepted earlier in this block.
+        token = targets[i] if host is None else host.sample(runner.read_row(logits, i), context)
+        stop = _emit(token, context, generated, ends)
+        if stop is not None or i == k or token != draft[i]:
+            accepted = i
             break
-        _emit(s, token)
-        if s.stop_reason is not None or i == k or token != draft[i]:
-            break
-        accepted += 1
-    _account(s, k, accepted, budget)
-    _roll_back(s, k, accepted)
-    return ("verify" if k else "sync"), accepted
+    if governor is not None and k:  # always: only a governor's budget lets a draft be proposed
+        governor.record(accepted, k)
+    # Every emitted token but the bonus one stays cached, unless the reply just ended.
+    refed = _roll_back(runner, k - accepted, len(context) - 1 if stop is None else None)
+    return accepted, refed, stop
 
 
-def _account(s: _Loop, k: int, accepted: int, budget: int) -> None:
-    if k == 0:
-        _count_plain_round(s, budget)
-    else:
-        s.stats.rounds += 1
-        s.stats.drafted_rounds += 1
-        if s.governor is not None:  # always: only a governor's budget lets a draft be proposed
-            s.governor.record(accepted, k)
-    s.stats.proposed += k
-    s.stats.accepted += accepted
-
-
-def _roll_back(s: _Loop, k: int, accepted: int) -> None:
-    """Undo the rejected proposals: the caches end at the last accepted draft token, which
-    the runner checks layer by layer; the loop checks the total, so no runner corrupts silently."""
-    if k == accepted:
-        return
-    refed = s.runner.rollback(k - accepted)
-    s.stats.refed_tokens += refed
-    s.round_refed = refed
-    expected = len(s.context) - 1  # every emitted token but the bonus one is cached
-    if s.stop_reason is None and s.runner.cache_len() != expected:
+def _roll_back(runner: Runner, rejected: int, expected: int | None) -> int:
+    """Undo the rejected proposals; the tokens fed again. The runner checks layer by layer;
+    the loop checks the total (`expected` positions; None skips it), so no runner corrupts
+    silently."""
+    if rejected == 0:
+        return 0
+    refed = runner.rollback(rejected)
+    if expected is not None and runner.cache_len() != expected:
         raise CacheRollbackError(
-            f"after rolling back {k - accepted} rejected proposals the {s.runner.engine} caches "
-            f"hold {s.runner.cache_len()} positions, expected {expected}")
+            f"after rolling back {rejected} rejected proposals the {runner.engine} caches "
+            f"hold {runner.cache_len()} positions, expected {expected}")
+    return refed
 
 
-def _after_round(s: _Loop) -> None:
-    if len(s.generated) >= s.next_clear:
-        s.runner.clear_allocator_cache()
-        s.next_clear += ALLOCATOR_CLEAR_EVERY
-
-
-def _decode(
-    s: _Loop, should_stop: Callable[[], bool] | None, on_tokens: TokensCallback | None
+def _count(
+    stats: PromptLookupStats, kind: RoundKind, budget: int, proposed: int, accepted: int,
+    refed: int, lookup_on: bool,
 ) -> None:
-    """The round loop, one round per iteration."""
-    while s.stop_reason is None:
-        if on_tokens is not None:
-            on_tokens(s.generated)
-        if should_stop is not None and should_stop():
-            s.stop_reason = "cancelled"
-            break
-        _settle_probe(s)
-        remaining = s.max_tokens - len(s.generated)
-        budget = _budget(s, remaining)
-        draft = _look_up(s, budget)
-        s.plain_streak = 0 if draft else s.plain_streak + 1
-        before, accepted, s.round_refed = len(s.context), 0, 0
-        if s.in_flight is not None:
-            kind = _in_flight_round(s, draft, budget, remaining)
-        elif not draft and _may_start_pipeline(s, remaining):
-            kind = _start_pipeline(s, budget)
+    if kind == "drain":
+        return
+    stats.rounds += 1
+    if kind == "verify":
+        stats.drafted_rounds += 1
+    elif budget == 0 and lookup_on:
+        stats.paused_rounds += 1
+    stats.proposed += proposed
+    stats.accepted += accepted
+    stats.refed_tokens += refed
+
+
+def rounds(
+    runner: Runner,
+    prompt: Sequence[int],
+    *,
+    max_tokens: int,
+    lookup: PromptLookupConfig | None = None,
+    sampler: SamplerConfig = SamplerConfig(),  # noqa: B008 - frozen, shared safely
+    loop_guard: tuple[int, int, int] | None = None,
+    pipeline: bool | None = None,
+) -> Iterator[Round]:
+    """The round loop as a generator: one `Round` after the prefill, then one per round.
+
+    The request is checked here, at the call; the runner is reset and prefilled on the
+    first `next`. The last `Round` carries the stop reason; a consumer that stops
+    iterating earlier has cancelled the reply (a pipelined step may be left in flight).
+
+    Args:
+        runner: the model and its caches; reset first.
+        prompt: prompt token ids (not empty).
+        max_tokens: most tokens to emit (the prefill token included).
+        lookup: prompt-lookup config (validated here); None decodes plainly.
+        sampler: how targets are picked; greedy by default.
+        loop_guard: (min_period, max_period, repeats), checked after every emitted token.
+        pipeline: None allows pipelining unless `SPECFLEET_FORCE_SYNC` is set or the
+            sampler needs host rows; False forbids it; True forces it (greedy
+            batched-argmax samplers only).
+
+    Returns:
+        An iterator of `Round`s.
+
+    Raises:
+        ValueError: empty prompt, negative max_tokens, pipeline=True with a host sampler.
+        ConfigError: an invalid lookup, sampler or loop-guard setting.
+        UnsupportedModelError: lookup on a model without trimmable external KV caches.
+        CacheRollbackError (while iterating): a rollback left the caches holding other
+            than the kept tokens.
+    """
+    _check_request(runner, prompt, max_tokens, lookup, sampler, loop_guard)
+    host = None if sampler.batched_argmax else HostSampler(sampler)
+    governor = make_governor(lookup, _refeeds(runner)) if lookup is not None else None
+    pipelines = _resolve_pipeline(pipeline, sampler)
+    ends = _Ends(runner.eos_ids, max_tokens, (*loop_guard,) if loop_guard is not None else None)
+    return _rounds(runner, prompt, lookup, governor, host, ends, pipelines)
+
+
+def _rounds(
+    runner: Runner, prompt: Sequence[int], lookup: PromptLookupConfig | None,
+    governor: DraftGovernor | None, host: HostSampler | None, ends: _Ends, pipeline: bool,
+) -> Iterator[Round]:
+    """`rounds` after its checks; the generation's state is these locals. `host` is None
+    when rows are decided on the device (one batched argmax)."""
+    context, generated, stats = list(prompt), list[int](), PromptLookupStats()
+    runner.reset()
+    first, index = _prefill(runner, host, context, lookup)
+    stop: StopReason | None = _emit(first, context, generated, ends) if ends.max_tokens else (
+        "eos" if first in ends.eos_ids else "max_tokens")
+    yield Round("prefill", 0, 0, 0, len(generated), 0, False, generated, stats, governor, stop)
+    draft: Sequence[int]
+    in_flight: Any = None  # lazy sample of the token after context[-1]; the cache holds that one
+    shadow: ShadowProbe | None = None
+    plain_streak, next_clear = 0, ALLOCATOR_CLEAR_EVERY
+    # Most rounds of a long reply are this one: one shared record, as a record costs a round.
+    steady = Round("pipelined", 0, 0, 0, 1, 0, True, generated, stats, governor, None)
+    while stop is None:
+        if shadow is not None:
+            shadow = _settle_probe(shadow, context, governor, stats)
+        remaining = ends.max_tokens - len(generated)
+        budget, draft = 0, NO_DRAFT  # what plain decoding keeps
+        if governor is not None:
+            budget = _budget(governor, remaining)
+            draft, shadow = _look_up(governor, index, context, budget, shadow)
+        plain_streak = 0 if draft else plain_streak + 1
+        before, proposed, accepted, refed = len(context), 0, 0, 0
+        kind: RoundKind
+        if in_flight is not None:
+            # (e) Submit the next step unless a draft (dropped) or the budget's end stops it.
+            pending, in_flight = in_flight, None
+            if not draft and remaining > 1:
+                in_flight = _submit_step(runner, pending)
+            kind = "pipelined" if in_flight is not None else "drain"
+            stop = _emit(runner.read_tokens(pending)[0], context, generated, ends)
+        elif not draft and _may_start_pipeline(pipeline, remaining, plain_streak, governor):
+            kind, in_flight = "pipelined", _submit_step(runner, [context[-1]])
+        else:  # (g) a synchronous verify, of a draft or of the current token alone
+            kind, proposed = ("verify" if draft else "sync"), len(draft)
+            accepted, refed, stop = _verify_round(runner, host, governor, draft, context,
+                                                  generated, ends)
+        _count(stats, kind, budget, proposed, accepted, refed, governor is not None)
+        if len(generated) >= next_clear:
+            runner.clear_allocator_cache()
+            next_clear += ALLOCATOR_CLEAR_EVERY
+        emitted = len(context) - before
+        if kind == "pipelined" and emitted == 1 and budget == 0 and stop is None:
+            yield steady
         else:
-            kind, accepted = _verify_round(s, draft, budget)
-        _after_round(s)
-        if s.trace is not None:
-            _record(s, s.trace, kind, budget, len(draft), accepted, len(s.context) - before)
-
-
-def _record(s: _Loop, trace: list[RoundTrace], kind: RoundKind, budget: int, k: int,
-            accepted: int, emitted: int) -> None:
-    width = {"pipelined": 1, "sync": 1, "verify": k + 1, "drain": 0}[kind]
-    proposed = k if kind == "verify" else 0
-    policy = s.governor.state() if s.governor is not None else None
-    trace.append(
-        RoundTrace(
-            index=len(trace), kind=kind, width=width, budget=budget, proposed=proposed,
-            accepted=accepted, emitted=emitted, policy=policy, cache_len=s.runner.cache_len(),
-            context_len=len(s.context), in_flight=s.in_flight is not None, refed=s.round_refed,
-        )
-    )
+            yield Round(kind, budget, proposed, accepted, emitted, refed, in_flight is not None,
+                        generated, stats, governor, stop)
 
 
 def generate(
@@ -373,6 +444,8 @@ def generate(
 ) -> Generation:
     """Generate a reply with prompt lookup (or plain decoding when `lookup` is None).
 
+    Iterates `rounds` to the end: streaming, tracing and cancelling happen between rounds.
+
     Args:
         runner: the model and its caches; reset first.
         prompt: prompt token ids (not empty).
@@ -386,7 +459,7 @@ def generate(
             sampler needs host rows; False forbids it; True forces it (greedy
             batched-argmax samplers only).
         on_tokens: called between rounds and at the end with every token emitted so far
-            (streaming); its time counts in `decode_s`.
+            (streaming; never with none); its time counts in `decode_s`.
 
     Returns:
         The `Generation`.
@@ -397,30 +470,25 @@ def generate(
         UnsupportedModelError: lookup on a model without trimmable external KV caches.
         CacheRollbackError: a rollback left the caches holding other than the kept tokens.
     """
-    _check_request(runner, prompt, max_tokens, lookup, sampler, loop_guard)
-    s = _Loop(
-        runner=runner, sampler=HostSampler(sampler), batched=sampler.batched_argmax,
-        max_tokens=max_tokens, context=list(prompt), config=lookup,
-        governor=make_governor(lookup, _refeeds(runner)) if lookup is not None else None,
-        guard=(*loop_guard,) if loop_guard is not None else None,
-        pipeline=_resolve_pipeline(pipeline, sampler),
-        streak_before_pipeline=PLAIN_ROUNDS_BEFORE_PIPELINE if lookup is not None else 0,
-        trace=[] if trace else None,
-    )
+    steps = rounds(runner, prompt, max_tokens=max_tokens, lookup=lookup, sampler=sampler,
+                   loop_guard=loop_guard, pipeline=pipeline)
+    records: list[RoundTrace] = []
     start = time.perf_counter()
-    runner.reset()
-    first = _prefill(s, prompt)
+    prefill = next(steps)
     prefill_end = time.perf_counter()
-    if first in runner.eos_ids:
-        s.stop_reason = "eos"
-    elif max_tokens == 0:
-        s.stop_reason = "max_tokens"
-    else:
-        _emit(s, first)
-        _decode(s, should_stop, on_tokens)
-        if on_tokens is not None:
-            on_tokens(s.generated)
+    for step in chain((prefill,), steps):
+        if trace and step is not prefill:
+            records.append(step.trace(len(records), runner.cache_len(),
+                                      len(prompt) + len(step.tokens)))
+        if on_tokens is not None and step.tokens:
+            on_tokens(step.tokens)
+        if step.stop_reason is not None:
+            break
+        if should_stop is not None and should_stop():
+            if on_tokens is not None:
+                on_tokens(step.tokens)
+            break
     end = time.perf_counter()
     timings = Timings(prefill_end - start, end - prefill_end, end - start)
-    assert s.stop_reason is not None  # set above, or `_decode` ran until it was
-    return Generation(s.generated, s.stats, timings, s.stop_reason, s.trace or [])
+    # The generator yields until a step carries its stop reason: one without was cancelled.
+    return Generation(step.tokens, step.stats, timings, step.stop_reason or "cancelled", records)
