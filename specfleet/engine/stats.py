@@ -72,7 +72,9 @@ class PromptLookupStats:
         )
 
 
-# The one list of counter names: run results, stored columns and tables follow it.
+# The one list of counter names: `RunResult`'s counter fields, the `runs` columns, the store's
+# rows and `stats.runs.Counters` are built from it; a new counter is a field above plus a
+# store migration.
 COUNTER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PromptLookupStats))
 
 
