@@ -447,17 +447,9 @@ def generate(
     Iterates `rounds` to the end: streaming, tracing and cancelling happen between rounds.
 
     Args:
-        runner: the model and its caches; reset first.
-        prompt: prompt token ids (not empty).
-        max_tokens: most tokens to emit (the prefill token included).
-        lookup: prompt-lookup config (validated here); None decodes plainly.
-        sampler: how targets are picked; greedy by default.
-        loop_guard: (min_period, max_period, repeats), checked after every emitted token.
+        runner, prompt, max_tokens, lookup, sampler, loop_guard, pipeline: as for `rounds`.
         trace: record one `RoundTrace` per round.
         should_stop: polled between rounds; True ends the reply as "cancelled".
-        pipeline: None allows pipelining unless `SPECFLEET_FORCE_SYNC` is set or the
-            sampler needs host rows; False forbids it; True forces it (greedy
-            batched-argmax samplers only).
         on_tokens: called between rounds and at the end with every token emitted so far
             (streaming; never with none); its time counts in `decode_s`.
 
@@ -465,10 +457,8 @@ def generate(
         The `Generation`.
 
     Raises:
-        ValueError: empty prompt, negative max_tokens, pipeline=True with a host sampler.
-        ConfigError: an invalid lookup, sampler or loop-guard setting.
-        UnsupportedModelError: lookup on a model without trimmable external KV caches.
-        CacheRollbackError: a rollback left the caches holding other than the kept tokens.
+        What `rounds` raises (ValueError, ConfigError, UnsupportedModelError,
+        CacheRollbackError).
     """
     steps = rounds(runner, prompt, max_tokens=max_tokens, lookup=lookup, sampler=sampler,
                    loop_guard=loop_guard, pipeline=pipeline)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from specfleet.engine.config import ConfigError, PromptLookupConfig
 from specfleet.engine.loop import (
     FORCE_SYNC_ENV,
     generate,
+    rounds,
     sequential_reference,
     unsupported_reason,
 )
@@ -275,11 +277,11 @@ def test_budget_is_capped_by_remaining_minus_one():
         13: [("verify", 7, 7), ("verify", 1, 1)],
         14: [("verify", 7, 7), ("verify", 2, 2)],
     }
-    for max_tokens, rounds in expected.items():
+    for max_tokens, last_rounds in expected.items():
         model = ScriptModel(prompt + reply)
         result = generate(model, prompt, max_tokens=max_tokens, lookup=cfg(3, 2, 7), trace=True)
         assert result.tokens == reply[:max_tokens]
-        assert [(t.kind, t.budget, t.proposed) for t in result.trace[2:]] == rounds
+        assert [(t.kind, t.budget, t.proposed) for t in result.trace[2:]] == last_rounds
         assert result.stats.paused_rounds == (1 if max_tokens == 12 else 0)
         assert model.cache_len() == len(prompt) + max_tokens - 1
         check_rounds(result, len(prompt), max_tokens)
@@ -318,6 +320,31 @@ def test_should_stop_cancels_between_rounds():
     calls.clear()  # pipelined: the first round only submits, so one token fewer
     result = generate(ConstantModel(), [1], max_tokens=50, should_stop=should_stop)
     assert result.stop_reason == "cancelled" and len(result.tokens) == 3
+
+
+def test_rounds_yields_the_prefill_then_the_rounds_generate_traces():
+    prompt, config = lcg_tokens(3, 48, 6), cfg(3, 2, 7)
+    steps = list(rounds(InductionModel(), prompt, max_tokens=40, lookup=config))
+    result = generate(InductionModel(), prompt, max_tokens=40, lookup=config, trace=True)
+    shapes = [(s.kind, s.budget, s.proposed, s.accepted, s.emitted) for s in steps]
+    assert shapes[0] == ("prefill", 0, 0, 0, 1)
+    assert shapes[1:] == [(t.kind, t.budget, t.proposed, t.accepted, t.emitted)
+                          for t in result.trace]
+    assert [s.stop_reason for s in steps] == [None] * (len(steps) - 1) + ["max_tokens"]
+    assert steps[-1].tokens == result.tokens and steps[-1].stats == result.stats
+
+
+def test_rounds_checks_at_the_call_runs_on_demand_and_ends_where_the_consumer_stops():
+    with pytest.raises(ValueError, match="empty"):
+        rounds(ConstantModel(), [], max_tokens=4)
+    model = ConstantModel()
+    steps = rounds(model, [1], max_tokens=50, pipeline=False)
+    assert model.forward_widths == []  # nothing runs before the first step is asked for
+    *_, third = islice(steps, 3)
+    assert third.tokens == [3, 3, 3] and third.stop_reason is None
+    assert model.forward_widths == [1, 1, 1]
+    [only] = rounds(ConstantModel(token=7, eos=7), [1], max_tokens=5)
+    assert only.kind == "prefill" and only.tokens == [] and only.stop_reason == "eos"
 
 
 def test_timings_split_prefill_and_decode():
