@@ -391,8 +391,8 @@ def _rounds(
     in_flight: Any = None  # lazy sample of the token after context[-1]; the cache holds that one
     shadow: ShadowProbe | None = None
     plain_streak, next_clear = 0, ALLOCATOR_CLEAR_EVERY
-    # Most rounds of a long reply are this one: one shared record, as a record costs a round.
-    steady = Round("pipelined", 0, 0, 0, 1, 0, True, generated, stats, governor, None)
+    # A round shaped like the one before shares its record: building one costs a plain round.
+    last_shape: tuple[Any, ...] = ()
     while stop is None:
         if shadow is not None:
             shadow = _settle_probe(shadow, context, governor, stats)
@@ -421,12 +421,11 @@ def _rounds(
         if len(generated) >= next_clear:
             runner.clear_allocator_cache()
             next_clear += ALLOCATOR_CLEAR_EVERY
-        emitted = len(context) - before
-        if kind == "pipelined" and emitted == 1 and budget == 0 and stop is None:
-            yield steady
-        else:
-            yield Round(kind, budget, proposed, accepted, emitted, refed, in_flight is not None,
-                        generated, stats, governor, stop)
+        shape = (kind, budget, proposed, accepted, len(context) - before, refed,
+                 in_flight is not None)
+        if shape != last_shape or stop is not None:
+            last, last_shape = Round(*shape, generated, stats, governor, stop), shape
+        yield last
 
 
 def generate(
