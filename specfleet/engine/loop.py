@@ -75,8 +75,10 @@ class Generation:
 class Round(NamedTuple):
     """What one step of `rounds` did: the prefill first, then one round of the loop each.
 
-    A named tuple, not a frozen dataclass: one is built every round, and a frozen
-    dataclass's `__init__` costs more than a plain round of the loop.
+    A named tuple, not a frozen dataclass: one is built per round (rounds of one shape in a
+    row share it), and a frozen dataclass's `__init__` costs more than a plain round.
+    `tokens`, `stats` and `governor` are the loop's own objects, which later steps update:
+    read them before asking for the next step, and never write them.
 
     Attributes:
         kind: "prefill", or the round's `RoundKind` ("pipelined", "sync", "verify", "drain").
@@ -90,8 +92,6 @@ class Round(NamedTuple):
         stats: the counters so far.
         governor: the draft policy (None for plain decoding); `governor.state()` is its state
             after this step.
-        (`tokens`, `stats` and `governor` are the loop's own objects, which later steps
-        update: read them before asking for the next step, and never write them.)
         stop_reason: why the reply ends after this step, None while it goes on; the
             generator stops after the step that carries one.
     """
