@@ -1,20 +1,30 @@
-"""The `calibrated` draft policy: the draft length that lands most tokens per unit of cost.
+"""The `calibrated` draft policy: the draft length with the largest expected saving.
 
 Graded and Gated size a draft from acceptance alone. This policy also knows what a verify
 block costs on the host at hand: `costs[w - 1]` is the cost of a synchronous verify of width
-`w` in pipelined plain steps (spec 7.6, measured by `specfleet calibrate`). Each round it picks
+`w` in pipelined plain steps (spec 7.6, measured by `specfleet calibrate`). Every schedule
+emits the same reply, so the cheapest is the one that saves the most steps over plain
+decoding (the oracle's objective, `engine/oracle.py`); each round it proposes
 
-    k* = argmax over k in 1..max_draft of (1 + E[landed | k]) / cost(k + 1),
-    E[landed | k] = p + p^2 + ... + p^k        (a draft lands up to its first miss),
+    k* = argmax over k in 1..max_draft of  1 + E[landed | k] - cost(k + 1),
+    E[landed | k] = S(1) + ... + S(k),   S(j) = P(the first j proposals all land),
 
-and drafts nothing when that rate does not beat a plain pipelined step (1 token per step).
-On a model whose rollback feeds the kept tokens again (recurrent layers, `rollback_kind`
-"refeed"), a draft whose first miss is at proposal a+1 also pays a forward of width a+1:
-the cost becomes cost(k + 1) + sum over a < k of p^a (1 - p) cost(a + 1).
-`p` is a count estimate: landed proposals ("hits") and first rejections ("misses"), each
-decayed by `DECAY` per drafted round, over a Beta(1, 1) prior. No clock is read. While it
-drafts nothing the loop keeps looking up two-token shadow probes (as it does for a paused
-Gated loop); each confirmed probe counts as two hits, which is the way back to drafting.
+and nothing when no k saves anything (a pipelined plain step lands one token for one step).
+On a model whose rollback feeds the kept tokens again (`rollback_kind` "refeed"), a draft
+whose first miss is at proposal a+1 also pays a forward of width a+1.
+
+`S(j)` is a product of hazards: the chance that a proposal lands given that the current
+match has already held d tokens (`run`). A copy that has run long tends to run on (an edit
+restating a function), one that broke after a token or two says little, so the hazard is
+estimated per depth bucket (0, 1, 2-3, 4-7, ... 32+) from this reply's own verifies:
+landed proposals over verified ones at that depth, decayed by `DECAY` per drafted round,
+over a prior worth `PRIOR_WEIGHT` proposals at (1 + d) / (2 + d) (a uniform prior on each
+match's own rate, after d tokens held). A rejection ends the match (the bonus row is the
+model's own token, so the next lookup is a fresh one); a draft that lands whole keeps it.
+No clock is read, and the proposal itself is not seen: the loop asks for the budget before
+it looks up (`DraftGovernor.budget`). While it drafts nothing the loop keeps looking up
+two-token shadow probes (as for a paused Gated loop); a confirmed probe is a match that held
+two tokens (run 2), the way back to drafting.
 """
 
 from __future__ import annotations
@@ -24,11 +34,11 @@ from typing import ClassVar
 
 from specfleet.engine.governor import SHADOW_CONFIRM, GovernorState
 
-PRIOR_HITS = 1.0
-PRIOR_MISSES = 1.0
+BUCKETS = 7  # match depths 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
+PRIOR_WEIGHT = 2.0  # proposals' worth of belief in `prior_hazard` per bucket
 # Evidence older than a few drafted rounds fades: copy spans start and end mid-reply.
 DECAY = 0.8
-PLAIN_STEP_RATE = 1.0  # a pipelined plain step lands one token per step
+PLAIN_STEP_SAVING = 0.0  # a pipelined plain step lands one token for one step
 
 
 def width_cost(costs: Sequence[float], width: int) -> float:
@@ -44,36 +54,67 @@ def width_cost(costs: Sequence[float], width: int) -> float:
     return costs[-1] + (width - len(costs)) * step
 
 
-def expected_landed(p: float, k: int) -> float:
-    """p + p^2 + ... + p^k: proposals expected to land from a draft of `k`."""
-    return sum(p**i for i in range(1, k + 1))
+def depth_bucket(depth: int) -> int:
+    """Hazard bucket of a proposal `depth` tokens into its match: 0, 1, 2-3, 4-7, ... 32+."""
+    return min(depth.bit_length(), BUCKETS - 1)
 
 
-def expected_refeed_cost(p: float, costs: Sequence[float], k: int) -> float:
-    """Expected cost of re-feeding after a draft of `k`: the first miss at proposal a+1
-    (probability p^a (1 - p)) re-feeds the a+1 kept tokens, one forward of that width."""
-    return sum(p**a * (1.0 - p) * width_cost(costs, a + 1) for a in range(k))
+def prior_hazard(bucket: int) -> float:
+    """(1 + d) / (2 + d) at the bucket's first depth d: after d landed tokens, the posterior
+    mean of a match's own landing rate under a uniform prior (a fresh match: 1/2)."""
+    depth = 0 if bucket == 0 else 1 << (bucket - 1)
+    return (1.0 + depth) / (2.0 + depth)
 
 
-def best_draft(p: float, costs: Sequence[float], max_draft: int, refeeds: bool = False) -> int:
-    """The draft length with the highest tokens per cost; 0 when none beats a plain step.
+def survival(hazards: Sequence[float], run: int, k: int) -> list[float]:
+    """S(1..k): the chance that the first j proposals all land, for a match that has held
+    `run` tokens (a fresh one: 0).
+
+    Args:
+        hazards: per depth bucket, the chance a proposal lands given the ones before did.
+        run: tokens the match has held so far.
+        k: proposals.
+    """
+    out, alive = [], 1.0
+    for depth in range(run, run + k):
+        alive *= hazards[depth_bucket(depth)]
+        out.append(alive)
+    return out
+
+
+def expected_refeed_cost(alive: Sequence[float], costs: Sequence[float]) -> float:
+    """Expected cost of re-feeding after a draft of len(alive): the first miss at proposal
+    a+1 (probability S(a) - S(a+1)) re-feeds the a+1 kept tokens, one forward of that width."""
+    before = [1.0, *alive]
+    return sum((before[a] - before[a + 1]) * width_cost(costs, a + 1) for a in range(len(alive)))
+
+
+def saving_draft(alive: Sequence[float], costs: Sequence[float], refeeds: bool = False) -> int:
+    """The draft length (at most len(alive)) that saves the most steps over plain decoding,
+    1 + S(1) + ... + S(k) - cost(k + 1); 0 when none saves any.
 
     Ties keep the shorter draft (a wider block risks more on a miss). With `refeeds`, a
     rejected draft's re-feed is priced in (`expected_refeed_cost`).
     """
-    best_k, best_rate = 0, PLAIN_STEP_RATE
-    for k in range(1, max_draft + 1):
+    best_k, best_saving, landed = 0, PLAIN_STEP_SAVING, 0.0
+    for k in range(1, len(alive) + 1):
+        landed += alive[k - 1]
         cost = width_cost(costs, k + 1)
         if refeeds:
-            cost += expected_refeed_cost(p, costs, k)
-        rate = (1.0 + expected_landed(p, k)) / cost
-        if rate > best_rate:
-            best_k, best_rate = k, rate
+            cost += expected_refeed_cost(alive[:k], costs)
+        if 1.0 + landed - cost > best_saving + 1e-12:
+            best_k, best_saving = k, 1.0 + landed - cost
     return best_k
 
 
+def best_draft(p: float, costs: Sequence[float], max_draft: int, refeeds: bool = False) -> int:
+    """`saving_draft` when every proposal lands with the same chance `p` (S(j) = p^j)."""
+    return saving_draft([p**j for j in range(1, max_draft + 1)], costs, refeeds)
+
+
 class CalibratedGovernor:
-    """Cost-aware budgets from a width-cost table and decayed acceptance counts.
+    """Cost-aware budgets from a width-cost table, the current match's run and decayed
+    per-depth landing counts.
 
     Args:
         max_draft: most proposals per round.
@@ -95,33 +136,58 @@ class CalibratedGovernor:
         self.max_draft = max_draft
         self.costs = tuple(costs)
         self.refeeds = refeeds
-        self.hits = 0.0
-        self.misses = 0.0
+        # Per depth bucket: proposals verified there, and how many of them landed.
+        self.tried = [0.0] * BUCKETS
+        self.landed = [0.0] * BUCKETS
+        self.run = 0  # tokens the current match has held
         self.paused = False
+        self._asked = False  # a budget was given and no drafted round recorded since
+        self._resumed = False  # that budget ended a pause (its round may only drain a step)
+
+    def hazards(self) -> list[float]:
+        """Per depth bucket: the estimated chance that a proposal there lands."""
+        return [(self.landed[b] + PRIOR_WEIGHT * prior_hazard(b)) / (self.tried[b] + PRIOR_WEIGHT)
+                for b in range(BUCKETS)]
 
     def acceptance(self) -> float:
-        """Estimated probability that a proposal lands given the ones before it did."""
-        return (self.hits + PRIOR_HITS) / (self.hits + self.misses + PRIOR_HITS + PRIOR_MISSES)
+        """Estimated chance that the next proposal lands, given the current match's run."""
+        return self.hazards()[depth_bucket(self.run)]
 
     def budget(self) -> int:
-        k = best_draft(self.acceptance(), self.costs, self.max_draft, self.refeeds)
+        if self._asked and not self._resumed:
+            self.run = 0  # a round with a budget but no verify: the lookup found nothing
+        k = saving_draft(survival(self.hazards(), self.run, self.max_draft), self.costs,
+                         self.refeeds)
+        self._resumed = self.paused and k > 0
+        self._asked = k > 0
         self.paused = k == 0
         return k
 
     def record(self, accepted: int, proposed: int) -> None:
-        # A draft that landed whole says nothing about the next token: no miss.
-        self._count(accepted, 1.0 if accepted < proposed else 0.0)
+        # A draft that landed whole says nothing about the token after it: no miss.
+        rejected = accepted < proposed
+        self._count(self.run, accepted, rejected)
+        self.run = 0 if rejected else self.run + accepted
+        self._asked = self._resumed = False
 
-    def _count(self, hits: float, misses: float) -> None:
-        self.hits = DECAY * self.hits + hits
-        self.misses = DECAY * self.misses + misses
+    def _count(self, run: int, landed: int, missed: bool) -> None:
+        self.tried = [DECAY * n for n in self.tried]
+        self.landed = [DECAY * n for n in self.landed]
+        for depth in range(run, run + landed + missed):
+            self.tried[depth_bucket(depth)] += 1.0
+        for depth in range(run, run + landed):
+            self.landed[depth_bucket(depth)] += 1.0
 
     def probes_while_paused(self) -> bool:
         return self.paused
 
     def shadow_confirmed(self) -> None:
         if self.paused:
-            self._count(float(SHADOW_CONFIRM), 0.0)
+            # Refuted probes are never reported, so a confirmed one is no evidence about how
+            # often fresh matches land; it says this match has held SHADOW_CONFIRM tokens.
+            self._count(0, 0, False)
+            self.run = SHADOW_CONFIRM
 
     def state(self) -> GovernorState:
-        return GovernorState("calibrated", self.acceptance(), int(self.misses), self.paused)
+        misses = sum(t - n for t, n in zip(self.tried, self.landed, strict=True))
+        return GovernorState("calibrated", self.acceptance(), round(misses), self.paused)

@@ -1,4 +1,4 @@
-"""The calibrated policy: cost-aware budgets, count-based estimate, probes, exact parity."""
+"""The calibrated policy: expected-saving budgets, per-depth hazards, probes, exact parity."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specfleet.engine.calibrated import (
+    BUCKETS,
     CalibratedGovernor,
     best_draft,
-    expected_landed,
+    depth_bucket,
+    prior_hazard,
+    saving_draft,
+    survival,
     width_cost,
 )
 from specfleet.engine.config import ConfigError, PromptLookupConfig, make_governor
@@ -34,21 +38,43 @@ def test_width_cost_reads_the_table_and_continues_its_last_increment():
     assert width_cost((1.0, 3.0, 2.0), 5) == 2.0  # a falling end is held flat
 
 
-def test_expected_landed_is_the_truncated_geometric_sum():
-    assert expected_landed(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
-    assert expected_landed(1.0, 7) == 7.0 and expected_landed(0.0, 7) == 0.0
+def test_depth_buckets_double_and_the_prior_hazard_grows_with_the_run():
+    assert [depth_bucket(d) for d in (0, 1, 2, 3, 4, 7, 8, 31, 32, 500)] == [
+        0, 1, 2, 2, 3, 3, 4, 5, 6, 6]
+    assert prior_hazard(0) == 0.5 and prior_hazard(1) == pytest.approx(2 / 3)
+    assert prior_hazard(4) == pytest.approx(9 / 10)  # depth 8: (1 + 8) / (2 + 8)
+    assert [prior_hazard(b) for b in range(BUCKETS)] == sorted(prior_hazard(b) for b in range(BUCKETS))
 
 
-def test_best_draft_maximises_tokens_per_cost_and_drafts_nothing_below_a_plain_step():
-    # Linear costs: (1 + p + ... + p^k) / (k + 1) < 1 for every p < 1.
+def test_survival_multiplies_the_hazards_from_the_match_s_depth():
+    hazards = [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
+    assert survival(hazards, 0, 3) == pytest.approx([0.5, 0.3, 0.21])
+    # A match that has held 3 tokens: depths 3 (bucket 2), 4 and 5 (bucket 3).
+    assert survival(hazards, 3, 3) == pytest.approx([0.7, 0.56, 0.448])
+
+
+def test_saving_draft_maximises_the_expected_saving_over_plain_steps():
+    # Linear costs: 1 + S(1) + ... + S(k) < k + 1 whenever some S(j) < 1.
     assert best_draft(0.95, LINEAR, 10) == 0
     # Cheap blocks: a near-certain copy fills the block.
     assert best_draft(0.99, CHEAP, 10) == 10
-    # GB10 1.7B at p = 0.8: rates 1.8/1.37, 2.44/1.76, 2.95/2.43 ...; width 3 wins.
+    # GB10 1.7B at p = 0.8: savings 0.43, 0.68 (width 3), 0.52 ...
     assert best_draft(0.8, GB10, 9) == 2
     assert best_draft(0.1, GB10, 9) == 0
-    # Never past max_draft.
-    assert best_draft(0.99, CHEAP, 3) == 3
+    assert best_draft(0.99, CHEAP, 3) == 3  # never past max_draft
+    # A sure copy fills the block (saving 10 - 4.02); a 50/50 one stops at one (1.5 - 1.37).
+    assert saving_draft([1.0] * 9, GB10) == 9
+    assert saving_draft([0.5, 0.25, 0.125], GB10) == 1
+
+
+def test_a_long_run_justifies_a_wide_block_a_fresh_match_does_not():
+    governor = CalibratedGovernor(32, GB10)
+    fresh = governor.budget()
+    governor.record(fresh, fresh)  # it landed whole: the match has held `fresh` tokens
+    for _ in range(3):
+        k = governor.budget()
+        governor.record(k, k)
+    assert governor.run >= 16 and governor.budget() > 8 > fresh
 
 
 def test_governor_starts_from_an_even_prior_and_learns_from_counts():
@@ -57,18 +83,30 @@ def test_governor_starts_from_an_even_prior_and_learns_from_counts():
     assert governor.budget() > 0
     for _ in range(10):
         k = governor.budget()
-        governor.record(k, k)  # whole blocks land: no misses
+        governor.record(k, k)  # whole blocks land: no misses, the match runs on
     assert governor.budget() == 10 and governor.acceptance() > 0.95
     for _ in range(20):
         governor.record(0, governor.budget() or 1)
-    assert governor.acceptance() < 0.25  # the prior and decay keep it above 1/7
+    assert governor.run == 0 and governor.acceptance() < 0.25  # the prior and decay keep it > 0
 
 
-def test_a_draft_that_lands_whole_counts_no_miss_but_a_rejection_does():
+def test_a_rejection_ends_the_match_and_counts_one_miss_at_its_depth():
     a, b = CalibratedGovernor(7, GB10), CalibratedGovernor(7, GB10)
     a.record(3, 3)
     b.record(3, 7)
-    assert a.misses == 0 and b.misses == 1 and a.hits == b.hits == 3
+    assert a.run == 3 and b.run == 0
+    # Depths 0, 1, 2 landed in both; b also missed at depth 3 (bucket 2); a counts no miss.
+    assert a.tried == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert b.tried == [1.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    assert a.landed == b.landed == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_a_budgeted_round_without_a_verify_ends_the_match():
+    governor = CalibratedGovernor(32, CHEAP)
+    governor.record(5, 5)
+    assert governor.budget() > 0 and governor.run == 5
+    governor.budget()  # no record in between: the lookup came back empty
+    assert governor.run == 0
 
 
 def test_misses_pause_it_and_confirmed_probes_bring_it_back():
@@ -83,13 +121,24 @@ def test_misses_pause_it_and_confirmed_probes_bring_it_back():
         confirmations += 1
         assert confirmations < 50
     assert not governor.probes_while_paused() and confirmations >= 1
+    assert governor.run == 2  # the probe's two tokens: the match it resumes on
+
+
+def test_the_first_round_after_a_pause_may_drain_without_ending_the_match():
+    governor = CalibratedGovernor(7, GB10)
+    for _ in range(6):
+        governor.record(0, 2)
+    assert governor.budget() == 0
+    governor.shadow_confirmed()
+    assert governor.budget() > 0  # resumed; the loop drains its in-flight step this round
+    assert governor.budget() > 0 and governor.run == 2
 
 
 def test_a_confirmation_while_drafting_changes_nothing():
     governor = CalibratedGovernor(7, CHEAP)
     assert governor.budget() > 0
     governor.shadow_confirmed()
-    assert governor.hits == 0
+    assert governor.tried == [0.0] * BUCKETS and governor.run == 0
 
 
 def test_config_needs_a_positive_table_for_the_calibrated_policy():
