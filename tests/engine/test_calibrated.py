@@ -101,6 +101,22 @@ def test_a_rejection_ends_the_match_and_counts_one_miss_at_its_depth():
     assert a.landed == b.landed == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
 
 
+def test_older_evidence_fades_by_a_fifth_per_drafted_round():
+    governor = CalibratedGovernor(7, GB10)
+    governor.record(0, 1)
+    governor.record(0, 1)
+    assert governor.tried[0] == pytest.approx(0.8 + 1.0) and governor.landed[0] == 0.0
+
+
+def test_a_long_copy_is_verified_in_a_few_blocks_that_widen_as_it_holds():
+    prompt, reply = list(range(100, 160)), [300, *range(100, 160)]  # an edit restating 60 tokens
+    result = generate(ScriptModel(prompt + reply), prompt, max_tokens=len(reply),
+                      lookup=calibrated(max_draft=32), trace=True)
+    widths = [t.width for t in result.trace if t.kind == "verify"]
+    assert result.tokens == reply and result.stats.accepted >= 50
+    assert len(widths) <= 5 and max(widths) == 33 and widths[:2] == sorted(widths[:2])
+
+
 def test_a_budgeted_round_without_a_verify_ends_the_match():
     governor = CalibratedGovernor(32, CHEAP)
     governor.record(5, 5)
