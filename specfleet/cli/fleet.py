@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from specfleet.cli.options import AddressOption, EmbeddedOption
-from specfleet.cluster.whichfleet import check_address
+from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
 from specfleet.userfiles import check_writable_dir
 
@@ -152,8 +152,8 @@ def status_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array on stdout.")] = False,
 ) -> None:
     """Hosts, kinds, targets, default policies, loaded models, busy/idle, health, versions."""
-    from specfleet.cli.fleetlink import connect_fleet, say_fleet
     from specfleet.cluster.fleet import disconnect, fleet_status
+    from specfleet.cluster.reach import connect_fleet, say_fleet
 
     choice = connect_fleet(address, embedded)
     try:

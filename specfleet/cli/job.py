@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.fleetlink import open_fleet
 from specfleet.cli.options import (
     AddressOption,
     DbOption,
@@ -23,6 +22,7 @@ from specfleet.cli.options import (
     ModelAliasOption,
     NoProgressOption,
 )
+from specfleet.cluster.reach import open_fleet
 from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target

@@ -15,7 +15,6 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.fleetlink import open_fleet
 from specfleet.cli.options import (
     AddressOption,
     DbOption,
@@ -26,6 +25,7 @@ from specfleet.cli.options import (
     RequireQuietOption,
 )
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
+from specfleet.cluster.reach import open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
 from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
@@ -349,7 +349,7 @@ def validate(
 def _check_models(spec: MatrixSpec, file: str, address: str | None, local: bool):
     """The model checks of `validate` and the words saying where they were made."""
     from specfleet.cluster.modelcheck import check_here, check_on_hosts
-    from specfleet.cluster.whichfleet import choose_fleet
+    from specfleet.cluster.reach import choose_fleet
 
     if set(spec.targets.engines) == {"toy"}:  # toy names read the same on every host
         return check_here(spec, file), "every model resolved"

@@ -30,7 +30,7 @@ DbOption = Annotated[str | None, typer.Option(
     "--db", help="Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "
     "default $SPECFLEET_DB, else the user data dir.")]
 
-# The fleet: `cluster.whichfleet.choose_fleet` resolves None as the help says.
+# The fleet: `cluster.reach.choose_fleet` resolves None as the help says.
 AddressOption = Annotated[str | None, typer.Option(
     "--address", help="Fleet head HOST:PORT; default $SPECFLEET_ADDRESS, $RAY_ADDRESS, the "
     "fleet this machine joined (fleet up/join), else the embedded fleet.")]

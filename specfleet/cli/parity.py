@@ -55,8 +55,8 @@ def replay_workers(
     address: str | None, replay: bool, embedded: bool = False
 ) -> Iterator[tuple[dict, Any]]:
     """(host -> worker, a worker for toy runs): the fleet's actors when a fleet applies
-    (`whichfleet`), else this machine's own HostWorker (other hosts' runs stay unverified)."""
-    from specfleet.cluster.whichfleet import choose_fleet
+    (`cluster.reach`), else this machine's own HostWorker (other hosts' runs stay unverified)."""
+    from specfleet.cluster.reach import choose_fleet
 
     if not replay:
         yield {}, None
@@ -76,9 +76,9 @@ def replay_workers(
 def fleet_view(
     address: str | None, with_toy: bool = False, embedded: bool = False
 ) -> Iterator[Any]:
-    """The fleet's workers and targets (`cli/fleetlink.open_fleet`), disconnected after."""
-    from specfleet.cli.fleetlink import open_fleet
+    """The fleet's workers and targets (`cluster/reach.open_fleet`), disconnected after."""
     from specfleet.cluster import fleet
+    from specfleet.cluster.reach import open_fleet
 
     try:
         yield open_fleet(address, with_toy=with_toy, embedded=embedded)

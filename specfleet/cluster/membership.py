@@ -24,6 +24,7 @@ import ray
 
 from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import enable_token_auth, ensure_token
+from specfleet.cluster.reach import connect_error, host_port
 from specfleet.errors import UserError
 from specfleet.workers.actor import (
     HOST_LABEL,
@@ -78,10 +79,8 @@ def read_head_versions(address: str) -> dict[str, str]:
 
 
 def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
-    host, port = address.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as err:
+    err = connect_error(address, timeout_s)
+    if err is not None:
         raise UserError(f"cannot reach the head at {address}: {_line(err)}") from None
 
 
@@ -168,7 +167,7 @@ def start_env(os_name: str | None = None, mlx_only: bool = False) -> dict[str, s
 
 def node_ip_towards(head: str) -> str:
     """This host's address on the route to the head (no packet is sent)."""
-    host = head.rsplit(":", 1)[0]
+    host = host_port(head)[0]
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((host, DEFAULT_PORT))
         return probe.getsockname()[0]

@@ -105,7 +105,7 @@ def check_on_hosts(spec: MatrixSpec, label: str, view: Any,
     Args:
         spec: the checked matrix.
         label: the file as named in messages.
-        view: the `cli.fleetlink.FleetView` (targets, kinds, worker handles).
+        view: the `cluster.reach.FleetView` (targets, kinds, worker handles).
         timeout_s: how long all hosts together may take to answer.
 
     Returns:

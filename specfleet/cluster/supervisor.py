@@ -10,11 +10,11 @@ Run it in the foreground with `specfleet fleet join ... --supervise` (systemd, l
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 
 from specfleet.cluster import noderecord
+from specfleet.cluster.reach import connect_error, host_port
 
 CHECK_EVERY_S = 2.0
 
@@ -32,12 +32,7 @@ def node_alive(record: noderecord.NodeRecord) -> bool:
 
 
 def head_answers(address: str, timeout_s: float = 2.0) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError:
-        return False
-    return True
+    return connect_error(address, timeout_s) is None
 
 
 def rejoin(record: noderecord.NodeRecord) -> None:
@@ -48,7 +43,7 @@ def rejoin(record: noderecord.NodeRecord) -> None:
     port = args.pop("port", None)
     options = NodeOptions(**args)
     if record.head:
-        fleet_up(record.host, port=port or int(record.address.rsplit(":", 1)[1]),
+        fleet_up(record.host, port=port or host_port(record.address)[1],
                  options=options, supervise=False)
     else:
         fleet_join(record.address, record.host, options=options, supervise=False)

@@ -2,7 +2,7 @@
 host's last load sample from the store.
 
 The web view never starts a fleet: it follows the fleet every command follows
-(`cluster/whichfleet.py`: --address, $SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet this
+(`cluster/reach.py`: --address, $SPECFLEET_ADDRESS, $RAY_ADDRESS, the fleet this
 machine joined) and where that is the embedded fleet, it says there is none.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from specfleet.cluster.whichfleet import choose_fleet
+from specfleet.cluster.reach import choose_fleet
 
 NO_FLEET = ("No fleet: `specfleet serve` was started without --address and this machine has "
             "not joined one (`specfleet fleet join HEAD:PORT`, or pass --address HEAD:PORT).")

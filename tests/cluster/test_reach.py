@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.whichfleet import EMBEDDED, JOINED, announce, choose_fleet
+from specfleet.cluster.reach import EMBEDDED, JOINED, announce, choose_fleet
 from specfleet.errors import UserError
 
 BOTH = {"SPECFLEET_ADDRESS": "10.0.0.2:6379", "RAY_ADDRESS": "10.0.0.3:6379"}

@@ -1,0 +1,246 @@
+"""How a client reaches a fleet: which fleet a command talks to, the one line that says so,
+the HOST:PORT of a head (parsed here only), and the fleet's workers and targets.
+
+Every command that talks to a fleet resolves it in this order: `--address`,
+`$SPECFLEET_ADDRESS`, `$RAY_ADDRESS`, the fleet this machine joined (`fleet up` / `fleet join`
+remember it until `fleet leave`), else the embedded fleet (a private Ray instance on
+127.0.0.1). `--embedded` forces the embedded fleet whatever is set. `open_fleet` then
+connects, says which fleet in one stderr line, finds every host by its label, makes sure each
+has its worker, and asks each worker for its targets: the scheduler gets worker handles and
+the planner gets (host, engine, device) targets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specfleet.errors import UserError
+from specfleet.jobs.run import Target
+
+ADDRESS_ENV = "SPECFLEET_ADDRESS"
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+EMBEDDED = "embedded"
+JOINED = "the fleet this machine joined"
+INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]+:\d{1,5}$")
+
+
+@dataclass(frozen=True)
+class FleetChoice:
+    """The fleet a command uses: a head address (None: embedded) and where it came from."""
+
+    address: str | None
+    source: str  # "--address", "$SPECFLEET_ADDRESS", "$RAY_ADDRESS", JOINED or EMBEDDED
+
+    @property
+    def embedded(self) -> bool:
+        return self.address is None
+
+
+def check_address(address: str | None, flag: str = "--address") -> str | None:
+    """HOST:PORT with a port in 1..65535 (`flag` names where the value came from)."""
+    if address is None:
+        return None
+    if not _ADDRESS.match(address) or not 0 < host_port(address)[1] < 65536:
+        raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. 192.168.1.10:6379")
+    return address
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """HOST:PORT split at its last colon (check it first with `check_address`)."""
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def connect_error(address: str, timeout_s: float) -> OSError | None:
+    """Why a TCP connection to the head at `address` fails, or None when one opens."""
+    try:
+        socket.create_connection(host_port(address), timeout=timeout_s).close()
+    except OSError as err:
+        return err
+    return None
+
+
+def choose_fleet(
+    address: str | None = None,
+    embedded: bool = False,
+    env: Mapping[str, str] | None = None,
+    joined: str | None | bool = True,
+) -> FleetChoice:
+    """Resolve the fleet in the documented order (see the module docstring).
+
+    Args:
+        address: the `--address` flag.
+        embedded: the `--embedded` flag (refused together with `--address`).
+        env: the environment to read (default `os.environ`).
+        joined: the joined fleet's address; True reads this machine's node record.
+
+    Raises:
+        UserError: both flags given, or a malformed address (the message names its source).
+    """
+    if embedded and address is not None:
+        raise UserError("--embedded and --address: give one of them")
+    if embedded:
+        return FleetChoice(None, EMBEDDED)
+    env = os.environ if env is None else env
+    if address is not None:
+        return FleetChoice(check_address(address), "--address")
+    for name in (ADDRESS_ENV, RAY_ADDRESS_ENV):
+        if env.get(name):
+            return FleetChoice(check_address(env[name], f"${name}"), f"${name}")
+    if joined is True:
+        from specfleet.cluster.noderecord import joined_fleet
+
+        joined = joined_fleet()
+    if joined:
+        return FleetChoice(str(joined), JOINED)
+    return FleetChoice(None, EMBEDDED)
+
+
+def announce(choice: FleetChoice, hosts: int) -> str:
+    """The line every fleet command starts with, e.g. `fleet: 10.0.0.1:6379 (3 hosts)`."""
+    if choice.embedded:
+        return "fleet: embedded (this machine only)"
+    return f"fleet: {choice.address} ({hosts} host{'' if hosts == 1 else 's'})"
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The fleet as a matrix needs it.
+
+    Attributes:
+        targets: every (host, engine, device) the workers offer, plus a toy target per host
+            when asked for.
+        kinds: host name -> kind label (`linux-cpu`, `mac-mlx`, ...).
+        workers: host name -> worker actor handle.
+        machines: host name -> machine id (hosts on one machine share its machine lock).
+        infos: host name -> the worker's `HostInfo` dict (for `Store.upsert_host`).
+        suspects: asked-for hosts whose node is gone now but whose worker may come back
+            (their handles are in `workers`; the scheduler waits for them, `--wait`).
+    """
+
+    targets: list[Target]
+    kinds: dict[str, str]
+    workers: dict[str, Any]
+    machines: dict[str, str]
+    infos: dict[str, dict]
+    suspects: list[str] = field(default_factory=list)
+
+    def record_hosts(self, store) -> None:
+        """Refresh every host of the view in the store's `hosts` table."""
+        for info in self.infos.values():
+            store.upsert_host(info)
+
+
+def connect_fleet(address: str | None, embedded: bool = False) -> FleetChoice:
+    """Resolve the fleet (`choose_fleet`), then connect to it or start the
+    embedded one. Errors name where the address came from."""
+    from specfleet.cluster import fleet
+
+    choice = choose_fleet(address, embedded)
+    if choice.address is not None:
+        fleet.ensure_token(create=False)  # a missing token is the likelier mistake: say it first
+        check_reachable(choice.address, choice.source)
+    try:
+        fleet.connect(choice.address)
+    except ConnectionError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "no answer"
+        raise UserError(f"{_where(choice)}: cannot reach a Ray head there ({first})") from None
+    return choice
+
+
+def say_fleet(choice: FleetChoice, hosts: int) -> None:
+    """The one line (stderr) saying which fleet this command uses."""
+    print(announce(choice, hosts), file=sys.stderr, flush=True)
+
+
+def _where(choice: FleetChoice) -> str:
+    return f"{choice.address} (from {choice.source})"
+
+
+def check_reachable(address: str, source: str = "--address", timeout_s: float = 3.0) -> None:
+    """Fail fast on a wrong address: Ray itself retries an unreachable head for minutes."""
+    check_address(address, source)
+    err = connect_error(address, timeout_s)
+    if err is not None:
+        hint = " (run `specfleet fleet leave` or use --embedded)" if "joined" in source else ""
+        raise UserError(f"{address} (from {source}): no Ray head answers there "
+                        f"({err}){hint}") from None
+
+
+def open_fleet(
+    address: str | None,
+    with_toy: bool = False,
+    hosts: Iterable[str] | None = None,
+    *,
+    embedded: bool = False,
+) -> FleetView:
+    """Resolve the fleet, connect, say which, then collect every live host's worker and
+    targets.
+
+    Args:
+        address: the `--address` flag (None: resolved as `choose_fleet` says).
+        with_toy: add a `toy/cpu` target per host (every worker runs the toy engine).
+        hosts: only these hosts (default: every host found by label).
+        embedded: the `--embedded` flag.
+
+    Returns:
+        The `FleetView`; a host whose worker does not answer is left out with a warning.
+    """
+    import ray
+
+    from specfleet.cluster import fleet
+    from specfleet.workers import actor
+
+    choice = connect_fleet(address, embedded)
+    every = fleet.discover_hosts()
+    say_fleet(choice, len(every))
+    wanted = set(hosts) if hosts is not None else None
+    found = [h for h in every if wanted is None or h.host in wanted]
+    handles = {h.host: actor.get_worker(h.host) or actor.start_worker(h.host) for h in found}
+    refs = {name: handle.info.remote() for name, handle in handles.items()}
+    view = FleetView([], {h.host: h.kind for h in found}, {}, {}, {})
+    for name, ref in refs.items():
+        try:
+            info = ray.get(ref, timeout=INFO_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - a host that cannot answer is left out
+            print(f"warning: host {name} left out: {_first_line(err)}", file=sys.stderr)
+            continue
+        view.workers[name] = handles[name]
+        view.infos[name] = info
+        view.machines[name] = info.get("machine_id") or name
+        view.targets.extend(_targets(name, info, with_toy))
+        for label, reason in sorted(info.get("failed_targets", {}).items()):
+            print(f"warning: {name}: {label} left out: it failed its self-test ({reason}); "
+                  f"`specfleet selftest` on that host shows the details", file=sys.stderr)
+    for name in sorted((wanted or set()) - set(handles)):
+        handle = actor.get_worker(name)  # a detached worker outlives its node: it may return
+        if handle is not None:
+            view.workers[name] = handle
+            view.suspects.append(name)
+    return view
+
+
+def _targets(host: str, info: dict, with_toy: bool) -> list[Target]:
+    """The host's targets, leaving out any that failed the worker's start-up self-test."""
+    failed = info.get("failed_targets", {})
+    targets = [
+        Target(host=host, engine=engine, device=device)
+        for engine, devices in sorted(info.get("engines", {}).items())
+        for device in devices
+        if f"{engine}/{device}" not in failed
+    ]
+    if with_toy:
+        targets.append(Target(host=host, engine="toy", device="cpu"))
+    return targets
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
