@@ -42,11 +42,6 @@ os.environ.setdefault("SPECFLEET_RUNTIME_DIR", tempfile.mkdtemp(prefix="specflee
 os.environ.setdefault("SPECFLEET_SELFTEST", "0")
 os.environ.setdefault("SPECFLEET_JOURNAL_DIR", tempfile.mkdtemp(prefix="specfleet-journal-"))
 
-# Modules that build Linux network namespaces from one fixed private /24: never two at once.
-NAMESPACE_MODULES = ("tests/cluster/test_netfleet.py", "tests/serve/test_network.py",
-                     "tests/cluster/test_chaos.py")
-
-
 # Modules that start Ray fleets, real models, browsers, servers or namespaces, slowest first
 # (measured with --durations): `make test` starts them first so that two workers end together;
 # they are all `slow`, so `make test-fast` (-m "not slow") leaves them out.
@@ -69,15 +64,15 @@ SLOW_MODULES = (
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under xdist (`--dist loadgroup`) a module runs whole on one worker, so module-scoped
-    fleets and models start once; the namespace modules share one group."""
+    fleets and models start once. Namespace fleets may run at once: each claims its own /24
+    (tools/netfleet.py)."""
     rank = {module: i for i, module in enumerate(SLOW_MODULES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if module in rank:
             item.add_marker(pytest.mark.slow)
-        group = "namespaces" if module in NAMESPACE_MODULES else module
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(module))
 
 
 PG_SUPERUSER = "postgres"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -43,6 +44,7 @@ FAST_HEALTH_ENV = {
     "RAY_health_check_failure_threshold": "3",
 }
 _CMD_TIMEOUT_S = 300
+SUBNET_LOCK = "/tmp/specfleet-netfleet-subnet.lock"
 
 
 @dataclass
@@ -187,13 +189,18 @@ def create(hosts: dict[str, list[str] | None], outside: tuple[str, ...] = (),
     """Namespaces, bridge, veths and addresses (no Ray yet). On failure, removes what it made.
     `fast_health=False` leaves Ray's health checks at their shipped defaults."""
     fid = f"{os.getpid() % 10000:04d}{random.randint(0, 99):02d}"
-    net = free_subnet()
     root = tempfile.mkdtemp(prefix=f"sfnf{fid}-")  # short: Ray's socket paths live under it
-    fleet = NetFleet(fid, str(net), f"sfbr{fid}", root, fast_health=fast_health)
-    addrs = list(net.hosts())
+    fleet = NetFleet(fid, "", f"sfbr{fid}", root, fast_health=fast_health)
     try:
-        _ip("link", "add", fleet.bridge, "type", "bridge")
-        _ip("addr", "add", f"{addrs[0]}/24", "dev", fleet.bridge)
+        # Fleets built at once (two test workers) must not pick the same /24: pick and claim
+        # it (the bridge's address) under one machine-wide lock.
+        with open(SUBNET_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            net = free_subnet()
+            fleet.subnet = str(net)
+            addrs = list(net.hosts())
+            _ip("link", "add", fleet.bridge, "type", "bridge")
+            _ip("addr", "add", f"{addrs[0]}/24", "dev", fleet.bridge)
         _ip("link", "set", fleet.bridge, "up")
         every = [*hosts.items(), *((name, []) for name in outside)]
         for i, (name, engines) in enumerate(every):
