@@ -63,16 +63,15 @@ SLOW_MODULES = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under xdist (`--dist loadgroup`) a module runs whole on one worker, so module-scoped
-    fleets and models start once. Namespace fleets may run at once: each claims its own /24
-    (tools/netfleet.py)."""
+    """Slow modules first, marked `slow`. `make test` runs `--dist loadfile`: a module runs
+    whole on one worker, so module-scoped fleets and models start once (xdist 3.8's
+    `loadgroup` adds nothing under pytest 9: its group suffix never reaches the node id).
+    Namespace fleets may run at once: each claims its own /24 (tools/netfleet.py)."""
     rank = {module: i for i, module in enumerate(SLOW_MODULES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        if module in rank:
+        if item.nodeid.split("::", 1)[0] in rank:
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(module))
 
 
 PG_SUPERUSER = "postgres"
