@@ -24,15 +24,16 @@ demo: venv
 	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
 # The MLX-only subprocesses of the suite run on Debian's OpenBLAS (workers/blas.py): install it.
-# Two xdist workers, a test module whole on one (`--dist loadfile`): one waits on Ray,
-# subprocesses and servers while the other computes.
+# Two xdist workers, a test module whole on one (`--dist loadfile`), slowest module first
+# (tests/conftest.py; xdist would reorder by test count): one waits on Ray, subprocesses
+# and servers while the other computes.
 test: venv
 	$(BIN)/python -m specfleet.workers.blas --install > /dev/null
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The inner loop: everything but the `slow` modules (no Ray, real model, browser or namespaces).
 test-fast: venv
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # ruff, the layer contract (import-linter), then mypy over specfleet/ (all in pyproject.toml).
 lint: venv

@@ -160,6 +160,9 @@ def test_read_only_file_is_refused_and_untouched():
             result = invoke("db", "upgrade", "--db", str(path))
             return {"code": result.exit_code, "output": result.output}
 
+        # Import what the command needs while root: the unprivileged child may not read the
+        # interpreter's own folders (a root-only home, as on this box).
+        assert invoke("db", "current", "--db", str(path)).exit_code == 0
         got = _as_nobody(attempt)
         assert got.get("code") == 2, got
         lines = got["output"].strip().splitlines()
