@@ -17,6 +17,12 @@ MODEL_ENGINES: tuple[ModelEngine, ...] = get_args(ModelEngine)
 ENGINES: tuple[Engine, ...] = get_args(Engine)
 DEVICES: tuple[Device, ...] = get_args(Device)
 DEVICE_CHOICES: tuple[DeviceChoice, ...] = get_args(DeviceChoice)
+# The devices each engine's runner can use (besides "auto"): a new device is added here and
+# in `Device`, then resolved by the runner that can use it.
+ENGINE_DEVICES: dict[ModelEngine, tuple[Device, ...]] = {
+    "torch": ("cpu", "cuda", "mps"),
+    "mlx": ("cpu", "metal", "cuda"),
+}
 
 
 def choices_text(values: tuple[str, ...]) -> str:

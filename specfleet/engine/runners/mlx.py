@@ -25,6 +25,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.engine.runners.base import RollbackKind
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
 from specfleet.engine.runners.mlx_caches import PromptCaches
@@ -33,7 +34,7 @@ from specfleet.errors import UserError
 if TYPE_CHECKING:
     from specfleet.engine.peers import PeerCall, PeerGeneration
 
-DEVICES = ("auto", "cpu", "metal", "cuda")
+DEVICES = ("auto", *ENGINE_DEVICES["mlx"])
 PREFILL_STEP_SIZE = 2048  # mlx_lm.generate.generate_step's default chunk
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.engine.runners.base import RollbackKind, UnsupportedModelError
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
 from specfleet.engine.runners.torch_rollback import CacheRollback, layer_kinds, lookup_refusal
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
     from specfleet.engine.peers import PeerCall, PeerGeneration
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
+DEVICES = ("auto", *ENGINE_DEVICES["torch"])
 
 
 @dataclass
