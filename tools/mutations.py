@@ -6,6 +6,7 @@ engine tests run there with `-x`. A mutation is "killed" when the tests fail.
 
 Usage: .venv/bin/python tools/mutations.py [--out docs/benchmark_results/engine-mutations.md]
        [--match calibrated]   (only the mutations whose name contains the text)
+       [--check]              (only check that every pattern occurs once, listing all that don't)
 """
 
 from __future__ import annotations
@@ -63,62 +64,84 @@ MUTATIONS = [
     Mutation("one-token confirmation", LOOKUP,
              "enumerate(self.proposal[:SHADOW_CONFIRM])", "enumerate(self.proposal[:1])"),
     Mutation("probe start one early", LOOP,
-             "ShadowProbe(start=len(s.context),", "ShadowProbe(start=len(s.context) - 1,"),
+             "ShadowProbe(start=len(context),", "ShadowProbe(start=len(context) - 1,"),
     Mutation("probe start one late", LOOP,
-             "ShadowProbe(start=len(s.context),", "ShadowProbe(start=len(s.context) + 1,"),
+             "ShadowProbe(start=len(context),", "ShadowProbe(start=len(context) + 1,"),
     Mutation("probation lifted by one landed token", GOV,
              "if accepted >= min(GATED_NARROW_DRAFT, self.max_draft):", "if accepted > 0:"),
     Mutation("Python round in the Graded budget", GOV,
              "return math.floor(x + 0.5)", "return round(x)"),
     Mutation("no cache check after a rollback", LOOP,
-             "    if s.stop_reason is None and s.runner.cache_len() != expected:",
+             "    if expected is not None and runner.cache_len() != expected:",
              "    if False:"),
     Mutation("re-feeds not counted", LOOP,
-             "    s.stats.refed_tokens += refed\n", ""),
-    Mutation("calibrated ignores the re-feed price", "specfleet/engine/calibrated.py",
-             "        if refeeds:\n            cost += expected_refeed_cost(p, costs, k)\n", ""),
+             "    stats.refed_tokens += refed\n", ""),
+    Mutation("calibrated ignores the re-feed price", CAL,
+             "        if refeeds:\n            cost += expected_refeed_cost(alive[:k], costs)\n", ""),
+    # The trims change only a partly landed draft (0 < accepted < k), as they always did.
     Mutation("trim one too many", LOOP,
-             "refed = s.runner.rollback(k - accepted)", "refed = s.runner.rollback(min(k - accepted + 1, k))"),
+             "_roll_back(runner, k - accepted,", "_roll_back(runner, k - accepted + (0 < accepted < k),"),
     Mutation("trim one too few", LOOP,
-             "refed = s.runner.rollback(k - accepted)", "refed = s.runner.rollback(max(k - accepted - 1, 0))"),
+             "_roll_back(runner, k - accepted,", "_roll_back(runner, k - accepted - (accepted < k),"),
     Mutation("budget not capped by remaining-1", LOOP,
              "max(remaining - 1, 0))", "max(remaining, 0))"),
     Mutation("no shadow lookups", LOOP,
-             "if s.shadow is None and governor.probes_while_paused():", "if False:"),
+             "if shadow is None and governor.probes_while_paused():", "if False:"),
     Mutation("a full first Gated block", GOV,
              "        self.ema = GATED_START_EMA\n        self.misses = 0\n        self.drafting = True",
              "        self.ema = GATED_FULL_AT\n        self.misses = 0\n        self.drafting = True"),
     Mutation("pipeline on the second empty round", LOOP,
              "PLAIN_ROUNDS_BEFORE_PIPELINE = 2", "PLAIN_ROUNDS_BEFORE_PIPELINE = 1"),
     Mutation("paused Gated loop waits before pipelining", LOOP,
-             "return s.governor is not None and s.governor.probes_while_paused()", "return False"),
+             "    return governor.probes_while_paused()\n", "    return False\n"),
     Mutation("a draft found in flight keeps the pipeline", LOOP,
-             "if not draft and remaining > 1:\n        _submit_step", "if remaining > 1:\n        _submit_step"),
+             "if not draft and remaining > 1:\n                in_flight = _submit_step",
+             "if remaining > 1:\n                in_flight = _submit_step"),
+    # Only the in-flight read emits without its EOS check (one `_emit` serves every path).
     Mutation("EOS emitted from an in-flight read", LOOP,
-             "    if token in s.runner.eos_ids:\n        s.stop_reason", "    if False:\n        s.stop_reason"),
+             "stop = _emit(runner.read_tokens(pending)[0], context, generated, ends)",
+             "stop = _emit(runner.read_tokens(pending)[0], context, generated,"
+             " _Ends(frozenset(), ends.max_tokens, ends.guard))"),
+    # A guard firing on a verify row that matched its proposal is ignored: the block runs on.
     Mutation("loop guard not checked mid-block", LOOP,
-             "elif s.guard is not None and loop_guard_fires", "elif s.guard is None and loop_guard_fires"),
+             "        stop = _emit(token, context, generated, ends)\n",
+             "        stop = _emit(token, context, generated, ends)\n"
+             "        if stop == \"loop_guard\" and i < k and token == draft[i]:\n"
+             "            stop = None\n"),
     Mutation("Graded cooldown never doubles", GOV,
              "min(2 * self.next_cooldown, MAX_COOLDOWN)", "min(self.next_cooldown, MAX_COOLDOWN)"),
     Mutation("index keeps the earliest occurrence", LOOKUP,
              "self._maps[n][tuple(context[start : end + 1])] = start",
              "self._maps[n].setdefault(tuple(context[start : end + 1]), start)"),
     Mutation("calibrated drafts where no length beats a plain step", CAL,
-             "best_k, best_rate = 0, PLAIN_STEP_RATE", "best_k, best_rate = 0, 0.0"),
+             "best_k, best_saving, landed = 0, PLAIN_STEP_SAVING, 0.0",
+             "best_k, best_saving, landed = 0, -1e9, 0.0"),
     Mutation("calibrated reads the cost one width narrow", CAL,
              "cost = width_cost(costs, k + 1)", "cost = width_cost(costs, k)"),
+    # E[landed | k] gains S(0) = 1: the bonus row counted again, on top of the saving's 1.
     Mutation("calibrated counts the bonus row as a landed proposal", CAL,
-             "p**i for i in range(1, k + 1)", "p**i for i in range(0, k + 1)"),
+             "best_k, best_saving, landed = 0, PLAIN_STEP_SAVING, 0.0",
+             "best_k, best_saving, landed = 0, PLAIN_STEP_SAVING, 1.0"),
     Mutation("calibrated counts a whole landed draft as a miss", CAL,
-             "1.0 if accepted < proposed else 0.0", "1.0"),
+             "rejected = accepted < proposed", "rejected = True"),
     Mutation("calibrated evidence never fades", CAL, "DECAY = 0.8", "DECAY = 1.0"),
+    # A confirmed probe no longer counts as landed proposals; what it carries is the run.
     Mutation("calibrated ignores confirmed probes", CAL,
-             "        if self.paused:\n            self._count(", "        if False:\n            self._count("),
+             "self.run = SHADOW_CONFIRM", "self.run = 0"),
     Mutation("calibrated never probes while paused", CAL,
              "    def probes_while_paused(self) -> bool:\n        return self.paused",
              "    def probes_while_paused(self) -> bool:\n        return False"),
+    Mutation("calibrated ignores the match depth", CAL,
+             "return min(depth.bit_length(), BUCKETS - 1)", "return 0"),
+    Mutation("calibrated survival ignores the current run", CAL,
+             "for depth in range(run, run + k):", "for depth in range(k):"),
+    Mutation("calibrated keeps the match after a rejection", CAL,
+             "self.run = 0 if rejected else self.run + accepted", "self.run += accepted"),
+    Mutation("calibrated keeps the match after an empty lookup", CAL,
+             "            self.run = 0  # a round with a budget but no verify",
+             "            pass  # a round with a budget but no verify"),
     Mutation("paused rounds counted in plain decoding", LOOP,
-             "if budget == 0 and s.governor is not None:", "if budget == 0:"),
+             "elif budget == 0 and lookup_on:", "elif budget == 0:"),
     Mutation("oracle verify advances without the bonus row", ORACLE,
              "min(min(landed, k) + 1, left)", "max(min(landed, k), 1)"),
     Mutation("oracle verify advances one past the bonus row", ORACLE,
@@ -184,14 +207,34 @@ def check_import_root(root: Path) -> None:
         raise SystemExit(f"the temp copy is not the imported specfleet: {out}")
 
 
+def check_patterns(root: Path, mutations: list[Mutation]) -> None:
+    """Exit listing every mutation whose pattern does not occur exactly once under `root`,
+    before any test runs (a refactor breaks several at once)."""
+    stale = []
+    for mutation in mutations:
+        found = (root / mutation.path).read_text().count(mutation.old)
+        if found != 1:
+            stale.append(f"  {mutation.name}: pattern found {found} times in {mutation.path}")
+    if stale:
+        raise SystemExit(f"{len(stale)} of {len(mutations)} patterns must occur exactly once:\n"
+                         + "\n".join(stale))
+
+
 def apply(root: Path, mutation: Mutation) -> str:
     """Write the mutated file; return the original text."""
     path = root / mutation.path
     original = path.read_text()
-    if original.count(mutation.old) != 1:
-        raise SystemExit(f"{mutation.name}: pattern must occur once in {mutation.path}")
     path.write_text(original.replace(mutation.old, mutation.new))
     return original
+
+
+def commit() -> str:
+    """HEAD's short sha, marked when the engine or its tests differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
+    sha = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    dirty = git("status", "--porcelain", "--", "specfleet", "tests/engine").strip()
+    return f"{sha} + uncommitted changes" if dirty else sha
 
 
 def table(rows: list[tuple[Mutation, bool, str, float]]) -> str:
@@ -204,12 +247,13 @@ def table(rows: list[tuple[Mutation, bool, str, float]]) -> str:
     return "\n".join(lines)
 
 
-def document(report: str, baseline_s: float, total: int, killed: int) -> str:
+def document(report: str, baseline_s: float, total: int, killed: int, total_s: float) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (
         "# Engine mutation testing\n\n"
-        f"Run {stamp} with `.venv/bin/python tools/mutations.py --out "
-        "docs/benchmark_results/engine-mutations.md` (2-core shared machine).\n\n"
+        f"Run {stamp} on commit {commit()} with `.venv/bin/python tools/mutations.py --out "
+        f"docs/benchmark_results/engine-mutations.md` (2-core shared machine, {total_s / 60:.1f} "
+        "min in all).\n\n"
         "Each mutation is a text replacement in a private copy of `specfleet/`; the engine tests "
         f"({', '.join(Path(t).name for t in ENGINE_TESTS)}) then run there with `-x`. Unmutated "
         f"they pass in {baseline_s:.1f} s. The first failing test is the one that killed it; the "
@@ -224,11 +268,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--match", default="", help="only mutations whose name contains this")
+    parser.add_argument("--check", action="store_true",
+                        help="only check that every pattern occurs once; run no tests")
     args = parser.parse_args()
     chosen = [m for m in MUTATIONS if args.match in m.name]
+    if not chosen:
+        raise SystemExit(f"no mutation name contains {args.match!r}")
+    if args.check:
+        check_patterns(REPO, chosen)
+        print(f"all {len(chosen)} patterns occur exactly once")
+        return 0
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="specfleet-mutations-") as tmp:
         root = Path(tmp)
         copy_tree(root)
+        check_patterns(root, chosen)
         check_import_root(root)
         passed, first, seconds = run_tests(root)
         if not passed:
@@ -247,7 +301,9 @@ def main() -> int:
     report = table(rows)
     print(report)
     if args.out:
-        args.out.write_text(document(report, baseline_s, len(rows), sum(k for _, k, _, _ in rows)))
+        killed = sum(k for _, k, _, _ in rows)
+        args.out.write_text(document(report, baseline_s, len(rows), killed,
+                                     time.perf_counter() - started))
     return 0 if all(killed for _, killed, _, _ in rows) else 1
 
 
