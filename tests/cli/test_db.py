@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.store import head_revision, open_store
 from specfleet.store.engine import resolve_url
+from specfleet.store.journal import JOURNAL_ENV
 from tests.conftest import PG_PASSWORD, PG_PASSWORD_USER
 
 NOBODY = 65534
@@ -131,11 +134,12 @@ def _as_nobody(fn) -> dict:
     pid = os.fork()
     if pid == 0:  # child: drop privileges, report through the pipe, never return to pytest
         try:
+            os.chdir("/")  # pytest's temp folders are root's own
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             payload = json.dumps(fn())
         except BaseException as err:  # noqa: BLE001 - reported to the parent
-            payload = json.dumps({"child_error": repr(err)})
+            payload = json.dumps({"child_error": repr(err), "trace": traceback.format_exc()[-1500:]})
         os.write(write, payload.encode())
         os._exit(0)
     os.close(write)
@@ -145,8 +149,13 @@ def _as_nobody(fn) -> dict:
     return json.loads(data)
 
 
-def test_read_only_file_is_refused_and_untouched():
+def test_read_only_file_is_refused_and_untouched(monkeypatch):
     folder = Path(tempfile.mkdtemp(prefix="specfleet-ro-"))
+    # The unprivileged user's own journal folder (the suite's is root's, 0700).
+    journal = Path(tempfile.mkdtemp(prefix="specfleet-ro-journal-"))
+    if os.geteuid() == 0:
+        os.chown(journal, NOBODY, NOBODY)
+    monkeypatch.setenv(JOURNAL_ENV, str(journal))
     try:
         path = folder / "ro.db"
         open_store(str(path)).close()
@@ -172,6 +181,7 @@ def test_read_only_file_is_refused_and_untouched():
         for item in folder.iterdir():
             item.unlink()
         folder.rmdir()
+        shutil.rmtree(journal, ignore_errors=True)
 
 
 def test_open_store_refuses_a_missing_directory(tmp_path):
