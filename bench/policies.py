@@ -75,8 +75,8 @@ def sf_arm(name: str, runner, lookup) -> Arm:
 def child(engine: str, args: argparse.Namespace) -> dict:
     """Everything one engine measures, as JSON-ready data."""
     from specfleet.cli.localmodel import load_model
-    from specfleet.engine.calibrate import QUICK, measure_width_costs
     from specfleet.engine.config import PromptLookupConfig
+    from specfleet.engine.widthcosts import QUICK, measure_width_costs
 
     kind = ENGINES[engine]
     model = Q4_ALIASES[args.model] if engine == "mlx-q4" else args.model

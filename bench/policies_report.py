@@ -19,7 +19,7 @@ def _table(data) -> list[str]:
 
 
 def _speed_table(data, median_rate, spread, predictions) -> tuple[list[str], list[str]]:
-    from specfleet.engine.calibrate import WidthCosts  # noqa: F401 (engine importable)
+    from specfleet.engine.widthcosts import WidthCosts  # noqa: F401 (engine importable)
 
     arms = [a for a in data["arms"] if a != "plain"]
     head = "| prompt | kind | plain tok/s | " + " | ".join(arms) + " | replay error (calibrated) |"

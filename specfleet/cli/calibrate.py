@@ -1,6 +1,6 @@
 """`specfleet calibrate`: the per-width verify cost table (docs/engine.md, "Verify cost per width") for one model.
 
-The measuring itself is `specfleet.engine.calibrate.measure_width_costs`, reusable by the
+The measuring itself is `specfleet.engine.widthcosts.measure_width_costs`, reusable by the
 fleet. `--store` keeps the table keyed by this host's fingerprint, engine, device, model and
 weights hash; `generate --prompt-lookup-policy calibrated` reads it back
 (`stored_or_measured_costs`).
@@ -53,7 +53,7 @@ def calibrate_command(
 ) -> None:
     """Print the per-width verify cost table: sync ms and multiples of a pipelined step,
     each ratio with its lowest and highest round and n; progress goes to stderr."""
-    from specfleet.engine.calibrate import QUICK, CalibrationSettings, measure_width_costs
+    from specfleet.engine.widthcosts import QUICK, CalibrationSettings, measure_width_costs
 
     given = {"prompt_len": prompt_len, "rounds": rounds, "steps": steps, "reps": reps}
     base = QUICK if quick else CalibrationSettings()

@@ -89,7 +89,7 @@ def store_table(loaded: LoadedModel, costs: Any, settings: Any, measure_s: float
 def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tuple[float, ...]:
     """The newest stored table of this host, engine, device, model and weights; when there
     is none, one measured with the quick settings, stored, and said so on stderr."""
-    from specfleet.engine.calibrate import QUICK, measure_width_costs
+    from specfleet.engine.widthcosts import QUICK, measure_width_costs
     from specfleet.store.store import open_store
     from specfleet.workers.hardware import detect_host
 

@@ -40,7 +40,7 @@ class StoreSeries:
         Args:
             target: where it was measured.
             model: the model alias.
-            costs: an `engine.calibrate.WidthCosts` (or its dict), `{width: (sync_ms,
+            costs: an `engine.widthcosts.WidthCosts` (or its dict), `{width: (sync_ms,
                 pipelined_ms)}`, or items with `width`, `sync_ms` and `pipelined_ms`.
             measured_at: when (default now).
             host_fingerprint: the host's hardware-and-versions fingerprint.
@@ -178,7 +178,7 @@ def _as_dict(costs: Any) -> dict[str, Any] | None:
 
 
 def _table_items(table: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """engine.calibrate.WidthCosts as rows: index i of each tuple is width i + 1."""
+    """engine.widthcosts.WidthCosts as rows: index i of each tuple is width i + 1."""
     flagged = set(table.get("flagged") or ())
     for i, sync_ms in enumerate(table["sync_ms"]):
         item = {"width": i + 1, "sync_ms": sync_ms, "pipelined_ms": table["pipelined_ms"],

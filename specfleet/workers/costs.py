@@ -42,7 +42,7 @@ class CostTables:
         key = (spec.target.engine, spec.target.device, entry.weights_hash)
         if key in self._measured:
             return self._measured[key], None
-        from specfleet.engine.calibrate import QUICK, measure_width_costs
+        from specfleet.engine.widthcosts import QUICK, measure_width_costs
 
         start_s = time.perf_counter()
         table = measure_width_costs(entry.runner, QUICK)

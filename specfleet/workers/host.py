@@ -282,10 +282,10 @@ class HostWorker:
         Holds the run lock like a timed run (`specfleet job calibrate`).
 
         Returns:
-            {"costs": `engine.calibrate.WidthCosts` as a dict, "host_fingerprint",
+            {"costs": `engine.widthcosts.WidthCosts` as a dict, "host_fingerprint",
             "weights_hash", "settings", "versions", "measure_s"}.
         """
-        from specfleet.engine.calibrate import QUICK, CalibrationSettings, measure_width_costs
+        from specfleet.engine.widthcosts import QUICK, CalibrationSettings, measure_width_costs
         from specfleet.jobs.run import Target
 
         target = Target(host=self.host, engine=engine, device=device)

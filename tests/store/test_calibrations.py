@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import datetime
 
-from specfleet.engine.calibrate import WidthCosts
+from specfleet.engine.widthcosts import WidthCosts
 from specfleet.jobs.run import Target
 
 TARGET = Target(host="mac1", engine="mlx", device="metal")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specfleet.engine.calibrate import (
+from specfleet.engine.runners.toy import InductionModel, ScriptModel
+from specfleet.engine.widthcosts import (
     QUICK,
     CalibrationSettings,
     WidthCosts,
@@ -17,7 +18,6 @@ from specfleet.engine.calibrate import (
     synthetic_block,
     upper_median,
 )
-from specfleet.engine.runners.toy import InductionModel, ScriptModel
 
 FORWARD_BASE_MS = 1.0
 PER_TOKEN_MS = 0.5
