@@ -17,15 +17,17 @@ from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.engine.governor import Policy
 from specfleet.errors import UserError
 
+# Listed once, at import: Typer rebuilds the command, and so its help, on every invocation.
+COSTS_HELP = ("A host with a stored calibration, a YAML file, or a packaged table "
+              f"({', '.join(packaged_names(costs_dir()))}).")
+
 
 def replay_command(
     ident: Annotated[str, typer.Argument(
         metavar="RUN_OR_MATRIX", help="A matrix id, a generation job id or a run key.")],
     policy: Annotated[str, typer.Option(
         "--policy", help="Comma-separated policies to replay.")] = "graded,gated,calibrated",
-    costs: Annotated[str, typer.Option(
-        "--costs", help="A host with a stored calibration, a YAML file, or a packaged table "
-        f"({', '.join(packaged_names(costs_dir()))}).")] = "",
+    costs: Annotated[str, typer.Option("--costs", help=COSTS_HELP)] = "",
     db: DbOption = None,
     oracle: Annotated[bool, typer.Option(
         "--oracle", help="Also compute each cell's cheapest schedule over the same n-gram "
