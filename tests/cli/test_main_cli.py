@@ -40,7 +40,9 @@ def test_version_names_the_checkout_commit() -> None:
     assert re.fullmatch(rf"specfleet \d+\.\d+\.\d+\S* \(git {commit}\)\n", result.output)
 
 
-def test_shell_completion_is_on() -> None:
+def test_shell_completion_is_on(monkeypatch) -> None:
+    # Name the shell instead of letting Typer detect the parent process (`sh` under make).
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
     result = CliRunner().invoke(app, ["--show-completion", "bash"])
     assert result.exit_code == 0
     assert "_specfleet_completion" in result.output
