@@ -2,7 +2,8 @@
 counters and predicted speed-up from stored greedy replies, under a stored or packaged cost
 table, and with `--oracle` the cheapest schedule and each policy's efficiency.
 
-The work is `specfleet.report.predictions`; this module parses and prints.
+The work is `specfleet.report.predictions`, the tables `specfleet.report.predictions_tables`;
+this module parses and prints.
 """
 
 from __future__ import annotations
@@ -40,12 +41,11 @@ def replay_command(
     from specfleet.report.predictions import (
         check_counters,
         cost_source,
-        format_bounds,
-        format_predictions,
         predict,
         stored_lookup,
         stored_runs,
     )
+    from specfleet.report.predictions_tables import format_bounds, format_predictions
     from specfleet.store.store import open_store
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
