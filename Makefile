@@ -23,12 +23,12 @@ demo: venv
 	@id=$$(sed -n 's/^matrix id: //p' reports/.demo-run.txt); \
 	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
-# The MLX-only subprocesses of the suite run on Debian's OpenBLAS (workers/blas.py): install it.
+# MLX's CPU backend runs on Debian's OpenBLAS where it is installed (specfleet/openblas.py).
 # Two xdist workers, a test module whole on one (`--dist loadfile`), slowest module first
 # (tests/conftest.py; xdist would reorder by test count): one waits on Ray, subprocesses
 # and servers while the other computes.
 test: venv
-	$(BIN)/python -m specfleet.workers.blas --install > /dev/null
+	$(BIN)/python -m specfleet.openblas --install > /dev/null
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The inner loop: everything but the `slow` modules (no Ray, real model, browser or namespaces).

@@ -35,7 +35,6 @@ from specfleet.workers.actor import (
     stop_worker,
     wait_ready,
 )
-from specfleet.workers.blas import openblas_env
 from specfleet.workers.hardware import detect_host
 
 DEFAULT_PORT = 6379
@@ -153,15 +152,11 @@ def _node_args(
     return args
 
 
-def start_env(os_name: str | None = None, mlx_only: bool = False) -> dict[str, str]:
-    """Environment of `ray start`: token auth, no usage stats, macOS multi-node opt-in, and,
-    on a host that runs MLX without torch, OpenBLAS preloaded for MLX's CPU backend (workers
-    inherit it; in a process that also runs torch it would take over torch's BLAS calls)."""
+def start_env(os_name: str | None = None) -> dict[str, str]:
+    """Environment of `ray start`: token auth, no usage stats, macOS multi-node opt-in."""
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0")
     if (os_name or sys.platform) == "darwin":
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"  # Ray's opt-in for macOS clusters
-    if mlx_only:
-        env.update(openblas_env(env))
     return env
 
 
@@ -209,7 +204,7 @@ def fleet_up(
     temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
     cmd = up_command(info.name, info.kind, port=port, num_cpus=opts.num_cpus, node_ip=node_ip,
                      temp_dir=temp_dir)
-    _ray_start(cmd, _mlx_only(info.engines, opts.engines))
+    _ray_start(cmd)
     address = f"{node_ip or _this_ip()}:{port}"
     _remember(address, info.name, True, temp_dir, opts, port)
     _start_own_worker(address, info.name, opts.engines)
@@ -239,7 +234,7 @@ def fleet_join(
     _stop_stale_node(info.name)
     cmd = join_command(head, info.name, info.kind, num_cpus=opts.num_cpus, node_ip=node_ip,
                        temp_dir=temp_dir)
-    _ray_start(cmd, _mlx_only(info.engines, opts.engines))
+    _ray_start(cmd)
     _remember(head, info.name, False, temp_dir, opts, None)
     _start_own_worker(head, info.name, opts.engines)
     if supervise:
@@ -341,16 +336,11 @@ def _start_own_worker(address: str, host: str, engines: list[str] | None) -> Non
         wait_ready(start_worker(host, kwargs), timeout_s=120)
     finally:
         ray.shutdown()
-def _mlx_only(detected: dict, offered: list[str] | None) -> bool:
-    """Whether this host's worker runs MLX and not torch (`--engines mlx`, or no torch here)."""
-    return set(offered or detected) == {"mlx"}
-
-
-def _ray_start(cmd: list[str], mlx_only: bool = False) -> None:
+def _ray_start(cmd: list[str]) -> None:
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if ray_bin is None:
         raise UserError("the `ray` command is not installed: pip install 'ray[default]'")
-    done = subprocess.run([ray_bin, *cmd[1:]], env=start_env(mlx_only=mlx_only),
+    done = subprocess.run([ray_bin, *cmd[1:]], env=start_env(),
                           capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()

@@ -115,20 +115,16 @@ def test_prompt_lookup_equals_plain_once_the_window_has_wrapped_on_torch(gemma3_
 def test_generate_prompt_lookup_equals_plain_once_the_window_has_wrapped_on_mlx(gemma3_model):
     """The reported case, as the user ran it: `generate --prompt-lookup` on MLX kept a rejected
     draft in a wrapped RotatingKVCache and printed a corrupted reply at token 10 with exit 0.
-    One pair of `generate` calls, each an MLX-only process on OpenBLAS when this host has it
-    (its reference BLAS prefills this prompt in ~80 s, OpenBLAS in ~3 s)."""
-    import os
+    One pair of `generate` calls, each loading OpenBLAS for MLX when this host has it
+    (specfleet/openblas.py: the wheel's reference BLAS prefills this prompt in ~80 s)."""
     import subprocess
     import sys
     from pathlib import Path
 
-    from specfleet.workers.blas import openblas_env
-
     specfleet = str(Path(sys.executable).parent / "specfleet")
     args = [specfleet, "generate", "-m", "gemma3-270m", "--engine", "mlx", "--device", "cpu",
             "-n", "24", "--json", "--no-chat", "-p", _numbered_list_prompt(76)]
-    env = {**os.environ, **openblas_env()}
-    plain, lookup = (subprocess.run([*args, *extra], capture_output=True, text=True, env=env,
+    plain, lookup = (subprocess.run([*args, *extra], capture_output=True, text=True,
                                     timeout=600) for extra in ([], ["--prompt-lookup"]))
     assert plain.returncode == 0 and lookup.returncode == 0, plain.stderr + lookup.stderr
     plain_out, lookup_out = json.loads(plain.stdout), json.loads(lookup.stdout)

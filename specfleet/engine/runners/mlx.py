@@ -10,9 +10,8 @@ Devices: Metal (Apple Silicon), CUDA (GB10 through `mlx[cuda13]`, other NVIDIA b
 the machine this was written on; the GPU branches are kept to the few lines below.
 
 Linux CPU speed-up (optional, never required): the `mlx[cpu]` wheel bundles netlib's
-reference BLAS; starting Python with Debian's OpenBLAS preloaded made decoding ~3x and
-prefill ~25x faster here. `workers/blas.py` builds that environment (the core type from the
-CPU's flags) for processes that run MLX without torch (a preload takes over torch's BLAS too).
+reference BLAS; Debian's OpenBLAS, loaded by `specfleet/openblas.py` on the process's first
+`import mlx`, made decoding ~3x and prefill ~25x faster here.
 """
 
 from __future__ import annotations
