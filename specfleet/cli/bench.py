@@ -44,7 +44,7 @@ def prompt_entry(name: str) -> dict[str, Any]:
     """A packaged prompt by name, or a prompt file by path (named after its stem)."""
     path = Path(name)
     if path.is_file():
-        from specfleet.jobs.spec import read_prompt_text
+        from specfleet.jobs.spec_files import read_prompt_text
 
         return {"name": path.stem, "text": read_prompt_text(path)}
     return {"name": name}
@@ -105,7 +105,7 @@ def bench_command(
     """
     from specfleet.cli.matrix import run_spec, scheduler_options
     from specfleet.configs import prompts_dir
-    from specfleet.jobs.spec import parse_matrix_spec
+    from specfleet.jobs.spec_files import parse_matrix_spec
 
     data = bench_spec_data(
         split_list("--model", model or ["smollm2-135m"]),

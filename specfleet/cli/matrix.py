@@ -28,7 +28,8 @@ from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.cluster.reach import open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
-from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
+from specfleet.jobs.spec import MatrixSpec
+from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.report.tables import render_matrix
 from specfleet.stats.runs import Rate
 from specfleet.store.leases import lease_seconds

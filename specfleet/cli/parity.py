@@ -18,7 +18,7 @@ from specfleet.cli.options import DbOption, EmbeddedOption, FormatOption
 from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
-from specfleet.jobs.spec import load_parity_spec
+from specfleet.jobs.spec_files import load_parity_spec
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import render_parity
 from specfleet.store.store import open_store

@@ -25,14 +25,9 @@ from specfleet.configs import prompts_dir
 from specfleet.engine.peers import peer_kind
 from specfleet.errors import UserError
 from specfleet.jobs.run import LookupOptions, RunSpec, Target
-from specfleet.jobs.spec import (
-    ArmSpec,
-    GenerateJobSpec,
-    MatrixSpec,
-    PromptEntry,
-    find_prompt_file,
-    read_prompt_text,
-)
+from specfleet.jobs.spec import ArmSpec, GenerateJobSpec, MatrixSpec, PromptEntry
+from specfleet.jobs.spec_checks import find_prompt_file
+from specfleet.jobs.spec_files import read_prompt_text
 
 RUN_KEY_HEX = 32  # 128 bits: collisions are out of reach for any fleet's history
 

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from specfleet.configs import matrix_path
 from specfleet.errors import UserError
-from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
+from specfleet.jobs.spec import MatrixSpec
+from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.jobs.userinput import check_plain_data, problem_lines, read_yaml
 
 

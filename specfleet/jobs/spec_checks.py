@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from specfleet.engine.config import ConfigError, PromptLookupConfig
+from specfleet.engine.kinds import Engine
 from specfleet.engine.peers import HF_LOOKUP_NGRAM_MAX, HF_LOOKUP_TOKENS, PeerKind, peer_kind
 from specfleet.errors import UserError
+from specfleet.jobs.spec import ArmOptions, ArmSpec, MatrixSpec
 from specfleet.userfiles import read_text
-
-if TYPE_CHECKING:
-    from specfleet.engine.kinds import Engine
-    from specfleet.jobs.spec import ArmOptions, ArmSpec, MatrixSpec
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 

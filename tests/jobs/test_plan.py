@@ -10,7 +10,8 @@ from specfleet.errors import UserError
 from specfleet.jobs.batch import load_generate_job
 from specfleet.jobs.plan import peer_skips, plan_generate_runs, plan_runs, rotated, run_key
 from specfleet.jobs.run import Target
-from specfleet.jobs.spec import MatrixSpec, load_matrix_spec
+from specfleet.jobs.spec import MatrixSpec
+from specfleet.jobs.spec_files import load_matrix_spec
 
 TORCH = Target(host="here", engine="torch", device="cpu")
 MLX = Target(host="here", engine="mlx", device="cpu")

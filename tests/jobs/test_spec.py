@@ -9,13 +9,8 @@ import pytest
 from specfleet.configs import matrix_path, models_file, packaged_names, prompt_path, prompts_dir
 from specfleet.errors import UserError
 from specfleet.jobs.run import LookupOptions, Target
-from specfleet.jobs.spec import (
-    MatrixSpec,
-    load_matrix_spec,
-    load_parity_spec,
-    matrix_json_schema,
-    validate_file,
-)
+from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
+from specfleet.jobs.spec_files import load_matrix_spec, load_parity_spec, validate_file
 
 PACKAGED = models_file().parent
 PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")

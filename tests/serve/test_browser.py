@@ -30,7 +30,7 @@ from specfleet.cluster.matrixcall import SchedulerOptions
 from specfleet.cluster.scheduler import run_matrix
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import Target
-from specfleet.jobs.spec import load_matrix_spec
+from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.serve.auth import COOKIE, session_value
 from specfleet.store import open_store
 from tests.engine.conftest import bundled_model  # noqa: F401 (the fetched bundled model)
