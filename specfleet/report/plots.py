@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # files only; never a display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from specfleet.stats.view import PLAIN, MatrixView
 
-from specfleet.stats.view import PLAIN, MatrixView  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib import pyplot
+
+
+def _pyplot() -> pyplot:
+    """matplotlib on its Agg backend (files only; never a display), imported when a plot is
+    drawn: it takes ~1 s, and every CLI command imports this module."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 ARM_COLORS = {"plain": "#555555", "graded": "#1f77b4", "gated": "#d62728", "auto": "#2ca02c",
               "calibrated": "#ff7f0e",
@@ -57,6 +68,7 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     data = _heat_data(view, target, rows)
     finite = data[np.isfinite(data)]
     limit = max(float(np.abs(finite).max()) if finite.size else 0.0, np.log2(1.1))
+    plt = _pyplot()
     fig, ax = plt.subplots(
         figsize=(max(5.5, 2.4 + 1.4 * len(view.prompts)), 1.6 + 0.55 * len(rows)))
     ax.set_facecolor("#dddddd")
@@ -86,6 +98,7 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
               if view.cell(target, m, p, PLAIN) or any(view.cell(target, m, p, a)
                                                        for a in view.arms)]
     width = 0.8 / max(len(view.arms), 1)
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5.5, 2.0 + 1.1 * len(groups)), 4.0))
     labelled: set[str] = set()
     for k, arm in enumerate(view.arms):
