@@ -458,14 +458,13 @@ def worker_of(fleet, host: str):
 
 def build(num_hosts: int = 3) -> tuple[object, Path]:
     """The namespace fleet (h1..hN + cli), PostgreSQL on h1, the token on cli."""
-    from specfleet.workers.machinelock import RUNTIME_ENV
-    from specfleet.workers.toy import TOY_RUN_LOG_ENV
+    from specfleet.settings import RUNTIME_DIR, SELFTEST, TOY_RUN_LOG
     from tests.conftest import _make_root
 
     hosts = {name: ["torch"] for name in HOSTS[:num_hosts]}
     fleet = netfleet.create(hosts, outside=("cli",), fast_health=False)
-    fleet.extra_env = {TOY_RUN_LOG_ENV: str(Path(fleet.root, "runs.log")),
-                       RUNTIME_ENV: str(Path(fleet.root, "rt")), "SPECFLEET_SELFTEST": "0"}
+    fleet.extra_env = {TOY_RUN_LOG.name: str(Path(fleet.root, "runs.log")),
+                       RUNTIME_DIR.name: str(Path(fleet.root, "rt")), SELFTEST.name: "0"}
     pg_root = _make_root()
     try:
         fleet.db_url = netfleet.start_postgres(fleet, pg_root, f"pw-{uuid.uuid4().hex}")

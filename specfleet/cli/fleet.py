@@ -16,6 +16,7 @@ import typer
 from specfleet.cli.options import AddressOption, EmbeddedOption
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
+from specfleet.settings import SELFTEST
 from specfleet.userfiles import check_writable_dir
 
 app = typer.Typer(
@@ -196,7 +197,7 @@ def render_status(rows: list[dict]) -> str:
 def selftest_text(tests: dict[str, dict]) -> str:
     """`torch/cpu ok (1.2 s), mlx/cpu FAILED: qwen3_next: ...`: each target's start-up test."""
     if not tests:
-        return "not run (SPECFLEET_SELFTEST=0)"
+        return f"not run ({SELFTEST.name}=0)"
     return ", ".join(
         f"{label} ok ({test['seconds']:.1f} s)" if test["passed"]
         else f"{label} FAILED: {test['reason']} (no runs sent)"

@@ -7,7 +7,6 @@ The scheduler developer owns `run`, `resume`, `status`, `list`, `validate` and `
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -31,8 +30,8 @@ from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
 from specfleet.jobs.spec import MatrixSpec
 from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.report.tables import render_matrix
+from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
-from specfleet.store.leases import lease_seconds
 from specfleet.store.store import new_matrix_id, open_store
 from specfleet.store.values import utcnow
 from specfleet.userfiles import check_writable_dir
@@ -59,8 +58,6 @@ def show(
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
 
 
-RETRY_ENV = "SPECFLEET_STORE_RETRY_S"
-RETRY_RANGE_S = (1.0, 86400.0)
 WAIT_DEFAULT = "2m"  # = SchedulerOptions.host_wait_s (ray-free here; a test keeps them equal)
 
 
@@ -69,7 +66,7 @@ def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = WAIT_D
     from specfleet.cluster.matrixcall import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
-                            host_wait_s=parse_wait(wait), store_retry_s=store_retry_s())
+                            host_wait_s=parse_wait(wait), store_retry_s=STORE_RETRY_S.read())
 
 
 def parse_wait(text: str) -> float:
@@ -87,26 +84,11 @@ def say_suspects(view, wait: str) -> None:
                    "now; their runs stay pending until they answer)", err=True)
 
 
-def store_retry_s() -> float:
-    """How long a store write retries an unreachable store: `SPECFLEET_STORE_RETRY_S`
-    (1-86400 s) or 300 s."""
-    raw = os.environ.get(RETRY_ENV)
-    if not raw:
-        return 300.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not RETRY_RANGE_S[0] <= value <= RETRY_RANGE_S[1]:
-        raise UserError(f"{RETRY_ENV}: expected seconds between 1 and 86400, got {raw!r}")
-    return value
-
-
 def check_driver_settings(report_dir: Path | None = None) -> None:
     """What a driver will need later, checked before the fleet starts: its environment and
     a writable report folder."""
-    lease_seconds()
-    store_retry_s()
+    LEASE_S.read()
+    STORE_RETRY_S.read()
     if report_dir is not None:
         check_writable_dir(report_dir, "--report-dir")
 

@@ -16,6 +16,7 @@ from specfleet.engine.models import (
     load_registry,
 )
 from specfleet.errors import UserError
+from specfleet.settings import HOME, MODELS
 from specfleet.userfiles import check_writable_dir
 
 app = typer.Typer(help="Model aliases: fetch a bundled model, list what resolves where.")
@@ -39,12 +40,12 @@ def fetch_command(
         raise UserError(
             f"models fetch: {alias!r} is not bundled; specfleet never downloads it: fill the "
             f"local Hugging Face cache ({download}) or point the alias at a folder in a "
-            "models.yaml named by SPECFLEET_MODELS"
+            f"models.yaml named by {MODELS.name}"
         )
     for name in sorted({found[0].alias for found in bundled if found is not None}):
         target = bundled_dir(alias=name)
         if force or not (target / COMPLETE_MARKER).is_file():  # a finished fetch writes nothing
-            check_writable_dir(target.parent, "SPECFLEET_HOME")
+            check_writable_dir(target.parent, HOME.name)
         typer.echo(fetch_bundled(name, force=force).message)
 
 

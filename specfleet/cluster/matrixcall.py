@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.cluster.hoststate import HostTally
+from specfleet.settings import STORE_RETRY_S
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class SchedulerOptions:
     settle_max_s: float = 60.0
     lease_s: float = 120.0  # machine lease; renewed while a run is in flight
     store_lease_s: float | None = None  # run ownership lease (None: SPECFLEET_LEASE_S or 60 s)
-    store_retry_s: float = 300.0  # how long a store write retries an unreachable store
+    # How long a store write retries an unreachable store (the CLI reads SPECFLEET_STORE_RETRY_S).
+    store_retry_s: float = STORE_RETRY_S.default_s
     require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
     quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
     progress: bool = True  # rich progress bars on stderr

@@ -22,8 +22,8 @@ from typing import Any
 
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
+from specfleet.settings import ADDRESS
 
-ADDRESS_ENV = "SPECFLEET_ADDRESS"
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 EMBEDDED = "embedded"
 JOINED = "the fleet this machine joined"
@@ -91,9 +91,10 @@ def choose_fleet(
     env = os.environ if env is None else env
     if address is not None:
         return FleetChoice(check_address(address), "--address")
-    for name in (ADDRESS_ENV, RAY_ADDRESS_ENV):
-        if env.get(name):
-            return FleetChoice(check_address(env[name], f"${name}"), f"${name}")
+    named = ((ADDRESS.name, ADDRESS.read(env)), (RAY_ADDRESS_ENV, env.get(RAY_ADDRESS_ENV)))
+    for name, value in named:
+        if value:
+            return FleetChoice(check_address(value, f"${name}"), f"${name}")
     if joined is True:
         from specfleet.cluster.noderecord import joined_fleet
 

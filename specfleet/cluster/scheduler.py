@@ -49,8 +49,9 @@ from specfleet.cluster.progress import (
 from specfleet.cluster.storewriter import StoreWriter
 from specfleet.engine.config import needs_costs
 from specfleet.jobs.run import RunResult, RunSpec
+from specfleet.settings import LEASE_S
 from specfleet.store.errors import StoreConflict
-from specfleet.store.leases import lease_seconds, new_driver_id
+from specfleet.store.leases import new_driver_id
 
 MAX_CLAIMS = 3  # asks for a kept result that fail (its worker restarting) before giving up
 
@@ -138,7 +139,7 @@ def _run_owned(store, matrix_id: str, workers: dict[str, Any],
 
 
 def _lease_s(opts: SchedulerOptions) -> float:
-    return opts.store_lease_s if opts.store_lease_s is not None else lease_seconds()
+    return opts.store_lease_s if opts.store_lease_s is not None else LEASE_S.read()
 
 
 def resume(

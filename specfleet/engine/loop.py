@@ -15,7 +15,6 @@ cannot roll back exactly or keeps its state internally.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,10 +36,10 @@ from specfleet.engine.stats import (
     loop_guard_fires,
 )
 from specfleet.engine.warmup import warm_up_verify_widths
+from specfleet.settings import FORCE_SYNC
 
 PLAIN_ROUNDS_BEFORE_PIPELINE = 2  # lookup pipelines on the third consecutive empty round
 ALLOCATOR_CLEAR_EVERY = 256  # generated tokens between allocator-cache clears (non-semantic)
-FORCE_SYNC_ENV = "SPECFLEET_FORCE_SYNC"  # presence (any value) disables pipelining
 NO_DRAFT: tuple[int, ...] = ()  # a round without proposals (shared: drafts are only read)
 
 StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
@@ -153,7 +152,7 @@ def _refeeds(runner: Runner) -> bool:
 
 def _resolve_pipeline(pipeline: bool | None, sampler: SamplerConfig) -> bool:
     if pipeline is None:
-        return FORCE_SYNC_ENV not in os.environ and sampler.batched_argmax
+        return not FORCE_SYNC.read() and sampler.batched_argmax
     if pipeline and not sampler.batched_argmax:
         raise ValueError("pipeline=True needs a greedy sampler without history or token bias")
     return pipeline

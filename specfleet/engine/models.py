@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import yaml
 
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.errors import UserError
+from specfleet.settings import HOME, MODELS
 from specfleet.userfiles import check_folder_path, read_text
 
 
@@ -140,10 +140,9 @@ class FetchResult:
 
 def specfleet_home() -> Path:
     """`SPECFLEET_HOME`, else the platform user cache dir `specfleet`."""
-    env = os.environ.get("SPECFLEET_HOME")
-    if env:
-        home = Path(env).expanduser()
-        check_folder_path(home, "SPECFLEET_HOME")  # a file there fails every later mkdir
+    home = HOME.read()
+    if home is not None:
+        check_folder_path(home, HOME.name)  # a file there fails every later mkdir
         return home
     import platformdirs
 
@@ -174,9 +173,9 @@ def bundled_source(source: str) -> tuple[BundledGguf, str] | None:
 
 def registry_path() -> Path:
     """`SPECFLEET_MODELS`, else the packaged `models.yaml`."""
-    env = os.environ.get("SPECFLEET_MODELS")
-    if env:
-        return Path(env).expanduser()
+    path = MODELS.read()
+    if path is not None:
+        return path
     from specfleet.configs import models_file
 
     return models_file()
@@ -187,9 +186,9 @@ REGISTRY_EXPECTED = "a YAML mapping 'models:' of alias -> sources (as the packag
 
 def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
     """Read the alias table: {alias: {engine: source, "description": text}}."""
-    named = path is None and bool(os.environ.get("SPECFLEET_MODELS"))
+    named = path is None and MODELS.read() is not None
     path = path or registry_path()
-    label = f"SPECFLEET_MODELS {path}" if named else str(path)
+    label = f"{MODELS.name} {path}" if named else str(path)
     text = read_text(path, label, expected=REGISTRY_EXPECTED)
     try:
         data = yaml.safe_load(text) or {}

@@ -5,7 +5,7 @@ user data dir), creates or upgrades the schema, and returns a `Store`: the repos
 scheduler writes through and the CLI reads from.
 """
 
-from specfleet.store.engine import ENV_VAR, default_db_path, display_url, resolve_url
+from specfleet.store.engine import default_db_path, display_url, resolve_url
 from specfleet.store.errors import StoreConflict, StoreError, UnknownMatrix, UnknownRun
 from specfleet.store.export import export_runs
 from specfleet.store.migrate import FutureSchemaError, head_revision
@@ -13,7 +13,6 @@ from specfleet.store.rows import LoadSampleRow, MatrixRow, RunRow, WidthCostRow
 from specfleet.store.store import Store, new_matrix_id, open_store
 
 __all__ = [
-    "ENV_VAR",
     "FutureSchemaError",
     "LoadSampleRow",
     "MatrixRow",

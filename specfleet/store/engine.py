@@ -21,10 +21,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from specfleet.errors import UserError
+from specfleet.settings import DB
 from specfleet.store.errors import StoreUnreachable
 from specfleet.userfiles import check_folder_path
 
-ENV_VAR = "SPECFLEET_DB"
 BUSY_TIMEOUT_S = 60.0
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
 WRITE_OPTION = "specfleet_write"
@@ -50,8 +50,8 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
     Raises:
         UserError: an unsupported scheme or an unparsable URL.
     """
-    source = "--db" if url else ENV_VAR
-    raw = url or os.environ.get(ENV_VAR) or ""
+    source = "--db" if url else DB.name
+    raw = url or DB.read() or ""
     if not raw:
         path = default_db_path()
         if create_dir and not path.parent.is_dir():

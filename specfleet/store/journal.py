@@ -22,19 +22,17 @@ import platformdirs
 from sqlalchemy.engine import URL
 
 from specfleet.jobs.run import RunResult
+from specfleet.settings import JOURNAL_DIR
 from specfleet.userfiles import check_writable_dir
 
-JOURNAL_ENV = "SPECFLEET_JOURNAL_DIR"
 SUFFIX = ".json"
 CONFLICT_SUFFIX = ".conflict"  # the store holds a different result: kept for a person to see
 
 
 def journal_root() -> Path:
     """`$SPECFLEET_JOURNAL_DIR`, else `journal/` in the user data dir."""
-    raw = os.environ.get(JOURNAL_ENV)
-    if raw:
-        return Path(raw).expanduser()
-    return Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "journal"
+    named = JOURNAL_DIR.read()
+    return named or Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "journal"
 
 
 def check_journal_root() -> None:
@@ -45,7 +43,7 @@ def check_journal_root() -> None:
     Raises:
         UserError: naming the variable (or the default folder) and what is expected.
     """
-    label = JOURNAL_ENV if os.environ.get(JOURNAL_ENV) else "the journal folder"
+    label = JOURNAL_DIR.name if JOURNAL_DIR.read() else "the journal folder"
     check_writable_dir(journal_root(), label)
 
 

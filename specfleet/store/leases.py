@@ -19,34 +19,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, func, not_, select, update
 from sqlalchemy.orm import Session
 
-from specfleet.errors import UserError
+from specfleet.settings import LEASE_S
 from specfleet.store.errors import StoreConflict, UnknownMatrix
 from specfleet.store.tables import Matrix, Run
 from specfleet.store.values import utcnow
-
-LEASE_ENV = "SPECFLEET_LEASE_S"
-DEFAULT_LEASE_S = 60.0
-LEASE_RANGE_S = (1.0, 3600.0)
-
-
-def lease_seconds() -> float:
-    """The heartbeat lease: `SPECFLEET_LEASE_S` (1-3600 s) or 60 s.
-
-    Raises:
-        UserError: the variable is not a number in range.
-    """
-    raw = os.environ.get(LEASE_ENV)
-    if not raw:
-        return DEFAULT_LEASE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    low, high = LEASE_RANGE_S
-    if not low <= value <= high:  # also refuses nan
-        raise UserError(f"{LEASE_ENV}: expected seconds between {low:g} and {high:g}, "
-                        f"got {raw!r}")
-    return value
 
 
 def new_driver_id() -> str:
@@ -141,7 +117,7 @@ class StoreLeases:
                 ).values(lease_until=until))
 
     def mark_running(self, run_key: str, driver_id: str | None = None,
-                     lease_s: float = DEFAULT_LEASE_S) -> None:
+                     lease_s: float = LEASE_S.default_s) -> None:
         """Mark a run as started now by `driver_id`.
 
         Raises:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 import specfleet
 from specfleet.jobs.run import RunResult, RunSpec, Target
+from specfleet.settings import LEASE_S
 from specfleet.store import values
 from specfleet.store.engine import (
     WRITE_OPTION,
@@ -36,7 +37,7 @@ from specfleet.store.engine import (
 )
 from specfleet.store.errors import StoreConflict, UnknownMatrix, UnknownRun
 from specfleet.store.journal import Journal, ReplayOutcome, check_journal_root
-from specfleet.store.leases import StoreLeases, lease_seconds
+from specfleet.store.leases import StoreLeases
 from specfleet.store.migrate import (
     check_known,
     check_readable_schema,
@@ -230,7 +231,7 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
             id=matrix_id, name=name, spec=spec, spec_hash=values.json_hash(spec),
             submitted_at=now, status="running", specfleet_version=specfleet.__version__,
             # Reads `running` until a driver claims it, `interrupted` if none ever does.
-            lease_until=now + timedelta(seconds=lease_seconds()),
+            lease_until=now + timedelta(seconds=LEASE_S.read()),
         )
         self._insert_planned(matrix, runs, now, matrix_id=matrix_id)
         return matrix_id
@@ -331,7 +332,7 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
             if matrix is None:
                 raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
             matrix.status, matrix.finished_at = "running", None
-            matrix.lease_until = utcnow() + timedelta(seconds=lease_seconds())
+            matrix.lease_until = utcnow() + timedelta(seconds=LEASE_S.read())
             result = session.execute(
                 update(Run)
                 .where(Run.matrix_id == matrix_id, Run.status != "done")

@@ -26,8 +26,8 @@ import psutil
 import specfleet
 from specfleet.engine.config import resolve_policy
 from specfleet.engine.kinds import MODEL_ENGINES
-from specfleet.errors import UserError
 from specfleet.jobs.run import Target
+from specfleet.settings import HOST
 
 VERSIONED_PACKAGES: tuple[str, ...] = ("ray", "mlx", "mlx-lm", "torch", "transformers")
 _PROBE_TIMEOUT_S = 5.0
@@ -144,22 +144,13 @@ def detect_host(name: str | None = None, *, full: bool = False) -> HostInfo:
     )
 
 
-HOST_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
 def default_host_name() -> str:
     """`SPECFLEET_HOST`, else the short host name (lower case).
 
     Raises:
         UserError: `SPECFLEET_HOST` is not a fleet name (a Ray label value and a store key).
     """
-    given = os.environ.get("SPECFLEET_HOST")
-    if given is not None and given != "":
-        if not HOST_NAME_PATTERN.match(given):
-            raise UserError(f"SPECFLEET_HOST: expected a host name of letters, digits, '_', "
-                            f"'.' or '-' (at most 64), got {given[:80]!r}")
-        return given
-    return socket.gethostname().split(".")[0].lower()
+    return HOST.read() or socket.gethostname().split(".")[0].lower()
 
 
 def host_kind(os_name: str, arch: str, gpu: str | None) -> str:

@@ -22,6 +22,7 @@ from specfleet.engine.config import PromptLookupConfig, resolve_policy
 from specfleet.engine.peers import PeerCall
 from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.jobs.run import RunResult, RunSpec
+from specfleet.settings import SELFTEST
 from specfleet.workers.bandwidth import measure_read_gb_per_s
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
@@ -49,7 +50,6 @@ from specfleet.workers.toy import build_toy_runner, log_toy_run, toy_weights_has
 
 # Share of host memory the loaded models may take together (the rest: KV caches, the OS).
 MODEL_MEMORY_SHARE = 0.5
-SELFTEST_ENV = "SPECFLEET_SELFTEST"  # "0": start without the self-test (test suites, debugging)
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class HostWorker:
         if engines is not None:
             offered = {e: d for e, d in self._info.engines.items() if e in engines}
             self._info = replace(self._info, engines=offered)
-        if self_test if self_test is not None else os.environ.get(SELFTEST_ENV, "1") != "0":
+        if self_test if self_test is not None else SELFTEST.read():
             self._info = replace(self._info, selftest=self._self_test(tuple(break_rollback)))
         # Once per start, before any run: the ceiling plain decoding is measured against.
         self._info = replace(self._info, read_gb_per_s=measure_read_gb_per_s())

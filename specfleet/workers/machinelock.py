@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specfleet.errors import UserError
+from specfleet.settings import RUNTIME_DIR
 
-RUNTIME_ENV = "SPECFLEET_RUNTIME_DIR"
 POLL_S = 0.05  # how often a waiting run asks again (and looks at its cancel flag)
 
 
@@ -34,7 +34,7 @@ def runtime_dir() -> Path:
         UserError: the path exists but is a link, not a directory, or not ours.
     """
     uid = os.getuid()
-    path = Path(os.environ.get(RUNTIME_ENV) or f"/tmp/specfleet-{uid}")
+    path = Path(RUNTIME_DIR.read() or f"/tmp/specfleet-{uid}")
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -44,7 +44,7 @@ def runtime_dir() -> Path:
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
         raise UserError(f"{path} is not a private directory of this user (a link, a file or "
-                        f"someone else's); remove it or set {RUNTIME_ENV}")
+                        f"someone else's); remove it or set {RUNTIME_DIR.name}")
     if stat.S_IMODE(info.st_mode) != 0o700:
         os.chmod(path, 0o700)
     return path

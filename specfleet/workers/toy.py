@@ -29,11 +29,11 @@ from typing import Any
 
 from specfleet.engine.runners.toy import ConstantModel, InductionModel, ScriptModel, ToyRunner
 from specfleet.errors import UserError
+from specfleet.settings import TOY_RUN_LOG
 
 TOY_KINDS: tuple[str, ...] = ("script", "induction", "constant", "fail", "exit")
 _NAME = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<ms>\d+(?:\.\d+)?)ms)?$")
 _SCRIPT_LEN = 4096
-TOY_RUN_LOG_ENV = "SPECFLEET_TOY_RUN_LOG"
 
 
 class ToyEngineRunner:
@@ -110,7 +110,7 @@ def toy_weights_hash(name: str) -> str:
 
 def log_toy_run(run_key: str) -> None:
     """Append `run_key` to `$SPECFLEET_TOY_RUN_LOG` when set (one write: lines never mix)."""
-    path = os.environ.get(TOY_RUN_LOG_ENV)
+    path = TOY_RUN_LOG.read()
     if not path:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)

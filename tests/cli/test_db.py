@@ -15,9 +15,9 @@ from sqlalchemy import create_engine, inspect, text
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
+from specfleet.settings import JOURNAL_DIR
 from specfleet.store import head_revision, open_store
 from specfleet.store.engine import resolve_url
-from specfleet.store.journal import JOURNAL_ENV
 from tests.conftest import PG_PASSWORD, PG_PASSWORD_USER
 
 NOBODY = 65534
@@ -155,7 +155,7 @@ def test_read_only_file_is_refused_and_untouched(monkeypatch):
     journal = Path(tempfile.mkdtemp(prefix="specfleet-ro-journal-"))
     if os.geteuid() == 0:
         os.chown(journal, NOBODY, NOBODY)
-    monkeypatch.setenv(JOURNAL_ENV, str(journal))
+    monkeypatch.setenv(JOURNAL_DIR.name, str(journal))
     try:
         path = folder / "ro.db"
         open_store(str(path)).close()

@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
+from specfleet.settings import TOY_RUN_LOG
 from specfleet.store import open_store
-from specfleet.workers.toy import TOY_RUN_LOG_ENV
 from tests.cluster.faultcounts import fault_counts
 from tests.cluster.raycluster import start_fleet, wait_until, workers
 
@@ -47,12 +47,12 @@ def run_log(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet(run_log):
-    os.environ[TOY_RUN_LOG_ENV] = str(run_log)  # the workers inherit it
+    os.environ[TOY_RUN_LOG.name] = str(run_log)  # the workers inherit it
     try:
         cluster = start_fleet(("solo",))
         workers(cluster)
     finally:
-        os.environ.pop(TOY_RUN_LOG_ENV)
+        os.environ.pop(TOY_RUN_LOG.name)
     yield cluster
     cluster.shutdown()
 

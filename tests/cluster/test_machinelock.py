@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from specfleet.errors import UserError
+from specfleet.settings import JOURNAL_DIR, RUNTIME_DIR
 from specfleet.store import open_store
 from specfleet.workers.hardware import machine_id
-from specfleet.workers.machinelock import RUNTIME_ENV, MachineLock, machine_lock_path, runtime_dir
+from specfleet.workers.machinelock import MachineLock, machine_lock_path, runtime_dir
 from tests.cluster.raycluster import wait_until
 
 TOY = """\
@@ -36,7 +37,7 @@ targets: {engines: [toy]}
 
 
 def test_the_runtime_dir_is_private_and_links_are_refused(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(RUNTIME_ENV, str(tmp_path / "rt"))
+    monkeypatch.setenv(RUNTIME_DIR.name, str(tmp_path / "rt"))
     path = runtime_dir()
     assert path.stat().st_mode & 0o777 == 0o700
     target = tmp_path / "elsewhere"
@@ -46,7 +47,7 @@ def test_the_runtime_dir_is_private_and_links_are_refused(tmp_path, monkeypatch)
         MachineLock(machine_lock_path("m1")).acquire()  # O_NOFOLLOW: never through a link
     link = tmp_path / "linked"
     os.symlink(tmp_path / "rt", link)
-    monkeypatch.setenv(RUNTIME_ENV, str(link))
+    monkeypatch.setenv(RUNTIME_DIR.name, str(link))
     with pytest.raises(UserError, match="not a private directory"):
         runtime_dir()
 
@@ -56,16 +57,16 @@ def test_the_runtime_dir_is_private_and_links_are_refused(tmp_path, monkeypatch)
 def test_two_embedded_fleets_never_overlap_timed_runs(tmp_path) -> None:
     # A short runtime dir, as in production: Ray's sockets live under it.
     runtime = tempfile.mkdtemp(prefix="sf-rt-", dir="/tmp")
-    env = {**os.environ, RUNTIME_ENV: runtime, "SPECFLEET_JOURNAL_DIR": str(tmp_path / "journal")}
+    env = {**os.environ, RUNTIME_DIR.name: runtime, JOURNAL_DIR.name: str(tmp_path / "journal")}
     db = f"sqlite:///{tmp_path / 'two.db'}"
     open_store(db).close()
-    os.environ[RUNTIME_ENV] = env[RUNTIME_ENV]
+    os.environ[RUNTIME_DIR.name] = env[RUNTIME_DIR.name]
     try:
         # Held by this test (a stray run) until both drivers wait at the machine.
         gate = MachineLock(machine_lock_path(machine_id()))
         assert gate.acquire()
     finally:
-        os.environ.pop(RUNTIME_ENV)
+        os.environ.pop(RUNTIME_DIR.name)
     drivers = []
     try:
         for name in ("a", "b"):

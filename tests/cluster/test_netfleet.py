@@ -27,8 +27,7 @@ import psutil
 import pytest
 
 from specfleet.cluster import noderecord
-from specfleet.workers.machinelock import RUNTIME_ENV
-from specfleet.workers.toy import TOY_RUN_LOG_ENV
+from specfleet.settings import RUNTIME_DIR, TOY_RUN_LOG
 from tests.conftest import _make_root
 
 _spec = importlib.util.spec_from_file_location(
@@ -72,8 +71,8 @@ targets: {engines: [toy]}
 def nf():
     fleet = netfleet.create(HOSTS, outside=("cli", "out"), fast_health=False)
     fleet.extra_env = {
-        TOY_RUN_LOG_ENV: str(Path(fleet.root, "runs.log")),  # every execution, for ran_twice
-        RUNTIME_ENV: str(Path(fleet.root, "rt")),  # machine locks apart from other sessions'
+        TOY_RUN_LOG.name: str(Path(fleet.root, "runs.log")),  # every execution, for ran_twice
+        RUNTIME_DIR.name: str(Path(fleet.root, "rt")),  # machine locks apart from other sessions'
     }
     root = _make_root()
     try:

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from specfleet.engine.config import ConfigError, PromptLookupConfig
 from specfleet.engine.loop import (
-    FORCE_SYNC_ENV,
     generate,
     rounds,
     sequential_reference,
@@ -31,6 +30,7 @@ from specfleet.engine.runners.toy import (
 )
 from specfleet.engine.sampling import SamplerConfig
 from specfleet.engine.stats import PromptLookupStats
+from specfleet.settings import FORCE_SYNC
 
 GREEDY = SamplerConfig()
 PENALTY = SamplerConfig(repetition_penalty=1.3, repetition_last_n=3)
@@ -226,7 +226,7 @@ def test_plain_decoding_pipelines_from_the_first_decode_round():
 
 
 def test_force_sync_environment_variable_disables_pipelining(monkeypatch):
-    monkeypatch.setenv(FORCE_SYNC_ENV, "")
+    monkeypatch.setenv(FORCE_SYNC.name, "")
     result = generate(ConstantModel(), [1, 2], max_tokens=6, trace=True)
     assert [t.kind for t in result.trace] == ["sync"] * 5
     assert result.tokens == [3] * 6

@@ -7,9 +7,7 @@ import time
 
 import pytest
 
-from specfleet.errors import UserError
 from specfleet.store.errors import StoreConflict
-from specfleet.store.leases import LEASE_ENV, lease_seconds
 from tests.store.factory import grid, result
 
 
@@ -79,10 +77,3 @@ def test_heartbeat_keeps_a_lease_alive(store) -> None:
         store.heartbeat("d1", 0.6)
     assert store.get_matrix(matrix_id).status == "running"
     assert not store.claim_matrix(matrix_id, "d2", 30.0, requeue=True).taken
-
-
-@pytest.mark.parametrize("raw", ["0", "-3", "nan", "inf", "soon", "99999"])
-def test_bad_lease_variable_is_one_line(raw, monkeypatch) -> None:
-    monkeypatch.setenv(LEASE_ENV, raw)
-    with pytest.raises(UserError, match=LEASE_ENV):
-        lease_seconds()

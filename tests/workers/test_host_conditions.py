@@ -10,7 +10,7 @@ import pytest
 
 from specfleet.engine.models import resolve_model
 from specfleet.jobs.run import RunSpec, Target
-from specfleet.workers.conditions import ROOT_ENV
+from specfleet.settings import CONDITIONS_ROOT
 from specfleet.workers.hardware import detect_host
 from specfleet.workers.host import HostWorker
 from tests.engine.conftest import bundled_model  # noqa: F401 (the fetched bundled model)
@@ -58,7 +58,7 @@ def test_each_run_stores_its_conditions_before_and_after(tmp_path, root) -> None
 
 
 def test_the_root_comes_from_the_documented_setting(tmp_path, root, monkeypatch) -> None:
-    monkeypatch.setenv(ROOT_ENV, str(root))
+    monkeypatch.setenv(CONDITIONS_ROOT.name, str(root))
     w = worker(tmp_path)
     try:
         reading = w.conditions()["reading"]

@@ -15,11 +15,10 @@ from specfleet.workers.conditions.judge import (
     memory_needed_gb,
 )
 from specfleet.workers.conditions.model import GpuReading, HostConditions, ThermalZone, summary
-from specfleet.workers.conditions.sample import ROOT_ENV, conditions_root, sample_conditions
+from specfleet.workers.conditions.sample import conditions_root, sample_conditions
 
 __all__ = [
     "CLOCK_FRACTION_FLAG",
-    "ROOT_ENV",
     "GpuReading",
     "HostConditions",
     "MemoryCheck",

@@ -9,18 +9,17 @@ None with the reason in `missing`.
 
 from __future__ import annotations
 
-import os
 import platform
 import shutil
 import subprocess
 import time
 
+from specfleet.settings import CONDITIONS_ROOT
 from specfleet.workers.conditions.linux import read_linux
 from specfleet.workers.conditions.macos import read_macos
 from specfleet.workers.conditions.model import HostConditions
 from specfleet.workers.conditions.nvidia import read_nvidia
 
-ROOT_ENV = "SPECFLEET_CONDITIONS_ROOT"
 TOOL_TIMEOUT_S = 3.0
 
 
@@ -37,7 +36,7 @@ def run_tool(cmd: list[str]) -> str | None:
 
 def conditions_root(root: str | None = None) -> str:
     """The directory the Linux sources read: `root`, else $SPECFLEET_CONDITIONS_ROOT, else /."""
-    return root or os.environ.get(ROOT_ENV) or "/"
+    return root or CONDITIONS_ROOT.read() or "/"
 
 
 def sample_conditions(root: str | None = None) -> HostConditions:

@@ -1,0 +1,168 @@
+"""Every `SPECFLEET_*` environment variable: its name, what it means, its default, its reader.
+
+Code reads a variable through its declaration here (`LEASE_S.read()`) and names it by
+`.name` (in a message, or in the environment it gives a child process); the table in
+docs/architecture.md is checked against `VARIABLES` by tests/test_settings.py. A reader
+takes the environment to read (default `os.environ`) and raises one `UserError` line
+naming the variable and what is expected when a value is malformed. An empty value reads
+as unset, except where `Presence` says otherwise. Defaults that need more than the standard
+library (the platform's user dirs) are applied by the caller when a reader returns None.
+This module imports only the standard library and `specfleet.errors`: every layer reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from specfleet.errors import UserError
+
+Environ = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: its name, what it means and what applies when it is unset."""
+
+    name: str
+    meaning: str  # one line
+    default: str  # what applies when it is unset, in words
+
+    def value(self, env: Environ | None = None) -> str | None:
+        """The value as set, None when unset or empty."""
+        return (os.environ if env is None else env).get(self.name) or None
+
+
+@dataclass(frozen=True)
+class Text(Variable):
+    """Text checked where it is used (a URL, an address, a file to append to)."""
+
+    def read(self, env: Environ | None = None) -> str | None:
+        return self.value(env)
+
+
+@dataclass(frozen=True)
+class UserPath(Variable):
+    """A file or folder path; `~` is expanded."""
+
+    def read(self, env: Environ | None = None) -> Path | None:
+        raw = self.value(env)
+        return Path(raw).expanduser() if raw else None
+
+
+@dataclass(frozen=True)
+class Seconds(Variable):
+    """A number of seconds within `low_s`..`high_s`; `default_s` when unset."""
+
+    default_s: float
+    low_s: float
+    high_s: float
+
+    def read(self, env: Environ | None = None) -> float:
+        """The seconds, or `default_s`.
+
+        Raises:
+            UserError: not a number in range.
+        """
+        raw = self.value(env)
+        if raw is None:
+            return self.default_s
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not self.low_s <= value <= self.high_s:  # also refuses nan
+            raise UserError(f"{self.name}: expected seconds between {self.low_s:g} and "
+                            f"{self.high_s:g}, got {raw!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Switch(Variable):
+    """On unless set to `0`."""
+
+    def read(self, env: Environ | None = None) -> bool:
+        return self.value(env) != "0"
+
+
+@dataclass(frozen=True)
+class Presence(Variable):
+    """On when set at all, even to an empty value."""
+
+    def read(self, env: Environ | None = None) -> bool:
+        return self.name in (os.environ if env is None else env)
+
+
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class HostName(Variable):
+    """A fleet host name: a Ray label value and a store key."""
+
+    def read(self, env: Environ | None = None) -> str | None:
+        """The name, None when unset.
+
+        Raises:
+            UserError: not letters, digits, '_', '.' or '-' (at most 64).
+        """
+        given = self.value(env)
+        if given is not None and not _HOST_NAME.match(given):
+            raise UserError(f"{self.name}: expected a host name of letters, digits, '_', "
+                            f"'.' or '-' (at most 64), got {given[:80]!r}")
+        return given
+
+
+ADDRESS = Text(
+    "SPECFLEET_ADDRESS", "the fleet head (HOST:PORT) a command follows when no --address is given",
+    "$RAY_ADDRESS, else the fleet this machine joined, else an embedded fleet")
+CONDITIONS_ROOT = Text(
+    "SPECFLEET_CONDITIONS_ROOT",
+    "a tree laid out like / that a worker's Linux conditions sources read (a simulated host)",
+    "/")
+DB = Text(
+    "SPECFLEET_DB", "the store (a SQLAlchemy URL or a SQLite file path) when no --db is given",
+    "specfleet.db in the user data dir")
+FORCE_SYNC = Presence(
+    "SPECFLEET_FORCE_SYNC", "set to any value, even empty: the decode loop never pipelines",
+    "pipelining where the sampler allows it")
+HOME = UserPath(
+    "SPECFLEET_HOME",
+    "the folder of converted bundled models, the fleet node record and the supervisor log",
+    "the user cache dir")
+HOST = HostName(
+    "SPECFLEET_HOST", "this host's name in the fleet (a Ray label value and a store key)",
+    "the short host name, lower case")
+JOURNAL_DIR = UserPath(
+    "SPECFLEET_JOURNAL_DIR", "where a driver keeps finished results until the store has them",
+    "journal/ in the user data dir")
+LEASE_S = Seconds(
+    "SPECFLEET_LEASE_S", "a driver's heartbeat lease on its matrix and runs, in seconds",
+    "60 s (1-3600 s)", default_s=60.0, low_s=1.0, high_s=3600.0)
+MODELS = UserPath(
+    "SPECFLEET_MODELS", "the model alias file (a models.yaml)",
+    "the packaged specfleet/configs/models.yaml")
+OPENBLAS = Switch(
+    "SPECFLEET_OPENBLAS", "0: MLX's CPU backend keeps the wheel's own BLAS (no OpenBLAS loaded)",
+    "OpenBLAS loaded on Linux x86-64 where it is installed")
+RUNTIME_DIR = Text(
+    "SPECFLEET_RUNTIME_DIR",
+    "this user's private runtime folder (machine locks, kept results, the embedded Ray dir)",
+    "/tmp/specfleet-UID")
+SELFTEST = Switch(
+    "SPECFLEET_SELFTEST", "0: workers start without their self-test (test suites, debugging)",
+    "the self-test runs")
+STORE_RETRY_S = Seconds(
+    "SPECFLEET_STORE_RETRY_S", "how long a store write retries an unreachable store, in seconds",
+    "300 s (1-86400 s)", default_s=300.0, low_s=1.0, high_s=86400.0)
+TOY_RUN_LOG = Text(
+    "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",
+    "no log")
+
+VARIABLES: tuple[Variable, ...] = (
+    ADDRESS, CONDITIONS_ROOT, DB, FORCE_SYNC, HOME, HOST, JOURNAL_DIR, LEASE_S, MODELS,
+    OPENBLAS, RUNTIME_DIR, SELFTEST, STORE_RETRY_S, TOY_RUN_LOG,
+)
