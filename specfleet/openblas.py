@@ -8,7 +8,7 @@ faster. torch must be imported first: libtorch_cpu exports its own (MKL) `sgemm_
 it through the same global scope, so torch imported after OpenBLAS made its steps 2-4x slower
 here, while torch imported before keeps MKL (measured: 0.48 s vs 0.50 s vs 1.16 s a loop).
 
-`specfleet/__init__.py` installs `import_hook()`: the first `import mlx` of any specfleet
+`specfleet/__init__.py` installs `import_hook()`: the first `import mlx.core` of any specfleet
 process (a worker, `generate --engine mlx`, the test suite) loads OpenBLAS this way, once.
 It does nothing on macOS, on aarch64 (GB10), without the library, or with
 `SPECFLEET_OPENBLAS=0`. OpenBLAS 0.3.21 misdetects this kind of CPU as Prescott unless
@@ -28,9 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specfleet.settings import OPENBLAS
+
 LIBRARY = Path("/usr/lib/x86_64-linux-gnu/libopenblas.so.0")
 PACKAGE = "libopenblas0-pthread"
-SWITCH_ENV = "SPECFLEET_OPENBLAS"  # "0": keep the wheel's own BLAS
 # Best core first: the first whose flags the CPU has all of.
 CORE_TYPES = (("SKYLAKEX", ("avx512f", "avx512bw", "avx512vl")), ("HASWELL", ("avx2", "fma")),
               ("SANDYBRIDGE", ("avx",)))
@@ -50,13 +51,13 @@ def core_type(cpuinfo: str) -> str | None:
 
 def why_not() -> str | None:
     """Why OpenBLAS is not loaded for MLX in this process, or None when it applies."""
-    if os.environ.get(SWITCH_ENV) == "0":
-        return f"{SWITCH_ENV}=0"
+    if not OPENBLAS.read():
+        return f"{OPENBLAS.name}=0"
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return "not Linux x86-64"
     if not LIBRARY.exists():
         return f"{LIBRARY} is missing (apt-get install {PACKAGE})"
-    if "mlx" in sys.modules:
+    if "mlx.core" in sys.modules:
         return "mlx was imported first"
     return None
 
@@ -90,10 +91,12 @@ def _mapped_libraries() -> list[str]:
 
 
 class _BeforeMlx:
-    """A one-shot meta-path finder: on the first `import mlx...`, load OpenBLAS, then step aside."""
+    """A one-shot meta-path finder: on the first import of `mlx.core` (the extension that links
+    MLX's BLAS), load OpenBLAS, then step aside. Probing for `mlx` (`find_spec`, cheap host
+    detection) does not trigger it."""
 
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001 (the finder protocol)
-        if name == "mlx" or name.startswith("mlx."):
+        if name == "mlx.core":
             _remove_hook()
             load_for_mlx()
         return None  # the regular finders import mlx itself
