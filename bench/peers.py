@@ -144,8 +144,8 @@ def torch_arms(policies: Sequence[str], model: str = MODEL) -> tuple[object, lis
     from transformers.utils import logging as hf_logging
 
     from specfleet.engine.config import PromptLookupConfig, resolve_policy
-    from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.torch import TorchRunner
+    from specfleet.models.registry import resolve_model
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -169,8 +169,8 @@ def torch_arms(policies: Sequence[str], model: str = MODEL) -> tuple[object, lis
 
 def mlx_arms(model: str = MODEL) -> tuple[object, list[Arm]]:
     """Load the model for MLX once; both arms share the one mlx-lm model."""
-    from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.mlx import MlxRunner
+    from specfleet.models.registry import resolve_model
 
     runner = MlxRunner.load(resolve_model(model, "mlx").path, "cpu")
     return runner, [

@@ -73,7 +73,7 @@ def tiny_rows(engine: str, width: int, repeats: int) -> list[tuple[str, dict]]:
 
 def model_rows(alias: str, engine: str, prompt_tokens: int, width: int,
                repeats: int) -> list[tuple[str, dict]]:
-    from specfleet.engine.models import resolve_model
+    from specfleet.models.registry import resolve_model
     from specfleet.workers.loaded import load_model
 
     runner = load_model(resolve_model(alias, engine), engine, "auto").runner

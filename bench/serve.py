@@ -24,9 +24,9 @@ import statistics
 import time
 from pathlib import Path
 
-import platformdirs
 from sqlalchemy import func, select
 
+from specfleet.dirs import user_cache_dir
 from specfleet.serve import create_app
 from specfleet.store import open_store
 from specfleet.store.readonly import open_read_only
@@ -105,7 +105,7 @@ def line(name: str, server: list[float], cpu: list[float], size: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="specfleet serve benchmark")
-    default = Path(platformdirs.user_cache_dir("specfleet")) / "bench-serve-1m.db"
+    default = user_cache_dir() / "bench-serve-1m.db"
     parser.add_argument("--db", type=Path, default=default, help="the cached store file")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rebuild", action="store_true")

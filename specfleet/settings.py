@@ -6,7 +6,8 @@ docs/architecture.md is checked against `VARIABLES` by tests/test_settings.py. A
 takes the environment to read (default `os.environ`) and raises one `UserError` line
 naming the variable and what is expected when a value is malformed. An empty value reads
 as unset, except where `Presence` says otherwise. Defaults that need more than the standard
-library (the platform's user dirs) are applied by the caller when a reader returns None.
+library are applied by the caller when a reader returns None; the platform's user dirs
+(and `SPECFLEET_HOME`, the runtime dir) are computed in `specfleet/dirs.py`.
 This module imports only the standard library and `specfleet.errors`: every layer reads it.
 """
 

@@ -228,7 +228,7 @@ def _add_host(fleet: NetFleet, name: str, engines: list[str] | None, ip: str) ->
 
 def _share_models(home: Path) -> None:
     """The host's own data dir, but the bundled model already fetched on this machine."""
-    from specfleet.engine.models import specfleet_home
+    from specfleet.dirs import specfleet_home
 
     models = specfleet_home() / "models"
     cache = home / ".cache" / "specfleet"

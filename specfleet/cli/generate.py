@@ -123,7 +123,7 @@ class GenerateRequest:
 
 def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int) -> None:
     """The prompt and the reply must fit the model's context (from its config.json)."""
-    from specfleet.engine.models import context_tokens
+    from specfleet.models.registry import context_tokens
 
     context = context_tokens(Path(loaded.path))
     if context is not None and prompt_tokens + max_tokens > context:
@@ -414,7 +414,7 @@ def generate_command(
         system=system_prompt,
     )
     validate_request(request)
-    from specfleet.workers.machinelock import runtime_dir
+    from specfleet.dirs import runtime_dir
 
     runtime_dir()  # the machine lock's folder must be usable before the model loads
     loaded = load_model(model, engine, device)

@@ -40,8 +40,8 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
     Returns:
         The loaded runner with the model's provenance.
     """
-    from specfleet.engine.models import resolve_model
     from specfleet.engine.runners.base import UnsupportedModelError
+    from specfleet.models.registry import resolve_model
     from specfleet.workers import loaded
 
     try:

@@ -6,16 +6,9 @@ from typing import Annotated
 
 import typer
 
-from specfleet.engine.models import (
-    BUNDLED,
-    COMPLETE_MARKER,
-    bundled_dir,
-    bundled_source,
-    fetch_bundled,
-    list_models,
-    load_registry,
-)
 from specfleet.errors import UserError
+from specfleet.models.bundled import BUNDLED, COMPLETE_MARKER, bundled_dir, fetch_bundled
+from specfleet.models.registry import bundled_source, list_models, load_registry
 from specfleet.settings import HOME, MODELS
 from specfleet.userfiles import check_writable_dir
 

@@ -204,7 +204,7 @@ def _start_embedded(
     ensure_token(create=True)
     bind_loopback()
     info = detect_host(host)
-    from specfleet.workers.machinelock import runtime_dir
+    from specfleet.dirs import runtime_dir
 
     with keep_sigterm():
         _init_embedded(info, num_cpus, _private_ray_dir(runtime_dir() / "ray"))

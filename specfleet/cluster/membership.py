@@ -254,7 +254,7 @@ def keep_supervisor(pid: int | None = None) -> None:
 
 def _spawn_supervisor() -> int:
     """Start a background supervisor for this host (own session: outlives the shell)."""
-    from specfleet.engine.models import specfleet_home
+    from specfleet.dirs import specfleet_home
 
     log = specfleet_home() / "supervisor.log"
     log.parent.mkdir(parents=True, exist_ok=True)

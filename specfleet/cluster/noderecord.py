@@ -46,7 +46,7 @@ class NodeRecord:
 
 
 def record_path() -> Path:
-    from specfleet.engine.models import specfleet_home
+    from specfleet.dirs import specfleet_home
 
     return specfleet_home() / RECORD_NAME
 

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-import platformdirs
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
 from specfleet.settings import DB
 from specfleet.store.errors import StoreUnreachable
@@ -34,7 +34,7 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
 
 def default_db_path() -> Path:
     """The default SQLite file: `specfleet.db` in the platform's user data dir."""
-    return Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "specfleet.db"
+    return user_data_dir() / "specfleet.db"
 
 
 def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:

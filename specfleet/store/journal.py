@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
 from sqlalchemy.engine import URL
 
+from specfleet.dirs import user_data_dir
 from specfleet.jobs.run import RunResult
 from specfleet.settings import JOURNAL_DIR
 from specfleet.userfiles import check_writable_dir
@@ -32,7 +32,7 @@ CONFLICT_SUFFIX = ".conflict"  # the store holds a different result: kept for a 
 def journal_root() -> Path:
     """`$SPECFLEET_JOURNAL_DIR`, else `journal/` in the user data dir."""
     named = JOURNAL_DIR.read()
-    return named or Path(platformdirs.user_data_dir("specfleet", appauthor=False)) / "journal"
+    return named or user_data_dir() / "journal"
 
 
 def check_journal_root() -> None:

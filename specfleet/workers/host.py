@@ -370,7 +370,7 @@ class HostWorker:
 
     def _resolve(self, model: str, engine: str) -> Any:
         if (model, engine) not in self._resolved:
-            from specfleet.engine.models import resolve_model
+            from specfleet.models.registry import resolve_model
 
             self._resolved[(model, engine)] = resolve_model(model, engine)
         return self._resolved[(model, engine)]

@@ -3,7 +3,7 @@
 A cut link can cost the driver a run's reply while the host finishes the run: Ray resets the
 connection when the link returns, or declares the node dead and its worker restarts. The
 driver then asks the host's worker for the result (`HostWorker.result`) instead of running the
-benchmark again. The results live in the private runtime directory (`machinelock.runtime_dir`,
+benchmark again. The results live in the private runtime directory (`dirs.runtime_dir`,
 0700, files 0600, opened without following links), so a restarted worker process still has
 them; only the newest `KEPT_RESULTS` of each host are kept.
 """
@@ -16,8 +16,8 @@ import os
 import threading
 from pathlib import Path
 
+from specfleet.dirs import runtime_dir
 from specfleet.jobs.run import RunResult
-from specfleet.workers.machinelock import runtime_dir
 
 KEPT_RESULTS = 8  # a driver only ever asks for the run it had in flight there
 

@@ -154,7 +154,7 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
         except UserError as err:
             return ModelCheck(str(err))
         return ModelCheck()
-    from specfleet.engine.models import ModelNotFetched, context_tokens, resolve_model
+    from specfleet.models.registry import ModelNotFetched, context_tokens, resolve_model
 
     try:
         resolved = resolve_model(model, engine, measure=False)
@@ -170,7 +170,7 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
 
 
 def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
-    """Load a resolved model (`engine.models.resolve_model`) on `device`, timed.
+    """Load a resolved model (`models.registry.resolve_model`) on `device`, timed.
 
     Raises:
         EngineNotInstalled: the engine is not installed.

@@ -3,10 +3,10 @@
 A worker holds an exclusive `flock` on a file for the whole timed window of a run, and
 waits for it first. The file lives outside Ray, so two embedded fleets, two drivers of two
 clusters, or a stray `specfleet generate` never overlap their timed runs. It sits in a
-private runtime directory (`/tmp/specfleet-<uid>`, or `$SPECFLEET_RUNTIME_DIR`): created
-0700, refused unless it is a real directory owned by this user, and the lock file is opened
-with `O_NOFOLLOW`, so nobody else can plant a link or hold our lock. One lock per machine id
-(simulated hosts with stand-in machine ids keep their own).
+private runtime directory (`dirs.runtime_dir`: `/tmp/specfleet-<uid>`, or
+`$SPECFLEET_RUNTIME_DIR`): created 0700, refused unless it is a real directory owned by this
+user, and the lock file is opened with `O_NOFOLLOW`, so nobody else can plant a link or hold
+our lock. One lock per machine id (simulated hosts with stand-in machine ids keep their own).
 """
 
 from __future__ import annotations
@@ -14,40 +14,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specfleet.errors import UserError
-from specfleet.settings import RUNTIME_DIR
+from specfleet.dirs import runtime_dir
 
 POLL_S = 0.05  # how often a waiting run asks again (and looks at its cancel flag)
-
-
-def runtime_dir() -> Path:
-    """This user's private runtime directory, created 0700 if missing.
-
-    `/tmp` itself rather than `$TMPDIR`: every process of the user must find the same lock.
-
-    Raises:
-        UserError: the path exists but is a link, not a directory, or not ours.
-    """
-    uid = os.getuid()
-    path = Path(RUNTIME_DIR.read() or f"/tmp/specfleet-{uid}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as err:
-        raise UserError(f"cannot create the runtime directory {path} ({err.strerror})") from None
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        raise UserError(f"{path} is not a private directory of this user (a link, a file or "
-                        f"someone else's); remove it or set {RUNTIME_DIR.name}")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-    return path
 
 
 def machine_lock_path(machine_id: str) -> Path:

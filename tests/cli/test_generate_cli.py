@@ -54,7 +54,8 @@ def generate_json(*args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def bundled_model() -> str:
-    from specfleet.engine.models import fetch_bundled, resolve_model
+    from specfleet.models.bundled import fetch_bundled
+    from specfleet.models.registry import resolve_model
 
     fetch_bundled()
     return str(resolve_model(MODEL, "torch").path)

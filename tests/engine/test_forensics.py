@@ -153,8 +153,9 @@ def test_one_path_ended_compares_against_runner_up() -> None:
 
 @pytest.fixture(scope="module")
 def torch_runner():
-    from specfleet.engine.models import fetch_bundled, resolve_model
     from specfleet.engine.runners.torch import TorchRunner
+    from specfleet.models.bundled import fetch_bundled
+    from specfleet.models.registry import resolve_model
 
     fetch_bundled()
     return TorchRunner.load(resolve_model("smollm2-135m", "torch").path, "cpu")

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from specfleet.engine.models import BUNDLED, fetch_bundled
+from specfleet.models.bundled import BUNDLED, fetch_bundled
 
 pytestmark = pytest.mark.slow
 

@@ -226,7 +226,8 @@ def test_loaded_models_evict_the_least_recently_used() -> None:
 
 @pytest.fixture(scope="module")
 def bundled_torch_model() -> str:
-    from specfleet.engine.models import fetch_bundled, resolve_model
+    from specfleet.models.bundled import fetch_bundled
+    from specfleet.models.registry import resolve_model
 
     fetch_bundled()
     return resolve_model("smollm2-135m", "torch")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.engine.models import resolve_model
 from specfleet.jobs.run import RunSpec, Target
+from specfleet.models.registry import resolve_model
 from specfleet.settings import CONDITIONS_ROOT
 from specfleet.workers.hardware import detect_host
 from specfleet.workers.host import HostWorker

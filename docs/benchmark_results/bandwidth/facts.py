@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from specfleet.engine.models import resolve_model
+from specfleet.models.registry import resolve_model
 from specfleet.workers.bandwidth import measure_read_gb_per_s
 from specfleet.workers.loaded import load_model
 

@@ -9,8 +9,8 @@ import time
 import torch
 
 from specfleet.engine.loop import generate
-from specfleet.engine.models import resolve_model
 from specfleet.engine.peers import PeerCall, generate_peer
+from specfleet.models.registry import resolve_model
 from specfleet.workers.loaded import load_model
 
 N = 48

@@ -1,5 +1,5 @@
 """The config keys lifted for mlx-lm (the conversions themselves run in the bundled fetches:
-test_models.py and test_gemma3.py)."""
+tests/models/test_bundled.py and tests/engine/test_gemma3.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,72 @@
+"""This user's folders: the platform's cache and data dirs, `SPECFLEET_HOME` and the runtime dir.
+
+Each is computed here, once, from the variables `settings.py` declares (`SPECFLEET_HOME`,
+`SPECFLEET_RUNTIME_DIR`) and the platform's defaults (platformdirs); a module that keeps a
+file of its own joins a name onto one of them. Outside the layers like `settings.py`: every
+layer reads it, and it imports only platformdirs, `settings`, `userfiles` and `errors`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import platformdirs
+
+from specfleet.errors import UserError
+from specfleet.settings import HOME, RUNTIME_DIR
+from specfleet.userfiles import check_folder_path
+
+APP_NAME = "specfleet"
+
+
+def user_cache_dir() -> Path:
+    """The platform's user cache dir for specfleet (`~/.cache/specfleet` on Linux)."""
+    return Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+def user_data_dir() -> Path:
+    """The platform's user data dir for specfleet (`~/.local/share/specfleet` on Linux)."""
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def specfleet_home() -> Path:
+    """`SPECFLEET_HOME`, else the user cache dir: converted bundled models, the fleet node
+    record and the supervisor log.
+
+    Raises:
+        UserError: `SPECFLEET_HOME` names something that is not a folder.
+    """
+    home = HOME.read()
+    if home is not None:
+        check_folder_path(home, HOME.name)  # a file there fails every later mkdir
+        return home
+    return user_cache_dir()
+
+
+def runtime_dir() -> Path:
+    """This user's private runtime directory (`SPECFLEET_RUNTIME_DIR`, else
+    `/tmp/specfleet-UID`): machine locks, kept results, the embedded Ray dir. Created 0700 if
+    missing.
+
+    `/tmp` itself rather than `$TMPDIR`: every process of the user must find the same lock.
+
+    Raises:
+        UserError: the path exists but is a link, not a directory, or not ours.
+    """
+    uid = os.getuid()
+    path = Path(RUNTIME_DIR.read() or f"/tmp/specfleet-{uid}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise UserError(f"cannot create the runtime directory {path} ({err.strerror})") from None
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        raise UserError(f"{path} is not a private directory of this user (a link, a file or "
+                        f"someone else's); remove it or set {RUNTIME_DIR.name}")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path

@@ -1,0 +1,48 @@
+"""This user's folders: the platform's defaults, the variables over them, the runtime dir's
+refusals, and no other module asking the platform itself."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specfleet.dirs import runtime_dir, specfleet_home, user_cache_dir, user_data_dir
+from specfleet.errors import UserError
+from specfleet.settings import HOME, RUNTIME_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_platform_dirs_follow_xdg(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv(HOME.name, raising=False)
+    assert user_cache_dir() == tmp_path / "cache" / "specfleet" == specfleet_home()
+    assert user_data_dir() == tmp_path / "data" / "specfleet"
+
+
+def test_specfleet_home_is_the_variable_and_refuses_a_file(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(HOME.name, str(tmp_path / "home"))
+    assert specfleet_home() == tmp_path / "home"
+    (tmp_path / "home").write_text("")
+    with pytest.raises(UserError, match=f"^{HOME.name}: .* is a file, not a folder"):
+        specfleet_home()
+
+
+def test_the_runtime_dir_is_private_and_links_are_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(RUNTIME_DIR.name, str(tmp_path / "rt"))
+    assert runtime_dir().stat().st_mode & 0o777 == 0o700
+    link = tmp_path / "linked"
+    os.symlink(tmp_path / "rt", link)
+    monkeypatch.setenv(RUNTIME_DIR.name, str(link))
+    with pytest.raises(UserError, match="not a private directory"):
+        runtime_dir()
+
+
+def test_only_dirs_asks_the_platform() -> None:
+    askers = [str(path.relative_to(ROOT)) for folder in ("specfleet", "bench", "tools")
+              for path in sorted((ROOT / folder).rglob("*.py"))
+              if "platformdirs" in path.read_text()]
+    assert askers == ["specfleet/dirs.py"]
