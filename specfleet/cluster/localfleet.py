@@ -91,7 +91,8 @@ class LocalFleet:
         bind_loopback()
         self.cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 1, "_system_config": FAST_HEALTH_CHECKS},
+            head_node_args={"num_cpus": 1, "include_dashboard": False,
+                            "_system_config": FAST_HEALTH_CHECKS},
         )
         for host in self.hosts:
             self.add_host(host)

@@ -112,23 +112,25 @@ def test_prompt_lookup_equals_plain_once_the_window_has_wrapped_on_torch(gemma3_
     assert lookup.stats.proposed > lookup.stats.accepted > 0  # some drafts were rolled back
 
 
-def test_generate_prompt_lookup_equals_plain_once_the_window_has_wrapped_on_mlx(gemma3_model):
+def test_generate_prompt_lookup_equals_plain_once_the_window_has_wrapped_on_mlx(gemma3_runners):
     """The reported case, as the user ran it: `generate --prompt-lookup` on MLX kept a rejected
     draft in a wrapped RotatingKVCache and printed a corrupted reply at token 10 with exit 0.
-    One pair of `generate` calls, each loading OpenBLAS for MLX when this host has it
-    (specfleet/openblas.py: the wheel's reference BLAS prefills this prompt in ~80 s)."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    The command (in this process: MLX on OpenBLAS where this host has it, specfleet/openblas.py)
+    against plain greedy decoding of the same ids on the module's MLX runner."""
+    from typer.testing import CliRunner
 
-    specfleet = str(Path(sys.executable).parent / "specfleet")
-    args = [specfleet, "generate", "-m", "gemma3-270m", "--engine", "mlx", "--device", "cpu",
-            "-n", "24", "--json", "--no-chat", "-p", _numbered_list_prompt(76)]
-    plain, lookup = (subprocess.run([*args, *extra], capture_output=True, text=True,
-                                    timeout=600) for extra in ([], ["--prompt-lookup"]))
-    assert plain.returncode == 0 and lookup.returncode == 0, plain.stderr + lookup.stderr
-    plain_out, lookup_out = json.loads(plain.stdout), json.loads(lookup.stdout)
-    assert plain_out["prompt_tokens"] > SLIDING_WINDOW + 16
-    assert lookup_out["token_ids"] == plain_out["token_ids"]
-    counters = lookup_out["counters"]
+    from specfleet.cli.main import app
+    from specfleet.engine.loop import generate
+
+    text = _numbered_list_prompt(76)
+    done = CliRunner().invoke(app, ["generate", "-m", "gemma3-270m", "--engine", "mlx",
+                                    "--device", "cpu", "-n", "24", "--json", "--no-chat",
+                                    "--prompt-lookup", "-p", text])
+    assert done.exit_code == 0, done.output
+    lookup = json.loads(done.stdout)
+    runner = gemma3_runners[1]
+    prompt = runner.encode_prompt(text, chat=False)
+    assert lookup["prompt_tokens"] == len(prompt) > SLIDING_WINDOW + 16
+    assert lookup["token_ids"] == generate(runner, prompt, max_tokens=24).tokens
+    counters = lookup["counters"]
     assert counters["proposed"] > counters["accepted"] > 0  # some drafts were rolled back
