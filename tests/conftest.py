@@ -46,12 +46,13 @@ os.environ.setdefault("SPECFLEET_JOURNAL_DIR", tempfile.mkdtemp(prefix="specflee
 # (measured with --durations): `make test` starts them first so that two workers end together;
 # they are all `slow`, so `make test-fast` (-m "not slow") leaves them out.
 SLOW_MODULES = (
-    "tests/cluster/test_netfleet.py", "tests/engine/runners/test_greedy_parity.py",
+    "tests/cluster/test_netfleet_faults.py", "tests/cluster/test_netfleet.py",
+    "tests/engine/runners/test_greedy_parity.py",
     "tests/engine/test_gemma3.py", "tests/cluster/test_faults.py", "tests/cluster/test_fleet.py",
     "tests/cluster/test_scheduler.py", "tests/cluster/test_leave.py",
     "tests/cli/test_bad_input.py", "tests/test_trust.py", "tests/serve/test_browser.py",
     "tests/cli/test_generate_cli.py", "tests/cluster/test_machinelock.py",
-    "tests/cli/test_matrix_cli.py", "tests/cluster/test_chaos.py",
+    "tests/cli/test_matrix_cli.py",
     "tests/engine/runners/test_conformance.py", "tests/test_packaging.py",
     "tests/store/test_concurrency.py", "tests/workers/test_actor.py",
     "tests/engine/runners/test_families_mlx.py", "tests/engine/runners/test_families_torch.py",

@@ -1,6 +1,6 @@
 """A fleet of real hosts on one Linux machine: one network namespace per host, each with its
 own address on a private bridge, its own HOME (own ~/.ray token copy) and Ray temp dir, joined
-with the real CLI. The namespace tests (tests/cluster/test_netfleet.py) use it; a developer can
+with the real CLI. The namespace tests (tests/cluster/test_netfleet*.py) use it; a developer can
 start and stop the same fleet by hand (as root):
 
     python tools/netfleet.py up --host h1=mlx,torch --host h2=torch --host h3=mlx --state /tmp/nf.json

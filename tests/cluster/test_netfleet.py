@@ -1,40 +1,27 @@
 """A real fleet: hosts in their own network namespaces with their own addresses, joined with
-the CLI (tools/netfleet.py), the store in PostgreSQL served from the head's namespace.
+the CLI (tools/netfleet.py), the store in PostgreSQL served from the head's namespace, every
+worker proving its engines with its start-up self-test as a user's does.
 
 Hosts: h1 (head; mlx + torch), h2 (torch only), h3 (mlx only); `cli` is a client with only the
 token and the address; `out` is a machine on the network that is not in the fleet. Ray's health
-checks are left at their shipped defaults, as `fleet up` gives users. Faults are injected at
-the network and process level mid-matrix and every phase prints its exact counts (expected /
-done / interrupted / doubled) and how long the fault took to be noticed.
+checks are left at their shipped defaults, as `fleet up` gives users. Faults on such a fleet:
+tests/cluster/test_netfleet_faults.py.
 Skips (with the reason) where namespaces cannot be made: not root, no `ip`.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import shutil
-import signal
-import subprocess
 import sys
-import threading
-import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import psutil
 import pytest
 
-from specfleet.cluster import noderecord
-from specfleet.settings import RUNTIME_DIR, TOY_RUN_LOG
+from specfleet.settings import RUNTIME_DIR
+from tests.cluster.nsfleet import drive, netfleet, ok, sql, write
 from tests.conftest import _make_root
-
-_spec = importlib.util.spec_from_file_location(
-    "netfleet", Path(__file__).parents[2] / "tools" / "netfleet.py")
-netfleet = importlib.util.module_from_spec(_spec)
-sys.modules["netfleet"] = netfleet
-_spec.loader.exec_module(netfleet)
 
 WHY_NOT = netfleet.can_build()
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
@@ -42,9 +29,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
 
 HOSTS = {"h1": ["mlx", "torch"], "h2": ["torch"], "h3": ["mlx"]}
 SECRET = f"pw-{uuid.uuid4().hex}"  # in the driver's DB URL; must never reach a worker
-WAIT_S = 120  # every wait below is bounded by this (and polls at most every 0.2 s)
-RECOVER_S = 240  # a supervisor's rejoin: ray start + the worker's imports, on a busy box
-
 REAL_MATRIX = """\
 name: nf-real
 models: [smollm2-135m]
@@ -56,24 +40,13 @@ temperature: 0.0
 chat: false
 targets: {engines: [torch, mlx]}
 """
-TOY_MATRIX = """\
-name: nf-toy
-models: ["script:100ms"]
-prompts: [{name: p, text: "one two three four. one two three four. "}]
-arms: [plain, graded, fixed]
-repeats: 3
-max_tokens: 12
-targets: {engines: [toy]}
-"""
 
 
 @pytest.fixture(scope="module")
 def nf():
     fleet = netfleet.create(HOSTS, outside=("cli", "out"), fast_health=False)
-    fleet.extra_env = {
-        TOY_RUN_LOG.name: str(Path(fleet.root, "runs.log")),  # every execution, for ran_twice
-        RUNTIME_DIR.name: str(Path(fleet.root, "rt")),  # machine locks apart from other sessions'
-    }
+    # Machine locks apart from other sessions'.
+    fleet.extra_env = {RUNTIME_DIR.name: str(Path(fleet.root, "rt"))}
     root = _make_root()
     try:
         fleet.db_url = netfleet.start_postgres(fleet, root, SECRET)
@@ -84,36 +57,6 @@ def nf():
         problems = netfleet.destroy(fleet)  # kills postgres too: it runs in h1's namespace
         shutil.rmtree(root, ignore_errors=True)
         assert not problems, problems
-
-
-DRIVER_LEASE_S = 10
-
-
-def drive(nf, host: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    """A driver command: only drivers get the store's URL (with its password) in their env."""
-    return nf.specfleet(host, *args, env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url), **kwargs)
-
-
-def drive_async(nf, host: str, *args: str) -> subprocess.Popen:
-    # A short run-ownership lease, so a killed driver's runs can be taken over within the test.
-    return nf.popen(host, [str(netfleet.BIN / "specfleet"), *args],
-                    env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url,
-                               SPECFLEET_LEASE_S=str(DRIVER_LEASE_S)),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-pg_ctl, sql = netfleet.pg_ctl, netfleet.sql
-
-
-def write(fleet, host: str, name: str, text: str) -> str:
-    path = Path(fleet.host(host).home, name)
-    path.write_text(text)
-    return str(path)
-
-
-def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    return done
 
 
 # ---- the cross-backend matrix, submitted on the head without --address ------------------------
@@ -180,211 +123,3 @@ def test_outside_the_fleet_nothing_gets_in(nf) -> None:
           f"bare ray.init -> exit {bare.returncode}; dashboard closed outside the head")
 
 
-# ---- faults mid-matrix (toy engine) -----------------------------------------------------------
-
-
-def counts(nf, matrix_id: str) -> dict[str, int]:
-    rows = sql(nf, "SELECT status, count(*) FROM runs WHERE matrix_id = %s GROUP BY status",
-               matrix_id)
-    return dict(rows)
-
-
-def finished(nf, matrix_id: str) -> dict[str, object]:
-    rows = sql(nf, "SELECT run_key, finished_at FROM runs WHERE matrix_id = %s AND "
-                   "status = 'done'", matrix_id)
-    return dict(rows)
-
-
-def newest_matrix(nf, name: str) -> str:
-    deadline = time.monotonic() + WAIT_S
-    import psycopg
-
-    while time.monotonic() < deadline:
-        try:
-            rows = sql(nf, "SELECT id FROM matrices WHERE name = %s ORDER BY submitted_at "
-                           "DESC LIMIT 1", name)
-        except psycopg.errors.UndefinedTable:  # the driver has not created the schema yet
-            rows = []
-        if rows:
-            return rows[0][0]
-        time.sleep(0.2)
-    raise AssertionError(f"matrix {name} never appeared")
-
-
-def wait_running_on(nf, matrix_id: str, host: str, wait_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if sql(nf, "SELECT 1 FROM runs WHERE matrix_id = %s AND host = %s AND status = "
-                   "'running'", matrix_id, host):
-            return
-        time.sleep(0.1)
-    log = Path(nf.host(host).home, ".cache", "specfleet", "supervisor.log")
-    said = log.read_text()[-3000:] if log.exists() else "(no supervisor log)"
-    raise AssertionError(f"no run of {matrix_id} ran on {host} within {wait_s:g} s; "
-                         f"its supervisor said:\n{said}")
-
-
-def wait_interrupted_on(nf, matrix_id: str, host: str, since: float) -> float:
-    """Seconds from `since` until a run of `host` is `interrupted` in the store."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if sql(nf, "SELECT 1 FROM runs WHERE matrix_id = %s AND host = %s AND status = "
-                   "'interrupted'", matrix_id, host):
-            return time.monotonic() - since
-        time.sleep(0.1)
-    raise AssertionError(f"no run of {host} was marked interrupted within {WAIT_S} s")
-
-
-def ran_twice(nf, matrix_id: str) -> int:
-    """Executions beyond one per run of the matrix (the toy engine logs each finished one)."""
-    keys = {key for (key,) in sql(nf, "SELECT run_key FROM runs WHERE matrix_id = %s",
-                                  matrix_id)}
-    log = Path(nf.root, "runs.log")
-    executed = Counter(k for k in log.read_text().split() if k in keys) if log.exists() else {}
-    return sum(n - 1 for n in executed.values() if n > 1)
-
-
-def report(phase: str, nf, matrix_id: str, expected: int, before: dict, detect_s: float) -> None:
-    now = counts(nf, matrix_id)
-    after = finished(nf, matrix_id)
-    doubled = sum(1 for key, at in before.items() if after.get(key) != at)
-    print(f"\n{phase}: expected {expected} / done {now.get('done', 0)} / interrupted "
-          f"{now.get('interrupted', 0)} / pending {now.get('pending', 0)} / doubled {doubled}; "
-          f"noticed after {detect_s:.1f} s")
-    assert doubled == 0, f"{phase}: {doubled} finished runs were run and stored again"
-
-
-def resume(nf, host: str, matrix_id: str, *args: str) -> subprocess.CompletedProcess:
-    return drive(nf, host, "matrix", "resume", matrix_id, "--no-progress", *args, timeout=600)
-
-
-def raylet_of(nf, host: str) -> psutil.Process:
-    temp_dir = nf.host(host).temp_dir
-    (raylet,) = [p for p in noderecord.node_processes(temp_dir)
-                 if p.name() == "raylet" or "raylet" in " ".join(p.cmdline()[:1])]
-    return raylet
-
-
-CUT_S = 20  # Ray's shipped health checks declare a node dead only after about a minute
-
-
-def test_a_short_cut_is_noticed_in_seconds_and_matrix_run_finishes_after_it(nf) -> None:
-    """h2's link is cut for 20 s mid-run. Ray (shipped settings) never notices; specfleet's
-    own pings make h2 `unreachable` and its run `interrupted` within seconds, and `fleet
-    status` says so. When the link is back, the run's result (finished on h2 meanwhile) is
-    asked from its worker and stored once, and `matrix run` itself goes on to the end."""
-    toy = write(nf, "h1", "toy-cut.yaml", TOY_MATRIX.replace("nf-toy", "nf-cut"))
-    expected = 3 * 3 * 3
-    driver = drive_async(nf, "h1", "matrix", "run", toy, "--wait", "2m")  # lines, no bars
-    matrix_id = newest_matrix(nf, "nf-cut")
-    wait_running_on(nf, matrix_id, "h2")
-    cut_at = time.monotonic()
-    nf.link("h2", up=False)
-    try:
-        detect_s = wait_interrupted_on(nf, matrix_id, "h2", cut_at)
-        ((reason,),) = sql(nf, "SELECT error FROM runs WHERE matrix_id = %s AND status = "
-                               "'interrupted'", matrix_id)
-        status = nf.specfleet("h1", "fleet", "status", "--json", timeout=120)
-    finally:
-        time.sleep(max(0.0, cut_at + CUT_S - time.monotonic()))
-        nf.link("h2", up=True)
-    out, err = driver.communicate(timeout=WAIT_S * 3)
-    said = [line for line in err.splitlines() if line.startswith(("h2: ", "[late]"))]
-    h2 = next(row for row in json.loads(status.stdout) if row["host"] == "h2")
-    print(f"\n{CUT_S} s cut: run interrupted {detect_s:.1f} s after the cut ({reason}); "
-          f"fleet status: {h2['health']} ({h2.get('reason')}), node_alive={h2['node_alive']}")
-    print("\n".join(said))
-    report(f"{CUT_S} s cut, matrix run to the end", nf, matrix_id, expected, {}, detect_s)
-    assert reason.startswith("host unreachable for ") and detect_s < 12.0, (reason, detect_s)
-    assert h2["health"] == "unreachable" and "is unreachable" in h2["reason"], h2
-    assert said[0].startswith("h2: unreachable: no answer to pings for "), said
-    assert any(line.startswith("h2: back: answers again after ") for line in said), said
-    assert driver.returncode == 0, (out[-2000:], err[-3000:])
-    assert counts(nf, matrix_id) == {"done": expected} and ran_twice(nf, matrix_id) == 0
-
-
-def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
-    toy = write(nf, "h1", "toy.yaml", TOY_MATRIX)
-    expected = 3 * 3 * 3  # hosts x arms x repeats
-
-    # 1. h2's link is cut while it runs and stays cut past `--wait`: the run is interrupted,
-    #    the others finish, `matrix run` gives h2 up and exits 1 with h2's runs pending.
-    driver = drive_async(nf, "h1", "matrix", "run", toy, "--no-progress", "--wait", "5s")
-    matrix_id = newest_matrix(nf, "nf-toy")
-    wait_running_on(nf, matrix_id, "h2")
-    cut_at = time.monotonic()
-    nf.link("h2", up=False)
-    detect_s = wait_interrupted_on(nf, matrix_id, "h2", cut_at)
-    out, err = driver.communicate(timeout=WAIT_S * 2)
-    assert driver.returncode == 1, (out[-2000:], err[-2000:])
-    report("link cut past --wait 5s", nf, matrix_id, expected, {}, detect_s)
-    assert counts(nf, matrix_id).get("interrupted", 0) >= 1
-    gave_up = [line for line in err.splitlines() if line.startswith("h2: gave up: ")]
-    assert len(gave_up) == 1 and "of its runs stay pending" in gave_up[0], err[-2000:]
-    assert f"resume with: specfleet matrix resume {matrix_id}" in err + out
-
-    # 2. The link comes back; nobody types anything: h2 answers again (or, if Ray declared
-    #    its node dead meanwhile, its supervisor rejoins it) and `resume --wait` runs its
-    #    runs. Then h2's raylet is SIGKILLed mid-run: back again.
-    nf.link("h2", up=True)
-    restored_at = time.monotonic()
-    before = finished(nf, matrix_id)
-    driver = drive_async(nf, "h1", "matrix", "resume", matrix_id, "--no-progress",
-                         "--wait", "5m")
-    wait_running_on(nf, matrix_id, "h2", RECOVER_S)
-    report("link restored", nf, matrix_id, expected, before, time.monotonic() - restored_at)
-    before = finished(nf, matrix_id)
-    killed_at = time.monotonic()
-    raylet_of(nf, "h2").send_signal(signal.SIGKILL)
-    detect_s = wait_interrupted_on(nf, matrix_id, "h2", killed_at)
-    report("raylet SIGKILL", nf, matrix_id, expected, before, detect_s)
-    wait_running_on(nf, matrix_id, "h2", RECOVER_S)
-    print(f"raylet SIGKILL: h2 runs again {time.monotonic() - killed_at:.1f} s after the kill")
-
-    # 3. The driver is killed mid-matrix; `matrix resume` from another namespace finishes it.
-    before = finished(nf, matrix_id)
-    killed_at = time.monotonic()
-    driver.send_signal(signal.SIGKILL)
-    driver.communicate(timeout=WAIT_S)
-    time.sleep(DRIVER_LEASE_S + 1)  # a dead driver's runs are free once its lease runs out
-    done = resume(nf, "cli", matrix_id, "--address", nf.address)
-    ok(done)
-    report("driver SIGKILL + resume from cli", nf, matrix_id, expected, before,
-           time.monotonic() - killed_at)
-    final = counts(nf, matrix_id)
-    assert final == {"done": expected}, final
-
-
-PG_OUTAGE_S = 20
-
-
-def test_the_store_stopped_20s_mid_matrix_loses_nothing_across_hosts(nf) -> None:
-    toy = write(nf, "h1", "toy-pg.yaml", TOY_MATRIX.replace("nf-toy", "nf-pg"))
-    expected = 3 * 3 * 3
-    driver = drive_async(nf, "h1", "matrix", "run", toy, "--no-progress")
-    said: list[tuple[float, str]] = []  # (when, line) of the driver's stderr
-    reader = threading.Thread(target=lambda: said.extend(
-        (time.monotonic(), line) for line in driver.stderr), daemon=True)
-    reader.start()
-    matrix_id = newest_matrix(nf, "nf-pg")
-    deadline = time.monotonic() + WAIT_S
-    while counts(nf, matrix_id).get("done", 0) < 4 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    before = finished(nf, matrix_id)
-    assert len(before) >= 4 and counts(nf, matrix_id).get("pending", 0) > 0, \
-        "the matrix ended before the store could be stopped mid-matrix"
-    stopped_at = time.monotonic()
-    pg_ctl(nf, "stop")
-    time.sleep(PG_OUTAGE_S)
-    pg_ctl(nf, "start")
-    out = driver.stdout.read()
-    assert driver.wait(timeout=WAIT_S * 2) == 0, (out[-2000:], said[-20:])
-    reader.join(timeout=10)
-    retries = [at for at, line in said if "store unreachable" in line]
-    assert retries, f"the driver never said it was retrying: {said[-20:]}"
-    report("PostgreSQL stopped 20 s", nf, matrix_id, expected, before,
-           retries[0] - stopped_at)
-    final = counts(nf, matrix_id)
-    assert final == {"done": expected}, final
-    print(f"PostgreSQL stopped {PG_OUTAGE_S} s: {len(retries)} retry lines, "
-          f"{expected - len(before)} runs finished during and after the stop, all stored once")
