@@ -34,6 +34,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Before anything imports torch: idle OpenMP threads must sleep, not spin, or every torch
 # forward slows 5-10x while Ray workers and servers share the 2 cores (measured here).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One BLAS / OpenMP thread per process (inherited by Ray workers and subprocesses): the suite
+# runs several model processes at once on 2 cores, where a second thread per op only waits.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 # A machine lock and a result journal per test session: other sessions on this box (other
 # checkouts' suites) never wait on our timed runs, and no journal outlives the session.
 os.environ.setdefault("SPECFLEET_RUNTIME_DIR", tempfile.mkdtemp(prefix="specfleet-rt-"))
