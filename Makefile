@@ -28,7 +28,7 @@ demo: venv
 # (tests/conftest.py; xdist would reorder by test count): one waits on Ray, subprocesses
 # and servers while the other computes.
 test: venv
-	$(BIN)/python -m specfleet.openblas --install > /dev/null
+	$(BIN)/python -c 'import specfleet.openblas as o; o.install()'
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The inner loop: everything but the `slow` modules (no Ray, real model, browser or namespaces).

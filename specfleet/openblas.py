@@ -15,7 +15,7 @@ It does nothing on macOS, on aarch64 (GB10), without the library, or with
 `OPENBLAS_CORETYPE` names a core the CPU supports, chosen here from /proc/cpuinfo's flags
 (never a core the CPU lacks).
 
-    python -m specfleet.openblas --install  # apt-get install libopenblas0-pthread (root)
+    python -c "import specfleet.openblas as o; o.install(); print(o.why_not() or 'applies')"
 """
 
 from __future__ import annotations
@@ -125,9 +125,3 @@ def install() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True,
                    timeout=600, check=False)
-
-
-if __name__ == "__main__":
-    if "--install" in sys.argv[1:]:
-        install()
-    print(why_not() or f"OpenBLAS applies: {LIBRARY}")
