@@ -20,6 +20,7 @@ It does nothing on macOS, on aarch64 (GB10), without the library, or with
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import os
@@ -98,7 +99,9 @@ class _BeforeMlx:
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001 (the finder protocol)
         if name == "mlx.core":
             _remove_hook()
-            load_for_mlx()
+            # A broken torch or library never stops MLX itself from importing.
+            with contextlib.suppress(ImportError, OSError):
+                load_for_mlx()
         return None  # the regular finders import mlx itself
 
 
