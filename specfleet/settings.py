@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specfleet.errors import UserError
@@ -56,11 +56,17 @@ class UserPath(Variable):
 
 @dataclass(frozen=True)
 class Seconds(Variable):
-    """A number of seconds within `low_s`..`high_s`; `default_s` when unset."""
+    """A number of seconds within `low_s`..`high_s`; `default_s` when unset (its `default`
+    text is said from these numbers)."""
 
+    default: str = field(init=False)
     default_s: float
     low_s: float
     high_s: float
+
+    def __post_init__(self) -> None:
+        said = f"{self.default_s:g} s ({self.low_s:g}-{self.high_s:g} s)"
+        object.__setattr__(self, "default", said)
 
     def read(self, env: Environ | None = None) -> float:
         """The seconds, or `default_s`.
@@ -142,7 +148,7 @@ JOURNAL_DIR = UserPath(
     "journal/ in the user data dir")
 LEASE_S = Seconds(
     "SPECFLEET_LEASE_S", "a driver's heartbeat lease on its matrix and runs, in seconds",
-    "60 s (1-3600 s)", default_s=60.0, low_s=1.0, high_s=3600.0)
+    default_s=60.0, low_s=1.0, high_s=3600.0)
 MODELS = UserPath(
     "SPECFLEET_MODELS", "the model alias file (a models.yaml)",
     "the packaged specfleet/configs/models.yaml")
@@ -158,7 +164,7 @@ SELFTEST = Switch(
     "the self-test runs")
 STORE_RETRY_S = Seconds(
     "SPECFLEET_STORE_RETRY_S", "how long a store write retries an unreachable store, in seconds",
-    "300 s (1-86400 s)", default_s=300.0, low_s=1.0, high_s=86400.0)
+    default_s=300.0, low_s=1.0, high_s=86400.0)
 TOY_RUN_LOG = Text(
     "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",
     "no log")
