@@ -63,32 +63,19 @@ def why_not() -> str | None:
     return None
 
 
-def load_for_mlx() -> bool:
+def load_for_mlx() -> None:
     """Load OpenBLAS into the global scope before MLX is imported (torch first, when
-    installed); True when it was loaded here or before."""
-    if any(LIBRARY.name in line for line in _mapped_libraries()):
-        return True
+    installed); nothing where `why_not` says it does not apply or the CPU's core is unknown."""
     if why_not() is not None:
-        return False
+        return
     if "OPENBLAS_CORETYPE" not in os.environ:
-        try:
-            core = core_type(Path("/proc/cpuinfo").read_text())
-        except OSError:
-            return False
+        core = core_type(Path("/proc/cpuinfo").read_text())
         if core is None:
-            return False
+            return
         os.environ["OPENBLAS_CORETYPE"] = core  # read by OpenBLAS when it loads
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
         import torch  # noqa: F401  (binds its BLAS calls to its own MKL first)
-    ctypes.CDLL(str(LIBRARY), mode=ctypes.RTLD_GLOBAL)
-    return True
-
-
-def _mapped_libraries() -> list[str]:
-    try:
-        return Path("/proc/self/maps").read_text().splitlines()
-    except OSError:
-        return []
+    ctypes.CDLL(str(LIBRARY), mode=ctypes.RTLD_GLOBAL)  # a second load is a no-op
 
 
 class _BeforeMlx:
