@@ -12,11 +12,12 @@ the planner gets (host, engine, device) targets.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +149,7 @@ def connect_fleet(address: str | None, embedded: bool = False) -> FleetChoice:
     if choice.address is not None:
         fleet.ensure_token(create=False)  # a missing token is the likelier mistake: say it first
         check_reachable(choice.address, choice.source)
+        check_token(choice.address, choice.source)
     try:
         fleet.connect(choice.address)
     except ConnectionError as err:
@@ -173,6 +175,41 @@ def check_reachable(address: str, source: str = "--address", timeout_s: float = 
         hint = " (run `specfleet fleet leave` or use --embedded)" if "joined" in source else ""
         raise UserError(f"{address} (from {source}): no Ray head answers there "
                         f"({err}){hint}") from None
+
+
+def check_token(address: str, source: str = "--address") -> None:
+    """Fail fast on a token the head refuses: `ray.init` retries it for ~20 s, then says only
+    that it could not connect. One authenticated call to the head's GCS settles it."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+    from ray.exceptions import AuthenticationError
+
+    from specfleet.cluster import fleet
+
+    fleet.enable_token_auth()
+    try:
+        with _quiet_stderr():  # Ray's C++ client logs the refusal itself, with a timestamp
+            GcsClient(address=address)  # its first call asks for the cluster id
+    except AuthenticationError:
+        if os.environ.get("RAY_AUTH_TOKEN"):
+            which = "the token in $RAY_AUTH_TOKEN: set it to the head's token"
+        else:
+            which = f"the token at {fleet.token_path()}: copy the head's token file there"
+        raise UserError(f"{address} (from {source}): the Ray head there refuses {which}") \
+            from None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for the block (C++ logging bypasses sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def open_fleet(

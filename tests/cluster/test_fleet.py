@@ -203,6 +203,13 @@ def test_the_cli_connects_as_a_token_client(fleet: LocalFleet) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(done.stdout)
     assert [(r["host"], r["health"]) for r in rows] == [("h1", HEALTHY), ("h2", HEALTHY)]
+    # A token the head refuses: one line at once, not Ray's ~20 s of retries.
+    refused = cli("fleet", "status", "--address", fleet.address,
+                  env={"RAY_AUTH_TOKEN": "0" * 64}, timeout=15)
+    assert refused.returncode == 2 and not refused.stdout, refused.stdout
+    assert refused.stderr.strip() == (f"error: {fleet.address} (from --address): the Ray head "
+                                      "there refuses the token in $RAY_AUTH_TOKEN: set it to "
+                                      "the head's token"), refused.stderr
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ Skips (with the reason) where namespaces cannot be made: not root, no `ip`.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -104,14 +105,20 @@ def assert_no_secret_in_workers(nf) -> None:
 def test_outside_the_fleet_nothing_gets_in(nf) -> None:
     out = nf.host("out")
     assert not Path(out.home, ".ray", "auth_token").exists()
+    # A bare ray.init waits ~20 s on Ray's own retries before it fails: started first, read last.
+    bare = nf.popen(out, [sys.executable, "-c", "import ray; ray.init(address="
+                          f"'{nf.address}', log_to_driver=False); print(ray.nodes())"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     no_token = nf.specfleet(out, "fleet", "status", "--address", nf.address, timeout=60)
     assert no_token.returncode == 2 and "no Ray token" in no_token.stderr
-    wrong = nf.specfleet(out, "fleet", "status", "--address", nf.address, timeout=90,
+    wrong = nf.specfleet(out, "fleet", "status", "--address", nf.address, timeout=60,
                          env=nf.env(out, RAY_AUTH_TOKEN="0" * 64))
-    assert wrong.returncode != 0 and "h1" not in wrong.stdout, wrong.stdout
-    bare = nf.run(out, [sys.executable, "-c", "import ray; ray.init(address="
-                        f"'{nf.address}', log_to_driver=False); print(ray.nodes())"], timeout=90)
-    assert bare.returncode != 0 and "h1" not in bare.stdout
+    assert wrong.returncode == 2 and "h1" not in wrong.stdout, wrong.stdout
+    assert wrong.stderr.strip() == (f"error: {nf.address} (from --address): the Ray head there "
+                                    "refuses the token in $RAY_AUTH_TOKEN: set it to the head's "
+                                    "token"), wrong.stderr
+    bare_out, _ = bare.communicate(timeout=90)
+    assert bare.returncode != 0 and "h1" not in bare_out
     probe = ("import socket,sys; s=socket.socket(); s.settimeout(5); "
              "print(s.connect_ex((sys.argv[1], 8265)))")
     assert nf.run(out, [sys.executable, "-c", probe, nf.head.ip]).stdout.strip() != "0"
