@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 # This machine has a local CPU wheel of torch 2.13.0; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# pip would compile every installed file to bytecode (~80 s of the install, mostly torch files
+# nothing imports); instead a module is compiled on its first import and cached. An empty value
+# turns off a PYTHONDONTWRITEBYTECODE the environment may set, which would forbid that cache.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: venv demo test test-fast lint typecheck bench clean
 
@@ -13,7 +17,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_PIN)" -e ".[mlx,torch,postgres,serve,dev]"
+	$(BIN)/python -m pip install -q --no-compile "$(TORCH_PIN)" -e ".[mlx,torch,postgres,serve,dev]"
 	touch $(STAMP)
 
 demo: venv
