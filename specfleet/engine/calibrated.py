@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from specfleet.engine.governor import SHADOW_CONFIRM, GovernorState
+from specfleet.engine.governor import SHADOW_CONFIRM, DraftGovernor, GovernorState
 
 BUCKETS = 7  # match depths 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
 PRIOR_WEIGHT = 2.0  # proposals' worth of belief in `prior_hazard` per bucket
@@ -112,7 +112,7 @@ def best_draft(p: float, costs: Sequence[float], max_draft: int, refeeds: bool =
     return saving_draft([p**j for j in range(1, max_draft + 1)], costs, refeeds)
 
 
-class CalibratedGovernor:
+class CalibratedGovernor(DraftGovernor):
     """Cost-aware budgets from a width-cost table, the current match's run and decayed
     per-depth landing counts.
 

@@ -47,11 +47,21 @@ class GovernorState:
 
 
 class DraftGovernor(Protocol):
-    """What the round loop asks of a policy."""
+    """What the round loop asks of a policy.
+
+    A policy class subclasses it to inherit `size`, the spec's identity: the loop then drafts
+    `index.find(context, config)[:budget]` exactly (spec 2.4 (c)).
+    """
 
     def budget(self) -> int:
         """Proposals allowed this round; called exactly once per loop iteration."""
         ...
+
+    def size(self, proposal: Sequence[int], ngram: int) -> int:
+        """Proposals to verify, after the lookup: a prefix of `proposal` (already cut to the
+        budget), found on an `ngram`-token suffix (0: none matched). Called once per round
+        whose budget is positive; the spec's policies verify the whole proposal."""
+        return len(proposal)
 
     def record(self, accepted: int, proposed: int) -> None:
         """Feed back a drafted round: proposals landed out of those verified."""
@@ -64,7 +74,7 @@ class DraftGovernor(Protocol):
     def state(self) -> GovernorState: ...
 
 
-class _CostFree:
+class _CostFree(DraftGovernor):
     """What a policy that needs no width-cost table declares (see `engine/policies.py`)."""
 
     needs_costs: ClassVar[bool] = False  # True: runs only with a width-cost table
@@ -168,7 +178,7 @@ class GatedGovernor(_CostFree):
         )
 
 
-class FixedGovernor:
+class FixedGovernor(DraftGovernor):
     """Non-adaptive mode: always `max_draft`; never pauses, records or probes."""
 
     def __init__(self, max_draft: int) -> None:

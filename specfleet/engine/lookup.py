@@ -56,13 +56,17 @@ class NgramIndex:
 
     def find(self, context: Sequence[int], max_draft: int) -> list[int]:
         """Look up the context's suffix, longest first; at most `max_draft` tokens."""
+        return self.match(context, max_draft)[0]
+
+    def match(self, context: Sequence[int], max_draft: int) -> tuple[list[int], int]:
+        """`find`'s proposal and the length of the suffix that matched (0: none did)."""
         length = len(context)
         top = min(self.ngram_max, max(length - 1, 0))
         for n in range(top, self.ngram_min - 1, -1):
             start = self._maps[n].get(tuple(context[length - n :]))
             if start is not None:
-                return list(context[start + n : min(start + n + max_draft, length)])
-        return []
+                return list(context[start + n : min(start + n + max_draft, length)]), n
+        return [], 0
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,8 @@ def _look_up(
     shadow: ShadowProbe | None,
 ) -> tuple[Sequence[int], ShadowProbe | None]:
     """(c) The round's draft and pending probe; a paused Gated round records a shadow probe
-    instead of drafting."""
+    instead of drafting. The governor sizes the draft after the lookup (`DraftGovernor.size`:
+    the whole proposal for the spec's policies)."""
     if index is None:  # never: the index exists exactly when a governor does
         return NO_DRAFT, shadow
     if budget == 0:
@@ -253,7 +254,8 @@ def _look_up(
                 shadow = ShadowProbe(start=len(context), proposal=tuple(proposal))
         return NO_DRAFT, shadow
     index.extend(context)
-    return index.find(context, budget), shadow
+    proposal, ngram = index.match(context, budget)
+    return proposal[: governor.size(proposal, ngram)], shadow
 
 
 def _submit_step(runner: Runner, token: Any) -> Any:

@@ -223,3 +223,12 @@ def test_gated_probation_ends_only_on_a_whole_narrow_block():
 def test_make_governor_follows_the_config():
     assert isinstance(make_governor(PromptLookupConfig(policy="gated")), GatedGovernor)
     assert isinstance(make_governor(PromptLookupConfig(policy="graded")), GradedGovernor)
+
+
+@pytest.mark.parametrize("governor", [GradedGovernor(7), GatedGovernor(7), FixedGovernor(7)],
+                         ids=["graded", "gated", "fixed"])
+def test_the_spec_policies_verify_the_whole_proposal(governor):
+    """Spec 2.4 (c): draft = find(context)[:budget]; `size` after the lookup is the identity."""
+    for n in range(8):
+        assert governor.size(list(range(n)), 3) == n
+        assert governor.size(list(range(n)), 2) == n

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specfleet.engine.config import ConfigError, PromptLookupConfig
+from specfleet.engine.lookup import find_draft
 from specfleet.engine.loop import (
     generate,
     rounds,
@@ -254,6 +255,22 @@ def test_lookup_pipelines_on_the_third_empty_round_and_drops_a_draft_found_in_fl
     assert max(model.forward_widths[1:7]) == 1
     assert result.trace[6].emitted == 1 and result.trace[7].proposed == 7
     check_rounds(result, len(prompt), len(reply))
+
+
+@pytest.mark.parametrize("policy", ["graded", "gated"])
+def test_a_spec_policy_drafts_the_lookup_cut_to_the_budget_exactly(policy):
+    """Spec 2.4 (c): every verify proposes find_draft(context)[:budget], no fewer."""
+    prompt = lcg_tokens(7, 40, 6)
+    config = PromptLookupConfig(policy=policy)
+    result = generate(InductionModel(), prompt, max_tokens=64, lookup=config, trace=True)
+    emitted, verifies = 1, 0  # the prefill's token
+    for t in result.trace:
+        if t.kind == "verify":
+            context = [*prompt, *result.tokens[:emitted]]
+            assert t.proposed == len(find_draft(context, config)[: t.budget])
+            verifies += 1
+        emitted += t.emitted
+    assert verifies >= 3
 
 
 def test_synchronous_greedy_rounds_read_the_host_once_per_forward():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import specfleet.engine.loop as loop_module
 from specfleet.engine.calibrated import width_cost
 from specfleet.engine.config import PromptLookupConfig
-from specfleet.engine.governor import GovernorState
+from specfleet.engine.governor import DraftGovernor, GovernorState
 from specfleet.engine.lookup import find_draft
 from specfleet.engine.loop import generate
 from specfleet.engine.oracle import oracle
@@ -84,8 +84,9 @@ def test_the_dp_equals_the_cheapest_of_every_schedule_on_replies_up_to_8_tokens(
     assert enumerated > 20_000  # the brute force met many drafted schedules
 
 
-class ScriptedGovernor:
-    """Budgets read from a list, one per round (the oracle's drafts)."""
+class ScriptedGovernor(DraftGovernor):
+    """Budgets read from a list, one per round (the oracle's drafts); the inherited `size`
+    verifies the whole proposal cut to that budget."""
 
     def __init__(self, budgets):
         self.budgets = list(budgets)
