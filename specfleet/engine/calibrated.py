@@ -10,6 +10,10 @@ decoding (the oracle's objective, `engine/oracle.py`); each round it proposes
     E[landed | k] = S(1) + ... + S(k),   S(j) = P(the first j proposals all land),
 
 and nothing when no k saves anything (a pipelined plain step lands one token for one step).
+The rule runs twice a round: `budget`, before the lookup, decides whether to draft at all
+(whether a proposal of `max_draft` tokens on the current match could save anything) and
+then allows `max_draft`; `size`, after it, sizes the draft to the proposal the index found,
+k <= len(proposal) (`DraftGovernor.size`).
 On a model whose rollback feeds the kept tokens again (`rollback_kind` "refeed"), a draft
 whose first miss is at proposal a+1 also pays a forward of width a+1.
 
@@ -21,10 +25,11 @@ landed proposals over verified ones at that depth, decayed by `DECAY` per drafte
 over a prior worth `PRIOR_WEIGHT` proposals at (1 + d) / (2 + d) (a uniform prior on each
 match's own rate, after d tokens held). A rejection ends the match (the bonus row is the
 model's own token, so the next lookup is a fresh one); a draft that lands whole keeps it.
-No clock is read, and the proposal itself is not seen: the loop asks for the budget before
-it looks up (`DraftGovernor.budget`). While it drafts nothing the loop keeps looking up
-two-token shadow probes (as for a paused Gated loop); a confirmed probe is a match that held
-two tokens (run 2), the way back to drafting.
+A lookup that finds nothing ends the match too. No clock is read. The n-gram length the
+proposal matched on is not used: splitting the hazards by it (or counting it as held depth)
+measured worse (docs/benchmark_results/oracle-policy.md). While it drafts nothing the loop
+keeps looking up two-token shadow probes (as for a paused Gated loop); a confirmed probe is
+a match that held two tokens (run 2), the way back to drafting.
 """
 
 from __future__ import annotations
@@ -141,8 +146,6 @@ class CalibratedGovernor(DraftGovernor):
         self.landed = [0.0] * BUCKETS
         self.run = 0  # tokens the current match has held
         self.paused = False
-        self._asked = False  # a budget was given and no drafted round recorded since
-        self._resumed = False  # that budget ended a pause (its round may only drain a step)
 
     def hazards(self) -> list[float]:
         """Per depth bucket: the estimated chance that a proposal there lands."""
@@ -154,21 +157,24 @@ class CalibratedGovernor(DraftGovernor):
         return self.hazards()[depth_bucket(self.run)]
 
     def budget(self) -> int:
-        if self._asked and not self._resumed:
-            self.run = 0  # a round with a budget but no verify: the lookup found nothing
-        k = saving_draft(survival(self.hazards(), self.run, self.max_draft), self.costs,
-                         self.refeeds)
-        self._resumed = self.paused and k > 0
-        self._asked = k > 0
-        self.paused = k == 0
-        return k
+        # A cap, not the width: `size` picks that once the proposal is known.
+        self.paused = self._saving_draft(self.max_draft) == 0
+        return 0 if self.paused else self.max_draft
+
+    def size(self, proposal: Sequence[int], ngram: int) -> int:
+        if not proposal:
+            self.run = 0  # the lookup found nothing: the match has ended
+            return 0
+        return self._saving_draft(len(proposal))
+
+    def _saving_draft(self, most: int) -> int:
+        return saving_draft(survival(self.hazards(), self.run, most), self.costs, self.refeeds)
 
     def record(self, accepted: int, proposed: int) -> None:
         # A draft that landed whole says nothing about the token after it: no miss.
         rejected = accepted < proposed
         self._count(self.run, accepted, rejected)
         self.run = 0 if rejected else self.run + accepted
-        self._asked = self._resumed = False
 
     def _count(self, run: int, landed: int, missed: bool) -> None:
         self.tried = [DECAY * n for n in self.tried]

@@ -67,14 +67,53 @@ def test_saving_draft_maximises_the_expected_saving_over_plain_steps():
     assert saving_draft([0.5, 0.25, 0.125], GB10) == 1
 
 
+PROPOSAL = list(range(100, 132))  # what a lookup found: 32 tokens
+
+
 def test_a_long_run_justifies_a_wide_block_a_fresh_match_does_not():
     governor = CalibratedGovernor(32, GB10)
-    fresh = governor.budget()
+    assert governor.budget() == 32  # a cap: the width is sized once the proposal is known
+    fresh = governor.size(PROPOSAL, 3)
     governor.record(fresh, fresh)  # it landed whole: the match has held `fresh` tokens
     for _ in range(3):
-        k = governor.budget()
+        governor.budget()
+        k = governor.size(PROPOSAL, 3)
         governor.record(k, k)
-    assert governor.run >= 16 and governor.budget() > 8 > fresh
+    assert governor.run >= 16 and governor.size(PROPOSAL, 3) > 8 > fresh
+
+
+def test_size_keeps_a_long_proposal_whole_when_its_matches_have_landed():
+    governor = CalibratedGovernor(32, GB10)
+    for _ in range(6):
+        k = governor.size(PROPOSAL, 3)
+        governor.record(k, k)
+    assert governor.run > 32 and governor.budget() == 32
+    assert governor.size(PROPOSAL, 3) == 32
+    assert governor.size(PROPOSAL[:5], 3) == 5  # a shorter proposal: all of it
+
+
+def test_size_trims_a_long_proposal_whose_tail_the_evidence_says_will_miss():
+    governor = CalibratedGovernor(32, GB10)
+    for _ in range(8):  # every match in this reply broke after two tokens
+        governor.record(2, 6)
+        governor.size(PROPOSAL, 3)  # the rejection's fresh match is looked up
+    governor.record(1, 1)
+    assert governor.budget() == 32
+    assert 0 < governor.size(PROPOSAL, 3) < 4
+
+
+def test_size_declines_a_proposal_too_short_to_pay_for_its_block():
+    # Torch on this CPU: a 2-row verify costs more than an 8-row one.
+    torch_cpu = (1.03, 1.85, 2.26, 1.78, 1.76, 1.75, 1.74, 1.72)
+    governor = CalibratedGovernor(32, torch_cpu)
+    assert governor.budget() == 32 and governor.size(PROPOSAL, 3) >= 7
+    assert governor.size(PROPOSAL[:1], 3) == 0
+
+
+def test_size_never_exceeds_the_proposal_and_is_zero_for_an_empty_one():
+    governor = CalibratedGovernor(32, CHEAP)
+    for n in range(0, 33):
+        assert 0 <= governor.size(PROPOSAL[:n], 3) <= n
 
 
 def test_governor_starts_from_an_even_prior_and_learns_from_counts():
@@ -117,12 +156,13 @@ def test_a_long_copy_is_verified_in_a_few_blocks_that_widen_as_it_holds():
     assert len(widths) <= 5 and max(widths) == 33 and widths[:2] == sorted(widths[:2])
 
 
-def test_a_budgeted_round_without_a_verify_ends_the_match():
+def test_an_empty_lookup_ends_the_match_a_dropped_draft_does_not():
     governor = CalibratedGovernor(32, CHEAP)
     governor.record(5, 5)
-    assert governor.budget() > 0 and governor.run == 5
-    governor.budget()  # no record in between: the lookup came back empty
-    assert governor.run == 0
+    assert governor.budget() > 0 and governor.size(PROPOSAL, 3) > 0
+    governor.budget()  # no record in between: the draft was dropped for a drain
+    assert governor.run == 5
+    assert governor.size([], 0) == 0 and governor.run == 0  # the lookup came back empty
 
 
 def test_misses_pause_it_and_confirmed_probes_bring_it_back():
