@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -127,20 +128,55 @@ def own_processes(record: NodeRecord) -> list[psutil.Process]:
 
 
 def stop_processes(procs: list[psutil.Process], grace_s: float = STOP_GRACE_S) -> int:
-    """SIGTERM, wait up to `grace_s`, then SIGKILL what is left. Returns how many stopped."""
+    """SIGTERM, wait up to `grace_s`, then SIGKILL what is left; a Ray GCS server only after
+    the rest (a raylet stopped while its GCS goes too waits ~10 s for it). Returns how many
+    were asked to stop."""
+    gcs = [proc for proc in procs if _name(proc) == "gcs_server"]
+    for group in ([proc for proc in procs if proc not in gcs], gcs):
+        for proc in group:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                continue
+        alive = _wait_gone(group, grace_s)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.Error:
+                continue
+        _wait_gone(alive, grace_s)
+    return len(procs)
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.Error:
+        return ""
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """The processes still running after up to `timeout_s`. An exited process whose parent has
+    not reaped it (a zombie) counts as gone: `psutil.wait_procs` would wait out the timeout on
+    it, and Ray's dashboard leaves such children when it is stopped."""
+    deadline = time.monotonic() + timeout_s
+    alive = _running(procs)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = _running(alive)
+    psutil.wait_procs(procs, timeout=0)  # reap those that are this process's own children
+    return alive
+
+
+def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    running = []
     for proc in procs:
         try:
-            proc.send_signal(signal.SIGTERM)
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                running.append(proc)
         except psutil.Error:
             continue
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            continue
-    psutil.wait_procs(alive, timeout=grace_s)
-    return len(procs)
+    return running
 
 
 def stop_supervisor(record: NodeRecord) -> None:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -38,6 +39,15 @@ def env_for(tmp_path: Path) -> dict[str, str]:
 
 def run(cmd: list[str], env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def running(proc: psutil.Process | int) -> bool:
+    """Alive and not a zombie (exited, waiting for its parent, maybe init, to reap it)."""
+    try:
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.slow
@@ -69,9 +79,9 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
         left = run([str(BIN / "specfleet"), "fleet", "leave"], env)
         assert left.returncode == 0, left.stderr[-2000:]
         assert left.stdout.strip() == "host lv left the fleet"
-        assert not [p for p in mine if p.is_running()], "a process of our node survived leave"
-        assert all(p.is_running() for p in theirs), "leave stopped another Ray instance"
-        assert not psutil.pid_exists(supervisor) or psutil.Process(supervisor).status() == "zombie"
+        assert not [p for p in mine if running(p)], "a process of our node survived leave"
+        assert all(running(p) for p in theirs), "leave stopped another Ray instance"
+        assert not running(supervisor), "leave left the supervisor running"
         assert not (tmp_path / "home" / noderecord.RECORD_NAME).exists()
         again = run([str(BIN / "specfleet"), "fleet", "leave"], env)
         assert again.returncode == 2 and "nothing to leave" in again.stderr
@@ -79,3 +89,33 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
         for temp_dir in (mine_dir, other_dir):
             noderecord.stop_processes(noderecord.node_processes(temp_dir), grace_s=10)
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_an_unreaped_process_counts_as_stopped_and_one_ignoring_sigterm_is_killed() -> None:
+    # The parent spawns a child that exits at once and never reaps it: a zombie not ours to
+    # reap, as Ray's dashboard leaves behind. A second child ignores SIGTERM.
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+         "z = subprocess.Popen([sys.executable, '-c', 'pass'])\n"
+         "s = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'])\n"
+         "print(z.pid, s.pid, flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        zombie_pid, stubborn_pid = map(int, parent.stdout.readline().split())
+        zombie, stubborn = psutil.Process(zombie_pid), psutil.Process(stubborn_pid)
+        psutil.wait_procs([], timeout=0)
+        for _ in range(100):  # bounded: the child exits at once
+            if zombie.status() == psutil.STATUS_ZOMBIE:
+                break
+            time.sleep(0.05)
+        assert zombie.status() == psutil.STATUS_ZOMBIE
+        started = time.monotonic()
+        assert noderecord.stop_processes([zombie, stubborn], grace_s=4) == 2
+        took = time.monotonic() - started
+        assert not running(stubborn)
+        # One grace period for the process ignoring SIGTERM, none for the zombie.
+        assert 4 <= took < 7, took
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
