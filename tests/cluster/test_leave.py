@@ -98,7 +98,9 @@ def test_an_unreaped_process_counts_as_stopped_and_one_ignoring_sigterm_is_kille
         [sys.executable, "-c", "import subprocess, sys, time\n"
          "z = subprocess.Popen([sys.executable, '-c', 'pass'])\n"
          "s = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
-         "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'])\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); "
+         "time.sleep(120)'], stdout=subprocess.PIPE)\n"
+         "s.stdout.readline()  # SIGTERM is ignored from here on\n"
          "print(z.pid, s.pid, flush=True); time.sleep(120)"],
         stdout=subprocess.PIPE, text=True)
     try:
