@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar, Literal, get_args
 
 from specfleet.engine.governor import (
     DEFAULT_MAX_DRAFT,
@@ -37,26 +38,48 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class PromptLookupConfig:
-    """How the drafter looks up proposals and how the governor sizes them.
+class LookupOptions:
+    """The prompt-lookup settings a user gives (flags, a matrix arm, a job) and a run carries
+    to its worker, which adds the arm's resolved policy (`PromptLookupConfig`).
 
     Args:
         ngram_max: longest suffix tried first.
         ngram_min: shortest suffix tried.
         max_draft: most proposals per round (verify width = max_draft + 1).
         adaptive: False always asks for `max_draft` (no governor, no pauses, no probes).
+    """
+
+    # pydantic's own settings for it inside a message (`jobs.run`), whatever the message's:
+    # unknown keys refused, a mapping taken even by a strict model.
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+
+    ngram_max: int = DEFAULT_NGRAM_MAX
+    ngram_min: int = DEFAULT_NGRAM_MIN
+    max_draft: int = DEFAULT_MAX_DRAFT
+    adaptive: bool = True
+
+
+@dataclass(frozen=True)
+class PromptLookupConfig(LookupOptions):
+    """How the drafter looks up proposals and how the governor sizes them: the options and
+    the policy they run under.
+
+    Args:
         policy: resolved drafting policy (one of `policies.POLICIES`); ignored when not
             adaptive.
         costs: verify cost of widths 1..n in pipelined plain steps (spec 7.6); the
             calibrated policy's table, empty for the others.
     """
 
-    ngram_max: int = DEFAULT_NGRAM_MAX
-    ngram_min: int = DEFAULT_NGRAM_MIN
-    max_draft: int = DEFAULT_MAX_DRAFT
-    adaptive: bool = True
     policy: Policy = "graded"
     costs: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, options: LookupOptions, policy: Policy = "graded",
+           costs: tuple[float, ...] = ()) -> PromptLookupConfig:
+        """`options` run under `policy` (`costs`: its width-cost table, where it needs one)."""
+        given = {f.name: getattr(options, f.name) for f in fields(LookupOptions)}
+        return cls(**given, policy=policy, costs=costs)
 
     def validate(self) -> PromptLookupConfig:
         """Raise `ConfigError` naming the flag and bound; return self when valid."""
@@ -101,6 +124,12 @@ def _check_costs(costs: tuple[float, ...]) -> None:
 def default_max_draft(policy: str) -> int:
     """The max draft a policy runs with when none is given (its class says; else 7)."""
     return POLICIES[policy].default_max_draft if policy in POLICIES else DEFAULT_MAX_DRAFT
+
+
+def options_for(policy: str, given: Mapping[str, Any]) -> LookupOptions:
+    """The options a user gave (by `LookupOptions` field name), the rest at their defaults;
+    an absent `max_draft` is `policy`'s own (`default_max_draft`)."""
+    return LookupOptions(**{"max_draft": default_max_draft(policy), **given})
 
 
 def needs_costs(policy: str) -> bool:

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specfleet.engine.config import ConfigError, PromptLookupConfig
+from specfleet.engine.config import ConfigError, LookupOptions, PromptLookupConfig
 from specfleet.errors import UserError
-from specfleet.jobs.run import LookupOptions, Target
+from specfleet.jobs.run import Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
 from specfleet.jobs.userinput import first_problem, validation_message
 from specfleet.userfiles import read_text
@@ -131,8 +131,7 @@ def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSp
 
 
 def _check_lookup(lookup: LookupOptions) -> None:
-    config = PromptLookupConfig(ngram_min=lookup.ngram_min, ngram_max=lookup.ngram_max,
-                                max_draft=lookup.max_draft)
+    config = PromptLookupConfig.of(lookup)
     try:
         config.validate()
     except ConfigError as err:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from specfleet.configs import prompts_dir
+from specfleet.engine.config import LookupOptions
 from specfleet.engine.peers import peer_kind
 from specfleet.errors import UserError
-from specfleet.jobs.run import LookupOptions, RunSpec, Target
+from specfleet.jobs.run import RunSpec, Target
 from specfleet.jobs.spec import ArmSpec, GenerateJobSpec, MatrixSpec, PromptEntry
 from specfleet.jobs.spec_checks import find_prompt_file
 from specfleet.jobs.spec_files import read_prompt_text
@@ -197,7 +199,7 @@ def plan_generate_runs(job: GenerateJobSpec, target: Target, job_id: str) -> lis
     Returns:
         The runs; `arm` is the job's policy and `repeat` is 0.
     """
-    lookup = job.lookup.model_copy(update={"adaptive": job.policy != "fixed"})
+    lookup = replace(job.lookup, adaptive=job.policy != "fixed")
     return [
         RunSpec(
             run_key=run_key(job_id, target.host, target.engine, target.device, job.model,

@@ -11,12 +11,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from specfleet.engine.config import (
-    DEFAULT_MAX_DRAFT,
-    DEFAULT_NGRAM_MAX,
-    DEFAULT_NGRAM_MIN,
-    PolicyChoice,
-)
+from specfleet.engine.config import LookupOptions, PolicyChoice
 from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.loop import StopReason
@@ -45,17 +40,6 @@ class Target(BaseModel):
     @property
     def label(self) -> str:
         return f"{self.host}/{self.engine}/{self.device}"
-
-
-class LookupOptions(BaseModel):
-    """Prompt-lookup knobs of an arm (docs/engine.md, "Lookup" defaults)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    ngram_min: int = DEFAULT_NGRAM_MIN
-    ngram_max: int = DEFAULT_NGRAM_MAX
-    max_draft: int = DEFAULT_MAX_DRAFT
-    adaptive: bool = True
 
 
 class LoopGuard(BaseModel):

@@ -17,11 +17,11 @@ reading a file into a checked spec is `spec_files.py`.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Any, TypedDict, cast
+from typing import Annotated, Any, get_type_hints
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from specfleet.engine.config import ConfigError, default_max_draft
+from specfleet.engine.config import ConfigError, LookupOptions, options_for
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.peers import (
     HF_LOOKUP_NGRAM_MAX,
@@ -32,7 +32,7 @@ from specfleet.engine.peers import (
 )
 from specfleet.engine.stats import LoopGuardConfig
 from specfleet.errors import UserError
-from specfleet.jobs.run import ARMS, Arm, LookupOptions, LoopGuard, OwnArm, Target
+from specfleet.jobs.run import ARMS, Arm, LoopGuard, OwnArm, Target
 
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
@@ -128,31 +128,33 @@ class PromptEntry(_Strict):
     targets: TargetSelector | None = None
 
 
-class ArmOptions(TypedDict, total=False):
-    """The prompt-lookup options an arm gives; the ones left out take their defaults."""
-
-    ngram_min: int
-    ngram_max: int
-    max_draft: int
-
-
 def _name_to_arm(value: Any) -> Any:
     return {"arm": value} if isinstance(value, str) else value
 
 
-class ArmSpec(_Strict):
+# The options an arm may set, in a matrix file's order; its name says whether it adapts.
+ARM_OPTIONS: tuple[str, ...] = ("ngram_min", "ngram_max", "max_draft")
+# Each option typed as `LookupOptions` declares it, None when the arm leaves it out.
+_option_types = get_type_hints(LookupOptions)
+_arm_option_fields: dict[str, Any] = {name: (_option_types[name] | None, None)
+                                      for name in ARM_OPTIONS}
+
+
+class _ArmName(_Strict):
+    arm: Arm
+
+
+_ArmWithOptions = create_model("_ArmWithOptions", __base__=_ArmName, **_arm_option_fields)
+
+
+class ArmSpec(_ArmWithOptions):
     """An arm: `plain`, `auto`, `graded`, `gated`, `calibrated` or `fixed` (non-adaptive),
     or a peer engine's own generation (`hf`, `hf-lookup`, `mlx-lm`), with options."""
 
-    arm: Arm
-    ngram_min: int | None = None
-    ngram_max: int | None = None
-    max_draft: int | None = None
-
-    def given_options(self) -> ArmOptions:
-        # Without `arm` the dump holds only the three option fields (extra keys are refused).
-        return cast(ArmOptions, {k: v for k, v in self.model_dump(exclude={"arm"}).items()
-                                 if v is not None})
+    def given_options(self) -> dict[str, Any]:
+        """The `ARM_OPTIONS` this arm sets, by name; the ones left out take their defaults."""
+        # Without `arm` the dump holds only the option fields (extra keys are refused).
+        return {k: v for k, v in self.model_dump(exclude={"arm"}).items() if v is not None}
 
     def lookup_options(self) -> LookupOptions:
         """The prompt-lookup knobs this arm runs with (docs/engine.md "Lookup" defaults where
@@ -161,11 +163,10 @@ class ArmSpec(_Strict):
         given = self.given_options()
         if is_peer(self.arm):
             return _peer_lookup(self.arm, given)
-        given.setdefault("max_draft", default_max_draft(self.arm))
-        return LookupOptions(**given, adaptive=self.arm != "fixed")
+        return options_for(self.arm, {**given, "adaptive": self.arm != "fixed"})
 
 
-def _peer_lookup(arm: str, given: ArmOptions) -> LookupOptions:
+def _peer_lookup(arm: str, given: dict[str, Any]) -> LookupOptions:
     kind = peer_kind(arm)
     if kind is None or not kind.drafts:
         return LookupOptions()  # no drafting: stored like plain's

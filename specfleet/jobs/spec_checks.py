@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from specfleet.engine.config import ConfigError, PromptLookupConfig
 from specfleet.engine.kinds import Engine
-from specfleet.engine.peers import HF_LOOKUP_NGRAM_MAX, HF_LOOKUP_TOKENS, PeerKind, peer_kind
+from specfleet.engine.peers import PeerKind, peer_kind
 from specfleet.errors import UserError
-from specfleet.jobs.spec import ArmOptions, ArmSpec, MatrixSpec
+from specfleet.jobs.spec import ARM_OPTIONS, ArmSpec, MatrixSpec
 from specfleet.userfiles import read_text
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
-
-_ARM_OPTION_FIELDS = ("ngram_min", "ngram_max", "max_draft")  # what an arm may set
 
 
 def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path,
@@ -143,8 +142,7 @@ def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) 
         raise UserError(f"{where}.ngram_min: {arm.arm} looks up n-grams of ngram_max down to 1, "
                         "as transformers does; set ngram_max and max_draft only")
     try:
-        PromptLookupConfig(ngram_min=1, ngram_max=given.get("ngram_max", HF_LOOKUP_NGRAM_MAX),
-                           max_draft=given.get("max_draft", HF_LOOKUP_TOKENS)).validate()
+        PromptLookupConfig.of(arm.lookup_options()).validate()
     except ConfigError as err:
         raise UserError(f"{where}.{err.field or 'options'}: {err}") from None
     if spec.temperature != 0.0:
@@ -157,10 +155,10 @@ def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) 
                         "drop the arm")
 
 
-def _option_named(err: ConfigError, given: ArmOptions) -> str:
+def _option_named(err: ConfigError, given: dict[str, Any]) -> str:
     if err.field == "ngram_max" and "ngram_max" not in given and "ngram_min" in given:
         return "ngram_min"  # the user set only ngram_min; the default ngram_max is not at fault
-    return err.field if err.field in _ARM_OPTION_FIELDS else "options"
+    return err.field if err.field in ARM_OPTIONS else "options"
 
 
 def _check_max_tokens(spec: MatrixSpec, label: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -196,8 +196,7 @@ def _policy_config(policy: Policy, arms: dict[str, list], costs: Sequence[float]
     for run in arms.get(policy, []):
         lookup = stored_lookup(run)
         if lookup is not None:
-            return PromptLookupConfig(lookup.ngram_max, lookup.ngram_min, lookup.max_draft,
-                                      True, policy, tuple(costs))
+            return replace(lookup, adaptive=True, policy=policy, costs=tuple(costs))
     return PromptLookupConfig(max_draft=default_max_draft(policy), policy=policy,
                               costs=tuple(costs))
 

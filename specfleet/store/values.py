@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 import specfleet
-from specfleet.jobs.run import LookupOptions, LoopGuard, RunResult, RunSpec, Target
+from specfleet.engine.config import LookupOptions
+from specfleet.jobs.run import LoopGuard, RunResult, RunSpec, Target
 from specfleet.store.errors import StoreConflict
 from specfleet.store.tables import Run
 
@@ -102,7 +104,7 @@ def planned_run(spec: RunSpec, order: int, now: datetime, matrix_id=None, job_id
         "device": spec.target.device, "model": spec.model, "prompt_name": spec.prompt_name,
         "prompt_hash": text_hash(spec.prompt_text), "chat": spec.chat, "arm": spec.arm,
         "repeat": spec.repeat, "max_tokens": spec.max_tokens, "temperature": spec.temperature,
-        "seed": spec.seed, "lookup": spec.lookup.model_dump(),
+        "seed": spec.seed, "lookup": asdict(spec.lookup),
         "loop_guard": spec.loop_guard.model_dump() if spec.loop_guard else None,
         "status": "pending", "specfleet_version": specfleet.__version__, "created_at": now,
     }

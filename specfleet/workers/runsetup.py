@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from specfleet.engine.config import PromptLookupConfig, resolve_policy
@@ -25,18 +25,11 @@ def run_policy(
     """
     if spec.arm == "plain" or is_peer(spec.arm):
         return None, spec.arm
-    options = spec.lookup
-    adaptive = options.adaptive and spec.arm != "fixed"
+    adaptive = spec.lookup.adaptive and spec.arm != "fixed"
     choice = "auto" if spec.arm == "fixed" else spec.arm
     policy = resolve_policy(choice, spec.target.device)
-    config = PromptLookupConfig(
-        ngram_max=options.ngram_max,
-        ngram_min=options.ngram_min,
-        max_draft=options.max_draft,
-        adaptive=adaptive,
-        policy=policy,
-        costs=tuple(costs) if policy == "calibrated" else (),
-    )
+    config = PromptLookupConfig.of(replace(spec.lookup, adaptive=adaptive), policy,
+                                   tuple(costs) if policy == "calibrated" else ())
     return config.validate(), policy if adaptive else "fixed"
 
 

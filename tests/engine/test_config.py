@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from specfleet.engine.config import ConfigError, PromptLookupConfig, resolve_policy
+from specfleet.engine.config import (
+    ConfigError,
+    LookupOptions,
+    PromptLookupConfig,
+    options_for,
+    resolve_policy,
+)
 
 
 def test_config_validation():
@@ -48,3 +54,15 @@ def test_default_policy_follows_the_build(device, policy):
 def test_with_max_draft_copies():
     config = PromptLookupConfig(policy="gated")
     assert config.with_max_draft(2) == PromptLookupConfig(policy="gated", max_draft=2)
+
+
+def test_options_run_under_a_policy_keep_every_option():
+    options = LookupOptions(ngram_max=4, ngram_min=1, max_draft=5, adaptive=False)
+    assert PromptLookupConfig.of(options, "calibrated", (1.0, 1.5)) == PromptLookupConfig(
+        4, 1, 5, False, "calibrated", (1.0, 1.5))
+
+
+def test_options_given_take_the_policy_s_own_max_draft_when_left_out():
+    assert options_for("calibrated", {"ngram_min": 1}) == LookupOptions(ngram_min=1,
+                                                                        max_draft=32)
+    assert options_for("graded", {"max_draft": 3}).max_draft == 3

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from specfleet.configs import matrix_path, models_file, packaged_names, prompt_path, prompts_dir
+from specfleet.engine.config import LookupOptions
 from specfleet.errors import UserError
-from specfleet.jobs.run import LookupOptions, Target
+from specfleet.jobs.run import Target
 from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
 from specfleet.jobs.spec_files import load_matrix_spec, load_parity_spec, validate_file
 
@@ -54,8 +55,8 @@ def test_long_forms_options_and_loop_guard_string(configs: Path) -> None:
         "targets: {engines: [torch, mlx], kinds: [linux-cpu]}\n"))
     spec = load_matrix_spec(write(configs, text))
     gated, fixed = spec.arms[1], spec.arms[2]
-    assert gated.lookup_options().model_dump() == {
-        "ngram_min": 1, "ngram_max": 3, "max_draft": 4, "adaptive": True}
+    assert gated.lookup_options() == LookupOptions(ngram_min=1, ngram_max=3, max_draft=4,
+                                                   adaptive=True)
     assert fixed.lookup_options().adaptive is False
     assert (spec.loop_guard.min_period, spec.loop_guard.max_period,
             spec.loop_guard.repeats) == (1, 16, 5)
@@ -260,8 +261,8 @@ def test_peer_arms_load_with_transformers_lookup_defaults(configs: Path) -> None
     text = GOOD.replace("[plain, graded, gated]",
                         "[plain, graded, hf, {arm: hf-lookup, max_draft: 5}, mlx-lm]")
     arms = {a.arm: a for a in load_matrix_spec(write(configs, text)).arms}
-    assert arms["hf-lookup"].lookup_options().model_dump() == {
-        "ngram_min": 1, "ngram_max": 2, "max_draft": 5, "adaptive": False}
+    assert arms["hf-lookup"].lookup_options() == LookupOptions(
+        ngram_min=1, ngram_max=2, max_draft=5, adaptive=False)
     assert arms["hf"].lookup_options() == arms["mlx-lm"].lookup_options() == LookupOptions()
 
 

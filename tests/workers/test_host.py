@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from specfleet.jobs.run import LookupOptions, LoopGuard, RunSpec, Target
+from specfleet.engine.config import LookupOptions
+from specfleet.jobs.run import LoopGuard, RunSpec, Target
 from specfleet.workers.hardware import detect_host
 from specfleet.workers.host import HostWorker
 from specfleet.workers.loaded import LoadedModel, LoadedModels
