@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,6 +39,7 @@ from specfleet.engine.config import (
     PromptLookupConfig,
     default_max_draft,
     needs_costs,
+    options_for,
     resolve_policy,
 )
 from specfleet.engine.kinds import choices_text
@@ -65,23 +66,16 @@ def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
 
 
 def lookup_config(
-    ngram_min: int, ngram_max: int, max_draft: int | None, adaptive: bool, policy: str,
-    device: str, costs: tuple[float, ...] | None = None,
+    given: Mapping[str, Any], policy: str, device: str, costs: tuple[float, ...] | None = None,
 ) -> PromptLookupConfig:
     """Build and validate the prompt-lookup config; errors name the `--prompt-lookup-*` flag.
 
-    `max_draft` None is the policy's default; `costs` None (calibrated only) checks every
-    bound but the width-cost table, which is found or measured after the model loads.
+    `given` holds the flags by `LookupOptions` field name (without `max_draft`: the policy's
+    default); `costs` None (calibrated only) checks every bound but the width-cost table,
+    which is found or measured after the model loads.
     """
     resolved = resolve_policy(policy, device)
-    config = PromptLookupConfig(
-        ngram_max=ngram_max,
-        ngram_min=ngram_min,
-        max_draft=default_max_draft(resolved) if max_draft is None else max_draft,
-        adaptive=adaptive,
-        policy=resolved,
-        costs=costs or (),
-    )
+    config = PromptLookupConfig.of(options_for(resolved, given), resolved, costs or ())
     try:
         if costs is None and needs_costs(resolved):
             replace(config, costs=(1.0, 1.0)).validate()
@@ -113,10 +107,7 @@ class GenerateRequest:
     seed: int | None
     use_lookup: bool
     policy: str
-    ngram_min: int
-    ngram_max: int
-    max_draft: int | None
-    adaptive: bool
+    lookup: Mapping[str, Any]  # the --prompt-lookup-* flags given (see `lookup_config`)
     loop_guard: tuple[int, int, int] | None
     system: str | None = None
 
@@ -140,14 +131,7 @@ def validate_request(request: GenerateRequest) -> None:
     if not low <= request.temperature <= high:  # also refuses nan and inf
         raise UserError(f"--temp must be a number from {low:g} to {high:g} (0 is greedy); "
                         f"got {request.temperature}")
-    lookup_config(
-        request.ngram_min,
-        request.ngram_max,
-        request.max_draft,
-        request.adaptive,
-        request.policy,
-        "cpu",
-    )
+    lookup_config(request.lookup, request.policy, "cpu")
 
 
 @contextmanager
@@ -228,8 +212,7 @@ def request_lookup(loaded: LoadedModel, request: GenerateRequest) -> PromptLooku
     reason = unsupported_reason(loaded.runner)
     if reason is not None:  # before any warm-up or table measurement is paid for
         raise UserError(f"--prompt-lookup: {loaded.alias}: {reason}")
-    lookup = lookup_config(request.ngram_min, request.ngram_max, request.max_draft,
-                           request.adaptive, request.policy, loaded.runner.device)
+    lookup = lookup_config(request.lookup, request.policy, loaded.runner.device)
     if lookup.adaptive and needs_costs(lookup.policy):
         lookup = replace(lookup, costs=stored_or_measured_costs(loaded))
     return lookup
@@ -399,6 +382,10 @@ def generate_command(
     The reply streams to stdout as its tokens are decided; the footer gives the whole call,
     the prompt (prefill) and generation (decode) rates apart, and peak memory.
     """
+    lookup: dict[str, Any] = {"ngram_min": ngram_min, "ngram_max": ngram_max,
+                              "adaptive": not no_adaptive}
+    if max_draft is not None:
+        lookup["max_draft"] = max_draft
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),
         max_tokens=max_tokens,
@@ -406,10 +393,7 @@ def generate_command(
         seed=seed,
         use_lookup=prompt_lookup,
         policy=policy,
-        ngram_min=ngram_min,
-        ngram_max=ngram_max,
-        max_draft=max_draft,
-        adaptive=not no_adaptive,
+        lookup=lookup,
         loop_guard=parse_loop_guard(loop_guard),
         system=system_prompt,
     )
