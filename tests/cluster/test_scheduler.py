@@ -22,8 +22,9 @@ import ray
 
 from specfleet.cluster.matrixcall import SchedulerOptions
 from specfleet.cluster.scheduler import dispatch_runs, resume, run_matrix
+from specfleet.engine.config import LookupOptions
 from specfleet.jobs.plan import run_key
-from specfleet.jobs.run import LookupOptions, RunSpec, Target
+from specfleet.jobs.run import RunSpec, Target
 from specfleet.store import open_store
 from specfleet.workers import actor
 from tests.cluster.raycluster import WORKER_KWARGS, start_fleet, wait_until, workers
