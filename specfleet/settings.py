@@ -88,6 +88,29 @@ class Seconds(Variable):
 
 
 @dataclass(frozen=True)
+class Count(Variable):
+    """A whole number within `low`..`high`; None when unset (the `default` text says what
+    applies then)."""
+
+    low: int
+    high: int
+
+    def read(self, env: Environ | None = None) -> int | None:
+        """The number, or None.
+
+        Raises:
+            UserError: not a whole number in range.
+        """
+        raw = self.value(env)
+        if raw is None:
+            return None
+        if not raw.strip().isdigit() or not self.low <= int(raw) <= self.high:
+            raise UserError(f"{self.name}: expected a whole number between {self.low} and "
+                            f"{self.high}, got {raw!r}")
+        return int(raw)
+
+
+@dataclass(frozen=True)
 class Switch(Variable):
     """On unless set to `0`."""
 
@@ -165,11 +188,14 @@ SELFTEST = Switch(
 STORE_RETRY_S = Seconds(
     "SPECFLEET_STORE_RETRY_S", "how long a store write retries an unreachable store, in seconds",
     default_s=300.0, low_s=1.0, high_s=86400.0)
+THREADS = Count(
+    "SPECFLEET_THREADS", "CPU threads a worker's engine computes with (torch, OpenBLAS under MLX)",
+    "the host's physical cores", low=1, high=4096)
 TOY_RUN_LOG = Text(
     "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",
     "no log")
 
 VARIABLES: tuple[Variable, ...] = (
     ADDRESS, CONDITIONS_ROOT, DB, FORCE_SYNC, HOME, HOST, JOURNAL_DIR, LEASE_S, MODELS,
-    OPENBLAS, RUNTIME_DIR, SELFTEST, STORE_RETRY_S, TOY_RUN_LOG,
+    OPENBLAS, RUNTIME_DIR, SELFTEST, STORE_RETRY_S, THREADS, TOY_RUN_LOG,
 )

@@ -36,7 +36,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # One BLAS / OpenMP thread per process (inherited by Ray workers and subprocesses): the suite
 # runs several model processes at once on 2 cores, where a second thread per op only waits.
-for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "SPECFLEET_THREADS"):
     os.environ.setdefault(_threads, "1")
 # A machine lock and a result journal per test session: other sessions on this box (other
 # checkouts' suites) never wait on our timed runs, and no journal outlives the session.

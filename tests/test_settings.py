@@ -19,6 +19,7 @@ from specfleet.settings import (
     LEASE_S,
     SELFTEST,
     STORE_RETRY_S,
+    THREADS,
     VARIABLES,
     Seconds,
     Variable,
@@ -85,6 +86,9 @@ def test_seconds_say_their_default_and_range_as_declared(variable: Seconds) -> N
      "SPECFLEET_STORE_RETRY_S: expected seconds between 1 and 86400, got '-5'"),
     (STORE_RETRY_S, "inf",
      "SPECFLEET_STORE_RETRY_S: expected seconds between 1 and 86400, got 'inf'"),
+    (THREADS, "0", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, got '0'"),
+    (THREADS, "2.5", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, got '2.5'"),
+    (THREADS, "-1", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, got '-1'"),
     (HOST, "my host", "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
                       "'-' (at most 64), got 'my host'"),
     (HOST, "a" * 65, "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
@@ -97,6 +101,7 @@ def test_a_malformed_value_is_one_line_naming_the_variable(variable, raw, messag
 
 
 def test_readers_of_each_kind() -> None:
+    assert THREADS.read({}) is None and THREADS.read({THREADS.name: "8"}) == 8
     assert HOST.read({HOST.name: "solo"}) == "solo" and HOST.read({HOST.name: ""}) is None
     assert SELFTEST.read({}) and SELFTEST.read({SELFTEST.name: ""})
     assert not SELFTEST.read({SELFTEST.name: "0"})

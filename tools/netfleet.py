@@ -90,7 +90,7 @@ class NetFleet:
         """A host's environment: its own HOME, this checkout's code, fast health checks unless
         the fleet runs Ray's shipped ones."""
         keep = ("PATH", "PYTHONPATH", "LANG", "OMP_WAIT_POLICY", "OMP_NUM_THREADS",
-                "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "SPECFLEET_MODELS")
+                "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "SPECFLEET_THREADS", "SPECFLEET_MODELS")
         env = {k: os.environ[k] for k in keep if k in os.environ}
         env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         env["PATH"] = f"{BIN}:{env['PATH']}"
