@@ -190,7 +190,7 @@ STORE_RETRY_S = Seconds(
     default_s=300.0, low_s=1.0, high_s=86400.0)
 THREADS = Count(
     "SPECFLEET_THREADS", "CPU threads a worker's engine computes with (torch, OpenBLAS under MLX)",
-    "the host's physical cores", low=1, high=4096)
+    "one per physical core but one (left to Ray and the driver)", low=1, high=4096)
 TOY_RUN_LOG = Text(
     "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",
     "no log")

@@ -66,10 +66,12 @@ def worker_options(host: str) -> dict[str, Any]:
 
 
 def use_every_core() -> int:
-    """Give the engines $SPECFLEET_THREADS CPU threads, else the host's physical cores; the
-    count. Ray runs an actor that holds no CPU with OMP_NUM_THREADS=1, which would leave torch
-    (and OpenBLAS under MLX) computing on one thread."""
-    threads = THREADS.read() or psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    """Give the engines $SPECFLEET_THREADS CPU threads, else one per physical core but one (left
+    to Ray's daemons and the driver); the count. Ray runs an actor that holds no CPU with
+    OMP_NUM_THREADS=1, which would leave torch (and OpenBLAS under MLX) on one thread however
+    many cores the host has."""
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    threads = THREADS.read() or max(1, cores - 1)
     os.environ["OPENBLAS_NUM_THREADS"] = str(threads)  # read when MLX's OpenBLAS loads
     if importlib.util.find_spec("torch") is not None:
         import torch
