@@ -76,6 +76,18 @@ def load_for_mlx() -> None:
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
         import torch  # noqa: F401  (binds its BLAS calls to its own MKL first)
     ctypes.CDLL(str(LIBRARY), mode=ctypes.RTLD_GLOBAL)  # a second load is a no-op
+    _loaded.append(True)
+
+
+_loaded: list[bool] = []  # whether `load_for_mlx` loaded the library into this process
+
+
+def set_threads(threads: int) -> None:
+    """OpenBLAS's threads: set now where this process loaded it, else when it loads."""
+    if _loaded:
+        ctypes.CDLL(str(LIBRARY)).openblas_set_num_threads(threads)
+    else:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(threads)  # read by OpenBLAS when it loads
 
 
 class _BeforeMlx:

@@ -14,16 +14,12 @@ Everything returned is a small dict or pydantic model, never a tensor.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from dataclasses import asdict
 from typing import Any
 
-import psutil
 import ray
 
 from specfleet.jobs.run import RunResult, RunSpec
-from specfleet.settings import THREADS
 from specfleet.workers.host import HostWorker
 from specfleet.workers.loaded import ModelCheck
 
@@ -65,27 +61,11 @@ def worker_options(host: str) -> dict[str, Any]:
     }
 
 
-def use_every_core() -> int:
-    """Give the engines $SPECFLEET_THREADS CPU threads, else one per physical core but one (left
-    to Ray's daemons and the driver); the count. Ray runs an actor that holds no CPU with
-    OMP_NUM_THREADS=1, which would leave torch (and OpenBLAS under MLX) on one thread however
-    many cores the host has."""
-    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    threads = THREADS.read() or max(1, cores - 1)
-    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)  # read when MLX's OpenBLAS loads
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        torch.set_num_threads(threads)  # process-wide: the "run" group's thread uses it too
-    return threads
-
-
 @ray.remote(concurrency_groups={"control": CONTROL_THREADS, "run": 1})
 class WorkerActor:
     """Ray actor around one `HostWorker` (see module docstring for the call groups)."""
 
     def __init__(self, host: str, worker_kwargs: dict | None = None) -> None:
-        use_every_core()
         self._worker = HostWorker(host, **(worker_kwargs or {}))
 
     @ray.method(concurrency_group="run")

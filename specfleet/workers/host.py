@@ -34,6 +34,7 @@ from specfleet.workers.loaded import (
     ModelCheck,
     check_model,
     load_model,
+    use_every_core,
 )
 from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
 from specfleet.workers.machinelock import MachineLock, machine_lock_path
@@ -364,6 +365,7 @@ class HostWorker:
 
         def load() -> LoadedModel:
             self._probe.refuse_if_too_big(spec.model, size_bytes, device)
+            use_every_core(engine)
             return load_model(resolved, engine, device)
 
         return self._models.get_or_load((engine, device, str(resolved.path)), size_bytes, load)

@@ -10,14 +10,19 @@ recently used model is dropped when a new one would not fit the budget).
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
+
+from specfleet import openblas
 from specfleet.engine.peers import PeerCall, warm_up_peer
 from specfleet.errors import UserError
+from specfleet.settings import THREADS
 
 ModelKey = tuple[str, str, str]  # (engine, device, model path)
 
@@ -167,6 +172,22 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
         return ModelCheck(f"max_tokens {max_tokens} leaves no room for the prompt in the "
                           f"model's context of {context} tokens")
     return ModelCheck()
+
+
+def use_every_core(engine: str) -> int:
+    """Give `engine` $SPECFLEET_THREADS CPU threads, else one per physical core but one (left
+    to Ray's daemons and the driver); the count. Called by a worker before it loads a model:
+    Ray runs an actor that holds no CPU with OMP_NUM_THREADS=1, which would leave torch (and
+    OpenBLAS under MLX) on one thread however many cores the host has."""
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    threads = THREADS.read() or max(1, cores - 1)
+    if engine == "torch":
+        import torch
+
+        torch.set_num_threads(threads)  # process-wide: every thread of the worker uses it
+    elif engine == "mlx":
+        openblas.set_threads(threads)
+    return threads
 
 
 def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import time
 
-import psutil
 import pytest
 import ray
 
 from specfleet.cluster.localfleet import LocalFleet
 from specfleet.jobs.run import RunResult, RunSpec, Target
-from specfleet.settings import THREADS
 from specfleet.workers.actor import (
     NAMESPACE,
     actor_name,
     get_worker,
     list_workers,
     start_worker,
-    use_every_core,
     worker_options,
 )
 
@@ -105,20 +101,3 @@ def test_control_calls_answer_while_a_run_is_busy(fleet: LocalFleet) -> None:
     assert cancelled.status == "interrupted" and cancelled.stop_reason == "cancelled"
     after = ray.get(queued, timeout=TIMEOUT_S)  # waited behind the long run, then ran
     assert after.status == "done" and after.started_at >= cancelled.finished_at
-
-
-def test_the_worker_gives_its_engines_the_cores_ray_would_not(monkeypatch) -> None:
-    import torch
-
-    before = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what Ray sets in an actor holding no CPU
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # restored after the test
-    monkeypatch.setenv(THREADS.name, "3")
-    try:
-        assert use_every_core() == 3 and torch.get_num_threads() == 3
-        assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
-        monkeypatch.delenv(THREADS.name)
-        cores = max(1, (psutil.cpu_count(logical=False) or os.cpu_count() or 1) - 1)
-        assert use_every_core() == cores and torch.get_num_threads() == cores
-    finally:
-        torch.set_num_threads(before)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -309,3 +310,33 @@ def test_calibrated_arm_measures_a_table_once_then_uses_a_matching_stored_one(ru
         assert list(other.engine_config["lookup"]["costs"]) != [1.0, 9.0]  # not this host's table
     finally:
         fresh.close()
+
+
+def test_a_worker_gives_its_engine_the_cores_ray_would_not(monkeypatch) -> None:
+    import ctypes
+
+    import psutil
+    import torch
+
+    from specfleet import openblas
+    from specfleet.settings import THREADS
+    from specfleet.workers.loaded import use_every_core
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what Ray sets in an actor holding no CPU
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # restored after the test
+    monkeypatch.setenv(THREADS.name, "3")
+    try:
+        assert use_every_core("torch") == 3 and torch.get_num_threads() == 3
+        assert use_every_core("mlx") == 3
+        if openblas._loaded:  # this process's MLX already loaded it: set in the library
+            assert ctypes.CDLL(str(openblas.LIBRARY)).openblas_get_num_threads() == 3
+        else:
+            assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
+        monkeypatch.delenv(THREADS.name)
+        cores = max(1, (psutil.cpu_count(logical=False) or os.cpu_count() or 1) - 1)
+        assert use_every_core("torch") == cores and torch.get_num_threads() == cores
+    finally:
+        torch.set_num_threads(before)
+        if openblas._loaded:
+            openblas.set_threads(1)
