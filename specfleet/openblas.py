@@ -75,11 +75,12 @@ def load_for_mlx() -> None:
         os.environ["OPENBLAS_CORETYPE"] = core  # read by OpenBLAS when it loads
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
         import torch  # noqa: F401  (binds its BLAS calls to its own MKL first)
+    global _loaded
     ctypes.CDLL(str(LIBRARY), mode=ctypes.RTLD_GLOBAL)  # a second load is a no-op
-    _loaded.append(True)
+    _loaded = True
 
 
-_loaded: list[bool] = []  # whether `load_for_mlx` loaded the library into this process
+_loaded = False  # whether `load_for_mlx` loaded the library into this process
 
 
 def set_threads(threads: int) -> None:
