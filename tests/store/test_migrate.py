@@ -51,6 +51,26 @@ def test_upgrade_from_empty_creates_every_table(store_url):
     assert tables == set(Base.metadata.tables) | {"alembic_version"}
 
 
+def test_revisions_read_without_alembic_agree_with_alembic(store_url):
+    from alembic.script import ScriptDirectory
+
+    from specfleet.store.migrate import alembic_config, current_revision, known_revisions
+
+    script = ScriptDirectory.from_config(alembic_config())
+    assert head_revision() == script.get_current_head()
+    assert known_revisions() == {s.revision for s in script.walk_revisions()}
+    engine = raw_engine(store_url)
+    with engine.connect() as conn:
+        assert current_revision(conn) is None
+        assert MigrationContext.configure(conn).get_current_revision() is None
+    with open_store(store_url):
+        pass
+    with engine.connect() as conn:
+        assert current_revision(conn) == MigrationContext.configure(
+            conn).get_current_revision() == head_revision()
+    engine.dispose()
+
+
 def test_models_match_the_migrations(store_url):
     with open_store(store_url):
         pass
