@@ -45,6 +45,9 @@ targets: {engines: [torch, mlx]}
 
 @pytest.fixture(scope="module")
 def nf():
+    from specfleet.models.bundled import fetch_bundled
+
+    fetch_bundled()  # the hosts share this machine's fetched model (a fresh machine has none)
     fleet = netfleet.create(HOSTS, outside=("cli", "out"), fast_health=False)
     # Machine locks apart from other sessions'.
     fleet.extra_env = {RUNTIME_DIR.name: str(Path(fleet.root, "rt"))}
