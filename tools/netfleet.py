@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -239,17 +240,19 @@ def _share_models(home: Path) -> None:
 
 
 def start(fleet: NetFleet, num_cpus: int = 1) -> None:
-    """`fleet up` on the first host, token copied to the others, `fleet join` on each."""
+    """`fleet up` on the first host, token copied to the others, then `fleet join` on each at
+    once, as on separate machines (each join waits for its worker's self-test)."""
     head = fleet.head
     fleet.specfleet(head, "fleet", "up", "--name", head.name, "--node-ip", head.ip,
                     "--num-cpus", str(num_cpus), "--temp-dir", head.temp_dir,
                     *_engines_args(head), check=True)
     token = Path(head.home, ".ray", "auth_token")
-    for host in fleet.hosts[1:]:
-        if host.engines == []:
-            continue
+    joining = [host for host in fleet.hosts[1:] if host.engines != []]
+    for host in joining:
         copy_token(token, host)
-        join(fleet, host, num_cpus)
+    with ThreadPoolExecutor(max_workers=max(1, len(joining))) as pool:
+        for joined in [pool.submit(join, fleet, host, num_cpus) for host in joining]:
+            joined.result()  # re-raises a join's failure
 
 
 def copy_token(token: Path, host: NetHost) -> None:

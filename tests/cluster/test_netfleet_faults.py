@@ -5,10 +5,10 @@ Ray's health checks are left at their shipped defaults, as `fleet up` gives user
 
 One fault at a time first, at the network and process level mid-matrix: every phase prints
 its exact counts (expected / done / interrupted / doubled) and how long the fault took to be
-noticed. Then, on the same fleet, a seeded chaos minute (tools/chaos.py): toy matrices under
-seed 37's faults, overlapping (h2's link cut, a driver SIGKILL with `resume` from the other
-host, a second driver at once and h2's raylet SIGKILL; the store stopped longer than the
-drivers' retry bound), after which every invariant of tools/chaos_checks.py must hold.
+noticed. Then, on the same fleet, a seeded chaos schedule (tools/chaos.py): toy matrices under
+seed 1149's 40 s of faults, overlapping (a driver SIGKILL with `resume` from the other host, a
+second driver, h2's link cut, the store stopped longer than the drivers' retry bound, h2's
+raylet SIGKILL), after which every invariant of tools/chaos_checks.py must hold.
 Skips (with the reason) where namespaces cannot be made: not root, no `ip`.
 """
 
@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -57,7 +58,8 @@ repeats: 3
 max_tokens: 12
 targets: {engines: [toy]}
 """
-SEED, CHAOS_S = 37, 60.0
+# The shortest seed (of 1-3000) whose schedule holds all five fault kinds: it ends 54 s in.
+SEED, CHAOS_S = 1149, 40.0
 
 
 @pytest.fixture(scope="module")
@@ -155,11 +157,11 @@ def raylet_of(nf, host: str) -> psutil.Process:
     return raylet
 
 
-CUT_S = 20  # Ray's shipped health checks declare a node dead only after about a minute
+CUT_S = 10  # at least; Ray's shipped health checks declare a node dead only after about a minute
 
 
 def test_a_short_cut_is_noticed_in_seconds_and_matrix_run_finishes_after_it(nf) -> None:
-    """h2's link is cut for 20 s mid-run. Ray (shipped settings) never notices; specfleet's
+    """h2's link is cut for 10 s or more mid-run. Ray (shipped settings) never notices; specfleet's
     own pings make h2 `unreachable` and its run `interrupted` within seconds, and `fleet
     status` says so. When the link is back, the run's result (finished on h2 meanwhile) is
     asked from its worker and stored once, and `matrix run` itself goes on to the end."""
@@ -171,10 +173,14 @@ def test_a_short_cut_is_noticed_in_seconds_and_matrix_run_finishes_after_it(nf) 
     cut_at = time.monotonic()
     nf.link("h2", up=False)
     try:
-        detect_s = wait_interrupted_on(nf, matrix_id, "h2", cut_at)
+        # `fleet status` asks h2 itself (a 2 s connection bound): it runs while the driver's
+        # pings notice, so the cut need not outlast both.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            asked = pool.submit(nf.specfleet, "h1", "fleet", "status", "--json", timeout=120)
+            detect_s = wait_interrupted_on(nf, matrix_id, "h2", cut_at)
+            status = asked.result()
         ((reason,),) = sql(nf, "SELECT error FROM runs WHERE matrix_id = %s AND status = "
                                "'interrupted'", matrix_id)
-        status = nf.specfleet("h1", "fleet", "status", "--json", timeout=120)
     finally:
         time.sleep(max(0.0, cut_at + CUT_S - time.monotonic()))
         nf.link("h2", up=True)
@@ -245,10 +251,10 @@ def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
     assert final == {"done": expected}, final
 
 
-PG_OUTAGE_S = 20
+PG_OUTAGE_S = 8  # inside the drivers' store retry bound (300 s by default)
 
 
-def test_the_store_stopped_20s_mid_matrix_loses_nothing_across_hosts(nf) -> None:
+def test_the_store_stopped_mid_matrix_loses_nothing_across_hosts(nf) -> None:
     toy = write(nf, "h1", "toy-pg.yaml", TOY_MATRIX.replace("nf-toy", "nf-pg"))
     expected = EXPECTED
     driver = drive_async(nf, "h1", "matrix", "run", toy, "--no-progress")
@@ -272,7 +278,7 @@ def test_the_store_stopped_20s_mid_matrix_loses_nothing_across_hosts(nf) -> None
     reader.join(timeout=10)
     retries = [at for at, line in said if "store unreachable" in line]
     assert retries, f"the driver never said it was retrying: {said[-20:]}"
-    report("PostgreSQL stopped 20 s", nf, matrix_id, expected, before,
+    report(f"PostgreSQL stopped {PG_OUTAGE_S} s", nf, matrix_id, expected, before,
            retries[0] - stopped_at)
     final = counts(nf, matrix_id)
     assert final == {"done": expected}, final
@@ -283,7 +289,7 @@ def test_the_store_stopped_20s_mid_matrix_loses_nothing_across_hosts(nf) -> None
 # ---- a seeded chaos minute, faults overlapping ---------------------------------------------
 
 
-def test_a_seeded_chaos_minute_breaks_no_invariant(nf, tmp_path) -> None:
+def test_a_seeded_chaos_schedule_breaks_no_invariant(nf, tmp_path) -> None:
     run = chaos.Chaos(nf, SEED, CHAOS_S, logs=tmp_path)
     results = run.run()
     print()
