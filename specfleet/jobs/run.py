@@ -6,6 +6,7 @@ These pydantic models are the contract shared by the planner (`jobs/plan.py`), t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
@@ -26,6 +27,17 @@ Arm = Literal[OwnArm, Peer]
 ARMS: tuple[Arm, ...] = get_args(Arm)
 ResolvedPolicy = Literal["plain", Policy, "fixed", Peer]  # what an arm ran as on its device
 RunStatus = Literal["pending", "running", "done", "failed", "interrupted"]
+
+
+@dataclass(frozen=True)
+class CellValue:
+    """Marks a `RunResult` field that a matrix's cells show as it is, their first done
+    repetition's value: `name: Annotated[int | None, CELL_VALUE] = None`. Declared once here,
+    it reaches the statistics row, the cell, the cell view and their JSON/CSV records by name
+    (`stats.runs.CELL_VALUE_FIELDS`); a table shows it as `cell.shown.name`."""
+
+
+CELL_VALUE = CellValue()
 
 
 class Target(BaseModel):

@@ -275,7 +275,8 @@ def grids_for(view: MatrixView, pivot: str | None) -> list[Grid]:
 def cell_record(cell: CellView) -> dict:
     """One cell as a flat dict (json / csv)."""
     # One level deep by hand: asdict's recursive deep copy was most of a 400-cell JSON page.
-    record = {f.name: getattr(cell, f.name) for f in dataclass_fields(cell)}
+    record = {f.name: getattr(cell, f.name) for f in dataclass_fields(cell) if f.name != "shown"}
+    record.update(asdict(cell.shown))
     record["n"] = cell.n
     record.update(asdict(record.pop("counters")))
     record["acceptance_rate"] = cell.counters.acceptance_rate

@@ -26,12 +26,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from specfleet.engine.peers import is_peer
 from specfleet.stats.interval import RatioInterval, Side, ratio_interval, side
-from specfleet.stats.runs import CellKey, Counters, Rate, Row, group_by_cell, to_rows
+from specfleet.stats.runs import CellKey, CellValues, Counters, Rate, Row, group_by_cell, to_rows
 
 SPREAD_FLAG = 0.05  # relative spread above which a cell's repeats disagree too much to trust
 LOOP_SHARE_FLAG = 0.2  # median loop share above which a cell's replies count as looping
@@ -62,6 +62,7 @@ class CellStats:
     throttled_runs: int = 0  # done runs the worker flagged throttled (workers/conditions)
     median_decode_tok_per_s: float | None = None  # beside whichever rate `values` hold
     median_prompt_tok_per_s: float | None = None
+    shown: CellValues = field(default_factory=CellValues)  # of the first done repetition
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ def _cell(key: CellKey, rows: list[Row], rate: Rate = "whole") -> CellStats:
         throttled_runs=sum(r.throttled for r in done),
         median_decode_tok_per_s=_median([r.decode_tok_per_s for r in done]),
         median_prompt_tok_per_s=_median([r.prompt_tok_per_s for r in done]),
+        shown=done[0].shown if done else CellValues(),
     )
 
 

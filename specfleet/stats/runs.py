@@ -7,18 +7,20 @@ joined with its `RunSpec`, ORM rows). Fields read, each by name:
 cell); `tok_per_s`; `status` (default `done`); `loop_share`; `noisy`; `token_ids`;
 `output_text`; `throttled`; counters either as a `counters` mapping or as top-level fields
 (`COUNTER_FIELDS`: the engine's counters, then `generated_tokens`; a loop counter given as
-None stays None: a peer arm's run counts none of them).
+None stays None: a peer arm's run counts none of them); the values a cell shows as they are
+(`CELL_VALUE_FIELDS`: the `RunResult` fields marked `jobs.run.CELL_VALUE`, None when absent).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, make_dataclass, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from typing import Any, Literal, NamedTuple
 
 from specfleet.engine.stats import COUNTER_FIELDS as ENGINE_COUNTERS
 from specfleet.engine.stats import PromptLookupStats, decode_tok_per_s, prompt_tok_per_s
+from specfleet.jobs.run import CellValue, RunResult
 
 # Which tok/s a table reads: the whole call (prefill included, the reference's figure) or the
 # generation after the first token (a slow prefill cannot hide how fast a reply lands).
@@ -26,13 +28,19 @@ Rate = Literal["whole", "decode"]
 
 COUNTER_FIELDS: tuple[str, ...] = (*ENGINE_COUNTERS, "generated_tokens")
 
+# The run's values a cell shows as they are: the `RunResult` fields marked `CELL_VALUE`, in
+# their order there (each declared once, on the contract; `CellValues` carries them).
+_CELL_VALUES = {name: info for name, info in RunResult.model_fields.items()
+                if any(isinstance(mark, CellValue) for mark in info.metadata)}
+CELL_VALUE_FIELDS: tuple[str, ...] = tuple(_CELL_VALUES)
+
 # The stored run's fields (store `RunRow` names) that name its cell, that its tok/s values
 # need, and that `to_row` reads: a caller fetching many runs selects only these.
 CELL_FIELDS: tuple[str, ...] = ("host", "engine", "device", "model", "prompt_name", "arm")
 VALUE_FIELDS: tuple[str, ...] = (*CELL_FIELDS, "repeat", "status", "tok_per_s")
 ROW_FIELDS: tuple[str, ...] = (
     *VALUE_FIELDS, "loop_share", "noisy", "token_ids", "output_text", *COUNTER_FIELDS,
-    "stop_reason", "throttled", "decode_s", "prompt_tokens", "prefill_s",
+    "stop_reason", "throttled", "decode_s", "prompt_tokens", "prefill_s", *CELL_VALUE_FIELDS,
 )
 
 
@@ -87,6 +95,19 @@ class Counters(_LoopCounters):
         return PromptLookupStats(**{name: getattr(self, name) or 0 for name in ENGINE_COUNTERS})
 
 
+_CellValuesBase: Any = make_dataclass(
+    "_CellValuesBase", [(name, info.annotation, None) for name, info in _CELL_VALUES.items()],
+    frozen=True,
+)
+
+
+@dataclass(frozen=True)
+class CellValues(_CellValuesBase):
+    """A run's values its cell shows as they are, one per `CELL_VALUE_FIELDS` name; None where
+    the run did not carry one (stored before its column). A cell holds its first done
+    repetition's."""
+
+
 @dataclass(frozen=True)
 class Row:
     """One run, normalized."""
@@ -104,6 +125,7 @@ class Row:
     throttled: bool = False  # the host was throttled before or after the run
     decode_tok_per_s: float = 0.0  # generation after the first token (engine.stats)
     prompt_tok_per_s: float = 0.0  # prefill
+    shown: CellValues = field(default_factory=CellValues)
 
     @property
     def done(self) -> bool:
@@ -189,6 +211,7 @@ def to_row(obj: Any) -> Row:
                                           float(get("decode_s", 0.0) or 0.0)),
         prompt_tok_per_s=prompt_tok_per_s(int(get("prompt_tokens", 0) or 0),
                                           float(get("prefill_s", 0.0) or 0.0)),
+        shown=CellValues(*[get(name, None) for name in CELL_VALUE_FIELDS]),
     )
 
 

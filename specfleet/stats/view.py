@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from specfleet.stats import cells as cellstats
 from specfleet.stats.cells import Headline, PeerHeadline
 from specfleet.stats.interval import MIN_REPEATS
-from specfleet.stats.runs import CellKey, Counters, Rate, target_label, to_row, to_rows
+from specfleet.stats.runs import (
+    CellKey,
+    CellValues,
+    Counters,
+    Rate,
+    target_label,
+    to_row,
+    to_rows,
+)
 
 PLAIN = "plain"
 
@@ -45,6 +53,8 @@ class CellView:
         throttled_runs: repetitions the worker flagged as run on a throttled host.
         throttled: a run of this cell, or of its plain partner, ran throttled (marked
             THROTTLED like LOOP: the speed-up may not hold on a host at full speed).
+        shown: the first done repetition's values a cell shows as they are (the `RunResult`
+            fields marked `jobs.run.CELL_VALUE`; its records list them after `throttled`).
     """
 
     target: str
@@ -72,6 +82,7 @@ class CellView:
     median_prompt_tok_per_s: float = 0.0  # prefill
     throttled_runs: int = 0
     throttled: bool = False
+    shown: CellValues = field(default_factory=CellValues)
 
     @property
     def n(self) -> int:
@@ -167,6 +178,7 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
         median_prompt_tok_per_s=stats.median_prompt_tok_per_s or 0.0,
         throttled_runs=stats.throttled_runs,
         throttled=bool(stats.throttled_runs or (plain is not None and plain.throttled_runs)),
+        shown=stats.shown,
     )
 
 
