@@ -61,6 +61,7 @@ OUTAGE_S = (3.0, 30.0)
 LEASE_S = 10  # drivers' run-ownership lease: a killed driver's matrix is free after it
 RETRY_S = 15  # drivers' store retry bound: a longer outage ends them with exit 2 (journaled)
 SETTLE_S = 600  # the settle after the schedule, bounded
+WHOLE_S = 180  # the settle's wait for every host to be back (a supervisor's rejoin), bounded
 MID_MATRIX_S = 30  # a driver fault waits this long at most for a run in flight
 HOSTS = ("h1", "h2", "h3")
 DRIVER_HOSTS = ("h1", "cli")
@@ -387,6 +388,7 @@ class Chaos:
         for matrix_id in list(self.matrices):
             counts = self.counts(matrix_id) or {}
             if counts.get("done", 0) < sum(counts.values()) and time.monotonic() < deadline:
+                self.wait_whole(min(deadline, time.monotonic() + WHOLE_S))
                 cmd = self.resume(matrix_id, "h1", "settle")
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     cmd.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -399,6 +401,18 @@ class Chaos:
         for cmd in self.commands:
             if cmd.ended is None:
                 cmd.proc.kill()
+
+    def wait_whole(self, until: float) -> None:
+        """Until every host is healthy in `fleet status` (a raylet killed just before the
+        settle is still rejoining: a resume started then leaves its host out, as a user's
+        would), or `until`."""
+        while time.monotonic() < until:
+            done = self.fleet.specfleet("h1", "fleet", "status", "--json", timeout=120)
+            with contextlib.suppress(json.JSONDecodeError):
+                rows = json.loads(done.stdout)
+                if len(rows) == len(self.hosts) and all(r["health"] == "healthy" for r in rows):
+                    return
+            time.sleep(1.0)
 
     def find_matrices(self) -> None:
         """Every matrix of this seed in the store, also those whose driver ended while the
