@@ -10,9 +10,10 @@ shared with `calibrate.py` (`localmodel.py`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,6 +35,7 @@ from specfleet.engine.config import (
     DEFAULT_NGRAM_MIN,
     POLICY_CHOICES,
     POLICY_NAMES,
+    POLICY_OPTIONS,
     ConfigError,
     PolicyChoice,
     PromptLookupConfig,
@@ -49,6 +51,7 @@ from specfleet.workers.loaded import LoadedModel
 
 # ConfigError messages start with the bound's short name; the CLI names the whole flag.
 _LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
+_OWN_PREFIX = "own_"  # a policy option flag's parameter name: never one of generate's own
 
 
 def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
@@ -267,7 +270,7 @@ def result_dict(
         "decode_tok_per_s": decode_tok_per_s(len(tokens), timings.decode_s),
         "peak_memory_gb": memory_gb,
         "memory_kind": memory_kind,
-        "prompt_lookup": dataclasses.asdict(lookup) if lookup is not None else None,
+        "prompt_lookup": lookup.as_dict() if lookup is not None else None,
         "counters": counters,
         "summary_line": stats.summary_line(len(tokens)) if lookup is not None else None,
         "model": {"alias": loaded.alias, "path": loaded.path, "weights_hash": loaded.weights_hash},
@@ -325,6 +328,26 @@ def max_draft_help() -> str:
     return "; ".join([f"Default {DEFAULT_MAX_DRAFT}", *own]) + "."
 
 
+def _policy_option_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` a `--prompt-lookup-NAME` flag per policy option (`POLICY_OPTIONS`),
+    after `--prompt-lookup-no-adaptive`; their values reach its `**own` by option name."""
+    signature = inspect.signature(command, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    flags = [
+        inspect.Parameter(
+            f"{_OWN_PREFIX}{option.name}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=None, annotation=Annotated[int | None, typer.Option(
+                _LOOKUP_FLAG_PREFIX + option.name.replace("_", "-"), help=option.help)],
+        )
+        for option in POLICY_OPTIONS.values()
+    ]
+    at = next(i for i, p in enumerate(params) if p.name == "no_adaptive") + 1
+    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*params[:at], *flags, *params[at:]])
+    return command
+
+
+@_policy_option_flags
 def generate_command(
     model: LocalModelOption,
     prompt: Annotated[str | None, typer.Option(
@@ -376,6 +399,7 @@ def generate_command(
         bool,
         typer.Option("--warm-up/--no-warm-up", help="Run every verify width once before timing."),
     ] = True,
+    **own: int | None,
 ) -> None:
     """Generate one reply, with or without prompt lookup, and print its speed.
 
@@ -386,6 +410,8 @@ def generate_command(
                               "adaptive": not no_adaptive}
     if max_draft is not None:
         lookup["max_draft"] = max_draft
+    lookup.update({name.removeprefix(_OWN_PREFIX): value for name, value in own.items()
+                   if value is not None})
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),
         max_tokens=max_tokens,

@@ -34,10 +34,10 @@ a match that held two tokens (run 2), the way back to drafting.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from specfleet.engine.governor import SHADOW_CONFIRM, DraftGovernor, GovernorState
+from specfleet.engine.governor import SHADOW_CONFIRM, DraftGovernor, GovernorState, PolicyOption
 
 BUCKETS = 7  # match depths 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
 PRIOR_WEIGHT = 2.0  # proposals' worth of belief in `prior_hazard` per bucket
@@ -131,9 +131,11 @@ class CalibratedGovernor(DraftGovernor):
     needs_costs: ClassVar[bool] = True
     # Up to a 33-row block: the widest width a measured table covers.
     default_max_draft: ClassVar[int] = 32
+    options: ClassVar[tuple[PolicyOption, ...]] = ()  # it sizes each draft from the table
 
     @classmethod
-    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> CalibratedGovernor:
+    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool,
+              own: Mapping[str, int]) -> CalibratedGovernor:
         """The policy for a validated config: its width-cost table and re-feed pricing."""
         return cls(max_draft, costs, refeeds)
 

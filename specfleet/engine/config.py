@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal, get_args
 
 from specfleet.engine.governor import (
@@ -13,7 +13,12 @@ from specfleet.engine.governor import (
     FixedGovernor,
     Policy,
 )
-from specfleet.engine.policies import AUTO_POLICY_BY_DEVICE, AUTO_POLICY_OTHERWISE, POLICIES
+from specfleet.engine.policies import (
+    AUTO_POLICY_BY_DEVICE,
+    AUTO_POLICY_OTHERWISE,
+    POLICIES,
+    POLICY_OPTIONS,
+)
 
 DEFAULT_NGRAM_MAX = 3
 DEFAULT_NGRAM_MIN = 2
@@ -47,6 +52,8 @@ class LookupOptions:
         ngram_min: shortest suffix tried.
         max_draft: most proposals per round (verify width = max_draft + 1).
         adaptive: False always asks for `max_draft` (no governor, no pauses, no probes).
+        policy_options: the policy's own parameters given (its class's `options`, by name);
+            the others take their defaults.
     """
 
     # pydantic's own settings for it inside a message (`jobs.run`), whatever the message's:
@@ -57,6 +64,16 @@ class LookupOptions:
     ngram_min: int = DEFAULT_NGRAM_MIN
     max_draft: int = DEFAULT_MAX_DRAFT
     adaptive: bool = True
+    # Keyword-only: `PromptLookupConfig`'s policy and costs keep their places after adaptive.
+    policy_options: dict[str, int] = field(default_factory=dict, kw_only=True, hash=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as stored and printed; `policy_options` only where some are given, so
+        a run without any reads as runs always have."""
+        given = asdict(self)
+        if not self.policy_options:
+            del given["policy_options"]
+        return given
 
 
 @dataclass(frozen=True)
@@ -104,7 +121,27 @@ class PromptLookupConfig(LookupOptions):
             )
         if self.adaptive and POLICIES[self.policy].needs_costs:
             _check_costs(self.costs)
+        for name, value in self.policy_options.items():
+            self._check_own(name, value)
         return self
+
+    def _check_own(self, name: str, value: int) -> None:
+        flag = name.replace("_", "-")
+        takes = {o.name: o for o in POLICIES[self.policy].options} if self.adaptive else {}
+        if name not in takes:
+            owners = [p for p, cls in POLICIES.items() if name in {o.name for o in cls.options}]
+            if not owners:
+                known = ", ".join(POLICY_OPTIONS) or "none"
+                raise ConfigError(f"no policy takes {flag} (policies' own options: {known})",
+                                  name)
+            shown = self.policy if self.adaptive else "fixed"
+            raise ConfigError(f"{flag} is the {' or '.join(owners)} policy's own; {shown} sizes "
+                              f"its drafts itself (drop {flag} or use {owners[0]})", name)
+        option = takes[name]
+        most = self.max_draft if option.most is None else option.most
+        if not option.least <= value <= most:
+            high = f"max-draft ({most})" if option.most is None else str(most)
+            raise ConfigError(f"{flag} ({value}) must be from {option.least} to {high}", name)
 
     def with_max_draft(self, max_draft: int) -> PromptLookupConfig:
         return replace(self, max_draft=max_draft)
@@ -127,9 +164,24 @@ def default_max_draft(policy: str) -> int:
 
 
 def options_for(policy: str, given: Mapping[str, Any]) -> LookupOptions:
-    """The options a user gave (by `LookupOptions` field name), the rest at their defaults;
-    an absent `max_draft` is `policy`'s own (`default_max_draft`)."""
-    return LookupOptions(**{"max_draft": default_max_draft(policy), **given})
+    """The options a user gave (by `LookupOptions` field name, or a policy option's name),
+    the rest at their defaults; an absent `max_draft` is `policy`'s own (`default_max_draft`)."""
+    own = {name: value for name, value in given.items() if name in POLICY_OPTIONS}
+    common = {name: value for name, value in given.items() if name not in own}
+    return LookupOptions(**{"max_draft": default_max_draft(policy), **common},
+                         policy_options=own)
+
+
+def candidate_policies(choice: str) -> tuple[Policy, ...]:
+    """The policies an arm or `--prompt-lookup-policy` may run: `auto`'s on any device (its
+    default first), else the one named; the default for a name that is no policy (`fixed`,
+    whose drafts no policy sizes)."""
+    named = [name for name in POLICY_NAMES if name == choice]
+    if named:
+        return (named[0],)
+    if choice == "auto":
+        return tuple(dict.fromkeys([AUTO_POLICY_OTHERWISE, *AUTO_POLICY_BY_DEVICE.values()]))
+    return (AUTO_POLICY_OTHERWISE,)
 
 
 def needs_costs(policy: str) -> bool:
@@ -146,7 +198,9 @@ def make_governor(config: PromptLookupConfig, refeeds: bool = False) -> DraftGov
     """
     if not config.adaptive:
         return FixedGovernor(config.max_draft)
-    return POLICIES[config.policy].build(config.max_draft, config.costs, refeeds)
+    policy = POLICIES[config.policy]
+    own = {o.name: config.policy_options.get(o.name, o.default) for o in policy.options}
+    return policy.build(config.max_draft, config.costs, refeeds, own)
 
 
 def resolve_policy(choice: str, device: str) -> Policy:

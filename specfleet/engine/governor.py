@@ -9,7 +9,7 @@ shadow probe confirms two unverified tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, Self, get_args
 
@@ -27,6 +27,27 @@ EMA_FACTOR = 0.5
 GATED_NARROW_DRAFT = 2
 GATED_FULL_AT = 1.5
 GATED_START_EMA = 1.0
+
+
+@dataclass(frozen=True)
+class PolicyOption:
+    """A parameter a policy takes of its own: a whole number a user may set (a matrix arm's
+    field `name`, `generate --prompt-lookup-NAME`), given to the policy's `build`.
+
+    Args:
+        name: its field name (snake_case, unlike any `LookupOptions` field's; the flag
+            spells it with dashes).
+        default: the value when none is given.
+        help: one line for `generate --help` and the matrix schema.
+        least: its lower bound.
+        most: its upper bound; None: the run's max draft.
+    """
+
+    name: str
+    default: int
+    help: str
+    least: int = 1
+    most: int | None = None
 
 
 def round_half_away(x: float) -> int:
@@ -79,13 +100,19 @@ class _CostFree(DraftGovernor):
 
     needs_costs: ClassVar[bool] = False  # True: runs only with a width-cost table
     default_max_draft: ClassVar[int] = DEFAULT_MAX_DRAFT
+    options: ClassVar[tuple[PolicyOption, ...]] = ()  # the parameters it takes of its own
 
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
 
     @classmethod
-    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool) -> Self:
-        """The policy for a validated config (only cost-aware policies use costs, refeeds)."""
+    def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool,
+              own: Mapping[str, int]) -> Self:
+        """The policy for a validated config (only cost-aware policies use costs, refeeds).
+
+        Args:
+            own: each of its `options` by name, given or at its default.
+        """
         return cls(max_draft)
 
 

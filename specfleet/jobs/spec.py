@@ -21,18 +21,19 @@ from typing import Annotated, Any, get_type_hints
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from specfleet.engine.config import ConfigError, LookupOptions, options_for
+from specfleet.engine.config import POLICY_OPTIONS, ConfigError, LookupOptions, options_for
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.peers import (
     HF_LOOKUP_NGRAM_MAX,
     HF_LOOKUP_NGRAM_MIN,
     HF_LOOKUP_TOKENS,
+    PEERS,
     is_peer,
     peer_kind,
 )
 from specfleet.engine.stats import LoopGuardConfig
 from specfleet.errors import UserError
-from specfleet.jobs.run import ARMS, Arm, LoopGuard, OwnArm, Target
+from specfleet.jobs.run import ARMS, OWN_ARMS, Arm, LoopGuard, OwnArm, Target
 
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
@@ -133,11 +134,15 @@ def _name_to_arm(value: Any) -> Any:
 
 
 # The options an arm may set, in a matrix file's order; its name says whether it adapts.
-ARM_OPTIONS: tuple[str, ...] = ("ngram_min", "ngram_max", "max_draft")
-# Each option typed as `LookupOptions` declares it, None when the arm leaves it out.
+# After the common ones, each policy's own (`policies.POLICY_OPTIONS`).
+ARM_OPTIONS: tuple[str, ...] = ("ngram_min", "ngram_max", "max_draft", *POLICY_OPTIONS)
+# Each option typed as `LookupOptions` or its policy declares it, None when left out.
 _option_types = get_type_hints(LookupOptions)
-_arm_option_fields: dict[str, Any] = {name: (_option_types[name] | None, None)
-                                      for name in ARM_OPTIONS}
+_arm_option_fields: dict[str, Any] = {
+    name: (_option_types[name] | None, None) if name in _option_types
+    else (int | None, Field(None, description=POLICY_OPTIONS[name].help))
+    for name in ARM_OPTIONS
+}
 
 
 class _ArmName(_Strict):
@@ -148,9 +153,6 @@ _ArmWithOptions = create_model("_ArmWithOptions", __base__=_ArmName, **_arm_opti
 
 
 class ArmSpec(_ArmWithOptions):
-    """An arm: `plain`, `auto`, `graded`, `gated`, `calibrated` or `fixed` (non-adaptive),
-    or a peer engine's own generation (`hf`, `hf-lookup`, `mlx-lm`), with options."""
-
     def given_options(self) -> dict[str, Any]:
         """The `ARM_OPTIONS` this arm sets, by name; the ones left out take their defaults."""
         # Without `arm` the dump holds only the option fields (extra keys are refused).
@@ -164,6 +166,17 @@ class ArmSpec(_ArmWithOptions):
         if is_peer(self.arm):
             return _peer_lookup(self.arm, given)
         return options_for(self.arm, {**given, "adaptive": self.arm != "fixed"})
+
+
+def _quoted(names: Any) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+# The schema's description of an arm; from the arm Literals, so a new policy is listed.
+ArmSpec.__doc__ = (
+    f"An arm: {_quoted(a for a in OWN_ARMS if a != 'fixed')} or `fixed` (non-adaptive),\n"
+    f"or a peer engine's own generation ({_quoted(PEERS)}), with options."
+)
 
 
 def _peer_lookup(arm: str, given: dict[str, Any]) -> LookupOptions:

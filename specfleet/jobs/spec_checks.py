@@ -10,7 +10,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specfleet.engine.config import ConfigError, PromptLookupConfig
+from specfleet.engine.config import (
+    POLICY_OPTIONS,
+    ConfigError,
+    PromptLookupConfig,
+    candidate_policies,
+)
 from specfleet.engine.kinds import Engine
 from specfleet.engine.peers import PeerKind, peer_kind
 from specfleet.errors import UserError
@@ -126,8 +131,11 @@ def _check_arm_options(arm: ArmSpec, where: str) -> None:
     if arm.arm == "plain" and given:
         raise UserError(f"{where}.{next(iter(given))}: the plain arm takes no prompt-lookup "
                         "options")
+    # Checked under each policy the arm may run (a policy's own options are its alone); the
+    # width-cost table is a placeholder, found per host when the run starts.
     try:
-        PromptLookupConfig(**given).validate()
+        for policy in candidate_policies(arm.arm):
+            PromptLookupConfig.of(arm.lookup_options(), policy, (1.0, 1.0)).validate()
     except ConfigError as err:
         raise UserError(f"{where}.{_option_named(err, given)}: {err}") from None
 
@@ -138,9 +146,10 @@ def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) 
     given = arm.given_options()
     if given and not kind.drafts:
         raise UserError(f"{where}.{next(iter(given))}: the {arm.arm} arm takes no options")
-    if "ngram_min" in given:
-        raise UserError(f"{where}.ngram_min: {arm.arm} looks up n-grams of ngram_max down to 1, "
-                        "as transformers does; set ngram_max and max_draft only")
+    for name in ("ngram_min", *POLICY_OPTIONS):
+        if name in given:
+            raise UserError(f"{where}.{name}: {arm.arm} looks up n-grams of ngram_max down to "
+                            "1, as transformers does; set ngram_max and max_draft only")
     try:
         PromptLookupConfig.of(arm.lookup_options()).validate()
     except ConfigError as err:

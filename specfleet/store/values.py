@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -104,7 +103,7 @@ def planned_run(spec: RunSpec, order: int, now: datetime, matrix_id=None, job_id
         "device": spec.target.device, "model": spec.model, "prompt_name": spec.prompt_name,
         "prompt_hash": text_hash(spec.prompt_text), "chat": spec.chat, "arm": spec.arm,
         "repeat": spec.repeat, "max_tokens": spec.max_tokens, "temperature": spec.temperature,
-        "seed": spec.seed, "lookup": asdict(spec.lookup),
+        "seed": spec.seed, "lookup": spec.lookup.as_dict(),
         "loop_guard": spec.loop_guard.model_dump() if spec.loop_guard else None,
         "status": "pending", "specfleet_version": specfleet.__version__, "created_at": now,
     }

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
-from specfleet.engine.config import PromptLookupConfig, resolve_policy
+from specfleet.engine.config import PromptLookupConfig, needs_costs, resolve_policy
 from specfleet.engine.peers import PEER_KINDS, PEERS, PeerCall, is_peer
 from specfleet.jobs.run import RunSpec
 
@@ -29,7 +29,7 @@ def run_policy(
     choice = "auto" if spec.arm == "fixed" else spec.arm
     policy = resolve_policy(choice, spec.target.device)
     config = PromptLookupConfig.of(replace(spec.lookup, adaptive=adaptive), policy,
-                                   tuple(costs) if policy == "calibrated" else ())
+                                   tuple(costs) if needs_costs(policy) else ())
     return config.validate(), policy if adaptive else "fixed"
 
 
@@ -60,7 +60,7 @@ def engine_config(
     library call and version generated it (`peer`), a real model its weights' bytes as
     loaded (`weight_bytes`: what one plain step reads, for the bandwidth ceiling)."""
     guard = spec.loop_guard
-    extra: dict[str, Any] = {"costs_source": costs_source} if policy == "calibrated" else {}
+    extra: dict[str, Any] = {"costs_source": costs_source} if needs_costs(policy) else {}
     if peer is not None:
         extra["peer"] = peer
     if weight_bytes is not None:
@@ -72,7 +72,7 @@ def engine_config(
         "model": spec.model,
         "model_path": model_path,
         "policy": policy,
-        "lookup": asdict(lookup) if lookup else None,
+        "lookup": lookup.as_dict() if lookup else None,
         "chat": spec.chat,
         "temperature": spec.temperature,
         "seed": spec.seed,
