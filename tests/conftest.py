@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 from tests.installs import machine_install_lock
 
@@ -65,6 +66,33 @@ SLOW_MODULES = (
     "tests/engine/runners/test_mlx.py", "tests/engine/runners/test_torch.py",
     "tests/serve/test_network.py", "tests/cluster/test_modelcheck.py",
 )
+
+
+# Modules that mostly wait (faults held for seconds, leases running out, toy runs), longest
+# first: under `make test` (`--dist loadfile`, three workers) worker gw0 runs these while the
+# other two run the modules that compute, so the waits fill the box instead of stretching it.
+WAITING_MODULES = (
+    "tests/cluster/test_netfleet_faults.py", "tests/cluster/test_faults.py",
+    "tests/cluster/test_scheduler.py", "tests/cluster/test_machinelock.py",
+    "tests/cluster/test_leave.py",
+)
+
+
+class _LaneScheduling(LoadFileScheduling):
+    """xdist's `loadfile` in two lanes: gw0 takes WAITING_MODULES in order, every other worker
+    the rest; a worker whose lane is empty takes from the other's."""
+
+    def _assign_work_unit(self, node) -> None:
+        waits = node.gateway.id == "gw0"
+        modules = list(self.workqueue)
+        chosen = next((m for m in modules if (m in WAITING_MODULES) == waits), modules[0])
+        self.workqueue.move_to_end(chosen, last=False)  # the base class pops the first
+        super()._assign_work_unit(node)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Lanes for `--dist loadfile` (what `make test` uses); xdist's own scheduler otherwise."""
+    return _LaneScheduling(config, log) if config.getoption("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
