@@ -28,12 +28,12 @@ demo: venv
 	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
 # MLX's CPU backend runs on Debian's OpenBLAS where it is installed (specfleet/openblas.py).
-# Two xdist workers, a test module whole on one (`--dist loadfile`), slowest module first
-# (tests/conftest.py; xdist would reorder by test count): one waits on Ray, subprocesses
-# and servers while the other computes.
+# Three xdist workers, a test module whole on one (`--dist loadfile`), slowest module first
+# (tests/conftest.py; xdist would reorder by test count): gw0 runs the modules that mostly
+# wait on faults and leases while the other two compute (conftest's WAITING_MODULES).
 test: venv
 	$(BIN)/python -c 'import specfleet.openblas as o; o.install()'
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 # The inner loop: everything but the `slow` modules (no Ray, real model, browser or namespaces).
 test-fast: venv

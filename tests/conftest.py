@@ -27,7 +27,7 @@ from xdist.scheduler import LoadFileScheduling
 
 from tests.installs import machine_install_lock
 
-# `make test` runs two pytest-xdist workers: each keeps its own machine lock and journal (a
+# `make test` runs three pytest-xdist workers: each keeps its own machine lock and journal (a
 # worker's timed runs must not wait on the other's), set before anything reads them.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["SPECFLEET_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="specfleet-rt-")
@@ -48,33 +48,32 @@ os.environ.setdefault("SPECFLEET_SELFTEST", "0")
 os.environ.setdefault("SPECFLEET_JOURNAL_DIR", tempfile.mkdtemp(prefix="specfleet-journal-"))
 
 # Modules that start Ray fleets, real models, browsers, servers or namespaces, slowest first
-# (measured with --durations): `make test` starts them first so that two workers end together;
+# (measured with --durations): `make test` starts them first so that its workers end together;
 # they are all `slow`, so `make test-fast` (-m "not slow") leaves them out.
 SLOW_MODULES = (
     "tests/cluster/test_netfleet_faults.py", "tests/cluster/test_netfleet.py",
-    "tests/engine/runners/test_greedy_parity.py",
-    "tests/engine/test_gemma3.py", "tests/cluster/test_faults.py", "tests/cluster/test_fleet.py",
-    "tests/cluster/test_scheduler.py", "tests/cluster/test_leave.py",
-    "tests/cli/test_bad_input.py", "tests/test_trust.py", "tests/serve/test_browser.py",
-    "tests/cli/test_generate_cli.py", "tests/cluster/test_machinelock.py",
-    "tests/cli/test_matrix_cli.py",
-    "tests/engine/runners/test_conformance.py", "tests/test_packaging.py",
-    "tests/store/test_concurrency.py", "tests/workers/test_actor.py",
-    "tests/engine/runners/test_families_mlx.py", "tests/engine/runners/test_families_torch.py",
-    "tests/cli/test_parity_cli.py", "tests/report/test_replay.py", "tests/workers/test_peers.py",
-    "tests/workers/test_selftest.py", "tests/workers/test_host.py", "tests/store/test_migrate.py",
-    "tests/engine/runners/test_mlx.py", "tests/engine/runners/test_torch.py",
-    "tests/serve/test_network.py", "tests/cluster/test_modelcheck.py",
+    "tests/cluster/test_faults.py", "tests/test_trust.py", "tests/cluster/test_scheduler.py",
+    "tests/engine/runners/test_greedy_parity.py", "tests/cluster/test_fleet.py",
+    "tests/engine/test_gemma3.py", "tests/cli/test_generate_cli.py", "tests/serve/test_browser.py",
+    "tests/cli/test_matrix_cli.py", "tests/cluster/test_leave.py", "tests/cli/test_bad_input.py",
+    "tests/workers/test_actor.py", "tests/test_packaging.py", "tests/cluster/test_machinelock.py",
+    "tests/engine/runners/test_conformance.py", "tests/report/test_replay.py",
+    "tests/cli/test_parity_cli.py", "tests/store/test_concurrency.py",
+    "tests/workers/test_peers.py", "tests/engine/runners/test_families_mlx.py",
+    "tests/store/test_migrate.py", "tests/workers/test_host.py",
+    "tests/engine/runners/test_families_torch.py", "tests/engine/runners/test_mlx.py",
+    "tests/serve/test_network.py", "tests/workers/test_selftest.py",
+    "tests/engine/runners/test_torch.py", "tests/cluster/test_modelcheck.py",
 )
 
 
 # Modules that mostly wait (faults held for seconds, leases running out, toy runs), longest
-# first: under `make test` (`--dist loadfile`, three workers) worker gw0 runs these while the
-# other two run the modules that compute, so the waits fill the box instead of stretching it.
+# first: under `make test` (`--dist loadfile`, three workers) worker gw0 runs these (~440 s)
+# while the other two run the modules that compute, so the waits fill the box instead of
+# stretching it.
 WAITING_MODULES = (
     "tests/cluster/test_netfleet_faults.py", "tests/cluster/test_faults.py",
-    "tests/cluster/test_scheduler.py", "tests/cluster/test_machinelock.py",
-    "tests/cluster/test_leave.py",
+    "tests/cluster/test_scheduler.py",
 )
 
 
