@@ -21,12 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.generate_io import (
-    ReplyStream,
-    footer_lines,
-    peak_memory,
-    read_prompt,
-)
+from specfleet.cli.generate_io import ReplyStream, footer_lines, read_prompt
 from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, stored_or_measured_costs
 from specfleet.cli.options import DeviceOption, EngineOption, LocalModelOption
 from specfleet.engine.config import (
@@ -247,7 +242,7 @@ def result_dict(
 
     tokens = list(result.tokens)
     timings = result.timings
-    memory_gb, memory_kind = peak_memory(loaded.runner.engine, loaded.runner.device)
+    memory_gb, memory_kind = loaded.runner.peak_memory()
     stats = result.stats
     counters = dataclasses.asdict(stats)
     counters["acceptance_rate"] = stats.acceptance_rate

@@ -8,7 +8,6 @@ The footer follows mlx-lm: the whole call as the reference prints it, then the p
 from __future__ import annotations
 
 import os
-import resource
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -124,25 +123,3 @@ def footer_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"[Peak memory] {result['peak_memory_gb']:.3f} GB ({result['memory_kind']})")
     return lines
 
-
-def peak_memory(engine: str, device: str) -> tuple[float, str]:
-    """The peak memory of this process in GB and what was measured.
-
-    Args:
-        engine: "mlx" or "torch".
-        device: the runner's device.
-
-    Returns:
-        (GB, kind): the device allocator's peak on MLX and on CUDA, else the process's peak RSS.
-    """
-    if engine == "mlx":
-        import mlx.core as mx
-
-        return mx.get_peak_memory() / 1e9, "mlx peak"
-    if engine == "torch" and device == "cuda":
-        import torch
-
-        return torch.cuda.max_memory_allocated() / 1e9, "cuda peak allocated"
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    per_unit = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-    return rss * per_unit / 1e9, "process peak RSS"

@@ -35,7 +35,7 @@ class Runner(Protocol):
 
     Attributes:
         engine: "mlx", "torch" or "toy".
-        device: "metal", "cuda", "mps" or "cpu" (the toy runners say "cpu").
+        device: a `Device` (`engine/kinds.py`) the runner resolved (the toy runners say "cpu").
         eos_ids: token ids that end a reply; never emitted.
         vocab_size: number of logit columns.
         rollback_kind: "trim" when every cache drops rejected rows in place, "refeed" when
@@ -105,4 +105,10 @@ class Runner(Protocol):
 
     def clear_allocator_cache(self) -> None:
         """Return freed device memory to the allocator (non-semantic)."""
+        ...
+
+    def peak_memory(self) -> tuple[float, str]:
+        """The peak memory of this process in GB and what was measured: the device
+        allocator's peak where the runner's device has one, else the process's peak RSS
+        (`common.process_peak_rss`)."""
         ...

@@ -1,7 +1,10 @@
-"""Helpers both real runners share: prompt encoding and top-2 forensics over `read_row`."""
+"""Helpers the runners share: prompt encoding, top-2 forensics over `read_row`, and the
+process's peak RSS for a device without an allocator of its own."""
 
 from __future__ import annotations
 
+import resource
+import sys
 from typing import Any
 
 import numpy as np
@@ -104,3 +107,11 @@ def eos_id_set(*sources: Any) -> frozenset[int]:
         elif source:
             ids.update(int(t) for t in source)
     return frozenset(ids)
+
+
+def process_peak_rss() -> tuple[float, str]:
+    """This process's peak resident set in GB: the peak memory of a runner whose device
+    has no allocator of its own to ask."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    per_unit = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return rss * per_unit / 1e9, "process peak RSS"

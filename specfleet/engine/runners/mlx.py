@@ -185,6 +185,9 @@ class MlxRunner(TokenizerText):
     def clear_allocator_cache(self) -> None:
         mx.clear_cache()
 
+    def peak_memory(self) -> tuple[float, str]:
+        return mx.get_peak_memory() / 1e9, "mlx peak"
+
     @property
     def stream(self) -> mx.ThreadLocalStream:
         """The runner's stream (its device's): where a peer on this model runs too."""

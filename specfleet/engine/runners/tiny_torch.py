@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from specfleet.engine.runners.common import IdsOnlyTokenizer
-from specfleet.engine.runners.torch import TorchRunner, resolve_device
+from specfleet.engine.runners.torch import TorchRunner, resolve_device, torch_device
 from specfleet.errors import UserError
 
 TINY_VOCAB = 96
@@ -100,7 +100,7 @@ def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.flo
 
     Args:
         family: a key of `TINY_FAMILIES`.
-        device: "auto", "cpu", "cuda" or "mps".
+        device: "auto" or one of torch's devices (`engine/kinds.ENGINE_DEVICES`).
         dtype: weight dtype; float64 keeps a verify row within ~1e-5 of its one-token step
             (the model code computes some parts in float32). MPS has no float64: float32 there.
         seed: weight seed.
@@ -112,7 +112,7 @@ def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.flo
     if resolved == "mps" and dtype == torch.float64:
         dtype = torch.float32
     model = tiny_model(family, dtype, seed)
-    model.to(resolved)
+    model.to(torch_device(resolved))
     return TorchRunner(model, IdsOnlyTokenizer(), resolved)
 
 

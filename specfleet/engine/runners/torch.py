@@ -11,6 +11,10 @@ On CUDA the one-token step is pipelined the way MLX does it: `argmax` stays on t
 `submit` copies it non-blocking into pinned host memory and records an event, and
 `read_tokens` waits on that event only, so the host reads token n while step n+1 runs. On
 CPU (and MPS) every call is synchronous and `submit` does nothing.
+
+What a device is to torch lives here only: `torch_device` places a model and its tensors
+(`tiny_torch`'s too) and `peak_memory` asks the device's allocator, so code that builds or
+reports through a runner never names a device.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 
 from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.engine.runners.base import RollbackKind, UnsupportedModelError
-from specfleet.engine.runners.common import TokenizerText, eos_id_set
+from specfleet.engine.runners.common import TokenizerText, eos_id_set, process_peak_rss
 from specfleet.engine.runners.torch_rollback import CacheRollback, layer_kinds, lookup_refusal
 from specfleet.errors import UserError
 
@@ -59,6 +63,11 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def torch_device(device: str) -> torch.device:
+    """Where torch places a model and its tensors for a resolved device (`resolve_device`)."""
+    return torch.device(device)
+
+
 class TorchRunner(TokenizerText):
     """One transformers causal LM and its `DynamicCache` on one device (a `Runner`).
 
@@ -78,7 +87,8 @@ class TorchRunner(TokenizerText):
 
         self.model = model
         self.device = device
-        self._torch_device = torch.device(device)
+        self._torch_device = torch_device(device)
+        self._gpu = self._torch_device.type == "cuda"  # pipelined steps, an allocator of its own
         self._cache: DynamicCache | None = DynamicCache(config=model.config)
         decoder = model.config.get_text_config(decoder=True)
         kinds = layer_kinds(self._cache, decoder.model_type)
@@ -108,7 +118,7 @@ class TorchRunner(TokenizerText):
         dtype = torch.float32 if resolved == "cpu" else "auto"
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         # transformers' @wraps(Module.to) types `to` as an unbound callable (self first).
-        model.to(resolved).eval()  # type: ignore[arg-type]
+        model.to(torch_device(resolved)).eval()  # type: ignore[arg-type]
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         return cls(model, tokenizer, resolved)
 
@@ -168,7 +178,7 @@ class TorchRunner(TokenizerText):
         return TorchTokens(torch.argmax(logits, dim=-1))
 
     def submit(self, tokens: TorchTokens) -> None:
-        if self.device != "cuda" or tokens.event is not None:
+        if not self._gpu or tokens.event is not None:
             return
         tokens.host = torch.empty(tokens.ids.shape, dtype=tokens.ids.dtype, pin_memory=True)
         tokens.host.copy_(tokens.ids, non_blocking=True)
@@ -204,7 +214,12 @@ class TorchRunner(TokenizerText):
         return int(self._cache.get_seq_length())
 
     def clear_allocator_cache(self) -> None:
-        if self.device == "cuda":
+        if self._gpu:
             torch.cuda.empty_cache()
         elif self.device == "mps":
             torch.mps.empty_cache()
+
+    def peak_memory(self) -> tuple[float, str]:
+        if self._gpu:
+            return torch.cuda.max_memory_allocated() / 1e9, f"{self.device} peak allocated"
+        return process_peak_rss()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specfleet.engine.runners.base import CacheRollbackError, RollbackKind
+from specfleet.engine.runners.common import process_peak_rss
 
 INDUCTION_VOCAB = 6
 
@@ -99,6 +100,9 @@ class ToyRunner:
 
     def clear_allocator_cache(self) -> None:
         return None
+
+    def peak_memory(self) -> tuple[float, str]:
+        return process_peak_rss()
 
 
 def _one_hot(vocab: int, token: int, logit: float) -> np.ndarray:
@@ -283,6 +287,9 @@ class ZeroCostRunner:
 
     def clear_allocator_cache(self) -> None:
         return None
+
+    def peak_memory(self) -> tuple[float, str]:
+        return process_peak_rss()
 
 
 def lcg_tokens(seed: int, length: int, alphabet: int) -> list[int]:

@@ -54,6 +54,11 @@ def test_protocol_attributes(runner):
     assert runner.rollback_kind == "trim"  # a llama: every layer is full attention
 
 
+def test_peak_memory_is_read_by_the_runner(runner):
+    gb, kind = runner.peak_memory()  # on CPU: torch has no allocator to ask, MLX has its own
+    assert gb >= 0 and kind == {"torch": "process peak RSS", "mlx": "mlx peak"}[runner.engine]
+
+
 def test_prefill_leaves_the_prompt_in_the_cache_and_returns_one_row(runner, prompt):
     runner.reset()
     assert runner.cache_len() == 0

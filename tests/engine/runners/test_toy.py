@@ -25,6 +25,8 @@ from specfleet.engine.runners.toy import (
 def test_toy_runners_implement_the_protocol(runner):
     assert isinstance(runner, Runner)
     assert runner.engine == "toy" and runner.device == "cpu"
+    gb, kind = runner.peak_memory()  # no device allocator: the process's peak RSS
+    assert gb > 0 and kind == "process peak RSS"
 
 
 def test_script_model_predicts_the_script_token_after_each_cached_position():
