@@ -9,7 +9,6 @@ a matrix whose lease expired reads `interrupted`, never `running` forever.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import uuid
@@ -17,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, func, not_, select, update
-from sqlalchemy.orm import Session
 
 from specfleet.settings import LEASE_S
+from specfleet.store.base import StoreCore
 from specfleet.store.errors import StoreConflict, UnknownMatrix
 from specfleet.store.tables import Matrix, Run
-from specfleet.store.values import utcnow
+from specfleet.store.values import locked_run, utcnow
 
 
 def new_driver_id() -> str:
@@ -60,20 +59,9 @@ def reads_interrupted(status: str, lease_until: datetime | None, now: datetime) 
 
 
 class StoreLeases:
-    """Ownership writes of `Store` (mixed in; needs `_write()` and `display_url`)."""
+    """Ownership writes of `Store` (mixed in; what they use of it: `base.StoreCore`)."""
 
-    @property
-    def display_url(self) -> str:  # pragma: no cover - provided by Store
-        raise NotImplementedError
-
-    def _write(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover
-        raise NotImplementedError
-
-    @staticmethod
-    def _locked_run(session: Session, run_key: str) -> Run:  # pragma: no cover
-        raise NotImplementedError
-
-    def claim_matrix(self, matrix_id: str, driver_id: str, lease_s: float,
+    def claim_matrix(self: StoreCore, matrix_id: str, driver_id: str, lease_s: float,
                      requeue: bool = False) -> Claim:
         """Take a matrix unless a live driver holds it; with `requeue`, put every run that
         is not done and not held by a live driver back to `pending`.
@@ -107,7 +95,7 @@ class StoreLeases:
             ).rowcount  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult
             return Claim(True, requeued, skipped or 0)
 
-    def heartbeat(self, driver_id: str, lease_s: float) -> None:
+    def heartbeat(self: StoreCore, driver_id: str, lease_s: float) -> None:
         """Renew the leases of the driver's running matrices and runs."""
         until = utcnow() + timedelta(seconds=lease_s)
         with self._write() as session:
@@ -116,7 +104,7 @@ class StoreLeases:
                     model.driver_id == driver_id, model.status == "running"
                 ).values(lease_until=until))
 
-    def mark_running(self, run_key: str, driver_id: str | None = None,
+    def mark_running(self: StoreCore, run_key: str, driver_id: str | None = None,
                      lease_s: float = LEASE_S.default_s) -> None:
         """Mark a run as started now by `driver_id`.
 
@@ -126,7 +114,7 @@ class StoreLeases:
         """
         now = utcnow()
         with self._write() as session:
-            run = self._locked_run(session, run_key)
+            run = locked_run(session, run_key)
             if run.status == "done":
                 raise StoreConflict(f"run {run_key!r} is already done; it is never replayed")
             if run.status == "running" and run.driver_id != driver_id \
@@ -142,7 +130,7 @@ class StoreLeases:
             run.driver_id = driver_id
             run.lease_until = now + timedelta(seconds=lease_s) if driver_id else None
 
-    def release_matrix(self, matrix_id: str, driver_id: str) -> bool:
+    def release_matrix(self: StoreCore, matrix_id: str, driver_id: str) -> bool:
         """Whether `driver_id` still holds the matrix (its lease is then dropped)."""
         with self._write() as session:
             matrix = session.get(Matrix, matrix_id, with_for_update=True)

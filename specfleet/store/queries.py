@@ -4,16 +4,16 @@ Figures (medians, speed-ups, changes) are computed from these rows by `specfleet
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from specfleet.jobs.run import RunSpec
+from specfleet.store.base import StoreCore
 from specfleet.store.errors import UnknownMatrix, UnknownRun
 from specfleet.store.leases import reads_interrupted
 from specfleet.store.rows import HostRow, MatrixRow, RunRow, run_fields_row
@@ -63,26 +63,14 @@ def _in(column, value):
 
 
 class StoreQueries:
-    """Read methods of `Store` (mixed in; needs `_read()`, `_connect()` and `display_url`)."""
+    """Read methods of `Store` (mixed in; what they use of it: `base.StoreCore`)."""
 
-    engine: Engine
-
-    @property
-    def display_url(self) -> str:  # pragma: no cover - provided by Store
-        raise NotImplementedError
-
-    def _read(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover
-        raise NotImplementedError  # provided by Store
-
-    def _connect(self) -> contextlib.AbstractContextManager[Connection]:  # pragma: no cover
-        raise NotImplementedError  # provided by Store
-
-    def count_matrices(self) -> int:
+    def count_matrices(self: StoreCore) -> int:
         """How many matrices the store holds."""
         with self._connect() as conn:
             return conn.execute(select(func.count()).select_from(Matrix)).scalar_one()
 
-    def get_matrix(self, matrix_id: str) -> MatrixRow:
+    def get_matrix(self: StoreCore, matrix_id: str) -> MatrixRow:
         """One matrix with its run counts per status; UnknownMatrix if there is none."""
         with self._read() as session:
             matrix = session.get(Matrix, matrix_id)
@@ -90,7 +78,9 @@ class StoreQueries:
                 raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
             return _matrix_row(matrix, _status_counts(session, [matrix_id])[matrix_id])
 
-    def list_matrices(self, limit: int | None = None, offset: int = 0) -> list[MatrixRow]:
+    def list_matrices(
+        self: StoreCore, limit: int | None = None, offset: int = 0
+    ) -> list[MatrixRow]:
         """Matrices, newest first, with their run counts per status (`offset` skips the
         newest ones: pages of `limit`)."""
         with self._read() as session:
@@ -101,13 +91,13 @@ class StoreQueries:
             counts = _status_counts(session, [m.id for m in matrices] if paged else None)
             return [_matrix_row(m, counts[m.id]) for m in matrices]
 
-    def count_runs(self, **filters) -> int:
+    def count_runs(self: StoreCore, **filters) -> int:
         """How many runs match the filters of `run_conditions`."""
         stmt = select(func.count()).select_from(Run).where(*run_conditions(**filters))
         with self._connect() as conn:
             return conn.execute(stmt).scalar_one()
 
-    def newest_matrices(self, limit: int, **filters) -> list[str]:
+    def newest_matrices(self: StoreCore, limit: int, **filters) -> list[str]:
         """Ids of the newest `limit` matrices holding runs that match the filters."""
         having = select(Run.matrix_id).where(*run_conditions(**filters)).distinct()
         stmt = (select(Matrix.id).where(Matrix.id.in_(having))
@@ -115,13 +105,13 @@ class StoreQueries:
         with self._connect() as conn:
             return list(conn.scalars(stmt))
 
-    def submitted_times(self, matrix_ids: Sequence[str]) -> dict[str, datetime]:
+    def submitted_times(self: StoreCore, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
         stmt = select(Matrix.id, Matrix.submitted_at).where(Matrix.id.in_(list(matrix_ids)))
         with self._connect() as conn:
             return dict(conn.execute(stmt).all())
 
-    def runs(self, limit: int | None = None, offset: int = 0,
+    def runs(self: StoreCore, limit: int | None = None, offset: int = 0,
              columns: Sequence[str] | None = None, **filters) -> list:
         """Runs matching the filters of `run_conditions`, in matrix and plan order
         (`limit` and `offset`: one page of them) as `RunRow`s, or with `columns` (names of
@@ -136,7 +126,7 @@ class StoreQueries:
         with self._connect() as conn:
             return [row_type(*row) for row in conn.execute(stmt)]
 
-    def run_spec(self, run_key: str) -> RunSpec:
+    def run_spec(self: StoreCore, run_key: str) -> RunSpec:
         """The RunSpec of a stored run, prompt text included (to run or replay it again).
 
         Raises:
@@ -152,21 +142,21 @@ class StoreQueries:
                 raise UnknownRun(f"no run with key {run_key!r}")
             return run_spec(*found)
 
-    def hosts(self, names: Sequence[str]) -> list[HostRow]:
+    def hosts(self: StoreCore, names: Sequence[str]) -> list[HostRow]:
         """The recorded hosts of these names (names never recorded are left out)."""
         stmt = select(*(getattr(Host, f.name) for f in fields(HostRow))).where(
             Host.name.in_(list(names)))
         with self._connect() as conn:
             return [HostRow(*row) for row in conn.execute(stmt)]
 
-    def prompt_texts(self, hashes: Sequence[str]) -> dict[str, str]:
+    def prompt_texts(self: StoreCore, hashes: Sequence[str]) -> dict[str, str]:
         """Prompt text by its sha256 (unknown hashes are left out)."""
         stmt = select(Prompt.text_hash, Prompt.text).where(Prompt.text_hash.in_(list(hashes)))
         with self._connect() as conn:
             return dict(conn.execute(stmt).all())
 
     def runs_not_done(
-        self, matrix_id: str, statuses: Sequence[str] | None = None
+        self: StoreCore, matrix_id: str, statuses: Sequence[str] | None = None
     ) -> list[RunSpec]:
         """The runs of a matrix that are not `done`, in plan order, as RunSpecs.
 
@@ -174,7 +164,7 @@ class StoreQueries:
             matrix_id: the matrix.
             statuses: only runs in these statuses (default: every status but `done`).
         """
-        self.get_matrix(matrix_id)
+        StoreQueries.get_matrix(self, matrix_id)  # by class: a StoreCore does not list it
         wanted = Run.status.in_(list(statuses)) if statuses is not None else Run.status != "done"
         stmt = (
             select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)

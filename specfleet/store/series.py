@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from specfleet.jobs.run import Target
+from specfleet.store.base import StoreCore
 from specfleet.store.rows import LoadSampleRow, WidthCostRow
 from specfleet.store.tables import LoadSample, WidthCost
 from specfleet.store.values import bulk_insert, naive_utc, utcnow
@@ -22,17 +21,12 @@ WidthCosts = Mapping[int, tuple[float, float | None]] | Iterable[Any] | Any
 
 
 class StoreSeries:
-    """Width-cost and load-sample methods of `Store` (mixed in)."""
-
-    def _read(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover
-        raise NotImplementedError
-
-    def _write(self) -> contextlib.AbstractContextManager[Session]:  # pragma: no cover
-        raise NotImplementedError
+    """Width-cost and load-sample methods of `Store` (mixed in; what they use of it:
+    `base.StoreCore`)."""
 
     def record_width_costs(
-        self, target: Target, model: str, costs: WidthCosts, measured_at: datetime | None = None,
-        *, host_fingerprint: str | None = None, weights_hash: str | None = None,
+        self: StoreCore, target: Target, model: str, costs: WidthCosts,
+        measured_at: datetime | None = None, *, host_fingerprint: str | None = None, weights_hash: str | None = None,
         provenance: dict[str, Any] | None = None,
     ) -> int:
         """Store one calibration of verify widths on a target (its widths share an id).
@@ -61,8 +55,8 @@ class StoreSeries:
         return len(rows)
 
     def width_costs(
-        self, host: str | None = None, engine: str | None = None, device: str | None = None,
-        model: str | None = None, latest: bool = True,
+        self: StoreCore, host: str | None = None, engine: str | None = None,
+        device: str | None = None, model: str | None = None, latest: bool = True,
     ) -> list[WidthCostRow]:
         """Stored width costs, by target, model and width; `latest` keeps the newest
         measurement of each (target, model, width)."""
@@ -80,19 +74,24 @@ class StoreSeries:
         newest = {(r.host, r.engine, r.device, r.model, r.width): r for r in rows}
         return list(newest.values())
 
-    def record_calibration(self, target: Target, model: str, calibration: Mapping) -> int:
+    def record_calibration(
+        self: StoreCore, target: Target, model: str, calibration: Mapping
+    ) -> int:
         """Store a worker's calibration (`HostWorker.calibrate`, or one measured for a
         calibrated run): its `costs` table keyed by its host fingerprint and weights hash."""
         provenance = {k: calibration.get(k) for k in ("settings", "versions", "measure_s")}
         provenance["method"] = calibration["costs"].get("method")
-        return self.record_width_costs(
-            target, model, calibration["costs"], host_fingerprint=calibration["host_fingerprint"],
+        # By class: a StoreCore does not list it.
+        return StoreSeries.record_width_costs(
+            self, target, model, calibration["costs"],
+            host_fingerprint=calibration["host_fingerprint"],
             weights_hash=calibration["weights_hash"], provenance=provenance,
         )
 
     def latest_calibration(
-        self, engine: str, device: str, model: str, *, host_fingerprint: str | None = None,
-        weights_hash: str | None = None, host: str | None = None,
+        self: StoreCore, engine: str, device: str, model: str, *,
+        host_fingerprint: str | None = None, weights_hash: str | None = None,
+        host: str | None = None,
     ) -> list[WidthCostRow]:
         """The widths of the newest stored calibration matching every given key, width
         order; [] when there is none (or only tables stored before calibrations had ids)."""
@@ -112,7 +111,7 @@ class StoreSeries:
             return [_width_row(w) for w in session.scalars(stmt.order_by(WidthCost.width))]
 
     def record_load_samples(
-        self, host: str, samples: Iterable[Any], matrix_id: str | None = None
+        self: StoreCore, host: str, samples: Iterable[Any], matrix_id: str | None = None
     ) -> int:
         """Store load readings of a host (items with t, load1, load5, load15, cpu_util,
         gpu_util as attributes or keys; missing ones are stored as NULL).
@@ -128,7 +127,7 @@ class StoreSeries:
         return len(rows)
 
     def load_samples(
-        self, host: str | None = None, matrix_id: str | None = None,
+        self: StoreCore, host: str | None = None, matrix_id: str | None = None,
         since: datetime | None = None, until: datetime | None = None,
     ) -> list[LoadSampleRow]:
         """Load readings, oldest first."""
@@ -144,7 +143,7 @@ class StoreSeries:
         with self._read() as session:
             return [_load_row(s) for s in session.scalars(stmt)]
 
-    def latest_load_sample(self, host: str) -> LoadSampleRow | None:
+    def latest_load_sample(self: StoreCore, host: str) -> LoadSampleRow | None:
         """The newest load reading of a host, or None."""
         stmt = (select(LoadSample).where(LoadSample.host == host)
                 .order_by(LoadSample.t.desc(), LoadSample.id.desc()).limit(1))

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
@@ -35,7 +35,7 @@ from specfleet.store.engine import (
     resolve_url,
     translate_error,
 )
-from specfleet.store.errors import StoreConflict, UnknownMatrix, UnknownRun
+from specfleet.store.errors import StoreConflict, UnknownMatrix
 from specfleet.store.journal import Journal, ReplayOutcome, check_journal_root
 from specfleet.store.leases import StoreLeases
 from specfleet.store.migrate import (
@@ -355,7 +355,7 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         """
         digest = values.result_hash(result)
         with self._write() as session:
-            run = self._locked_run(session, result.run_key)
+            run = values.locked_run(session, result.run_key)
             if run.status == "done":
                 if run.result_hash == digest:
                     return False
@@ -380,17 +380,8 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
 
     def _settle(self, run_key: str, status: str, error: str) -> None:
         with self._write() as session:
-            run = self._locked_run(session, run_key)
+            run = values.locked_run(session, run_key)
             if run.status == "done":
                 return
             run.status, run.error, run.finished_at = status, error, utcnow()
             run.lease_until = None
-
-    @staticmethod
-    def _locked_run(session: Session, run_key: str) -> Run:
-        run = session.scalars(
-            select(Run).where(Run.run_key == run_key).with_for_update()
-        ).one_or_none()
-        if run is None:
-            raise UnknownRun(f"no run with key {run_key!r}")
-        return run

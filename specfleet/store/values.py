@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 import specfleet
 from specfleet.engine.config import LookupOptions
 from specfleet.jobs.run import LoopGuard, RunResult, RunSpec, Target
-from specfleet.store.errors import StoreConflict
+from specfleet.store.errors import StoreConflict, UnknownRun
 from specfleet.store.tables import Run
 
 # Keep each statement's bound parameters well under SQLite's limit.
@@ -93,6 +93,20 @@ def check_new_keys(session: Session, keys: list[str]) -> None:
         if hit is not None:
             owner = hit.matrix_id or hit.job_id
             raise StoreConflict(f"run key {hit.run_key!r} already exists (in {owner!r})")
+
+
+def locked_run(session: Session, run_key: str) -> Run:
+    """The run of this key, its row locked for the rest of the transaction (PostgreSQL).
+
+    Raises:
+        UnknownRun: no run with this key.
+    """
+    run = session.scalars(
+        select(Run).where(Run.run_key == run_key).with_for_update()
+    ).one_or_none()
+    if run is None:
+        raise UnknownRun(f"no run with key {run_key!r}")
+    return run
 
 
 def planned_run(spec: RunSpec, order: int, now: datetime, matrix_id=None, job_id=None) -> dict:
