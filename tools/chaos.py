@@ -65,8 +65,8 @@ WHOLE_S = 180  # the settle's wait for every host to be back (a supervisor's rej
 MID_MATRIX_S = 30  # a driver fault waits this long at most for a run in flight
 HOSTS = ("h1", "h2", "h3")
 DRIVER_HOSTS = ("h1", "cli")
-REPLAY = ("from specfleet.store import open_store; s = open_store(); "
-          "print(s.replayed); s.close()")
+WRITE_BACK = ("from specfleet.store import open_store; s = open_store(); "
+              "print(s.written_back); s.close()")
 MATRIX = """\
 name: NAME
 models: ["script:40ms"]
@@ -374,8 +374,8 @@ class Chaos:
 
     def settle(self) -> None:
         """Every link up, the store up; the running drivers end; each unfinished matrix is
-        resumed once more from h1; each driver host's journal is replayed (any store
-        command there does it)."""
+        resumed once more from h1; each driver host's journal is written back (any
+        writing command there does it)."""
         for host in self.hosts[1:]:
             self.fleet.link(host, up=True)
         with contextlib.suppress(Exception):
@@ -394,7 +394,7 @@ class Chaos:
                     cmd.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
                 self.reap()
         for host in DRIVER_HOSTS:  # what every writing command does first
-            done = self.fleet.run(host, [sys.executable, "-c", REPLAY], timeout=120,
+            done = self.fleet.run(host, [sys.executable, "-c", WRITE_BACK], timeout=120,
                                   env=self.fleet.env(self.fleet.host(host),
                                                      SPECFLEET_DB=self.fleet.db_url))
             print(f"settle: {host}'s journal: {(done.stdout or done.stderr).strip()[-300:]}")

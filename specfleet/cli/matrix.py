@@ -192,7 +192,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         The scheduler's `MatrixOutcome`.
     """
     with open_store(db) as store:
-        _say_replayed(store)
+        _say_written_back(store)
         view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
@@ -220,8 +220,8 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
     typer.echo(f"report: {files.markdown}")
 
 
-def _say_replayed(store) -> None:
-    done = store.replayed
+def _say_written_back(store) -> None:
+    done = store.written_back
     if done.total:
         typer.echo(f"journal: {done.written} finished results written to the store "
                    f"({done.already} already there, {done.conflicts} refused)", err=True)
@@ -243,7 +243,7 @@ def resume_cmd(
     parse_wait(wait)  # a bad duration is one line, before the fleet
     check_driver_settings()
     with open_store(db) as store:
-        _say_replayed(store)
+        _say_written_back(store)
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
         _refuse_live_owner(store, matrix)
         hosts = sorted({row.host for row in store.runs(matrix=matrix_id)})

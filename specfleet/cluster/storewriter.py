@@ -69,7 +69,7 @@ class StoreWriter:
         Raises:
             StoreConflict: the store holds a different result (the entry is dropped: the
                 stored result stands).
-            StoreOutage: the store stayed unreachable; the entry stays for replay.
+            StoreOutage: the store stayed unreachable; the entry stays to be written back.
         """
         self.journal.write(result)
         try:

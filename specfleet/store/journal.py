@@ -3,8 +3,9 @@
 The scheduler writes each result it fetches to one file (written to a temp name, fsynced,
 then renamed), writes it to the store, and deletes the file once the store has it. When the
 store stays unreachable longer than the driver's retry bound, the files stay; the next
-writing command on that store (`matrix resume`, `matrix run`, ...) replays them. Replay is
-idempotent: the store keeps one row per run key and takes an identical result twice as one.
+writing command on that store (`matrix resume`, `matrix run`, ...) writes them back. Writing
+back is idempotent: the store keeps one row per run key and takes an identical result twice
+as one.
 
 One directory per store (a hash of its URL, password left out) under
 `$SPECFLEET_JOURNAL_DIR` or the user data dir; directories 0700, files 0600.
@@ -62,8 +63,8 @@ def _private_dir(path: Path) -> Path:
 
 
 @dataclass(frozen=True)
-class ReplayOutcome:
-    """What a replay did: results written, already there, refused (kept as `.conflict`)."""
+class WriteBack:
+    """What writing the journal back did: results written, already there, refused (kept as `.conflict`)."""
 
     written: int = 0
     already: int = 0
@@ -119,7 +120,7 @@ class Journal:
         entries = [p for p in self.dir.iterdir() if p.suffix == SUFFIX and p.is_file()]
         return sorted(entries, key=lambda p: p.stat().st_mtime)
 
-    def replay(self, store) -> ReplayOutcome:
+    def write_back(self, store) -> WriteBack:
         """Write every pending entry to `store` (idempotent); conflicting ones are renamed
         `.conflict` and kept. Store faults propagate: the entries stay for next time."""
         from specfleet.store.errors import StoreConflict, UnknownRun
@@ -141,4 +142,4 @@ class Journal:
             path.unlink(missing_ok=True)
             written += bool(fresh)
             already += not fresh
-        return ReplayOutcome(written, already, conflicts)
+        return WriteBack(written, already, conflicts)

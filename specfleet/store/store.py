@@ -36,7 +36,7 @@ from specfleet.store.engine import (
     translate_error,
 )
 from specfleet.store.errors import StoreConflict, UnknownMatrix
-from specfleet.store.journal import Journal, ReplayOutcome, check_journal_root
+from specfleet.store.journal import Journal, WriteBack, check_journal_root
 from specfleet.store.leases import StoreLeases
 from specfleet.store.migrate import (
     check_known,
@@ -94,7 +94,7 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
         ensure_schema(engine, resolved)
     store = Store(engine, resolved)
     # Results a driver finished but could not store (an outage longer than its retries).
-    store.replayed = Journal(resolved).replay(store)
+    store.written_back = Journal(resolved).write_back(store)
     return store
 
 
@@ -158,7 +158,7 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         self.engine = engine
         self.url = url
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
-        self.replayed = ReplayOutcome()  # what open_store replayed from the journal
+        self.written_back = WriteBack()  # what open_store wrote back from the journal
 
     @property
     def display_url(self) -> str:

@@ -1,6 +1,6 @@
 """Fault tests on a real Ray cluster with real drivers (`specfleet matrix run` subprocesses):
 a driver SIGKILLed mid-matrix, SIGTERM, a second resume beside a live driver, and a store
-outage longer than the driver's retry bound (journal + replay). PostgreSQL stopped for 20 s
+outage longer than the driver's retry bound (journal + write-back). PostgreSQL stopped for 20 s
 mid-matrix runs once, across namespace hosts (tests/cluster/test_netfleet.py).
 
 Each prints its run counts (`FAULT COUNTS ...`: expected / done / interrupted / run twice /
@@ -184,7 +184,7 @@ def test_a_second_resume_beside_a_live_driver_takes_nothing(fleet, tmp_path, run
 
 
 @pytest.mark.postgres
-def test_an_outage_past_the_retry_bound_leaves_a_journal_that_resume_replays(
+def test_an_outage_past_the_retry_bound_leaves_a_journal_that_resume_writes_back(
         fleet, tmp_path, run_log, pg_server, pg_url):
     env = driver_env(tmp_path, SPECFLEET_STORE_RETRY_S="3", SPECFLEET_LEASE_S="3")
     log = tmp_path / "driver.log"
