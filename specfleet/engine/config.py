@@ -176,9 +176,8 @@ def candidate_policies(choice: str) -> tuple[Policy, ...]:
     """The policies an arm or `--prompt-lookup-policy` may run: `auto`'s on any device (its
     default first), else the one named; the default for a name that is no policy (`fixed`,
     whose drafts no policy sizes)."""
-    named = [name for name in POLICY_NAMES if name == choice]
-    if named:
-        return (named[0],)
+    if choice in POLICY_NAMES:
+        return (choice,)
     if choice == "auto":
         return tuple(dict.fromkeys([AUTO_POLICY_OTHERWISE, *AUTO_POLICY_BY_DEVICE.values()]))
     return (AUTO_POLICY_OTHERWISE,)
