@@ -128,6 +128,7 @@ class CalibratedGovernor(DraftGovernor):
     """
 
     name: ClassVar[str] = "calibrated"
+    color: ClassVar[str] = "#ff7f0e"  # its points in plots
     needs_costs: ClassVar[bool] = True
     # Up to a 33-row block: the widest width a measured table covers.
     default_max_draft: ClassVar[int] = 32

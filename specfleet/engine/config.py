@@ -88,11 +88,11 @@ class PromptLookupConfig(LookupOptions):
             calibrated policy's table, empty for the others.
     """
 
-    policy: Policy = "graded"
+    policy: Policy = AUTO_POLICY_OTHERWISE  # the spec's policy (PR #2074)
     costs: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, options: LookupOptions, policy: Policy = "graded",
+    def of(cls, options: LookupOptions, policy: Policy = AUTO_POLICY_OTHERWISE,
            costs: tuple[float, ...] = ()) -> PromptLookupConfig:
         """`options` run under `policy` (`costs`: its width-cost table, where it needs one)."""
         given = {f.name: getattr(options, f.name) for f in fields(LookupOptions)}

@@ -120,6 +120,7 @@ class GradedGovernor(_CostFree):
     """PR #2074's governor: budget `floor(2*ema + 0.5) + 2`, pauses of 4, 8, 16, 32 rounds."""
 
     name: ClassVar[str] = "graded"
+    color: ClassVar[str] = "#1f77b4"  # its points in plots (matplotlib's blue)
 
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
@@ -160,6 +161,7 @@ class GatedGovernor(_CostFree):
     """PR #2092's governor: narrow or full blocks, probation, timer-free pause."""
 
     name: ClassVar[str] = "gated"
+    color: ClassVar[str] = "#d62728"
 
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft

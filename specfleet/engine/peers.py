@@ -48,21 +48,25 @@ class PeerKind:
         engine: the only engine whose runner it runs on.
         library: the distribution whose version is stored with each run.
         call: what runs, in the library's words.
+        color: its points in plots (browns and pinks, apart from our arms' colours).
         drafts: takes prompt-lookup options (`max_draft`, `ngram_max`).
     """
 
     engine: ModelEngine
     library: str
     call: str
+    color: str
     drafts: bool = False
 
 
 PEER_KINDS: dict[Peer, PeerKind] = {
-    "hf": PeerKind("torch", "transformers", "generate(do_sample=False)"),
+    "hf": PeerKind("torch", "transformers", "generate(do_sample=False)", "#8c564b"),
     "hf-lookup": PeerKind(
         "torch", "transformers",
-        "generate(do_sample=False, prompt_lookup_num_tokens, max_matching_ngram_size)", True),
-    "mlx-lm": PeerKind("mlx", "mlx-lm", "stream_generate(sampler=make_sampler(0.0))"),
+        "generate(do_sample=False, prompt_lookup_num_tokens, max_matching_ngram_size)",
+        "#e377c2", drafts=True),
+    "mlx-lm": PeerKind("mlx", "mlx-lm", "stream_generate(sampler=make_sampler(0.0))",
+                       "#bcbd22"),
 }
 if tuple(PEER_KINDS) != PEERS:  # pragma: no cover - a registry edit that missed one
     raise RuntimeError(f"peers.Peer {PEERS} and PEER_KINDS {tuple(PEER_KINDS)} differ")

@@ -1,8 +1,8 @@
 """The policy registry: each drafting policy's name mapped to its governor class.
 
-What a policy needs (a width-cost table, its default max draft, parameters of its own) is
-declared on its class (`needs_costs`, `default_max_draft`, `options`, `build`); nothing
-outside the governor modules names a policy. A new adaptive policy is one class plus its
+What a policy needs (a width-cost table, its default max draft, parameters of its own, its
+colour in plots) is declared on its class (`needs_costs`, `default_max_draft`, `options`,
+`build`, `color`); nothing outside the governor modules names a policy. A new adaptive policy is one class plus its
 name in `governor.Policy` and here; its `options` become matrix arm fields, bounds checked
 by `config.PromptLookupConfig.validate` and `generate --prompt-lookup-*` flags.
 """

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specfleet.engine.peers import PEER_KINDS
+from specfleet.engine.policies import POLICIES
 from specfleet.stats.view import PLAIN, MatrixView
 
 if TYPE_CHECKING:
@@ -25,11 +27,18 @@ def _pyplot() -> pyplot:
 
     return plt
 
-ARM_COLORS = {"plain": "#555555", "graded": "#1f77b4", "gated": "#d62728", "auto": "#2ca02c",
-              "calibrated": "#ff7f0e",
-              "fixed": "#9467bd",
-              # peer arms (engine/peers.py): browns and pinks, apart from our arms' colours
-              "hf": "#8c564b", "hf-lookup": "#e377c2", "mlx-lm": "#bcbd22"}
+# The arms that are not a policy or a peer; a policy's or peer's colour is on its class.
+_MODE_COLORS = {"plain": "#555555", "auto": "#2ca02c", "fixed": "#9467bd"}
+
+
+def arm_color(arm: str) -> str:
+    """The colour of `arm`'s points: a policy's and a peer's own (`color` on its class),
+    else the mode's; grey for one none names."""
+    if arm in POLICIES:
+        return POLICIES[arm].color
+    if arm in PEER_KINDS:
+        return PEER_KINDS[arm].color
+    return _MODE_COLORS.get(arm, "#333333")
 
 
 def slug(text: str) -> str:
@@ -108,11 +117,11 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
                 continue
             x = g - 0.4 + width * (k + 0.5)
             xs = x + np.linspace(-width / 4, width / 4, len(cell.rates))
-            ax.scatter(xs, cell.rates, s=14, color=ARM_COLORS.get(arm, "#333333"),
+            ax.scatter(xs, cell.rates, s=14, color=arm_color(arm),
                        label=None if arm in labelled else arm, marker="x" if cell.loop else "o")
             labelled.add(arm)
             ax.hlines(cell.median_tok_per_s, x - width / 2.5, x + width / 2.5,
-                      color=ARM_COLORS.get(arm, "#333333"))
+                      color=arm_color(arm))
     ax.set_xticks(range(len(groups)), [f"{m}\n{p}" for m, p in groups], fontsize=8)
     ax.set_ylabel("tok/s (whole call, prefill included)")
     ax.set_title(f"Per-run tok/s by arm — {target} (x: replies loop)", fontsize=9)
