@@ -23,7 +23,6 @@ import socket
 import stat
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Literal, get_args
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from specfleet.errors import UserError
 from specfleet.userfiles import read_text
@@ -309,15 +309,18 @@ def wait_for_health(
     Raises:
         TimeoutError: not reached within `timeout_s` (the message has the last reading).
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reading = health(host, timeout_s=min(2.0, max(poll_s, 0.2)))
-        if reading.state in states or time.monotonic() > deadline:
-            break
-        time.sleep(poll_s)
+    poll = Retrying(retry=retry_if_result(lambda reading: reading.state not in states),
+                    stop=stop_after_delay(timeout_s), wait=wait_fixed(poll_s),
+                    retry_error_callback=_last_reading)
+    reading = poll(health, host, timeout_s=min(2.0, max(poll_s, 0.2)))
     if reading.state not in states:
         raise TimeoutError(f"{host} stayed {reading.state} ({reading.reason}) for {timeout_s:g} s")
     return reading
+
+
+def _last_reading(state: RetryCallState) -> HostHealth:
+    assert state.outcome is not None  # tenacity calls this only after an attempt
+    return state.outcome.result()
 
 
 def fleet_status(timeout_s: float = 3.0) -> list[dict]:

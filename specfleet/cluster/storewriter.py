@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import OperationalError
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunResult
@@ -106,21 +107,27 @@ class StoreWriter:
             StoreOutage: still unreachable after `retry_s` (names what could not be done).
         """
         deadline = time.monotonic() + self.retry_s
-        delay, attempt = FIRST_BACKOFF_S, 0
-        while True:
-            try:
-                return call(*args)
-            except _TRANSIENT as err:
-                attempt += 1
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._outage(what, err) from None
-                wait = min(delay, left)
-                self.on_wait(f"store unreachable ({_short(err)}); retry {attempt} in "
-                             f"{wait:.1f} s, giving up in {left:.0f} s; "
-                             f"{len(self.journal.pending())} results journaled")
-                time.sleep(wait)
-                delay = min(delay * 2, MAX_BACKOFF_S)
+        backoff = wait_exponential(multiplier=FIRST_BACKOFF_S, max=MAX_BACKOFF_S)
+
+        def left_s() -> float:
+            return deadline - time.monotonic()
+
+        def say(state: RetryCallState) -> None:
+            err = state.outcome.exception() if state.outcome else None
+            self.on_wait(f"store unreachable ({_short(err)}); retry {state.attempt_number} in "
+                         f"{state.upcoming_sleep:.1f} s, giving up in {left_s():.0f} s; "
+                         f"{len(self.journal.pending())} results journaled")
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(_TRANSIENT),
+            stop=lambda state: left_s() <= 0,
+            # The last wait ends at the deadline, so the bound gets one more try.
+            wait=lambda state: min(backoff(state), max(left_s(), 0.0)),
+            before_sleep=say, reraise=True)
+        try:
+            return retrying(call, *args)
+        except _TRANSIENT as err:
+            raise self._outage(what, err) from None
 
     def _outage(self, what: str, err: BaseException) -> StoreOutage:
         kept = len(self.journal.pending())
@@ -132,6 +139,6 @@ class StoreWriter:
         )
 
 
-def _short(err: BaseException, limit: int = 160) -> str:
+def _short(err: BaseException | None, limit: int = 160) -> str:
     text = " ".join(str(getattr(err, "orig", None) or err).split())
     return text[:limit] or type(err).__name__

@@ -11,13 +11,13 @@ import ipaddress
 import os
 import re
 import sqlite3
-import time
 from pathlib import Path
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
@@ -231,19 +231,14 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
     return engine
 
 
+@retry(retry=retry_if_exception(lambda err: isinstance(err, sqlite3.OperationalError)
+                                and "locked" in str(err)),
+       stop=stop_after_delay(BUSY_TIMEOUT_S), wait=wait_fixed(0.05), reraise=True)
 def _enable_wal(cur) -> None:
     """Switch a new file to WAL. The switch needs a lock SQLite does not wait for (its busy
     handler is skipped there), so two processes opening one fresh file retry instead."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cur.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        cur.execute("PRAGMA journal_mode = WAL")
 
 
 def translate_error(err: BaseException, url: URL) -> UserError | None:
