@@ -68,8 +68,7 @@ def toy_runs(n: int, model: str, max_tokens: int, hosts: list[str]):
 
 def measure(args, hosts: list[str]) -> dict[str, dict[str, float]]:
     from specfleet.cluster.localfleet import LocalFleet
-    from specfleet.cluster.matrixcall import SchedulerOptions
-    from specfleet.cluster.scheduler import run_matrix
+    from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
     from specfleet.store import open_store
 
     settled_at: dict[str, float] = {}

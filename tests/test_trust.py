@@ -39,9 +39,8 @@ import specfleet
 from specfleet.cli.main import app
 from specfleet.cli.matrix import say_waiting
 from specfleet.cluster.localfleet import LocalFleet
-from specfleet.cluster.matrixcall import SchedulerOptions
 from specfleet.cluster.progress import HostProgress, ProgressEvent
-from specfleet.cluster.scheduler import run_matrix
+from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
 from specfleet.configs import prompts_dir
 from specfleet.engine.stats import loop_guard_fires
 from specfleet.jobs.plan import plan_runs

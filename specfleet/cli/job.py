@@ -78,8 +78,7 @@ def generate(
 
 
 def _dispatch(store, runs, view, no_progress: bool, job_id: str) -> str:
-    from specfleet.cluster.matrixcall import SchedulerOptions
-    from specfleet.cluster.scheduler import dispatch_runs
+    from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
 
     tallies = dispatch_runs(store, runs, view.workers, options=SchedulerOptions(
         progress=not no_progress), machines=view.machines, owner=job_id)

@@ -63,7 +63,7 @@ WAIT_DEFAULT = "2m"  # = SchedulerOptions.host_wait_s (ray-free here; a test kee
 
 def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = WAIT_DEFAULT):
     """The scheduler's options from the flags `matrix run`, `resume` and `bench` share."""
-    from specfleet.cluster.matrixcall import SchedulerOptions  # imports ray: only when running
+    from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
                             host_wait_s=parse_wait(wait), store_retry_s=STORE_RETRY_S.read())

@@ -162,8 +162,7 @@ def parity(
 
 def run_parity_matrix(store, spec, view, progress: bool = True) -> str:
     """Plan a parity spec on the fleet, store it and run it; return the matrix id."""
-    from specfleet.cluster.matrixcall import SchedulerOptions
-    from specfleet.cluster.scheduler import run_matrix
+    from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
     from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
     from specfleet.store.store import new_matrix_id
 

@@ -6,11 +6,9 @@ becomes `interrupted` (never replayed here; `resume` re-queues it on the user's 
 that fails inside the worker becomes `failed` with its error, and the other hosts go on.
 A host that lost a run is `suspect` and gets nothing new until it answers a ping again.
 
-A host is watched on specfleet's own terms, whatever Ray's health checks say: while it runs
-one of ours its worker is pinged every second over its control group, and a worker silent for
-`unreachable_after_s` makes the host `unreachable` and its run `interrupted` ("host unreachable
-for 8 s"). Its result is still taken if it comes back (stored once), and the host's queue
-waits for it up to `host_wait_s`, then stays `pending` for `resume`.
+A host is followed on specfleet's own terms while it runs one of ours (`hostwatch.py`: pings,
+unreachable, back and settling, a kept result claimed); a host away keeps its queue waiting up
+to `host_wait_s`, then its runs stay `pending` for `resume`.
 Every Ray call has a timeout. Machine leases (`locks.py`) keep two drivers apart.
 """
 
@@ -23,21 +21,14 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayTaskError
 
-from specfleet.cluster import locks
-from specfleet.cluster.fleet import DEAD, HEALTHY, SUSPECT, UNREACHABLE
-from specfleet.cluster.hoststate import (
-    WORKER_LOST,
-    HostState,
-    HostTally,
-    InFlight,
-    store_load_samples,
-)
-from specfleet.cluster.matrixcall import MatrixOutcome, RunInterrupted, SchedulerOptions
+from specfleet.cluster import hostwatch, locks
+from specfleet.cluster.fleet import DEAD, HEALTHY
+from specfleet.cluster.hoststate import HostState, HostTally, InFlight, store_load_samples
 from specfleet.cluster.progress import (
     HOST_NEWS,
     STORE_LINE,
@@ -49,18 +40,82 @@ from specfleet.cluster.progress import (
 from specfleet.cluster.storewriter import StoreWriter
 from specfleet.engine.config import needs_costs
 from specfleet.jobs.run import RunResult, RunSpec
-from specfleet.settings import LEASE_S
+from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.store.errors import StoreConflict
 from specfleet.store.leases import new_driver_id
 
-MAX_CLAIMS = 3  # asks for a kept result that fail (its worker restarting) before giving up
-
 __all__ = [
     "HostTally",
+    "MatrixOutcome",
+    "RunInterrupted",
+    "SchedulerOptions",
     "dispatch_runs",
     "resume",
     "run_matrix",
 ]
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """Timeouts and switches of one scheduler call (seconds)."""
+
+    run_timeout_s: float = 3600.0  # one run longer than this is cancelled and `interrupted`
+    call_timeout_s: float = 10.0  # ping, lock, quiet check and fetching a ready result
+    poll_s: float = 0.25  # longest wait for a result before looking at locks and health
+    ping_every_s: float = 1.0  # how often a host running ours, or away, is pinged
+    # A worker that answers no ping this long while it runs ours: the host is unreachable and
+    # the run interrupted. Pings go to the control group, so a slow run still answers them.
+    unreachable_after_s: float = 8.0
+    host_wait_s: float = 120.0  # how long queued runs wait for a host away (`--wait`)
+    # A host back from unreachable, still with the same worker process, gets its next run
+    # after as long again as it was away (at most this): Ray's own health checks may sit in
+    # TCP retransmission back-off about that long after the link returns, and still declare
+    # the node dead, which would lose a run sent there (seen: dead 16 s after a 40 s cut).
+    settle_max_s: float = 60.0
+    lease_s: float = 120.0  # machine lease; renewed while a run is in flight
+    store_lease_s: float | None = None  # run ownership lease (None: SPECFLEET_LEASE_S or 60 s)
+    # How long a store write retries an unreachable store (the CLI reads SPECFLEET_STORE_RETRY_S).
+    store_retry_s: float = STORE_RETRY_S.default_s
+    require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
+    quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
+    progress: bool = True  # rich progress bars on stderr
+
+
+@dataclass(frozen=True)
+class MatrixOutcome:
+    """The result of `run_matrix` / `resume`.
+
+    Attributes:
+        matrix_id: the matrix.
+        status: "done" when every run of the matrix is done; "interrupted" when some run is
+            interrupted or still pending; "failed" when only failed runs are left.
+        done, failed, interrupted: runs settled this call, by status.
+        pending: runs left unsent (their host was lost or has no worker).
+        wall_s: wall time of the call.
+        hosts: per-host tallies.
+        skipped: runs left to a live driver that holds them (a second resume).
+        owner: that driver, when it holds the whole matrix (this call took nothing).
+    """
+
+    matrix_id: str
+    status: str
+    done: int
+    failed: int
+    interrupted: int
+    pending: int
+    wall_s: float
+    hosts: dict[str, HostTally]
+    skipped: int = 0
+    owner: str | None = None
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a matrix; its message says how to resume it."""
+
+    def __init__(self, matrix_id: str) -> None:
+        super().__init__(f"matrix {matrix_id} interrupted; runs in flight are marked "
+                         f"interrupted; resume with: specfleet matrix resume {matrix_id}")
+        self.matrix_id = matrix_id
 
 
 @dataclass
@@ -252,11 +307,12 @@ def _make_hosts(
 
 def _loop(ctx: _Ctx) -> None:
     opts = ctx.opts
+    watching = _watching(ctx)
     while True:
         for host in ctx.hosts.values():
-            _watch(ctx, host)
+            hostwatch.watch(watching, host)
             _maybe_dispatch(ctx, host)
-        if _nothing_left(ctx):
+        if hostwatch.nothing_left(watching):
             return
         refs = [h.inflight.ref for h in ctx.hosts.values()
                 if h.inflight is not None and h.inflight.ref is not None]
@@ -267,145 +323,33 @@ def _loop(ctx: _Ctx) -> None:
         ready, _ = ray.wait(refs, num_returns=1, timeout=opts.poll_s)
         for host in ctx.hosts.values():
             if host.inflight is not None and host.inflight.ref in ready:
-                _settle(ctx, host)
+                hostwatch.settle(watching, host)
         _check_timeouts(ctx)
         assert ctx.leases is not None  # runs are in flight, so there are hosts and leases
         ctx.leases.renew(ctx.busy_machines)
         ctx.writer.heartbeat()
 
 
-def _nothing_left(ctx: _Ctx) -> bool:
-    """No host can still do anything this call: its queue is empty and nothing of ours is in
-    flight there, or it has been away longer than `host_wait_s` (then it is given up)."""
-    now = time.monotonic()
-    away = []
-    for host in ctx.hosts.values():
-        if (not host.queue and host.inflight is None) or host.health == DEAD:
-            continue
-        if host.health == HEALTHY or now - host.away_since < ctx.opts.host_wait_s:
-            return False
-        away.append(host)
-    for host in away:
-        _give_up(ctx, host, now)
-    return True
-
-
-def _give_up(ctx: _Ctx, host: HostState, now: float) -> None:
-    host.inflight = None  # a run cut loose: already `interrupted` in the store
-    _host_news(ctx, host, "gave up", f"gave up: {host.health} for "
-               f"{now - host.away_since:.0f} s, longer than --wait {ctx.opts.host_wait_s:g} s; "
-               f"{len(host.queue)} of its runs stay pending")
-
-
-def _watch(ctx: _Ctx, host: HostState) -> None:
-    """Ping a host that runs one of ours or is away; cut loose the run of a host gone silent;
-    say when it answers again."""
-    if host.health == DEAD:
-        return
-    was = host.health
-    if host.listen(ctx.opts.ping_every_s):
-        _back(ctx, host, was)
-    _end_settling(ctx, host)
-    flight = host.inflight
-    if flight is None or host.health != HEALTHY:
-        return
-    now = time.monotonic()
-    if flight.cut_at is not None:
-        _claim_if_gone(ctx, host, now)
-        return
-    silent_s = host.silent_s(now)
-    if silent_s >= ctx.opts.unreachable_after_s:
-        _cut_loose(ctx, host, silent_s, now)
-
-
-def _back(ctx: _Ctx, host: HostState, was: str) -> None:
-    """An away host answered. Back from unreachable with the same worker process, it gets
-    its next run only after as long again as it was away (`settle_max_s` at most)."""
-    now = time.monotonic()
-    away_s = now - host.away_since
-    settle = ""
-    if was == UNREACHABLE and host.same_worker():
-        settle_s = min(away_s, ctx.opts.settle_max_s)
-        host.settle_until = now + settle_s
-        settle = f"; its next run in {settle_s:.0f} s (Ray may still declare its node dead)"
-    _host_news(ctx, host, "back", f"back: answers again after {away_s:.0f} s {was}{settle}")
-
-
-def _end_settling(ctx: _Ctx, host: HostState) -> None:
-    """At the end of a host's settling time, Ray refusing its pings still (a reset connection
-    alone heals within a ping or two) means its node was declared dead after all."""
-    if not host.settle_until or host.settling(time.monotonic()):
-        return
-    host.settle_until = 0.0
-    if host.refusal:
-        host.mark_suspect()
-        _host_news(ctx, host, SUSPECT, f"suspect: its worker went away after it answered "
-                   f"again ({host.refusal})")
-
-
-def _cut_loose(ctx: _Ctx, host: HostState, silent_s: float, now: float) -> None:
-    """The worker answered no ping for `silent_s`: the run is `interrupted` now, the host
-    `unreachable` (or `suspect` when Ray refused the pings); its result is still taken if it
-    comes back."""
-    flight = host.inflight
-    assert flight is not None
-    flight.cut_at = now
-    if host.refusal:
-        host.mark_suspect()
-        why = f"worker unavailable for {silent_s:.0f} s ({host.refusal})"
-    else:
-        host.mark_unreachable(now - silent_s)
-        why = f"host unreachable for {silent_s:.0f} s"
-    _interrupt(ctx, host, flight.spec, why)
-    _host_news(ctx, host, host.health, f"{host.health}: no answer to pings for "
-               f"{silent_s:.0f} s; its run is interrupted; waiting up to "
-               f"{ctx.opts.host_wait_s:g} s for it (--wait)")
-    # Other hosts of its machine may go on: the worker's machine lock still keeps their
-    # timed runs apart from this one, should it still be running.
-    _run_over(ctx, host)
-
-
-def _claim_if_gone(ctx: _Ctx, host: HostState, now: float) -> None:
-    """A host back from away no longer runs the run we cut loose, and its reply has not come
-    within `call_timeout_s`: ask the worker for the result it kept."""
-    flight = host.inflight
-    assert flight is not None and flight.cut_at is not None
-    if flight.claimed or host.answer.get("run_key") == flight.spec.run_key:
-        flight.gone_at = None  # asked already, or still running there: its result will come
-        return
-    if flight.ref is None:  # its reply is lost: ask again once the worker answers anew
-        if host.heard > flight.heard_when_lost:
-            _claim(host, flight)
-        return
-    if flight.gone_at is None:
-        flight.gone_at = now
-    elif now - flight.gone_at >= ctx.opts.call_timeout_s:
-        _claim(host, flight)
-
-
-def _claim(host: HostState, flight: InFlight) -> None:
-    """Ray lost the reply of a run cut loose: wait for the worker's kept result instead."""
-    flight.ref, flight.claimed = host.worker.result.remote(flight.spec.run_key), True
-    host.inflight = flight
-
-
-def _claim_later(ctx: _Ctx, host: HostState, flight: InFlight, err: Exception) -> None:
-    """The worker could not be asked (it restarts: Ray declared its node dead). The result
-    is kept on the host's disk: ask the next worker process once it answers, a few times."""
-    flight.claims += 1
-    if flight.claims >= MAX_CLAIMS:
-        _late_loss(ctx, host, flight, f"its worker cannot be asked: {_one_line(err, 160)}")
-        return
-    flight.ref, flight.claimed, flight.gone_at = None, False, None
-    flight.heard_when_lost = host.heard
-    host.inflight = flight
+def _watching(ctx: _Ctx) -> hostwatch.WatchCtx:
+    """This call as `hostwatch` sees it: what it stores and tells goes through here."""
+    return hostwatch.WatchCtx(
+        opts=ctx.opts,
+        hosts=ctx.hosts,
+        host_news=partial(_host_news, ctx),
+        interrupt=partial(_interrupt, ctx),
+        fail=partial(_fail, ctx),
+        run_over=partial(_run_over, ctx),
+        store_result=partial(_store_result, ctx),
+        store_late=partial(_store_late, ctx),
+        late_loss=partial(_late_loss, ctx),
+    )
 
 
 def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     if host.health != HEALTHY or host.inflight is not None or not host.queue:
         return
     if host.settling(time.monotonic()):
-        return  # back from unreachable: Ray may still declare its node dead (see matrixcall)
+        return  # back from unreachable: Ray may still declare its node dead (see settle_max_s)
     if host.machine in ctx.busy_machines:
         return  # another host of this machine is running (same driver)
     opts = ctx.opts
@@ -437,45 +381,6 @@ def _quiet_or_say_why(ctx: _Ctx, host: HostState) -> bool:
     if host.quiet_reason and host.quiet_reason != shown:
         _emit(ctx, host, host.queue[0].run_key, "waiting", host.quiet_reason)
     return False
-
-
-def _settle(ctx: _Ctx, host: HostState) -> None:
-    flight = host.inflight
-    assert flight is not None
-    host.inflight = None
-    cut = flight.cut_at is not None  # a run cut loose freed its machine then
-    try:
-        result = ray.get(flight.ref, timeout=ctx.opts.call_timeout_s)
-    except (*WORKER_LOST, RayTaskError, GetTimeoutError) as err:
-        if not cut:
-            _lost(ctx, host, flight, err)
-        elif not flight.claimed:
-            _claim(host, flight)
-        else:
-            _claim_later(ctx, host, flight, err)
-    else:
-        if not cut:
-            _store_result(ctx, host, flight.spec, result)
-        elif result is None:
-            _late_loss(ctx, host, flight, "its host does not have it: it never finished there")
-        else:
-            _store_late(ctx, host, flight, result)
-    finally:
-        if not cut:
-            _run_over(ctx, host)
-
-
-def _lost(ctx: _Ctx, host: HostState, flight: InFlight, err: Exception) -> None:
-    if isinstance(err, RayTaskError):  # raised outside HostWorker's own error handling
-        _fail(ctx, host, flight.spec, _task_error(err))
-        return
-    why = "result not fetched in time" if isinstance(err, GetTimeoutError) \
-        else f"worker lost: {_one_line(err)}"
-    _interrupt(ctx, host, flight.spec, why)
-    host.mark_suspect()  # a detached worker with max_restarts=-1 may come back
-    if isinstance(err, WORKER_LOST):  # it may have finished first: its host keeps the result
-        flight.cut_at, flight.ref, flight.heard_when_lost = time.monotonic(), None, host.heard
-        host.inflight = flight
 
 
 def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:
@@ -624,13 +529,3 @@ def _finish(writer: StoreWriter, matrix_id: str, tallies: dict[str, HostTally], 
         hosts=tallies,
     )
 
-
-def _task_error(err: RayTaskError) -> str:
-    cause = getattr(err, "cause", None)
-    if cause is not None:
-        return _one_line(f"{type(cause).__name__}: {cause}")
-    return _one_line(err)
-
-
-def _one_line(err: object, limit: int = 500) -> str:
-    return " ".join(str(err).split())[:limit]

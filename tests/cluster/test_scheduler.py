@@ -20,8 +20,7 @@ from datetime import UTC
 import pytest
 import ray
 
-from specfleet.cluster.matrixcall import SchedulerOptions
-from specfleet.cluster.scheduler import dispatch_runs, resume, run_matrix
+from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, resume, run_matrix
 from specfleet.engine.config import LookupOptions
 from specfleet.jobs.plan import run_key
 from specfleet.jobs.run import RunSpec, Target

@@ -26,8 +26,7 @@ from typer.testing import CliRunner
 
 from specfleet.cli.main import app
 from specfleet.cluster.localfleet import LocalFleet
-from specfleet.cluster.matrixcall import SchedulerOptions
-from specfleet.cluster.scheduler import run_matrix
+from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec_files import load_matrix_spec
