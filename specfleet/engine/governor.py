@@ -70,9 +70,13 @@ class GovernorState:
 class DraftGovernor(Protocol):
     """What the round loop asks of a policy.
 
-    A policy class subclasses it to inherit `size`, the spec's identity: the loop then drafts
-    `index.find(context, config)[:budget]` exactly (spec 2.4 (c)).
+    A policy class subclasses it to inherit `size`, the spec's identity, and `cycles` false:
+    the loop then drafts `index.find(context, config)[:budget]` exactly (spec 2.4 (c)).
     """
+
+    # True: a proposal the context's end cut short continues as its cycle (`lookup.cycle_out`);
+    # the spec's policies draft the spec's proposal only.
+    cycles: ClassVar[bool] = False
 
     def budget(self) -> int:
         """Proposals allowed this round; called exactly once per loop iteration."""

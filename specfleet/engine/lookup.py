@@ -54,19 +54,40 @@ class NgramIndex:
                 self._maps[n][tuple(context[start : end + 1])] = start
         self.indexed_len = max(self.indexed_len, length)
 
-    def find(self, context: Sequence[int], max_draft: int) -> list[int]:
+    def find(self, context: Sequence[int], max_draft: int, cyclic: bool = False) -> list[int]:
         """Look up the context's suffix, longest first; at most `max_draft` tokens."""
-        return self.match(context, max_draft)[0]
+        return self.match(context, max_draft, cyclic)[0]
 
-    def match(self, context: Sequence[int], max_draft: int) -> tuple[list[int], int]:
-        """`find`'s proposal and the length of the suffix that matched (0: none did)."""
+    def match(self, context: Sequence[int], max_draft: int,
+              cyclic: bool = False) -> tuple[list[int], int]:
+        """`find`'s proposal and the length of the suffix that matched (0: none did).
+
+        With `cyclic`, a proposal cut short by the context's end is repeated up to
+        `max_draft` (`cycle_out`); the spec's drafter never is (spec 1.3)."""
         length = len(context)
         top = min(self.ngram_max, max(length - 1, 0))
         for n in range(top, self.ngram_min - 1, -1):
             start = self._maps[n].get(tuple(context[length - n :]))
             if start is not None:
-                return list(context[start + n : min(start + n + max_draft, length)]), n
+                proposal = list(context[start + n : min(start + n + max_draft, length)])
+                return (cycle_out(proposal, max_draft) if cyclic else proposal), n
         return [], 0
+
+
+def cycle_out(proposal: Sequence[int], max_draft: int) -> list[int]:
+    """A proposal the context's end cut short (fewer than `max_draft` tokens), continued as
+    the cycle it implies; a full one as it is.
+
+    The suffix matched `len(proposal)` tokens before itself, so the text since that match
+    is one period of a cycle; were it to go on, the tokens after the proposal would be the
+    proposal again (a reply caught in a loop, which greedy decoding of a small model often
+    is). An earliest-match lookup such as transformers' reads the same continuation from
+    an old turn of the loop.
+    """
+    if not proposal:
+        return []
+    turns = -(-max_draft // len(proposal))
+    return (list(proposal) * turns)[:max_draft]
 
 
 @dataclass(frozen=True)

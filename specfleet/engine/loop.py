@@ -254,7 +254,7 @@ def _look_up(
                 shadow = ShadowProbe(start=len(context), proposal=tuple(proposal))
         return NO_DRAFT, shadow
     index.extend(context)
-    proposal, ngram = index.match(context, budget)
+    proposal, ngram = index.match(context, budget, governor.cycles)
     return proposal[: governor.size(proposal, ngram)], shadow
 
 

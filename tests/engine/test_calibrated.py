@@ -156,6 +156,24 @@ def test_a_long_copy_is_verified_in_a_few_blocks_that_widen_as_it_holds():
     assert len(widths) <= 5 and max(widths) == 33 and widths[:2] == sorted(widths[:2])
 
 
+def test_a_reply_caught_in_a_loop_is_drafted_through_it_not_one_period_a_round(monkeypatch):
+    prompt = [7, 8, 9, 10, 11]
+    reply = [20, 21, 22] * 20  # greedy decoding stuck in a three-token cycle
+
+    def run():
+        return generate(ScriptModel(prompt + reply), prompt, max_tokens=len(reply),
+                        lookup=calibrated(max_draft=32), trace=True)
+
+    cycling = run()
+    monkeypatch.setattr(CalibratedGovernor, "cycles", False)
+    one_period = run()
+    assert cycling.tokens == one_period.tokens == reply
+    widths = [t.width for t in cycling.trace if t.kind == "verify"]
+    assert max(widths) > 4  # wider than a period and its bonus row
+    assert max(t.width for t in one_period.trace if t.kind == "verify") <= 4
+    assert cycling.stats.rounds < one_period.stats.rounds
+
+
 def test_an_empty_lookup_ends_the_match_a_dropped_draft_does_not():
     governor = CalibratedGovernor(32, CHEAP)
     governor.record(5, 5)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.governor import SHADOW_CONFIRM
-from specfleet.engine.lookup import NgramIndex, ShadowProbe, find_draft
+from specfleet.engine.lookup import NgramIndex, ShadowProbe, cycle_out, find_draft
 from specfleet.engine.runners.toy import lcg_tokens
 
 
@@ -145,3 +145,32 @@ def test_shadow_probe_settles_on_the_first_two_emitted_tokens():
     assert probe.settle([0, 0, 0, 7, 8, 1]) is True  # only two count
     assert probe.settle([0, 0, 0, 6]) is False  # decided at the first mismatch
     assert probe.settle([0, 0, 0, 7, 1]) is False
+
+
+def test_a_proposal_cut_short_by_the_context_s_end_is_cycled_only_when_asked():
+    context = [9, 1, 2, 3, 1, 2, 3, 1, 2]  # a reply caught in the cycle 3, 1, 2
+    index = NgramIndex(2, 3)
+    index.extend(context)
+    # The latest earlier [3, 1, 2] ends one period back: the spec proposes that period only.
+    assert index.find(context, 7) == [3, 1, 2] == find_draft(context, cfg(3, 2, 7))
+    assert index.match(context, 7, cyclic=True) == ([3, 1, 2, 3, 1, 2, 3], 3)
+
+
+def test_cycle_out_repeats_a_short_proposal_and_leaves_a_full_one():
+    assert cycle_out([4, 5], 5) == [4, 5, 4, 5, 4]
+    assert cycle_out([4, 5, 6], 3) == [4, 5, 6]  # cut by max_draft, not by the end
+    assert cycle_out([], 4) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(1, 10_000), length=st.integers(2, 60), max_draft=st.integers(1, 12))
+def test_a_cycled_proposal_starts_with_the_spec_s_and_continues_its_period(seed, length,
+                                                                           max_draft):
+    context = lcg_tokens(seed, length, 3)
+    index = NgramIndex(1, 3)
+    index.extend(context)
+    plain = index.find(context, max_draft)
+    cycled = index.find(context, max_draft, cyclic=True)
+    assert cycled[: len(plain)] == plain
+    assert len(cycled) == (max_draft if plain else 0)
+    assert all(cycled[i] == cycled[i - len(plain)] for i in range(len(plain), len(cycled)))

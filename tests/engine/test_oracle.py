@@ -13,7 +13,7 @@ import specfleet.engine.loop as loop_module
 from specfleet.engine.calibrated import width_cost
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.governor import DraftGovernor, GovernorState
-from specfleet.engine.lookup import find_draft
+from specfleet.engine.lookup import cycle_out, find_draft
 from specfleet.engine.loop import generate
 from specfleet.engine.oracle import oracle
 from specfleet.engine.predict import replay, replay_runner, trace_cost
@@ -29,7 +29,8 @@ TABLES = {"gb10-1.7b": GB10_17B, "gb10-8b": GB10_8B, "apple": APPLE, "cpu": CPU,
 
 def schedules(prompt, reply, stop, max_tokens, lookup, costs, refeeds):
     """Every schedule as (cost, drafts per round): each verify simulated row by row as the
-    loop runs it, proposals from the reference scan, a plain step min(1, cost(1))."""
+    loop runs it, proposals from the reference scan (cycled where cut short, as a cycling
+    policy drafts), a plain step min(1, cost(1))."""
     end = len(reply) + (1 if stop == "eos" and reply else 0)
     targets = [*reply, None]
 
@@ -39,7 +40,7 @@ def schedules(prompt, reply, stop, max_tokens, lookup, costs, refeeds):
             return
         for cost, rest in from_(position + 1):
             yield min(1.0, costs[0]) + cost, (0, *rest)
-        draft = find_draft([*prompt, *reply[:position]], lookup)
+        draft = cycle_out(find_draft([*prompt, *reply[:position]], lookup), lookup.max_draft)
         for k in range(1, min(len(draft), max_tokens - position - 1) + 1):
             accepted, row = 0, 0
             for row in range(k + 1):
@@ -86,7 +87,9 @@ def test_the_dp_equals_the_cheapest_of_every_schedule_on_replies_up_to_8_tokens(
 
 class ScriptedGovernor(DraftGovernor):
     """Budgets read from a list, one per round (the oracle's drafts); the inherited `size`
-    verifies the whole proposal cut to that budget."""
+    verifies the whole proposal cut to that budget, cycled as the oracle's are."""
+
+    cycles = True
 
     def __init__(self, budgets):
         self.budgets = list(budgets)
@@ -255,10 +258,11 @@ def test_efficiency_of_a_free_policy_is_one():
 
 
 def test_a_hand_worked_reply():
-    # Position 1 proposes [2, 1], position 3 [2, 1, 2] of which the token limit leaves room
-    # for two; drafting both at 1 then one at 4 costs the same, and ties keep the shorter draft.
+    # The context's end cuts every proposal short, so each is cycled: position 1 proposes
+    # [2, 1, 2], position 2 [1, 2, 1]. A plain step then all three at 2 cost 2.0, as two at 1
+    # then one at 4 would (the uncycled schedule); the first cheapest schedule is kept.
     best = oracle([1, 2, 1, 2], [1, 2, 1, 2, 1, 2], stop_reason="max_tokens", max_tokens=6,
                   lookup=PromptLookupConfig(2, 1, 3), costs=(1.0, 1.0, 1.0, 1.0))
     assert [(s.position, s.draft, s.accepted, s.emitted) for s in best.steps] == [
-        (1, 1, 1, 2), (3, 2, 2, 3)]
+        (1, 0, 0, 1), (2, 3, 3, 4)]
     assert best.cost_steps == 2.0
