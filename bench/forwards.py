@@ -1,0 +1,176 @@
+"""Forward passes side by side: what each prompt-lookup arm asks of the model, free of timing
+noise (torch, the bundled model).
+
+For each prompt, transformers' prompt lookup (10 tokens) and specfleet's plain, graded and
+calibrated arms generate the same greedy reply once; a hook on the model's `forward` records
+the width (query tokens) of every decode forward. Each arm's decode then costs, under a
+width-cost table (verify width w = `costs[w-1]` pipelined plain steps), the sum over its
+forwards: a speed-up free of the box's noise (`plain cost / arm cost`), beside the forwards'
+measured seconds. The table is this engine's quick calibration unless `--costs` gives one.
+The record also gives each reply's loop share (`engine.stats.loop_share`: the part inside a
+trailing repeated cycle): in a period-p cycle the spec's drafter proposes at most p tokens a round (spec 1.3, no cyclic self-extension), while
+transformers' earliest-match search runs `prompt_lookup_num_tokens` through the cycle.
+
+    .venv/bin/python bench/forwards.py --out docs/benchmark_results/forwards.md
+    .venv/bin/python bench/forwards.py --prompts list_copy,story --tokens 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.peers import HF_LOOKUP_TOKENS, environment  # noqa: E402
+from bench.policies import MODEL, prompt_texts  # noqa: E402
+from bench.policies_prompts import kind_of  # noqa: E402
+
+DEFAULT_PROMPTS = ("edit_fn", "edit_json", "summary", "list_copy", "rename_var", "csv_fix",
+                   "write", "story")
+
+
+@dataclass(frozen=True)
+class ArmForwards:
+    """One arm's decode forwards on one prompt."""
+
+    arm: str
+    tokens: list[int]
+    widths: list[int]  # query width of every decode forward, in order
+    seconds: float  # the decode forwards' measured time, summed
+
+    def cost(self, costs: Sequence[float]) -> float:
+        """Decode cost in pipelined plain steps under `costs` (widths past it: linear)."""
+        top = len(costs)
+        return sum(costs[w - 1] if w <= top else costs[-1] * w / top for w in self.widths)
+
+
+class ForwardLog:
+    """Wraps a torch model's `forward` to record each call's query width and seconds."""
+
+    def __init__(self, model) -> None:
+        self.calls: list[tuple[int, float]] = []
+        inner = model.forward
+
+        def forward(*args, **kwargs):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            start_s = time.perf_counter()
+            out = inner(*args, **kwargs)
+            width = int(ids.shape[1]) if ids is not None else 0
+            self.calls.append((width, time.perf_counter() - start_s))
+            return out
+
+        model.forward = forward
+
+    def record(self, arm: str, run: Callable[[], list[int]]) -> ArmForwards:
+        """Run `run` and keep its decode forwards (the first call is the prefill)."""
+        self.calls.clear()
+        tokens = run()
+        decode = self.calls[1:]
+        return ArmForwards(arm, tokens, [w for w, _ in decode], sum(s for _, s in decode))
+
+
+def arms(runner, ids: list[int], max_tokens: int, costs: tuple[float, ...]):
+    """(name, zero-argument call returning the reply's tokens) per arm."""
+    import torch
+
+    from specfleet.engine.config import PromptLookupConfig
+    from specfleet.engine.loop import generate, warm_up_verify_widths
+
+    eos = sorted(runner.eos_ids)
+
+    def hf_lookup() -> list[int]:
+        input_ids = torch.tensor([ids], dtype=torch.long)
+        with torch.inference_mode():
+            out = runner.model.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens,
+                do_sample=False, eos_token_id=eos, pad_token_id=eos[0],
+                prompt_lookup_num_tokens=HF_LOOKUP_TOKENS)
+        reply = out[0, len(ids):].tolist()
+        return reply[:next((i for i, t in enumerate(reply) if t in eos), len(reply))]
+
+    def ours(lookup) -> Callable[[], list[int]]:
+        return lambda: list(generate(runner, ids, max_tokens=max_tokens, lookup=lookup).tokens)
+
+    policy = {"graded": PromptLookupConfig(max_draft=7, policy="graded"),
+              "calibrated": PromptLookupConfig(max_draft=32, policy="calibrated", costs=costs)}
+    warm_up_verify_widths(runner, ids, 32)  # every width either arm verifies, untimed
+    return [(f"hf_lookup{HF_LOOKUP_TOKENS}", hf_lookup), ("plain", ours(None)),
+            *((name, ours(config)) for name, config in policy.items())]
+
+
+def measure_costs(runner, given: str | None) -> tuple[float, ...]:
+    """The width-cost table: `given` (comma list, widths 1..n) or a quick calibration."""
+    if given:
+        return tuple(float(x) for x in given.split(","))
+    from specfleet.engine.widthcosts import QUICK, measure_width_costs
+
+    return tuple(measure_width_costs(runner, replace(QUICK, max_width=33)).ratio)
+
+
+def render(rows: list[dict], costs: tuple[float, ...], env: dict, command: str) -> str:
+    names = [a.arm for a in rows[0]["arms"]]
+    out = ["# Forward passes side by side (torch, bundled model)", "",
+           f"Command: `{command}`", "",
+           "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
+           "Width costs (pipelined plain steps, widths 1..n): "
+           + " ".join(f"{c:.2f}" for c in costs), "",
+           "Per arm: decode forwards, their widths (width x count), decode cost under the "
+           "table and the speed-up it gives over plain (`cost x`), and the forwards' measured "
+           "seconds. `loop share`: the part of the reply inside a trailing repeated cycle.", "",
+           "| prompt | kind | loop share | " + " | ".join(names) + " |",
+           "|---|---|---|" + "---|" * len(names)]
+    for row in rows:
+        plain = next(a for a in row["arms"] if a.arm == "plain").cost(costs)
+        cells = []
+        for arm in row["arms"]:
+            widths = ", ".join(f"{w}x{n}" for w, n in sorted(Counter(arm.widths).items()))
+            cells.append(f"{len(arm.widths)} fwd ({widths}); cost {arm.cost(costs):.1f} = "
+                         f"{plain / arm.cost(costs):.2f}x; {arm.seconds:.2f} s")
+        out.append(f"| {row['prompt']} | {row['kind']} | {row['loop']:.2f} | "
+                   + " | ".join(cells) + " |")
+    differ = [row["prompt"] for row in rows
+              if len({tuple(a.tokens) for a in row["arms"]}) > 1]
+    out += ["", "Replies identical across arms: " + ("yes" if not differ else
+                                                     "no: " + ", ".join(differ)), ""]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", default=",".join(DEFAULT_PROMPTS))
+    parser.add_argument("--tokens", type=int, default=48, help="new tokens per reply")
+    parser.add_argument("--costs", default=None,
+                        help="width costs 1..n, comma list (default: a quick calibration)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    from specfleet.cli.localmodel import load_model
+    from specfleet.engine.stats import loop_share
+
+    runner = load_model(MODEL, "torch", "cpu").runner
+    costs = measure_costs(runner, args.costs)
+    log = ForwardLog(runner.model)
+    rows = []
+    for name, text in prompt_texts(args):
+        ids = runner.encode_prompt(text, chat=True)
+        results = [log.record(arm, run) for arm, run in arms(runner, ids, args.tokens, costs)]
+        rows.append({"prompt": name, "kind": kind_of(name), "arms": results,
+                     "loop": loop_share(results[1].tokens)})
+        print(f"{name}: " + "; ".join(f"{a.arm} {len(a.widths)} fwd" for a in results),
+              file=sys.stderr)
+    command = "python bench/forwards.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = render(rows, costs, environment(), command)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
