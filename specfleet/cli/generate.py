@@ -10,10 +10,9 @@ shared with `calibrate.py` (`localmodel.py`).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,18 +22,26 @@ import typer
 
 from specfleet.cli.generate_io import ReplyStream, footer_lines, read_prompt
 from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, stored_or_measured_costs
-from specfleet.cli.options import DeviceOption, EngineOption, LocalModelOption
+from specfleet.cli.options import (
+    LOOKUP_FLAG_PREFIX,
+    DeviceOption,
+    EngineOption,
+    LocalModelOption,
+    MaxDraftOption,
+    NgramMaxOption,
+    NgramMinOption,
+    NoAdaptiveOption,
+    lookup_given,
+    with_policy_option_flags,
+)
 from specfleet.engine.config import (
     DEFAULT_MAX_DRAFT,
     DEFAULT_NGRAM_MAX,
     DEFAULT_NGRAM_MIN,
     POLICY_CHOICES,
-    POLICY_NAMES,
-    POLICY_OPTIONS,
     ConfigError,
     PolicyChoice,
     PromptLookupConfig,
-    default_max_draft,
     needs_costs,
     options_for,
     resolve_policy,
@@ -43,10 +50,6 @@ from specfleet.engine.kinds import choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.spec import MAX_TOKENS_LIMIT, SEED_RANGE, TEMPERATURE_RANGE
 from specfleet.workers.loaded import LoadedModel
-
-# ConfigError messages start with the bound's short name; the CLI names the whole flag.
-_LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
-_OWN_PREFIX = "own_"  # a policy option flag's parameter name: never one of generate's own
 
 
 def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
@@ -80,7 +83,7 @@ def lookup_config(
             return config
         return config.validate()
     except ConfigError as err:
-        raise UserError(f"{_LOOKUP_FLAG_PREFIX}{err}") from None
+        raise UserError(f"{LOOKUP_FLAG_PREFIX}{err}") from None  # it names the bound
 
 
 def encode(runner: Any, text: str, chat: bool | None, system: str | None = None) -> list[int]:
@@ -316,33 +319,7 @@ def print_result(
         typer.echo("[Loop guard] the reply repeated itself; stopped", err=True)
 
 
-def max_draft_help() -> str:
-    """`Default 7; 32 for calibrated.`: each policy's own default, from the registry."""
-    own = [f"{default_max_draft(name)} for {name}" for name in POLICY_NAMES
-           if default_max_draft(name) != DEFAULT_MAX_DRAFT]
-    return "; ".join([f"Default {DEFAULT_MAX_DRAFT}", *own]) + "."
-
-
-def _policy_option_flags(command: Callable[..., None]) -> Callable[..., None]:
-    """Give `command` a `--prompt-lookup-NAME` flag per policy option (`POLICY_OPTIONS`),
-    after `--prompt-lookup-no-adaptive`; their values reach its `**own` by option name."""
-    signature = inspect.signature(command, eval_str=True)
-    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    flags = [
-        inspect.Parameter(
-            f"{_OWN_PREFIX}{option.name}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            default=None, annotation=Annotated[int | None, typer.Option(
-                _LOOKUP_FLAG_PREFIX + option.name.replace("_", "-"), help=option.help)],
-        )
-        for option in POLICY_OPTIONS.values()
-    ]
-    at = next(i for i, p in enumerate(params) if p.name == "no_adaptive") + 1
-    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*params[:at], *flags, *params[at:]])
-    return command
-
-
-@_policy_option_flags
+@with_policy_option_flags
 def generate_command(
     model: LocalModelOption,
     prompt: Annotated[str | None, typer.Option(
@@ -368,15 +345,10 @@ def generate_command(
     policy: Annotated[
         PolicyChoice, typer.Option("--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")
     ] = "auto",
-    ngram_min: Annotated[int, typer.Option("--prompt-lookup-ngram-min")] = DEFAULT_NGRAM_MIN,
-    ngram_max: Annotated[int, typer.Option("--prompt-lookup-ngram-max")] = DEFAULT_NGRAM_MAX,
-    max_draft: Annotated[
-        int | None,
-        typer.Option("--prompt-lookup-max-draft", help=max_draft_help()),
-    ] = None,
-    no_adaptive: Annotated[
-        bool, typer.Option("--prompt-lookup-no-adaptive", help="Always propose max-draft tokens.")
-    ] = False,
+    ngram_min: NgramMinOption = DEFAULT_NGRAM_MIN,
+    ngram_max: NgramMaxOption = DEFAULT_NGRAM_MAX,
+    max_draft: MaxDraftOption = None,
+    no_adaptive: NoAdaptiveOption = False,
     chat: Annotated[
         bool | None,
         typer.Option(
@@ -401,12 +373,7 @@ def generate_command(
     The reply streams to stdout as its tokens are decided; the footer gives the whole call,
     the prompt (prefill) and generation (decode) rates apart, and peak memory.
     """
-    lookup: dict[str, Any] = {"ngram_min": ngram_min, "ngram_max": ngram_max,
-                              "adaptive": not no_adaptive}
-    if max_draft is not None:
-        lookup["max_draft"] = max_draft
-    lookup.update({name.removeprefix(_OWN_PREFIX): value for name, value in own.items()
-                   if value is not None})
+    lookup = lookup_given(ngram_min, ngram_max, max_draft, no_adaptive, own)
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),
         max_tokens=max_tokens,

@@ -18,11 +18,17 @@ from specfleet.cli.options import (
     AddressOption,
     DbOption,
     EmbeddedOption,
+    MaxDraftOption,
     MaxWidthOption,
     ModelAliasOption,
+    NgramMaxOption,
+    NgramMinOption,
     NoProgressOption,
+    lookup_given,
+    with_policy_option_flags,
 )
 from specfleet.cluster.reach import open_fleet
+from specfleet.engine.config import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, options_for
 from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target
@@ -36,25 +42,33 @@ CALIBRATE_TIMEOUT_S = 1800.0
 
 
 @app.command("generate")
+@with_policy_option_flags
 def generate(
     prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line.")],
     target: Annotated[str, typer.Option("--target", help="HOST/ENGINE or HOST/ENGINE/DEVICE.")],
     policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(OWN_ARMS)}.")] = "auto",
+    ngram_min: NgramMinOption = DEFAULT_NGRAM_MIN,
+    ngram_max: NgramMaxOption = DEFAULT_NGRAM_MAX,
+    max_draft: MaxDraftOption = None,
     model: ModelAliasOption = DEFAULT_MODEL,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
     db: DbOption = None,
     no_progress: NoProgressOption = False,
+    **own: int | None,
 ) -> None:
     """Run a batch of prompts on one target, store the outputs as a generation job, print them.
 
-    Exit status 0 when every prompt is done, 1 otherwise.
+    The `--prompt-lookup-*` settings are `generate`'s (`--policy fixed`: max-draft tokens
+    every round). Exit status 0 when every prompt is done, 1 otherwise.
     """
     from specfleet.jobs.batch import load_generate_job, select_target
     from specfleet.jobs.plan import plan_generate_runs
 
-    options: dict[str, Any] = {"model": model, "target": target, "policy": policy}
+    given = lookup_given(ngram_min, ngram_max, max_draft, False, own)  # fixed: the policy
+    options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
+                               "lookup": options_for(policy, given)}
     if max_tokens is not None:
         options["max_tokens"] = max_tokens
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet

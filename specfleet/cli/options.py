@@ -1,7 +1,8 @@
 """Options several commands share, declared once: the store (`--db`), the fleet
 (`--address`, `--embedded`) and how a fleet run waits and shows progress, the model a
-command names, the local model's engine and device, the calibration width, `--format` of
-every table-printing command and `--rate` of those that print speed-ups.
+command names, the local model's engine and device, the calibration width, the
+`--prompt-lookup-*` settings (`generate`, `job generate`), `--format` of every
+table-printing command and `--rate` of those that print speed-ups.
 
 Each is an `Annotated` type; a command gives the default (`db: DbOption = None`). Choices
 and bounds are Typer's to check (a `Literal` type, `min=`/`max=`): a wrong value is one
@@ -10,11 +11,19 @@ and bounds are Typer's to check (a `Literal` type, `min=`/`max=`): a wrong value
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
 
 import typer
 
-from specfleet.engine.config import MAX_DRAFT_LIMIT
+from specfleet.engine.config import (
+    DEFAULT_MAX_DRAFT,
+    MAX_DRAFT_LIMIT,
+    POLICY_NAMES,
+    POLICY_OPTIONS,
+    default_max_draft,
+)
 from specfleet.engine.kinds import (
     DEVICE_CHOICES,
     MODEL_ENGINES,
@@ -55,6 +64,61 @@ DeviceOption = Annotated[DeviceChoice, typer.Option(
 MAX_WIDTH_LIMIT = MAX_DRAFT_LIMIT + 1
 MaxWidthOption = Annotated[int, typer.Option(
     "--max-width", min=1, max=MAX_WIDTH_LIMIT, help="Widest verify block measured.")]
+
+# Prompt-lookup settings; `lookup_given` gathers them by `LookupOptions` field name. Bounds
+# are `PromptLookupConfig.validate`'s, whose errors name the flag (`LOOKUP_FLAG_PREFIX`).
+LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
+_OWN_PREFIX = "own_"  # a policy option flag's parameter name: never one of a command's own
+
+
+def max_draft_help() -> str:
+    """`Default 7; 32 for calibrated.`: each policy's own default, from the registry."""
+    own = [f"{default_max_draft(name)} for {name}" for name in POLICY_NAMES
+           if default_max_draft(name) != DEFAULT_MAX_DRAFT]
+    return "; ".join([f"Default {DEFAULT_MAX_DRAFT}", *own]) + "."
+
+
+NgramMinOption = Annotated[int, typer.Option(
+    "--prompt-lookup-ngram-min", help="Shortest suffix looked up.")]
+NgramMaxOption = Annotated[int, typer.Option(
+    "--prompt-lookup-ngram-max", help="Longest suffix looked up (tried first).")]
+MaxDraftOption = Annotated[int | None, typer.Option(
+    "--prompt-lookup-max-draft", help=max_draft_help())]
+NoAdaptiveOption = Annotated[bool, typer.Option(
+    "--prompt-lookup-no-adaptive", help="Always propose max-draft tokens.")]
+
+
+def with_policy_option_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` a `--prompt-lookup-NAME` flag per policy option (`POLICY_OPTIONS`),
+    after its `max_draft` parameter; their values reach its `**own` (`lookup_given`)."""
+    signature = inspect.signature(command, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    flags = [
+        inspect.Parameter(
+            f"{_OWN_PREFIX}{option.name}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=None, annotation=Annotated[int | None, typer.Option(
+                LOOKUP_FLAG_PREFIX + option.name.replace("_", "-"), help=option.help)],
+        )
+        for option in POLICY_OPTIONS.values()
+    ]
+    at = next(i for i, p in enumerate(params) if p.name == "max_draft") + 1
+    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*params[:at], *flags, *params[at:]])
+    return command
+
+
+def lookup_given(ngram_min: int, ngram_max: int, max_draft: int | None, no_adaptive: bool,
+                 own: Mapping[str, int | None]) -> dict[str, Any]:
+    """The prompt-lookup flags by `LookupOptions` field name (policy options by their own);
+    `max_draft` only when given, so the policy's own default applies (`options_for`)."""
+    given: dict[str, Any] = {"ngram_min": ngram_min, "ngram_max": ngram_max,
+                             "adaptive": not no_adaptive}
+    if max_draft is not None:
+        given["max_draft"] = max_draft
+    given.update({name.removeprefix(_OWN_PREFIX): value for name, value in own.items()
+                  if value is not None})
+    return given
+
 
 FORMAT_ALIASES = {"md": "markdown"}  # llama-bench's `-o md`
 

@@ -446,6 +446,11 @@ NAMED = {
                                                  "{here}/b.jsonl", "--target", "h/toy",
                                                  "--db", "{db}"],
         ["{here}/b.jsonl: not UTF-8 text (byte 0); expected a JSONL file"]),
+    "job generate: --prompt-lookup-max-draft 0": (
+        {}, files(b__jsonl='{"prompt": "hi"}\n'), [
+            "job", "generate", "--prompts", "{here}/b.jsonl", "--target", "h/toy",
+            "--prompt-lookup-max-draft", "0", "--db", "{db}"],
+        ["--prompt-lookup-max-draft: max-draft must be at least 1"]),
     # Refused before the model loads: measuring first took minutes before the store failed.
     "calibrate --store: --db a directory": (
         {}, files(d="dir"), ["calibrate", "-m", "smollm2-135m", "--quick", "--store", "--db",

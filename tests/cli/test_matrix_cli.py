@@ -164,7 +164,8 @@ def test_job_generate_and_calibrate(fleet, tmp_path, db):
     prompts = write(tmp_path, "batch.jsonl",
                     '{"name": "a", "prompt": "abcabc"}\n{"prompt": "xyzxyz", "max_tokens": 5}\n')
     result = invoke("job", "generate", "--prompts", prompts, "--target", "beta/toy",
-                    "--model", "script:1ms", "--max-tokens", "9", "--address", fleet.address,
+                    "--model", "script:1ms", "--max-tokens", "9", "--policy", "calibrated",
+                    "--prompt-lookup-ngram-max", "4", "--address", fleet.address,
                     "--db", db, "--no-progress")
     assert result.exit_code == 0, (result.stdout, result.stderr)
     assert "== a: 9 tokens" in result.stdout and "== line-2: 5 tokens" in result.stdout
@@ -174,13 +175,17 @@ def test_job_generate_and_calibrate(fleet, tmp_path, db):
     assert [(r.prompt_name, r.host, r.status) for r in rows] == [
         ("a", "beta", "done"), ("line-2", "beta", "done")]
     assert rows[0].output_text == "abcabcabc"  # the script model copies its prompt
+    # The flags reach the worker; the max draft not given is the policy's own (32).
+    assert {(r.lookup["ngram_max"], r.lookup["max_draft"]) for r in rows} == {(4, 32)}
     cal = invoke("job", "calibrate", "--model", "script", "--engine", "toy", "--max-width", "3",
                  "--address", fleet.address, "--db", db)
     assert cal.exit_code == 0, (cal.stdout, cal.stderr)
     with open_store(db) as store:
         costs = store.width_costs(engine="toy")
-    assert sorted((c.host, c.width) for c in costs) == [
+    assert sorted((c.host, c.width) for c in costs if c.model == "script") == [
         (h, w) for h in ("alpha", "beta") for w in (1, 2, 3)]
+    # The calibrated batch found no table for its model on beta: it measured one and kept it.
+    assert {(c.host, c.model) for c in costs if c.model != "script"} == {("beta", "script:1ms")}
 
 
 BAD_FILES = {
