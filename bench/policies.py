@@ -43,7 +43,14 @@ from bench.peers import (  # noqa: E402
     measure,
     transformers_arm,
 )
-from bench.policies_prompts import COPY_HEAVY, OWN_PROMPTS, PROSE  # noqa: E402
+from bench.policies_prompts import (  # noqa: E402
+    COPY_HEAVY,
+    HELD_OUT_COPY_HEAVY,
+    HELD_OUT_DIR,
+    HELD_OUT_PROSE,
+    OWN_PROMPTS,
+    PROSE,
+)
 
 CONFIG_PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
 MODEL = "smollm2-135m"
@@ -117,6 +124,8 @@ def prompt_texts(args: argparse.Namespace) -> list[tuple[str, str]]:
     for name in args.prompts.split(","):
         if name in OWN_PROMPTS:
             out.append((name, OWN_PROMPTS[name]))
+        elif name in HELD_OUT_COPY_HEAVY or name in HELD_OUT_PROSE:
+            out.append((name, (HELD_OUT_DIR / f"{name}.txt").read_text(encoding="utf-8")))
         else:
             out.append((name, (prompts_dir() / f"{name}.txt").read_text(encoding="utf-8")))
     return out
