@@ -2,7 +2,8 @@
 noise (torch, the bundled model).
 
 For each prompt, transformers' prompt lookup (10 tokens) and specfleet's plain, graded and
-calibrated arms generate the same greedy reply once; a hook on the model's `forward` records
+calibrated arms (and calibrated on the spec's proposals only, `calibrated_uncycled`: as it
+was before it cycled a cut-short proposal) generate the same greedy reply once; a hook on the model's `forward` records
 the width (query tokens) of every decode forward. Each arm's decode then costs, under a
 width-cost table (verify width w = `costs[w-1]` pipelined plain steps), the sum over its
 forwards: a speed-up free of the box's noise (`plain cost / arm cost`), beside the forwards'
@@ -80,6 +81,7 @@ def arms(runner, ids: list[int], max_tokens: int, costs: tuple[float, ...]):
     """(name, zero-argument call returning the reply's tokens) per arm."""
     import torch
 
+    from specfleet.engine.calibrated import CalibratedGovernor
     from specfleet.engine.config import PromptLookupConfig
     from specfleet.engine.loop import generate, warm_up_verify_widths
 
@@ -98,11 +100,22 @@ def arms(runner, ids: list[int], max_tokens: int, costs: tuple[float, ...]):
     def ours(lookup) -> Callable[[], list[int]]:
         return lambda: list(generate(runner, ids, max_tokens=max_tokens, lookup=lookup).tokens)
 
+    def uncycled(config) -> Callable[[], list[int]]:
+        """`config` with the spec's proposals only: calibrated as it was before it cycled."""
+        def run() -> list[int]:
+            CalibratedGovernor.cycles = False
+            try:
+                return ours(config)()
+            finally:
+                CalibratedGovernor.cycles = True
+        return run
+
     policy = {"graded": PromptLookupConfig(max_draft=7, policy="graded"),
               "calibrated": PromptLookupConfig(max_draft=32, policy="calibrated", costs=costs)}
     warm_up_verify_widths(runner, ids, 32)  # every width either arm verifies, untimed
     return [(f"hf_lookup{HF_LOOKUP_TOKENS}", hf_lookup), ("plain", ours(None)),
-            *((name, ours(config)) for name, config in policy.items())]
+            *((name, ours(config)) for name, config in policy.items()),
+            ("calibrated_uncycled", uncycled(policy["calibrated"]))]
 
 
 def measure_costs(runner, given: str | None) -> tuple[float, ...]:
