@@ -25,8 +25,8 @@ landed proposals over verified ones at that depth, decayed by `DECAY` per drafte
 over a prior worth `PRIOR_WEIGHT` proposals at (1 + d) / (2 + d) (a uniform prior on each
 match's own rate, after d tokens held). A rejection ends the match (the bonus row is the
 model's own token, so the next lookup is a fresh one); a draft that lands whole keeps it.
-A lookup that finds nothing ends the match too. A proposal the context's end cut short is
-drafted as the cycle it implies (`cycles`, `lookup.cycle_out`). No clock is read. The n-gram length the
+A lookup that finds nothing ends the match too. A reply caught in a loop is drafted
+through it (`cycles`, `lookup.cycle_out`). No clock is read. The n-gram length the
 proposal matched on is not used: splitting the hazards by it (or counting it as held depth)
 measured worse (docs/benchmark_results/oracle-policy.md). While it drafts nothing the loop
 keeps looking up two-token shadow probes (as for a paused Gated loop); a confirmed probe is

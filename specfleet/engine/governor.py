@@ -74,8 +74,8 @@ class DraftGovernor(Protocol):
     the loop then drafts `index.find(context, config)[:budget]` exactly (spec 2.4 (c)).
     """
 
-    # True: a proposal the context's end cut short continues as its cycle (`lookup.cycle_out`);
-    # the spec's policies draft the spec's proposal only.
+    # True: in a loop, a proposal the context's end cut short continues as the cycle
+    # (`lookup.cycle_out`); the spec's policies draft the spec's proposal only.
     cycles: ClassVar[bool] = False
 
     def budget(self) -> int:

@@ -62,31 +62,35 @@ class NgramIndex:
               cyclic: bool = False) -> tuple[list[int], int]:
         """`find`'s proposal and the length of the suffix that matched (0: none did).
 
-        With `cyclic`, a proposal cut short by the context's end is repeated up to
-        `max_draft` (`cycle_out`); the spec's drafter never is (spec 1.3)."""
+        With `cyclic`, a proposal cut short by the context's end of a context that ends in
+        two turns of it is repeated up to `max_draft` (`cycle_out`); the spec's drafter never
+        is (spec 1.3)."""
         length = len(context)
         top = min(self.ngram_max, max(length - 1, 0))
         for n in range(top, self.ngram_min - 1, -1):
             start = self._maps[n].get(tuple(context[length - n :]))
             if start is not None:
                 proposal = list(context[start + n : min(start + n + max_draft, length)])
-                return (cycle_out(proposal, max_draft) if cyclic else proposal), n
+                return (cycle_out(context, proposal, max_draft) if cyclic else proposal), n
         return [], 0
 
 
-def cycle_out(proposal: Sequence[int], max_draft: int) -> list[int]:
-    """A proposal the context's end cut short (fewer than `max_draft` tokens), continued as
-    the cycle it implies; a full one as it is.
+def cycle_out(context: Sequence[int], proposal: Sequence[int], max_draft: int) -> list[int]:
+    """`proposal` continued as a cycle, up to `max_draft`, where the context's end cut it
+    short and the context ends in two turns of it; else as it is.
 
-    The suffix matched `len(proposal)` tokens before itself, so the text since that match
-    is one period of a cycle; were it to go on, the tokens after the proposal would be the
-    proposal again (a reply caught in a loop, which greedy decoding of a small model often
-    is). An earliest-match lookup such as transformers' reads the same continuation from
-    an old turn of the loop.
+    A proposal cut short is the context's last p tokens (the suffix matched p tokens before
+    itself). One recurrence is common in any text; the same p tokens twice in a row just
+    before the end are a reply caught in a loop, which greedy decoding of a small model often
+    is, and were it to go on, the tokens after the proposal would be the proposal again. An
+    earliest-match lookup such as transformers' reads that continuation from an old turn.
     """
-    if not proposal:
-        return []
-    turns = -(-max_draft // len(proposal))
+    period, length = len(proposal), len(context)
+    if not 0 < period < max_draft or length < 2 * period:
+        return list(proposal)
+    if list(context[length - 2 * period : length - period]) != list(proposal):
+        return list(proposal)
+    turns = -(-max_draft // period)
     return (list(proposal) * turns)[:max_draft]
 
 

@@ -1,9 +1,9 @@
 """The oracle bound: the cheapest drafting schedule for a known greedy reply.
 
 A greedy run's reply is fixed, so at every position the n-gram index's proposal (spec 1.4,
-continued as its cycle where the context's end cut it short: the longest any policy may draft,
-`lookup.cycle_out`) and how many of its tokens would land are known. The cheapest way to produce the whole reply
-under a width-cost table is then a dynamic program over reply positions: from position i,
+continued as its cycle where the reply is caught in a loop: the longest any policy may
+draft, `lookup.cycle_out`) and how many of its tokens would land are known. The cheapest way
+to produce the whole reply under a width-cost table is then a dynamic program over reply positions: from position i,
 either a plain step (one token; the cheaper of a pipelined step, 1, and a synchronous one,
 `cost(1)`), or a verify of the proposal's first k tokens (k = 1..max_draft, at most what the
 index proposes and what the token limit leaves room for) that costs `cost(k + 1)` and emits
@@ -83,7 +83,7 @@ class OracleSchedule:
 
 def proposals(prompt: Sequence[int], reply: Sequence[int], lookup: PromptLookupConfig,
               positions: int) -> list[list[int]]:
-    """The index's proposal (up to `max_draft`, cycled where cut short) after each of the
+    """The index's proposal (up to `max_draft`, cycled in a loop) after each of the
     first `positions` tokens of the reply have been emitted; entry i is the proposal at
     position i."""
     index = NgramIndex(lookup.ngram_min, lookup.ngram_max)

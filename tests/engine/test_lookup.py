@@ -156,10 +156,18 @@ def test_a_proposal_cut_short_by_the_context_s_end_is_cycled_only_when_asked():
     assert index.match(context, 7, cyclic=True) == ([3, 1, 2, 3, 1, 2, 3], 3)
 
 
-def test_cycle_out_repeats_a_short_proposal_and_leaves_a_full_one():
-    assert cycle_out([4, 5], 5) == [4, 5, 4, 5, 4]
-    assert cycle_out([4, 5, 6], 3) == [4, 5, 6]  # cut by max_draft, not by the end
-    assert cycle_out([], 4) == []
+def test_a_single_recurrence_is_not_cycled():
+    context = [8, 5, 1, 2, 3, 9, 1, 2, 3]  # [1, 2, 3] came back once: no loop yet
+    index = NgramIndex(2, 3)
+    index.extend(context)
+    assert index.find(context, 7, cyclic=True) == [9, 1, 2, 3] == index.find(context, 7)
+
+
+def test_cycle_out_repeats_a_proposal_seen_twice_at_the_end_and_leaves_others():
+    assert cycle_out([7, 4, 5, 4, 5], [4, 5], 5) == [4, 5, 4, 5, 4]
+    assert cycle_out([7, 3, 5, 4, 5], [4, 5], 5) == [4, 5]  # one turn only
+    assert cycle_out([4, 5, 6, 4, 5, 6], [4, 5, 6], 3) == [4, 5, 6]  # cut by max_draft
+    assert cycle_out([1, 2], [], 4) == []
 
 
 @settings(max_examples=200, deadline=None)
@@ -172,5 +180,9 @@ def test_a_cycled_proposal_starts_with_the_spec_s_and_continues_its_period(seed,
     plain = index.find(context, max_draft)
     cycled = index.find(context, max_draft, cyclic=True)
     assert cycled[: len(plain)] == plain
-    assert len(cycled) == (max_draft if plain else 0)
-    assert all(cycled[i] == cycled[i - len(plain)] for i in range(len(plain), len(cycled)))
+    period = len(plain)
+    if len(cycled) > period:  # only a loop: the context ends in two turns of the proposal
+        assert context[length - 2 * period :] == plain * 2 and len(cycled) == max_draft
+        assert all(cycled[i] == cycled[i - period] for i in range(period, len(cycled)))
+    elif plain and period < max_draft:
+        assert context[max(length - 2 * period, 0) : length - period] != plain

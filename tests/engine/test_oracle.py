@@ -29,8 +29,8 @@ TABLES = {"gb10-1.7b": GB10_17B, "gb10-8b": GB10_8B, "apple": APPLE, "cpu": CPU,
 
 def schedules(prompt, reply, stop, max_tokens, lookup, costs, refeeds):
     """Every schedule as (cost, drafts per round): each verify simulated row by row as the
-    loop runs it, proposals from the reference scan (cycled where cut short, as a cycling
-    policy drafts), a plain step min(1, cost(1))."""
+    loop runs it, proposals from the reference scan (cycled where a cycling policy's are),
+    a plain step min(1, cost(1))."""
     end = len(reply) + (1 if stop == "eos" and reply else 0)
     targets = [*reply, None]
 
@@ -40,7 +40,8 @@ def schedules(prompt, reply, stop, max_tokens, lookup, costs, refeeds):
             return
         for cost, rest in from_(position + 1):
             yield min(1.0, costs[0]) + cost, (0, *rest)
-        draft = cycle_out(find_draft([*prompt, *reply[:position]], lookup), lookup.max_draft)
+        context = [*prompt, *reply[:position]]
+        draft = cycle_out(context, find_draft(context, lookup), lookup.max_draft)
         for k in range(1, min(len(draft), max_tokens - position - 1) + 1):
             accepted, row = 0, 0
             for row in range(k + 1):
