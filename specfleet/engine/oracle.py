@@ -5,11 +5,12 @@ continued as its cycle where the reply is caught in a loop: the longest any poli
 draft, `lookup.cycle_out`) and how many of its tokens would land are known. The cheapest way
 to produce the whole reply under a width-cost table is then a dynamic program over reply
 positions: from position i, either a plain step (one token; the cheaper of a pipelined step,
-1, and a synchronous one, `cost(1)`), or a verify of the proposal's first k tokens (k = 1..max_draft, at most what the
-index proposes and what the token limit leaves room for) that costs `cost(k + 1)` and emits
-the landed proposals plus the bonus row, plus a re-feed of the kept tokens when the model's
-rollback re-feeds (`refeeds`) and some proposal was rejected. Rows are priced as
-`predict.trace_cost` prices a replayed round, so no policy's replayed cost can be lower.
+1, and a synchronous one, `cost(1)`), or a verify of the proposal's first k tokens (k =
+1..max_draft, at most what the index proposes and what the token limit leaves room for) that
+costs `cost(k + 1)` and emits the landed proposals plus the bonus row, plus a re-feed of the
+kept tokens when the model's rollback re-feeds (`refeeds`) and some proposal was rejected.
+Rows are priced as `predict.trace_cost` prices a replayed round, so no policy's replayed
+cost can be lower.
 
 The oracle skips the pipeline's mechanics: the drain of an in-flight step before a verify,
 the synchronous rounds before pipelining resumes, a step submitted before the EOS is read.
