@@ -47,9 +47,10 @@ class ArmForwards:
     seconds: float  # the decode forwards' measured time, summed
 
     def cost(self, costs: Sequence[float]) -> float:
-        """Decode cost in pipelined plain steps under `costs` (widths past it: linear)."""
-        top = len(costs)
-        return sum(costs[w - 1] if w <= top else costs[-1] * w / top for w in self.widths)
+        """Decode cost in pipelined plain steps under `costs` (`calibrated.width_cost`)."""
+        from specfleet.engine.calibrated import width_cost
+
+        return sum(width_cost(costs, w) for w in self.widths)
 
 
 class ForwardLog:

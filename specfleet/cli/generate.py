@@ -373,7 +373,7 @@ def generate_command(
     The reply streams to stdout as its tokens are decided; the footer gives the whole call,
     the prompt (prefill) and generation (decode) rates apart, and peak memory.
     """
-    lookup = lookup_given(ngram_min, ngram_max, max_draft, no_adaptive, own)
+    lookup = lookup_given(ngram_min, ngram_max, max_draft, own, no_adaptive)
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),
         max_tokens=max_tokens,

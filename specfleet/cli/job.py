@@ -66,7 +66,7 @@ def generate(
     from specfleet.jobs.batch import load_generate_job, select_target
     from specfleet.jobs.plan import plan_generate_runs
 
-    given = lookup_given(ngram_min, ngram_max, max_draft, False, own)  # fixed: the policy
+    given = lookup_given(ngram_min, ngram_max, max_draft, own)  # `fixed` is a policy here
     options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
                                "lookup": options_for(policy, given)}
     if max_tokens is not None:

@@ -107,8 +107,8 @@ def with_policy_option_flags(command: Callable[..., None]) -> Callable[..., None
     return command
 
 
-def lookup_given(ngram_min: int, ngram_max: int, max_draft: int | None, no_adaptive: bool,
-                 own: Mapping[str, int | None]) -> dict[str, Any]:
+def lookup_given(ngram_min: int, ngram_max: int, max_draft: int | None,
+                 own: Mapping[str, int | None], no_adaptive: bool = False) -> dict[str, Any]:
     """The prompt-lookup flags by `LookupOptions` field name (policy options by their own);
     `max_draft` only when given, so the policy's own default applies (`options_for`)."""
     given: dict[str, Any] = {"ngram_min": ngram_min, "ngram_max": ngram_max,

@@ -2,9 +2,10 @@
 
 What a policy needs (a width-cost table, its default max draft, parameters of its own, its
 colour in plots) is declared on its class (`needs_costs`, `default_max_draft`, `options`,
-`build`, `color`); nothing outside the governor modules names a policy. A new adaptive policy is one class plus its
-name in `governor.Policy` and here; its `options` become matrix arm fields, bounds checked
-by `config.PromptLookupConfig.validate` and `generate --prompt-lookup-*` flags.
+`build`, `color`); nothing outside the governor modules names a policy. A new adaptive
+policy is one class plus its name in `governor.Policy` and here; its `options` become matrix
+arm fields, bounds checked by `config.PromptLookupConfig.validate` and `generate
+--prompt-lookup-*` flags.
 """
 
 from __future__ import annotations
