@@ -287,6 +287,8 @@ def test_fleet_page_shows_the_fleet(server, browser, tmp_path):
 
 def test_a_token_guarded_view_asks_for_it_once(guarded_server, browser, tmp_path):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
     base, log = guarded_server
     assert "needs a token: the token in" in log.read_text()
@@ -302,7 +304,10 @@ def test_a_token_guarded_view_asks_for_it_once(guarded_server, browser, tmp_path
     browser.get(f"{base}/matrices/{seed.BASE}")
     browser.find_element(By.ID, "token").send_keys("not-the-token-at-all")
     browser.find_element(By.CSS_SELECTOR, "form.login button").click()
-    assert browser.find_element(By.ID, "login-error").text == "Wrong token."
+    # The click only submits the form: wait for the answer page, not the one still shown.
+    error = WebDriverWait(browser, 30).until(
+        expected_conditions.presence_of_element_located((By.ID, "login-error")))
+    assert error.text == "Wrong token."
     assert browser.get_cookie(COOKIE) is None
     full_page_screenshot(browser, tmp_path / "login-wrong.png")
 
