@@ -20,6 +20,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-compile "$(TORCH_PIN)" -e ".[mlx,torch,postgres,serve,dev]"
 	touch $(STAMP)
 
+# The llama.cpp peers' package, for `make test` only (the demo does not run it): pip builds
+# llama.cpp from the sdist (~3 min on 2 cores, then pip's wheel cache). On x86-64 the kernels
+# are AVX2 and not -march=native: this box's CPU lists AMX, whose kernels crash in its VM.
+# Without the multimodal library and llama.cpp's own programs (not used).
+LLAMACPP_STAMP := $(VENV)/.llamacpp-installed
+LLAMACPP_CMAKE := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+ifeq ($(shell uname -m),x86_64)
+LLAMACPP_CMAKE += -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+endif
+
+$(LLAMACPP_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMACPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(BIN)/python -m pip install -q --no-compile -e ".[llamacpp]"
+	touch $(LLAMACPP_STAMP)
+
 demo: venv
 	$(BIN)/specfleet models fetch smollm2-135m
 	mkdir -p reports
@@ -31,7 +47,7 @@ demo: venv
 # Three xdist workers, a test module whole on one (`--dist loadfile`), slowest module first
 # (tests/conftest.py; xdist would reorder by test count): gw0 runs the modules that mostly
 # wait on faults and leases while the other two compute (conftest's WAITING_MODULES).
-test: venv
+test: venv $(LLAMACPP_STAMP)
 	$(BIN)/python -c 'import specfleet.openblas as o; o.install()'
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.peers import HF_LOOKUP_TOKENS, environment  # noqa: E402
+from bench.peers import PEER_LOOKUP_TOKENS, environment  # noqa: E402
 from bench.policies import MODEL, prompt_texts  # noqa: E402
 from bench.policies_prompts import kind_of  # noqa: E402
 
@@ -94,7 +94,7 @@ def arms(runner, ids: list[int], max_tokens: int, costs: tuple[float, ...]):
             out = runner.model.generate(
                 input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens,
                 do_sample=False, eos_token_id=eos, pad_token_id=eos[0],
-                prompt_lookup_num_tokens=HF_LOOKUP_TOKENS)
+                prompt_lookup_num_tokens=PEER_LOOKUP_TOKENS)
         reply = out[0, len(ids):].tolist()
         return reply[:next((i for i, t in enumerate(reply) if t in eos), len(reply))]
 
@@ -114,7 +114,7 @@ def arms(runner, ids: list[int], max_tokens: int, costs: tuple[float, ...]):
     policy = {"graded": PromptLookupConfig(max_draft=7, policy="graded"),
               "calibrated": PromptLookupConfig(max_draft=32, policy="calibrated", costs=costs)}
     warm_up_verify_widths(runner, ids, 32)  # every width either arm verifies, untimed
-    return [(f"hf_lookup{HF_LOOKUP_TOKENS}", hf_lookup), ("plain", ours(None)),
+    return [(f"hf_lookup{PEER_LOOKUP_TOKENS}", hf_lookup), ("plain", ours(None)),
             *((name, ours(config)) for name, config in policy.items()),
             ("calibrated_uncycled", uncycled(policy["calibrated"]))]
 

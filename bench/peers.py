@@ -40,7 +40,7 @@ from bench.peers_report import Cell, render_markdown, render_table  # noqa: E402
 
 PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
 MODEL = "smollm2-135m"  # the default; `--model` takes any alias both engines resolve
-HF_LOOKUP_TOKENS = 10
+PEER_LOOKUP_TOKENS = 10
 LOOKUP_POLICIES = ("graded", "gated", "auto")  # auto last: it reuses a twin's runs
 WARM_TOKENS = 8
 
@@ -153,7 +153,7 @@ def torch_arms(policies: Sequence[str], model: str = MODEL) -> tuple[object, lis
     arms = [
         specfleet_arm("sf_plain", runner, None),
         transformers_arm("hf_plain", runner.model, runner.eos_ids, None),
-        transformers_arm("hf_lookup10", runner.model, runner.eos_ids, HF_LOOKUP_TOKENS),
+        transformers_arm("hf_lookup10", runner.model, runner.eos_ids, PEER_LOOKUP_TOKENS),
     ]
     measured: dict[str, str] = {}  # resolved policy -> the arm that measures it
     for policy in policies:

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.peers import (  # noqa: E402
-    HF_LOOKUP_TOKENS,
+    PEER_LOOKUP_TOKENS,
     Arm,
     Outcome,
     environment,
@@ -101,7 +101,7 @@ def child(engine: str, args: argparse.Namespace) -> dict:
             max_draft=max_draft, policy=policy, costs=costs)))
     if kind == "torch":
         arms.append(transformers_arm("hf_lookup10", runner.model, runner.eos_ids,
-                                     HF_LOOKUP_TOKENS))
+                                     PEER_LOOKUP_TOKENS))
     prompts = {name: runner.encode_prompt(text, chat=True) for name, text in prompt_texts(args)}
     limits = {name: args.tokens for name in prompts}
     measure(arms, prompts, limits, args.repeats, lambda line: log(f"{engine}: {line}"))

@@ -9,12 +9,18 @@ with our plain decoding like any arm's; a peer that diverges is reported, never 
 - `hf-lookup`: the same with transformers' prompt lookup (`prompt_lookup_num_tokens`, the
   arm's `max_draft`, default 10; `max_matching_ngram_size`, the arm's `ngram_max`, default 2;
   its shortest n-gram is always 1);
-- `mlx-lm`: mlx-lm's `stream_generate` with its greedy sampler on the `MlxRunner`'s model.
+- `mlx-lm`: mlx-lm's `stream_generate` with its greedy sampler on the `MlxRunner`'s model;
+- `llama.cpp`: llama-cpp-python's greedy `Llama.generate` on the GGUF the model comes from
+  (a bundled model's own file: SmolLM2's Q4_1), on torch targets, with the runner's threads;
+- `llama.cpp-lookup`: the same with the package's n-gram speculative decoding
+  (`LlamaPromptLookupDecoding`: `num_pred_tokens` = the arm's `max_draft`, default 10;
+  `max_ngram_size` = its `ngram_max`, default 2; down to 1-grams, as transformers).
 
 Peers count no rounds, drafts or acceptances (transformers does not expose its prompt
 lookup's), so their counters are None, not zero. The implementations live beside their
-runners (`runners/torch_peers.py`, `runners/mlx_peers.py`): only there are the frameworks
-used.
+runners (`runners/torch_peers.py`, `runners/mlx_peers.py`, `runners/llamacpp_peers.py`):
+only there are the frameworks used. llama-cpp-python is an optional extra (`specfleet[llamacpp]`,
+built from source with the host's compiler).
 """
 
 from __future__ import annotations
@@ -29,12 +35,15 @@ from specfleet.engine.loop import StopReason
 from specfleet.engine.stats import Timings, loop_guard_fires
 from specfleet.errors import UserError
 
-Peer = Literal["hf", "hf-lookup", "mlx-lm"]
+Peer = Literal["hf", "hf-lookup", "mlx-lm", "llama.cpp", "llama.cpp-lookup"]
 PEERS: tuple[Peer, ...] = get_args(Peer)
 
-HF_LOOKUP_TOKENS = 10  # transformers' `prompt_lookup_num_tokens` in its docs and our bench
-HF_LOOKUP_NGRAM_MAX = 2  # transformers' default `max_matching_ngram_size`
-HF_LOOKUP_NGRAM_MIN = 1  # transformers always falls back to 1-grams
+# A drafting peer's defaults: transformers' `prompt_lookup_num_tokens` in its docs (and
+# llama-cpp-python's `num_pred_tokens`), both libraries' longest n-gram, and their fallback
+# to 1-grams.
+PEER_LOOKUP_TOKENS = 10
+PEER_LOOKUP_NGRAM_MAX = 2
+PEER_LOOKUP_NGRAM_MIN = 1
 # A peer's untimed warm-up: its own call over the prompt's first tokens, this many new ones.
 PEER_WARM_CONTEXT_TOKENS = 4
 PEER_WARM_TOKENS = 8
@@ -49,14 +58,22 @@ class PeerKind:
         library: the distribution whose version is stored with each run.
         call: what runs, in the library's words.
         color: its points in plots (browns and pinks, apart from our arms' colours).
-        drafts: takes prompt-lookup options (`max_draft`, `ngram_max`).
+        knobs: the library's names for the arm's `max_draft` and `ngram_max`, stored with
+            each run; None: it takes no prompt-lookup options.
+        gguf: runs on the GGUF the model comes from, not on the runner's loaded model.
     """
 
     engine: ModelEngine
     library: str
     call: str
     color: str
-    drafts: bool = False
+    knobs: tuple[str, str] | None = None
+    gguf: bool = False
+
+    @property
+    def drafts(self) -> bool:
+        """Takes prompt-lookup options (`max_draft`, `ngram_max`)."""
+        return self.knobs is not None
 
 
 PEER_KINDS: dict[Peer, PeerKind] = {
@@ -64,9 +81,16 @@ PEER_KINDS: dict[Peer, PeerKind] = {
     "hf-lookup": PeerKind(
         "torch", "transformers",
         "generate(do_sample=False, prompt_lookup_num_tokens, max_matching_ngram_size)",
-        "#e377c2", drafts=True),
+        "#e377c2", knobs=("prompt_lookup_num_tokens", "max_matching_ngram_size")),
     "mlx-lm": PeerKind("mlx", "mlx-lm", "stream_generate(sampler=make_sampler(0.0))",
                        "#bcbd22"),
+    "llama.cpp": PeerKind("torch", "llama-cpp-python", "Llama.generate(temp=0.0)", "#17becf",
+                          gguf=True),
+    "llama.cpp-lookup": PeerKind(
+        "torch", "llama-cpp-python",
+        "Llama(draft_model=LlamaPromptLookupDecoding(max_ngram_size, num_pred_tokens))"
+        ".generate(temp=0.0)", "#9edae5", knobs=("num_pred_tokens", "max_ngram_size"),
+        gguf=True),
 }
 if tuple(PEER_KINDS) != PEERS:  # pragma: no cover - a registry edit that missed one
     raise RuntimeError(f"peers.Peer {PEERS} and PEER_KINDS {tuple(PEER_KINDS)} differ")
@@ -88,8 +112,8 @@ class PeerCall:
     Attributes:
         peer: which peer.
         max_tokens: most tokens to emit (the first one included), as our arms.
-        lookup_tokens / ngram_max: hf-lookup's `prompt_lookup_num_tokens` and
-            `max_matching_ngram_size` (None for the others).
+        lookup_tokens / ngram_max: a drafting peer's most proposals a round and longest
+            n-gram (its `knobs`; None for the others).
         loop_guard: (min_period, max_period, repeats), checked like our loop's.
         should_stop: polled after every streamed block; True ends the reply "cancelled".
     """
@@ -100,12 +124,13 @@ class PeerCall:
     ngram_max: int | None = None
     loop_guard: tuple[int, int, int] | None = None
     should_stop: Callable[[], bool] | None = None
+    gguf: str | None = None  # the model's GGUF file, for a peer that runs on it
 
     def settings(self) -> dict[str, Any]:
         """The library call's settings, stored with the run (engine_config)."""
         kind = PEER_KINDS[self.peer]
-        extra = ({"prompt_lookup_num_tokens": self.lookup_tokens,
-                  "max_matching_ngram_size": self.ngram_max} if kind.drafts else {})
+        extra = ({kind.knobs[0]: self.lookup_tokens, kind.knobs[1]: self.ngram_max}
+                 if kind.knobs else {})
         return {"library": kind.library, "call": kind.call, **extra}
 
     def warm_key(self) -> str:
@@ -187,8 +212,8 @@ def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGen
     """Run a peer on a loaded runner's model (greedy), timed like `loop.generate`.
 
     Args:
-        runner: a `TorchRunner` for hf / hf-lookup, an `MlxRunner` for mlx-lm; its own
-            caches are left alone (the library builds its own).
+        runner: a `TorchRunner` for hf / hf-lookup / llama.cpp(-lookup), an `MlxRunner` for
+            mlx-lm; its own caches are left alone (the library builds its own).
         prompt: prompt token ids, as our arms feed them.
         call: the request.
 
@@ -204,6 +229,9 @@ def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGen
                         f"{getattr(runner, 'engine', '?')}")
     if not prompt:
         raise ValueError("the prompt is empty")
+    if PEER_KINDS[call.peer].gguf and call.gguf is None:
+        raise UserError(f"arm {call.peer} runs the GGUF a model comes from, and this model has "
+                        "none (a bundled model has its own; a local folder: one .gguf in it)")
     return runner.generate_peer(prompt, call)  # the runner knows its engine's peer library
 
 
@@ -211,6 +239,7 @@ def warm_up_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> float:
     """The peer's own call once, untimed, over the prompt's first tokens (kernels, lazy
     allocations, the library's first-call set-up). Returns seconds spent."""
     start = time.perf_counter()
-    warm = PeerCall(call.peer, PEER_WARM_TOKENS, call.lookup_tokens, call.ngram_max)
+    warm = PeerCall(call.peer, PEER_WARM_TOKENS, call.lookup_tokens, call.ngram_max,
+                    gguf=call.gguf)
     generate_peer(runner, list(prompt[:PEER_WARM_CONTEXT_TOKENS]), warm)
     return time.perf_counter() - start

@@ -24,9 +24,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from specfleet.engine.config import POLICY_OPTIONS, ConfigError, LookupOptions, options_for
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.peers import (
-    HF_LOOKUP_NGRAM_MAX,
-    HF_LOOKUP_NGRAM_MIN,
-    HF_LOOKUP_TOKENS,
+    PEER_LOOKUP_NGRAM_MAX,
+    PEER_LOOKUP_NGRAM_MIN,
+    PEER_LOOKUP_TOKENS,
     PEERS,
     is_peer,
     peer_kind,
@@ -183,9 +183,9 @@ def _peer_lookup(arm: str, given: dict[str, Any]) -> LookupOptions:
     kind = peer_kind(arm)
     if kind is None or not kind.drafts:
         return LookupOptions()  # no drafting: stored like plain's
-    return LookupOptions(ngram_min=HF_LOOKUP_NGRAM_MIN,
-                         ngram_max=given.get("ngram_max", HF_LOOKUP_NGRAM_MAX),
-                         max_draft=given.get("max_draft", HF_LOOKUP_TOKENS), adaptive=False)
+    return LookupOptions(ngram_min=PEER_LOOKUP_NGRAM_MIN,
+                         ngram_max=given.get("ngram_max", PEER_LOOKUP_NGRAM_MAX),
+                         max_draft=given.get("max_draft", PEER_LOOKUP_TOKENS), adaptive=False)
 
 
 def _parse_loop_guard(value: Any) -> Any:

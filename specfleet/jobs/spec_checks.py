@@ -149,7 +149,7 @@ def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) 
     for name in ("ngram_min", *POLICY_OPTIONS):
         if name in given:
             raise UserError(f"{where}.{name}: {arm.arm} looks up n-grams of ngram_max down to "
-                            "1, as transformers does; set ngram_max and max_draft only")
+                            "1, as its library does; set ngram_max and max_draft only")
     try:
         PromptLookupConfig.of(arm.lookup_options()).validate()
     except ConfigError as err:

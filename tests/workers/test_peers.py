@@ -50,12 +50,13 @@ def worker(tmp_path_factory, bundled_model):  # noqa: F811
     torch.set_num_threads(threads)
 
 
-def run_and_store(worker: HostWorker, target: Target, tmp_path) -> tuple[list, str]:
-    planned = plan_runs(MatrixSpec.model_validate(MATRIX), [TORCH, MLX], "m-peers")
+def run_and_store(worker: HostWorker, target: Target, tmp_path,
+                  matrix: dict = MATRIX) -> tuple[list, str]:
+    planned = plan_runs(MatrixSpec.model_validate(matrix), [TORCH, MLX], "m-peers")
     runs = [run for run in planned if run.target == target]
     results = [worker.run(spec) for spec in runs]
     with open_store(f"sqlite:///{tmp_path / 'peers.db'}") as store:
-        store.create_matrix("peers", MATRIX, runs, matrix_id="m-peers")
+        store.create_matrix("peers", matrix, runs, matrix_id="m-peers")
         for result in results:
             store.record_result(result)
         stored = store.runs(matrix="m-peers")
@@ -102,6 +103,29 @@ def test_mlx_lm_runs_on_our_loaded_model_and_replies_as_our_plain(worker, tmp_pa
     check_peer(by_arm["mlx-lm"], "mlx-lm")
     assert by_arm["mlx-lm"].token_ids == by_arm["plain"].token_ids
     assert re.search(r"Against peers: plain [\d.]+x mlx-lm", table)  # plain: our only arm
+
+
+@pytest.mark.torch
+def test_llama_cpp_runs_the_models_gguf_beside_our_plain(worker, tmp_path):
+    pytest.importorskip("llama_cpp", reason="make test installs specfleet[llamacpp]")
+    matrix = {**MATRIX, "arms": ["plain", "llama.cpp", {"arm": "llama.cpp-lookup", "max_draft": 4}],
+              "prompts": [{"name": "list", "text": "Copy this list: red, green, blue, red, "
+                                                   "green, blue. Copy: red, green, blue,"}]}
+    stored, table = run_and_store(worker, TORCH, tmp_path, matrix)
+    by_arm = {row.arm: row for row in stored}
+    assert sorted(by_arm) == ["llama.cpp", "llama.cpp-lookup", "plain"]
+    for arm in ("llama.cpp", "llama.cpp-lookup"):
+        check_peer(by_arm[arm], "llama-cpp-python")
+        assert len(by_arm[arm].token_ids) == 10  # max_tokens, each one a real id
+    lookup = by_arm["llama.cpp-lookup"].engine_config["peer"]
+    assert (lookup["num_pred_tokens"], lookup["max_ngram_size"]) == (4, 2)
+    # Both prefill the prompt alike, so their first token agrees (later ones may not: its
+    # batched verify rounds Q4_1 differently from one-row steps, docs/engine.md "Peer arms").
+    assert by_arm["llama.cpp-lookup"].token_ids[0] == by_arm["llama.cpp"].token_ids[0]
+    # The Q4_1 GGUF against our float32 copy of it: parity is reported, whatever it is.
+    parity = {c.arm: c.parity for c in view_of_runs("m-peers", "peers", stored).cells}
+    assert parity["llama.cpp"] is not None and parity["llama.cpp-lookup"] is not None
+    assert re.search(r"Against peers: plain [\d.]+x llama\.cpp(-lookup)? \(geometric-mean", table)
 
 
 def test_a_peer_sent_to_another_engines_target_fails_in_one_line(worker):

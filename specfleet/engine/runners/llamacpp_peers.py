@@ -1,0 +1,90 @@
+"""The llama.cpp peers (`engine/peers.py`): llama-cpp-python's `Llama.generate`, greedy, on
+the GGUF the runner's model was converted from (a bundled model's own file), with or without
+the package's n-gram speculative decoding (`LlamaPromptLookupDecoding`).
+
+The GGUF is what llama.cpp users run: for SmolLM2 its Q4_1 blocks, where our torch arms run
+the same weights dequantized to float32, so a reply that differs from our plain one is the
+precision at work, reported as parity like any peer's. Threads are the runner's own
+(`torch.get_num_threads()`), so a peer gets the cores our arms get.
+
+A `Llama` is built once per file, context size and lookup settings, outside the timed call
+(as our model load is), and reset before each call: `generate` would otherwise reuse the
+previous call's cached prompt. With drafting, llama-cpp-python keeps every row's logits
+(`logits_all`), n_ctx x vocab floats (200 MB at 1024 x 49152), so the context is sized to
+the call, rounded up to `CONTEXT_STEP`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from specfleet.engine.peers import PEER_KINDS, FirstTokenClock, PeerCall, PeerGeneration, StopWatch
+from specfleet.errors import UserError
+
+CONTEXT_STEP = 512
+INSTALL_HINT = ("pip install 'specfleet[llamacpp]' (it builds llama.cpp from source with the "
+                "host's compiler; README: Peer engines)")
+
+_llamas: dict[tuple[str, int, int | None, int | None, int], Any] = {}
+
+
+def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call: PeerCall,
+                       threads: int) -> PeerGeneration:
+    """llama.cpp's greedy generation on `gguf`: see `engine.peers.generate_peer`.
+
+    Args:
+        gguf: the model's GGUF file (the same vocabulary as the runner's tokenizer).
+        eos_ids: the runner's end-of-sequence ids (a reply stops before one, never emits it).
+        prompt: prompt token ids, as our arms feed them.
+        call: the request (llama.cpp-lookup's `lookup_tokens` and `ngram_max`).
+        threads: CPU threads for llama.cpp's decode and prompt batches.
+    """
+    llm = _llama(gguf, len(prompt) + call.max_tokens + (call.lookup_tokens or 0) + 1, call,
+                 threads)
+    watch = StopWatch(call)
+    tokens: list[int] = []
+    eos = False
+    llm.reset()  # a fresh prompt every call: no prefix of the last one is reused
+    clock = FirstTokenClock()
+    stream = llm.generate(list(prompt), temp=0.0, top_k=1, top_p=1.0, min_p=0.0,
+                          repeat_penalty=1.0, reset=False)
+    for token in stream:
+        clock.token_arrived()
+        if int(token) in eos_ids:
+            eos = True
+            break
+        tokens.append(int(token))
+        if len(tokens) >= call.max_tokens or watch.should_stop(tokens):
+            break
+    stream.close()
+    timings = clock.timings()
+    return watch.finish(tokens, eos, timings, version("llama-cpp-python"))
+
+
+def _llama(gguf: str, needed: int, call: PeerCall, threads: int) -> Any:
+    """The cached `Llama` for this file and lookup settings with a context of >= `needed`."""
+    try:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    except ImportError:
+        raise UserError(f"arm {call.peer} needs llama-cpp-python: {INSTALL_HINT}") from None
+    if not Path(gguf).is_file():
+        raise UserError(f"arm {call.peer}: the GGUF {gguf} is gone; fetch the model again "
+                        "(specfleet models fetch)")
+    context = -(-needed // CONTEXT_STEP) * CONTEXT_STEP
+    drafts = PEER_KINDS[call.peer].drafts
+    key = (gguf, context, call.lookup_tokens if drafts else None,
+           call.ngram_max if drafts else None, threads)
+    if key not in _llamas:
+        for old in [k for k in _llamas if k[0] == gguf and k[2:] == key[2:]]:
+            _llamas.pop(old).close()  # a smaller context for the same settings: replaced
+        draft = (LlamaPromptLookupDecoding(max_ngram_size=call.ngram_max or 2,
+                                           num_pred_tokens=call.lookup_tokens or 10)
+                 if drafts else None)
+        _llamas[key] = Llama(gguf, n_ctx=context, n_batch=min(context, CONTEXT_STEP),
+                             n_threads=threads, n_threads_batch=threads, draft_model=draft,
+                             verbose=False)
+    return _llamas[key]
