@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from specfleet.engine.kinds import ModelEngine
@@ -131,7 +132,8 @@ class PeerCall:
         kind = PEER_KINDS[self.peer]
         extra = ({kind.knobs[0]: self.lookup_tokens, kind.knobs[1]: self.ngram_max}
                  if kind.knobs else {})
-        return {"library": kind.library, "call": kind.call, **extra}
+        weights = {"gguf": Path(self.gguf).name} if self.gguf else {}
+        return {"library": kind.library, "call": kind.call, **extra, **weights}
 
     def warm_key(self) -> str:
         """What a warm-up covers: the peer and its settings."""

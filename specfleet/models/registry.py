@@ -240,6 +240,16 @@ def context_tokens(folder: Path | None) -> int | None:
     return None
 
 
+def gguf_tensor_bytes(gguf: Path) -> int:
+    """Bytes of a GGUF's tensors (what one plain step of a llama.cpp peer reads); the file's
+    size, metadata included, where the `gguf` package (torch extra) is missing."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return gguf.stat().st_size
+    return sum(int(tensor.n_bytes) for tensor in GGUFReader(gguf).tensors)
+
+
 def folder_size(folder: Path) -> int:
     """Bytes of every file below `folder` (symlinks followed, as HF snapshots use them)."""
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

@@ -28,6 +28,9 @@ _LOW_WHY = {
              "batch-1 matmuls that do not stream memory at full rate",
     "mlx": "MLX's CPU backend: the wheel's reference BLAS (unless OpenBLAS is preloaded) "
            "and slow quantized kernels, not weight reads, set the pace",
+    # By arm: a peer whose library is not its engine's (the GGUF's own 4- or 8-bit blocks).
+    "llama.cpp": "llama.cpp on the worker's threads: unpacking and multiplying quantized "
+                 "blocks on few cores, not weight reads, sets the pace",
 }
 
 
@@ -95,7 +98,7 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
     else:
         ceiling = gb_per_s * 1e9 / weight_bytes
         share = rate / ceiling
-        why = share_why(share, engine)
+        why = share_why(share, arm if arm in _LOW_WHY else engine)
         busy = sum(bool(getattr(r, "noisy", False)) for r in runs)
         if busy:  # a busy host slows the probe and the runs, each by its own amount
             why = f"{busy} of {len(runs)} runs noisy (host busy): share unreliable; {why}"
@@ -104,7 +107,8 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
 
 
 def share_why(share: float, engine: str) -> str:
-    """One line on why plain decoding reaches `share` of the ceiling."""
+    """One line on why plain decoding reaches `share` of the ceiling (`engine`: the engine,
+    or a peer arm with a reason of its own)."""
     if share > 1.0:  # no decoder reads weights faster than memory delivers them
         return ("above the ceiling: the bandwidth probe read slower than the runs did (a busy "
                 "host when the worker started?); restart the worker on a quiet host")

@@ -355,7 +355,7 @@ class HostWorker:
         entry.runs += 1
         return _Prepared(
             entry.runner, prompt_ids, lookup, policy, warmup_s, entry.weights_hash, entry.key[2],
-            calibration, peer, entry.weight_bytes,
+            calibration, peer, self._weight_bytes(entry, peer),
         )
 
     def _load(self, spec: RunSpec) -> LoadedModel:
@@ -369,6 +369,15 @@ class HostWorker:
             return load_model(resolved, engine, device)
 
         return self._models.get_or_load((engine, device, str(resolved.path)), size_bytes, load)
+
+    @staticmethod
+    def _weight_bytes(entry: LoadedModel, peer: PeerCall | None) -> int | None:
+        """What one plain step reads: the loaded weights, or a llama.cpp peer's GGUF tensors."""
+        if peer is None or peer.gguf is None:
+            return entry.weight_bytes
+        from specfleet.models.registry import gguf_tensor_bytes
+
+        return gguf_tensor_bytes(Path(peer.gguf))
 
     def _gguf(self, spec: RunSpec) -> str | None:
         gguf = self._resolve(spec.model, spec.target.engine).gguf_file()

@@ -98,7 +98,7 @@ def test_llama_cpp_settings_use_its_own_knob_names() -> None:
     call = PeerCall("llama.cpp-lookup", 16, lookup_tokens=6, ngram_max=3, gguf="m.gguf")
     assert call.settings() == {"library": "llama-cpp-python",
                                "call": PEER_KINDS["llama.cpp-lookup"].call,
-                               "num_pred_tokens": 6, "max_ngram_size": 3}
+                               "num_pred_tokens": 6, "max_ngram_size": 3, "gguf": "m.gguf"}
     assert "num_pred_tokens" not in PeerCall("llama.cpp", 16, gguf="m.gguf").settings()
 
 

@@ -56,3 +56,14 @@ def test_why_by_share():
     assert share_why(0.8, "mlx").startswith("near the limit")
     assert share_why(0.5, "mlx").startswith("per-step overhead")
     assert "MLX" in share_why(0.1, "mlx")
+
+
+def test_a_llama_cpp_peer_is_priced_on_its_own_weights_and_says_why_of_its_own():
+    runs = [_run(), _run(arm="llama.cpp", decode_s=2.0, weight_bytes=100_000_000),
+            _run(arm="llama.cpp-lookup", decode_s=1.0, weight_bytes=100_000_000)]
+    rows = {r.arm: r for r in decode_ceilings(runs, {"h": 40.0})}
+    assert set(rows) == {"plain", "llama.cpp"}  # its lookup drafts: no ceiling row
+    assert rows["llama.cpp"].ceiling_tok_per_s == pytest.approx(400.0)  # 40 GB/s / 100 MB
+    assert rows["llama.cpp"].share == pytest.approx(0.125)  # 50 tok/s of 400
+    assert rows["llama.cpp"].why.startswith("llama.cpp on the worker's threads")
+    assert "eager torch" in rows["plain"].why

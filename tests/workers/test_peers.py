@@ -119,6 +119,10 @@ def test_llama_cpp_runs_the_models_gguf_beside_our_plain(worker, tmp_path):
         assert len(by_arm[arm].token_ids) == 10  # max_tokens, each one a real id
     lookup = by_arm["llama.cpp-lookup"].engine_config["peer"]
     assert (lookup["num_pred_tokens"], lookup["max_ngram_size"]) == (4, 2)
+    assert lookup["gguf"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # A plain step of it reads the GGUF's 4-bit tensors (~97 MB), not our float32 (~514 MB).
+    gguf_bytes = by_arm["llama.cpp"].engine_config["weight_bytes"]
+    assert 90e6 < gguf_bytes < by_arm["plain"].engine_config["weight_bytes"] / 4
     # Both prefill the prompt alike, so their first token agrees (later ones may not: its
     # batched verify rounds Q4_1 differently from one-row steps, docs/engine.md "Peer arms").
     assert by_arm["llama.cpp-lookup"].token_ids[0] == by_arm["llama.cpp"].token_ids[0]
