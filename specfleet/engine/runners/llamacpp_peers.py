@@ -5,7 +5,8 @@ the package's n-gram speculative decoding (`LlamaPromptLookupDecoding`).
 The GGUF is what llama.cpp users run: for SmolLM2 its Q4_1 blocks, where our torch arms run
 the same weights dequantized to float32, so a reply that differs from our plain one is the
 precision at work, reported as parity like any peer's. Threads are the runner's own
-(`torch.get_num_threads()`), so a peer gets the cores our arms get.
+(`torch.get_num_threads()`), so a peer gets the cores our arms get; on a runner whose device
+is a GPU every layer is offloaded (`n_gpu_layers=-1`, a CUDA or Metal build of the package).
 
 A `Llama` is built once per file, context size and lookup settings, outside the timed call
 (as our model load is), and reset before each call: `generate` would otherwise reuse the
@@ -28,11 +29,11 @@ CONTEXT_STEP = 512
 INSTALL_HINT = ("pip install 'specfleet[llamacpp]' (it builds llama.cpp from source with the "
                 "host's compiler; README: Peer engines)")
 
-_llamas: dict[tuple[str, int, int | None, int | None, int], Any] = {}
+_llamas: dict[tuple[str, int, int | None, int | None, int, bool], Any] = {}
 
 
 def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call: PeerCall,
-                       threads: int) -> PeerGeneration:
+                       threads: int, offload: bool = False) -> PeerGeneration:
     """llama.cpp's greedy generation on `gguf`: see `engine.peers.generate_peer`.
 
     Args:
@@ -41,9 +42,10 @@ def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call
         prompt: prompt token ids, as our arms feed them.
         call: the request (llama.cpp-lookup's `lookup_tokens` and `ngram_max`).
         threads: CPU threads for llama.cpp's decode and prompt batches.
+        offload: put every layer on the GPU the package was built for.
     """
     llm = _llama(gguf, len(prompt) + call.max_tokens + (call.lookup_tokens or 0) + 1, call,
-                 threads)
+                 threads, offload)
     watch = StopWatch(call)
     tokens: list[int] = []
     eos = False
@@ -64,7 +66,7 @@ def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call
     return watch.finish(tokens, eos, timings, version("llama-cpp-python"))
 
 
-def _llama(gguf: str, needed: int, call: PeerCall, threads: int) -> Any:
+def _llama(gguf: str, needed: int, call: PeerCall, threads: int, offload: bool) -> Any:
     """The cached `Llama` for this file and lookup settings with a context of >= `needed`."""
     try:
         from llama_cpp import Llama
@@ -77,7 +79,7 @@ def _llama(gguf: str, needed: int, call: PeerCall, threads: int) -> Any:
     context = -(-needed // CONTEXT_STEP) * CONTEXT_STEP
     drafts = PEER_KINDS[call.peer].drafts
     key = (gguf, context, call.lookup_tokens if drafts else None,
-           call.ngram_max if drafts else None, threads)
+           call.ngram_max if drafts else None, threads, offload)
     if key not in _llamas:
         for old in [k for k in _llamas if k[0] == gguf and k[2:] == key[2:]]:
             _llamas.pop(old).close()  # a smaller context for the same settings: replaced
@@ -86,5 +88,5 @@ def _llama(gguf: str, needed: int, call: PeerCall, threads: int) -> Any:
                  if drafts else None)
         _llamas[key] = Llama(gguf, n_ctx=context, n_batch=min(context, CONTEXT_STEP),
                              n_threads=threads, n_threads_batch=threads, draft_model=draft,
-                             verbose=False)
+                             n_gpu_layers=-1 if offload else 0, verbose=False)
     return _llamas[key]
