@@ -37,14 +37,15 @@ $(LLAMACPP_STAMP): $(STAMP)
 	touch $(LLAMACPP_STAMP)
 
 demo: venv
+	$(BIN)/python -c 'import specfleet.openblas as o; o.install()'
 	$(BIN)/specfleet models fetch smollm2-135m
 	mkdir -p reports
 	bash -o pipefail -c '$(BIN)/specfleet matrix run demo --report-dir reports | tee reports/.demo-run.txt'
 	@id=$$(sed -n 's/^matrix id: //p' reports/.demo-run.txt); \
 	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
-# MLX's CPU backend runs on Debian's OpenBLAS where it is installed (specfleet/openblas.py).
-# Three xdist workers, a test module whole on one (`--dist loadfile`), slowest module first
+# MLX's CPU backend runs on Debian's OpenBLAS where it is installed (specfleet/openblas.py;
+# the demo installs it too). Three xdist workers, a test module whole on one (`--dist loadfile`), slowest module first
 # (tests/conftest.py; xdist would reorder by test count): gw0 runs the modules that mostly
 # wait on faults and leases while the other two compute (conftest's WAITING_MODULES).
 test: venv $(LLAMACPP_STAMP)
