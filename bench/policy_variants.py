@@ -3,8 +3,9 @@ mean efficiency and to the worst decode speed-up over plain, copy-heavy and pros
 
 Replay only (no model; seconds), over stored greedy plain replies and the seven tables of
 `bench/policies_oracle.py`. Each variant patches one piece of the shipped policy for the
-replay and puts it back: none of them is shipped (docs/benchmark_results/policy-variants-*.md
-says why).
+replay and puts it back (a variant of the length rule replaces the whole rule, the shipped
+expected-loss term included); docs/benchmark_results/policy-variants-2026-12-03.md says
+which was kept and why.
 
     .venv/bin/python bench/policy_variants.py --set tuning --db /tmp/or/oracle.db \
         --matrix bench-37cb77 --set tuning --db /tmp/or/own.db --matrix bench-afdc9d \
@@ -92,8 +93,32 @@ def mean_variance(weight: float) -> contextlib.AbstractContextManager[None]:
     return patched(cal, "saving_draft", saving)
 
 
+def expected_loss(weight: float) -> contextlib.AbstractContextManager[None]:
+    """The draft maximizing expected saving less `weight` x its expected loss against plain
+    decoding (E[max(0, cost(k + 1) - 1 - landed)]: only the rounds that cost more than the
+    plain steps they replace)."""
+
+    def saving(alive: Sequence[float], costs: Sequence[float], refeeds: bool = False) -> int:
+        best_k, best, landed = 0, 0.0, 0.0
+        for k in range(1, len(alive) + 1):
+            landed += alive[k - 1]
+            cost = cal.width_cost(costs, k + 1)
+            if refeeds:
+                cost += cal.expected_refeed_cost(alive[:k], costs)
+            before = [1.0, *alive[:k], 0.0]
+            loss = sum((before[a] - before[a + 1]) * max(0.0, cost - 1.0 - a)
+                       for a in range(k + 1))
+            score = 1.0 + landed - cost - weight * loss
+            if score > best + 1e-12:
+                best_k, best = k, score
+        return best_k
+
+    return patched(cal, "saving_draft", saving)
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
-    "shipped": contextlib.nullcontext,
+    "shipped (expected loss 0.5)": contextlib.nullcontext,
+    "expected saving only (before)": lambda: expected_loss(0.0),
     "fresh prior 1/3": lambda: depth0_prior(1 / 3),
     "fresh prior 1/4": lambda: depth0_prior(1 / 4),
     "confirm every fresh match": lambda: confirm_fresh(None),
@@ -101,6 +126,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "mean-variance 0.02": lambda: mean_variance(0.02),
     "mean-variance 0.05": lambda: mean_variance(0.05),
     "mean-variance 0.1": lambda: mean_variance(0.1),
+    "expected loss 0.25": lambda: expected_loss(0.25),
+    "expected loss 1": lambda: expected_loss(1.0),
 }
 
 

@@ -6,10 +6,17 @@ block costs on the host at hand: `costs[w - 1]` is the cost of a synchronous ver
 emits the same reply, so the cheapest is the one that saves the most steps over plain
 decoding (the oracle's objective, `engine/oracle.py`); each round it proposes
 
-    k* = argmax over k in 1..max_draft of  1 + E[landed | k] - cost(k + 1),
+    k* = argmax over k in 1..max_draft of  1 + E[landed | k] - cost(k + 1) - LOSS_WEIGHT x E[loss | k],
     E[landed | k] = S(1) + ... + S(k),   S(j) = P(the first j proposals all land),
+    E[loss | k] = sum over a of P(landed = a) x max(0, cost(k + 1) - 1 - a),
 
-and nothing when no k saves anything (a pipelined plain step lands one token for one step).
+and nothing when no k scores above plain (a pipelined plain step lands one token for one
+step). The loss term counts only the rounds that cost more than the plain steps they
+replace: between lengths that save about the same on average it takes the one whose miss
+costs less (a fresh match in prose: 2 proposals, not 5), and it leaves a long copy's wide
+blocks alone (they rarely land short). Replayed over seven tables, it kept the mean
+efficiency and lifted the worst held-out prose reply from 0.959x to 0.994x plain
+(docs/benchmark_results/policy-variants-2026-12-03.md).
 The rule runs twice a round: `budget`, before the lookup, decides whether to draft at all
 (whether a proposal of `max_draft` tokens on the current match could save anything) and
 then allows `max_draft`; `size`, after it, sizes the draft to the proposal the index found,
@@ -45,6 +52,8 @@ PRIOR_WEIGHT = 2.0  # proposals' worth of belief in `prior_hazard` per bucket
 # Evidence older than a few drafted rounds fades: copy spans start and end mid-reply.
 DECAY = 0.8
 PLAIN_STEP_SAVING = 0.0  # a pipelined plain step lands one token for one step
+# Steps of saving given up per step a draft is expected to lose against plain decoding.
+LOSS_WEIGHT = 0.5
 
 
 def width_cost(costs: Sequence[float], width: int) -> float:
@@ -95,21 +104,32 @@ def expected_refeed_cost(alive: Sequence[float], costs: Sequence[float]) -> floa
     return sum((before[a] - before[a + 1]) * width_cost(costs, a + 1) for a in range(len(alive)))
 
 
+def expected_loss(alive: Sequence[float], cost: float) -> float:
+    """Expected steps a draft of len(alive) proposals costing `cost` loses against plain
+    decoding: landing a of them (probability S(a) - S(a+1)) replaces a + 1 plain steps."""
+    before = [1.0, *alive, 0.0]
+    return sum((before[a] - before[a + 1]) * max(0.0, cost - 1.0 - a)
+               for a in range(len(alive) + 1))
+
+
 def saving_draft(alive: Sequence[float], costs: Sequence[float], refeeds: bool = False) -> int:
-    """The draft length (at most len(alive)) that saves the most steps over plain decoding,
-    1 + S(1) + ... + S(k) - cost(k + 1); 0 when none saves any.
+    """The draft length (at most len(alive)) with the best expected saving over plain
+    decoding less LOSS_WEIGHT x its expected loss against plain,
+    1 + S(1) + ... + S(k) - cost(k + 1) - LOSS_WEIGHT x `expected_loss`; 0 when none scores
+    above plain.
 
     Ties keep the shorter draft (a wider block risks more on a miss). With `refeeds`, a
     rejected draft's re-feed is priced in (`expected_refeed_cost`).
     """
-    best_k, best_saving, landed = 0, PLAIN_STEP_SAVING, 0.0
+    best_k, best_score, landed = 0, PLAIN_STEP_SAVING, 0.0
     for k in range(1, len(alive) + 1):
         landed += alive[k - 1]
         cost = width_cost(costs, k + 1)
         if refeeds:
             cost += expected_refeed_cost(alive[:k], costs)
-        if 1.0 + landed - cost > best_saving + 1e-12:
-            best_k, best_saving = k, 1.0 + landed - cost
+        score = 1.0 + landed - cost - LOSS_WEIGHT * expected_loss(alive[:k], cost)
+        if score > best_score + 1e-12:
+            best_k, best_score = k, score
     return best_k
 
 

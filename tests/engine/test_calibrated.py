@@ -11,6 +11,7 @@ from specfleet.engine.calibrated import (
     CalibratedGovernor,
     best_draft,
     depth_bucket,
+    expected_loss,
     prior_hazard,
     saving_draft,
     survival,
@@ -127,6 +128,24 @@ def test_governor_starts_from_an_even_prior_and_learns_from_counts():
     for _ in range(20):
         governor.record(0, governor.budget() or 1)
     assert governor.run == 0 and governor.acceptance() < 0.25  # the prior and decay keep it > 0
+
+
+def test_expected_loss_counts_only_the_rounds_that_cost_more_than_their_plain_steps():
+    # None landed (1/2) loses 0.5 of a step; one landed (1/4) replaces 2 steps: no loss.
+    assert expected_loss([0.5, 0.25], 1.5) == pytest.approx(0.25)
+    assert expected_loss([1.0], 1.8) == 0.0  # sure to land: never slower
+    assert expected_loss([0.0, 0.0], 3.0) == pytest.approx(2.0)
+
+
+def test_a_fresh_match_drafts_the_length_whose_miss_costs_less_at_a_near_tie(monkeypatch):
+    # A host where a 6-wide verify costs barely more than a 3-wide one: on a fresh match's
+    # prior, 5 proposals save a little more on average (0.73 against 0.66 steps), but lose
+    # 0.7 of a step half the time; 2 proposals lose 0.17.
+    costs = (1.03, 1.1, 1.17, 1.64, 1.70, 1.70, 2.09, 2.16, 2.28)
+    alive = survival(CalibratedGovernor(8, costs).hazards(), 0, 8)
+    assert saving_draft(alive, costs) == 2
+    monkeypatch.setattr("specfleet.engine.calibrated.LOSS_WEIGHT", 0.0)
+    assert saving_draft(alive, costs) == 5  # the expected saving alone
 
 
 def test_a_rejection_ends_the_match_and_counts_one_miss_at_its_depth():
