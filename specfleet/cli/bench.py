@@ -68,10 +68,10 @@ Many = list[str] | None
 def arms_help() -> str:
     """Our arms, then each peer engine's own generation with the engine it runs on (the
     `jobs.run` and `engine.peers` registries)."""
-    by_engine: dict[str, list[str]] = {}
+    by_engines: dict[str, list[str]] = {}
     for peer, kind in PEER_KINDS.items():
-        by_engine.setdefault(kind.engine, []).append(peer)
-    peers = ", ".join(f"{', '.join(names)} ({engine})" for engine, names in by_engine.items())
+        by_engines.setdefault(" or ".join(kind.engines), []).append(peer)
+    peers = ", ".join(f"{', '.join(names)} ({engines})" for engines, names in by_engines.items())
     return f"Arms: {', '.join(OWN_ARMS)}, or a peer engine's own generation: {peers}"
 
 

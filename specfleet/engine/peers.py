@@ -11,7 +11,8 @@ with our plain decoding like any arm's; a peer that diverges is reported, never 
   its shortest n-gram is always 1);
 - `mlx-lm`: mlx-lm's `stream_generate` with its greedy sampler on the `MlxRunner`'s model;
 - `llama.cpp`: llama-cpp-python's greedy `Llama.generate` on the GGUF the model comes from
-  (a bundled model's own file: SmolLM2's Q4_1), on torch targets, with the runner's threads;
+  (a bundled model's own file: SmolLM2's Q4_1), on torch and MLX targets (beside MLX on a
+  Mac: llama.cpp's Metal build), with the worker's threads;
 - `llama.cpp-lookup`: the same with the package's n-gram speculative decoding
   (`LlamaPromptLookupDecoding`: `num_pred_tokens` = the arm's `max_draft`, default 10;
   `max_ngram_size` = its `ngram_max`, default 2; down to 1-grams, as transformers).
@@ -55,7 +56,7 @@ class PeerKind:
     """What one peer is.
 
     Attributes:
-        engine: the only engine whose runner it runs on.
+        engines: the engines whose runners it runs on.
         library: the distribution whose version is stored with each run.
         call: what runs, in the library's words.
         color: its points in plots (browns and pinks, apart from our arms' colours).
@@ -64,7 +65,7 @@ class PeerKind:
         gguf: runs on the GGUF the model comes from, not on the runner's loaded model.
     """
 
-    engine: ModelEngine
+    engines: tuple[ModelEngine, ...]
     library: str
     call: str
     color: str
@@ -78,17 +79,17 @@ class PeerKind:
 
 
 PEER_KINDS: dict[Peer, PeerKind] = {
-    "hf": PeerKind("torch", "transformers", "generate(do_sample=False)", "#8c564b"),
+    "hf": PeerKind(("torch",), "transformers", "generate(do_sample=False)", "#8c564b"),
     "hf-lookup": PeerKind(
-        "torch", "transformers",
+        ("torch",), "transformers",
         "generate(do_sample=False, prompt_lookup_num_tokens, max_matching_ngram_size)",
         "#e377c2", knobs=("prompt_lookup_num_tokens", "max_matching_ngram_size")),
-    "mlx-lm": PeerKind("mlx", "mlx-lm", "stream_generate(sampler=make_sampler(0.0))",
+    "mlx-lm": PeerKind(("mlx",), "mlx-lm", "stream_generate(sampler=make_sampler(0.0))",
                        "#bcbd22"),
-    "llama.cpp": PeerKind("torch", "llama-cpp-python", "Llama.generate(temp=0.0)", "#17becf",
-                          gguf=True),
+    "llama.cpp": PeerKind(("torch", "mlx"), "llama-cpp-python", "Llama.generate(temp=0.0)",
+                          "#17becf", gguf=True),
     "llama.cpp-lookup": PeerKind(
-        "torch", "llama-cpp-python",
+        ("torch", "mlx"), "llama-cpp-python",
         "Llama(draft_model=LlamaPromptLookupDecoding(max_ngram_size, num_pred_tokens))"
         ".generate(temp=0.0)", "#9edae5", knobs=("num_pred_tokens", "max_ngram_size"),
         gguf=True),
@@ -126,6 +127,7 @@ class PeerCall:
     loop_guard: tuple[int, int, int] | None = None
     should_stop: Callable[[], bool] | None = None
     gguf: str | None = None  # the model's GGUF file, for a peer that runs on it
+    threads: int | None = None  # CPU threads for a llama.cpp peer (None: the library's own)
 
     def settings(self) -> dict[str, Any]:
         """The library call's settings, stored with the run (engine_config)."""
@@ -214,8 +216,8 @@ def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGen
     """Run a peer on a loaded runner's model (greedy), timed like `loop.generate`.
 
     Args:
-        runner: a `TorchRunner` for hf / hf-lookup / llama.cpp(-lookup), an `MlxRunner` for
-            mlx-lm; its own caches are left alone (the library builds its own).
+        runner: a `TorchRunner` for hf / hf-lookup, an `MlxRunner` for mlx-lm, either for
+            llama.cpp(-lookup); its own caches are left alone (the library builds its own).
         prompt: prompt token ids, as our arms feed them.
         call: the request.
 
@@ -225,9 +227,9 @@ def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGen
     Raises:
         UserError: the peer does not run on this runner's engine.
     """
-    engine = PEER_KINDS[call.peer].engine
-    if getattr(runner, "engine", None) != engine:
-        raise UserError(f"arm {call.peer} runs on {engine} targets only, not on "
+    engines = PEER_KINDS[call.peer].engines
+    if getattr(runner, "engine", None) not in engines:
+        raise UserError(f"arm {call.peer} runs on {' or '.join(engines)} targets only, not on "
                         f"{getattr(runner, 'engine', '?')}")
     if not prompt:
         raise ValueError("the prompt is empty")
@@ -242,6 +244,6 @@ def warm_up_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> float:
     allocations, the library's first-call set-up). Returns seconds spent."""
     start = time.perf_counter()
     warm = PeerCall(call.peer, PEER_WARM_TOKENS, call.lookup_tokens, call.ngram_max,
-                    gguf=call.gguf)
+                    gguf=call.gguf, threads=call.threads)
     generate_peer(runner, list(prompt[:PEER_WARM_CONTEXT_TOKENS]), warm)
     return time.perf_counter() - start

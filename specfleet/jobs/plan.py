@@ -140,9 +140,9 @@ def plan_runs(
 
 
 def fits(arm: str, target: Target) -> bool:
-    """Whether an arm runs on a target: ours everywhere, a peer on its own engine only."""
+    """Whether an arm runs on a target: ours everywhere, a peer on its own engines only."""
     kind = peer_kind(arm)
-    return kind is None or kind.engine == target.engine
+    return kind is None or target.engine in kind.engines
 
 
 def peer_skips(spec: MatrixSpec, targets: list[Target]) -> list[str]:
@@ -158,10 +158,11 @@ def peer_skips(spec: MatrixSpec, targets: list[Target]) -> list[str]:
             continue
         left = [t.label for t in targets if not fits(arm.arm, t)]
         if len(left) == len(targets):
-            raise UserError(f"matrix '{spec.name}': arms[{i}]: {arm.arm} runs on {kind.engine} "
+            raise UserError(f"matrix '{spec.name}': arms[{i}]: {arm.arm} runs on "
+                            f"{' or '.join(kind.engines)} "
                             f"targets only, and none is selected ({', '.join(left)})")
         if left:
-            lines.append(f"arm {arm.arm} runs on {kind.engine} targets only: skipped on "
+            lines.append(f"arm {arm.arm} runs on {' or '.join(kind.engines)} targets only: skipped on "
                          f"{', '.join(left)}")
     return lines
 

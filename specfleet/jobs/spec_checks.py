@@ -158,9 +158,10 @@ def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) 
         raise UserError(f"{where}: {arm.arm} decodes greedily (a peer is compared with plain "
                         f"greedy decoding); set temperature: 0, got {spec.temperature}")
     engines = spec.targets.engines
-    if engines and kind.engine not in engines:
-        raise UserError(f"{where}: {arm.arm} runs on {kind.engine} targets only, and "
-                        f"targets.engines is [{', '.join(engines)}]; add {kind.engine} or "
+    if engines and not set(kind.engines) & set(engines):
+        runs_on = " or ".join(kind.engines)
+        raise UserError(f"{where}: {arm.arm} runs on {runs_on} targets only, and "
+                        f"targets.engines is [{', '.join(engines)}]; add {runs_on} or "
                         "drop the arm")
 
 

@@ -35,6 +35,7 @@ from specfleet.workers.loaded import (
     check_model,
     load_model,
     use_every_core,
+    worker_threads,
 )
 from specfleet.workers.loadseries import LOAD_SAMPLE_PERIOD_S, LoadSeries, load_average
 from specfleet.workers.machinelock import MachineLock, machine_lock_path
@@ -348,7 +349,7 @@ class HostWorker:
         prompt_ids = entry.runner.encode_prompt(spec.prompt_text, spec.chat)
         costs, calibration = self._costs.for_run(spec, entry, self._info.fingerprint)
         lookup, policy = run_policy(spec, costs)
-        peer = peer_call(spec, self._cancel.is_set, lambda: self._gguf(spec))
+        peer = peer_call(spec, self._cancel.is_set, lambda: self._gguf(spec), worker_threads())
         if spec.target.engine != "toy":
             warmup_s = (entry.warm_peer(prompt_ids, peer) if peer else
                         entry.warm(prompt_ids, spec.lookup.max_draft))

@@ -174,13 +174,19 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
     return ModelCheck()
 
 
+def worker_threads() -> int:
+    """$SPECFLEET_THREADS, else one per physical core but one (left to Ray's daemons and the
+    driver): the CPU threads a worker gives its engines (and a llama.cpp peer)."""
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return THREADS.read() or max(1, cores - 1)
+
+
 def use_every_core(engine: str) -> int:
     """Give `engine` $SPECFLEET_THREADS CPU threads, else one per physical core but one (left
     to Ray's daemons and the driver); the count. Called by a worker before it loads a model:
     Ray runs an actor that holds no CPU with OMP_NUM_THREADS=1, which would leave torch (and
     OpenBLAS under MLX) on one thread however many cores the host has."""
-    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    threads = THREADS.read() or max(1, cores - 1)
+    threads = worker_threads()
     if engine == "torch":
         import torch
 

@@ -34,10 +34,11 @@ def run_policy(
 
 
 def peer_call(spec: RunSpec, should_stop: Callable[[], bool] | None = None,
-              gguf: Callable[[], str | None] = lambda: None) -> PeerCall | None:
+              gguf: Callable[[], str | None] = lambda: None,
+              threads: int | None = None) -> PeerCall | None:
     """A peer arm's request (None for our arms); a drafting peer proposes `max_draft` tokens
     after an n-gram of up to `ngram_max`, the arm's options; a llama.cpp peer runs `gguf()`,
-    the model's GGUF (asked only for such a peer)."""
+    the model's GGUF (asked only for such a peer), on `threads` CPU threads."""
     peer = next((p for p in PEERS if p == spec.arm), None)
     if peer is None:
         return None
@@ -50,6 +51,7 @@ def peer_call(spec: RunSpec, should_stop: Callable[[], bool] | None = None,
         loop_guard=(guard.min_period, guard.max_period, guard.repeats) if guard else None,
         should_stop=should_stop,
         gguf=gguf() if PEER_KINDS[peer].gguf else None,
+        threads=threads if PEER_KINDS[peer].gguf else None,
     )
 
 

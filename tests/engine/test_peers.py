@@ -28,7 +28,9 @@ TIMINGS = Timings(0.1, 0.2, 0.3)
 
 def test_every_peer_names_a_real_engine_and_the_lookups_draft() -> None:
     assert PEERS == ("hf", "hf-lookup", "mlx-lm", "llama.cpp", "llama.cpp-lookup")
-    assert {PEER_KINDS[p].engine for p in PEERS} == set(MODEL_ENGINES)
+    assert {e for p in PEERS for e in PEER_KINDS[p].engines} == set(MODEL_ENGINES)
+    assert PEER_KINDS["llama.cpp"].engines == PEER_KINDS["llama.cpp-lookup"].engines == (
+        "torch", "mlx")
     assert [p for p in PEERS if PEER_KINDS[p].drafts] == ["hf-lookup", "llama.cpp-lookup"]
     assert [p for p in PEERS if PEER_KINDS[p].gguf] == ["llama.cpp", "llama.cpp-lookup"]
     assert is_peer("mlx-lm") and not is_peer("plain") and peer_kind("graded") is None

@@ -176,6 +176,15 @@ def test_peer_arms_run_on_their_engine_only_rotating_with_the_arms_there() -> No
     ]
 
 
+def test_llama_cpp_runs_on_torch_and_mlx_targets_alike() -> None:
+    both = spec(arms=["plain", {"arm": "llama.cpp-lookup", "max_draft": 6}], repeats=1)
+    runs = plan_runs(both, [TORCH, MLX], "mx")
+    assert sorted((r.target.engine, r.arm) for r in runs) == [
+        ("mlx", "llama.cpp-lookup"), ("mlx", "plain"),
+        ("torch", "llama.cpp-lookup"), ("torch", "plain")]
+    assert peer_skips(both, [MLX, TORCH]) == []
+
+
 def test_a_peer_arm_that_fits_no_selected_target_is_refused_at_submit() -> None:
     with pytest.raises(UserError, match=r"^matrix 't': arms\[1\]: hf runs on torch targets "
                        r"only, and none is selected \(here/mlx/cpu, mac1/mlx/metal\)$"):

@@ -132,6 +132,17 @@ def test_llama_cpp_runs_the_models_gguf_beside_our_plain(worker, tmp_path):
     assert re.search(r"Against peers: plain [\d.]+x llama\.cpp(-lookup)? \(geometric-mean", table)
 
 
+@pytest.mark.mlx
+def test_llama_cpp_runs_beside_our_mlx_plain_too(worker, tmp_path):
+    pytest.importorskip("llama_cpp", reason="make test installs specfleet[llamacpp]")
+    matrix = {**MATRIX, "arms": ["plain", "llama.cpp"]}
+    stored, _ = run_and_store(worker, MLX, tmp_path, matrix)
+    by_arm = {row.arm: row for row in stored}
+    assert sorted(by_arm) == ["llama.cpp", "plain"]
+    check_peer(by_arm["llama.cpp"], "llama-cpp-python")
+    assert by_arm["llama.cpp"].engine == "mlx" and len(by_arm["llama.cpp"].token_ids) == 5
+
+
 def test_a_peer_sent_to_another_engines_target_fails_in_one_line(worker):
     spec = RunSpec(run_key="misplaced", target=Target(host="box1", engine="toy", device="cpu"),
                    model="script", prompt_name="p", prompt_text="hello hello", arm="hf",

@@ -4,9 +4,10 @@ the package's n-gram speculative decoding (`LlamaPromptLookupDecoding`).
 
 The GGUF is what llama.cpp users run: for SmolLM2 its Q4_1 blocks, where our torch arms run
 the same weights dequantized to float32, so a reply that differs from our plain one is the
-precision at work, reported as parity like any peer's. Threads are the runner's own
-(`torch.get_num_threads()`), so a peer gets the cores our arms get; on a runner whose device
-is a GPU every layer is offloaded (`n_gpu_layers=-1`, a CUDA or Metal build of the package).
+precision at work, reported as parity like any peer's. Threads are the worker's (the call's
+`threads`, what the worker gives its engines), so a peer gets the cores our arms get; on a
+runner whose device is a GPU every layer is offloaded (`n_gpu_layers=-1`, a CUDA or Metal
+build of the package).
 
 A `Llama` is built once per file, context size and lookup settings, outside the timed call
 (as our model load is), and reset before each call: `generate` would otherwise reuse the
@@ -29,11 +30,11 @@ CONTEXT_STEP = 512
 INSTALL_HINT = ("pip install 'specfleet[llamacpp]' (it builds llama.cpp from source with the "
                 "host's compiler; README: Peer engines)")
 
-_llamas: dict[tuple[str, int, int | None, int | None, int, bool], Any] = {}
+_llamas: dict[tuple[str, int, int | None, int | None, int | None, bool], Any] = {}
 
 
 def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call: PeerCall,
-                       threads: int, offload: bool = False) -> PeerGeneration:
+                       threads: int | None, offload: bool = False) -> PeerGeneration:
     """llama.cpp's greedy generation on `gguf`: see `engine.peers.generate_peer`.
 
     Args:
@@ -41,7 +42,7 @@ def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call
         eos_ids: the runner's end-of-sequence ids (a reply stops before one, never emits it).
         prompt: prompt token ids, as our arms feed them.
         call: the request (llama.cpp-lookup's `lookup_tokens` and `ngram_max`).
-        threads: CPU threads for llama.cpp's decode and prompt batches.
+        threads: CPU threads for llama.cpp's decode and prompt batches (None: its default).
         offload: put every layer on the GPU the package was built for.
     """
     llm = _llama(gguf, len(prompt) + call.max_tokens + (call.lookup_tokens or 0) + 1, call,
@@ -66,7 +67,7 @@ def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call
     return watch.finish(tokens, eos, timings, version("llama-cpp-python"))
 
 
-def _llama(gguf: str, needed: int, call: PeerCall, threads: int, offload: bool) -> Any:
+def _llama(gguf: str, needed: int, call: PeerCall, threads: int | None, offload: bool) -> Any:
     """The cached `Llama` for this file and lookup settings with a context of >= `needed`."""
     try:
         from llama_cpp import Llama

@@ -138,7 +138,8 @@ class TorchRunner(TokenizerText):
             from specfleet.engine.runners.llamacpp_peers import llama_cpp_generate
 
             return llama_cpp_generate(call.gguf, self.eos_ids, prompt, call,
-                                      torch.get_num_threads(), self.device != "cpu")
+                                      call.threads or torch.get_num_threads(),
+                                      self.device != "cpu")
         from specfleet.engine.runners.torch_peers import hf_generate
 
         return hf_generate(self.model, self.eos_ids, prompt, call)
