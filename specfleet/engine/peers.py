@@ -233,16 +233,9 @@ def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGen
                         f"{getattr(runner, 'engine', '?')}")
     if not prompt:
         raise ValueError("the prompt is empty")
-    if PEER_KINDS[call.peer].gguf:
-        if call.gguf is None:
-            raise UserError(f"arm {call.peer} runs the GGUF a model comes from, and this model "
-                            "has none (a bundled model has its own; a local folder: one .gguf "
-                            "in it)")
-        from specfleet.engine.runners.llamacpp_peers import llama_cpp_generate
-
-        # The runner's model is not used: its EOS ids (the same vocabulary) and its device.
-        return llama_cpp_generate(call.gguf, runner.eos_ids, prompt, call, call.threads,
-                                  offload=getattr(runner, "device", "cpu") != "cpu")
+    if PEER_KINDS[call.peer].gguf and call.gguf is None:
+        raise UserError(f"arm {call.peer} runs the GGUF a model comes from, and this model has "
+                        "none (a bundled model has its own; a local folder: one .gguf in it)")
     return runner.generate_peer(prompt, call)  # the runner knows its engine's peer library
 
 

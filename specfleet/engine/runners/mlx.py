@@ -118,7 +118,16 @@ class MlxRunner(TokenizerText):
         return sum(int(a.nbytes) for a in arrays.values())
 
     def generate_peer(self, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:
-        """mlx-lm's `stream_generate` (mlx-lm) on this runner's model, greedy, timed (`engine/peers.py`)."""
+        """mlx-lm's `stream_generate` (mlx-lm) on this runner's model, or llama.cpp's
+        (llama.cpp, llama.cpp-lookup) on its GGUF, every layer offloaded on a GPU device;
+        greedy, timed (`engine/peers.py`)."""
+        from specfleet.engine.peers import PEER_KINDS
+
+        if PEER_KINDS[call.peer].gguf and call.gguf is not None:
+            from specfleet.engine.runners.llamacpp_peers import llama_cpp_generate
+
+            return llama_cpp_generate(call.gguf, self.eos_ids, prompt, call, call.threads,
+                                      self.device != "cpu")
         from specfleet.engine.runners.mlx_peers import mlx_lm_generate
 
         return mlx_lm_generate(self.model, self.tokenizer, self.stream, prompt, call)

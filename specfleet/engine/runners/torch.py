@@ -129,7 +129,17 @@ class TorchRunner(TokenizerText):
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
     def generate_peer(self, prompt: Sequence[int], call: PeerCall) -> PeerGeneration:
-        """transformers' `generate` (hf, hf-lookup) on this runner's model, greedy, timed (`engine/peers.py`)."""
+        """transformers' `generate` (hf, hf-lookup) on this runner's model, or llama.cpp's
+        (llama.cpp, llama.cpp-lookup) on its GGUF with this runner's threads; greedy, timed
+        (`engine/peers.py`)."""
+        from specfleet.engine.peers import PEER_KINDS
+
+        if PEER_KINDS[call.peer].gguf and call.gguf is not None:
+            from specfleet.engine.runners.llamacpp_peers import llama_cpp_generate
+
+            return llama_cpp_generate(call.gguf, self.eos_ids, prompt, call,
+                                      call.threads or torch.get_num_threads(),
+                                      self.device != "cpu")
         from specfleet.engine.runners.torch_peers import hf_generate
 
         return hf_generate(self.model, self.eos_ids, prompt, call)
