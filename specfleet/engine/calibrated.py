@@ -107,9 +107,15 @@ def expected_refeed_cost(alive: Sequence[float], costs: Sequence[float]) -> floa
 def expected_loss(alive: Sequence[float], cost: float) -> float:
     """Expected steps a draft of len(alive) proposals costing `cost` loses against plain
     decoding: landing a of them (probability S(a) - S(a+1)) replaces a + 1 plain steps."""
-    before = [1.0, *alive, 0.0]
-    return sum((before[a] - before[a + 1]) * max(0.0, cost - 1.0 - a)
-               for a in range(len(alive) + 1))
+    loss, held = 0.0, 1.0  # held: S(a), the chance the first a proposals all land
+    for a in range(len(alive) + 1):
+        excess = cost - 1.0 - a
+        if excess <= 0.0:  # landing a or more pays for the block: no later term loses
+            break
+        after = alive[a] if a < len(alive) else 0.0
+        loss += (held - after) * excess
+        held = after
+    return loss
 
 
 def saving_draft(alive: Sequence[float], costs: Sequence[float], refeeds: bool = False) -> int:
