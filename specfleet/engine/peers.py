@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from specfleet.engine.kinds import ModelEngine
+from specfleet.engine.kinds import MODEL_ENGINES, ModelEngine
 from specfleet.engine.loop import StopReason
 from specfleet.engine.stats import Timings, loop_guard_fires
 from specfleet.errors import UserError
@@ -86,10 +86,10 @@ PEER_KINDS: dict[Peer, PeerKind] = {
         "#e377c2", knobs=("prompt_lookup_num_tokens", "max_matching_ngram_size")),
     "mlx-lm": PeerKind(("mlx",), "mlx-lm", "stream_generate(sampler=make_sampler(0.0))",
                        "#bcbd22"),
-    "llama.cpp": PeerKind(("torch", "mlx"), "llama-cpp-python", "Llama.generate(temp=0.0)",
+    "llama.cpp": PeerKind(MODEL_ENGINES, "llama-cpp-python", "Llama.generate(temp=0.0)",
                           "#17becf", gguf=True),
     "llama.cpp-lookup": PeerKind(
-        ("torch", "mlx"), "llama-cpp-python",
+        MODEL_ENGINES, "llama-cpp-python",
         "Llama(draft_model=LlamaPromptLookupDecoding(max_ngram_size, num_pred_tokens))"
         ".generate(temp=0.0)", "#9edae5", knobs=("num_pred_tokens", "max_ngram_size"),
         gguf=True),

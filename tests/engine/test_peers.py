@@ -30,7 +30,7 @@ def test_every_peer_names_a_real_engine_and_the_lookups_draft() -> None:
     assert PEERS == ("hf", "hf-lookup", "mlx-lm", "llama.cpp", "llama.cpp-lookup")
     assert {e for p in PEERS for e in PEER_KINDS[p].engines} == set(MODEL_ENGINES)
     assert PEER_KINDS["llama.cpp"].engines == PEER_KINDS["llama.cpp-lookup"].engines == (
-        "torch", "mlx")
+        MODEL_ENGINES)
     assert [p for p in PEERS if PEER_KINDS[p].drafts] == ["hf-lookup", "llama.cpp-lookup"]
     assert [p for p in PEERS if PEER_KINDS[p].gguf] == ["llama.cpp", "llama.cpp-lookup"]
     assert is_peer("mlx-lm") and not is_peer("plain") and peer_kind("graded") is None
