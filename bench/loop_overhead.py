@@ -1,9 +1,11 @@
 """Host time per round of the engine loop, with a runner that costs (almost) nothing.
 
-Two arms on a 2,000-token reply: plain decoding (every round a pipelined one-token step) and
-prompt lookup where every drafted round verifies 7 proposals that all land. Prints the median
-microseconds per round (decode time / rounds, prefill excluded) over several repeats, the
-spread beside it, and the targets (<= 50 us plain, <= 100 us drafted).
+Three arms on a 2,000-token reply: plain decoding (every round a pipelined one-token step),
+prompt lookup where every drafted round verifies 7 proposals that all land, and `calibrated`
+under a table where a verify costs its width (MLX's quantized CPU kernels): it drafts nothing,
+and every round is a pipelined step plus the policy's rule and a shadow-probe lookup. Prints
+the median microseconds per round (decode time / rounds, prefill excluded) over several
+repeats, the spread beside it, and the targets (<= 50 us plain and paused, <= 100 us drafted).
 
 Usage: .venv/bin/python bench/loop_overhead.py [--tokens 2000] [--repeats 15]
 """
@@ -18,14 +20,18 @@ from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.loop import generate
 from specfleet.engine.runners.toy import ZeroCostRunner
 
-TARGET_US = {"plain": 50.0, "drafted": 100.0}
+TARGET_US = {"plain": 50.0, "drafted": 100.0, "paused": 50.0}
+# A verify of width w costs w steps: no draft can pay, so calibrated never drafts.
+WIDTH_PRICED = tuple(float(w) for w in range(1, 34))
 BLOCK = list(range(1, 601))  # 600 distinct tokens: every n-gram has one earlier occurrence
 
 
 def measure(arm: str, tokens: int) -> tuple[float, int, int]:
     """One generation; returns (us per round, rounds, accepted)."""
     runner = ZeroCostRunner(BLOCK * (2 + tokens // len(BLOCK)))
-    lookup = PromptLookupConfig() if arm == "drafted" else None
+    lookup = {"plain": None, "drafted": PromptLookupConfig(),
+              "paused": PromptLookupConfig(max_draft=32, policy="calibrated",
+                                           costs=WIDTH_PRICED)}[arm]
     result = generate(runner, BLOCK, max_tokens=tokens, lookup=lookup)
     assert len(result.tokens) == tokens
     rounds = result.stats.rounds
@@ -38,7 +44,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}, {args.tokens} tokens")
-    for arm in ("plain", "drafted"):
+    for arm in TARGET_US:
         measure(arm, args.tokens)  # warm-up, not timed
         runs = [measure(arm, args.tokens) for _ in range(args.repeats)]
         us = sorted(r[0] for r in runs)

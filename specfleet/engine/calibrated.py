@@ -133,7 +133,10 @@ def saving_draft(alive: Sequence[float], costs: Sequence[float], refeeds: bool =
         cost = width_cost(costs, k + 1)
         if refeeds:
             cost += expected_refeed_cost(alive[:k], costs)
-        score = 1.0 + landed - cost - LOSS_WEIGHT * expected_loss(alive[:k], cost)
+        saving = 1.0 + landed - cost
+        if saving <= best_score + 1e-12:
+            continue  # the loss term only lowers a score: skip its O(k) sum (a paused round's cost)
+        score = saving - LOSS_WEIGHT * expected_loss(alive[:k], cost)
         if score > best_score + 1e-12:
             best_k, best_score = k, score
     return best_k

@@ -8,10 +8,12 @@ from hypothesis import strategies as st
 
 from specfleet.engine.calibrated import (
     BUCKETS,
+    LOSS_WEIGHT,
     CalibratedGovernor,
     best_draft,
     depth_bucket,
     expected_loss,
+    expected_refeed_cost,
     prior_hazard,
     saving_draft,
     survival,
@@ -135,6 +137,27 @@ def test_expected_loss_counts_only_the_rounds_that_cost_more_than_their_plain_st
     assert expected_loss([0.5, 0.25], 1.5) == pytest.approx(0.25)
     assert expected_loss([1.0], 1.8) == 0.0  # sure to land: never slower
     assert expected_loss([0.0, 0.0], 3.0) == pytest.approx(2.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hazards=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12),
+       costs=st.lists(st.floats(0.5, 12.0), min_size=2, max_size=12), refeeds=st.booleans())
+def test_saving_draft_is_the_argmax_of_every_length_s_score(hazards, costs, refeeds):
+    # The rule skips the loss term where the saving alone cannot beat the best so far: the
+    # choice must equal scoring every length in full (shorter on a tie).
+    alive, held = [], 1.0
+    for h in hazards:
+        held *= h
+        alive.append(held)
+    best_k, best = 0, 0.0
+    for k in range(1, len(alive) + 1):
+        cost = width_cost(costs, k + 1)
+        if refeeds:
+            cost += expected_refeed_cost(alive[:k], costs)
+        score = 1.0 + sum(alive[:k]) - cost - LOSS_WEIGHT * expected_loss(alive[:k], cost)
+        if score > best + 1e-12:
+            best_k, best = k, score
+    assert saving_draft(alive, costs, refeeds) == best_k
 
 
 def test_a_fresh_match_drafts_the_length_whose_miss_costs_less_at_a_near_tie(monkeypatch):
