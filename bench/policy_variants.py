@@ -1,15 +1,19 @@
 """Variants of `calibrated`'s draft rule replayed against the oracle: what each does to the
 mean efficiency and to the worst decode speed-up over plain, copy-heavy and prose apart.
 
-Replay only (no model; seconds), over stored greedy plain replies and the seven tables of
+Replay only (seconds), over stored greedy plain replies and the seven tables of
 `bench/policies_oracle.py`. Each variant patches one piece of the shipped policy for the
 replay and puts it back (a variant of the length rule replaces the whole rule, the shipped
 expected-loss term included); docs/benchmark_results/policy-variants-2026-12-03.md says
-which was kept and why.
+which was kept and why. The "knows ..." rows are no policy: they read the stored reply
+to learn how many proposals will land, and bound what any causal rule over the same
+evidence could reach in this loop; the last row is the oracle's program run in the loop's
+two modes (`loop_aware_bound`). `--confidence` adds a row that reads the bundled model's
+top-1 probability of each reply token (one torch forward per reply).
 
     .venv/bin/python bench/policy_variants.py --set tuning --db /tmp/or/oracle.db \
         --matrix bench-37cb77 --set tuning --db /tmp/or/own.db --matrix bench-afdc9d \
-        --set heldout --db /tmp/or/heldout.db --matrix bench-b1603c
+        --set heldout --db /tmp/or/heldout.db --matrix bench-b1603c [--confidence]
 """
 
 from __future__ import annotations
@@ -25,13 +29,199 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import specfleet.engine.calibrated as cal  # noqa: E402
+import specfleet.engine.loop as loop  # noqa: E402
 from bench.policies_oracle import ORACLE_MAX_DRAFT, TABLES, load_replies, table_ratio  # noqa: E402
 from bench.policies_prompts import kind_of  # noqa: E402
 from specfleet.engine.config import PromptLookupConfig  # noqa: E402
-from specfleet.engine.oracle import oracle  # noqa: E402
+from specfleet.engine.governor import SHADOW_CONFIRM  # noqa: E402
+from specfleet.engine.lookup import NgramIndex, cycle_out  # noqa: E402
+from specfleet.engine.oracle import oracle, proposals  # noqa: E402
 from specfleet.engine.predict import replay  # noqa: E402
 
 Governor = cal.CalibratedGovernor
+
+
+class Reply:
+    """The reply being replayed, for the rows that read it: its proposals at every
+    position, the bundled model's confidence in each token (with --confidence), and the
+    loop's context (kept by a patched `loop._emit`)."""
+
+    prompt: list[int] = []
+    tokens: list[int] = []
+    proposals: list[list[int]] = []
+    confidence: list[float] | None = None
+    context: list[int] = []
+
+    @classmethod
+    def position(cls) -> int:
+        return len(cls.context) - len(cls.prompt)
+
+    @classmethod
+    def proposal(cls) -> list[int]:
+        """The index's proposal at the loop's position ([] past the reply's end)."""
+        at = cls.position()
+        return cls.proposals[at] if at < len(cls.proposals) else []
+
+    @classmethod
+    def landing(cls) -> int:
+        """How many tokens of the index's proposal at the loop's position will land."""
+        at, landed, proposal = cls.position(), 0, cls.proposal()
+        while (landed < len(proposal) and at + landed < len(cls.tokens)
+               and proposal[landed] == cls.tokens[at + landed]):
+            landed += 1
+        return landed
+
+
+def _emit_keeping_context(token, context, generated, ends):
+    Reply.context = context
+    return _shipped_emit(token, context, generated, ends)
+
+
+_shipped_emit = loop._emit
+
+
+def reading_the_reply(hazards: Callable[[Governor, list[float]], list[float]] | None = None,
+                      sizing: Callable[[Governor, int], int] | None = None,
+                      ) -> contextlib.ExitStack:
+    """Patch the governor's hazards or its whole sizing with a function of the reply."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(loop, "_emit", _emit_keeping_context))
+    if hazards is not None:
+        shipped = Governor.hazards
+        stack.enter_context(patched(Governor, "hazards", lambda self: hazards(self, shipped(self))))
+    if sizing is not None:
+        stack.enter_context(patched(Governor, "_saving_draft", sizing))
+    return stack
+
+
+def knows_first(tokens: int) -> contextlib.AbstractContextManager[None]:
+    """Knows whether the first `tokens` (1 or 2) proposals of a fresh match land."""
+
+    def hazards(self: Governor, shipped: list[float]) -> list[float]:
+        if self.run == 0 and Reply.proposal():
+            landed = Reply.landing()
+            shipped[0] = float(landed >= 1)
+            if tokens >= 2 and landed >= 1:
+                shipped[1] = float(landed >= 2)
+        return shipped
+
+    return reading_the_reply(hazards=hazards)
+
+
+def knows_every_landing(pipeline_after: int | None = None) -> contextlib.AbstractContextManager[None]:
+    """Sizes every draft knowing how many proposals land; with `pipeline_after`, pipelines
+    only after that many empty rounds (paused or not)."""
+
+    def sizing(self: Governor, most: int) -> int:
+        landed = Reply.landing()
+        return cal.saving_draft([float(j < landed) for j in range(most)], self.costs, self.refeeds)
+
+    stack = reading_the_reply(sizing=sizing)
+    if pipeline_after is not None:
+        stack.enter_context(patched(
+            loop, "_may_start_pipeline",
+            lambda pipeline, remaining, streak, governor: pipeline and remaining > 1
+            and streak > pipeline_after))
+    return stack
+
+
+def confidence_prior() -> contextlib.AbstractContextManager[None]:
+    """A fresh match's first proposal lands with prior mean = the model's top-1 probability
+    of the last emitted token (shipped: 1/2)."""
+
+    def hazards(self: Governor, shipped: list[float]) -> list[float]:
+        assert Reply.confidence is not None  # the row runs only with --confidence
+        prior = Reply.confidence[Reply.position() - 1]
+        shipped[0] = ((self.landed[0] + cal.PRIOR_WEIGHT * prior)
+                      / (self.tried[0] + cal.PRIOR_WEIGHT))
+        return shipped
+
+    return reading_the_reply(hazards=hazards)
+
+
+def refuted_probes_count() -> contextlib.AbstractContextManager[None]:
+    """Every settled shadow probe counts as evidence at depths 0 and 1 (shipped: only a
+    confirmed one moves the match to run 2, and refuted ones are never reported)."""
+
+    def settle(shadow, context, governor, stats):
+        landed = 0
+        for position, claimed in enumerate(shadow.proposal[:SHADOW_CONFIRM], shadow.start):
+            if position >= len(context):
+                return shadow
+            if context[position] != claimed:
+                break
+            landed += 1
+        if governor is not None and governor.paused:
+            for depth in range(landed + (landed < SHADOW_CONFIRM)):
+                governor.tried[cal.depth_bucket(depth)] += 1.0
+            for depth in range(landed):
+                governor.landed[cal.depth_bucket(depth)] += 1.0
+            if landed == SHADOW_CONFIRM:
+                governor.run = SHADOW_CONFIRM
+                stats.shadow_confirmations += 1
+        return None
+
+    return patched(loop, "_settle_probe", settle)
+
+
+class LongestContextIndex(NgramIndex):
+    """Among the last 8 occurrences of the longest matching suffix, the one that shares the
+    most tokens before it (up to 64) with the context, the latest on a tie (shipped: the
+    latest occurrence)."""
+
+    def __init__(self, ngram_min: int, ngram_max: int) -> None:
+        super().__init__(ngram_min, ngram_max)
+        self._starts: dict[tuple[int, ...], list[int]] = {}
+
+    def extend(self, context: Sequence[int]) -> None:
+        for end in range(max(self.indexed_len - 1, 0), len(context) - 1):
+            for n in range(self.ngram_min, min(self.ngram_max, end + 1) + 1):
+                self._starts.setdefault(tuple(context[end - n + 1 : end + 1]), []).append(end - n + 1)
+        super().extend(context)
+
+    def match(self, context: Sequence[int], max_draft: int,
+              cyclic: bool = False) -> tuple[list[int], int]:
+        length = len(context)
+        for n in range(min(self.ngram_max, max(length - 1, 0)), self.ngram_min - 1, -1):
+            starts = self._starts.get(tuple(context[length - n :]))
+            if starts:
+                start = max(reversed(starts[-8:]),
+                            key=lambda start, n=n: shared_before(context, start, length - n))
+                proposal = list(context[start + n : min(start + n + max_draft, length)])
+                return (cycle_out(context, proposal, max_draft) if cyclic else proposal), n
+        return [], 0
+
+
+def shared_before(context: Sequence[int], start: int, suffix: int) -> int:
+    """Tokens (up to 64) right before `start` that equal those right before `suffix`."""
+    back = 0
+    while (back < 64 and start - 1 - back >= 0
+           and context[start - 1 - back] == context[suffix - 1 - back]):
+        back += 1
+    return back
+
+
+def longest_context_index() -> contextlib.AbstractContextManager[None]:
+    return patched(loop, "NgramIndex", LongestContextIndex)
+
+
+def model_confidence(replies: Sequence[tuple[str, dict]]) -> dict[tuple[int, ...], list[float]]:
+    """Per reply: the bundled torch model's top-1 probability at each reply position."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specfleet.models.registry import resolve_model
+
+    folder = resolve_model("smollm2-135m", "torch").path
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    out = {}
+    for _, r in replies:
+        with torch.inference_mode():
+            logits = model(torch.tensor([r["prompt_ids"] + r["reply"]])).logits[0]
+        first = len(r["prompt_ids"]) - 1
+        out[tuple(r["reply"])] = (logits[first : first + len(r["reply"])].softmax(-1)
+                                  .max(-1).values.tolist())
+    return out
 
 
 @contextlib.contextmanager
@@ -128,7 +318,55 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "mean-variance 0.1": lambda: mean_variance(0.1),
     "expected loss 0.25": lambda: expected_loss(0.25),
     "expected loss 1": lambda: expected_loss(1.0),
+    "refuted probes count": refuted_probes_count,
+    "longest-context match": longest_context_index,
+    "knows if a fresh match's 1st proposal lands": lambda: knows_first(1),
+    "knows if its first 2 land": lambda: knows_first(2),
+    "knows every landing": knows_every_landing,
+    "knows every landing, pipelines after 4 empty rounds": lambda: knows_every_landing(4),
 }
+
+
+def loop_aware_bound(prompt: Sequence[int], reply: Sequence[int], stop_reason: str,
+                     max_tokens: int, costs: Sequence[float]) -> float:
+    """The cheapest schedule that knows the reply but runs in the loop's two modes: from a
+    synchronous position, a verify of the index's proposal there, a synchronous step, or a
+    pipelined run started at a synchronous step's price; a pipelined position (its token in
+    flight, its proposal one token late) either submits the next step (1) or drains into a
+    synchronous position (0). The oracle is the same program without the modes."""
+    targets = [*reply, -1] if stop_reason == "eos" and reply else list(reply)
+    at = proposals(prompt, reply, PromptLookupConfig(max_draft=ORACLE_MAX_DRAFT), len(targets))
+    end, step = len(targets), cal.width_cost(costs, 1)
+    synchronous, pipelined = [0.0] * (end + 1), [0.0] * (end + 1)
+    for i in range(end - 1, 0, -1):
+        pipelined[i] = min(1.0 + pipelined[i + 1] if i + 1 < end else 0.0, synchronous[i + 1])
+        landed = 0
+        while (landed < len(at[i]) and i + landed < end
+               and at[i][landed] == targets[i + landed]):
+            landed += 1
+        best = min(step + synchronous[i + 1], step + pipelined[i])
+        for k in range(1, min(len(at[i]), max_tokens - i - 1) + 1):
+            emitted = min(min(landed, k) + 1, end - i)
+            best = min(best, cal.width_cost(costs, k + 1) + synchronous[i + emitted])
+        synchronous[i] = best
+    return synchronous[1] if end > 1 else 0.0
+
+
+def confidence_auc(replies: Sequence[tuple[str, dict]],
+                   confidence: dict[tuple[int, ...], list[float]]) -> tuple[float, int, float]:
+    """How well the model's confidence in the last token tells whether a fresh match's first
+    proposal lands: (AUC, fresh matches, their landing rate). A fresh match: the index
+    proposes at a position where the proposal before it, if any, missed its first token."""
+    landed, missed = [], []
+    for _, r in replies:
+        reply, at = r["reply"], proposals(r["prompt_ids"], r["reply"],
+                                          PromptLookupConfig(max_draft=32), len(r["reply"]))
+        for i in range(1, len(reply)):
+            if at[i] and (not at[i - 1] or at[i - 1][0] != reply[i - 1]):
+                (landed if at[i][0] == reply[i] else missed).append(confidence[tuple(reply)][i - 1])
+    pairs = sum((a > b) + 0.5 * (a == b) for a in landed for b in missed)
+    fresh = len(landed) + len(missed)
+    return pairs / (len(landed) * len(missed)), fresh, len(landed) / fresh
 
 
 def main() -> None:
@@ -136,9 +374,17 @@ def main() -> None:
     parser.add_argument("--set", action="append", required=True, help="the set a store joins")
     parser.add_argument("--db", action="append", required=True)
     parser.add_argument("--matrix", action="append", required=True)
+    parser.add_argument("--confidence", action="store_true",
+                        help="add the model-confidence row (loads the bundled torch model)")
     args = parser.parse_args()
     replies = [(name, reply) for name, db, matrix in zip(args.set, args.db, args.matrix, strict=True)
                for reply in load_replies(db, matrix)]
+    confidence = model_confidence(replies) if args.confidence else {}
+    if args.confidence:
+        VARIANTS["fresh prior = the model's confidence in the last token"] = confidence_prior
+        auc, fresh, rate = confidence_auc(replies, confidence)
+        print(f"The model's confidence in the last token against a fresh match's first proposal "
+              f"landing: AUC {auc:.2f} over {fresh} fresh matches (landing rate {rate:.2f}).\n")
     tables = [table_ratio(spec) for spec in TABLES]
     bounds = {}
     for name, r in replies:
@@ -149,6 +395,12 @@ def main() -> None:
             plain = replay(r["prompt_ids"], r["reply"], lookup=None, **kwargs).cost_steps
             bounds[(name, r["prompt"], table)] = (bound, plain)
     groups = [(s, kind) for s in dict.fromkeys(args.set) for kind in ("copy", "prose")]
+    aware: dict[tuple[str, str], list[tuple[float, float]]] = {g: [] for g in groups}
+    for name, r in replies:
+        for table, costs in tables:
+            bound, plain = bounds[(name, r["prompt"], table)]
+            cost = loop_aware_bound(r["prompt_ids"], r["reply"], r["stop"], r["max_tokens"], costs)
+            aware[(name, kind_of(r["prompt"]))].append((bound.efficiency(cost), plain / cost))
     print("| variant | " + " | ".join(f"{s} {k}: mean efficiency (worst speed-up)"
                                       for s, k in groups) + " |")
     print("|---" * (len(groups) + 1) + "|")
@@ -156,6 +408,10 @@ def main() -> None:
         cells: dict[tuple[str, str], list[tuple[float, float]]] = {g: [] for g in groups}
         with variant():
             for name, r in replies:
+                Reply.prompt, Reply.tokens = r["prompt_ids"], r["reply"]
+                Reply.proposals = proposals(r["prompt_ids"], r["reply"],
+                                            PromptLookupConfig(max_draft=32), len(r["reply"]))
+                Reply.confidence = confidence.get(tuple(r["reply"]))
                 for table, costs in tables:
                     lookup = PromptLookupConfig(max_draft=32, policy="calibrated", costs=costs)
                     done = replay(r["prompt_ids"], r["reply"], stop_reason=r["stop"],
@@ -166,6 +422,10 @@ def main() -> None:
         row = [f"{statistics.mean(e for e, _ in cells[g]):.3f} ({min(s for _, s in cells[g]):.3f})"
                for g in groups]
         print(f"| {label} | " + " | ".join(row) + " |", flush=True)
+    row = [f"{statistics.mean(e for e, _ in aware[g]):.3f} ({min(s for _, s in aware[g]):.3f})"
+           for g in groups]
+    print("| loop-aware bound (knows the reply, in the loop's two modes) | "
+          + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":
