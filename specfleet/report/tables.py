@@ -15,6 +15,7 @@ from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
+from specfleet.engine.peers import is_peer
 from specfleet.errors import UserError
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
@@ -247,13 +248,18 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
 
 
 def parity_summary(view: MatrixView) -> str:
-    """One line: how many arm replies equal plain's, and where to get the forensics."""
-    verdicts = [c.parity for c in view.cells if c.parity is not None]
-    diverged = verdicts.count("diverged")
-    line = (f"Parity vs plain (first repetition): {verdicts.count('identical')} identical, "
-            f"{diverged} diverged")
+    """One line: how many arm replies equal plain's, how many of ours diverged (and where to
+    get the forensics), and how many peer replies differ (information, not a failure)."""
+    ours = [c.parity for c in view.cells if c.parity is not None and not is_peer(c.arm)]
+    peers = [c.parity for c in view.cells if c.parity is not None and is_peer(c.arm)]
+    diverged = ours.count("diverged")
+    line = (f"Parity vs plain (first repetition): {ours.count('identical') + peers.count('identical')}"
+            f" identical, {diverged} diverged")
     if diverged:
         line += f"; `specfleet parity {view.matrix_id}` replays each divergence (near-tie or suspect)"
+    if peers.count("diverged"):
+        line += (f"; {peers.count('diverged')} peer replies differ (another library's decoding:"
+                 " information, not a failure)")
     return line + "."
 
 

@@ -74,26 +74,27 @@ def heatmap(view: MatrixView, target: str, href) -> Heatmap:
     texts = [speedup_text(c) for c in view.cells if c.target == target and c.rates]
     # Wide enough for the longest cell text (12.5 px monospace is ~7.6 px a character).
     cell_w = max(CELL_W, 8 * max((len(t) for t in texts), default=0) + 16)
+    rows_found = [(model, arm, [view.cell(target, model, p, arm) for p in view.prompts])
+                  for model in view.models for arm in view.arms]
+    shown = [row for row in rows_found if any(c is not None for c in row[2])]
+    # Wide enough for the longest "model · arm" label too (a peer's name can be long).
+    label_w = max(LABEL_W, 8 * max((len(f"{m} · {a}") for m, a, _ in shown), default=0) + 16)
     rows: list[tuple[int, str]] = []
     cells: list[HeatCell] = []
-    for model in view.models:
-        for arm in view.arms:
-            found = [view.cell(target, model, p, arm) for p in view.prompts]
-            if all(c is None for c in found):
+    for model, arm, found in shown:
+        y = HEAD_H + len(rows) * CELL_H
+        rows.append((y, f"{model} · {arm}"))
+        for i, cell in enumerate(found):
+            if cell is None or not cell.rates:
                 continue
-            y = HEAD_H + len(rows) * CELL_H
-            rows.append((y, f"{model} · {arm}"))
-            for i, cell in enumerate(found):
-                if cell is None or not cell.rates:
-                    continue
-                cells.append(HeatCell(
-                    x=LABEL_W + i * cell_w, y=y, text=speedup_text(cell),
-                    fill=speedup_fill(cell), title=_cell_title(cell), href=href(cell),
-                    key="|".join((cell.target, cell.model, cell.prompt, cell.arm)),
-                    speedup=cell.speedup, loop=cell.loop,
-                ))
-    columns = tuple((LABEL_W + i * cell_w, p) for i, p in enumerate(view.prompts))
-    return Heatmap(target, cell_w, LABEL_W + cell_w * len(view.prompts) + 2,
+            cells.append(HeatCell(
+                x=label_w + i * cell_w, y=y, text=speedup_text(cell),
+                fill=speedup_fill(cell), title=_cell_title(cell), href=href(cell),
+                key="|".join((cell.target, cell.model, cell.prompt, cell.arm)),
+                speedup=cell.speedup, loop=cell.loop,
+            ))
+    columns = tuple((label_w + i * cell_w, p) for i, p in enumerate(view.prompts))
+    return Heatmap(target, cell_w, label_w + cell_w * len(view.prompts) + 2,
                    HEAD_H + CELL_H * len(rows) + 2, columns, tuple(rows), tuple(cells))
 
 

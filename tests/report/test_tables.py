@@ -5,11 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from specfleet.errors import UserError
-from specfleet.report.tables import render_matrix, speedup_text
+from specfleet.report.tables import parity_summary, render_matrix, speedup_text
 from specfleet.stats.view import CellView
 from tests.report.conftest import DEMO_ID
 
@@ -36,6 +37,22 @@ def test_table_shows_speedups_markers_and_headline(store) -> None:
     assert "diverges at token 5 (char 5)" in h2
     assert ("Parity vs plain (first repetition): 8 identical, 1 diverged; `specfleet parity "
             "demo-000001` replays each divergence") in text
+
+
+def test_the_parity_line_counts_a_peer_s_different_reply_apart_from_ours() -> None:
+    # llama.cpp decodes 4-bit blocks: its reply differing is information, not a divergence
+    # of ours to replay; our own arms' divergences still point at the forensics.
+    cells = [SimpleNamespace(arm=arm, parity=parity) for arm, parity in (
+        ("plain", None), ("calibrated", "identical"), ("hf-lookup", "identical"),
+        ("llama.cpp", "diverged"), ("llama.cpp-lookup", "diverged"))]
+    view = SimpleNamespace(matrix_id="bench-1", cells=cells)
+    assert parity_summary(view) == (
+        "Parity vs plain (first repetition): 2 identical, 0 diverged; 2 peer replies differ "
+        "(another library's decoding: information, not a failure).")
+    cells.append(SimpleNamespace(arm="graded", parity="diverged"))
+    assert parity_summary(view).startswith(
+        "Parity vs plain (first repetition): 2 identical, 1 diverged; `specfleet parity bench-1` "
+        "replays each divergence (near-tie or suspect); 2 peer replies differ")
 
 
 def test_plain_and_counters_tables(store) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
 from starlette.testclient import TestClient
@@ -13,6 +14,7 @@ from starlette.testclient import TestClient
 from specfleet.report.history import cell_history, compare
 from specfleet.report.tables import render_matrix
 from specfleet.serve import create_app
+from specfleet.serve.svg import heatmap
 from specfleet.store.readonly import open_read_only
 from tests.serve.seed import BASE, EVIL, LIVE, NEXT, THROTTLE_REASON, XSS_IMG, XSS_SCRIPT
 
@@ -68,6 +70,19 @@ def test_heatmap_cells_equal_matrix_show_json(client, seeded_url):
     assert "1.50x ±1.3% =" in page  # the terminal table's text, markers and all
     api = client.get(f"/api/matrices/{BASE}").json()
     assert {k: v for k, v in api.items() if k != "progress"} == shown
+
+
+def test_heatmap_cells_start_right_of_the_longest_row_label():
+    # "smollm2-135m · llama.cpp-lookup" at 12.5 px monospace (~7.6 px a character, drawn
+    # from x = 6) ran under the first column when the label column was a fixed 230 px.
+    arms = ("plain", "llama.cpp-lookup")
+    view = SimpleNamespace(cells=[], models=("smollm2-135m",), arms=arms, prompts=("p1", "p2"),
+                           cell=lambda target, model, prompt, arm: SimpleNamespace(rates=[]))
+    drawn = heatmap(view, "vm/torch/cpu", href=lambda cell: "")
+    longest = max(len(label) for _, label in drawn.rows)
+    assert longest == len("smollm2-135m · llama.cpp-lookup")
+    assert 6 + 7.6 * longest < drawn.columns[0][0]
+    assert drawn.width == drawn.columns[-1][0] + drawn.cell_w + 2
 
 
 def test_history_page_has_a_point_per_matrix_and_marks_the_change(client, seeded_url):
