@@ -13,7 +13,8 @@ top-1 probability of each reply token (one torch forward per reply).
 
     .venv/bin/python bench/policy_variants.py --set tuning --db /tmp/or/oracle.db \
         --matrix bench-37cb77 --set tuning --db /tmp/or/own.db --matrix bench-afdc9d \
-        --set heldout --db /tmp/or/heldout.db --matrix bench-b1603c [--confidence]
+        --set heldout --db /tmp/or/heldout.db --matrix bench-b1603c [--confidence] \
+        [--short 20,32,48]
 """
 
 from __future__ import annotations
@@ -313,6 +314,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "fresh prior 1/4": lambda: depth0_prior(1 / 4),
     "confirm every fresh match": lambda: confirm_fresh(None),
     "confirm when behind by 1 step": lambda: confirm_fresh(1.0),
+    "confirm until the drafts are ahead": lambda: confirm_fresh(-1e-9),
     "mean-variance 0.02": lambda: mean_variance(0.02),
     "mean-variance 0.05": lambda: mean_variance(0.05),
     "mean-variance 0.1": lambda: mean_variance(0.1),
@@ -376,6 +378,9 @@ def main() -> None:
     parser.add_argument("--matrix", action="append", required=True)
     parser.add_argument("--confidence", action="store_true",
                         help="add the model-confidence row (loads the bundled torch model)")
+    parser.add_argument("--short", default="",
+                        help="comma list of reply lengths: a second table, each variant's decode "
+                             "speed-up over plain on every reply cut to that length")
     args = parser.parse_args()
     replies = [(name, reply) for name, db, matrix in zip(args.set, args.db, args.matrix, strict=True)
                for reply in load_replies(db, matrix)]
@@ -426,6 +431,42 @@ def main() -> None:
            for g in groups]
     print("| loop-aware bound (knows the reply, in the loop's two modes) | "
           + " | ".join(row) + " |")
+    if args.short:
+        short_replies([int(n) for n in args.short.split(",")], replies, tables)
+
+
+def short_replies(lengths: Sequence[int], replies: Sequence[tuple[str, dict]],
+                  tables: Sequence[tuple[str, Sequence[float]]]) -> None:
+    """Each variant's decode speed-up over plain on the first n tokens of every reply (all
+    sets pooled): geometric mean and worst over replies x tables, copy-heavy and prose apart.
+    A short reply is where one rejected draft shows."""
+    cols = [(n, kind) for n in lengths for kind in ("copy", "prose")]
+    print("\n| variant | " + " | ".join(f"{n} tokens, {k}: geo-mean (worst)" for n, k in cols)
+          + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for label, variant in VARIANTS.items():
+        if variant is confidence_prior:
+            continue  # its confidences are for whole replies only
+        speedups: dict[tuple[int, str], list[float]] = {c: [] for c in cols}
+        with variant():
+            for _, r in replies:
+                Reply.prompt, Reply.confidence = r["prompt_ids"], None
+                for n in lengths:
+                    if len(r["reply"]) < n:
+                        continue
+                    Reply.tokens = r["reply"][:n]
+                    Reply.proposals = proposals(r["prompt_ids"], Reply.tokens,
+                                                PromptLookupConfig(max_draft=32), n)
+                    for _, costs in tables:
+                        kwargs = {"stop_reason": "max_tokens", "max_tokens": n, "costs": costs}
+                        plain = replay(r["prompt_ids"], Reply.tokens, lookup=None, **kwargs)
+                        done = replay(r["prompt_ids"], Reply.tokens, **kwargs, lookup=PromptLookupConfig(
+                            max_draft=32, policy="calibrated", costs=costs))
+                        speedups[(n, kind_of(r["prompt"]))].append(
+                            plain.cost_steps / done.cost_steps)
+        print(f"| {label} | " + " | ".join(
+            f"{statistics.geometric_mean(speedups[c]):.3f} ({min(speedups[c]):.3f})"
+            for c in cols) + " |", flush=True)
 
 
 if __name__ == "__main__":
