@@ -70,7 +70,7 @@ def arms_help() -> str:
     `jobs.run` and `engine.peers` registries)."""
     by_engines: dict[str, list[str]] = {}
     for peer, kind in PEER_KINDS.items():
-        by_engines.setdefault(" or ".join(kind.engines), []).append(peer)
+        by_engines.setdefault(kind.runs_on, []).append(peer)
     peers = ", ".join(f"{', '.join(names)} ({engines})" for engines, names in by_engines.items())
     return f"Arms: {', '.join(OWN_ARMS)}, or a peer engine's own generation: {peers}"
 

@@ -77,6 +77,11 @@ class PeerKind:
         """Takes prompt-lookup options (`max_draft`, `ngram_max`)."""
         return self.knobs is not None
 
+    @property
+    def runs_on(self) -> str:
+        """Its engines as messages name them: "torch", "torch or mlx"."""
+        return " or ".join(self.engines)
+
 
 PEER_KINDS: dict[Peer, PeerKind] = {
     "hf": PeerKind(("torch",), "transformers", "generate(do_sample=False)", "#8c564b"),
@@ -227,9 +232,9 @@ def generate_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> PeerGen
     Raises:
         UserError: the peer does not run on this runner's engine.
     """
-    engines = PEER_KINDS[call.peer].engines
-    if getattr(runner, "engine", None) not in engines:
-        raise UserError(f"arm {call.peer} runs on {' or '.join(engines)} targets only, not on "
+    kind = PEER_KINDS[call.peer]
+    if getattr(runner, "engine", None) not in kind.engines:
+        raise UserError(f"arm {call.peer} runs on {kind.runs_on} targets only, not on "
                         f"{getattr(runner, 'engine', '?')}")
     if not prompt:
         raise ValueError("the prompt is empty")

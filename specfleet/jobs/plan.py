@@ -159,10 +159,9 @@ def peer_skips(spec: MatrixSpec, targets: list[Target]) -> list[str]:
         left = [t.label for t in targets if not fits(arm.arm, t)]
         if len(left) == len(targets):
             raise UserError(f"matrix '{spec.name}': arms[{i}]: {arm.arm} runs on "
-                            f"{' or '.join(kind.engines)} "
-                            f"targets only, and none is selected ({', '.join(left)})")
+                            f"{kind.runs_on} targets only, and none is selected ({', '.join(left)})")
         if left:
-            lines.append(f"arm {arm.arm} runs on {' or '.join(kind.engines)} targets only: skipped on "
+            lines.append(f"arm {arm.arm} runs on {kind.runs_on} targets only: skipped on "
                          f"{', '.join(left)}")
     return lines
 

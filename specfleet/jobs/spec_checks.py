@@ -159,9 +159,8 @@ def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) 
                         f"greedy decoding); set temperature: 0, got {spec.temperature}")
     engines = spec.targets.engines
     if engines and not set(kind.engines) & set(engines):
-        runs_on = " or ".join(kind.engines)
-        raise UserError(f"{where}: {arm.arm} runs on {runs_on} targets only, and "
-                        f"targets.engines is [{', '.join(engines)}]; add {runs_on} or "
+        raise UserError(f"{where}: {arm.arm} runs on {kind.runs_on} targets only, and "
+                        f"targets.engines is [{', '.join(engines)}]; add {kind.runs_on} or "
                         "drop the arm")
 
 

@@ -250,15 +250,15 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
 def parity_summary(view: MatrixView) -> str:
     """One line: how many arm replies equal plain's, how many of ours diverged (and where to
     get the forensics), and how many peer replies differ (information, not a failure)."""
-    ours = [c.parity for c in view.cells if c.parity is not None and not is_peer(c.arm)]
-    peers = [c.parity for c in view.cells if c.parity is not None and is_peer(c.arm)]
-    diverged = ours.count("diverged")
-    line = (f"Parity vs plain (first repetition): {ours.count('identical') + peers.count('identical')}"
-            f" identical, {diverged} diverged")
+    compared = [c for c in view.cells if c.parity is not None]
+    identical = sum(c.parity == "identical" for c in compared)
+    diverged = sum(c.parity == "diverged" and not is_peer(c.arm) for c in compared)
+    peers_differ = sum(c.parity == "diverged" and is_peer(c.arm) for c in compared)
+    line = f"Parity vs plain (first repetition): {identical} identical, {diverged} diverged"
     if diverged:
         line += f"; `specfleet parity {view.matrix_id}` replays each divergence (near-tie or suspect)"
-    if peers.count("diverged"):
-        line += (f"; {peers.count('diverged')} peer replies differ (another library's decoding:"
+    if peers_differ:
+        line += (f"; {peers_differ} peer replies differ (another library's decoding:"
                  " information, not a failure)")
     return line + "."
 
