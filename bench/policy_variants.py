@@ -14,7 +14,7 @@ top-1 probability of each reply token (one torch forward per reply).
     .venv/bin/python bench/policy_variants.py --set tuning --db /tmp/or/oracle.db \
         --matrix bench-37cb77 --set tuning --db /tmp/or/own.db --matrix bench-afdc9d \
         --set heldout --db /tmp/or/heldout.db --matrix bench-b1603c [--confidence] \
-        [--short 20,32,48]
+        [--short 20,32,48] [--only LABEL-PART ...]
 """
 
 from __future__ import annotations
@@ -307,6 +307,22 @@ def expected_loss(weight: float) -> contextlib.AbstractContextManager[None]:
     return patched(cal, "saving_draft", saving)
 
 
+def fresh_short_ngram(prior: float | None) -> contextlib.AbstractContextManager[None]:
+    """A fresh match found on the shortest n-gram (a 2-gram: the lookup tries 3 first) is
+    skipped (`prior` None) or drafted with a first-proposal prior of `prior` (shipped: 1/2)."""
+    size = Governor.size
+
+    def new_size(self: Governor, proposal: Sequence[int], ngram: int) -> int:
+        if self.run > 0 or ngram > PromptLookupConfig().ngram_min or not proposal:
+            return size(self, proposal, ngram)
+        if prior is None:
+            return 0
+        with depth0_prior(prior):
+            return size(self, proposal, ngram)
+
+    return patched(Governor, "size", new_size)
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "shipped (expected loss 0.5)": contextlib.nullcontext,
     "expected saving only (before)": lambda: expected_loss(0.0),
@@ -322,6 +338,8 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "expected loss 1": lambda: expected_loss(1.0),
     "refuted probes count": refuted_probes_count,
     "longest-context match": longest_context_index,
+    "fresh 2-gram matches skipped": lambda: fresh_short_ngram(None),
+    "fresh 2-gram matches at prior 1/4": lambda: fresh_short_ngram(1 / 4),
     "knows if a fresh match's 1st proposal lands": lambda: knows_first(1),
     "knows if its first 2 land": lambda: knows_first(2),
     "knows every landing": knows_every_landing,
@@ -381,7 +399,12 @@ def main() -> None:
     parser.add_argument("--short", default="",
                         help="comma list of reply lengths: a second table, each variant's decode "
                              "speed-up over plain on every reply cut to that length")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only the variants whose label contains this (repeatable)")
     args = parser.parse_args()
+    if args.only:
+        for label in [v for v in VARIANTS if not any(o in v for o in args.only)]:
+            del VARIANTS[label]
     replies = [(name, reply) for name, db, matrix in zip(args.set, args.db, args.matrix, strict=True)
                for reply in load_replies(db, matrix)]
     confidence = model_confidence(replies) if args.confidence else {}
