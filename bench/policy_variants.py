@@ -323,6 +323,18 @@ def fresh_short_ngram(prior: float | None) -> contextlib.AbstractContextManager[
     return patched(Governor, "size", new_size)
 
 
+def growth_cap(base: int, factor: float) -> contextlib.AbstractContextManager[None]:
+    """A draft of at most `base` + `factor` x the tokens the match has held (a doubling
+    search over an unknown copy length), the shipped rule sizing it within that cap."""
+    size = Governor.size
+
+    def new_size(self: Governor, proposal: Sequence[int], ngram: int) -> int:
+        cap = base + int(factor * self.run)
+        return size(self, proposal[:cap], ngram)
+
+    return patched(Governor, "size", new_size)
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "shipped (expected loss 0.5)": contextlib.nullcontext,
     "expected saving only (before)": lambda: expected_loss(0.0),
@@ -338,6 +350,10 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "expected loss 1": lambda: expected_loss(1.0),
     "refuted probes count": refuted_probes_count,
     "longest-context match": longest_context_index,
+    "cap 2 + 2 x held": lambda: growth_cap(2, 2),
+    "cap 4 + 2 x held": lambda: growth_cap(4, 2),
+    "cap 8 + 2 x held": lambda: growth_cap(8, 2),
+    "cap 4 + 4 x held": lambda: growth_cap(4, 4),
     "fresh 2-gram matches skipped": lambda: fresh_short_ngram(None),
     "fresh 2-gram matches at prior 1/4": lambda: fresh_short_ngram(1 / 4),
     "knows if a fresh match's 1st proposal lands": lambda: knows_first(1),
