@@ -16,6 +16,7 @@ from specfleet.store.engine import (
 )
 from specfleet.store.migrate import current_revision, head_revision, known_revisions, upgrade
 from specfleet.store.store import connection_errors, refuse_foreign_sqlite
+from specfleet.userfiles import check_folder_path
 
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
 
@@ -45,6 +46,7 @@ def current_cmd(db: DbOption = None) -> None:
 
 def _read_revision(url) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
+        check_folder_path(Path(url.database).parent, "--db")  # `upgrade` could not create it
         return "none (no database file yet; `specfleet db upgrade` creates it)"
     engine = make_engine(url)
     with connection_errors(url, engine), engine.connect() as conn:

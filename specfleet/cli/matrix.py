@@ -288,10 +288,14 @@ def status(
         typer.echo(f"resume with: specfleet matrix resume {matrix.id}")
 
 
+LIST_LIMIT = 1_000_000  # SQLite's LIMIT takes 64 bits; no store holds a million matrices
+
+
 @app.command("list")
 def list_cmd(
     db: DbOption = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N matrices.")] = 20,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, max=LIST_LIMIT, help="Newest N matrices.")] = 20,
 ) -> None:
     """Matrices, newest first: id, name, status, runs done of total, submitted."""
     with open_store(db, read_only=True) as store:

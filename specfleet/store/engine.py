@@ -7,6 +7,7 @@ transaction with `BEGIN IMMEDIATE`, so concurrent writers queue instead of faili
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import re
@@ -50,15 +51,19 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
     Raises:
         UserError: an unsupported scheme or an unparsable URL.
     """
-    source = "--db" if url else DB.name
-    raw = url or DB.read() or ""
+    source = "--db" if url is not None else DB.name
+    raw = url if url is not None else DB.read() or ""
+    if raw.isspace() or url == "":  # an empty flag is a script's unset variable, not a default
+        raise UserError(f"{source}: {raw!r} is blank; expected {' or '.join(_SCHEMES)} or a "
+                        "SQLite file path")
     if not raw:
         path = default_db_path()
         if create_dir and not path.parent.is_dir():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
         return URL.create("sqlite", database=str(path))
     if "://" not in raw:
-        return URL.create("sqlite", database=str(Path(raw).expanduser().resolve()))
+        return _check_file_name(
+            URL.create("sqlite", database=str(Path(raw).expanduser().resolve())), source)
     if "\x00" in raw:
         raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)}")
     try:
@@ -86,11 +91,25 @@ def _check_driver(parsed: URL, source: str) -> URL:
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
         if not parsed.database or parsed.database == ":memory:":
             raise UserError(f"{source}: a SQLite URL needs a file path (sqlite:///PATH)")
-        return parsed.set(drivername="sqlite")
+        if parsed.query:  # SQLite would ignore them, with a warning of several lines
+            raise UserError(f"{source}: {display_url(parsed)}: SQLite URLs take no query "
+                            "options; expected sqlite:///PATH")
+        return _check_file_name(parsed.set(drivername="sqlite"), source)
     scheme = parsed.drivername
     raise UserError(
         f"{source}: unsupported database scheme {scheme!r}; expected {' or '.join(_SCHEMES)}"
     )
+
+
+def _check_file_name(url: URL, source: str) -> URL:
+    """Refuse a SQLite path the file system cannot name (every later look at it would raise)."""
+    try:
+        os.stat(url.database or "")
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise UserError(f"{source}: {url.database}: the path or one of its names is too "
+                            "long for the file system; expected a SQLite file path") from None
+    return url
 
 
 def _check_pg_parts(url: URL, source: str) -> None:

@@ -337,6 +337,7 @@ REPLAY_COSTS = ["replay", "{mid}", "--costs", "{here}/c.yaml", "--db", "{db}"]
 STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
 PIPE = "is a named pipe (FIFO); expected a"
 NO_FILES = files()
+LONG_NAME = "n" * 300  # a file name is at most 255 bytes on Linux and macOS
 
 # case -> (environment, files, arguments, what the one line names); `{here}` is the case's
 # own folder. Each is refused with exit status 2, one line, nothing written.
@@ -481,6 +482,30 @@ NAMED = {
     "fleet join: --node-ip not an address": (
         {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--node-ip", "300.1.1.1"],
         ["--node-ip '300.1.1.1': expected this host's IP address"]),
+    "list: --limit past SQLite's integers": (
+        {}, NO_FILES, ["matrix", "list", "--limit", "99999999999999999999", "--db", "{db}"],
+        ["--limit", "less than or equal to 1000000"]),
+    "db current: a file name too long for the file system": (
+        {}, NO_FILES, ["db", "current", "--db", f"{{here}}/{LONG_NAME}.db"],
+        [f"--db: {{here}}/{LONG_NAME}.db: the path or one of its names is too long"]),
+    "db upgrade: a SQLite URL whose file name is too long": (
+        {}, NO_FILES, ["db", "upgrade", "--db", f"sqlite:///{{here}}/{LONG_NAME}.db"],
+        ["--db: ", "too long for the file system; expected a SQLite file path"]),
+    "SPECFLEET_DB: a file name too long, list": (
+        {"SPECFLEET_DB": f"{{here}}/{LONG_NAME}.db"}, NO_FILES, ["matrix", "list"],
+        ["SPECFLEET_DB: ", "too long for the file system"]),
+    "db current: --db empty": (  # not the default store: a script's unset variable
+        {}, NO_FILES, ["db", "current", "--db", ""], ["--db: '' is blank; expected"]),
+    "db current: --db blank": (
+        {}, NO_FILES, ["db", "current", "--db", "   "], ["--db: '   ' is blank; expected"]),
+    "SPECFLEET_DB: blank": (
+        {"SPECFLEET_DB": "  "}, NO_FILES, ["db", "current"], ["SPECFLEET_DB: '  ' is blank"]),
+    "db current: a SQLite URL with query options": (
+        {}, NO_FILES, ["db", "current", "--db", "sqlite:///{db}?mode=ro"],
+        ["SQLite URLs take no query options; expected sqlite:///PATH"]),
+    "db current: --db inside a file": (
+        {}, NO_FILES, ["db", "current", "--db", "{tmp}/afile/x.db"],
+        ["--db: {tmp}/afile is a file, not a folder"]),
 }
 
 
