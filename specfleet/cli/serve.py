@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import socket
@@ -23,7 +24,14 @@ def check_free(host: str, port: int) -> None:
     with socket.socket(family) as sock:
         try:
             sock.bind((host, port))
+        except socket.gaierror as err:
+            raise UserError(f"--host {host!r}: cannot resolve it ({err.strerror}); expected an "
+                            "address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
         except OSError as err:
+            if err.errno == errno.EADDRNOTAVAIL:
+                raise UserError(f"--host {host}: not an address of this machine "
+                                f"({err.strerror}); expected one of its addresses, e.g. "
+                                "127.0.0.1 or 0.0.0.0") from None
             raise UserError(f"--port {port}: cannot listen on {host} ({err.strerror}); "
                             "pick another with --port") from None
 

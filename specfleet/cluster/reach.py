@@ -48,9 +48,17 @@ def check_address(address: str | None, flag: str = "--address") -> str | None:
     """HOST:PORT with a port in 1..65535 (`flag` names where the value came from)."""
     if address is None:
         return None
-    if not _ADDRESS.match(address) or not 0 < host_port(address)[1] < 65536:
+    if (not _ADDRESS.match(address) or not 0 < host_port(address)[1] < 65536
+            or not _dns_sized(host_port(address)[0])):
         raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. 192.168.1.10:6379")
     return address
+
+
+def _dns_sized(host: str) -> bool:
+    """Labels of 1-63 characters, 253 in all (a trailing dot allowed): the resolver's codec
+    raises on anything else instead of failing the connection."""
+    name = host.removesuffix(".")
+    return len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
 
 
 def host_port(address: str) -> tuple[str, int]:

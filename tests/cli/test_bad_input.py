@@ -506,6 +506,23 @@ NAMED = {
     "db current: --db inside a file": (
         {}, NO_FILES, ["db", "current", "--db", "{tmp}/afile/x.db"],
         ["--db: {tmp}/afile is a file, not a folder"]),
+    "fleet status: an empty label in --address": (
+        {}, NO_FILES, ["fleet", "status", "--address", "a..b:1"],
+        ["--address 'a..b:1': expected HOST:PORT"]),
+    "fleet join: a head label of 64 characters": (
+        {}, NO_FILES, ["fleet", "join", f"{'h' * 64}.example:1", "--name", "h9"],
+        ["HEAD 'hhh", "expected HOST:PORT"]),
+    "SPECFLEET_ADDRESS: a host of 300 characters": (
+        {"SPECFLEET_ADDRESS": f"{'h' * 300}:1"}, NO_FILES, ["fleet", "status"],
+        ["$SPECFLEET_ADDRESS 'hhh", "expected HOST:PORT"]),
+    "serve: --host that does not resolve": (
+        {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
+        ["serve", "--host", "not a host", "--token-file", "{here}/t", "--db", "{db}"],
+        ["--host 'not a host': cannot resolve it", "expected an address of this machine"]),
+    "serve: --host of another machine": (  # 192.0.2.0/24 is documentation's, never local
+        {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
+        ["serve", "--host", "192.0.2.1", "--token-file", "{here}/t", "--db", "{db}"],
+        ["--host 192.0.2.1: not an address of this machine"]),
 }
 
 
