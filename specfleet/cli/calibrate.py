@@ -24,6 +24,7 @@ from specfleet.cli.options import (
     LocalModelOption,
     MaxWidthOption,
 )
+from specfleet.errors import UserError
 
 
 def calibrate_command(
@@ -64,6 +65,7 @@ def calibrate_command(
         from specfleet.store.store import check_writable_store
 
         check_writable_store(resolve_url(db))
+    check_context(settings, model, engine)
     loaded = load_model(model, engine, device)
     start_s = time.perf_counter()
     costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
@@ -79,6 +81,24 @@ def calibrate_command(
     if costs.flagged:
         typer.echo(f"not monotone within its spread after re-measuring: widths "
                    f"{', '.join(map(str, costs.flagged))}")
+
+
+def check_context(settings: Any, model: str, engine: str) -> None:
+    """Refuse a round longer than the model's context before the model loads (a huge
+    --prompt-len would fill memory while it prefills); a model that does not resolve is
+    `load_model`'s to say."""
+    from specfleet.models.registry import context_tokens, resolve_model
+
+    try:
+        context = context_tokens(resolve_model(model, engine, measure=False).path)
+    except UserError:
+        return
+    # The prompt, the pipelined steps, then each verify block and the one token it keeps.
+    needed = settings.prompt_len + settings.steps + settings.max_width * (settings.reps + 1)
+    if context is not None and needed > context:
+        raise UserError(f"--prompt-len {settings.prompt_len}: a round needs {needed} positions "
+                        f"(prompt, steps, verify blocks) but {model} has a context of "
+                        f"{context} tokens; expected a shorter --prompt-len")
 
 
 def register(app: typer.Typer) -> None:

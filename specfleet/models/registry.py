@@ -121,9 +121,27 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
     if not isinstance(models, dict):
         raise UserError(f"{label}: expected {REGISTRY_EXPECTED}")
     for alias, entry in models.items():
+        if not isinstance(alias, str) or not alias.strip():
+            raise UserError(f"{label}: models: alias {alias!r} is not a name; expected text")
         if not isinstance(entry, dict) or not any(e in entry for e in MODEL_ENGINES):
             raise UserError(f"{label}: models.{alias} needs an 'mlx:' or 'torch:' source")
+        for key, value in entry.items():
+            _check_entry_field(label, f"models.{alias}.{key}", key, value)
     return {str(a): {str(k): str(v) for k, v in e.items()} for a, e in models.items()}
+
+
+_SOURCE_EXPECTED = "bundled, hf:ORG/NAME or a model folder"
+
+
+def _check_entry_field(label: str, where: str, key: object, value: object) -> None:
+    if key == "description":
+        if not isinstance(value, str):
+            raise UserError(f"{label}: {where}: expected text, got {value!r}")
+    elif key not in MODEL_ENGINES:
+        raise UserError(f"{label}: {where}: unknown field; expected description or a source "
+                        f"per engine ({', '.join(MODEL_ENGINES)})")
+    elif not isinstance(value, str) or value.strip() in ("", "hf:"):
+        raise UserError(f"{label}: {where}: expected {_SOURCE_EXPECTED}, got {value!r}")
 
 
 def resolve_model(
@@ -143,6 +161,9 @@ def resolve_model(
     """
     if engine not in MODEL_ENGINES:
         raise UserError(f"--engine must be one of {', '.join(MODEL_ENGINES)}, got {engine!r}")
+    if not alias_or_path.strip():  # a blank path would name the models.yaml folder
+        raise UserError(f"model {alias_or_path!r} is blank; expected an alias "
+                        "(`specfleet models list`) or a model folder")
     registry = load_registry()
     if alias_or_path in registry:
         entry = registry[alias_or_path]

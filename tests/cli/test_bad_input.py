@@ -523,6 +523,29 @@ NAMED = {
         {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
         ["serve", "--host", "192.0.2.1", "--token-file", "{here}/t", "--db", "{db}"],
         ["--host 192.0.2.1: not an address of this machine"]),
+    "SPECFLEET_MODELS: a source that is a number": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {x: {torch: 5}}\n"),
+        ["models", "list"],
+        ["SPECFLEET_MODELS {here}/m.yaml: models.x.torch: expected bundled, hf:ORG/NAME or a "
+         "model folder, got 5"]),
+    "SPECFLEET_MODELS: an empty hf id": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {x: {mlx: 'hf:'}}\n"),
+        ["models", "list"], ["models.x.mlx: expected bundled, hf:ORG/NAME or a model folder"]),
+    "SPECFLEET_MODELS: an unknown engine": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"},
+        files(m__yaml="models: {x: {torch: bundled, cuda: bundled}}\n"), ["models", "list"],
+        ["models.x.cuda: unknown field; expected description or a source per engine"]),
+    "SPECFLEET_MODELS: a blank alias": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {'': {torch: bundled}}\n"),
+        ["models", "list"], ["models: alias '' is not a name"]),
+    "generate: --model blank": (
+        {}, NO_FILES, ["generate", "-m", "", "-p", "hi"],
+        ["--model: model '' is blank; expected an alias"]),
+    # A model folder whose config says 64 positions: refused before anything loads.
+    "calibrate: --prompt-len past the model's context": (
+        {}, files(config__json='{"max_position_embeddings": 64}'),
+        ["calibrate", "-m", "{here}", "--prompt-len", "999999999"],
+        ["--prompt-len 999999999: a round needs", "has a context of 64 tokens"]),
 }
 
 
