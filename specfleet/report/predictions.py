@@ -95,7 +95,8 @@ def load_cost_file(path: Path) -> CostTable:
         raise UserError(f"--costs {path}: not a readable YAML file ({err.__class__.__name__})") from None
     ratio = data.get("ratio") if isinstance(data, dict) else None
     if (not isinstance(ratio, list) or len(ratio) < 2
-            or not all(isinstance(r, int | float) and r > 0 for r in ratio)):
+            or not all(isinstance(r, int | float) and not isinstance(r, bool) and r > 0
+                       for r in ratio)):
         raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
                         "costs (widths 1, 2, ... in pipelined steps)")
     return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio))

@@ -546,6 +546,9 @@ NAMED = {
         {}, files(config__json='{"max_position_embeddings": 64}'),
         ["calibrate", "-m", "{here}", "--prompt-len", "999999999"],
         ["--prompt-len 999999999: a round needs", "has a context of 64 tokens"]),
+    "replay: --costs with a boolean cost": (
+        {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
 }
 
 
