@@ -14,18 +14,29 @@ class BadParameter(Exception):
     """A query parameter the user got wrong; `str(err)` is the one line the 400 says."""
 
 
+# Past this a page's OFFSET overflows SQLite's 64-bit integer (a 500, not a 400).
+MAX_PAGE = 1_000_000
+
+
+def _whole(value: str) -> int | None:
+    """`value` as a whole number written in ASCII digits (not '²' or '٣'), else None."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 12 else None
+
+
 def page_number(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError("expected a whole number from 1")
-    return int(value)
+    number = _whole(value)
+    if number is None or not 1 <= number <= MAX_PAGE:
+        raise ValueError(f"expected a whole number from 1 to {MAX_PAGE}")
+    return number
 
 
 def count_or_all(value: str) -> int | None:
     if value == "all":
         return None
-    if not value.isdigit() or not 1 <= int(value) <= 100_000:
+    number = _whole(value)
+    if number is None or not 1 <= number <= 100_000:
         raise ValueError("expected a whole number from 1 to 100000, or all")
-    return int(value)
+    return number
 
 
 def flag(value: str) -> bool:

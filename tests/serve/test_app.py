@@ -161,7 +161,11 @@ def test_unknown_matrix_in_the_api_is_a_json_404(client, path):
 
 
 @pytest.mark.parametrize(("path", "says"), [
-    ("/matrices?page=0", "page='0': expected a whole number from 1"),
+    ("/matrices?page=0", "page='0': expected a whole number from 1 to 1000000"),
+    ("/matrices?page=99999999999999999999", "expected a whole number from 1 to 1000000"),
+    (f"/api/matrices/{BASE}/runs?page=1000001", "expected a whole number from 1 to 1000000"),
+    ("/matrices?page=%C2%B2", "page='²': expected a whole number"),
+    (f"{HISTORY}&last=%D9%A3", "last='٣': expected a whole number"),
     ("/matrices?page=abc", "page='abc'"),
     ("/matrices?sort=name", "unknown query parameter 'sort'; expected page"),
     (f"/matrices/{BASE}?x=1", "unknown query parameter 'x'"),
@@ -180,6 +184,11 @@ def test_bad_query_parameters_are_a_400_with_one_line(client, path, says):
     assert response.status_code == 400
     assert response.text.count("\n") == 1 and response.text.startswith("error: ")
     assert says in response.text
+
+
+def test_the_last_page_allowed_is_a_page_not_an_error(client):
+    for path in ("/matrices?page=1000000", f"/api/matrices/{BASE}/runs?page=1000000"):
+        assert client.get(path).status_code == 200, path
 
 
 def _dump(url: str) -> list[str]:
