@@ -36,8 +36,11 @@ PROSE = ("write", "story", "poem", "explain", "letter")
 # prompts and OWN_PROMPTS): written after it and reported apart, never tuned on. One file each
 # in HELD_OUT_DIR, run as `specfleet bench -p bench/heldout/NAME.txt`.
 HELD_OUT_DIR = Path(__file__).resolve().parent / "heldout"
-HELD_OUT_COPY_HEAVY = ("edit_config", "edit_class", "recap")
-HELD_OUT_PROSE = ("teapot", "lake")
+# The second seven (from sort_names and village on) were written on 2026-12-03 after the
+# shipped rule, and first replayed in policy-variants-2026-12-03.md ("A second held-out set").
+HELD_OUT_COPY_HEAVY = ("edit_config", "edit_class", "recap",
+                       "sort_names", "type_hints", "md_table", "spelling")
+HELD_OUT_PROSE = ("teapot", "lake", "village", "librarian", "fable")
 
 
 def kind_of(prompt: str) -> str:
