@@ -24,7 +24,7 @@ from specfleet.cli.options import (
     RequireQuietOption,
 )
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
-from specfleet.cluster.reach import open_fleet
+from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
 from specfleet.jobs.spec import MatrixSpec
@@ -191,11 +191,20 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     Returns:
         The scheduler's `MatrixOutcome`.
     """
+    from specfleet.cluster.modelcheck import check_here, check_on_hosts
+
+    label = f"matrix '{spec.name}'"
     with open_store(db) as store:
         _say_written_back(store)
+        here = choose_fleet(address, embedded).embedded
+        if here:  # this machine alone: said before Ray starts
+            found = check_here(spec, label)
+            refuse_unrunnable_models(found.errors + found.missing)
         view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+        if not here:
+            refuse_unrunnable_models(check_on_hosts(spec, label, view).errors)
         for line in peer_skips(spec, select_targets(spec, view.targets, view.kinds)):
             typer.echo(line, err=True)
         view.record_hosts(store)
@@ -211,6 +220,15 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
     return outcome
+
+
+def refuse_unrunnable_models(errors: list[str]) -> None:
+    """A model a host cannot run (no such alias or folder, not fetched there, a context too
+    short) is one line before anything is stored: each of its runs would only fail. Hosts
+    that do not answer are left to the runs."""
+    if errors:
+        more = f" (and {len(errors) - 1} more; `specfleet matrix validate` lists every one)"
+        raise UserError(errors[0] + (more if len(errors) > 1 else ""))
 
 
 def _write_report(store, matrix_id: str, report_dir: Path) -> None:

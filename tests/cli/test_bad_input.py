@@ -546,6 +546,19 @@ NAMED = {
         {}, files(config__json='{"max_position_embeddings": 64}'),
         ["calibrate", "-m", "{here}", "--prompt-len", "999999999"],
         ["--prompt-len 999999999: a round needs", "has a context of 64 tokens"]),
+    # On the embedded fleet a model this machine cannot run is refused before Ray starts:
+    # each run would fail, and the matrix of failures would stay in the store.
+    "run: an unknown model": (
+        {}, files(m__yaml=matrix(models="[no-such-model]", targets="{engines: [torch]}")),
+        run_args("{here}/m.yaml"),
+        ["matrix 'good': models[0]: torch: model 'no-such-model' is neither an alias"]),
+    "run: not a toy model's name": (
+        {}, files(m__yaml=matrix(models="['nokind:1ms']")), run_args("{here}/m.yaml"),
+        ["matrix 'good': models[0]: toy: model 'nokind:1ms': a toy model is"]),
+    "bench: an unknown model": (
+        {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
+                       "{db}", "--embedded", "--no-progress"],
+        ["matrix 'bench': models[0]: torch: model 'no-such-model' is neither an alias"]),
     "replay: --costs with a boolean cost": (
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
