@@ -53,16 +53,17 @@ from specfleet.workers.loaded import LoadedModel
 
 
 def parse_loop_guard(text: str | None) -> tuple[int, int, int] | None:
-    """Parse `MIN,MAX,REPEATS` (1 <= MIN <= MAX, REPEATS >= 2) for `--loop-guard`."""
+    """Parse `MIN,MAX,REPEATS` (1 <= MIN <= MAX, 2 <= REPEATS, all at most
+    `LOOP_GUARD_MAX`) for `--loop-guard`."""
     if text is None:
         return None
-    from specfleet.engine.stats import LoopGuardConfig
+    from specfleet.engine.stats import LOOP_GUARD_MAX, LoopGuardConfig
 
     try:
         guard = LoopGuardConfig.parse(text).validate()
     except ConfigError:
-        raise UserError("--loop-guard expects MIN,MAX,REPEATS integers with 1 <= MIN <= MAX "
-                        f"and REPEATS >= 2; got {text!r}") from None
+        raise UserError("--loop-guard expects MIN,MAX,REPEATS integers with 1 <= MIN <= MAX, "
+                        f"REPEATS >= 2, all at most {LOOP_GUARD_MAX}; got {text!r}") from None
     return (guard.min_period, guard.max_period, guard.repeats)
 
 

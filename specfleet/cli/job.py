@@ -27,7 +27,7 @@ from specfleet.cli.options import (
     lookup_given,
     with_policy_option_flags,
 )
-from specfleet.cluster.reach import open_fleet
+from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.engine.config import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, options_for
 from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
@@ -72,6 +72,7 @@ def generate(
     if max_tokens is not None:
         options["max_tokens"] = max_tokens
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
+    refuse_other_host(job.target.host, "--target", address, embedded)
     with open_store(db) as store:
         view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
                           embedded=embedded)
@@ -89,6 +90,20 @@ def generate(
     typer.echo(f"job id: {job_id} ({status})")
     if status != "done":
         raise typer.Exit(1)
+
+
+def refuse_other_host(host: str | None, flag: str, address: str | None,
+                      embedded: bool) -> None:
+    """On the embedded fleet (this machine alone) a host other than this one is one line
+    before Ray starts; a real fleet's hosts are known only once it answers."""
+    from specfleet.workers.hardware import default_host_name
+
+    if host is None or not choose_fleet(address, embedded).embedded:
+        return
+    here = default_host_name()
+    if host != here:
+        raise UserError(f"{flag}: no host {host!r} in the embedded fleet, which is this "
+                        f"machine alone ({here}); expected {here} or a fleet's --address")
 
 
 def _dispatch(store, runs, view, no_progress: bool, job_id: str) -> str:
@@ -130,6 +145,7 @@ def calibrate(
     One host runs one calibration at a time, never beside a timed run (machine lease).
     Exit status 0 when every target was measured, 1 otherwise.
     """
+    refuse_other_host(host, "--host", address, embedded)
     with open_store(db) as store:
         view = open_fleet(address, with_toy=engine == "toy",
                           hosts=[host] if host is not None else None, embedded=embedded)

@@ -27,7 +27,7 @@ FailOn = Literal["regression", "none"]
 FailOnOption = Annotated[FailOn, typer.Option(
     "--fail-on", help="Exit 1 when a regression is found (regression), or never (none).")]
 FactorOption = Annotated[float, typer.Option(
-    "--factor", min=1.0, help="Like asv: a significant change counts only beyond this ratio "
+    "--factor", min=1.0, max=100.0, help="Like asv: a significant change counts only beyond this ratio "
     "either way (1.1 = 10%); 1.0 = any significant change.")]
 OnlyChangedOption = Annotated[bool, typer.Option(
     "--only-changed", help="Show only the cells (points) that changed beyond noise.")]

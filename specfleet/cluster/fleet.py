@@ -35,9 +35,9 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay
 from specfleet.errors import UserError
 from specfleet.userfiles import read_text
 from specfleet.workers.actor import (
+    DRIVER_OPTIONS,
     HOST_LABEL,
     KIND_LABEL,
-    NAMESPACE,
     SLOT_RESOURCE,
     get_worker,
     list_workers,
@@ -193,7 +193,7 @@ def connect(
         if sys.platform == "darwin":
             _set_multinode(True)  # else a Mac driver advertises 127.0.0.1 to remote hosts
         with keep_sigterm():
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+            ray.init(address=address, **DRIVER_OPTIONS)
         return FleetConnection(ray.get_runtime_context().gcs_address, embedded=False)
     return _start_embedded(num_cpus, host, worker_kwargs)
 
@@ -227,11 +227,10 @@ def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:
         address="local",  # always a new instance, never another local cluster found on disk
         num_cpus=num_cpus or info.cpu_count,  # explicit: Ray's own guess ignores cgroups
         include_dashboard=False,  # nothing to look at locally; one less port
-        namespace=NAMESPACE,
         labels={HOST_LABEL: info.name, KIND_LABEL: info.kind},
         resources={SLOT_RESOURCE: 1},
-        log_to_driver=False,  # worker logs stay in Ray's session dir, not on the CLI
         _temp_dir=temp_dir,  # session logs and sockets in our 0700 dir, not a shared /tmp/ray
+        **DRIVER_OPTIONS,
     )
 
 

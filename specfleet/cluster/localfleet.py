@@ -23,9 +23,9 @@ import ray
 
 from specfleet.cluster.fleet import bind_loopback, enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
+    DRIVER_OPTIONS,
     HOST_LABEL,
     KIND_LABEL,
-    NAMESPACE,
     SLOT_RESOURCE,
     start_worker,
     wait_ready,
@@ -96,7 +96,7 @@ class LocalFleet:
         )
         for host in self.hosts:
             self.add_host(host)
-        ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        ray.init(address=self.cluster.address, **DRIVER_OPTIONS)
         return self
 
     def add_host(self, host: str) -> Any:

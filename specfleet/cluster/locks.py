@@ -22,8 +22,9 @@ import uuid
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from specfleet.workers.actor import NAMESPACE
+
 LOCK_ACTOR_NAME = "specfleet-machine-locks"
-NAMESPACE = "specfleet"
 # The head node carries this resource; the lock lives with the cluster, not with a host.
 _HEAD_RESOURCE = "node:__internal_head__"
 LEASE_CHECK_S = 0.25  # how often a held lease is re-confirmed while runs follow each other

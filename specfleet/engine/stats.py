@@ -136,6 +136,9 @@ class RoundTrace:
     refed: int = 0
 
 
+LOOP_GUARD_MAX = 100_000  # a period or repeat count past any reply's length
+
+
 @dataclass(frozen=True)
 class LoopGuardConfig:
     """Stop when the last `p * repeats` generated tokens are one period-p pattern repeated.
@@ -155,7 +158,7 @@ class LoopGuardConfig:
         """The guard written `MIN,MAX,REPEATS` (`--loop-guard`, a matrix's `loop_guard`), not
         yet validated. Raises `ConfigError` when it is not three whole numbers."""
         parts = [part.strip() for part in text.split(",")]
-        if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        if len(parts) != 3 or not all(part.isascii() and part.isdigit() for part in parts):
             raise ConfigError(
                 f"expected 'min_period,max_period,repeats' (e.g. 1,64,8), got {text!r}")
         min_period, max_period, repeats = (int(part) for part in parts)
@@ -172,6 +175,9 @@ class LoopGuardConfig:
             )
         if self.repeats < 2:
             raise ConfigError("loop-guard repeats must be at least 2")
+        if max(self.min_period, self.max_period, self.repeats) > LOOP_GUARD_MAX:
+            raise ConfigError(f"loop-guard periods and repeats must be at most "
+                              f"{LOOP_GUARD_MAX} (a guard longer than any reply never fires)")
         return self
 
 

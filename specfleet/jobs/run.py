@@ -17,7 +17,7 @@ from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import Device, Engine
 from specfleet.engine.loop import StopReason
 from specfleet.engine.peers import Peer
-from specfleet.engine.stats import COUNTER_FIELDS
+from specfleet.engine.stats import COUNTER_FIELDS, LOOP_GUARD_MAX
 
 # Our arms: plain decoding, a policy choice (auto or a named policy), or fixed (non-adaptive).
 OwnArm = Literal["plain", PolicyChoice, "fixed"]
@@ -59,9 +59,9 @@ class LoopGuard(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    min_period: int = Field(1, ge=1)
-    max_period: int = Field(64, ge=1)
-    repeats: int = Field(8, ge=2)
+    min_period: int = Field(1, ge=1, le=LOOP_GUARD_MAX)
+    max_period: int = Field(64, ge=1, le=LOOP_GUARD_MAX)
+    repeats: int = Field(8, ge=2, le=LOOP_GUARD_MAX)
 
 
 class RunSpec(BaseModel):

@@ -14,6 +14,7 @@ Everything returned is a small dict or pydantic model, never a tensor.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from typing import Any
 
@@ -24,6 +25,10 @@ from specfleet.workers.host import HostWorker
 from specfleet.workers.loaded import ModelCheck
 
 NAMESPACE = "specfleet"
+# How every driver joins Ray: our namespace, worker logs left in Ray's session dir, and only
+# Ray's warnings on the CLI (its INFO "Started a local Ray instance" is not ours to print).
+DRIVER_OPTIONS: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False,
+                                  "logging_level": logging.WARNING}
 HOST_LABEL = "specfleet.host"
 KIND_LABEL = "specfleet.kind"
 SLOT_RESOURCE = "specfleet_slot"

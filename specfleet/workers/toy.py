@@ -32,8 +32,9 @@ from specfleet.errors import UserError
 from specfleet.settings import TOY_RUN_LOG
 
 TOY_KINDS: tuple[str, ...] = ("script", "induction", "constant", "fail", "exit")
-_NAME = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<ms>\d+(?:\.\d+)?)ms)?$")
+_NAME = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<ms>\d+(?:\.\d+)?)ms)?$", re.ASCII)
 _SCRIPT_LEN = 4096
+TOY_MAX_MS = 60_000  # a minute per forward: past this a test would only hang
 
 
 class ToyEngineRunner:
@@ -87,7 +88,10 @@ def parse_toy_model(name: str) -> tuple[str, float]:
             f"model {name!r}: a toy model is <kind>[:<ms>ms] with kind one of "
             f"{', '.join(TOY_KINDS)}"
         )
-    return match.group("kind"), float(match.group("ms") or 0.0) / 1000.0
+    ms = float(match.group("ms") or 0.0)
+    if ms > TOY_MAX_MS:
+        raise UserError(f"model {name!r}: a toy model sleeps at most {TOY_MAX_MS} ms a forward")
+    return match.group("kind"), ms / 1000.0
 
 
 def build_toy_runner(name: str, prompt_text: str) -> ToyEngineRunner:

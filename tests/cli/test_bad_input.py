@@ -103,6 +103,9 @@ FILES: dict[str, str | bytes] = {
     "unknown device": matrix(targets="{devices: [tpu]}"),
     "bad loop guard": matrix(loop_guard="'1,2'"),
     "loop guard max < min": matrix(loop_guard="'8,2,4'"),
+    "loop guard period 10^20": matrix(loop_guard="'1,99999999999999999999,3'"),
+    "loop guard in non-ASCII digits": matrix(loop_guard="'1,²,3'"),
+    "toy model sleeping 10^20 ms": matrix(models="['script:99999999999999999999ms']"),
     "prompt_suffix for an unknown model": matrix(prompt_suffix="{other: x}"),
     "prompt_dir missing": matrix(prompts="[story]", prompt_dir="nowhere"),
     "integer keys": "1: 2\n" + GOOD,
@@ -186,6 +189,8 @@ CALLS = {
                                 "--prompt-lookup", "--prompt-lookup-max-draft", "0"),
     "generate bad loop guard": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
                                    "--loop-guard", "1,2"),
+    "generate loop guard period 10^20": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
+                                            "--loop-guard", "1,99999999999999999999,3"),
     "db: unknown scheme": cmd("matrix", "list", "--db", "mysql://u@h/db"),
     "db: sqlite without path": cmd("matrix", "list", "--db", "sqlite://"),
     "db: sqlite memory": cmd("matrix", "list", "--db", "sqlite:///:memory:"),
@@ -559,6 +564,19 @@ NAMED = {
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{db}", "--embedded", "--no-progress"],
         ["matrix 'bench': models[0]: torch: model 'no-such-model' is neither an alias"]),
+    "job generate: a host the embedded fleet lacks": (
+        {"SPECFLEET_HOST": "here1"}, files(p__jsonl='{"prompt": "hi"}\n'),
+        ["job", "generate", "--prompts", "{here}/p.jsonl", "--target", "nohost/toy", "--model",
+         "script:1ms", "--embedded", "--db", "{db}"],
+        ["--target: no host 'nohost' in the embedded fleet", "expected here1"]),
+    "job calibrate: a host the embedded fleet lacks": (
+        {"SPECFLEET_HOST": "here1"}, NO_FILES,
+        ["job", "calibrate", "--model", "smollm2-135m", "--host", "bad host", "--embedded",
+         "--db", "{db}"],
+        ["--host: no host 'bad host' in the embedded fleet", "expected here1"]),
+    "history: --factor inf": (
+        {}, NO_FILES, ["history", "--db", "{db}", "--factor", "inf"],
+        ["--factor", "100"]),
     "replay: --costs with a boolean cost": (
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
