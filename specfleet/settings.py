@@ -127,6 +127,12 @@ class Presence(Variable):
 
 
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+HOST_NAME_EXPECTED = "a host name of letters, digits, '_', '.' or '-' (at most 64)"
+
+
+def is_host_name(text: str) -> bool:
+    """Whether `text` can name a fleet host (a Ray label value and a store key)."""
+    return bool(_HOST_NAME.match(text))
 
 
 @dataclass(frozen=True)
@@ -140,9 +146,8 @@ class HostName(Variable):
             UserError: not letters, digits, '_', '.' or '-' (at most 64).
         """
         given = self.value(env)
-        if given is not None and not _HOST_NAME.match(given):
-            raise UserError(f"{self.name}: expected a host name of letters, digits, '_', "
-                            f"'.' or '-' (at most 64), got {given[:80]!r}")
+        if given is not None and not is_host_name(given):
+            raise UserError(f"{self.name}: expected {HOST_NAME_EXPECTED}, got {given[:80]!r}")
         return given
 
 

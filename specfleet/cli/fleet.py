@@ -77,6 +77,8 @@ def check_engines(engines: str | None) -> list[str] | None:
 def _options(num_cpus, node_ip, engines, temp_dir):
     from specfleet.cluster.membership import NodeOptions
 
+    if temp_dir is not None and not temp_dir.strip():
+        raise UserError(f"--temp-dir {temp_dir!r} is blank; expected a folder path")
     if temp_dir is not None and len(temp_dir) > MAX_TEMP_DIR_CHARS:
         raise UserError(f"--temp-dir {temp_dir!r}: keep it under {MAX_TEMP_DIR_CHARS + 1} "
                         "characters (Ray's socket paths inside it are limited to 107 bytes)")

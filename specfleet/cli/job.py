@@ -94,10 +94,14 @@ def generate(
 
 def refuse_other_host(host: str | None, flag: str, address: str | None,
                       embedded: bool) -> None:
-    """On the embedded fleet (this machine alone) a host other than this one is one line
-    before Ray starts; a real fleet's hosts are known only once it answers."""
+    """A host no fleet could have, or on the embedded fleet (this machine alone) a host
+    other than this one, is one line before Ray starts; a real fleet's hosts are known only
+    once it answers."""
+    from specfleet.settings import HOST_NAME_EXPECTED, is_host_name
     from specfleet.workers.hardware import default_host_name
 
+    if host is not None and not is_host_name(host):
+        raise UserError(f"{flag}: expected {HOST_NAME_EXPECTED}, got {host[:80]!r}")
     if host is None or not choose_fleet(address, embedded).embedded:
         return
     here = default_host_name()

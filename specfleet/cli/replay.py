@@ -52,6 +52,9 @@ def replay_command(
     unknown = [p for p in policies if p not in POLICIES]
     if not policies or unknown:
         raise UserError(f"--policy must list some of {', '.join(POLICIES)}; got {policy!r}")
+    twice = sorted({p for p in policies if policies.count(p) > 1})
+    if twice:
+        raise UserError(f"--policy lists {', '.join(twice)} twice; expected each policy once")
     if not costs:
         raise UserError("--costs: give a host, a YAML file or a packaged table name")
     costs_for = cost_source(costs)

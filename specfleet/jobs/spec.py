@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated, Any, get_type_hints
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from specfleet.engine.config import POLICY_OPTIONS, ConfigError, LookupOptions, options_for
 from specfleet.engine.kinds import Device, Engine
@@ -34,6 +34,7 @@ from specfleet.engine.peers import (
 from specfleet.engine.stats import LoopGuardConfig
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS, OWN_ARMS, Arm, LoopGuard, OwnArm, Target
+from specfleet.settings import HOST_NAME_EXPECTED, is_host_name
 
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
@@ -82,11 +83,20 @@ TokenLimitField = Annotated[
 ]
 
 
+def _host_name(value: Any) -> Any:
+    if isinstance(value, str) and not is_host_name(value):
+        raise ValueError(f"expected {HOST_NAME_EXPECTED}, got {value[:80]!r}")
+    return value
+
+
+HostNameField = Annotated[str, AfterValidator(_host_name)]
+
+
 class TargetSelector(_Strict):
     """Which targets a matrix (or one prompt) runs on; an empty list means all."""
 
     kinds: list[str] = []
-    hosts: list[str] = []
+    hosts: list[HostNameField] = []
     engines: list[Engine] = []
     devices: list[Device] = []
 

@@ -84,6 +84,8 @@ class Prediction:
 
 
 COSTS_EXPECTED = "a YAML width-cost table (name, ratio: [cost of width 1, 2, ...])"
+# What `calibrate` and the packaged tables write; `ratio` alone is required.
+COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
 
 
 def load_cost_file(path: Path) -> CostTable:
@@ -94,6 +96,10 @@ def load_cost_file(path: Path) -> CostTable:
     except yaml.YAMLError as err:
         raise UserError(f"--costs {path}: not a readable YAML file ({err.__class__.__name__})") from None
     ratio = data.get("ratio") if isinstance(data, dict) else None
+    unknown = [str(k) for k in data if k not in COST_FILE_FIELDS] if isinstance(data, dict) else []
+    if unknown:
+        raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
+                        f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")
     if (not isinstance(ratio, list) or len(ratio) < 2
             or not all(isinstance(r, int | float) and not isinstance(r, bool) and r > 0
                        for r in ratio)):

@@ -189,6 +189,8 @@ CALLS = {
                                 "--prompt-lookup", "--prompt-lookup-max-draft", "0"),
     "generate bad loop guard": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
                                    "--loop-guard", "1,2"),
+    "generate loop guard in non-ASCII digits": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
+                                                   "--loop-guard", "1,²,3"),
     "generate loop guard period 10^20": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
                                             "--loop-guard", "1,99999999999999999999,3"),
     "db: unknown scheme": cmd("matrix", "list", "--db", "mysql://u@h/db"),
@@ -571,12 +573,31 @@ NAMED = {
         ["--target: no host 'nohost' in the embedded fleet", "expected here1"]),
     "job calibrate: a host the embedded fleet lacks": (
         {"SPECFLEET_HOST": "here1"}, NO_FILES,
-        ["job", "calibrate", "--model", "smollm2-135m", "--host", "bad host", "--embedded",
+        ["job", "calibrate", "--model", "smollm2-135m", "--host", "otherhost", "--embedded",
          "--db", "{db}"],
-        ["--host: no host 'bad host' in the embedded fleet", "expected here1"]),
+        ["--host: no host 'otherhost' in the embedded fleet", "expected here1"]),
     "history: --factor inf": (
         {}, NO_FILES, ["history", "--db", "{db}", "--factor", "inf"],
         ["--factor", "100"]),
+    "replay: --costs with an unknown field": (
+        {}, files(c__yaml="ratio: [1.0, 1.2]\nratios: [1.0, 1.3]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: unknown field 'ratios'; expected name, host, engine, device, "
+         "pipelined_ms or ratio"]),
+    "matrix validate: a host no fleet could have": (
+        {}, files(m__yaml=matrix(targets="{engines: [toy], hosts: ['bad host']}")),
+        ["matrix", "validate", "{here}/m.yaml"],
+        ["targets.hosts[0]: expected a host name of letters, digits", "got 'bad host'"]),
+    "job calibrate: a host no fleet could have": (
+        {}, NO_FILES, ["job", "calibrate", "--model", "smollm2-135m", "--host", "bad host",
+                       "--address", "127.0.0.1:1", "--db", "{db}"],
+        ["--host: expected a host name of letters, digits", "got 'bad host'"]),
+    "fleet join: a blank --temp-dir": (
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--temp-dir", ""],
+        ["--temp-dir '' is blank; expected a folder path"]),
+    "replay: a policy twice": (
+        {}, NO_FILES, ["replay", "{mid}", "--policy", "graded,gated,graded", "--costs",
+                       "apple-m4pro", "--db", "{db}"],
+        ["--policy lists graded twice; expected each policy once"]),
     "replay: --costs with a boolean cost": (
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
