@@ -7,6 +7,7 @@ files are opened: a named pipe blocks until a writer comes and a device may neve
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import stat
@@ -30,8 +31,14 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+MAX_TEXT_BYTES = 16 * 2**20  # a matrix, a batch or a prompt is far smaller: more is a mistake
+
+
 def read_text(path: Path, label: str, expected: str | None = None) -> str:
     """Read a UTF-8 text file the user named, or raise one `UserError` line naming it.
+
+    At most `MAX_TEXT_BYTES` are read; a larger file, UTF-16, other non-UTF-8 bytes and a
+    NUL byte are refused. A UTF-8 byte-order mark is dropped (it is no content).
 
     Args:
         path: the file to read.
@@ -54,15 +61,34 @@ def read_text(path: Path, label: str, expected: str | None = None) -> str:
     try:
         # O_NONBLOCK: a pipe put in its place since the stat cannot make the open wait.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with open(fd, encoding="utf-8") as handle:
+        with open(fd, "rb") as handle:
             now = kind_of(os.fstat(fd).st_mode)
             if now != "a file":
                 raise UserError(f"{label}: is {now}; expected {expected or 'a regular file'}")
-            return handle.read()
-    except UnicodeDecodeError as err:
-        raise UserError(f"{label}: not UTF-8 text (byte {err.start}){want}") from None
+            data = handle.read(MAX_TEXT_BYTES + 1)
     except OSError as err:
         raise UserError(f"{label}: cannot read ({err.strerror}){want}") from None
+    return _decode(data, label, want)
+
+
+def _decode(data: bytes, label: str, want: str) -> str:
+    if len(data) > MAX_TEXT_BYTES:
+        most = f"{MAX_TEXT_BYTES // 2**20} MiB"
+        raise UserError(f"{label}: larger than {most}, more than specfleet reads"
+                        f"{want or f'; expected a file of at most {most}'}")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise UserError(f"{label}: not UTF-8 text (byte 0): it starts with a UTF-16 "
+                        f"byte-order mark{want or '; expected UTF-8 text'}")
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{label}: not UTF-8 text (byte {err.start})"
+                        f"{want or '; expected UTF-8 text'}") from None
+    nul = data.find(0)
+    if nul >= 0:
+        raise UserError(f"{label}: a NUL byte at byte {nul}, so not text"
+                        f"{want or '; expected a text file'}")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def check_folder_path(path: Path, label: str) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.errors import UserError
-from specfleet.userfiles import check_folder_path, check_writable_dir, read_text
+from specfleet.userfiles import MAX_TEXT_BYTES, check_folder_path, check_writable_dir, read_text
 
 
 def refusal(call, *args) -> str:
@@ -46,6 +46,31 @@ def test_read_text_names_missing_and_undecodable_files(tmp_path):
     (tmp_path / "bin").write_bytes(b"ok\xff")
     assert refusal(read_text, tmp_path / "bin", "X bin", "a YAML mapping") == \
         "X bin: not UTF-8 text (byte 2); expected a YAML mapping"
+
+
+def test_read_text_drops_a_utf8_byte_order_mark(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_bytes(b"\xef\xbb\xbfhi\r\n")  # Notepad's UTF-8: the mark is no prompt text
+    assert read_text(path, "p.txt") == "hi\n"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("hi".encode("utf-16"), "F: not UTF-8 text (byte 0): it starts with a UTF-16 byte-order "
+                            "mark; expected a prompt"),
+    (b"hello\x00world", "F: a NUL byte at byte 5, so not text; expected a prompt"),
+])
+def test_read_text_refuses_utf16_and_nul_bytes(tmp_path, content, message):
+    (tmp_path / "f").write_bytes(content)
+    assert refusal(read_text, tmp_path / "f", "F", "a prompt") == message
+
+
+def test_read_text_reads_a_bounded_amount(tmp_path):
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as out:  # sparse: no disk is spent
+        out.truncate(MAX_TEXT_BYTES + 1)
+    assert refusal(read_text, path, "huge.yaml") == \
+        "huge.yaml: larger than 16 MiB, more than specfleet reads; expected a file of at " \
+        "most 16 MiB"
 
 
 def test_folder_path_under_a_file_is_refused(tmp_path):

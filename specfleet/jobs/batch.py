@@ -16,7 +16,7 @@ from specfleet.engine.config import ConfigError, LookupOptions, PromptLookupConf
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
-from specfleet.jobs.userinput import first_problem, validation_message
+from specfleet.jobs.userinput import check_plain_data, first_problem, validation_message
 from specfleet.userfiles import read_text
 
 
@@ -87,9 +87,14 @@ def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
     try:
         data: Any = json.loads(line)
     except json.JSONDecodeError as err:
-        raise UserError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
+        msg = err.msg.removesuffix(" at")  # "Invalid control character at"
+        raise UserError(f"{where}: not JSON ({msg} at column {err.colno})") from None
+    except RecursionError:
+        raise UserError(f"{where}: nested too deeply; expected a flat JSON object like "
+                        '{"prompt": "..."}') from None
     if not isinstance(data, dict):
         raise UserError(f'{where}: expected a JSON object like {{"prompt": "..."}}')
+    check_plain_data(data, where)  # "\u0000" is valid JSON, yet no engine or store takes it
     data.setdefault("name", f"line-{number}")
     try:
         return GeneratePrompt.model_validate(data)

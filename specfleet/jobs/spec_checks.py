@@ -94,8 +94,6 @@ def _refuse_odd_namesake(folder: Path, name: str, where: str) -> None:
 def _check_prompt_file(path: Path, where: str) -> None:
     """The file must be UTF-8 text without NUL (a binary file would fail every run later)."""
     text = read_text(path, f"{where}: {path}", expected="a prompt text file")
-    if "\x00" in text:
-        raise UserError(f"{where}: {path} contains a NUL character; expected a text file")
     if not text.strip():
         raise UserError(f"{where}: {path} is empty")
 

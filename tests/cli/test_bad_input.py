@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from specfleet.cli.main import app
 from specfleet.store import open_store
+from specfleet.userfiles import MAX_TEXT_BYTES
 from tests.store.factory import grid
 
 GOOD = """\
@@ -316,8 +317,9 @@ def test_bad_environment(world, case) -> None:
 
 
 def files(**entries: str):
-    """A call's own files: text, or "fifo" / "dir" for a named pipe or a folder of that
-    name (`__` in a keyword stands for a dot); the call's arguments come after."""
+    """A call's own files: text, or "fifo" / "dir" / "huge" for a named pipe, a folder or
+    a (sparse) file past `MAX_TEXT_BYTES` of that name (`__` in a keyword stands for a dot);
+    the call's arguments come after."""
     def make(here: Path, args: list[str]) -> list[str]:
         here.mkdir(parents=True)
         for name, content in entries.items():
@@ -326,6 +328,9 @@ def files(**entries: str):
                 os.mkfifo(path)
             elif content == "dir":
                 path.mkdir()
+            elif content == "huge":
+                with path.open("wb") as out:
+                    out.truncate(MAX_TEXT_BYTES + 1)
             else:
                 path.write_bytes(content.encode("latin-1"))
         return args
@@ -340,6 +345,7 @@ NOT_WRITABLE = "/proc/specfleet-x"  # root writes wherever mode bits say no, but
 STORY_HERE = matrix(prompts="[story]", prompt_dir="'.'")  # prompts read beside the file
 STORY_PACKAGED = matrix(prompts="[story]")  # the packaged prompts: no ../prompts in the cases
 FLEET_STATUS = ["fleet", "status", "--address", "127.0.0.1:1"]
+JOB_BATCH = ["job", "generate", "--prompts", "{here}/b.jsonl", "--target", "h/toy", "--db", "{db}"]
 REPLAY_COSTS = ["replay", "{mid}", "--costs", "{here}/c.yaml", "--db", "{db}"]
 STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
 PIPE = "is a named pipe (FIFO); expected a"
@@ -601,6 +607,24 @@ NAMED = {
     "replay: --costs with a boolean cost": (
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
+    # Read whole, 200 MB of YAML took a minute and 500 MB of memory, then passed.
+    "validate: a matrix file past 16 MiB": (
+        {}, files(m__yaml="huge"), ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: larger than 16 MiB, more than specfleet reads"]),
+    "validate: a NUL byte in a matrix file": (
+        {}, files(m__yaml=GOOD + "\0\n"), ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: a NUL byte at byte 124, so not text"]),
+    "generate: --prompt-file in UTF-16": (
+        {}, files(p__txt="\xff\xfeh\0i\0"), ["generate", "-m", "smollm2-135m",
+                                             "--prompt-file", "{here}/p.txt"],
+        ["--prompt-file {here}/p.txt: not UTF-8 text (byte 0): it starts with a UTF-16 "
+         "byte-order mark; expected a text file"]),
+    "job generate: a NUL escaped in a prompt": (  # valid JSON; the job ran and stored it
+        {}, files(b__jsonl='{"prompt": "a\\u0000b"}\n'), JOB_BATCH,
+        ["{here}/b.jsonl: line 1: prompt: contains a NUL character; expected plain text"]),
+    "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
+        {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
+        ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
 }
 
 

@@ -88,7 +88,7 @@ def test_beyond_loopback_without_a_token_is_refused(tmp_path, empty_store, no_fl
     (b"", "is empty; expected a token (make one with `openssl rand -hex 32`)"),
     (b" \n\n", "is empty; expected a token"),
     (b"\x89PNG\r\n\x1a\n\xff\xfe" + TOKEN.encode(), "not UTF-8 text (byte 0)"),
-    (TOKEN.encode() + b"\x00", "holds '\\x00'; expected one line of printable ASCII without spaces"),
+    (TOKEN.encode() + b"\x00", "a NUL byte at byte 32, so not text; expected a file holding"),
     (f"{TOKEN}\n{TOKEN}".encode(), "holds '\\n'; expected one line of printable ASCII"),
     (f"{TOKEN} x".encode(), "holds ' '; expected one line"),
     ("jeton-très-secret-0123".encode(), "holds 'è'; expected one line of printable ASCII"),

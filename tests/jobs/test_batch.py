@@ -47,6 +47,11 @@ def test_unknown_or_ambiguous_target() -> None:
     ('{"prompt": "x", "max_tokens": 0}\n', "b.jsonl: line 1: max_tokens: must be at least 1"),
     ('{"prompt": "x", "name": "a"}\n{"prompt": "y", "name": "a"}\n',
      "b.jsonl: duplicate prompt name 'a'"),
+    ('{"prompt": "a\\u0000b"}\n', "b.jsonl: line 1: prompt: contains a NUL character"),
+    ('{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n",  # json's recursion, not a trace
+     'b.jsonl: line 1: nested too deeply; expected a flat JSON object like {"prompt": "..."}'),
+    ('{"prompt": "a' + "\x01" + '"}\n',
+     "b.jsonl: line 1: not JSON (Invalid control character at column 14)"),
 ])
 def test_bad_prompt_files(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "b.jsonl"
