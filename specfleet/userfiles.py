@@ -133,3 +133,24 @@ def check_writable_dir(path: Path, flag: str) -> None:
                         "write") from None
     with contextlib.suppress(OSError):
         os.rmdir(probe)
+
+
+def check_output_file(path: Path) -> None:
+    """Refuse a file to be written whose name is taken by anything but a file (a folder, a
+    named pipe that would block the write, a link that leads nowhere), before any is written.
+
+    Args:
+        path: the file to be (over)written.
+    """
+    try:
+        kind = kind_of(os.stat(path).st_mode)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise UserError(f"{path}: is a dangling link; expected a file to replace or "
+                            "nothing") from None
+        return
+    except OSError as err:
+        raise UserError(f"{path}: cannot be written ({err.strerror}); expected a file to "
+                        "replace or nothing") from None
+    if kind != "a file":
+        raise UserError(f"{path}: is {kind}; expected a file to replace or nothing")

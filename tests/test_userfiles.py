@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from specfleet.errors import UserError
-from specfleet.userfiles import MAX_TEXT_BYTES, check_folder_path, check_writable_dir, read_text
+from specfleet.userfiles import (
+    MAX_TEXT_BYTES,
+    check_folder_path,
+    check_output_file,
+    check_writable_dir,
+    read_text,
+)
 
 
 def refusal(call, *args) -> str:
@@ -95,3 +101,17 @@ def test_a_writable_folder_passes_and_nothing_is_left_behind(tmp_path):
     check_writable_dir(tmp_path / "reports" / "m-1", "--out")
     check_writable_dir(tmp_path, "--out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_file_name_taken_by_a_link_loop_or_a_dangling_link(tmp_path):
+    loop, dangling, kept = tmp_path / "loop.md", tmp_path / "runs.csv", tmp_path / "a.png"
+    loop.symlink_to(loop.name)
+    dangling.symlink_to(tmp_path / "nowhere")
+    kept.write_bytes(b"old plot")
+    assert refusal(check_output_file, loop) == \
+        f"{loop}: cannot be written (Too many levels of symbolic links); expected a file to " \
+        "replace or nothing"
+    assert refusal(check_output_file, dangling) == \
+        f"{dangling}: is a dangling link; expected a file to replace or nothing"
+    check_output_file(kept)
+    check_output_file(tmp_path / "new.md")

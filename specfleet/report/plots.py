@@ -133,10 +133,17 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
     return path
 
 
+PLOTS = (("speedup", speedup_heatmap), ("runs", run_scatter))
+
+
+def plot_files(view: MatrixView, out_dir: Path) -> list[Path]:
+    """The files `write_plots` writes, in order."""
+    return [out_dir / f"{kind}-{slug(target)}.png" for target in view.targets
+            for kind, _ in PLOTS]
+
+
 def write_plots(view: MatrixView, out_dir: Path) -> list[Path]:
     """Both plots for every target; returns the files written."""
-    paths = []
-    for target in view.targets:
-        paths.append(speedup_heatmap(view, target, out_dir / f"speedup-{slug(target)}.png"))
-        paths.append(run_scatter(view, target, out_dir / f"runs-{slug(target)}.png"))
-    return paths
+    draws = [(draw, target) for target in view.targets for _, draw in PLOTS]
+    return [draw(view, target, path)
+            for (draw, target), path in zip(draws, plot_files(view, out_dir), strict=True)]

@@ -13,7 +13,7 @@ from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.grid import Grid, to_markdown
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import cross_grid, where_text
-from specfleet.report.plots import write_plots
+from specfleet.report.plots import plot_files, write_plots
 from specfleet.report.tables import DASH, grids_for
 from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
@@ -21,6 +21,7 @@ from specfleet.stats.interval import RULE
 from specfleet.stats.runs import target_label
 from specfleet.stats.view import view_of_runs
 from specfleet.store.export import export_runs
+from specfleet.userfiles import check_output_file
 from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, HostConditions, summary
 
 METHOD = (
@@ -239,11 +240,13 @@ def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     """
     matrix = load_matrix(store, matrix_id)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     runs = done_runs(store, matrix_id)
-    plots = write_plots(view_of_runs(matrix_id, matrix.name, runs), out)
-    markdown = out / f"{matrix_id}.md"
+    view = view_of_runs(matrix_id, matrix.name, runs)
+    markdown, csv_path = out / f"{matrix_id}.md", out / "runs.csv"
+    for path in (markdown, csv_path, *plot_files(view, out)):  # before any is written
+        check_output_file(path)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(view, out)
     markdown.write_text(record_markdown(store, matrix_id, [p.name for p in plots]))
-    csv_path = out / "runs.csv"
     export_runs(store.runs(matrix=matrix_id), "csv", csv_path)
     return RecordFiles(markdown, csv_path, tuple(plots))

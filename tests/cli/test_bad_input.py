@@ -346,6 +346,7 @@ STORY_HERE = matrix(prompts="[story]", prompt_dir="'.'")  # prompts read beside 
 STORY_PACKAGED = matrix(prompts="[story]")  # the packaged prompts: no ../prompts in the cases
 FLEET_STATUS = ["fleet", "status", "--address", "127.0.0.1:1"]
 JOB_BATCH = ["job", "generate", "--prompts", "{here}/b.jsonl", "--target", "h/toy", "--db", "{db}"]
+REPORT_HERE = ["report", "{mid}", "--db", "{db}", "--out", "{here}"]
 REPLAY_COSTS = ["replay", "{mid}", "--costs", "{here}/c.yaml", "--db", "{db}"]
 STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
 PIPE = "is a named pipe (FIFO); expected a"
@@ -622,6 +623,14 @@ NAMED = {
     "job generate: a NUL escaped in a prompt": (  # valid JSON; the job ran and stored it
         {}, files(b__jsonl='{"prompt": "a\\u0000b"}\n'), JOB_BATCH,
         ["{here}/b.jsonl: line 1: prompt: contains a NUL character; expected plain text"]),
+    # The record's own files, checked before any is written: a folder was a traceback after
+    # the plots were written, a named pipe hung the command.
+    "report: a folder where runs.csv goes": (
+        {}, files(runs__csv="dir"), REPORT_HERE,
+        ["{here}/runs.csv: is a directory; expected a file to replace or nothing"]),
+    "report: a named pipe where runs.csv goes": (
+        {}, files(runs__csv="fifo"), REPORT_HERE,
+        ["{here}/runs.csv: is a named pipe (FIFO); expected a file to replace or nothing"]),
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
