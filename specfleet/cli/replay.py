@@ -58,7 +58,7 @@ def replay_command(
     if not costs:
         raise UserError("--costs: give a host, a YAML file or a packaged table name")
     costs_for = cost_source(costs)
-    with open_store(db) as store:
+    with open_store(db, read_only=True) as store:  # replay reads, never writes
         runs = stored_runs(store, ident)
         # Every name was checked against POLICIES above.
         predictions = predict(store, runs, cast("list[Policy]", policies), costs_for, oracle)

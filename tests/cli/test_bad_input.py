@@ -623,6 +623,10 @@ NAMED = {
     "job generate: a NUL escaped in a prompt": (  # valid JSON; the job ran and stored it
         {}, files(b__jsonl='{"prompt": "a\\u0000b"}\n'), JOB_BATCH,
         ["{here}/b.jsonl: line 1: prompt: contains a NUL character; expected plain text"]),
+    # A reading command: a mistyped --db made an empty store there before the refusal.
+    "replay: --db a missing file": (
+        {}, NO_FILES, ["replay", "{mid}", "--costs", "apple-m4pro", "--db", "{here}/typo.db"],
+        ["--db: no store at {here}/typo.db"]),
     # The record's own files, checked before any is written: a folder was a traceback after
     # the plots were written, a named pipe hung the command.
     "report: a folder where runs.csv goes": (
