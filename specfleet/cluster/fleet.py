@@ -237,11 +237,16 @@ def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:
 @contextlib.contextmanager
 def keep_sigterm() -> Iterator[None]:
     """Keep this process's SIGTERM handler: `ray.init` replaces it with a bare exit, which
-    would skip marking runs in flight interrupted (the CLI treats SIGTERM like Ctrl-C)."""
+    would skip marking runs in flight interrupted (the CLI treats SIGTERM like Ctrl-C).
+    A SIGTERM while `ray.init` runs is that exit; it is raised as Ctrl-C too."""
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if in_main else None
     try:
         yield
+    except SystemExit as err:
+        if err.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None  # was a silent exit status 15
     finally:
         if in_main and callable(previous):
             signal.signal(signal.SIGTERM, previous)

@@ -141,6 +141,22 @@ def test_token_file_is_created_and_tightened_to_0600(tmp_path, monkeypatch) -> N
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
+def test_a_sigterm_while_ray_starts_is_ctrl_c_and_the_handler_is_kept() -> None:
+    import signal
+
+    def ours(_signum, _frame) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, ours)
+    try:
+        with pytest.raises(KeyboardInterrupt), fleet_mod.keep_sigterm():
+            signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(signum))  # Ray's
+            os.kill(os.getpid(), signal.SIGTERM)  # was exit status 15, without a word
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_ray_start_command_lines() -> None:
     up = up_command("mac1", "mac-mlx", port=6380, node_ip="10.0.0.5")
     assert up[:3] == ["ray", "start", "--head"] and "--dashboard-host=127.0.0.1" in up
