@@ -31,7 +31,7 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-MAX_TEXT_BYTES = 16 * 2**20  # a matrix, a batch or a prompt is far smaller: more is a mistake
+MAX_TEXT_BYTES = 64 * 2**20  # a batch of 30000 prompts of 2 KB fits; more is a mistake
 
 
 def read_text(path: Path, label: str, expected: str | None = None) -> str:

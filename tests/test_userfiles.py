@@ -75,8 +75,8 @@ def test_read_text_reads_a_bounded_amount(tmp_path):
     with path.open("wb") as out:  # sparse: no disk is spent
         out.truncate(MAX_TEXT_BYTES + 1)
     assert refusal(read_text, path, "huge.yaml") == \
-        "huge.yaml: larger than 16 MiB, more than specfleet reads; expected a file of at " \
-        "most 16 MiB"
+        "huge.yaml: larger than 64 MiB, more than specfleet reads; expected a file of at " \
+        "most 64 MiB"
 
 
 def test_folder_path_under_a_file_is_refused(tmp_path):

@@ -7,6 +7,7 @@ measures the per-width verify cost table (docs/engine.md, "Verify cost per width
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from pathlib import Path
@@ -84,7 +85,12 @@ def generate(
         params = job.model_dump(mode="json", exclude={"prompts", "target"})
         view.record_hosts(store)
         store.create_generation_job(Path(prompts).stem, chosen, job.model, runs, params, job_id)
-        status = _dispatch(store, runs, view, no_progress, job_id)
+        try:
+            status = _dispatch(store, runs, view, no_progress, job_id)
+        except BaseException:  # Ctrl-C, SIGTERM or a store fault: the job no longer runs
+            with contextlib.suppress(Exception):  # a store that failed says so in the raise
+                store.finish_generation_job(job_id, "interrupted")
+            raise
         store.finish_generation_job(job_id, status)
         _print_outputs(store, job_id)
     typer.echo(f"job id: {job_id} ({status})")

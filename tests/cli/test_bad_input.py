@@ -609,9 +609,9 @@ NAMED = {
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
     # Read whole, 200 MB of YAML took a minute and 500 MB of memory, then passed.
-    "validate: a matrix file past 16 MiB": (
+    "validate: a matrix file past 64 MiB": (
         {}, files(m__yaml="huge"), ["matrix", "validate", "{here}/m.yaml"],
-        ["{here}/m.yaml: larger than 16 MiB, more than specfleet reads"]),
+        ["{here}/m.yaml: larger than 64 MiB, more than specfleet reads"]),
     "validate: a NUL byte in a matrix file": (
         {}, files(m__yaml=GOOD + "\0\n"), ["matrix", "validate", "{here}/m.yaml"],
         ["{here}/m.yaml: a NUL byte at byte 124, so not text"]),

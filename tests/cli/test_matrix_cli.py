@@ -188,6 +188,23 @@ def test_job_generate_and_calibrate(fleet, tmp_path, db):
     assert {(c.host, c.model) for c in costs if c.model != "script"} == {("beta", "script:1ms")}
 
 
+def test_an_interrupted_job_is_stored_interrupted(fleet, tmp_path, db, monkeypatch):
+    import specfleet.cli.job as job_cli
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_cli, "_dispatch", stopped)
+    prompts = write(tmp_path, "batch.jsonl", '{"prompt": "abcabc"}\n')
+    result = invoke("job", "generate", "--prompts", prompts, "--target", "beta/toy",
+                    "--model", "script:1ms", "--address", fleet.address, "--db", db,
+                    "--no-progress")
+    assert result.exit_code != 0
+    with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
+        rows = conn.execute("SELECT status, finished_at FROM generation_jobs").fetchall()
+    assert len(rows) == 1 and rows[0][0] == "interrupted" and rows[0][1] is not None
+
+
 BAD_FILES = {
     "empty": "",
     "a list": "- a\n- b\n",
