@@ -6,6 +6,8 @@ as one line on stderr and exits with status 2. Anything else is a bug and keeps 
 
 from __future__ import annotations
 
+INTERRUPTED_EXIT = 130  # the shell's status for a command stopped by SIGINT (or our SIGTERM)
+
 
 class UserError(Exception):
     """A mistake the user can fix; `str(err)` is the whole message, one line."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import signal
 from typing import Annotated
 
 import typer
@@ -11,9 +10,7 @@ from typer import _click  # typer 0.29 vendors click: parsing raises its own Usa
 from typer.core import TyperGroup
 
 from specfleet.engine.config import ConfigError
-from specfleet.errors import UserError, one_line
-
-INTERRUPTED_EXIT = 130  # the shell's status for a command stopped by SIGINT
+from specfleet.errors import INTERRUPTED_EXIT, UserError, one_line
 
 
 class OneLineErrorsGroup(TyperGroup):
@@ -27,7 +24,7 @@ class OneLineErrorsGroup(TyperGroup):
             for line in getattr(err, "lines", None) or [str(err)]:  # several: `matrix validate`
                 typer.echo(f"error: {one_line(line)}", err=True)
             raise typer.Exit(2) from None
-        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (see `main`)
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (see `entry.main`)
             typer.echo(f"interrupted: {err}" if str(err) else "interrupted", err=True)
             raise typer.Exit(INTERRUPTED_EXIT) from None
         except _click.exceptions.UsageError as err:
@@ -105,12 +102,3 @@ def _load_subcommands() -> None:
 
 _load_subcommands()
 
-
-def _terminate(_signum, _frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops a command exactly as Ctrl-C does
-
-
-def main() -> None:
-    """Console entry point."""
-    signal.signal(signal.SIGTERM, _terminate)
-    app()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import sys
+import time
 
 import typer
 from typer.testing import CliRunner
@@ -47,3 +50,19 @@ def test_shell_completion_is_on(monkeypatch) -> None:
     assert result.exit_code == 0
     assert "_specfleet_completion" in result.output
     assert "--install-completion" in CliRunner().invoke(app, ["-h"]).output
+
+
+def test_ctrl_c_while_the_commands_import_is_one_line(tmp_path) -> None:
+    # The child says when it is about to call the entry point; importing the commands then
+    # takes ~0.8 s, so a SIGINT 0.1 s after that word lands inside the import.
+    code = ("import sys; from specfleet.cli.entry import main; sys.argv[0] = 'specfleet'; "
+            "sys.stderr.write('ready\\n'); sys.stderr.flush(); main()")
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, "matrix", "list", "--db", f"sqlite:///{tmp_path}/x.db"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    assert child.stderr.readline() == "ready\n"
+    time.sleep(0.1)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert (child.returncode, err) == (130, "interrupted\n")
