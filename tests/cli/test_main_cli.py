@@ -66,3 +66,23 @@ def test_ctrl_c_while_the_commands_import_is_one_line(tmp_path) -> None:
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
     assert (child.returncode, err) == (130, "interrupted\n")
+
+
+def test_signals_are_ignored_once_the_command_is_done() -> None:
+    from specfleet.cli import entry
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    argv = sys.argv
+    try:
+        sys.argv = ["specfleet", "--version"]
+        try:
+            entry.main()
+        except SystemExit as done:
+            assert done.code in (0, None)
+        # Only Ray's exit hook runs after this; a second Ctrl-C must not print its traceback.
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        sys.argv = argv
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
