@@ -206,7 +206,7 @@ def _start_embedded(
     info = detect_host(host)
     from specfleet.dirs import runtime_dir
 
-    with keep_sigterm():
+    with stop_what_a_cut_short_init_started(), keep_sigterm():
         _init_embedded(info, num_cpus, _private_ray_dir(runtime_dir() / "ray"))
     wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
@@ -232,6 +232,25 @@ def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:
         _temp_dir=temp_dir,  # session logs and sockets in our 0700 dir, not a shared /tmp/ray
         **DRIVER_OPTIONS,
     )
+
+
+@contextlib.contextmanager
+def stop_what_a_cut_short_init_started() -> Iterator[None]:
+    """A `ray.init` cut short (Ctrl-C while it starts the node) leaves processes Ray's exit
+    hook does not stop: the raylet's dashboard and runtime-env agents. Then every process
+    this one started (Ray's, as nothing else runs yet) is stopped, and only those."""
+    try:
+        yield
+    except BaseException:
+        import psutil
+
+        started = psutil.Process().children(recursive=True)  # the agents, while still ours
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        for process in started:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        raise
 
 
 @contextlib.contextmanager

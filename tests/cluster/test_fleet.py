@@ -9,6 +9,7 @@ import platform
 import stat
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -155,6 +156,36 @@ def test_a_sigterm_while_ray_starts_is_ctrl_c_and_the_handler_is_kept() -> None:
         assert signal.getsignal(signal.SIGTERM) is ours
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_cut_short_ray_init_leaves_no_process_of_ours(tmp_path) -> None:
+    # In a child of its own: the guard stops every process its caller started, and this
+    # test process may hold a Ray cluster of other tests.
+    code = textwrap.dedent("""
+        import subprocess, sys, time
+        from specfleet.cluster.fleet import stop_what_a_cut_short_init_started
+        grand = "import subprocess, time; subprocess.Popen(['sleep', '120']); time.sleep(120)"
+        child = subprocess.Popen([sys.executable, "-c", grand])
+        time.sleep(1.0)  # the grandchild has started, as Ray's agents under its raylet
+        import psutil
+        print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)),
+              flush=True)
+        with stop_what_a_cut_short_init_started():
+            raise KeyboardInterrupt  # Ctrl-C inside ray.init
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert "KeyboardInterrupt" in done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2  # the child and the grandchild it started
+    import psutil
+
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+              for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids
+                if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
 def test_ray_start_command_lines() -> None:
