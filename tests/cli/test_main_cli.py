@@ -7,7 +7,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import textwrap
 
 import typer
 from typer.testing import CliRunner
@@ -53,16 +53,25 @@ def test_shell_completion_is_on(monkeypatch) -> None:
 
 
 def test_ctrl_c_while_the_commands_import_is_one_line(tmp_path) -> None:
-    # The child says when it is about to call the entry point; importing the commands then
-    # takes ~0.8 s, so a SIGINT 0.1 s after that word lands inside the import.
-    code = ("import sys; from specfleet.cli.entry import main; sys.argv[0] = 'specfleet'; "
-            "sys.stderr.write('ready\\n'); sys.stderr.flush(); main()")
+    # The child's import of the command tree is held open (an import hook that waits), and
+    # the SIGINT is sent once the child says it is inside it: no race with the box's load.
+    code = textwrap.dedent("""
+        import sys, time
+        class Slow:
+            def find_spec(self, name, path=None, target=None):
+                if name == "specfleet.cli.main":
+                    sys.stderr.write("importing\\n"); sys.stderr.flush(); time.sleep(60)
+                return None
+        sys.meta_path.insert(0, Slow())
+        from specfleet.cli.entry import main
+        sys.argv[0] = "specfleet"
+        main()
+    """)
     child = subprocess.Popen(
         [sys.executable, "-c", code, "matrix", "list", "--db", f"sqlite:///{tmp_path}/x.db"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stderr is not None
-    assert child.stderr.readline() == "ready\n"
-    time.sleep(0.1)
+    assert child.stderr.readline() == "importing\n"
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
     assert (child.returncode, err) == (130, "interrupted\n")
