@@ -166,10 +166,13 @@ def test_a_cut_short_ray_init_leaves_no_process_of_ours(tmp_path) -> None:
         from specfleet.cluster.fleet import stop_what_a_cut_short_init_started
         grand = "import subprocess, time; subprocess.Popen(['sleep', '120']); time.sleep(120)"
         child = subprocess.Popen([sys.executable, "-c", grand])
-        time.sleep(1.0)  # the grandchild has started, as Ray's agents under its raylet
         import psutil
-        print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)),
-              flush=True)
+        for _ in range(300):  # until the grandchild runs, as Ray's agents under its raylet
+            tree = psutil.Process().children(recursive=True)
+            if len(tree) == 2:
+                break
+            time.sleep(0.1)
+        print(" ".join(str(p.pid) for p in tree), flush=True)
         with stop_what_a_cut_short_init_started():
             raise KeyboardInterrupt  # Ctrl-C inside ray.init
     """)
