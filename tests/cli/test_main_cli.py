@@ -56,7 +56,10 @@ def test_ctrl_c_while_the_commands_import_is_one_line(tmp_path) -> None:
     # The child's import of the command tree is held open (an import hook that waits), and
     # the SIGINT is sent once the child says it is inside it: no race with the box's load.
     code = textwrap.dedent("""
-        import sys, time
+        import signal, sys, time
+        # Under `make test` this child was seen to inherit SIGINT ignored (the command ran
+        # through); a command started from a shell has Python's own handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         class Slow:
             def find_spec(self, name, path=None, target=None):
                 if name == "specfleet.cli.main":
