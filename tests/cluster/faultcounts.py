@@ -1,13 +1,15 @@
 """Run counts of a fault test: expected / done / interrupted / run twice / stored twice.
 
 `run twice` counts executions beyond one per run key (the toy engine logs every finished
-execution to `SPECFLEET_TOY_RUN_LOG`), less the runs that were in flight when their driver
-died (their result had nowhere to go; resume runs them again by design).
+execution to `SPECFLEET_TOY_RUN_LOG`), allowing one more for each run that was in flight
+when its driver died (its reply had nowhere to go: resume runs it again, or claims the
+result its worker kept on the host).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +34,13 @@ class FaultCounts:
                 f"{self.stored_twice} (re-run after the driver died mid-run: {self.orphaned})")
 
 
-def fault_counts(url: str, matrix_id: str, run_log: Path, orphaned: int = 0) -> FaultCounts:
-    """Counts for one matrix, read from the store and the toy engine's execution log."""
+def fault_counts(url: str, matrix_id: str, run_log: Path,
+                 orphaned: Collection[str] = ()) -> FaultCounts:
+    """Counts for one matrix, read from the store and the toy engine's execution log.
+
+    `orphaned`: the run keys a dead driver had in flight. Each may run once more on resume
+    (its reply was lost) or not (resume claimed the result its worker kept): one extra
+    execution of each is allowed, not counted as run twice."""
     with open_store(url) as store:
         matrix = store.get_matrix(matrix_id)
         keys = {r.run_key for r in store.runs(matrix=matrix_id)}
@@ -45,9 +52,9 @@ def fault_counts(url: str, matrix_id: str, run_log: Path, orphaned: int = 0) -> 
             ).scalar_one()
     executed = Counter(k for k in run_log.read_text().split() if k in keys) \
         if run_log.exists() else Counter()
-    extra = sum(n - 1 for n in executed.values() if n > 1)
+    extra = sum(n - 1 - (key in orphaned) for key, n in executed.items() if n > 1)
     return FaultCounts(
         expected=matrix.total_runs, done=matrix.counts.get("done", 0),
-        interrupted=matrix.counts.get("interrupted", 0), run_twice=extra - orphaned,
-        stored_twice=stored_twice, orphaned=orphaned,
+        interrupted=matrix.counts.get("interrupted", 0), run_twice=extra,
+        stored_twice=stored_twice, orphaned=len(orphaned),
     )
