@@ -13,7 +13,9 @@ layer; the layer's class says how the rejected rows of a verify block are undone
   restored, and the kept tokens fed again (`rollback_kind` "refeed"). In such a model the
   attention layers go back to before the block too (the re-feed recomputes them): full ones
   drop the block, sliding ones get back the tensors they held, kept by reference (their
-  `update` rebinds new tensors and never writes into the old ones).
+  `update` rebinds new tensors and never writes into the old ones). Since transformers 5.25
+  the layer also counts its positions (`cumulative_length_linear`, which the models' positions
+  come from when layer 0 is recurrent): it is set back to the checkpoint's count.
 - `LinearAttentionAnd{Full,SlidingWindow}AttentionLayer`: both rules; `DummyLayer`: nothing.
 
 Every other class is refused at load, and so is a recurrent model whose multi-token forward
@@ -33,7 +35,7 @@ from specfleet.engine.runners.base import CacheRollbackError, RollbackKind, Unsu
 
 LayerKind = Literal["full", "sliding", "recurrent", "recurrent+full", "recurrent+sliding", "empty"]
 
-# Recurrent decoders whose verify rows equal their one-token steps in transformers 5.24 (to
+# Recurrent decoders whose verify rows equal their one-token steps in transformers 5.24-5.25 (to
 # ~1e-5 logits in float64), each proven by a `tiny_torch` family. Elsewhere the torch path of a
 # multi-token forward over a kept state differs: mamba, falcon_mamba, bamba and jamba by 0.5-10
 # logits, recurrent_gemma by ~0.05, so prompt lookup would not reply as plain decoding.
@@ -236,6 +238,9 @@ class CacheRollback:
             conv, recurrent = mark.states[index]
             layer.conv_states.update(conv)
             layer.recurrent_states.update(recurrent)
+            counter = _linear_counter(layer)
+            if counter is not None:  # in place: transformers marks its address static
+                counter.fill_(mark.positions)
             self._layer_positions[index] = mark.positions
 
     # -- checks -----------------------------------------------------------------------
@@ -269,7 +274,19 @@ class CacheRollback:
                 return "does not hold the state kept before the forward"
             if self._layer_positions[index] != expected:
                 return f"absorbed {self._layer_positions[index]} positions, expected {expected}"
+            counter = _linear_counter(layer)
+            # A device read (a sync on CUDA), once per rollback: the models take their
+            # positions from this count, so a wrong one would shift every later token.
+            if counter is not None and int(counter) != expected:
+                return f"counts {int(counter)} positions, expected {expected}"
         return None
+
+
+def _linear_counter(layer: Any) -> torch.Tensor | None:
+    """The positions a recurrent layer has absorbed by transformers' own count (a 0-d tensor
+    since transformers 5.25, which takes `get_seq_length` and so the model's positions from it
+    when layer 0 is recurrent), or None before that."""
+    return getattr(layer, "cumulative_length_linear", None)
 
 
 def _clone(states: dict[int, torch.Tensor | None]) -> dict[int, torch.Tensor]:
