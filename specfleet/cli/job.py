@@ -33,6 +33,7 @@ from specfleet.engine.config import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, option
 from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target
+from specfleet.settings import HOST_NAME_EXPECTED, is_host_name
 from specfleet.store.store import new_matrix_id, open_store
 
 app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
@@ -73,7 +74,7 @@ def generate(
     if max_tokens is not None:
         options["max_tokens"] = max_tokens
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
-    refuse_other_host(job.target.host, "--target", address, embedded)
+    refuse_embedded_stranger(job.target.host, "--target", address, embedded)
     with open_store(db) as store:
         view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
                           embedded=embedded)
@@ -98,16 +99,12 @@ def generate(
         raise typer.Exit(1)
 
 
-def refuse_other_host(host: str | None, flag: str, address: str | None,
-                      embedded: bool) -> None:
-    """A host no fleet could have, or on the embedded fleet (this machine alone) a host
-    other than this one, is one line before Ray starts; a real fleet's hosts are known only
-    once it answers."""
-    from specfleet.settings import HOST_NAME_EXPECTED, is_host_name
+def refuse_embedded_stranger(host: str | None, flag: str, address: str | None,
+                             embedded: bool) -> None:
+    """On the embedded fleet (this machine alone) a host other than this one is one line
+    before Ray starts; a real fleet's hosts are known only once it answers."""
     from specfleet.workers.hardware import default_host_name
 
-    if host is not None and not is_host_name(host):
-        raise UserError(f"{flag}: expected {HOST_NAME_EXPECTED}, got {host[:80]!r}")
     if host is None or not choose_fleet(address, embedded).embedded:
         return
     here = default_host_name()
@@ -155,7 +152,9 @@ def calibrate(
     One host runs one calibration at a time, never beside a timed run (machine lease).
     Exit status 0 when every target was measured, 1 otherwise.
     """
-    refuse_other_host(host, "--host", address, embedded)
+    if host is not None and not is_host_name(host):  # a --target's host: TargetRef checks it
+        raise UserError(f"--host: expected {HOST_NAME_EXPECTED}, got {host[:80]!r}")
+    refuse_embedded_stranger(host, "--host", address, embedded)
     with open_store(db) as store:
         view = open_fleet(address, with_toy=engine == "toy",
                           hosts=[host] if host is not None else None, embedded=embedded)

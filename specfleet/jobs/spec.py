@@ -280,7 +280,7 @@ class GeneratePrompt(_Strict):
 class TargetRef(_Strict):
     """A target named by the user: HOST/ENGINE or HOST/ENGINE/DEVICE."""
 
-    host: str = Field(min_length=1)
+    host: HostNameField
     engine: Engine
     device: Device | None = None
 
