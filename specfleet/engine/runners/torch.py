@@ -68,6 +68,22 @@ def torch_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+# The oldest transformers the runner works with (pyproject's bound says the same): 5.24 is the
+# first whose models take `cache=` and whose cache has every layer class `torch_rollback` knows.
+MIN_TRANSFORMERS = (5, 24)
+
+
+def require_transformers(version: str) -> None:
+    """Refuse a transformers older than `MIN_TRANSFORMERS` in one line (its models would
+    ignore the runner's cache and build their own)."""
+    from packaging.version import Version
+
+    if Version(version).release[:2] < MIN_TRANSFORMERS:
+        wanted = ".".join(map(str, MIN_TRANSFORMERS))
+        raise UserError(f"the torch engine needs transformers >= {wanted}, found {version}; "
+                        f"expected pip install -U 'transformers>={wanted}'")
+
+
 class TorchRunner(TokenizerText):
     """One transformers causal LM and its `DynamicCache` on one device (a `Runner`).
 
@@ -83,8 +99,10 @@ class TorchRunner(TokenizerText):
     state_layout = "external"
 
     def __init__(self, model, tokenizer, device: str) -> None:
+        import transformers
         from transformers import DynamicCache
 
+        require_transformers(transformers.__version__)
         self.model = model
         self.device = device
         self._torch_device = torch_device(device)

@@ -2,14 +2,43 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 import torch
 
 from specfleet.engine.runners.base import UnsupportedModelError
-from specfleet.engine.runners.torch import TorchRunner, TorchTokens, resolve_device
+from specfleet.engine.runners.torch import (
+    MIN_TRANSFORMERS,
+    TorchRunner,
+    TorchTokens,
+    require_transformers,
+    resolve_device,
+)
 from specfleet.errors import UserError
 
 PROMPT_TEXT = "Name three colours of the rainbow."
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("version", ["5.24.0", "5.25.0", "5.30.1", "6.0.0.dev0"])
+def test_a_transformers_from_the_oldest_that_takes_the_runners_cache_on_is_accepted(version):
+    require_transformers(version)
+
+
+@pytest.mark.parametrize("version", ["5.23.0", "5.0.0", "4.57.6"])
+def test_an_older_transformers_is_one_line_naming_the_version_wanted(version):
+    # 5.23's models take `past_key_values=`, ignore `cache=` and would leave ours empty.
+    with pytest.raises(UserError, match=rf"needs transformers >= 5\.24, found {version}; "):
+        require_transformers(version)
+
+
+def test_the_package_requires_the_transformers_the_runner_checks_for():
+    torch_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["torch"]
+    wanted = ".".join(map(str, MIN_TRANSFORMERS))
+    assert f"transformers>={wanted}" in torch_extra
 
 
 @pytest.mark.slow
