@@ -48,7 +48,7 @@ def _read_revision(url) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
         check_folder_path(Path(url.database).parent, "--db")  # `upgrade` could not create it
         return "none (no database file yet; `specfleet db upgrade` creates it)"
-    engine = make_engine(url)
+    engine = make_engine(url, read_only=True)  # a read: no WAL switch, no side files needed
     with connection_errors(url, engine), engine.connect() as conn:
         rev = current_revision(conn)
     engine.dispose()

@@ -218,8 +218,20 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
 
 def _read_only_url(url: URL) -> URL:
     assert url.database is not None  # resolve_url refuses a SQLite URL without a file
-    path = quote(str(Path(url.database).resolve()))
-    return URL.create("sqlite", database=f"file:{path}?mode=ro", query={"uri": "true"})
+    path = Path(url.database).resolve()
+    options = "mode=ro"
+    if _unwritable_closed_store(path):
+        options += "&immutable=1"
+    return URL.create("sqlite", database=f"file:{quote(str(path))}?{options}",
+                      query={"uri": "true"})
+
+
+def _unwritable_closed_store(path: Path) -> bool:
+    """A store in a folder we cannot write, with no WAL file beside it: no writer has it open
+    (a writer keeps its -wal there), and SQLite cannot create the side files a WAL read
+    needs, so it is read as immutable (a read-only mount, another user's archive). A writer
+    that starts while we read is not seen: immutable ignores the WAL."""
+    return not os.access(path.parent, os.W_OK) and not path.with_name(path.name + "-wal").exists()
 
 
 def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:

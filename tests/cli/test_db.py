@@ -149,6 +149,21 @@ def _as_nobody(fn) -> dict:
     return json.loads(data)
 
 
+READS = (("db", "current"), ("matrix", "list"), ("results",))
+
+
+def _import_while_root(*commands: tuple[str, ...]) -> None:
+    """Run `commands` once as root on a spare store: the unprivileged child may not read the
+    interpreter's own folders (a root-only home, as on this box) to import them."""
+    spare = Path(tempfile.mkdtemp(prefix="specfleet-ro-spare-")) / "spare.db"
+    try:
+        open_store(str(spare)).close()
+        for args in commands:
+            assert invoke(*args, "--db", str(spare)).exit_code == 0, args
+    finally:
+        shutil.rmtree(spare.parent, ignore_errors=True)
+
+
 def test_read_only_file_is_refused_and_untouched(monkeypatch):
     folder = Path(tempfile.mkdtemp(prefix="specfleet-ro-"))
     # The unprivileged user's own journal folder (the suite's is root's, 0700).
@@ -169,14 +184,47 @@ def test_read_only_file_is_refused_and_untouched(monkeypatch):
             result = invoke("db", "upgrade", "--db", str(path))
             return {"code": result.exit_code, "output": result.output}
 
-        # Import what the command needs while root: the unprivileged child may not read the
-        # interpreter's own folders (a root-only home, as on this box).
-        assert invoke("db", "current", "--db", str(path)).exit_code == 0
+        _import_while_root(("db", "current"))
         got = _as_nobody(attempt)
         assert got.get("code") == 2, got
         lines = got["output"].strip().splitlines()
         assert len(lines) == 1 and "read-only" in lines[0] and str(path) in lines[0]
         assert digest(path) == before and sorted(os.listdir(folder)) == ["ro.db"]
+    finally:
+        for item in folder.iterdir():
+            item.unlink()
+        folder.rmdir()
+        shutil.rmtree(journal, ignore_errors=True)
+
+
+def test_a_store_in_a_folder_we_cannot_write_is_read_and_left_as_it_was(monkeypatch):
+    # A read-only mount or another user's archive: SQLite cannot create the side files a WAL
+    # read needs there, so reads open it immutable instead of failing "cannot write".
+    folder = Path(tempfile.mkdtemp(prefix="specfleet-rofolder-"))
+    journal = Path(tempfile.mkdtemp(prefix="specfleet-ro-journal-"))
+    if os.geteuid() == 0:
+        os.chown(journal, NOBODY, NOBODY)
+    monkeypatch.setenv(JOURNAL_DIR.name, str(journal))
+    try:
+        path = folder / "archive.db"
+        open_store(str(path)).close()
+        for side in folder.glob("archive.db-*"):
+            side.unlink()
+        path.chmod(0o444)
+        folder.chmod(0o755)
+        before = digest(path)
+
+        def attempt() -> dict:
+            return {" ".join(args): [(r := invoke(*args, "--db", str(path))).exit_code, r.output]
+                    for args in READS}
+
+        _import_while_root(*READS)
+        got = _as_nobody(attempt)
+        assert "child_error" not in got, got
+        for command, (code, output) in got.items():
+            assert code == 0 and "error" not in output, (command, output)
+        assert "revision: " in got["db current"][1]
+        assert digest(path) == before and sorted(os.listdir(folder)) == ["archive.db"]
     finally:
         for item in folder.iterdir():
             item.unlink()
