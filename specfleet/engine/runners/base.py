@@ -84,12 +84,14 @@ class Runner(Protocol):
 
     def rollback(self, n: int) -> int:
         """Undo the last `n` positions that the latest `forward` appended, exactly, in every
-        cache (no-op for 0); `n` is at most that forward's width.
+        cache (no-op for 0); `n` is less than that forward's width (a verify keeps its first
+        token, the last one accepted; some runners could go back further, none must).
 
         Full-attention layers drop their tail; sliding-window layers get back what the
-        forward displaced; recurrent layers return to the state kept before the forward and
-        are fed the kept tokens again. Afterwards every cache is checked to hold exactly the
-        kept positions.
+        forward displaced; recurrent layers get back the state after the kept tokens (kept
+        per token during the forward) or return to the state kept before the forward and are
+        fed the kept tokens again. Afterwards every cache is checked to hold exactly the kept
+        positions.
 
         Returns:
             Tokens fed again (0 for a runner whose caches all trim).

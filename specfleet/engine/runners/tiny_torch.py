@@ -20,6 +20,7 @@ import torch
 
 from specfleet.engine.runners.common import IdsOnlyTokenizer
 from specfleet.engine.runners.torch import TorchRunner, resolve_device, torch_device
+from specfleet.engine.runners.torch_rollback import RecurrentRollback
 from specfleet.errors import UserError
 
 TINY_VOCAB = 96
@@ -76,6 +77,21 @@ TINY_FAMILIES: Mapping[str, TinyFamily] = MappingProxyType({
     "mamba2": TinyFamily("mamba2", "Mamba 2 on every layer (no attention)", {
         "num_hidden_layers": 2, "num_heads": 4, "head_dim": 16, "state_size": 8,
         "n_groups": 1, "chunk_size": 8}),
+    # Prompt lookup on these four needs transformers 5.25+ ("record" rollback, torch_rollback).
+    "mamba": TinyFamily("mamba", "Mamba on every layer (no attention)", {
+        "num_hidden_layers": 2, "state_size": 8, "expand": 2, "conv_kernel": 4,
+        "time_step_rank": 4}),
+    "falcon_mamba": TinyFamily("falcon_mamba", "Mamba with normed B, C, dt (no attention)", {
+        "num_hidden_layers": 2, "state_size": 8, "expand": 2, "conv_kernel": 4,
+        "time_step_rank": 4}),
+    "jamba": TinyFamily("jamba", "Mamba + full attention", {
+        "num_hidden_layers": 2, "attn_layer_period": 2, "attn_layer_offset": 1,
+        "expert_layer_period": 100, "expert_layer_offset": 99, "num_experts": 1,
+        "mamba_d_state": 8, "mamba_dt_rank": 4, "mamba_expand": 2}),
+    "granitemoehybrid": TinyFamily("granitemoehybrid", "Mamba 2 + full attention", {
+        "num_hidden_layers": 2, "layer_types": ["mamba", "attention"], "mamba_n_heads": 4,
+        "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8,
+        "num_local_experts": 0}),
 })
 
 
@@ -95,7 +111,7 @@ def tiny_model(family: str, dtype: torch.dtype = torch.float64, seed: int = 0):
 
 
 def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.float64,
-                seed: int = 0) -> TorchRunner:
+                seed: int = 0, recurrent: RecurrentRollback | None = None) -> TorchRunner:
     """A `TorchRunner` over `tiny_model(family, dtype, seed)` on `device`, ids only.
 
     Args:
@@ -104,6 +120,8 @@ def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.flo
         dtype: weight dtype; float64 keeps a verify row within ~1e-5 of its one-token step
             (the model code computes some parts in float32). MPS has no float64: float32 there.
         seed: weight seed.
+        recurrent: how recurrent layers go back (`TorchRunner`); None: the installed
+            transformers' way.
 
     Returns:
         The runner: token ids in and out (`IdsOnlyTokenizer`), no EOS.
@@ -113,7 +131,7 @@ def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.flo
         dtype = torch.float32
     model = tiny_model(family, dtype, seed)
     model.to(torch_device(resolved))
-    return TorchRunner(model, IdsOnlyTokenizer(), resolved)
+    return TorchRunner(model, IdsOnlyTokenizer(), resolved, recurrent)
 
 
 def self_test_runner(family: str, device: str = "cpu") -> TorchRunner:

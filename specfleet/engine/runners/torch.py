@@ -30,7 +30,13 @@ import torch
 from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.engine.runners.base import RollbackKind, UnsupportedModelError
 from specfleet.engine.runners.common import TokenizerText, eos_id_set, process_peak_rss
-from specfleet.engine.runners.torch_rollback import CacheRollback, layer_kinds, lookup_refusal
+from specfleet.engine.runners.torch_rollback import (
+    CacheRollback,
+    RecurrentRollback,
+    layer_kinds,
+    lookup_refusal,
+    recurrent_rollback_here,
+)
 from specfleet.errors import UserError
 
 if TYPE_CHECKING:
@@ -91,14 +97,18 @@ class TorchRunner(TokenizerText):
         tokenizer: the Hugging Face tokenizer loaded with the model (`IdsOnlyTokenizer` for
             a runner driven by token ids, `tiny_torch`).
         model: the `PreTrainedModel`.
-        rollback_kind: "refeed" when a cache layer is recurrent, else "trim".
+        rollback_kind: "refeed" when a cache layer is recurrent and the installed
+            transformers cannot record a block's recurrent states (5.24), else "trim".
     """
 
     engine = "torch"
     trimmable = True  # load refuses any cache layer it cannot roll back exactly
     state_layout = "external"
 
-    def __init__(self, model, tokenizer, device: str) -> None:
+    def __init__(self, model, tokenizer, device: str,
+                 recurrent: RecurrentRollback | None = None) -> None:
+        """`recurrent`: how recurrent layers go back ("record" or "refeed"); None: the
+        installed transformers' way (`torch_rollback.recurrent_rollback_here`)."""
         import transformers
         from transformers import DynamicCache
 
@@ -110,10 +120,11 @@ class TorchRunner(TokenizerText):
         self._cache: DynamicCache | None = DynamicCache(config=model.config)
         decoder = model.config.get_text_config(decoder=True)
         kinds = layer_kinds(self._cache, decoder.model_type)
-        self._rollback = CacheRollback(kinds)
+        recurrent = recurrent or recurrent_rollback_here()
+        self._rollback = CacheRollback(kinds, recurrent)
         self.rollback_kind: RollbackKind = self._rollback.rollback_kind
         # Plain decoding works on every known layer kind; prompt lookup only where exact.
-        self.lookup_refusal = lookup_refusal(kinds, decoder.model_type)
+        self.lookup_refusal = lookup_refusal(kinds, decoder.model_type, recurrent)
         self.trimmable = self.lookup_refusal is None
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.get_text_config().vocab_size)

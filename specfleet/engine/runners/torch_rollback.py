@@ -9,17 +9,26 @@ layer; the layer's class says how the rejected rows of a verify block are undone
   block (transformers' `record_past`, made for assisted decoding) and `crop(-n)` returns what
   the block displaced; the next forward restricts it to the window again.
 - `LinearAttentionLayer` (linear attention, Mamba, short convolutions): conv and recurrent
-  states absorb every token in place and cannot drop a tail, so they are cloned before a block,
-  restored, and the kept tokens fed again (`rollback_kind` "refeed"). In such a model the
-  attention layers go back to before the block too (the re-feed recomputes them): full ones
-  drop the block, sliding ones get back the tensors they held, kept by reference (their
-  `update` rebinds new tensors and never writes into the old ones). Since transformers 5.25
-  the layer also counts its positions (`cumulative_length_linear`, which the models' positions
-  come from when layer 0 is recurrent): it is set back to the checkpoint's count.
+  states absorb every token in place and cannot drop a tail. Two ways back, by what the
+  installed transformers can do (`recurrent_rollback_here`):
+  - "record" (transformers 5.25+): before a block the layer is told to record
+    (`activate_past_recording(recurrent_states_to_keep=width)`): the model then runs the
+    block's recurrent part one token at a time, with the one-token kernels of plain decoding,
+    keeps the state after each token and the whole convolution window, and `crop(-n)` puts
+    back the state after the kept tokens. Nothing is fed again (`rollback_kind` "trim").
+  - "refeed" (5.24): the states are cloned before a block, restored, and the kept tokens fed
+    again (`rollback_kind` "refeed"). The attention layers go back to before the block too
+    (the re-feed recomputes them): full ones drop the block, sliding ones get back the
+    tensors they held, kept by reference (their `update` rebinds new tensors and never writes
+    into the old ones).
+  Since 5.25 the layer also counts its positions (`cumulative_length_linear`, which the
+  models' positions come from when layer 0 is recurrent): a crop lowers it, a restore sets it
+  back, and the per-layer check compares it.
 - `LinearAttentionAnd{Full,SlidingWindow}AttentionLayer`: both rules; `DummyLayer`: nothing.
 
-Every other class is refused at load, and so is a recurrent model whose multi-token forward
-is not known to equal its one-token steps (`REFEED_MODEL_TYPES`). After every rollback each
+Every other class is refused at load. Prompt lookup is refused on a recurrent model whose
+verify rows are not known to equal its one-token steps under the way back in use
+(`RECORDED_MODEL_TYPES`, `REFEED_MODEL_TYPES`); plain decoding works. After every rollback each
 layer is checked to hold exactly the kept positions; a mismatch raises `CacheRollbackError`
 naming the layer.
 """
@@ -35,11 +44,25 @@ from specfleet.engine.runners.base import CacheRollbackError, RollbackKind, Unsu
 
 LayerKind = Literal["full", "sliding", "recurrent", "recurrent+full", "recurrent+sliding", "empty"]
 
-# Recurrent decoders whose verify rows equal their one-token steps in transformers 5.24-5.25 (to
-# ~1e-5 logits in float64), each proven by a `tiny_torch` family. Elsewhere the torch path of a
-# multi-token forward over a kept state differs: mamba, falcon_mamba, bamba and jamba by 0.5-10
-# logits, recurrent_gemma by ~0.05, so prompt lookup would not reply as plain decoding.
+RecurrentRollback = Literal["record", "refeed"]
+
+# Recurrent decoders whose re-fed verify rows equal their one-token steps in transformers
+# 5.24-5.25 (to ~1e-5 logits in float64), each proven by a `tiny_torch` family. Elsewhere the
+# chunked multi-token forward over a kept state differs: mamba, falcon_mamba, bamba and jamba
+# by 0.5-10 logits, recurrent_gemma by ~0.05, so prompt lookup would not reply as plain.
 REFEED_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "lfm2", "nemotron_h", "mamba2"})
+# The same under "record" (5.25+), where a block's recurrent part runs one token at a time:
+# mamba, falcon_mamba and granitemoehybrid equal their steps exactly in float64, jamba to
+# ~1e-14. bamba does not (its greedy choice differs within the first block): refused.
+RECORDED_MODEL_TYPES = REFEED_MODEL_TYPES | {"mamba", "falcon_mamba", "jamba", "granitemoehybrid"}
+
+
+def recurrent_rollback_here() -> RecurrentRollback:
+    """"record" where the installed transformers records a block's recurrent states (5.25+),
+    else "refeed"."""
+    from transformers.cache_utils import Cache
+
+    return "record" if hasattr(Cache, "get_recurrent_states_to_keep") else "refeed"
 
 
 def _kind_by_class() -> dict[type, LayerKind]:
@@ -83,14 +106,16 @@ def layer_kinds(cache: Any, model_type: str) -> tuple[LayerKind, ...]:
     return tuple(known[type(layer)] for layer in layers)
 
 
-def lookup_refusal(kinds: tuple[LayerKind, ...], model_type: str) -> str | None:
+def lookup_refusal(kinds: tuple[LayerKind, ...], model_type: str,
+                   recurrent: RecurrentRollback) -> str | None:
     """Why prompt lookup must not drive this model (plain decoding still may), or None:
-    recurrent layers in a model type outside `REFEED_MODEL_TYPES`, whose multi-token forward
-    transformers computes differently from its one-token steps."""
-    if any(k.startswith("recurrent") for k in kinds) and model_type not in REFEED_MODEL_TYPES:
+    recurrent layers in a model type not proven (`RECORDED_MODEL_TYPES` under "record",
+    `REFEED_MODEL_TYPES` under "refeed") to verify a block exactly as its one-token steps."""
+    known = RECORDED_MODEL_TYPES if recurrent == "record" else REFEED_MODEL_TYPES
+    if any(k.startswith("recurrent") for k in kinds) and model_type not in known:
         return (f"{model_type}: its recurrent layers are not known to verify a block exactly "
                 f"as one-token steps, so prompt lookup could not equal plain decoding (known: "
-                f"{', '.join(sorted(REFEED_MODEL_TYPES))}); plain decoding works")
+                f"{', '.join(sorted(known))}); plain decoding works")
     return None
 
 
@@ -116,16 +141,22 @@ class CacheRollback:
 
     Attributes:
         kinds: the rollback rule of every cache layer.
-        rollback_kind: "refeed" when a layer is recurrent, else "trim".
+        rollback_kind: "refeed" when a layer is recurrent and the way back is "refeed", else
+            "trim".
         positions: positions every layer should hold.
     """
 
-    def __init__(self, kinds: tuple[LayerKind, ...]) -> None:
+    def __init__(self, kinds: tuple[LayerKind, ...],
+                 recurrent: RecurrentRollback = "refeed") -> None:
         self.kinds = kinds
-        self.rollback_kind: RollbackKind = (
-            "refeed" if any(k.startswith("recurrent") for k in kinds) else "trim")
-        self._sliding = [i for i, k in enumerate(kinds) if k == "sliding"]
+        refeeds = recurrent == "refeed" and any(k.startswith("recurrent") for k in kinds)
+        self.rollback_kind: RollbackKind = "refeed" if refeeds else "trim"
         self._recurrent = [i for i, k in enumerate(kinds) if k.startswith("recurrent")]
+        # Layers told to record during a block: sliding ones, and under "record" every layer
+        # with a recurrent part (whose crop trims its attention part too).
+        self._sliding = [i for i, k in enumerate(kinds)
+                         if k == "sliding" or (not refeeds and k.startswith("recurrent"))]
+        self._records_recurrent = not refeeds and bool(self._recurrent)
         self.attention = any(k != "recurrent" and k != "empty" for k in kinds)
         self.reset()
 
@@ -153,7 +184,10 @@ class CacheRollback:
             self._mark = self._checkpoint(cache, block)
         elif self._sliding:
             for i in self._sliding:
-                cache.layers[i].record_past = True
+                if self.kinds[i] == "sliding":
+                    cache.layers[i].record_past = True
+                else:  # a recurrent part keeps its state after each token of the block
+                    cache.layers[i].activate_past_recording(recurrent_states_to_keep=len(block))
             self._recording = True
         # A trim-only model without sliding layers needs nothing kept: zero cost per block.
 
@@ -169,10 +203,15 @@ class CacheRollback:
         """Undo the last `n` positions; return the tokens the caller must feed again.
 
         A trim model is checked here; a refeed model is checked here against its
-        checkpoint, and again by `check` once the caller has fed the tokens.
+        checkpoint, and again by `check` once the caller has fed the tokens. A recorded
+        recurrent part can go back at most `width - 1` positions: transformers' Mamba layers
+        advance the state before the block in place, so only the states after each of the
+        block's tokens are kept (prompt lookup always keeps the first, the last accepted).
         """
-        if n < 0 or n > self._width:
-            raise ValueError(f"cannot roll back {n} of the latest forward's {self._width} rows")
+        most = self._width - 1 if self._records_recurrent and self._width else self._width
+        if n < 0 or n > most:
+            raise ValueError(f"cannot roll back {n} of the latest forward's {self._width} rows "
+                             f"(at most {most} here)")
         self._width -= n
         if self.rollback_kind == "refeed":
             return self._restore(cache, n)
@@ -186,16 +225,21 @@ class CacheRollback:
     def _trim(self, layer: Any, index: int, kind: LayerKind, n: int) -> None:
         if kind == "full":
             layer.crop(-n)
-        elif kind == "sliding":
+        elif kind != "empty":  # sliding, or recurrent under "record"
             if not layer.record_past:
                 raise CacheRollbackError(
-                    f"cache layer {index} (sliding) kept no past for this forward: only blocks "
+                    f"cache layer {index} ({kind}) kept no past for this forward: only blocks "
                     "of two or more host tokens can be rolled back")
-            layer.crop(-n)  # returns what the block displaced, restricted to the window
+            # A window gets back what the block displaced; a recurrent part the state after
+            # the kept tokens and its convolution window (the rest it recorded is dropped).
+            layer.crop(-n)
             layer.record_past = False
+            if index in self._layer_positions:
+                self._layer_positions[index] -= n
 
     def _restrict_windows(self, cache: Any) -> None:
-        """A block all accepted leaves recording layers oversized: back to the window."""
+        """A block all accepted leaves recording layers oversized: back to the window (a
+        recurrent part: to its convolution window, its recorded states dropped)."""
         if not self._recording:
             return
         for i in self._sliding:
@@ -268,6 +312,8 @@ class CacheRollback:
                 return (f"counts {layer.cumulative_length} positions and keeps "
                         f"{_attention_len(layer)}, expected {expected} and {window}")
         if kind.startswith("recurrent"):
+            if getattr(layer, "record_past", False):
+                return "still records its past after the rollback"
             if expected and not any(layer.has_previous_state.values()):
                 return "holds no state: the model did not feed it"
             if mark is not None and not _same_objects(layer, mark.states[index]):

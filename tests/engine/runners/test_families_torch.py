@@ -2,8 +2,10 @@
 
 Each family (`tiny_torch.TINY_FAMILIES`) replies to copy-heavy prompts under every policy
 exactly as plain greedy decoding, over a prompt and reply longer than the sliding window, with
-drafts rejected (so rollbacks ran) and, on recurrent families, kept tokens fed again. A rolled
-back block wider than the window leaves the caches as if it had never been fed; a rollback that
+drafts rejected (so rollbacks ran). Recurrent families run both ways back where both are
+proven: "record" (the installed transformers' recorded states) and "refeed" (kept tokens fed
+again). A rolled back block wider than the window leaves the caches as if it had never been
+fed; a rollback that
 skips a layer is caught and named; an unknown cache layer is refused at load and a model that
 ignores the cache at its first prefill, in one line.
 """
@@ -26,10 +28,19 @@ from specfleet.engine.runners.tiny_torch import (
     tiny_runner,
 )
 from specfleet.engine.runners.torch import TorchRunner
-from specfleet.engine.runners.torch_rollback import REFEED_MODEL_TYPES, CacheRollback
+from specfleet.engine.runners.torch_rollback import (
+    RECORDED_MODEL_TYPES,
+    REFEED_MODEL_TYPES,
+    CacheRollback,
+    recurrent_rollback_here,
+)
 from specfleet.engine.runners.toy import lcg_tokens
 
 FAMILIES = tuple(TINY_FAMILIES)
+# Every family the installed transformers' way, and the re-feed families re-fed as well.
+CASES = [pytest.param(name, None, id=name) for name in FAMILIES] + [
+    pytest.param(name, "refeed", id=f"{name}-refeed") for name in FAMILIES
+    if TINY_FAMILIES[name].model_type in REFEED_MODEL_TYPES and recurrent_rollback_here() != "refeed"]
 # Width w costs 0.5 + 0.02 (w - 1) plain steps: so cheap that calibrated drafts from its
 # prior on, re-feeds priced in, and long blocks once proposals land.
 CHEAP_COSTS = tuple(0.5 + 0.02 * i for i in range(17))
@@ -40,6 +51,8 @@ POLICIES = {
     "fixed": PromptLookupConfig(adaptive=False, max_draft=4),
 }
 PROMPT_SEEDS = (2, 3)
+# The tiny Mamba's reply leaves its own continuation at once on seeds 2 and 3: no proposal.
+FAMILY_PROMPT_SEEDS = {"mamba": (4, 5)}
 PROMPT_TOKENS = 24
 REPLY_TOKENS = 40
 BLOCK = 12  # wider than the sliding window (8)
@@ -70,9 +83,10 @@ def copy_heavy_prompt(runner: TorchRunner, seed: int) -> list[int]:
 class _Family:
     """One family's runner, prompts and plain replies, built once per module."""
 
-    def __init__(self, name: str) -> None:
-        self.runner = tiny_runner(name)
-        self.prompts = [copy_heavy_prompt(self.runner, seed) for seed in PROMPT_SEEDS]
+    def __init__(self, name: str, recurrent: str | None) -> None:
+        self.runner = tiny_runner(name, recurrent=recurrent)
+        self.prompts = [copy_heavy_prompt(self.runner, seed)
+                        for seed in FAMILY_PROMPT_SEEDS.get(name, PROMPT_SEEDS)]
         self.plain = [generate(self.runner, p, max_tokens=REPLY_TOKENS).tokens
                       for p in self.prompts]
 
@@ -82,16 +96,16 @@ def families() -> dict[str, _Family]:
     return {}
 
 
-def _family(families: dict[str, _Family], name: str) -> _Family:
-    if name not in families:
-        families[name] = _Family(name)
-    return families[name]
+def _family(families: dict[tuple, _Family], name: str, recurrent: str | None) -> _Family:
+    if (name, recurrent) not in families:
+        families[name, recurrent] = _Family(name, recurrent)
+    return families[name, recurrent]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("name", FAMILIES)
-def test_every_policy_replies_exactly_as_plain_decoding(families, name, policy):
-    family = _family(families, name)
+@pytest.mark.parametrize(("name", "recurrent"), CASES)
+def test_every_policy_replies_exactly_as_plain_decoding(families, name, recurrent, policy):
+    family = _family(families, name, recurrent)
     proposed = accepted = refed = 0
     for prompt, plain in zip(family.prompts, family.plain, strict=True):
         got = generate(family.runner, prompt, max_tokens=REPLY_TOKENS, lookup=POLICIES[policy])
@@ -115,12 +129,12 @@ def _next_row(runner: TorchRunner, prompt: list[int], fed: list[int], token: int
     return runner.read_row(runner.forward([token]), 0)
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_a_block_wider_than_the_window_rolls_back_as_if_never_fed(name):
-    runner = tiny_runner(name)
+@pytest.mark.parametrize(("name", "recurrent"), CASES)
+def test_a_block_wider_than_the_window_rolls_back_as_if_never_fed(name, recurrent):
+    runner = tiny_runner(name, recurrent=recurrent)
     prompt = lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB)
     block = lcg_tokens(12, BLOCK, TINY_VOCAB)
-    for n in (BLOCK - 1, BLOCK // 2, 1, BLOCK):
+    for n in (BLOCK - 1, BLOCK // 2, 1):  # a verify keeps its first token
         kept = block[: BLOCK - n]
         expected = _next_row(runner, prompt, kept, token=7)
         runner.reset()
@@ -131,6 +145,19 @@ def test_a_block_wider_than_the_window_rolls_back_as_if_never_fed(name):
         assert runner.cache_len() == PROMPT_TOKENS + len(kept)
         got = runner.read_row(runner.forward([7]), 0)
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9, err_msg=f"{name} n={n}")
+
+
+@pytest.mark.parametrize("name", ["mamba", "jamba", "qwen3_next"])
+def test_a_recorded_block_cannot_be_rolled_back_whole(name):
+    # transformers' Mamba layers advance the state before the block in place while recording.
+    runner = tiny_runner(name, recurrent="record")
+    runner.reset()
+    runner.prefill(lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB))
+    runner.forward(lcg_tokens(12, BLOCK, TINY_VOCAB))
+    with pytest.raises(ValueError, match=f"cannot roll back {BLOCK} of the latest forward's "
+                                         f"{BLOCK} rows \\(at most {BLOCK - 1} here\\)"):
+        runner.rollback(BLOCK)
+    assert runner.rollback(BLOCK - 1) == 0 and runner.cache_len() == PROMPT_TOKENS + 1
 
 
 def _skip_layer(monkeypatch, skipped: int) -> None:
@@ -149,9 +176,9 @@ def _skip_layer(monkeypatch, skipped: int) -> None:
     monkeypatch.setattr(CacheRollback, "_restore_layer", restore_but)
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-def test_a_rollback_that_skips_a_layer_is_caught_and_named(monkeypatch, name):
-    runner = tiny_runner(name)
+@pytest.mark.parametrize(("name", "recurrent"), CASES)
+def test_a_rollback_that_skips_a_layer_is_caught_and_named(monkeypatch, name, recurrent):
+    runner = tiny_runner(name, recurrent=recurrent)
     kinds = runner._rollback.kinds
     for skipped, kind in enumerate(kinds):
         if kind == "empty":
@@ -190,9 +217,40 @@ def test_a_model_that_ignores_the_cache_is_refused_at_its_first_prefill():
 
 
 def test_every_verified_recurrent_model_type_has_a_tiny_family():
-    refeeds = {TINY_FAMILIES[name].model_type for name in FAMILIES
-               if tiny_runner(name).rollback_kind == "refeed"}
-    assert refeeds == REFEED_MODEL_TYPES
+    recurrent = {TINY_FAMILIES[name].model_type for name in FAMILIES
+                 if any(k.startswith("recurrent") for k in tiny_runner(name)._rollback.kinds)}
+    assert recurrent == RECORDED_MODEL_TYPES and REFEED_MODEL_TYPES < RECORDED_MODEL_TYPES
+
+
+@pytest.mark.parametrize("name", sorted(
+    n for n in FAMILIES if TINY_FAMILIES[n].model_type in RECORDED_MODEL_TYPES - REFEED_MODEL_TYPES))
+def test_a_model_proven_only_when_recorded_is_refused_lookup_when_re_fed(name):
+    # Their chunked block forward differs from their one-token steps by 0.5-10 logits.
+    runner = tiny_runner(name, recurrent="refeed")
+    prompt = lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB)
+    with pytest.raises(UnsupportedModelError) as err:
+        generate(runner, prompt, max_tokens=4, lookup=POLICIES["fixed"])
+    message = str(err.value)
+    assert message.startswith(f"{TINY_FAMILIES[name].model_type}: its recurrent layers")
+    assert "plain decoding works" in message and "\n" not in message
+    assert len(generate(runner, prompt, max_tokens=4).tokens) == 4
+
+
+def test_a_recurrent_model_not_proven_either_way_is_refused_lookup_in_one_line():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    # bamba: even a recorded block's greedy choice differs from its one-token steps.
+    config = AutoConfig.for_model(
+        "bamba", vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, attn_layer_indices=[1], num_attention_heads=2,
+        num_key_value_heads=1, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
+        mamba_n_groups=1, mamba_chunk_size=8, mamba_expand=2)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64).eval()
+    for recurrent in ("record", "refeed"):
+        runner = TorchRunner(model, IdsOnlyTokenizer(), "cpu", recurrent)  # type: ignore[arg-type]
+        assert runner.lookup_refusal is not None and runner.lookup_refusal.startswith("bamba: ")
+        with pytest.raises(UnsupportedModelError, match="^bamba: its recurrent layers"):
+            generate(runner, [1, 2, 3, 4], max_tokens=4, lookup=POLICIES["fixed"])
 
 
 @pytest.mark.parametrize("name", ["gemma3_text", "ministral3"])
