@@ -281,23 +281,41 @@ def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
 @pytest.mark.slow
 @pytest.mark.torch
 def test_a_model_whose_cache_cannot_be_rolled_back_is_one_clean_refusal(bundled_model, tmp_path):
-    """A Mamba (1) model: transformers computes its multi-token forward differently from its
-    steps, so prompt lookup could never equal plain decoding: refused in one line (plain
-    decoding of it works)."""
+    """A Bamba model: transformers computes its verify block differently from its steps, so
+    prompt lookup could never equal plain decoding: refused in one line (plain decoding of it
+    works). A Mamba model, whose recorded block equals its steps (transformers 5.25+), runs."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    folder = tmp_path / "tiny-mamba"
-    config = AutoConfig.for_model("mamba", vocab_size=49152, hidden_size=16,
-                                  num_hidden_layers=2, state_size=4)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(bundled_model).save_pretrained(folder)
-    result = invoke("generate", "-m", str(folder), "--engine", "torch", "--device", "cpu",
-                    "-p", "hello", "-n", "4", "--prompt-lookup")
-    assert result.exit_code == 2, result.output
-    (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: ") and "mamba" in line, line
-    assert "Traceback" not in result.output
-    plain = invoke("generate", "-m", str(folder), "--engine", "torch", "--device", "cpu",
-                   "-p", "hello", "-n", "4", "--json")
-    assert plain.exit_code == 0, plain.output
-    assert json.loads(plain.stdout)["generated_tokens"] == 4
+    from specfleet.engine.runners.torch_rollback import recurrent_rollback_here
+
+    tiny = {"vocab_size": 49152, "hidden_size": 16, "num_hidden_layers": 2}
+    configs = {
+        "bamba": AutoConfig.for_model(
+            "bamba", **tiny, intermediate_size=32, attn_layer_indices=[1],
+            num_attention_heads=2, num_key_value_heads=1, mamba_n_heads=2, mamba_d_head=16,
+            mamba_d_state=4, mamba_n_groups=1, mamba_chunk_size=8, mamba_expand=2),
+        "mamba": AutoConfig.for_model("mamba", **tiny, state_size=4),
+    }
+    replies = {}
+    for name, config in configs.items():
+        folder = tmp_path / f"tiny-{name}"
+        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(bundled_model).save_pretrained(folder)
+        for lookup in ("lookup", "plain"):
+            flags = ["--prompt-lookup"] if lookup == "lookup" else []
+            replies[name, lookup] = invoke(
+                "generate", "-m", str(folder), "--engine", "torch", "--device", "cpu",
+                "-p", "hello hello hello", "-n", "6", *flags, "--json")
+    refused = replies["bamba", "lookup"]
+    assert refused.exit_code == 2, refused.output
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "bamba: its recurrent layers" in line, line
+    assert line.endswith("plain decoding works"), line
+    assert "Traceback" not in refused.output
+    assert replies["bamba", "plain"].exit_code == 0, replies["bamba", "plain"].output
+    recorded = recurrent_rollback_here() == "record"  # else Mamba is refused as Bamba is
+    assert replies["mamba", "lookup"].exit_code == (0 if recorded else 2)
+    if recorded:
+        by_lookup, plain = (json.loads(replies["mamba", way].stdout) for way in ("lookup", "plain"))
+        assert by_lookup["token_ids"] == plain["token_ids"] and plain["generated_tokens"] == 6
+        assert by_lookup["prompt_lookup"], by_lookup

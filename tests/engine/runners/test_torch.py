@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from specfleet.engine.runners.base import UnsupportedModelError
 from specfleet.engine.runners.torch import (
     MIN_TRANSFORMERS,
     TorchRunner,
@@ -76,25 +75,6 @@ def test_cpu_tokens_are_synchronous_handles(torch_runner):
     assert isinstance(handle, TorchTokens) and handle.event is None
     assert torch_runner.read_tokens(handle) == [int(handle.ids[0])]
     assert next(torch_runner.model.parameters()).dtype == torch.float32
-
-
-def test_a_model_whose_verify_blocks_differ_from_its_steps_decodes_plainly_but_not_by_lookup():
-    # Sliding-window and hybrid models roll back exactly now (test_families_torch.py); Mamba 1's
-    # torch path verifies a block over a kept state differently from one-token steps.
-    from transformers import MambaConfig, MambaForCausalLM
-
-    from specfleet.engine.config import PromptLookupConfig
-    from specfleet.engine.loop import generate
-    from specfleet.engine.runners.common import IdsOnlyTokenizer
-
-    config = MambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, state_size=8)
-    runner = TorchRunner(MambaForCausalLM(config), tokenizer=IdsOnlyTokenizer(), device="cpu")
-    assert len(generate(runner, [1, 2, 3], max_tokens=6).tokens) == 6
-    with pytest.raises(UnsupportedModelError) as err:
-        generate(runner, [1, 2, 3], max_tokens=6, lookup=PromptLookupConfig())
-    message = str(err.value)
-    assert message.startswith("mamba: its recurrent layers") and "\n" not in message
-    assert message.endswith("plain decoding works")
 
 
 def test_device_names_are_checked():
