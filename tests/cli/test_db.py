@@ -164,7 +164,10 @@ def _import_while_root(*commands: tuple[str, ...]) -> None:
         shutil.rmtree(spare.parent, ignore_errors=True)
 
 
-def test_read_only_file_is_refused_and_untouched(monkeypatch):
+@pytest.fixture
+def unwritable_store(monkeypatch):
+    """A store file (0444, no side files) in a folder (0755, root's) that the unprivileged
+    user of `_as_nobody` can write neither; yields (path, its digest); checks neither changed."""
     folder = Path(tempfile.mkdtemp(prefix="specfleet-ro-"))
     # The unprivileged user's own journal folder (the suite's is root's, 0700).
     journal = Path(tempfile.mkdtemp(prefix="specfleet-ro-journal-"))
@@ -177,18 +180,9 @@ def test_read_only_file_is_refused_and_untouched(monkeypatch):
         for side in folder.glob("ro.db-*"):
             side.unlink()
         path.chmod(0o444)
-        folder.chmod(0o755)  # the unprivileged user can neither write the file nor the folder
+        folder.chmod(0o755)
         before = digest(path)
-
-        def attempt() -> dict:
-            result = invoke("db", "upgrade", "--db", str(path))
-            return {"code": result.exit_code, "output": result.output}
-
-        _import_while_root(("db", "current"))
-        got = _as_nobody(attempt)
-        assert got.get("code") == 2, got
-        lines = got["output"].strip().splitlines()
-        assert len(lines) == 1 and "read-only" in lines[0] and str(path) in lines[0]
+        yield path
         assert digest(path) == before and sorted(os.listdir(folder)) == ["ro.db"]
     finally:
         for item in folder.iterdir():
@@ -197,39 +191,31 @@ def test_read_only_file_is_refused_and_untouched(monkeypatch):
         shutil.rmtree(journal, ignore_errors=True)
 
 
-def test_a_store_in_a_folder_we_cannot_write_is_read_and_left_as_it_was(monkeypatch):
+def test_read_only_file_is_refused_and_untouched(unwritable_store):
+    def attempt() -> dict:
+        result = invoke("db", "upgrade", "--db", str(unwritable_store))
+        return {"code": result.exit_code, "output": result.output}
+
+    _import_while_root(("db", "current"))
+    got = _as_nobody(attempt)
+    assert got.get("code") == 2, got
+    lines = got["output"].strip().splitlines()
+    assert len(lines) == 1 and "read-only" in lines[0] and str(unwritable_store) in lines[0]
+
+
+def test_a_store_in_a_folder_we_cannot_write_is_read_and_left_as_it_was(unwritable_store):
     # A read-only mount or another user's archive: SQLite cannot create the side files a WAL
     # read needs there, so reads open it immutable instead of failing "cannot write".
-    folder = Path(tempfile.mkdtemp(prefix="specfleet-rofolder-"))
-    journal = Path(tempfile.mkdtemp(prefix="specfleet-ro-journal-"))
-    if os.geteuid() == 0:
-        os.chown(journal, NOBODY, NOBODY)
-    monkeypatch.setenv(JOURNAL_DIR.name, str(journal))
-    try:
-        path = folder / "archive.db"
-        open_store(str(path)).close()
-        for side in folder.glob("archive.db-*"):
-            side.unlink()
-        path.chmod(0o444)
-        folder.chmod(0o755)
-        before = digest(path)
+    def attempt() -> dict:
+        return {" ".join(args): [(r := invoke(*args, "--db", str(unwritable_store))).exit_code,
+                                 r.output] for args in READS}
 
-        def attempt() -> dict:
-            return {" ".join(args): [(r := invoke(*args, "--db", str(path))).exit_code, r.output]
-                    for args in READS}
-
-        _import_while_root(*READS)
-        got = _as_nobody(attempt)
-        assert "child_error" not in got, got
-        for command, (code, output) in got.items():
-            assert code == 0 and "error" not in output, (command, output)
-        assert "revision: " in got["db current"][1]
-        assert digest(path) == before and sorted(os.listdir(folder)) == ["archive.db"]
-    finally:
-        for item in folder.iterdir():
-            item.unlink()
-        folder.rmdir()
-        shutil.rmtree(journal, ignore_errors=True)
+    _import_while_root(*READS)
+    got = _as_nobody(attempt)
+    assert "child_error" not in got, got
+    for command, (code, output) in got.items():
+        assert code == 0 and "error" not in output, (command, output)
+    assert "revision: " in got["db current"][1]
 
 
 def test_open_store_refuses_a_missing_directory(tmp_path):
