@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # This machine has a local CPU wheel of torch 2.13.0; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
+# The tested versions of the libraries whose internals specfleet uses (constraints.txt says
+# why); `make test CONSTRAINTS=` in a fresh clone installs the newest instead.
+CONSTRAINTS ?= constraints.txt
+PIP_CONSTRAINTS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 STAMP := $(VENV)/.installed
 # pip would compile every installed file to bytecode (~80 s of the install, mostly torch files
 # nothing imports); instead a module is compiled on its first import and cached. An empty value
@@ -14,10 +18,10 @@ export PYTHONDONTWRITEBYTECODE :=
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile "$(TORCH_PIN)" -e ".[mlx,torch,postgres,serve,dev]"
+	$(BIN)/python -m pip install -q --no-compile $(PIP_CONSTRAINTS) "$(TORCH_PIN)" -e ".[mlx,torch,postgres,serve,dev]"
 	touch $(STAMP)
 
 # The llama.cpp peers' package, for `make test` only (the demo does not run it): pip builds
@@ -33,7 +37,7 @@ endif
 
 $(LLAMACPP_STAMP): $(STAMP)
 	CMAKE_ARGS="$(LLAMACPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	  $(BIN)/python -m pip install -q --no-compile -e ".[llamacpp]"
+	  $(BIN)/python -m pip install -q --no-compile $(PIP_CONSTRAINTS) -e ".[llamacpp]"
 	touch $(LLAMACPP_STAMP)
 
 demo: venv
