@@ -27,7 +27,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.engine.runners.base import RollbackKind
 from specfleet.engine.runners.common import TokenizerText, eos_id_set
-from specfleet.engine.runners.mlx_caches import PromptCaches
+from specfleet.engine.runners.mlx_caches import PromptCaches, lookup_refusal
 from specfleet.errors import UserError
 
 if TYPE_CHECKING:
@@ -82,6 +82,9 @@ class MlxRunner(TokenizerText):
         self.device = device
         self.reset()  # refuses a cache type `mlx_caches` does not know (UnsupportedModelError)
         self.rollback_kind: RollbackKind = "refeed" if self._caches.refeeds else "trim"
+        # Plain decoding works on every known cache kind; prompt lookup only where exact.
+        self.lookup_refusal = lookup_refusal(self._caches.refeeds,
+                                             getattr(model, "model_type", None))
         self.tokenizer = tokenizer
         self.vocab_size = _vocab_size(model)
         self.eos_ids = eos_id_set(getattr(tokenizer, "eos_token_ids", None),

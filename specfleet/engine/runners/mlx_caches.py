@@ -19,7 +19,10 @@ every verify exactly, so each layer is rolled back by its kind:
 
 After every rollback each layer is checked against the position count kept here; a mismatch
 raises `CacheRollbackError` naming the layer and its cache type. Any other cache type is
-refused when the caches are made (`UnsupportedModelError`).
+refused when the caches are made (`UnsupportedModelError`). Prompt lookup is refused (plain
+decoding works) on a model with recurrent layers whose type is not in `REFEED_MODEL_TYPES`:
+a re-fed block equals one-token steps only where the model's multi-token forward does, and
+that is proven per model type, by a `tiny_mlx` family.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ from mlx_lm.models.cache import (
 )
 
 from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelError
+
+# Model types with recurrent layers whose multi-token forward equals their one-token steps in
+# mlx-lm 0.32 (to ~1e-5 logits, most exactly: the recurrence runs token by token), each proven
+# by a `tiny_mlx` family. falcon_mamba runs mlx-lm's mamba module.
+REFEED_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", "lfm2", "nemotron_h",
+                                "mamba2", "mamba", "falcon_mamba", "jamba"})
 
 LayerKind = Literal["trim", "window", "recurrent"]
 KINDS: dict[type, LayerKind] = {
@@ -245,3 +254,13 @@ _ROLL_BACK: dict[LayerKind, Callable[[Layer, int, int], None]] = {
 _PROBLEM: dict[LayerKind, Callable[[Layer, int, bool], str]] = {
     "trim": _problem_trim, "window": _problem_window, "recurrent": _problem_recurrent,
 }
+
+
+def lookup_refusal(refeeds: bool, model_type: str | None) -> str | None:
+    """Why prompt lookup must not drive this model (plain decoding still may), or None: it
+    has recurrent layers (`refeeds`) and its type is not in `REFEED_MODEL_TYPES`."""
+    if refeeds and model_type not in REFEED_MODEL_TYPES:
+        return (f"{model_type}: its recurrent layers are not known to verify a block exactly "
+                f"as one-token steps on MLX, so prompt lookup could not equal plain decoding "
+                f"(known: {', '.join(sorted(REFEED_MODEL_TYPES))}); plain decoding works")
+    return None

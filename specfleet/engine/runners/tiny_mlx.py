@@ -33,6 +33,15 @@ WIDE_GAIN = 4.0
 _ATTENTION = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, vocab_size=VOCAB)
 
+_QWEN3_5_TEXT = dict(
+    _ATTENTION, model_type="qwen3_5_text", num_hidden_layers=4, full_attention_interval=2,
+    linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+    linear_value_head_dim=8, linear_conv_kernel_dim=4, tie_word_embeddings=False,
+    rope_parameters={"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+_MAMBA = dict(model_type="mamba", vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96,
+              state_size=8, num_hidden_layers=2, conv_kernel=4, use_bias=False,
+              use_conv_bias=True, time_step_rank=4, tie_word_embeddings=True)
+
 # arch -> ModelArgs.from_dict input; every value here is mlx-lm's own config key.
 CONFIGS: dict[str, dict[str, Any]] = {
     "llama": dict(_ATTENTION, model_type="llama", num_hidden_layers=2, rms_norm_eps=1e-5,
@@ -53,11 +62,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         attention_chunk_size=WINDOW, interleave_moe_layer_step=4, intermediate_size_mlp=2 * HIDDEN,
         max_position_embeddings=512, num_experts_per_tok=1, num_local_experts=2,
         rms_norm_eps=1e-5, rope_scaling=None, rope_theta=10000.0, use_qk_norm=True)),
-    "qwen3_5": dict(model_type="qwen3_5", text_config=dict(
-        _ATTENTION, model_type="qwen3_5_text", num_hidden_layers=4, full_attention_interval=2,
-        linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
-        linear_value_head_dim=8, linear_conv_kernel_dim=4, tie_word_embeddings=False,
-        rope_parameters={"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    "qwen3_5": dict(model_type="qwen3_5", text_config=dict(_QWEN3_5_TEXT)),
     "nemotron_h": dict(_ATTENTION, model_type="nemotron_h", max_position_embeddings=512,
                        attention_bias=False, mamba_num_heads=4, mamba_head_dim=16,
                        mamba_proj_bias=False, ssm_state_size=16, conv_kernel=4, n_groups=1,
@@ -73,12 +78,31 @@ CONFIGS: dict[str, dict[str, Any]] = {
                    layer_norm_epsilon=1e-5, conv_kernel=4, n_groups=1, use_bias=False,
                    use_conv_bias=True, tie_word_embeddings=True,
                    time_step_limit=(0.0, float("inf")), time_step_rank="auto"),
+    "mamba": dict(_MAMBA),
+    "falcon_mamba": dict(_MAMBA, model_type="falcon_mamba"),  # mlx-lm's mamba module
+    "jamba": dict(_ATTENTION, model_type="jamba", num_hidden_layers=2, attn_layer_offset=1,
+                  attn_layer_period=2, expert_layer_offset=1, expert_layer_period=100,
+                  mamba_d_conv=4, mamba_d_state=8, mamba_expand=2, num_experts=1,
+                  num_experts_per_tok=1, rms_norm_eps=1e-6, max_position_embeddings=512),
+    "qwen3_next": dict(_ATTENTION, model_type="qwen3_next", num_hidden_layers=2,
+                       linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+                       linear_value_head_dim=8, linear_conv_kernel_dim=4, num_experts=2,
+                       num_experts_per_tok=1, decoder_sparse_step=1,
+                       shared_expert_intermediate_size=HIDDEN, mlp_only_layers=[0, 1],
+                       moe_intermediate_size=HIDDEN, rms_norm_eps=1e-6, rope_theta=10000.0,
+                       partial_rotary_factor=0.5, max_position_embeddings=512,
+                       full_attention_interval=2, tie_word_embeddings=False),
+    "qwen3_5_moe": dict(model_type="qwen3_5_moe", text_config=dict(
+        _QWEN3_5_TEXT, model_type="qwen3_5_moe_text", num_experts=2, num_experts_per_tok=1,
+        moe_intermediate_size=HIDDEN, shared_expert_intermediate_size=HIDDEN)),
 }
+# A family whose model type mlx-lm builds from another's module (its MODEL_REMAPPING).
+_MODULES = {"falcon_mamba": "mamba"}
 
 
 def build_model(arch: str) -> nn.Module:
     """mlx-lm's `Model` of `arch` from `CONFIGS`, weights drawn wide from MLX's global seed."""
-    module = importlib.import_module(f"mlx_lm.models.{arch}")
+    module = importlib.import_module(f"mlx_lm.models.{_MODULES.get(arch, arch)}")
     model = module.Model(module.ModelArgs.from_dict(CONFIGS[arch]))
     params = []
     for name, value in tree_flatten(model.parameters()):

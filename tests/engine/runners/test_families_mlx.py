@@ -28,6 +28,7 @@ from specfleet.engine.loop import generate  # noqa: E402
 from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelError  # noqa: E402
 from specfleet.engine.runners.common import IdsOnlyTokenizer  # noqa: E402
 from specfleet.engine.runners.mlx import MlxRunner  # noqa: E402
+from specfleet.engine.runners.mlx_caches import REFEED_MODEL_TYPES  # noqa: E402
 from specfleet.engine.runners.tiny_mlx import (  # noqa: E402
     TINY_FAMILIES,
     VOCAB,
@@ -41,7 +42,8 @@ pytestmark = pytest.mark.mlx
 PROMPT_TOKENS = 24
 REPLY_TOKENS = 40
 SEEDS = (1, 2)
-REFEED_FAMILIES = {"qwen3_5", "nemotron_h", "lfm2", "mamba2"}
+REFEED_FAMILIES = {"qwen3_5", "nemotron_h", "lfm2", "mamba2", "mamba", "falcon_mamba", "jamba",
+                   "qwen3_next", "qwen3_5_moe"}
 CHEAP_COSTS = tuple(1.0 + 0.05 * w for w in range(33))  # width w+1 costs 1 + 0.05w steps
 CONFIGS = {
     "graded": PromptLookupConfig(policy="graded", ngram_min=1),
@@ -202,3 +204,24 @@ def test_an_unknown_cache_kind_is_refused_at_load_in_one_line():
         MlxRunner(model, IdsOnlyTokenizer(), "cpu")
     assert "QuantizedKVCache" in str(err.value) and "layer 1" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_every_model_type_lookup_drives_with_recurrent_layers_has_a_tiny_family():
+    recurrent = {tiny_runner(name).model.model_type for name in TINY_FAMILIES
+                 if tiny_runner(name).rollback_kind == "refeed"}
+    assert recurrent == REFEED_MODEL_TYPES
+
+
+def test_a_recurrent_model_type_without_a_proof_is_refused_lookup_in_one_line():
+    model = TINY_FAMILIES["mamba"]()
+    model.model_type = "recurrent_gemma"  # as mlx-lm names its own; no tiny family proves it
+    runner = MlxRunner(model, IdsOnlyTokenizer(), "cpu")
+    with pytest.raises(UnsupportedModelError) as err:
+        generate(runner, copy_prompt(1), max_tokens=4, lookup=CONFIGS["fixed-4"])
+    message = str(err.value)
+    assert message.startswith("recurrent_gemma: its recurrent layers") and "on MLX" in message
+    assert message.endswith("plain decoding works") and "\n" not in message
+    assert len(generate(runner, copy_prompt(1), max_tokens=4).tokens) == 4
+    attention_only = TINY_FAMILIES["llama"]()
+    attention_only.model_type = "recurrent_gemma"  # only recurrent layers need the proof
+    assert MlxRunner(attention_only, IdsOnlyTokenizer(), "cpu").lookup_refusal is None
