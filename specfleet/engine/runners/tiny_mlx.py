@@ -78,6 +78,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
                    layer_norm_epsilon=1e-5, conv_kernel=4, n_groups=1, use_bias=False,
                    use_conv_bias=True, tie_word_embeddings=True,
                    time_step_limit=(0.0, float("inf")), time_step_rank="auto"),
+    "lfm2_moe": dict(model_type="lfm2_moe", vocab_size=VOCAB, hidden_size=HIDDEN,
+                     intermediate_size=2 * HIDDEN, moe_intermediate_size=HIDDEN,
+                     num_hidden_layers=3, num_experts=2, num_experts_per_tok=1,
+                     norm_topk_prob=True, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=512, use_expert_bias=False, num_dense_layers=1,
+                     norm_eps=1e-5, conv_bias=False, conv_L_cache=3, full_attn_idxs=[1]),
     "mamba": dict(_MAMBA),
     "falcon_mamba": dict(_MAMBA, model_type="falcon_mamba"),  # mlx-lm's mamba module
     "jamba": dict(_ATTENTION, model_type="jamba", num_hidden_layers=2, attn_layer_offset=1,
