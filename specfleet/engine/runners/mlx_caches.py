@@ -46,7 +46,8 @@ from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelEr
 # mlx-lm 0.32 (to ~1e-5 logits, most exactly: the recurrence runs token by token), each proven
 # by a `tiny_mlx` family. falcon_mamba runs mlx-lm's mamba module.
 REFEED_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", "lfm2", "lfm2_moe",
-                                "nemotron_h", "mamba2", "mamba", "falcon_mamba", "jamba"})
+                                "nemotron_h", "mamba2", "mamba", "falcon_mamba", "jamba",
+                                "granitemoehybrid"})
 
 LayerKind = Literal["trim", "window", "recurrent"]
 KINDS: dict[type, LayerKind] = {
