@@ -88,6 +88,9 @@ TINY_FAMILIES: Mapping[str, TinyFamily] = MappingProxyType({
         "num_hidden_layers": 2, "attn_layer_period": 2, "attn_layer_offset": 1,
         "expert_layer_period": 100, "expert_layer_offset": 99, "num_experts": 1,
         "mamba_d_state": 8, "mamba_dt_rank": 4, "mamba_expand": 2}),
+    "falcon_h1": TinyFamily("falcon_h1", "Mamba 2 beside attention in every layer", {
+        "num_hidden_layers": 2, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_ssm": 64,
+        "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8}),
     "granitemoehybrid": TinyFamily("granitemoehybrid", "Mamba 2 + full attention", {
         "num_hidden_layers": 2, "layer_types": ["mamba", "attention"], "mamba_n_heads": 4,
         "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8,

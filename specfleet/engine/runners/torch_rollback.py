@@ -52,9 +52,10 @@ RecurrentRollback = Literal["record", "refeed"]
 # by 0.5-10 logits, recurrent_gemma by ~0.05, so prompt lookup would not reply as plain.
 REFEED_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "lfm2", "nemotron_h", "mamba2"})
 # The same under "record" (5.25+), where a block's recurrent part runs one token at a time:
-# mamba, falcon_mamba and granitemoehybrid equal their steps exactly in float64, jamba to
-# ~1e-14. bamba does not (its greedy choice differs within the first block): refused.
-RECORDED_MODEL_TYPES = REFEED_MODEL_TYPES | {"mamba", "falcon_mamba", "jamba", "granitemoehybrid"}
+# mamba, falcon_mamba and granitemoehybrid equal their steps exactly in float64, jamba and
+# falcon_h1 to ~1e-14. bamba does not (its greedy choice differs within the first block).
+RECORDED_MODEL_TYPES = REFEED_MODEL_TYPES | {"mamba", "falcon_mamba", "jamba", "granitemoehybrid",
+                                             "falcon_h1"}
 
 
 def recurrent_rollback_here() -> RecurrentRollback:
