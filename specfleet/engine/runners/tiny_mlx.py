@@ -92,6 +92,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
                              shared_intermediate_size=2 * HIDDEN, mamba_n_heads=4,
                              mamba_d_head=24, mamba_proj_bias=False, mamba_d_state=16,
                              mamba_d_conv=4, mamba_n_groups=1, mamba_conv_bias=True),
+    "falcon_h1": dict(_ATTENTION, model_type="falcon_h1", num_hidden_layers=2,
+                      mamba_chunk_size=8, mamba_d_head=16, mamba_d_ssm=64, mamba_d_state=8,
+                      mamba_n_heads=4, mamba_n_groups=1, max_position_embeddings=512,
+                      rope_theta=10000.0),
     "mamba": dict(_MAMBA),
     "falcon_mamba": dict(_MAMBA, model_type="falcon_mamba"),  # mlx-lm's mamba module
     "jamba": dict(_ATTENTION, model_type="jamba", num_hidden_layers=2, attn_layer_offset=1,
