@@ -43,11 +43,13 @@ class TinyFamily:
         model_type: transformers' `model_type`.
         layers: the cache layers it gets, in words.
         config: settings over the common tiny ones.
+        float64: whether it builds in float64; a family that cannot is built in float32.
     """
 
     model_type: str
     layers: str
     config: Mapping[str, Any] = field(default_factory=dict)
+    float64: bool = True  # False: its kernels have no float64 (torch's grouped expert matmul)
 
 
 _LINEAR_HEADS = {"linear_key_head_dim": 8, "linear_value_head_dim": 8,
@@ -88,6 +90,21 @@ TINY_FAMILIES: Mapping[str, TinyFamily] = MappingProxyType({
         "num_hidden_layers": 2, "attn_layer_period": 2, "attn_layer_offset": 1,
         "expert_layer_period": 100, "expert_layer_offset": 99, "num_experts": 1,
         "mamba_d_state": 8, "mamba_dt_rank": 4, "mamba_expand": 2}),
+    "qwen3_5_moe_text": TinyFamily("qwen3_5_moe_text", "gated delta net + full, experts", {
+        "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"],
+        "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32, **_LINEAR_HEADS}, float64=False),
+    "lfm2_moe": TinyFamily("lfm2_moe", "short convolution + full attention, experts", {
+        "num_hidden_layers": 3, "layer_types": ["conv", "full_attention", "conv"],
+        "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32,
+        "num_dense_layers": 1}, float64=False),
+    "olmo_hybrid": TinyFamily("olmo_hybrid", "gated delta net + full attention", {
+        "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"],
+        **_LINEAR_HEADS}),
+    "zamba2": TinyFamily("zamba2", "Mamba 2 + a shared attention block", {
+        "num_hidden_layers": 2, "layers_block_type": ["mamba", "hybrid"], "mamba_d_state": 8,
+        "mamba_headdim": 8, "n_mamba_heads": 8, "mamba_ngroups": 1, "chunk_size": 8,
+        "hybrid_layer_ids": [1], "num_mem_blocks": 1, "attention_head_dim": 16}),
     "falcon_h1": TinyFamily("falcon_h1", "Mamba 2 beside attention in every layer", {
         "num_hidden_layers": 2, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_ssm": 64,
         "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8}),
@@ -106,6 +123,8 @@ def tiny_model(family: str, dtype: torch.dtype = torch.float64, seed: int = 0):
         raise UserError(
             f"tiny torch family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
     spec = TINY_FAMILIES[family]
+    if dtype == torch.float64 and not spec.float64:
+        dtype = torch.float32
     config = AutoConfig.for_model(spec.model_type, **{**_COMMON, **spec.config})
     with torch.random.fork_rng(devices=[]):  # seeded weights without moving the caller's RNG
         torch.manual_seed(seed)

@@ -51,8 +51,9 @@ POLICIES = {
     "fixed": PromptLookupConfig(adaptive=False, max_draft=4),
 }
 PROMPT_SEEDS = (2, 3)
-# The tiny Mamba's reply leaves its own continuation at once on seeds 2 and 3: no proposal.
-FAMILY_PROMPT_SEEDS = {"mamba": (4, 5)}
+# Where seeds 2 and 3 draft nothing, or no draft is rejected (so no rollback would run): the
+# tiny model's reply leaves its own continuation at once (bench/families.py shows all).
+FAMILY_PROMPT_SEEDS = {"mamba": (4, 5), "zamba2": (5, 11), "lfm2_moe": (7, 8)}
 PROMPT_TOKENS = 24
 REPLY_TOKENS = 40
 BLOCK = 12  # wider than the sliding window (8)
@@ -144,7 +145,9 @@ def test_a_block_wider_than_the_window_rolls_back_as_if_never_fed(name, recurren
         assert refed == (len(kept) if runner.rollback_kind == "refeed" else 0)
         assert runner.cache_len() == PROMPT_TOKENS + len(kept)
         got = runner.read_row(runner.forward([7]), 0)
-        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9, err_msg=f"{name} n={n}")
+        # float32 only where a family cannot run float64 (its expert matmul): block rounding.
+        atol = 1e-9 if TINY_FAMILIES[name].float64 else 1e-4
+        np.testing.assert_allclose(got, expected, rtol=0, atol=atol, err_msg=f"{name} n={n}")
 
 
 @pytest.mark.parametrize("name", ["mamba", "jamba", "qwen3_next"])
