@@ -96,6 +96,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
                       mamba_chunk_size=8, mamba_d_head=16, mamba_d_ssm=64, mamba_d_state=8,
                       mamba_n_heads=4, mamba_n_groups=1, max_position_embeddings=512,
                       rope_theta=10000.0),
+    "olmo_hybrid": dict(_ATTENTION, model_type="olmo_hybrid", num_hidden_layers=2,
+                        rms_norm_eps=1e-6, max_position_embeddings=512, linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                        linear_conv_kernel_dim=4, linear_allow_neg_eigval=False,
+                        tie_word_embeddings=False, attention_bias=False,
+                        layer_types=["linear_attention", "full_attention"]),
     "mamba": dict(_MAMBA),
     "falcon_mamba": dict(_MAMBA, model_type="falcon_mamba"),  # mlx-lm's mamba module
     "jamba": dict(_ATTENTION, model_type="jamba", num_hidden_layers=2, attn_layer_offset=1,
