@@ -105,6 +105,12 @@ TINY_FAMILIES: Mapping[str, TinyFamily] = MappingProxyType({
         "num_hidden_layers": 2, "layers_block_type": ["mamba", "hybrid"], "mamba_d_state": 8,
         "mamba_headdim": 8, "n_mamba_heads": 8, "mamba_ngroups": 1, "chunk_size": 8,
         "hybrid_layer_ids": [1], "num_mem_blocks": 1, "attention_head_dim": 16}),
+    "kimi_linear": TinyFamily("kimi_linear", "Kimi delta attention + MLA full attention", {
+        "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"],
+        "mlp_layer_types": ["dense", "dense"], "num_key_value_heads": 2, "linear_num_heads": 2,
+        "linear_head_dim": 8, "linear_conv_kernel_dim": 4, "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 8, "qk_head_dim": 16, "v_head_dim": 16, "kv_lora_rank": 16,
+        "q_lora_rank": None}),
     "falcon_h1": TinyFamily("falcon_h1", "Mamba 2 beside attention in every layer", {
         "num_hidden_layers": 2, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_ssm": 64,
         "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8}),
