@@ -47,7 +47,8 @@ from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelEr
 # by a `tiny_mlx` family. falcon_mamba runs mlx-lm's mamba module.
 REFEED_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next", "lfm2", "lfm2_moe",
                                 "nemotron_h", "mamba2", "mamba", "falcon_mamba", "jamba",
-                                "granitemoehybrid", "falcon_h1", "olmo_hybrid"})
+                                "granitemoehybrid", "falcon_h1", "olmo_hybrid",
+                                "kimi_linear"})
 
 LayerKind = Literal["trim", "window", "recurrent"]
 KINDS: dict[type, LayerKind] = {

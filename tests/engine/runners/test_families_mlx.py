@@ -44,7 +44,7 @@ REPLY_TOKENS = 40
 SEEDS = (1, 2)
 REFEED_FAMILIES = {"qwen3_5", "nemotron_h", "lfm2", "mamba2", "mamba", "falcon_mamba", "jamba",
                    "qwen3_next", "qwen3_5_moe", "lfm2_moe", "granitemoehybrid", "falcon_h1",
-                   "olmo_hybrid"}
+                   "olmo_hybrid", "kimi_linear"}
 CHEAP_COSTS = tuple(1.0 + 0.05 * w for w in range(33))  # width w+1 costs 1 + 0.05w steps
 CONFIGS = {
     "graded": PromptLookupConfig(policy="graded", ngram_min=1),
