@@ -237,7 +237,7 @@ class CacheRollback:
             # A window gets back what the block displaced; a recurrent part the state after
             # the kept tokens and its convolution window (the rest it recorded is dropped).
             layer.crop(-n)
-            layer.record_past = False
+            _stop_recording(layer, kind)
             if index in self._layer_positions:
                 self._layer_positions[index] -= n
 
@@ -248,7 +248,7 @@ class CacheRollback:
             return
         for i in self._sliding:
             cache.layers[i].crop(0)
-            cache.layers[i].record_past = False
+            _stop_recording(cache.layers[i], self.kinds[i])
         self._recording = False
 
     def _checkpoint(self, cache: Any, block: list[int]) -> _Mark:
@@ -330,6 +330,17 @@ class CacheRollback:
             if counter is not None and int(counter) != expected:
                 return f"counts {int(counter)} positions, expected {expected}"
         return None
+
+
+def _stop_recording(layer: Any, kind: LayerKind) -> None:
+    """Back to one-token steps. A crop leaves each convolution state a slice of the recorded
+    window; the fused step kernel then writes into it in place (CUDA's `causal_conv1d_update`
+    wants it contiguous), so it gets a contiguous copy of its own."""
+    layer.record_past = False
+    if kind.startswith("recurrent"):
+        for i, state in layer.conv_states.items():
+            if state is not None and not state.is_contiguous():
+                layer.conv_states[i] = state.contiguous()
 
 
 def _linear_counter(layer: Any) -> torch.Tensor | None:

@@ -163,6 +163,24 @@ def test_a_recorded_block_cannot_be_rolled_back_whole(name):
     assert runner.rollback(BLOCK - 1) == 0 and runner.cache_len() == PROMPT_TOKENS + 1
 
 
+@pytest.mark.parametrize("undo", [0, 3])
+def test_a_recorded_rollback_leaves_every_convolution_state_contiguous(undo):
+    # The fused one-token kernels on CUDA write the state in place and want it contiguous.
+    runner = tiny_runner("qwen3_next", recurrent="record")
+    runner.reset()
+    runner.prefill(lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB))
+    runner.forward(lcg_tokens(12, BLOCK, TINY_VOCAB))
+    runner.rollback(undo)
+    runner.forward([7])  # settles a block that kept everything
+    states = [t for layer in runner._cache.layers
+              for t in getattr(layer, "conv_states", {}).values() if t is not None]
+    assert states and all(t.is_contiguous() and not _recording_any(runner) for t in states)
+
+
+def _recording_any(runner: TorchRunner) -> bool:
+    return any(getattr(layer, "record_past", False) for layer in runner._cache.layers)
+
+
 def _skip_layer(monkeypatch, skipped: int) -> None:
     """Make every rollback leave layer `skipped` as the forward left it."""
     trim, restore = CacheRollback._trim, CacheRollback._restore_layer
