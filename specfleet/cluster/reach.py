@@ -29,7 +29,7 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 EMBEDDED = "embedded"
 JOINED = "the fleet this machine joined"
 INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
-_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]+:\d{1,5}$")
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]+:[0-9]{1,5}$")  # \d takes any script's digits
 
 
 @dataclass(frozen=True)

@@ -523,6 +523,10 @@ NAMED = {
     "fleet status: an empty label in --address": (
         {}, NO_FILES, ["fleet", "status", "--address", "a..b:1"],
         ["--address 'a..b:1': expected HOST:PORT"]),
+    # int() reads any script's digits: this tried a connection to port 3.
+    "fleet status: a port in Arabic-Indic digits": (
+        {}, NO_FILES, ["fleet", "status", "--address", "127.0.0.1:\u0663"],
+        ["--address '127.0.0.1:\u0663': expected HOST:PORT"]),
     "fleet join: a head label of 64 characters": (
         {}, NO_FILES, ["fleet", "join", f"{'h' * 64}.example:1", "--name", "h9"],
         ["HEAD 'hhh", "expected HOST:PORT"]),
