@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
+from specfleet.jobs.run import ARMS
 from specfleet.report.build import load_matrix
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
+from specfleet.report.results import check_choices
 from specfleet.report.tables import DASH, interval_text, pct
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
 from specfleet.stats.history import (
@@ -33,12 +36,14 @@ def test_note(factor: float = DEFAULT_FACTOR) -> str:
 
 
 def _target_filters(target: str | None) -> dict:
-    if not target:
+    if target is None:
         return {}
     parts = target.split("/")
     if len(parts) > 3 or not all(parts):
         raise UserError(f"--target: expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE, got "
                         f"{target!r}")
+    check_choices(parts[1:2], ENGINES, "--target ENGINE")
+    check_choices(parts[2:3], DEVICES, "--target DEVICE")
     return dict(zip(("host", "engine", "device"), parts, strict=False))
 
 
@@ -52,8 +57,9 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
             point shown then has no previous one.
 
     Raises:
-        UserError: a malformed target, or no done run of this cell.
+        UserError: an unknown arm, a malformed target, or no done run of this cell.
     """
+    check_choices([arm], ARMS, "--arm")
     where = dict(model=model, prompt=prompt, arm=sorted({arm, "plain"}), status="done",
                  **_target_filters(target))
     if last is not None:

@@ -33,7 +33,8 @@ def parse_time(value: str | None, flag: str) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> None:
+def check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> None:
+    """Each of `values` is one of `allowed`, else one `UserError` line naming `flag`."""
     for value in values or []:
         if value not in allowed:
             raise UserError(f"{flag}: unknown value {value!r}; expected one of "
@@ -48,9 +49,9 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
     Raises:
         UserError: an unknown engine, device or arm, an unknown matrix id, a bad time.
     """
-    _check_choices(engine, ENGINES, "--engine")
-    _check_choices(device, DEVICES, "--device")
-    _check_choices(arm, ARMS, "--arm")
+    check_choices(engine, ENGINES, "--engine")
+    check_choices(device, DEVICES, "--device")
+    check_choices(arm, ARMS, "--arm")
     for matrix_id in matrix or []:
         store.get_matrix(matrix_id)
     start, end = parse_time(since, "--since"), parse_time(until, "--until")

@@ -587,6 +587,23 @@ NAMED = {
         ["job", "calibrate", "--model", "smollm2-135m", "--host", "otherhost", "--embedded",
          "--db", "{db}"],
         ["--host: no host 'otherhost' in the embedded fleet", "expected here1"]),
+    # `results` refused these; `history` searched for them and said "no done runs".
+    "history: an unknown --arm": (
+        {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "turbo", "--db",
+                       "{db}"],
+        ["--arm: unknown value 'turbo'; expected one of plain, "]),
+    "history: an unknown engine in --target": (
+        {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "plain", "--target",
+                       "h/cuda", "--db", "{db}"],
+        ["--target ENGINE: unknown value 'cuda'; expected one of mlx, torch"]),
+    "history: an unknown device in --target": (
+        {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "plain", "--target",
+                       "h/torch/tpu", "--db", "{db}"],
+        ["--target DEVICE: unknown value 'tpu'; expected one of "]),
+    "history: --target empty": (  # it showed every target, exit status 0
+        {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "plain", "--target",
+                       "", "--db", "{db}"],
+        ["--target: expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE, got ''"]),
     "history: --factor inf": (
         {}, NO_FILES, ["history", "--db", "{db}", "--factor", "inf"],
         ["--factor", "100"]),
