@@ -6,6 +6,8 @@ as one line on stderr and exits with status 2. Anything else is a bug and keeps 
 
 from __future__ import annotations
 
+from typing import Any
+
 INTERRUPTED_EXIT = 130  # the shell's status for a command stopped by SIGINT (or our SIGTERM)
 
 
@@ -22,3 +24,17 @@ def one_line(text: str) -> str:
         return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode()
                    for ch in text)
+
+
+def describe_value(value: Any) -> str:
+    """A short description of what the user wrote, for `got ...`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

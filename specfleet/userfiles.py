@@ -1,5 +1,5 @@
 """Files and folders a user names (a matrix, a prompt file, `SPECFLEET_MODELS`, `--out`,
-`SPECFLEET_HOME`): read one as text, or check a folder before any work starts.
+`SPECFLEET_HOME`): read one as text or YAML, or check a folder before any work starts.
 
 Every mistake is one `UserError` line naming the path and what is expected. Only regular
 files are opened: a named pipe blocks until a writer comes and a device may never end.
@@ -13,6 +13,9 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from specfleet.errors import UserError
 
@@ -32,6 +35,7 @@ def kind_of(mode: int) -> str:
 
 
 MAX_TEXT_BYTES = 64 * 2**20  # a batch of 30000 prompts of 2 KB fits; more is a mistake
+MAX_DEPTH = 32  # a matrix nests 4 levels; anything far deeper is a mistake or an attack
 
 
 def read_text(path: Path, label: str, expected: str | None = None) -> str:
@@ -154,3 +158,50 @@ def check_output_file(path: Path) -> None:
                         "replace or nothing") from None
     if kind != "a file":
         raise UserError(f"{path}: is {kind}; expected a file to replace or nothing")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:
+    """Parse a YAML file; syntax errors and duplicate keys (which PyYAML would otherwise
+    silently let the last one win) become one `UserError` line.
+
+    Args:
+        path: the YAML file.
+        label: how the file is named in messages.
+        expected: what the file should be, said after a refusal to read it (`read_text`).
+
+    Returns:
+        The parsed document (None for an empty file).
+    """
+    text = read_text(path, label, expected)
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise UserError(f"{label}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = err.problem or err.context or "invalid YAML"
+        raise UserError(f"{label}: {where}YAML syntax error: {problem}") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{label}: YAML syntax error: {err}") from None

@@ -15,7 +15,8 @@ from specfleet.configs import matrix_path
 from specfleet.errors import UserError
 from specfleet.jobs.spec import MatrixSpec
 from specfleet.jobs.spec_files import load_matrix_spec
-from specfleet.jobs.userinput import check_plain_data, problem_lines, read_yaml
+from specfleet.jobs.userinput import check_plain_data, problem_lines
+from specfleet.userfiles import read_yaml
 
 
 class Problems(UserError):

@@ -15,16 +15,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
-from specfleet.errors import UserError
+from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import MatrixSpec, ParitySpec
 from specfleet.jobs.spec_checks import check_matrix
-from specfleet.jobs.userinput import (
-    check_plain_data,
-    describe_value,
-    read_yaml,
-    validation_message,
-)
-from specfleet.userfiles import read_text
+from specfleet.jobs.userinput import check_plain_data, validation_message
+from specfleet.userfiles import read_text, read_yaml
 
 
 def read_prompt_text(path: Path) -> str:

@@ -1,8 +1,8 @@
-"""Parsing user YAML and turning its mistakes into one line each.
+"""Turning the mistakes in user YAML into one line each.
 
-`read_yaml` parses a YAML file (refusing duplicate keys, which PyYAML would otherwise
-silently let the last one win); `validation_message` turns a pydantic `ValidationError`
-into `field.path[2].name: what is expected, got what` for the first problem found.
+`check_plain_data` refuses what no type can (deep nesting, alias bombs, NUL characters);
+`validation_message` turns a pydantic `ValidationError` into `field.path[2].name: what is
+expected, got what` for the first problem found. `userfiles.read_yaml` parses the file.
 """
 
 from __future__ import annotations
@@ -10,63 +10,14 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from specfleet.errors import UserError
-from specfleet.userfiles import read_text
+from specfleet.errors import UserError, describe_value
+from specfleet.userfiles import MAX_DEPTH
 
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
-)
-
-
-def read_yaml(path: Path, label: str) -> Any:
-    """Parse a YAML file; syntax errors and duplicate keys become one `UserError` line.
-
-    Args:
-        path: the YAML file.
-        label: how the file is named in messages.
-
-    Returns:
-        The parsed document (None for an empty file).
-    """
-    text = read_text(path, label)
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
-    except RecursionError:
-        raise UserError(f"{label}: nested too deeply (at most {MAX_DEPTH} levels)") from None
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = err.problem or err.context or "invalid YAML"
-        raise UserError(f"{label}: {where}YAML syntax error: {problem}") from None
-    except yaml.YAMLError as err:
-        raise UserError(f"{label}: YAML syntax error: {err}") from None
-
-
-MAX_DEPTH = 32  # a matrix nests 4 levels; anything far deeper is a mistake or an attack
 MAX_NODES = 100_000  # YAML aliases can make a small file expand to billions of nodes
 
 
@@ -109,20 +60,6 @@ def format_loc(loc: tuple[Any, ...]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
-
-
-def describe_value(value: Any) -> str:
-    """A short description of what the user wrote, for `got ...`."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:

@@ -17,10 +17,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from specfleet.engine.kinds import MODEL_ENGINES
-from specfleet.errors import UserError
+from specfleet.errors import UserError, describe_value
 from specfleet.models.bundled import (
     BUNDLED,
     BUNDLED_ALIAS,
@@ -31,7 +29,7 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS
-from specfleet.userfiles import read_text
+from specfleet.userfiles import read_yaml
 
 HASH_FILE = ".specfleet-weights.json"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
@@ -112,17 +110,14 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
     named = path is None and MODELS.read() is not None
     path = path or registry_path()
     label = f"{MODELS.name} {path}" if named else str(path)
-    text = read_text(path, label, expected=REGISTRY_EXPECTED)
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{label}: not valid YAML ({_first_line(err)})") from None
+    data = read_yaml(path, label, expected=REGISTRY_EXPECTED) or {}
     models = data.get("models") if isinstance(data, dict) else None
     if not isinstance(models, dict):
         raise UserError(f"{label}: expected {REGISTRY_EXPECTED}")
     for alias, entry in models.items():
         if not isinstance(alias, str) or not alias.strip():
-            raise UserError(f"{label}: models: alias {alias!r} is not a name; expected text")
+            raise UserError(f"{label}: models: alias {describe_value(alias)} is not a name; "
+                            "expected text")
         if not isinstance(entry, dict) or not any(e in entry for e in MODEL_ENGINES):
             raise UserError(f"{label}: models.{alias} needs an 'mlx:' or 'torch:' source")
         for key, value in entry.items():
@@ -136,12 +131,13 @@ _SOURCE_EXPECTED = "bundled, hf:ORG/NAME or a model folder"
 def _check_entry_field(label: str, where: str, key: object, value: object) -> None:
     if key == "description":
         if not isinstance(value, str):
-            raise UserError(f"{label}: {where}: expected text, got {value!r}")
+            raise UserError(f"{label}: {where}: expected text, got {describe_value(value)}")
     elif key not in MODEL_ENGINES:
         raise UserError(f"{label}: {where}: unknown field; expected description or a source "
                         f"per engine ({', '.join(MODEL_ENGINES)})")
     elif not isinstance(value, str) or value.strip() in ("", "hf:"):
-        raise UserError(f"{label}: {where}: expected {_SOURCE_EXPECTED}, got {value!r}")
+        raise UserError(f"{label}: {where}: expected {_SOURCE_EXPECTED}, got "
+                        f"{describe_value(value)}")
 
 
 def resolve_model(
@@ -313,8 +309,3 @@ def _hash_stream(stream, digest) -> None:
     with stream:
         for chunk in iter(lambda: stream.read(1 << 20), b""):
             digest.update(chunk)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "unknown error"

@@ -556,6 +556,23 @@ NAMED = {
     "SPECFLEET_MODELS: a blank alias": (
         {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {'': {torch: bundled}}\n"),
         ["models", "list"], ["models: alias '' is not a name"]),
+    # PyYAML's RecursionError was a traceback; a key given twice let the last one win; a
+    # value made of aliases was repeated in full in the message (500 MB for 10^8 items).
+    "SPECFLEET_MODELS: nested 20000 deep": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"},
+        files(m__yaml="models: " + "[" * 20000 + "]" * 20000 + "\n"), ["models", "list"],
+        ["SPECFLEET_MODELS {here}/m.yaml: nested too deeply"]),
+    "SPECFLEET_MODELS: an alias twice": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"},
+        files(m__yaml="models:\n  a: {torch: bundled}\n  a: {torch: 'hf:x/y'}\n"),
+        ["models", "list"], ["SPECFLEET_MODELS {here}/m.yaml: line 3, column 3: YAML syntax "
+                             "error: duplicate key 'a'"]),
+    "SPECFLEET_MODELS: a description of a million aliased items": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"},
+        files(m__yaml="a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+            f"{n}: &{n} [{','.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef", strict=True))
+            + "models: {m: {torch: bundled, description: *f}}\n"),
+        ["models", "list"], ["models.m.description: expected text, got a list"]),
     "generate: --model blank": (
         {}, NO_FILES, ["generate", "-m", "", "-p", "hi"],
         ["--model: model '' is blank; expected an alias"]),
