@@ -13,21 +13,20 @@ policy its efficiency, oracle cost over its own. `predictions_tables.py` renders
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from specfleet.engine.config import PromptLookupConfig, default_max_draft
 from specfleet.engine.governor import Policy
 from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.engine.stats import COUNTER_FIELDS
-from specfleet.errors import UserError
-from specfleet.userfiles import read_text
+from specfleet.errors import UserError, describe_value
+from specfleet.userfiles import read_yaml
 
 # The counters a replay reproduces: `_replay` re-feeds nothing, so `refed_tokens` stays 0 there.
 COUNTER_NAMES = tuple(name for name in COUNTER_FIELDS if name != "refed_tokens")
@@ -90,22 +89,21 @@ COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
 
 def load_cost_file(path: Path) -> CostTable:
     """A YAML table (`name`, `ratio: [cost of width 1, 2, ...]`); one-line errors."""
-    text = read_text(path, f"--costs {path}", expected=COSTS_EXPECTED)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise UserError(f"--costs {path}: not a readable YAML file ({err.__class__.__name__})") from None
+    data = read_yaml(path, f"--costs {path}", expected=COSTS_EXPECTED)
     ratio = data.get("ratio") if isinstance(data, dict) else None
     unknown = [str(k) for k in data if k not in COST_FILE_FIELDS] if isinstance(data, dict) else []
     if unknown:
         raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
                         f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")
     if (not isinstance(ratio, list) or len(ratio) < 2
-            or not all(isinstance(r, int | float) and not isinstance(r, bool) and r > 0
-                       for r in ratio)):
+            or not all(isinstance(r, int | float) and not isinstance(r, bool)
+                       and 0 < r < math.inf for r in ratio)):
         raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
                         "costs (widths 1, 2, ... in pipelined steps)")
-    return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio))
+    name = data.get("name")
+    if isinstance(name, list | dict):  # shown in the title: a list of aliases can be huge
+        raise UserError(f"--costs {path}: field 'name' must be text, got {describe_value(name)}")
+    return CostTable(str(name or path.stem), tuple(float(r) for r in ratio))
 
 
 def packaged_cost(name: str) -> Path | None:

@@ -646,6 +646,19 @@ NAMED = {
     "replay: --costs with a boolean cost": (
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
+    # Each was taken: an infinite cost predicted 0.000x, a field given twice let the last win.
+    "replay: --costs with an infinite cost": (
+        {}, files(c__yaml="ratio: [1.0, .inf]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
+    "replay: --costs with ratio twice": (
+        {}, files(c__yaml="ratio: [1.0, 1.2]\nratio: [1.0, 1.3]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: line 2, column 1: YAML syntax error: duplicate key 'ratio'"]),
+    "replay: --costs with a list for its name": (
+        {}, files(c__yaml="name: [a, b]\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'name' must be text, got a list"]),
+    "replay: --costs nested 20000 deep": (  # a RecursionError traceback
+        {}, files(c__yaml="ratio: " + "[" * 20000 + "]" * 20000 + "\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: nested too deeply"]),
     # Read whole, 200 MB of YAML took a minute and 500 MB of memory, then passed.
     "validate: a matrix file past 64 MiB": (
         {}, files(m__yaml="huge"), ["matrix", "validate", "{here}/m.yaml"],
