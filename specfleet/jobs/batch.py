@@ -83,9 +83,25 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     return prompts
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object giving a key twice (json.loads would let the last one win)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
+
+
 def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
     try:
-        data: Any = json.loads(line)
+        data: Any = json.loads(line, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as err:
+        raise UserError(f"{where}: duplicate key {err.args[0]!r}; expected each field once") \
+            from None
     except json.JSONDecodeError as err:
         msg = err.msg.removesuffix(" at")  # "Invalid control character at"
         raise UserError(f"{where}: not JSON ({msg} at column {err.colno})") from None

@@ -686,6 +686,9 @@ NAMED = {
     "report: a named pipe where runs.csv goes": (
         {}, files(runs__csv="fifo"), REPORT_HERE,
         ["{here}/runs.csv: is a named pipe (FIFO); expected a file to replace or nothing"]),
+    "job generate: a key twice on a line": (  # json let the last one win
+        {}, files(b__jsonl='{"prompt": "a", "prompt": "b"}\n'), JOB_BATCH,
+        ["{here}/b.jsonl: line 1: duplicate key 'prompt'; expected each field once"]),
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
