@@ -30,9 +30,9 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
 ]
-CpusOption = Annotated[
-    int | None, typer.Option("--num-cpus", min=1, help="CPUs Ray accounts on this host.")
-]
+MAX_CPUS = 4096  # past Ray's limit (10^14) `ray start` failed after starting; no host has more
+CpusOption = Annotated[int | None, typer.Option(
+    "--num-cpus", min=1, max=MAX_CPUS, help="CPUs Ray accounts on this host.")]
 NodeIpOption = Annotated[
     str | None, typer.Option("--node-ip", help="This host's address the others reach.")
 ]

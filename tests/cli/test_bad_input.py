@@ -493,6 +493,9 @@ NAMED = {
     "replay: --costs a folder": (
         {}, files(c__yaml="dir"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: is a directory; expected a YAML width-cost table"]),
+    "fleet up: --num-cpus 10^23": (  # `ray start --head` ran, then failed on it
+        {}, NO_FILES, ["fleet", "up", "--num-cpus", "99999999999999999999999"],
+        ["--num-cpus", "less than or equal to 4096"]),
     "fleet join: --node-ip not an address": (
         {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--node-ip", "300.1.1.1"],
         ["--node-ip '300.1.1.1': expected this host's IP address"]),
