@@ -94,11 +94,15 @@ def check_context(settings: Any, model: str, engine: str) -> None:
     except UserError:
         return
     # The prompt, the pipelined steps, then each verify block and the one token it keeps.
-    needed = settings.prompt_len + settings.steps + settings.max_width * (settings.reps + 1)
+    parts = {"--prompt-len": (settings.prompt_len, settings.prompt_len),
+             "--steps": (settings.steps, settings.steps),
+             "--reps": (settings.reps, settings.max_width * (settings.reps + 1))}
+    needed = sum(positions for _, positions in parts.values())
     if context is not None and needed > context:
-        raise UserError(f"--prompt-len {settings.prompt_len}: a round needs {needed} positions "
+        flag = max(parts, key=lambda name: parts[name][1])  # the flag taking most positions
+        raise UserError(f"{flag} {parts[flag][0]}: a round needs {needed} positions "
                         f"(prompt, steps, verify blocks) but {model} has a context of "
-                        f"{context} tokens; expected a shorter --prompt-len")
+                        f"{context} tokens; expected a smaller {flag}")
 
 
 def register(app: typer.Typer) -> None:

@@ -584,6 +584,11 @@ NAMED = {
         {}, files(config__json='{"max_position_embeddings": 64}'),
         ["calibrate", "-m", "{here}", "--prompt-len", "999999999"],
         ["--prompt-len 999999999: a round needs", "has a context of 64 tokens"]),
+    "calibrate: --reps past the model's context": (  # it blamed --prompt-len 300
+        {}, files(config__json='{"max_position_embeddings": 64}'),
+        ["calibrate", "-m", "{here}", "--reps", "99999999999999999999999"],
+        ["--reps 99999999999999999999999: a round needs", "has a context of 64 tokens; "
+         "expected a smaller --reps"]),
     # On the embedded fleet a model this machine cannot run is refused before Ray starts:
     # each run would fail, and the matrix of failures would stay in the store.
     "run: an unknown model": (
