@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -90,12 +91,22 @@ def _options(num_cpus, node_ip, engines, temp_dir):
 
 
 def check_ip(node_ip: str) -> str:
-    """`--node-ip`: an IPv4 or IPv6 address (Ray binds and advertises it as given)."""
+    """`--node-ip`: an IPv4 or IPv6 address of this host (Ray binds and advertises it as
+    given; on another machine's address, or a wildcard, `ray start` hangs or is unreachable)."""
+    expected = "expected this host's IP address, e.g. 192.168.1.11"
     try:
-        ipaddress.ip_address(node_ip)
+        address = ipaddress.ip_address(node_ip)
     except ValueError:
-        raise UserError(f"--node-ip {node_ip!r}: expected this host's IP address, e.g. "
-                        "192.168.1.11") from None
+        raise UserError(f"--node-ip {node_ip!r}: {expected}") from None
+    if address.is_unspecified or address.is_multicast:
+        raise UserError(f"--node-ip {node_ip}: not one host's address; {expected}")
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with socket.socket(family) as sock:
+        try:
+            sock.bind((node_ip, 0))  # any free port: only whether the address is ours
+        except OSError as err:
+            raise UserError(f"--node-ip {node_ip}: not an address of this machine "
+                            f"({err.strerror}); {expected}") from None
     return node_ip
 
 

@@ -499,6 +499,15 @@ NAMED = {
     "fleet join: --node-ip not an address": (
         {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--node-ip", "300.1.1.1"],
         ["--node-ip '300.1.1.1': expected this host's IP address"]),
+    "fleet up: --node-ip another machine's address": (  # Ray started, then hung
+        {}, NO_FILES, ["fleet", "up", "--node-ip", "192.0.2.77"],
+        ["--node-ip 192.0.2.77: not an address of this machine", "expected this host's IP"]),
+    "fleet up: --node-ip a scoped link-local address not here": (  # Ray started, then hung
+        {}, NO_FILES, ["fleet", "up", "--node-ip", "fe80::1%lo"],
+        ["--node-ip fe80::1%lo: not an address of this machine"]),
+    "fleet join: --node-ip the wildcard": (
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--node-ip", "0.0.0.0"],
+        ["--node-ip 0.0.0.0: not one host's address"]),
     "list: --limit past SQLite's integers": (
         {}, NO_FILES, ["matrix", "list", "--limit", "99999999999999999999", "--db", "{db}"],
         ["--limit", "less than or equal to 1000000"]),
