@@ -17,13 +17,21 @@ class UserError(Exception):
     exit_code = 2
 
 
+MAX_MESSAGE_CHARS = 1000  # a message quoting a 100 KB value would bury what it says
+
+
 def one_line(text: str) -> str:
     """`text` with every line break and other unprintable character escaped (user input such
-    as a YAML key or a file name can carry them; a message must stay one line)."""
-    if text.isprintable():
+    as a YAML key or a file name can carry them; a message must stay one line), and its middle
+    cut past `MAX_MESSAGE_CHARS` (the start says what is wrong, the end what is expected)."""
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode()
+                       for ch in text)
+    if len(text) <= MAX_MESSAGE_CHARS:
         return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode()
-                   for ch in text)
+    cut = len(text) - MAX_MESSAGE_CHARS + 40
+    head = (MAX_MESSAGE_CHARS - 40) * 2 // 3
+    return f"{text[:head]} ...[{cut} characters cut]... {text[head + cut:]}"
 
 
 def describe_value(value: Any) -> str:

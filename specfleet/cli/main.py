@@ -33,7 +33,7 @@ class OneLineErrorsGroup(TyperGroup):
             where = err.ctx.command_path if err.ctx is not None else ctx.command_path
             # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
             message = " ".join(err.format_message().split()).replace("Value error, ", "")
-            typer.echo(f"error: {where}: {message}", err=True)
+            typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
             raise typer.Exit(2) from None
 
 

@@ -736,6 +736,15 @@ def test_refusal_names_what_is_wrong(world, case) -> None:
         assert [m.id for m in store.list_matrices()] == matrices_before
 
 
+@pytest.mark.parametrize("args", [
+    ["compare", "x" * 100_000, "y", "--db", "{db}"],  # our own message quoting the value
+    ["job", "calibrate", "--model", "m", "--engine", "x" * 100_000],  # a usage error quoting it
+])
+def test_a_huge_value_is_quoted_with_its_middle_cut(world, args) -> None:
+    (line,) = check_case(world, args).stderr.strip().splitlines()
+    assert len(line) <= 1000 and "characters cut]" in line, line[:200]
+
+
 def test_the_corpus_has_at_least_90_cases() -> None:
     assert len(FILES) + len(CALLS) + len(ENVS) >= 90
 
