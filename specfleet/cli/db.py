@@ -8,6 +8,7 @@ import typer
 
 from specfleet.cli.options import DbOption
 from specfleet.store.engine import (
+    check_store_folder,
     check_writable,
     create_private_file,
     display_url,
@@ -16,7 +17,6 @@ from specfleet.store.engine import (
 )
 from specfleet.store.migrate import current_revision, head_revision, known_revisions, upgrade
 from specfleet.store.store import connection_errors, refuse_foreign_sqlite
-from specfleet.userfiles import check_folder_path
 
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
 
@@ -46,7 +46,7 @@ def current_cmd(db: DbOption = None) -> None:
 
 def _read_revision(url) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
-        check_folder_path(Path(url.database).parent, "--db")  # `upgrade` could not create it
+        check_store_folder(url)  # `upgrade` could not create the file either
         return "none (no database file yet; `specfleet db upgrade` creates it)"
     engine = make_engine(url, read_only=True)  # a read: no WAL switch, no side files needed
     with connection_errors(url, engine), engine.connect() as conn:

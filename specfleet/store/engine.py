@@ -137,6 +137,21 @@ def _is_host(text: str) -> bool:
     return True
 
 
+def check_store_folder(url: URL) -> None:
+    """Refuse a SQLite store whose folder does not exist (nothing creates it but the user;
+    the default store's folder is made by `resolve_url`).
+
+    Raises:
+        UserError: naming the folder, or what is in its way.
+    """
+    if url.get_backend_name() != "sqlite":
+        return
+    folder = Path(url.database or "").parent
+    if not folder.is_dir():
+        check_folder_path(folder, "--db")  # a file in the way says so
+        raise UserError(f"--db: directory {folder} does not exist")
+
+
 def check_writable(url: URL) -> None:
     """Refuse a SQLite file (or its directory, where WAL keeps its side files) we can't write.
 
@@ -145,10 +160,8 @@ def check_writable(url: URL) -> None:
     """
     if url.get_backend_name() != "sqlite":
         return
+    check_store_folder(url)
     path = Path(url.database or "")
-    if not path.parent.is_dir():
-        check_folder_path(path.parent, "--db")  # a file in the way says so
-        raise UserError(f"--db: directory {path.parent} does not exist")
     if path.exists() and not path.is_file():
         raise UserError(f"--db: {path} is not a regular file; give a SQLite file path")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):

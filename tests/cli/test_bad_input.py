@@ -511,6 +511,9 @@ NAMED = {
     "list: --limit past SQLite's integers": (
         {}, NO_FILES, ["matrix", "list", "--limit", "99999999999999999999", "--db", "{db}"],
         ["--limit", "less than or equal to 1000000"]),
+    "db current: a store in a folder that does not exist": (  # said 'db upgrade creates it'
+        {}, NO_FILES, ["db", "current", "--db", "sqlite:///{here}/nope/x.db"],
+        ["--db: directory {here}/nope does not exist"]),
     "db current: a file name too long for the file system": (
         {}, NO_FILES, ["db", "current", "--db", f"{{here}}/{LONG_NAME}.db"],
         [f"--db: {{here}}/{LONG_NAME}.db: the path or one of its names is too long"]),
