@@ -52,6 +52,10 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
     check_choices(engine, ENGINES, "--engine")
     check_choices(device, DEVICES, "--device")
     check_choices(arm, ARMS, "--arm")
+    for flag, values in (("--host", host), ("--kind", kind), ("--model", model),
+                         ("--prompt", prompt), ("--matrix", matrix), ("--version", version)):
+        if any(not value.strip() for value in values or []):  # it matched nothing, silently
+            raise UserError(f"{flag}: expected a value, got a blank one")
     for matrix_id in matrix or []:
         store.get_matrix(matrix_id)
     start, end = parse_time(since, "--since"), parse_time(until, "--until")

@@ -511,6 +511,12 @@ NAMED = {
     "list: --limit past SQLite's integers": (
         {}, NO_FILES, ["matrix", "list", "--limit", "99999999999999999999", "--db", "{db}"],
         ["--limit", "less than or equal to 1000000"]),
+    "results: a blank --host": (  # it matched nothing and said nothing was found
+        {}, NO_FILES, ["results", "--host", " ", "--db", "{db}"],
+        ["--host: expected a value, got a blank one"]),
+    "results: a blank --version": (
+        {}, NO_FILES, ["results", "--version", "", "--db", "{db}"],
+        ["--version: expected a value, got a blank one"]),
     "db current: a store in a folder that does not exist": (  # said 'db upgrade creates it'
         {}, NO_FILES, ["db", "current", "--db", "sqlite:///{here}/nope/x.db"],
         ["--db: directory {here}/nope does not exist"]),
