@@ -158,7 +158,7 @@ class CacheRollback:
         self._recurrent = [i for i, k in enumerate(kinds) if k.startswith("recurrent")]
         # Layers told to record during a block: sliding ones, and under "record" every layer
         # with a recurrent part (whose crop trims its attention part too).
-        self._sliding = [i for i, k in enumerate(kinds)
+        self._recorders = [i for i, k in enumerate(kinds)
                          if k == "sliding" or (not refeeds and k.startswith("recurrent"))]
         self._records_recurrent = not refeeds and bool(self._recurrent)
         self.attention = any(k != "recurrent" and k != "empty" for k in kinds)
@@ -186,8 +186,8 @@ class CacheRollback:
             return
         if self.rollback_kind == "refeed":
             self._mark = self._checkpoint(cache, block)
-        elif self._sliding:
-            for i in self._sliding:
+        elif self._recorders:
+            for i in self._recorders:
                 if self.kinds[i] == "sliding":
                     cache.layers[i].record_past = True
                 else:  # a recurrent part keeps its state after each token of the block
@@ -246,7 +246,7 @@ class CacheRollback:
         recurrent part: to its convolution window, its recorded states dropped)."""
         if not self._recording:
             return
-        for i in self._sliding:
+        for i in self._recorders:
             cache.layers[i].crop(0)
             _stop_recording(cache.layers[i], self.kinds[i])
         self._recording = False
