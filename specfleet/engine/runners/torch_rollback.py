@@ -159,7 +159,7 @@ class CacheRollback:
         # Layers told to record during a block: sliding ones, and under "record" every layer
         # with a recurrent part (whose crop trims its attention part too).
         self._recorders = [i for i, k in enumerate(kinds)
-                         if k == "sliding" or (not refeeds and k.startswith("recurrent"))]
+                           if k == "sliding" or (not refeeds and k.startswith("recurrent"))]
         self._records_recurrent = not refeeds and bool(self._recurrent)
         self.attention = any(k != "recurrent" and k != "empty" for k in kinds)
         self.reset()
