@@ -54,8 +54,10 @@ REFEED_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "lfm2", "nemotron_
 # The same under "record" (5.25+), where a block's recurrent part runs one token at a time:
 # mamba, falcon_mamba and granitemoehybrid equal their steps exactly in float64, jamba,
 # falcon_h1 and zamba2 to ~1e-14, olmo_hybrid and kimi_linear to ~1e-6; the MoE ones in
-# float32 (no float64 expert matmul). bamba does not (its greedy choice differs within the first block). Those
-# added here pass re-fed on 5.25 too, but 5.24 was never run: refused re-fed.
+# float32 (no float64 expert matmul). bamba does not (its greedy choice differs within the
+# first block). Those added here pass re-fed on 5.25 too, but 5.24 was never run: refused
+# re-fed. A type whose layers keep several recurrent states (qwen4_exp, inkling) would break
+# here: 5.25 records every state of a layer into one shared history list.
 RECORDED_MODEL_TYPES = REFEED_MODEL_TYPES | {
     "mamba", "falcon_mamba", "jamba", "granitemoehybrid", "falcon_h1", "zamba2", "olmo_hybrid",
     "qwen3_5_moe_text", "lfm2_moe", "kimi_linear"}
