@@ -35,7 +35,7 @@ from specfleet.engine.runners.torch_rollback import (
     RecurrentRollback,
     layer_kinds,
     lookup_refusal,
-    recurrent_rollback_here,
+    recurrent_rollback_for,
 )
 from specfleet.errors import UserError
 
@@ -107,8 +107,8 @@ class TorchRunner(TokenizerText):
 
     def __init__(self, model, tokenizer, device: str,
                  recurrent: RecurrentRollback | None = None) -> None:
-        """`recurrent`: how recurrent layers go back ("record" or "refeed"); None: the
-        installed transformers' way (`torch_rollback.recurrent_rollback_here`)."""
+        """`recurrent`: how recurrent layers go back ("record" or "refeed"); None: the way
+        for this model type and the installed transformers (`recurrent_rollback_for`)."""
         import transformers
         from transformers import DynamicCache
 
@@ -120,7 +120,7 @@ class TorchRunner(TokenizerText):
         self._cache: DynamicCache | None = DynamicCache(config=model.config)
         decoder = model.config.get_text_config(decoder=True)
         kinds = layer_kinds(self._cache, decoder.model_type)
-        recurrent = recurrent or recurrent_rollback_here()
+        recurrent = recurrent or recurrent_rollback_for(decoder.model_type)
         self._rollback = CacheRollback(kinds, recurrent)
         self.rollback_kind: RollbackKind = self._rollback.rollback_kind
         # Plain decoding works on every known layer kind; prompt lookup only where exact.

@@ -71,6 +71,16 @@ def recurrent_rollback_here() -> RecurrentRollback:
     return "record" if hasattr(Cache, "get_recurrent_states_to_keep") else "refeed"
 
 
+def recurrent_rollback_for(model_type: str) -> RecurrentRollback:
+    """The way back for a model of `model_type`: "record" where transformers records and the
+    type is proven under it (`RECORDED_MODEL_TYPES`), else "refeed". Prompt lookup refuses an
+    unproven type either way, but calibrate and the warm-up still roll blocks back on it, and
+    a type whose code does not record per token (zamba, zaya) would leave a crop nothing to
+    go back to; a re-feed works on any."""
+    here = recurrent_rollback_here()
+    return here if here == "refeed" or model_type in RECORDED_MODEL_TYPES else "refeed"
+
+
 def _kind_by_class() -> dict[type, LayerKind]:
     from transformers.cache_utils import (
         DummyLayer,

@@ -257,7 +257,7 @@ def test_a_model_proven_only_when_recorded_is_refused_lookup_when_re_fed(name):
     assert len(generate(runner, prompt, max_tokens=4).tokens) == 4
 
 
-def test_a_recurrent_model_not_proven_either_way_is_refused_lookup_in_one_line():
+def _tiny_bamba():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     # bamba: even a recorded block's greedy choice differs from its one-token steps.
@@ -266,7 +266,22 @@ def test_a_recurrent_model_not_proven_either_way_is_refused_lookup_in_one_line()
         num_hidden_layers=2, attn_layer_indices=[1], num_attention_heads=2,
         num_key_value_heads=1, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
         mamba_n_groups=1, mamba_chunk_size=8, mamba_expand=2)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64).eval()
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float64).eval()
+
+
+def test_an_unproven_recurrent_type_rolls_back_by_re_feeding_for_calibrate():
+    # Lookup refuses it, but calibrate and the warm-up still roll blocks back on it; a type
+    # whose code records nothing per token (zamba, zaya) could not be cropped.
+    runner = TorchRunner(_tiny_bamba(), IdsOnlyTokenizer(), "cpu")
+    assert runner.rollback_kind == "refeed" and runner.lookup_refusal is not None
+    runner.reset()
+    runner.prefill(lcg_tokens(11, PROMPT_TOKENS, TINY_VOCAB))
+    runner.forward(lcg_tokens(12, BLOCK, TINY_VOCAB))
+    assert runner.rollback(BLOCK - 1) == 1 and runner.cache_len() == PROMPT_TOKENS + 1
+
+
+def test_a_recurrent_model_not_proven_either_way_is_refused_lookup_in_one_line():
+    model = _tiny_bamba()
     for recurrent in ("record", "refeed"):
         runner = TorchRunner(model, IdsOnlyTokenizer(), "cpu", recurrent)  # type: ignore[arg-type]
         assert runner.lookup_refusal is not None and runner.lookup_refusal.startswith("bamba: ")
