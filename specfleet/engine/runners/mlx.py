@@ -83,8 +83,8 @@ class MlxRunner(TokenizerText):
         self.reset()  # refuses a cache type `mlx_caches` does not know (UnsupportedModelError)
         self.rollback_kind: RollbackKind = "refeed" if self._caches.refeeds else "trim"
         # Plain decoding works on every known cache kind; prompt lookup only where exact.
-        self.lookup_refusal = lookup_refusal(self._caches.refeeds,
-                                             getattr(model, "model_type", None))
+        model_type = getattr(model, "model_type", None) or type(model).__module__.rsplit(".")[-1]
+        self.lookup_refusal = lookup_refusal(self._caches.refeeds, model_type)
         self.tokenizer = tokenizer
         self.vocab_size = _vocab_size(model)
         self.eos_ids = eos_id_set(getattr(tokenizer, "eos_token_ids", None),

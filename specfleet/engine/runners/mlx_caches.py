@@ -258,7 +258,7 @@ _PROBLEM: dict[LayerKind, Callable[[Layer, int, bool], str]] = {
 }
 
 
-def lookup_refusal(refeeds: bool, model_type: str | None) -> str | None:
+def lookup_refusal(refeeds: bool, model_type: str) -> str | None:
     """Why prompt lookup must not drive this model (plain decoding still may), or None: it
     has recurrent layers (`refeeds`) and its type is not in `REFEED_MODEL_TYPES`."""
     if refeeds and model_type not in REFEED_MODEL_TYPES:

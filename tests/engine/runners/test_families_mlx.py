@@ -226,3 +226,6 @@ def test_a_recurrent_model_type_without_a_proof_is_refused_lookup_in_one_line():
     attention_only = TINY_FAMILIES["llama"]()
     attention_only.model_type = "recurrent_gemma"  # only recurrent layers need the proof
     assert MlxRunner(attention_only, IdsOnlyTokenizer(), "cpu").lookup_refusal is None
+    unnamed = TINY_FAMILIES["mamba"]()
+    del unnamed.model_type  # then its mlx-lm module names it: mlx_lm.models.mamba
+    assert MlxRunner(unnamed, IdsOnlyTokenizer(), "cpu").lookup_refusal is None
