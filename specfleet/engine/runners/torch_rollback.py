@@ -127,11 +127,13 @@ def lookup_refusal(kinds: tuple[LayerKind, ...], model_type: str,
     """Why prompt lookup must not drive this model (plain decoding still may), or None:
     recurrent layers in a model type not proven (`RECORDED_MODEL_TYPES` under "record",
     `REFEED_MODEL_TYPES` under "refeed") to verify a block exactly as its one-token steps."""
-    known = RECORDED_MODEL_TYPES if recurrent == "record" else REFEED_MODEL_TYPES
-    if any(k.startswith("recurrent") for k in kinds) and model_type not in known:
+    exact = RECORDED_MODEL_TYPES if recurrent == "record" else REFEED_MODEL_TYPES
+    if any(k.startswith("recurrent") for k in kinds) and model_type not in exact:
+        # Name every type that runs with this transformers (a forced re-feed knows fewer).
+        here = RECORDED_MODEL_TYPES if recurrent_rollback_here() == "record" else exact
         return (f"{model_type}: its recurrent layers are not known to verify a block exactly "
                 f"as one-token steps, so prompt lookup could not equal plain decoding (known: "
-                f"{', '.join(sorted(known))}); plain decoding works")
+                f"{', '.join(sorted(here))}); plain decoding works")
     return None
 
 
