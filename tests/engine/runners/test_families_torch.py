@@ -5,9 +5,8 @@ exactly as plain greedy decoding, over a prompt and reply longer than the slidin
 drafts rejected (so rollbacks ran). Recurrent families run both ways back where both are
 proven: "record" (the installed transformers' recorded states) and "refeed" (kept tokens fed
 again). A rolled back block wider than the window leaves the caches as if it had never been
-fed; a rollback that
-skips a layer is caught and named; an unknown cache layer is refused at load and a model that
-ignores the cache at its first prefill, in one line.
+fed; a rollback that skips a layer is caught and named; an unknown cache layer is refused at
+load and a model that ignores the cache at its first prefill, in one line.
 """
 
 from __future__ import annotations
