@@ -248,9 +248,11 @@ class TorchRunner(TokenizerText):
 
     def cache_len(self) -> int:
         assert self._cache is not None  # reset() has run since __init__
-        if not self._rollback.attention:  # no layer counts positions (e.g. Mamba 2)
+        first = self._rollback.first_attention
+        if first is None:  # no layer counts positions by its keys (e.g. Mamba 2)
             return self._rollback.positions
-        return int(self._cache.get_seq_length())
+        # Not layer 0's count when that is recurrent: since 5.25 a tensor, a device read.
+        return int(self._cache.get_seq_length(first))
 
     def clear_allocator_cache(self) -> None:
         if self._gpu:

@@ -175,7 +175,9 @@ class CacheRollback:
         self._recorders = [i for i, k in enumerate(kinds)
                            if k == "sliding" or (not refeeds and k.startswith("recurrent"))]
         self._records_recurrent = not refeeds and bool(self._recurrent)
-        self.attention = any(k != "recurrent" and k != "empty" for k in kinds)
+        # The first layer that counts positions by its keys (shape or int, no device read).
+        self.first_attention = next(
+            (i for i, k in enumerate(kinds) if k not in ("recurrent", "empty")), None)
         self.reset()
 
     def reset(self) -> None:
@@ -314,13 +316,14 @@ class CacheRollback:
             error: one line naming the first layer that does not (CacheRollbackError unless
                 the caller says otherwise).
         """
+        counts = _linear_counts(cache, self._recurrent)
         for i, kind in enumerate(self.kinds):
-            problem = self._layer_problem(cache.layers[i], i, kind, mark)
+            problem = self._layer_problem(cache.layers[i], i, kind, mark, counts.get(i))
             if problem is not None:
                 raise error(f"{when}: cache layer {i} ({kind}) {problem}")
 
     def _layer_problem(self, layer: Any, index: int, kind: LayerKind,
-                       mark: _Mark | None) -> str | None:
+                       mark: _Mark | None, counted: int | None) -> str | None:
         expected = self.positions
         if kind.endswith("full") and _attention_len(layer) != expected:
             return f"holds {_attention_len(layer)} positions, expected {expected}"
@@ -338,11 +341,9 @@ class CacheRollback:
                 return "does not hold the state kept before the forward"
             if self._layer_positions[index] != expected:
                 return f"absorbed {self._layer_positions[index]} positions, expected {expected}"
-            counter = _linear_counter(layer)
-            # A device read (a sync on CUDA), once per rollback: the models take their
-            # positions from this count, so a wrong one would shift every later token.
-            if counter is not None and int(counter) != expected:
-                return f"counts {int(counter)} positions, expected {expected}"
+            # The models take their positions from this count: a wrong one shifts every token.
+            if counted is not None and counted != expected:
+                return f"counts {counted} positions, expected {expected}"
         return None
 
 
@@ -355,6 +356,17 @@ def _stop_recording(layer: Any, kind: LayerKind) -> None:
         for i, state in layer.conv_states.items():
             if state is not None and not state.is_contiguous():
                 layer.conv_states[i] = state.contiguous()
+
+
+def _linear_counts(cache: Any, indices: list[int]) -> dict[int, int]:
+    """Each recurrent layer's own position count, read from the device in one transfer (a
+    sync on CUDA, once per check rather than once per layer); empty before 5.25."""
+    counters = {i: c for i in indices if (c := _linear_counter(cache.layers[i])) is not None}
+    if not counters:
+        return {}
+    device = next(iter(counters.values())).device
+    values = torch.stack([c.to(device) for c in counters.values()]).tolist()
+    return dict(zip(counters, values, strict=True))
 
 
 def _linear_counter(layer: Any) -> torch.Tensor | None:
