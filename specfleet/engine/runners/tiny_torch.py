@@ -79,7 +79,7 @@ TINY_FAMILIES: Mapping[str, TinyFamily] = MappingProxyType({
     "mamba2": TinyFamily("mamba2", "Mamba 2 on every layer (no attention)", {
         "num_hidden_layers": 2, "num_heads": 4, "head_dim": 16, "state_size": 8,
         "n_groups": 1, "chunk_size": 8}),
-    # Prompt lookup on these four needs transformers 5.25+ ("record" rollback, torch_rollback).
+    # Prompt lookup on these and the ones below needs transformers 5.25+ ("record" rollback).
     "mamba": TinyFamily("mamba", "Mamba on every layer (no attention)", {
         "num_hidden_layers": 2, "state_size": 8, "expand": 2, "conv_kernel": 4,
         "time_step_rank": 4}),
@@ -148,8 +148,8 @@ def tiny_runner(family: str, device: str = "cpu", dtype: torch.dtype = torch.flo
         dtype: weight dtype; float64 keeps a verify row within ~1e-5 of its one-token step
             (the model code computes some parts in float32). MPS has no float64: float32 there.
         seed: weight seed.
-        recurrent: how recurrent layers go back (`TorchRunner`); None: the installed
-            transformers' way.
+        recurrent: how recurrent layers go back (`TorchRunner`); None: the way for the
+            family's model type and the installed transformers.
 
     Returns:
         The runner: token ids in and out (`IdsOnlyTokenizer`), no EOS.

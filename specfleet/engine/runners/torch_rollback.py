@@ -10,7 +10,8 @@ layer; the layer's class says how the rejected rows of a verify block are undone
   the block displaced; the next forward restricts it to the window again.
 - `LinearAttentionLayer` (linear attention, Mamba, short convolutions): conv and recurrent
   states absorb every token in place and cannot drop a tail. Two ways back, by what the
-  installed transformers can do (`recurrent_rollback_here`):
+  installed transformers can do and what the model type is proven under
+  (`recurrent_rollback_for`):
   - "record" (transformers 5.25+): before a block the layer is told to record
     (`activate_past_recording(recurrent_states_to_keep=width)`): the model then runs the
     block's recurrent part one token at a time, with the one-token kernels of plain decoding,
