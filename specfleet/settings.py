@@ -130,9 +130,11 @@ _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 HOST_NAME_EXPECTED = "a host name of letters, digits, '_', '.' or '-' (at most 64)"
 
 
-def is_host_name(text: str) -> bool:
-    """Whether `text` can name a fleet host (a Ray label value and a store key)."""
-    return bool(_HOST_NAME.match(text))
+def host_name_problem(text: str) -> str | None:
+    """Why `text` cannot name a fleet host (a Ray label value and a store key), or None."""
+    if _HOST_NAME.match(text):
+        return None
+    return f"expected {HOST_NAME_EXPECTED}, got {text[:80]!r}"
 
 
 @dataclass(frozen=True)
@@ -146,8 +148,8 @@ class HostName(Variable):
             UserError: not letters, digits, '_', '.' or '-' (at most 64).
         """
         given = self.value(env)
-        if given is not None and not is_host_name(given):
-            raise UserError(f"{self.name}: expected {HOST_NAME_EXPECTED}, got {given[:80]!r}")
+        if given is not None and (problem := host_name_problem(given)):
+            raise UserError(f"{self.name}: {problem}")
         return given
 
 

@@ -33,7 +33,7 @@ from specfleet.engine.config import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, option
 from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target
-from specfleet.settings import HOST_NAME_EXPECTED, is_host_name
+from specfleet.settings import host_name_problem
 from specfleet.store.store import new_matrix_id, open_store
 
 app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
@@ -152,8 +152,8 @@ def calibrate(
     One host runs one calibration at a time, never beside a timed run (machine lease).
     Exit status 0 when every target was measured, 1 otherwise.
     """
-    if host is not None and not is_host_name(host):  # a --target's host: TargetRef checks it
-        raise UserError(f"--host: expected {HOST_NAME_EXPECTED}, got {host[:80]!r}")
+    if host is not None and (problem := host_name_problem(host)):  # --target's: TargetRef
+        raise UserError(f"--host: {problem}")
     refuse_embedded_stranger(host, "--host", address, embedded)
     with open_store(db) as store:
         view = open_fleet(address, with_toy=engine == "toy",

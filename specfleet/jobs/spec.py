@@ -34,7 +34,7 @@ from specfleet.engine.peers import (
 from specfleet.engine.stats import LoopGuardConfig
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS, OWN_ARMS, Arm, LoopGuard, OwnArm, Target
-from specfleet.settings import HOST_NAME_EXPECTED, is_host_name
+from specfleet.settings import host_name_problem
 
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
@@ -84,8 +84,8 @@ TokenLimitField = Annotated[
 
 
 def _host_name(value: Any) -> Any:
-    if isinstance(value, str) and not is_host_name(value):
-        raise ValueError(f"expected {HOST_NAME_EXPECTED}, got {value[:80]!r}")
+    if isinstance(value, str) and (problem := host_name_problem(value)):
+        raise ValueError(problem)
     return value
 
 
