@@ -129,6 +129,20 @@ class TorchRunner(TokenizerText):
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.get_text_config().vocab_size)
         self.eos_ids = eos_id_set(model.generation_config.eos_token_id, tokenizer.eos_token_id)
+        self._refuse_state_outside_cache(decoder.model_type)
+
+    def _refuse_state_outside_cache(self, model_type: str) -> None:
+        """Feed one token at load: a model that keeps its state in its own modules (RWKV,
+        RecurrentGemma) leaves transformers' cache empty, and would fail mid-reply, not here."""
+        try:
+            self.prefill([0])
+        except UnsupportedModelError as err:
+            raise UnsupportedModelError(
+                f"{model_type} keeps its state outside transformers' cache ({err}), so the "
+                "torch engine cannot run it, plain or with prompt lookup; expected a model "
+                "whose layers all use transformers' cache (README, \"Models\")") from None
+        finally:
+            self.reset()
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> TorchRunner:
@@ -188,8 +202,7 @@ class TorchRunner(TokenizerText):
         logits = self._run([int(t) for t in prompt], logits_to_keep=1)
         self._rollback.fed(len(prompt), undoable=False)
         # A model that keeps its state elsewhere (or ignores `cache=`) leaves layers empty.
-        self._rollback.check(self._cache, f"{self.model.config.model_type} after a prefill",
-                             error=UnsupportedModelError)
+        self._rollback.check(self._cache, "after a prefill", error=UnsupportedModelError)
         return logits
 
     @torch.inference_mode()

@@ -232,16 +232,29 @@ def test_an_unknown_cache_layer_kind_is_refused_in_one_line():
     assert "DynamicIndexedLayer" in message and "llama" in message and "\n" not in message
 
 
-def test_a_model_that_ignores_the_cache_is_refused_at_its_first_prefill():
+# Models that keep their state in their own modules: RWKV ignores the cache, RecurrentGemma
+# fills only its attention layers' own buffers.
+_STATE_OUTSIDE = {
+    "rwkv": ({"attention_hidden_size": 32, "num_hidden_layers": 2}, "cache layer 0 (full) holds 0"),
+    "recurrent_gemma": ({"num_hidden_layers": 2, "lru_width": 32, "attention_window_size": 8,
+                         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+                         "block_types": ["recurrent", "attention"]},
+                        "cache layer 0 (recurrent) holds no state"),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(_STATE_OUTSIDE))
+def test_a_model_that_keeps_its_state_outside_the_cache_is_refused_at_load(model_type):
+    # It used to load and then fail at the first prefill, plain decoding too, with a traceback.
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model("rwkv", vocab_size=TINY_VOCAB, hidden_size=32,
-                                  attention_hidden_size=32, num_hidden_layers=2)
-    runner = TorchRunner(AutoModelForCausalLM.from_config(config), IdsOnlyTokenizer(), "cpu")
+    settings, problem = _STATE_OUTSIDE[model_type]
+    config = AutoConfig.for_model(model_type, vocab_size=TINY_VOCAB, hidden_size=32, **settings)
     with pytest.raises(UnsupportedModelError) as err:
-        runner.prefill([1, 2, 3])
+        TorchRunner(AutoModelForCausalLM.from_config(config), IdsOnlyTokenizer(), "cpu")
     message = str(err.value)
-    assert "rwkv after a prefill: cache layer 0 (full) holds 0 positions" in message
+    assert message.startswith(f"{model_type} keeps its state outside transformers' cache")
+    assert problem in message and "plain or with prompt lookup" in message
     assert "\n" not in message
 
 
