@@ -24,7 +24,9 @@ from specfleet.cli.options import (
     LocalModelOption,
     MaxWidthOption,
 )
+from specfleet.engine.widthcosts import MAX_REPS, MAX_ROUNDS, MAX_STEPS
 from specfleet.errors import UserError
+from specfleet.jobs.spec import MAX_TOKENS_LIMIT
 
 
 def calibrate_command(
@@ -33,13 +35,14 @@ def calibrate_command(
     device: DeviceOption = "auto",
     max_width: MaxWidthOption = 33,
     prompt_len: Annotated[int | None, typer.Option(
-        "--prompt-len", min=1, help="Cached positions at each round's start.")] = None,
+        "--prompt-len", min=1, max=MAX_TOKENS_LIMIT,
+        help="Cached positions at each round's start.")] = None,
     rounds: Annotated[int | None, typer.Option(
-        "--rounds", min=1, help="Rotating rounds (each ratio's n).")] = None,
+        "--rounds", min=1, max=MAX_ROUNDS, help="Rotating rounds (each ratio's n).")] = None,
     steps: Annotated[int | None, typer.Option(
-        "--steps", min=2, help="Pipelined steps per round.")] = None,
+        "--steps", min=2, max=MAX_STEPS, help="Pipelined steps per round.")] = None,
     reps: Annotated[int | None, typer.Option(
-        "--reps", min=1, help="Verifies per width per round.")] = None,
+        "--reps", min=1, max=MAX_REPS, help="Verifies per width per round.")] = None,
     quick: Annotated[
         bool, typer.Option("--quick", help="Few short rounds (under 30 s on the bundled model).")
     ] = False,

@@ -28,6 +28,13 @@ START_TOKEN = 1234
 METHOD = "interleaved-rotating-rounds"
 
 
+# Upper bounds of the settings (each well past any useful table: the defaults are 7, 32, 3):
+# a mistyped value is refused, not measured for hours.
+MAX_ROUNDS = 1000
+MAX_STEPS = 10000
+MAX_REPS = 100
+
+
 @dataclass(frozen=True)
 class CalibrationSettings:
     """How long to measure.
@@ -57,6 +64,9 @@ class CalibrationSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.steps < 2:
             raise ValueError(f"steps must be >= 2 (half before, half after), got {self.steps}")
+        for name, most in (("rounds", MAX_ROUNDS), ("steps", MAX_STEPS), ("reps", MAX_REPS)):
+            if getattr(self, name) > most:
+                raise ValueError(f"{name} must be <= {most}, got {getattr(self, name)}")
         if self.remeasure < 0:
             raise ValueError(f"remeasure must be >= 0, got {self.remeasure}")
         return self

@@ -600,13 +600,23 @@ NAMED = {
     # A model folder whose config says 64 positions: refused before anything loads.
     "calibrate: --prompt-len past the model's context": (
         {}, files(config__json='{"max_position_embeddings": 64}'),
-        ["calibrate", "-m", "{here}", "--prompt-len", "999999999"],
-        ["--prompt-len 999999999: a round needs", "has a context of 64 tokens"]),
+        ["calibrate", "-m", "{here}", "--prompt-len", "100000"],
+        ["--prompt-len 100000: a round needs", "has a context of 64 tokens"]),
     "calibrate: --reps past the model's context": (  # it blamed --prompt-len 300
         {}, files(config__json='{"max_position_embeddings": 64}'),
-        ["calibrate", "-m", "{here}", "--reps", "99999999999999999999999"],
-        ["--reps 99999999999999999999999: a round needs", "has a context of 64 tokens; "
+        ["calibrate", "-m", "{here}", "--reps", "50"],
+        ["--reps 50: a round needs", "has a context of 64 tokens; "
          "expected a smaller --reps"]),
+    # A model whose context is not known: a huge value ran for hours.
+    "calibrate: --rounds past its bound": (
+        {}, files(config__json="{}"), ["calibrate", "-m", "{here}", "--rounds", "5000"],
+        ["'--rounds': Input should be less than or equal to 1000"]),
+    "calibrate: --steps past its bound": (
+        {}, files(config__json="{}"), ["calibrate", "-m", "{here}", "--steps", "100000"],
+        ["'--steps': Input should be less than or equal to 10000"]),
+    "calibrate: --reps past its bound": (
+        {}, files(config__json="{}"), ["calibrate", "-m", "{here}", "--reps", "101"],
+        ["'--reps': Input should be less than or equal to 100"]),
     # On the embedded fleet a model this machine cannot run is refused before Ray starts:
     # each run would fail, and the matrix of failures would stay in the store.
     "run: an unknown model": (
