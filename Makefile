@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 # turns off a PYTHONDONTWRITEBYTECODE the environment may set, which would forbid that cache.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: venv demo test test-fast lint typecheck bench clean
+.PHONY: venv demo test test-fast lint typecheck bench clean device-wheels
 
 venv: $(STAMP)
 
@@ -68,6 +68,15 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy
+
+# For a lent GPU machine (bench/cuda_check.py): it has Python 3.12, a CUDA torch and numpy but
+# an older transformers, and reaches no registry; these wheels travel with the tree (.whl/).
+DEVICE_PLATFORMS := $(foreach p,manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014,--platform $(p)_x86_64)
+device-wheels: venv
+	rm -rf .whl && $(BIN)/python -m pip download -q -c constraints.txt --only-binary=:all: \
+	  --python-version 3.12 --implementation cp $(DEVICE_PLATFORMS) -d .whl transformers kernels
+	rm -f .whl/numpy-*.whl
+	du -sh .whl
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
