@@ -30,7 +30,13 @@ def parse_time(value: str | None, flag: str) -> datetime | None:
             f"{flag}: expected an ISO date or time like 2026-11-29 or 2026-11-29T10:00, "
             f"got {value!r}"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if not moment.tzinfo:
+        return moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)  # the store compares in UTC
+    except OverflowError:  # 0001-01-01T00:00+05:00 is a moment before year 1 in UTC
+        raise UserError(f"{flag}: {value!r} falls outside years 1-9999 in UTC; expected a "
+                        "time within them") from None
 
 
 def check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> None:

@@ -728,6 +728,13 @@ NAMED = {
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
+    # Moved to UTC, each is a moment before year 1 or after 9999: an OverflowError traceback.
+    "results: --until before year 1 in UTC": (
+        {}, NO_FILES, ["results", "--until", "0001-01-01T00:00+05:00", "--db", "{db}"],
+        ["--until: '0001-01-01T00:00+05:00' falls outside years 1-9999 in UTC"]),
+    "results: --since after year 9999 in UTC": (
+        {}, NO_FILES, ["results", "--since", "9999-12-31T23:59-05:00", "--db", "{db}"],
+        ["--since: '9999-12-31T23:59-05:00' falls outside years 1-9999 in UTC"]),
 }
 
 
