@@ -114,6 +114,9 @@ def serve(
     from specfleet.serve.fleetpage import FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only
 
+    if not host:  # the socket layer reads '' as every address, the URL printed as http://:PORT
+        raise UserError("--host '' is blank; expected an address of this machine, e.g. "
+                        "127.0.0.1 or 0.0.0.0")
     token, token_from = view_token(host, token_file)
     address = fleet_address(address)
     store = open_read_only(db)

@@ -558,6 +558,9 @@ NAMED = {
         {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
         ["serve", "--host", "not a host", "--token-file", "{here}/t", "--db", "{db}"],
         ["--host 'not a host': cannot resolve it", "expected an address of this machine"]),
+    "serve: --host empty": (  # it listened on every address and printed http://:8266/
+        {}, NO_FILES, ["serve", "--host", "", "--db", "{db}"],
+        ["--host '' is blank; expected an address of this machine"]),
     "serve: --host of another machine": (  # 192.0.2.0/24 is documentation's, never local
         {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
         ["serve", "--host", "192.0.2.1", "--token-file", "{here}/t", "--db", "{db}"],
