@@ -104,10 +104,11 @@ class Count(Variable):
         raw = self.value(env)
         if raw is None:
             return None
-        if not raw.strip().isdigit() or not self.low <= int(raw) <= self.high:
+        digits = raw.strip()  # isdigit() alone passes '²', which int() refuses
+        if not (digits.isascii() and digits.isdigit()) or not self.low <= int(digits) <= self.high:
             raise UserError(f"{self.name}: expected a whole number between {self.low} and "
                             f"{self.high}, got {raw!r}")
-        return int(raw)
+        return int(digits)
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,10 @@ def test_seconds_say_their_default_and_range_as_declared(variable: Seconds) -> N
     (THREADS, "0", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, got '0'"),
     (THREADS, "2.5", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, got '2.5'"),
     (THREADS, "-1", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, got '-1'"),
+    (THREADS, "\u00b2", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, "
+                    "got '\u00b2'"),  # a digit to isdigit(), not to int(): a ValueError
+    (THREADS, "\u0661\u0662", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, "
+                            "got '\u0661\u0662'"),
     (HOST, "my host", "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
                       "'-' (at most 64), got 'my host'"),
     (HOST, "a" * 65, "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
