@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -335,7 +336,83 @@ def growth_cap(base: int, factor: float) -> contextlib.AbstractContextManager[No
     return patched(Governor, "size", new_size)
 
 
+def one_gram_index(rule: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+                   ) -> contextlib.AbstractContextManager[None]:
+    """The replayed policy's index also matches single tokens (ngram_min 1, as transformers'
+    lookup falls back to), under the shipped rule or `rule`; the oracle and plain stay on
+    the shipped index, so efficiencies keep their denominators."""
+    shipped = replay
+
+    def new_replay(*args, lookup=None, **kwargs):
+        if lookup is not None:
+            lookup = dataclasses.replace(lookup, ngram_min=1)
+        return shipped(*args, lookup=lookup, **kwargs)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(sys.modules[__name__], "replay", new_replay))
+    if rule is not None:
+        stack.enter_context(rule())
+    return stack
+
+
+def fresh_one_gram(prior: float | None = None, learned: float = 0.0,
+                   recovery: int = 0) -> contextlib.AbstractContextManager[None]:
+    """How a fresh match found on one token is drafted: skipped (`prior` None), at a
+    first-proposal prior `prior`, with its own landing rate learned from this reply's
+    one-token drafts over `learned` proposals' worth of that prior (0: not learned), or
+    (`recovery` > 0) only within `recovery` lookups of a rejection that ended a match that
+    had held 2+ tokens (an edit inside a copy), at the shipped prior."""
+    size, record = Governor.size, Governor.record
+
+    def new_size(self: Governor, proposal: Sequence[int], ngram: int) -> int:
+        left = getattr(self, "recovering", 0)
+        self.recovering = max(0, left - 1)
+        self.one_gram = self.run == 0 and ngram == 1 and bool(proposal)
+        if not self.one_gram:
+            return size(self, proposal, ngram)
+        if recovery:
+            return size(self, proposal, ngram) if left > 0 else 0
+        if prior is None:
+            return 0
+        tried, landed = getattr(self, "one_gram_counts", (0.0, 0.0))
+        rate = (landed + learned * prior) / (tried + learned) if learned else prior
+        hazards = self.hazards()
+        hazards[0] = rate
+        return cal.saving_draft(cal.survival(hazards, 0, len(proposal)), self.costs,
+                                self.refeeds)
+
+    def new_record(self: Governor, accepted: int, proposed: int) -> None:
+        if getattr(self, "one_gram", False) and proposed:
+            tried, landed = getattr(self, "one_gram_counts", (0.0, 0.0))
+            self.one_gram_counts = (cal.DECAY * tried + 1, cal.DECAY * landed + (accepted > 0))
+        if accepted < proposed and self.run + accepted >= 2:
+            self.recovering = recovery
+        self.one_gram = False
+        record(self, accepted, proposed)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(Governor, "size", new_size))
+    stack.enter_context(patched(Governor, "record", new_record))
+    return stack
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "1-gram index, shipped rule": one_gram_index,
+    "1-gram index, fresh 1-gram matches skipped": lambda: one_gram_index(
+        lambda: fresh_one_gram(None)),
+    "1-gram index, fresh 1-gram at prior 1/4": lambda: one_gram_index(
+        lambda: fresh_one_gram(1 / 4)),
+    "1-gram index, fresh 1-gram at prior 1/8": lambda: one_gram_index(
+        lambda: fresh_one_gram(1 / 8)),
+    "1-gram index, fresh 1-gram learned from 1/2 (weight 2)": lambda: one_gram_index(
+        lambda: fresh_one_gram(1 / 2, learned=2.0)),
+    "1-gram index, fresh 1-gram learned from 1/4 (weight 2)": lambda: one_gram_index(
+        lambda: fresh_one_gram(1 / 4, learned=2.0)),
+    "1-gram index, fresh 1-gram only within 2 lookups of an edit": lambda: one_gram_index(
+        lambda: fresh_one_gram(recovery=2)),
+    "1-gram index, fresh 1-gram only within 4 lookups of an edit": lambda: one_gram_index(
+        lambda: fresh_one_gram(recovery=4)),
+
     "shipped (expected loss 0.5)": contextlib.nullcontext,
     "expected saving only (before)": lambda: expected_loss(0.0),
     "fresh prior 1/3": lambda: depth0_prior(1 / 3),
