@@ -11,6 +11,7 @@ import codecs
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,8 @@ def check_output_file(path: Path) -> None:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping."""
+    """SafeLoader that refuses a key given twice in one mapping, and an integer too long
+    for Python to read (`sys.get_int_max_str_digits`)."""
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
@@ -176,9 +178,20 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
     return loader.construct_mapping(node, deep=deep)
 
 
+def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    try:
+        return loader.construct_yaml_int(node)
+    except ValueError:  # int() of more than 4300 decimal digits
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of more than {sys.get_int_max_str_digits()} digits; expected a "
+            "shorter number",
+            node.start_mark) from None
+
+
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
 )
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:

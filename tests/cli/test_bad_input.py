@@ -57,6 +57,7 @@ FILES: dict[str, str | bytes] = {
     "prompt name of 200 characters": matrix(prompts=f"[{{name: {'p' * 200}, text: hi}}]"),
     "seed 10^23": matrix(seed="100000000000000000000000"),
     "seed 2^31": matrix(seed="2147483648"),
+    "seed of 5000 digits": matrix(seed="9" * 5000),  # int() refuses past 4300: a traceback
     "seed -1": matrix(seed="-1"),
     "seed as text": matrix(seed="'7'"),
     "NUL in prompt text": matrix(prompts='[{name: p, text: "a\\0b"}]'),
@@ -695,6 +696,10 @@ NAMED = {
     "replay: --costs with a list for its name": (
         {}, files(c__yaml="name: [a, b]\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'name' must be text, got a list"]),
+    "replay: --costs with a cost of 5000 digits": (  # a ValueError traceback
+        {}, files(c__yaml=f"ratio: [1.0, {'9' * 5000}]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: line 1, column 14: YAML syntax error: an integer of more than "
+         "4300 digits; expected a shorter number"]),
     "replay: --costs nested 20000 deep": (  # a RecursionError traceback
         {}, files(c__yaml="ratio: " + "[" * 20000 + "]" * 20000 + "\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: nested too deeply"]),
