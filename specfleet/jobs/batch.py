@@ -7,6 +7,7 @@ blank lines are skipped. Unnamed prompts are called `line-<n>` after their line 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,9 @@ def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
     except RecursionError:
         raise UserError(f"{where}: nested too deeply; expected a flat JSON object like "
                         '{"prompt": "..."}') from None
+    except ValueError:  # int() of more than 4300 digits
+        raise UserError(f"{where}: an integer of more than {sys.get_int_max_str_digits()} "
+                        "digits; expected a shorter number") from None
     if not isinstance(data, dict):
         raise UserError(f'{where}: expected a JSON object like {{"prompt": "..."}}')
     check_plain_data(data, where)  # "\u0000" is valid JSON, yet no engine or store takes it

@@ -733,6 +733,10 @@ NAMED = {
     "job generate: a key twice on a line": (  # json let the last one win
         {}, files(b__jsonl='{"prompt": "a", "prompt": "b"}\n'), JOB_BATCH,
         ["{here}/b.jsonl: line 1: duplicate key 'prompt'; expected each field once"]),
+    "job generate: a number of 5000 digits": (  # int()'s ValueError was a traceback
+        {}, files(b__jsonl='{"prompt": "hi", "max_tokens": ' + "9" * 5000 + "}\n"), JOB_BATCH,
+        ["{here}/b.jsonl: line 1: an integer of more than 4300 digits; expected a shorter "
+         "number"]),
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
