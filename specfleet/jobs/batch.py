@@ -74,7 +74,8 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     label = str(path)
     prompts: list[GeneratePrompt] = []
     text = read_text(Path(path), label, expected='a JSONL file, one {"prompt": ...} a line')
-    for number, line in enumerate(text.splitlines(), start=1):
+    # A line ends at "\n" only: a JSON string may hold U+2028 or U+0085 raw (splitlines).
+    for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             prompts.append(_prompt_line(line, f"{label}: line {number}", number))
     if not prompts:

@@ -75,3 +75,14 @@ def test_bad_flags_name_the_flag(tmp_path: Path) -> None:
         load_generate_job(path, model="m", target="a/torch", lookup={"ngram_max": 1})
     with pytest.raises(UserError, match=r"no such file; expected a JSONL file"):
         load_generate_job(tmp_path / "none.jsonl", model="m", target="a/torch")
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_a_line_separator_inside_a_prompt_is_text(tmp_path: Path, separator: str) -> None:
+    """Valid JSON holds these raw in a string; a line ends only at a newline (splitlines()
+    cut the prompt there: 'not JSON (Unterminated string ...)')."""
+    path = tmp_path / "b.jsonl"
+    path.write_text(f'{{"prompt": "one{separator}two"}}\n{{"prompt": "three"}}\n',
+                    encoding="utf-8")
+    job = load_generate_job(path, model="m", target="a/torch")
+    assert [p.prompt for p in job.prompts] == [f"one{separator}two", "three"]
