@@ -104,8 +104,10 @@ class Count(Variable):
         raw = self.value(env)
         if raw is None:
             return None
-        digits = raw.strip()  # isdigit() alone passes '²', which int() refuses
-        if not (digits.isascii() and digits.isdigit()) or not self.low <= int(digits) <= self.high:
+        # isdigit() alone passes '²', which int() refuses, as it refuses 4300+ digits.
+        digits = raw.strip().lstrip("0") or "0"
+        if (not (digits.isascii() and digits.isdigit()) or len(digits) > len(str(self.high))
+                or not self.low <= int(digits) <= self.high):
             raise UserError(f"{self.name}: expected a whole number between {self.low} and "
                             f"{self.high}, got {raw!r}")
         return int(digits)

@@ -93,6 +93,8 @@ def test_seconds_say_their_default_and_range_as_declared(variable: Seconds) -> N
                     "got '\u00b2'"),  # a digit to isdigit(), not to int(): a ValueError
     (THREADS, "\u0661\u0662", "SPECFLEET_THREADS: expected a whole number between 1 and 4096, "
                             "got '\u0661\u0662'"),
+    (THREADS, "9" * 5000, "SPECFLEET_THREADS: expected a whole number between 1 and 4096, "
+                         f"got '{'9' * 5000}'"),
     (HOST, "my host", "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
                       "'-' (at most 64), got 'my host'"),
     (HOST, "a" * 65, "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
