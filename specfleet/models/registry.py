@@ -14,7 +14,8 @@ import contextlib
 import functools
 import hashlib
 import json
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specfleet.engine.kinds import MODEL_ENGINES
@@ -29,7 +30,7 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS
-from specfleet.userfiles import read_yaml
+from specfleet.userfiles import read_text, read_yaml
 
 HASH_FILE = ".specfleet-weights.json"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
@@ -175,10 +176,34 @@ def resolve_model(
             f"model {alias_or_path!r} is neither an alias in {registry_path()} ({known}) "
             "nor an existing model folder"
         )
-    model = _locate(alias_or_path, engine, source, measure)
+    model = _locate(alias_or_path, engine, source, measure=False)
     if must_exist and not model.fetched:
         raise ModelNotFetched(_missing_hint(alias_or_path, source))
-    return model
+    if not model.fetched or model.path is None:
+        return model
+    check_config(model.path, alias_or_path)  # before measuring writes its hash file there
+    return _measured(model) if measure else model
+
+
+CONFIG_EXPECTED = "a model's config.json (a JSON object)"
+
+
+def check_config(folder: Path, alias: str) -> None:
+    """Refuse a `config.json` that is not a JSON object in one line: the engines' loaders
+    failed on it with a traceback (transformers' json error, mlx-lm's KeyError)."""
+    label = f"model {alias!r}: {folder / 'config.json'}"
+    text = read_text(folder / "config.json", label, expected=CONFIG_EXPECTED)
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{label}: not JSON ({err}); expected {CONFIG_EXPECTED}") from None
+    except RecursionError:
+        raise UserError(f"{label}: nested too deeply; expected {CONFIG_EXPECTED}") from None
+    except ValueError:  # int() of 4300+ digits
+        raise UserError(f"{label}: an integer of more than {sys.get_int_max_str_digits()} "
+                        f"digits; expected {CONFIG_EXPECTED}") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{label}: expected {CONFIG_EXPECTED}, got {describe_value(config)}")
 
 
 def list_models() -> list[ResolvedModel]:
@@ -207,9 +232,14 @@ def _locate(alias: str, engine: str, source: str, measure: bool = True) -> Resol
     if not present:
         return ResolvedModel(alias, engine, folder, False, 0, None, source)
     assert folder is not None  # only an HF id missing from the cache has no folder
-    if not measure:
-        return ResolvedModel(alias, engine, folder, True, 0, None, source)
-    return ResolvedModel(alias, engine, folder, True, folder_size(folder), weights_hash(folder), source)
+    model = ResolvedModel(alias, engine, folder, True, 0, None, source)
+    return _measured(model) if measure else model
+
+
+def _measured(model: ResolvedModel) -> ResolvedModel:
+    """`model` (fetched) with its folder's size and weights hash."""
+    assert model.path is not None  # a fetched model has a folder
+    return replace(model, size_bytes=folder_size(model.path), weights_hash=weights_hash(model.path))
 
 
 def _local_path(source: str) -> Path:

@@ -611,6 +611,16 @@ NAMED = {
         ["calibrate", "-m", "{here}", "--reps", "50"],
         ["--reps 50: a round needs", "has a context of 64 tokens; "
          "expected a smaller --reps"]),
+    # transformers' and mlx-lm's loaders failed on these with a traceback.
+    "generate: a model folder whose config.json is not JSON": (
+        {}, files(config__json="garbage"), ["generate", "-m", "{here}", "-p", "hi", "--engine",
+                                            "torch"],
+        ["--model: model '{here}': {here}/config.json: not JSON (Expecting value: line 1 "
+         "column 1 (char 0)); expected a model's config.json (a JSON object)"]),
+    "calibrate: a model folder whose config.json is a list": (
+        {}, files(config__json="[1]"), ["calibrate", "-m", "{here}", "--engine", "torch"],
+        ["--model: model '{here}': {here}/config.json: expected a model's config.json (a JSON "
+         "object), got a list"]),
     # A model whose context is not known: a huge value ran for hours.
     "calibrate: --rounds past its bound": (
         {}, files(config__json="{}"), ["calibrate", "-m", "{here}", "--rounds", "5000"],
