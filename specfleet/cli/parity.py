@@ -146,6 +146,7 @@ def parity(
         raise UserError("parity run: missing FILE (a matrix YAML)")
     report = functools.partial(report_parity, baseline=baseline, near_tie=near_tie, fmt=fmt,
                                allow_unverified=allow_unverified)
+    spec = load_parity_spec(file) if file is not None else None  # before a store is made
     with open_store(db, read_only=what != "run") as store:
         if baseline is not None:
             store.get_matrix(baseline)  # an unknown baseline fails before anything runs
@@ -153,8 +154,7 @@ def parity(
             with replay_workers(address, replay, embedded) as (workers, any_host):
                 report(store, what, workers if replay else None, any_host)
             return
-        assert file is not None  # `parity run` without FILE was refused above
-        spec = load_parity_spec(file)
+        assert spec is not None  # `parity run` without FILE was refused above
         with fleet_view(address, "toy" in spec.targets.engines, embedded) as view:
             matrix_id = run_parity_matrix(store, spec, view, progress)
             report(store, matrix_id, view.workers if replay else None, None)

@@ -512,6 +512,9 @@ NAMED = {
     "list: --limit past SQLite's integers": (
         {}, NO_FILES, ["matrix", "list", "--limit", "99999999999999999999", "--db", "{db}"],
         ["--limit", "less than or equal to 1000000"]),
+    "parity run: a missing file, --db a new store": (  # the store was made, then refused
+        {}, NO_FILES, ["parity", "run", "{here}/none.yaml", "--db", "{here}/new.db"],
+        ["{here}/none.yaml: no such file"]),
     "results: a blank --host": (  # it matched nothing and said nothing was found
         {}, NO_FILES, ["results", "--host", " ", "--db", "{db}"],
         ["--host: expected a value, got a blank one"]),
