@@ -194,12 +194,12 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     from specfleet.cluster.modelcheck import check_here, check_on_hosts
 
     label = f"matrix '{spec.name}'"
+    here = choose_fleet(address, embedded).embedded
+    if here:  # this machine alone: said before Ray starts or a store is made
+        found = check_here(spec, label)
+        refuse_unrunnable_models(found.errors + found.missing)
     with open_store(db) as store:
         _say_written_back(store)
-        here = choose_fleet(address, embedded).embedded
-        if here:  # this machine alone: said before Ray starts
-            found = check_here(spec, label)
-            refuse_unrunnable_models(found.errors + found.missing)
         view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)

@@ -647,6 +647,10 @@ NAMED = {
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{db}", "--embedded", "--no-progress"],
         ["matrix 'bench': models[0]: torch: model 'no-such-model' is neither an alias"]),
+    "bench: an unknown model, --db a new store": (  # the store was made, then refused
+        {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
+                       "{here}/new.db", "--embedded", "--no-progress"],
+        ["matrix 'bench': models[0]: torch: model 'no-such-model' is neither an alias"]),
     "job generate: a host the embedded fleet lacks": (
         {"SPECFLEET_HOST": "here1"}, files(p__jsonl='{"prompt": "hi"}\n'),
         ["job", "generate", "--prompts", "{here}/p.jsonl", "--target", "nohost/toy", "--model",
