@@ -14,7 +14,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
 from specfleet.report.build import load_matrix
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.results import check_choices
+from specfleet.report.results import check_choices, check_not_blank
 from specfleet.report.tables import DASH, interval_text, pct
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
 from specfleet.stats.history import (
@@ -60,6 +60,8 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
         UserError: an unknown arm, a malformed target, or no done run of this cell.
     """
     check_choices([arm], ARMS, "--arm")
+    check_not_blank([model], "--model")
+    check_not_blank([prompt], "--prompt")
     where = dict(model=model, prompt=prompt, arm=sorted({arm, "plain"}), status="done",
                  **_target_filters(target))
     if last is not None:

@@ -47,6 +47,12 @@ def check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str)
                             f"{', '.join(allowed)}")
 
 
+def check_not_blank(values: list[str] | None, flag: str) -> None:
+    """A blank filter value matched nothing and said nothing was found: one line instead."""
+    if any(not value.strip() for value in values or []):
+        raise UserError(f"{flag}: expected a value, got a blank one")
+
+
 def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=None,
                 prompt=None, arm=None, matrix=None, version=None, since=None,
                 until=None) -> dict:
@@ -60,8 +66,7 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
     check_choices(arm, ARMS, "--arm")
     for flag, values in (("--host", host), ("--kind", kind), ("--model", model),
                          ("--prompt", prompt), ("--matrix", matrix), ("--version", version)):
-        if any(not value.strip() for value in values or []):  # it matched nothing, silently
-            raise UserError(f"{flag}: expected a value, got a blank one")
+        check_not_blank(values, flag)
     for matrix_id in matrix or []:
         store.get_matrix(matrix_id)
     start, end = parse_time(since, "--since"), parse_time(until, "--until")

@@ -678,6 +678,12 @@ NAMED = {
         {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "plain", "--target",
                        "", "--db", "{db}"],
         ["--target: expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE, got ''"]),
+    "history: a blank --model": (  # `results` refused it; history said "no done runs"
+        {}, NO_FILES, ["history", "--model", " ", "--prompt", "p", "--arm", "plain", "--db",
+                       "{db}"], ["--model: expected a value, got a blank one"]),
+    "history: an empty --prompt": (
+        {}, NO_FILES, ["history", "--model", "m", "--prompt", "", "--arm", "plain", "--db",
+                       "{db}"], ["--prompt: expected a value, got a blank one"]),
     "history: --factor inf": (
         {}, NO_FILES, ["history", "--db", "{db}", "--factor", "inf"],
         ["--factor", "100"]),
