@@ -90,6 +90,17 @@ def require_transformers(version: str) -> None:
                         f"expected pip install -U 'transformers>={wanted}'")
 
 
+class _HoldRecords:
+    """A handler filter that keeps every record it sees and lets none through."""
+
+    def __init__(self, held: list) -> None:
+        self.held = held
+
+    def filter(self, record) -> bool:
+        self.held.append(record)
+        return False
+
+
 class TorchRunner(TokenizerText):
     """One transformers causal LM and its `DynamicCache` on one device (a `Runner`).
 
@@ -129,11 +140,22 @@ class TorchRunner(TokenizerText):
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.get_text_config().vocab_size)
         self.eos_ids = eos_id_set(model.generation_config.eos_token_id, tokenizer.eos_token_id)
+        self._held_logs: list = []  # transformers' log records of the load-time probe
         self._refuse_state_outside_cache(decoder.model_type)
 
     def _refuse_state_outside_cache(self, model_type: str) -> None:
         """Feed one token at load: a model that keeps its state in its own modules (RWKV,
-        RecurrentGemma) leaves transformers' cache empty, and would fail mid-reply, not here."""
+        RecurrentGemma) leaves transformers' cache empty, and would fail mid-reply, not here.
+        What transformers logs during that forward (a slow-kernel fallback, said once a
+        process) is held back and said at the first real prefill, as without this probe: a
+        refusal before it (this one, or prompt lookup's) stays one line."""
+        import logging
+
+        library = logging.getLogger("transformers")
+        held: list[logging.LogRecord] = []
+        hold = _HoldRecords(held)
+        for handler in library.handlers:
+            handler.addFilter(hold)
         try:
             self.prefill([0])
         except UnsupportedModelError as err:
@@ -142,7 +164,10 @@ class TorchRunner(TokenizerText):
                 "torch engine cannot run it, plain or with prompt lookup; expected a model "
                 "whose layers all use transformers' cache (README, \"Models\")") from None
         finally:
+            for handler in library.handlers:
+                handler.removeFilter(hold)
             self.reset()
+        self._held_logs = held
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> TorchRunner:
@@ -197,6 +222,8 @@ class TorchRunner(TokenizerText):
     @torch.inference_mode()
     def prefill(self, prompt: Sequence[int]) -> torch.Tensor:
         assert self._cache is not None  # reset() has run since __init__
+        if self._held_logs:
+            self._say_held_logs()
         self._rollback.before_forward(self._cache, None)
         # transformers' generate computes only the last row at prefill: same kernels here.
         logits = self._run([int(t) for t in prompt], logits_to_keep=1)
@@ -204,6 +231,13 @@ class TorchRunner(TokenizerText):
         # A model that keeps its state elsewhere (or ignores `cache=`) leaves layers empty.
         self._rollback.check(self._cache, "after a prefill", error=UnsupportedModelError)
         return logits
+
+    def _say_held_logs(self) -> None:
+        import logging
+
+        held, self._held_logs = self._held_logs, []
+        for record in held:
+            logging.getLogger(record.name).handle(record)
 
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int] | TorchTokens) -> torch.Tensor:
