@@ -161,7 +161,10 @@ class LoopGuardConfig:
         if len(parts) != 3 or not all(part.isascii() and part.isdigit() for part in parts):
             raise ConfigError(
                 f"expected 'min_period,max_period,repeats' (e.g. 1,64,8), got {text!r}")
-        min_period, max_period, repeats = (int(part) for part in parts)
+        # Past the bound whatever its length (int() refuses over 4300 digits).
+        min_period, max_period, repeats = (
+            int(part) if len(part.lstrip("0")) <= len(str(LOOP_GUARD_MAX)) else LOOP_GUARD_MAX + 1
+            for part in parts)
         return cls(min_period, max_period, repeats)
 
     def validate(self) -> LoopGuardConfig:

@@ -329,6 +329,8 @@ def weights_hash(folder: Path) -> str:
         digest.update(path.name.encode())
         _hash_stream(path.open("rb"), digest)
     value = digest.hexdigest()
+    if not files:  # nothing to save a rehash of, and no model: leave the folder as it was
+        return value
     # A read-only model folder (shared cache) just hashes again next time.
     with contextlib.suppress(OSError):
         cache.write_text(json.dumps({"files": stamp, "sha256": value}))

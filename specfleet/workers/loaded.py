@@ -21,7 +21,7 @@ import psutil
 
 from specfleet import openblas
 from specfleet.engine.peers import PeerCall, warm_up_peer
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 from specfleet.settings import THREADS
 
 ModelKey = tuple[str, str, str]  # (engine, device, model path)
@@ -203,9 +203,20 @@ def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
         EngineNotInstalled: the engine is not installed.
         UnsupportedModelError: the runner refuses the model or the device.
     """
+    from specfleet.engine.runners.base import UnsupportedModelError
+
     start = time.perf_counter()
-    # The runner resolves "auto" and refuses a device this host lacks.
-    runner = runner_class(engine).load(str(resolved.path), device)
+    try:
+        # The runner resolves "auto" and refuses a device this host lacks.
+        runner = runner_class(engine).load(str(resolved.path), device)
+    except (UserError, UnsupportedModelError):
+        raise
+    except (ValueError, KeyError, OSError) as err:  # the library refusing the folder itself
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UnsupportedModelError(one_line(
+            f"{resolved.path}: the {engine} engine cannot load this folder ({first}); expected "
+            "a model folder with config.json (its model_type), the weights (*.safetensors) "
+            "and the tokenizer")) from None
     return LoadedModel(
         (engine, device, str(resolved.path)),
         runner,

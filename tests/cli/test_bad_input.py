@@ -107,6 +107,7 @@ FILES: dict[str, str | bytes] = {
     "loop guard max < min": matrix(loop_guard="'8,2,4'"),
     "loop guard period 10^20": matrix(loop_guard="'1,99999999999999999999,3'"),
     "loop guard in non-ASCII digits": matrix(loop_guard="'1,²,3'"),
+    "loop guard period of 5000 digits": matrix(loop_guard=f"'1,{'9' * 5000},3'"),
     "toy model sleeping 10^20 ms": matrix(models="['script:99999999999999999999ms']"),
     "prompt_suffix for an unknown model": matrix(prompt_suffix="{other: x}"),
     "prompt_dir missing": matrix(prompts="[story]", prompt_dir="nowhere"),
@@ -193,6 +194,9 @@ CALLS = {
                                    "--loop-guard", "1,2"),
     "generate loop guard in non-ASCII digits": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
                                                    "--loop-guard", "1,²,3"),
+    # int() refuses over 4300 digits: a ValueError traceback.
+    "generate loop guard period of 5000 digits": cmd("generate", "-m", "smollm2-135m", "-p",
+                                                     "hi", "--loop-guard", f"1,{'9' * 5000},3"),
     "generate loop guard period 10^20": cmd("generate", "-m", "smollm2-135m", "-p", "hi",
                                             "--loop-guard", "1,99999999999999999999,3"),
     "db: unknown scheme": cmd("matrix", "list", "--db", "mysql://u@h/db"),
@@ -624,6 +628,19 @@ NAMED = {
         {}, files(config__json="[1]"), ["calibrate", "-m", "{here}", "--engine", "torch"],
         ["--model: model '{here}': {here}/config.json: expected a model's config.json (a JSON "
          "object), got a list"]),
+    # A folder the model library itself refuses: its traceback (or a ValueError) reached the user.
+    "generate: a folder whose config.json has no model_type (torch)": (
+        {}, files(config__json="{}"), ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
+        ["the torch engine cannot load this folder (Unrecognized model in",
+         "expected a model folder with config.json (its model_type)"]),
+    "generate: a folder of an unknown model_type (torch)": (
+        {}, files(config__json='{"model_type": "nosuchmodel"}'),
+        ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
+        ["the torch engine cannot load this folder (", "model type `nosuchmodel`"]),
+    "generate: a folder without weights (mlx)": (
+        {}, files(config__json='{"model_type": "llama"}'),
+        ["generate", "-m", "{here}", "-p", "hi", "--engine", "mlx"],
+        ["the mlx engine cannot load this folder (No safetensors found in"]),
     # A model whose context is not known: a huge value ran for hours.
     "calibrate: --rounds past its bound": (
         {}, files(config__json="{}"), ["calibrate", "-m", "{here}", "--rounds", "5000"],
