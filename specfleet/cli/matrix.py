@@ -260,7 +260,7 @@ def resume_cmd(
     waited for, up to --wait. Exit 1 unless every run ends done."""
     parse_wait(wait)  # a bad duration is one line, before the fleet
     check_driver_settings()
-    with open_store(db) as store:
+    with open_store(db, existing=True) as store:  # a mistyped --db: not a new empty store
         _say_written_back(store)
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
         _refuse_live_owner(store, matrix)

@@ -62,7 +62,8 @@ except ImportError:  # pragma: no cover
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (DBAPIError, *_DRIVER_ERRORS)
 
 
-def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
+def open_store(url: str | None = None, *, read_only: bool = False,
+               existing: bool = False) -> Store:
     """Open the store at `url` (else `SPECFLEET_DB`, else the default SQLite file).
 
     Creates or upgrades the schema on first use, then writes any results left in this
@@ -72,6 +73,8 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
         url: `sqlite:///PATH`, `postgresql+psycopg://USER:PW@HOST:PORT/DB` or a file path.
         read_only: for read commands: never create, migrate or write; refuse a missing
             file, an empty database or another application's database in one line.
+        existing: for a writing command about what is stored (`matrix resume`): refuse a
+            missing SQLite file as a read does, rather than create an empty store.
 
     Returns:
         A ready `Store`; call `close()` when done.
@@ -80,10 +83,10 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
         UserError: a bad scheme, unreachable server, bad credentials, a read-only or corrupted
             SQLite file, or a schema newer than this code (left untouched).
     """
-    resolved = resolve_url(url, create_dir=not read_only)
-    if read_only:
+    resolved = resolve_url(url, create_dir=not (read_only or existing))
+    if read_only or existing:
         check_readable(resolved)
-    else:
+    if not read_only:
         check_writable_store(resolved)
         create_private_file(resolved)
     engine = make_engine(resolved, read_only=read_only)

@@ -158,6 +158,9 @@ CALLS = {
     "show bad format": cmd("matrix", "show", "{mid}", "--format", "html", "--db", "{db}"),
     "status unknown id": cmd("matrix", "status", "nope-000000", "--db", "{db}"),
     "resume unknown id": cmd("matrix", "resume", "nope-000000", "--db", "{db}"),
+    # A mistyped --db made a new empty store, then said "no matrix".
+    "resume in a store that does not exist": cmd("matrix", "resume", "nope-000000", "--db",
+                                                 "{tmp}/typo.db"),
     "unknown option": cmd("matrix", "list", "--bogus", "--db", "{db}"),
     "unknown command": cmd("matrix", "explode"),
     "results bad since": cmd("results", "--since", "yesterday", "--db", "{db}"),
