@@ -69,12 +69,20 @@ def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = WAIT_D
                             host_wait_s=parse_wait(wait), store_retry_s=STORE_RETRY_S.read())
 
 
+# A host that stays away longer than this is not coming back for this call: `resume` later.
+MAX_WAIT_S = 7 * 24 * 3600
+
+
 def parse_wait(text: str) -> float:
-    """`--wait`: seconds, or a number with s, m or h (90s, 10m, 1h)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    """`--wait`: seconds, or a number with s, m or h (90s, 10m, 1h), at most a week."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text, flags=re.ASCII)
     if match is None:
         raise UserError(f"--wait {text!r}: expected a duration such as 90s, 10m or 1h")
-    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+    seconds = float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+    if seconds > MAX_WAIT_S:
+        raise UserError(one_line(f"--wait {text!r}: expected at most a week (168h); the runs "
+                                 "of a host away longer stay pending for `matrix resume`"))
+    return seconds
 
 
 def say_suspects(view, wait: str) -> None:

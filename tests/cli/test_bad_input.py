@@ -158,6 +158,11 @@ CALLS = {
     "show bad format": cmd("matrix", "show", "{mid}", "--format", "html", "--db", "{db}"),
     "status unknown id": cmd("matrix", "status", "nope-000000", "--db", "{db}"),
     "resume unknown id": cmd("matrix", "resume", "nope-000000", "--db", "{db}"),
+    # It waited forever for a host that went away.
+    "resume --wait past a week": cmd("matrix", "resume", "{mid}", "--db", "{db}",
+                                     "--wait", "9" * 400 + "h"),
+    "resume --wait in non-ASCII digits": cmd("matrix", "resume", "{mid}", "--db", "{db}",
+                                             "--wait", "١٠m"),
     # A mistyped --db made a new empty store, then said "no matrix".
     "resume in a store that does not exist": cmd("matrix", "resume", "nope-000000", "--db",
                                                  "{tmp}/typo.db"),
