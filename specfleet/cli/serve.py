@@ -121,6 +121,9 @@ def serve(
     address = fleet_address(address)
     store = open_read_only(db)
     if matrix is not None:
+        if not matrix.strip():
+            raise UserError("--matrix: expected a matrix id (`specfleet matrix list`), got a "
+                            "blank one")
         store.get_matrix(matrix)  # an unknown id: one line, before listening
     check_free(host, port)
     login = f"needs a token: {token_from}" if token else "open: loopback only"

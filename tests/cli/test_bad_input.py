@@ -574,6 +574,9 @@ NAMED = {
         {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
         ["serve", "--host", "not a host", "--token-file", "{here}/t", "--db", "{db}"],
         ["--host 'not a host': cannot resolve it", "expected an address of this machine"]),
+    "serve: --matrix blank": (  # said "no matrix ''" without naming the flag
+        {}, NO_FILES, ["serve", "--matrix", " ", "--db", "{db}"],
+        ["--matrix: expected a matrix id (`specfleet matrix list`), got a blank one"]),
     "serve: --host empty": (  # it listened on every address and printed http://:8266/
         {}, NO_FILES, ["serve", "--host", "", "--db", "{db}"],
         ["--host '' is blank; expected an address of this machine"]),
