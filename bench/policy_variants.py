@@ -396,7 +396,50 @@ def fresh_one_gram(prior: float | None = None, learned: float = 0.0,
     return stack
 
 
+def pipeline_after(empty: int, sync_cost_above: float = 0.0) -> contextlib.AbstractContextManager[None]:
+    """Calibrated pipelines again after `empty` empty rounds in a row (shipped: 2, the
+    spec's third empty round), only where a synchronous step costs more than
+    `sync_cost_above` pipelined steps (the table's width 1); elsewhere the shipped rule."""
+    shipped = loop._may_start_pipeline
+
+    def rule(pipeline: bool, remaining: int, streak: int, governor) -> bool:
+        if (isinstance(governor, Governor) and pipeline and remaining > 1
+                and governor.costs[0] > sync_cost_above):
+            return streak > empty or governor.probes_while_paused()
+        return shipped(pipeline, remaining, streak, governor)
+
+    return patched(loop, "_may_start_pipeline", rule)
+
+
+def pipeline_when_sync_costs_more(scale: float = 1.0) -> contextlib.AbstractContextManager[None]:
+    """Calibrated pipelines again after one empty round unless a synchronous round is worth
+    its extra cost: the chance a fresh match's first proposal lands (hazard at depth 0) x
+    what drafting it a step earlier saves (1 - the cost of one more row) x `scale` above
+    cost(1) - 1; then the shipped rule (third empty round)."""
+    shipped = loop._may_start_pipeline
+
+    def rule(pipeline: bool, remaining: int, streak: int, governor) -> bool:
+        if isinstance(governor, Governor) and pipeline and remaining > 1 and streak > 0:
+            costs = governor.costs
+            row = (costs[1] - costs[0]) if len(costs) > 1 else costs[0]
+            if scale * governor.hazards()[0] * (1.0 - row) < costs[0] - 1.0:
+                return True
+        return shipped(pipeline, remaining, streak, governor)
+
+    return patched(loop, "_may_start_pipeline", rule)
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "pipelines when a sync round is not worth its cost": pipeline_when_sync_costs_more,
+    "pipelines when a sync round is not worth its cost (x0.5)": lambda: pipeline_when_sync_costs_more(0.5),
+    "pipelines when a sync round is not worth its cost (x2)": lambda: pipeline_when_sync_costs_more(2.0),
+
+    "pipelines after 1 empty round": lambda: pipeline_after(0),
+    "pipelines after 2 empty rounds": lambda: pipeline_after(1),
+    "pipelines after 4 empty rounds": lambda: pipeline_after(3),
+    "pipelines after 1 empty round where a sync step costs > 1.05": lambda: pipeline_after(0, 1.05),
+    "pipelines after 1 empty round where a sync step costs > 1.1": lambda: pipeline_after(0, 1.1),
+
     "1-gram index, shipped rule": one_gram_index,
     "1-gram index, fresh 1-gram matches skipped": lambda: one_gram_index(
         lambda: fresh_one_gram(None)),

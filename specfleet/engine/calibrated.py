@@ -54,6 +54,9 @@ DECAY = 0.8
 PLAIN_STEP_SAVING = 0.0  # a pipelined plain step lands one token for one step
 # Steps of saving given up per step a draft is expected to lose against plain decoding.
 LOSS_WEIGHT = 0.5
+# A synchronous one-token step costing at most this many pipelined steps (a CPU: 1.02-1.03)
+# is as cheap as pipelining: within a calibration's noise.
+FREE_SYNC_STEP = 1.05
 
 
 def width_cost(costs: Sequence[float], width: int) -> float:
@@ -181,6 +184,11 @@ class CalibratedGovernor(DraftGovernor):
         self.landed = [0.0] * BUCKETS
         self.run = 0  # tokens the current match has held
         self.paused = False
+        # After a draft, the loop's two synchronous empty rounds (spec 2.8) look up each
+        # token at once; where a synchronous step costs more than a pipelined one (GPU hosts:
+        # 1.07-1.23), that costs more than it saves, so the loop pipelines on the first.
+        if self.costs and self.costs[0] > FREE_SYNC_STEP:
+            self.empty_rounds_before_pipeline = 0
 
     def hazards(self) -> list[float]:
         """Per depth bucket: the estimated chance that a proposal there lands."""

@@ -19,6 +19,7 @@ POLICY_NAMES: tuple[Policy, ...] = get_args(Policy)
 
 DEFAULT_MAX_DRAFT = 7  # most proposals per round unless a policy or the user says otherwise
 SHADOW_CONFIRM = 2  # a shadow probe settles on this many claimed tokens
+PLAIN_ROUNDS_BEFORE_PIPELINE = 2  # lookup pipelines on the third consecutive empty round
 MISSES_BEFORE_COOLDOWN = 3
 MIN_COOLDOWN = 4
 MAX_COOLDOWN = 32
@@ -77,6 +78,8 @@ class DraftGovernor(Protocol):
     # True: in a loop, a proposal the context's end cut short continues as the cycle
     # (`lookup.cycle_out`); the spec's policies draft the spec's proposal only.
     cycles: ClassVar[bool] = False
+    # Empty rounds in a row before the loop pipelines again (spec 2.8: on the third).
+    empty_rounds_before_pipeline: int = PLAIN_ROUNDS_BEFORE_PIPELINE
 
     def budget(self) -> int:
         """Proposals allowed this round; called exactly once per loop iteration."""

@@ -38,7 +38,6 @@ from specfleet.engine.stats import (
 from specfleet.engine.warmup import warm_up_verify_widths
 from specfleet.settings import FORCE_SYNC
 
-PLAIN_ROUNDS_BEFORE_PIPELINE = 2  # lookup pipelines on the third consecutive empty round
 ALLOCATOR_CLEAR_EVERY = 256  # generated tokens between allocator-cache clears (non-semantic)
 NO_DRAFT: tuple[int, ...] = ()  # a round without proposals (shared: drafts are only read)
 
@@ -268,10 +267,11 @@ def _submit_step(runner: Runner, token: Any) -> Any:
 def _may_start_pipeline(
     pipeline: bool, remaining: int, plain_streak: int, governor: DraftGovernor | None
 ) -> bool:
-    """(f) Third empty round in a row (at once for plain decoding or a paused Gated loop)."""
+    """(f) Third empty round in a row, or as the governor says (`empty_rounds_before_pipeline`;
+    at once for plain decoding or a paused Gated loop)."""
     if not pipeline or remaining <= 1:
         return False
-    if governor is None or plain_streak > PLAIN_ROUNDS_BEFORE_PIPELINE:
+    if governor is None or plain_streak > governor.empty_rounds_before_pipeline:
         return True
     return governor.probes_while_paused()
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from specfleet.engine.calibrated import (
     BUCKETS,
+    FREE_SYNC_STEP,
     LOSS_WEIGHT,
     CalibratedGovernor,
     best_draft,
@@ -28,6 +29,7 @@ from specfleet.engine.sampling import SamplerConfig
 CHEAP = (1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4, 1.45, 1.5, 1.55)
 LINEAR = tuple(float(w) for w in range(1, 12))
 GB10 = (1.23, 1.37, 1.76, 2.43, 3.04, 3.47, 3.84, 3.91, 3.89, 4.02)
+FREE_SYNC = (1.0, *GB10[1:])  # GB10's blocks, a synchronous step as cheap as a pipelined one
 
 
 def calibrated(max_draft=7, costs=GB10, **kw):
@@ -287,9 +289,12 @@ DETOUR_REPLY = [
 
 
 def test_a_paused_loop_probes_and_resumes_on_the_returning_copy():
+    # A host whose synchronous step costs what a pipelined one does: the loop stays
+    # synchronous after a draft (spec 2.8), so the detour's pairs are drafted and rejected.
     model = ScriptModel(PROBE_PROMPT + DETOUR_REPLY)
     result = generate(
-        model, PROBE_PROMPT, max_tokens=len(DETOUR_REPLY), lookup=calibrated(), trace=True,
+        model, PROBE_PROMPT, max_tokens=len(DETOUR_REPLY), lookup=calibrated(costs=FREE_SYNC),
+        trace=True,
     )
     assert result.tokens == DETOUR_REPLY
     states = [t.policy.paused for t in result.trace]
@@ -297,6 +302,29 @@ def test_a_paused_loop_probes_and_resumes_on_the_returning_copy():
     first_pause = states.index(True)
     assert False in states[first_pause:]
     assert result.stats.shadow_confirmations >= 1 and result.stats.accepted >= 10
+
+
+def _kinds(costs) -> list[str]:
+    model = ScriptModel(PROBE_PROMPT + DETOUR_REPLY)
+    result = generate(model, PROBE_PROMPT, max_tokens=len(DETOUR_REPLY),
+                      lookup=calibrated(costs=costs), trace=True)
+    assert result.tokens == DETOUR_REPLY
+    return [t.kind for t in result.trace]
+
+
+def test_where_a_synchronous_step_costs_more_it_pipelines_on_the_first_empty_round():
+    # Spec 2.8: two synchronous empty rounds (at the start, and after each draft) before the
+    # loop pipelines. Calibrated keeps them only where a synchronous step is about as cheap
+    # as a pipelined one (<= FREE_SYNC_STEP); on GB10 (1.23) each costs more than it saves.
+    for free in (FREE_SYNC, (FREE_SYNC_STEP, *GB10[1:])):
+        kinds = _kinds(free)
+        assert kinds[:2] == ["sync", "sync"], kinds
+        after_verify = [b for a, b in zip(kinds, kinds[1:], strict=False) if a == "verify"]
+        assert "sync" in after_verify, kinds
+    for costly in (GB10, (FREE_SYNC_STEP + 0.01, *GB10[1:])):
+        kinds = _kinds(costly)
+        assert "sync" not in kinds and "verify" in kinds, kinds
+        assert kinds[0] == "pipelined", kinds
 
 
 @settings(max_examples=40, deadline=None)
