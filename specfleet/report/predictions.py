@@ -100,10 +100,16 @@ def load_cost_file(path: Path) -> CostTable:
                        and 0 < r < math.inf for r in ratio)):
         raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
                         "costs (widths 1, 2, ... in pipelined steps)")
-    name = data.get("name")
-    if isinstance(name, list | dict):  # shown in the title: a list of aliases can be huge
-        raise UserError(f"--costs {path}: field 'name' must be text, got {describe_value(name)}")
-    return CostTable(str(name or path.stem), tuple(float(r) for r in ratio))
+    for field in ("name", "host", "engine", "device"):  # the name is shown in the title
+        if isinstance(data.get(field), list | dict):
+            raise UserError(f"--costs {path}: field {field!r} must be text, got "
+                            f"{describe_value(data[field])}")
+    step = data.get("pipelined_ms")  # not used here, but a table that says -1 ms is not one
+    if step is not None and (not isinstance(step, int | float) or isinstance(step, bool)
+                             or not 0 < step < math.inf):
+        raise UserError(f"--costs {path}: field 'pipelined_ms' must be a positive number of "
+                        f"milliseconds, got {describe_value(step)}")
+    return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio))
 
 
 def packaged_cost(name: str) -> Path | None:

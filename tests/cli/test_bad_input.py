@@ -747,6 +747,14 @@ NAMED = {
     "replay: --costs with a list for its name": (
         {}, files(c__yaml="name: [a, b]\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'name' must be text, got a list"]),
+    # Fields replay does not use were taken whatever they held.
+    "replay: --costs with a negative step time": (
+        {}, files(c__yaml="pipelined_ms: -1\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'pipelined_ms' must be a positive number of "
+         "milliseconds, got -1"]),
+    "replay: --costs with a list for its host": (
+        {}, files(c__yaml="host: [a, b]\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'host' must be text, got a list"]),
     "replay: --costs with a cost of 5000 digits": (  # a ValueError traceback
         {}, files(c__yaml=f"ratio: [1.0, {'9' * 5000}]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: line 1, column 14: YAML syntax error: an integer of more than "
