@@ -429,7 +429,105 @@ def pipeline_when_sync_costs_more(scale: float = 1.0) -> contextlib.AbstractCont
     return patched(loop, "_may_start_pipeline", rule)
 
 
+def resync(gap: int, inherit: bool, prior: float = 0.5) -> contextlib.AbstractContextManager[None]:
+    """A fresh match whose proposal starts at most `gap` tokens past where the last drafted
+    match broke, in the same source (an edit inside a copy, the copy resuming), is told
+    apart from a fresh match elsewhere: with `inherit` it resumes the broken match's run
+    (its depth's hazards); else its first proposal lands at its own rate, learned from this
+    reply's resyncs over two proposals' worth of `prior`."""
+    match, size, record = NgramIndex.match, Governor.size, Governor.record
+    seen: dict[str, int | None] = {"source": None}
+
+    def new_match(self, context, max_draft, cyclic=False):
+        proposal, n = match(self, context, max_draft, cyclic)
+        start = self._maps[n].get(tuple(context[len(context) - n:])) if n else None
+        seen["source"] = None if start is None else start + n
+        return proposal, n
+
+    def new_size(self: Governor, proposal: Sequence[int], ngram: int) -> int:
+        source, broke = seen["source"], getattr(self, "broke_at", None)
+        self.drafting_from = source
+        self.resyncing = (self.run == 0 and bool(proposal) and source is not None
+                          and broke is not None and 0 <= source - broke <= gap)
+        if not self.resyncing:
+            return size(self, proposal, ngram)
+        if inherit:
+            self.run = getattr(self, "broken_run", 0)
+            return size(self, proposal, ngram)
+        tried, landed = getattr(self, "resync_counts", (0.0, 0.0))
+        hazards = self.hazards()
+        hazards[0] = (landed + 2.0 * prior) / (tried + 2.0)
+        return cal.saving_draft(cal.survival(hazards, 0, len(proposal)), self.costs,
+                                self.refeeds)
+
+    def new_record(self: Governor, accepted: int, proposed: int) -> None:
+        if getattr(self, "resyncing", False) and not inherit:
+            tried, landed = getattr(self, "resync_counts", (0.0, 0.0))
+            self.resync_counts = (cal.DECAY * tried + 1, cal.DECAY * landed + (accepted > 0))
+        source = getattr(self, "drafting_from", None)
+        if accepted < proposed and source is not None:
+            self.broke_at, self.broken_run = source + accepted, self.run + accepted
+        self.resyncing = False
+        record(self, accepted, proposed)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(NgramIndex, "match", new_match))
+    stack.enter_context(patched(Governor, "size", new_size))
+    stack.enter_context(patched(Governor, "record", new_record))
+    return stack
+
+
+def paused_resync(gap: int, run: int | None) -> contextlib.AbstractContextManager[None]:
+    """While paused, a match whose proposal starts at most `gap` tokens past where the last
+    drafted match broke (the copy resuming after an edit) is drafted at once, without a
+    shadow probe, as a match that has held `run` tokens (None: the broken match's run)."""
+    look_up, record = loop._look_up, Governor.record
+
+    def new_look_up(governor, index, context, budget, shadow):
+        broke = getattr(governor, "broke_at", None)
+        if (budget == 0 and isinstance(governor, Governor) and governor.paused
+                and broke is not None and index is not None):
+            index.extend(context)
+            proposal, n = index.match(context, governor.max_draft, governor.cycles)
+            start = index._maps[n].get(tuple(context[len(context) - n:])) if n else None
+            if start is not None and 0 <= start + n - broke <= gap:
+                governor.paused = False
+                governor.run = governor.broken_run if run is None else run
+                governor.drafting_from = start + n
+                return proposal[: governor.size(proposal, n)], shadow
+        governor.drafting_from = None
+        draft, shadow = look_up(governor, index, context, budget, shadow)
+        if draft and index is not None:
+            n = next((m for m in range(index.ngram_max, index.ngram_min - 1, -1)
+                      if tuple(context[len(context) - m:]) in index._maps[m]), 0)
+            start = index._maps[n].get(tuple(context[len(context) - n:])) if n else None
+            governor.drafting_from = None if start is None else start + n
+        return draft, shadow
+
+    def new_record(self: Governor, accepted: int, proposed: int) -> None:
+        source = getattr(self, "drafting_from", None)
+        if accepted < proposed and source is not None:
+            self.broke_at, self.broken_run = source + accepted, self.run + accepted
+        record(self, accepted, proposed)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(loop, "_look_up", new_look_up))
+    stack.enter_context(patched(Governor, "record", new_record))
+    return stack
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "paused: a resync within 4 drafts at once (run 2)": lambda: paused_resync(4, 2),
+    "paused: a resync within 8 drafts at once (run 2)": lambda: paused_resync(8, 2),
+    "paused: a resync within 4 drafts at once (the broken run)": lambda: paused_resync(4, None),
+    "paused: a resync within 8 drafts at once (the broken run)": lambda: paused_resync(8, None),
+
+    "resync within 2, learned from 1/2": lambda: resync(2, False),
+    "resync within 4, learned from 1/2": lambda: resync(4, False),
+    "resync within 4, learned from 3/4": lambda: resync(4, False, 0.75),
+    "resync within 2, inherits the run": lambda: resync(2, True),
+    "resync within 4, inherits the run": lambda: resync(4, True),
+
     "pipelines when a sync round is not worth its cost": pipeline_when_sync_costs_more,
     "pipelines when a sync round is not worth its cost (x0.5)": lambda: pipeline_when_sync_costs_more(0.5),
     "pipelines when a sync round is not worth its cost (x2)": lambda: pipeline_when_sync_costs_more(2.0),
