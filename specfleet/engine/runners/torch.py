@@ -91,13 +91,15 @@ def require_transformers(version: str) -> None:
 
 
 class _HoldRecords:
-    """A handler filter that keeps every record it sees and lets none through."""
+    """A handler filter that keeps every record it sees, once (each handler asks), and lets
+    none through."""
 
     def __init__(self, held: list) -> None:
         self.held = held
 
     def filter(self, record) -> bool:
-        self.held.append(record)
+        if not self.held or self.held[-1] is not record:
+            self.held.append(record)
         return False
 
 

@@ -111,3 +111,36 @@ def test_cuda_pipelined_steps_copy_through_pinned_memory_and_match_sync(bundled_
         pending = following
     piped.append(runner.read_tokens(pending)[0])
     assert piped == sync
+
+
+def test_what_transformers_logs_while_the_load_probe_runs_is_said_at_the_first_prefill():
+    # A kernel-fallback warning in the probe's forward used to print at load, ahead of a
+    # one-line refusal (Bamba's prompt lookup); it belongs to the first real forward.
+    import logging
+
+    from specfleet.engine.runners.common import IdsOnlyTokenizer
+    from specfleet.engine.runners.tiny_torch import tiny_model
+    from specfleet.engine.runners.torch import TorchRunner
+
+    model = tiny_model("llama")
+    forward = model.forward
+
+    def warning_forward(*args, **kwargs):
+        logging.getLogger("transformers.fallback").warning("falling back to a slow kernel")
+        return forward(*args, **kwargs)
+
+    model.forward = warning_forward
+    seen: list[str] = []
+    catch = logging.Handler()
+    catch.emit = lambda record: seen.append(record.getMessage())
+    library = logging.getLogger("transformers")
+    library.addHandler(catch)
+    try:
+        runner = TorchRunner(model, IdsOnlyTokenizer(), "cpu")
+        assert seen == []
+        runner.prefill([1, 2, 3])
+        assert seen == ["falling back to a slow kernel"] * 2  # the probe's, then the prefill's
+        runner.prefill([1, 2, 3])
+        assert len(seen) == 3  # said once
+    finally:
+        library.removeHandler(catch)
