@@ -62,15 +62,17 @@ def replay_command(
         runs = stored_runs(store, ident)
         # Every name was checked against POLICIES above.
         predictions = predict(store, runs, cast("list[Policy]", policies), costs_for, oracle)
-        mismatches = check_counters(runs)
+        mismatches, earlier = check_counters(runs)
     if not predictions:
         raise UserError(f"RUN_OR_MATRIX {ident}: no cell has a done greedy plain run to replay")
     typer.echo(format_predictions(predictions, costs))
     if oracle:
         typer.echo("\n" + format_bounds(predictions, costs))
-    checked = sum(1 for r in runs if stored_lookup(r) is not None)  # not plain, not a peer
+    checked = sum(1 for r in runs if stored_lookup(r) is not None) - earlier  # no plain, peer
+    older = (f"; {earlier} made by an earlier revision of their policy, not compared"
+             if earlier else "")
     typer.echo(f"\ncounters: {checked} stored lookup runs replayed, "
-               f"{len(mismatches)} differ from the stored counters")
+               f"{len(mismatches)} differ from the stored counters{older}")
     for line in mismatches:
         typer.echo(line, err=True)
     if mismatches:

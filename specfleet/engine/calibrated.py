@@ -168,6 +168,9 @@ class CalibratedGovernor(DraftGovernor):
     options: ClassVar[tuple[PolicyOption, ...]] = ()  # it sizes each draft from the table
     # A reply caught in a loop is drafted through it, not one period a round.
     cycles: ClassVar[bool] = True
+    # 2: pipelines again on the first empty round where a synchronous step costs more than
+    # FREE_SYNC_STEP (runs stored before carry no revision: 1).
+    revision: ClassVar[int] = 2
 
     @classmethod
     def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool,

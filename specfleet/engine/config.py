@@ -188,6 +188,12 @@ def needs_costs(policy: str) -> bool:
     return policy in POLICIES and POLICIES[policy].needs_costs
 
 
+def policy_revision(config: PromptLookupConfig) -> int:
+    """The revision of the rule a run under `config` drafts by (`DraftGovernor.revision`;
+    the fixed, non-adaptive rule: 1)."""
+    return POLICIES[config.policy].revision if config.adaptive and config.policy in POLICIES else 1
+
+
 def make_governor(config: PromptLookupConfig, refeeds: bool = False) -> DraftGovernor:
     """The governor a validated config asks for (`FixedGovernor` when not adaptive).
 

@@ -80,6 +80,9 @@ class DraftGovernor(Protocol):
     cycles: ClassVar[bool] = False
     # Empty rounds in a row before the loop pipelines again (spec 2.8: on the third).
     empty_rounds_before_pipeline: int = PLAIN_ROUNDS_BEFORE_PIPELINE
+    # Which revision of the policy's rule made a run: stored with it, so `replay` compares a
+    # run's counters only with the rule that made them (a run stored without one: 1).
+    revision: ClassVar[int] = 1
 
     def budget(self) -> int:
         """Proposals allowed this round; called exactly once per loop iteration."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specfleet.engine.config import PromptLookupConfig, default_max_draft
+from specfleet.engine.config import PromptLookupConfig, default_max_draft, policy_revision
 from specfleet.engine.governor import Policy
 from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
@@ -187,19 +187,24 @@ def stored_lookup(run) -> PromptLookupConfig | None:
     return PromptLookupConfig(**{**lookup, "costs": tuple(lookup.get("costs") or ())})
 
 
-def check_counters(runs: Sequence) -> list[str]:
-    """Replay every stored lookup run on its own reply; one line per counter that differs."""
-    mismatches = []
+def check_counters(runs: Sequence) -> tuple[list[str], int]:
+    """Replay every stored lookup run on its own reply: one line per counter that differs,
+    and how many runs an earlier revision of their policy made (not compared: today's rule
+    drafts differently by design)."""
+    mismatches, earlier = [], 0
     for run in runs:
         lookup = stored_lookup(run)
         if lookup is None:
+            continue
+        if (run.engine_config or {}).get("policy_revision", 1) != policy_revision(lookup):
+            earlier += 1
             continue
         stats = _replay(run, run, lookup, (1.0, 1.0)).generation.stats
         for name in COUNTER_NAMES:
             if getattr(stats, name) != getattr(run, name):
                 mismatches.append(f"{run.run_key}: {name} replayed {getattr(stats, name)}, "
                                   f"stored {getattr(run, name)}")
-    return mismatches
+    return mismatches, earlier
 
 
 def _policy_config(policy: Policy, arms: dict[str, list], costs: Sequence[float]):

@@ -9,7 +9,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from specfleet.engine.config import PromptLookupConfig, needs_costs, resolve_policy
+from specfleet.engine.config import (
+    PromptLookupConfig,
+    needs_costs,
+    policy_revision,
+    resolve_policy,
+)
 from specfleet.engine.peers import PEER_KINDS, PEERS, PeerCall, is_peer
 from specfleet.jobs.run import RunSpec
 
@@ -66,6 +71,8 @@ def engine_config(
     loaded (`weight_bytes`: what one plain step reads, for the bandwidth ceiling)."""
     guard = spec.loop_guard
     extra: dict[str, Any] = {"costs_source": costs_source} if needs_costs(policy) else {}
+    if lookup is not None:
+        extra["policy_revision"] = policy_revision(lookup)
     if peer is not None:
         extra["peer"] = peer
     if weight_bytes is not None:

@@ -128,3 +128,36 @@ def test_the_bound_covers_the_widest_draft_replayed(db):
         assert graded.bound is calibrated.bound and graded.bound is not None
         assert graded.bound.lookup.max_draft == 32
         assert 0 < graded.efficiency <= 1.0 and 0 < calibrated.efficiency <= 1.0
+
+
+def test_runs_an_earlier_revision_of_their_policy_made_are_not_compared(db, tmp_path):
+    # A policy change makes its stored runs replay differently by design: `replay` said they
+    # "differ" and exited 1. Runs without a revision (stored before revisions were) count as 1.
+    import shutil
+
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    from specfleet.store.tables import Run
+
+    copy = str(tmp_path / "older.db")
+    shutil.copy(db, copy)
+    with open_store(copy) as store, Session(store.engine) as session:
+        for run in session.query(Run).filter(Run.arm == "calibrated"):
+            config = dict(run.engine_config)
+            assert config.pop("policy_revision") == 2  # calibrated's current rule
+            session.execute(update(Run).where(Run.run_key == run.run_key).values(
+                engine_config=config, rounds=run.rounds + 5))
+        session.commit()
+    result = invoke("replay", matrix_id(copy), "--costs", "gb10-qwen3-1.7b", "--db", copy)
+    assert result.exit_code == 0, result.stderr
+    assert ("4 stored lookup runs replayed, 0 differ from the stored counters; 2 made by an "
+            "earlier revision of their policy, not compared") in result.stdout
+    with open_store(copy) as store, Session(store.engine) as session:  # the same rule: compared
+        for run in session.query(Run).filter(Run.arm == "calibrated"):
+            session.execute(update(Run).where(Run.run_key == run.run_key).values(
+                engine_config={**run.engine_config, "policy_revision": 2}))
+        session.commit()
+    result = invoke("replay", matrix_id(copy), "--costs", "gb10-qwen3-1.7b", "--db", copy)
+    assert result.exit_code == 1
+    assert "6 stored lookup runs replayed, 2 differ from the stored counters" in result.stdout
