@@ -331,10 +331,13 @@ def test_compare_calls_no_regression_across_weights_or_engine_config(tmp_path):
         _seed(store, worker, "weights", slower, weights_hash="f" * 64)
         _seed(store, worker, "config", slower, engine_config=lambda r: {
             **r.engine_config, "lookup": {**r.engine_config["lookup"], "max_draft": 4}})
+        _seed(store, worker, "rule", slower, engine_config=lambda r: {
+            **r.engine_config, "policy_revision": r.engine_config["policy_revision"] + 1})
     worker.close()
 
-    (row,), _ = _compare(url, "base", "code")  # only the code changed: a real regression
-    assert (row["verdict"], row["differs"]) == ("regression", [])
+    for code in ("code", "rule"):  # only the code (or a policy's rule) changed: a regression
+        (row,), _ = _compare(url, "base", code)
+        assert (row["verdict"], row["differs"]) == ("regression", []), code
     for other, part in (("weights", "weights hash"), ("config", "engine config")):
         (row,), table = _compare(url, "base", other)
         assert (row["verdict"], row["differs"]) == ("slower", [part]), row

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable
 PROVENANCE_FIELDS: tuple[str, ...] = (
     "weights_hash", "prompt_hash", "engine_config", "host_fingerprint", "versions", "conditions",
 )
-# engine_config keys that are measurements or code, not settings
-_MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes")
+# engine_config keys that are measurements or code, not settings (a policy's new revision
+# that runs slower is a regression, as any code change is)
+_MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes", "policy_revision")
 
 
 def _canonical(value) -> str:
