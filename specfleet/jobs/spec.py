@@ -118,10 +118,11 @@ class TargetSelector(_Strict):
         )
 
     def describe(self) -> str:
-        parts = [f"{field} in [{', '.join(values)}]" for field, values in self._lists() if values]
+        parts = [f"{field} in [{', '.join(values)}]" for field, values in self.lists() if values]
         return "; ".join(parts) if parts else "all targets"
 
-    def _lists(self) -> list[tuple[str, list[str]]]:
+    def lists(self) -> list[tuple[str, list[str]]]:
+        """Each selector field's name and values, in a fixed order."""
         return [("kinds", self.kinds), ("hosts", self.hosts), ("engines", list(self.engines)),
                 ("devices", list(self.devices))]
 

@@ -19,7 +19,7 @@ from specfleet.engine.config import (
 from specfleet.engine.kinds import Engine
 from specfleet.engine.peers import PeerKind, peer_kind
 from specfleet.errors import UserError
-from specfleet.jobs.spec import ARM_OPTIONS, ArmSpec, MatrixSpec
+from specfleet.jobs.spec import ARM_OPTIONS, ArmSpec, MatrixSpec, TargetSelector
 from specfleet.userfiles import read_text
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
@@ -71,6 +71,7 @@ def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path,
         if prompt.name in seen:
             raise UserError(f"{label}: prompts[{i}].name: duplicate prompt '{prompt.name}'")
         seen.add(prompt.name)
+        _check_prompt_targets(spec, prompt.targets, f"{label}: prompts[{i}].targets")
         if prompt.text is not None:
             if not prompt.text.strip():
                 raise UserError(f"{label}: prompts[{i}].text: must not be empty")
@@ -81,6 +82,18 @@ def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path,
         if found is None:
             raise UserError(f"{label}: prompts[{i}]: {_missing_prompt(prompt_dir, prompt.name)}")
         _check_prompt_file(found, f"{label}: prompts[{i}]")
+
+
+def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None, where: str) -> None:
+    """A prompt's own selector must leave some target the matrix selects: one that shares no
+    engine (or device, host, kind) with the matrix's would plan no run of it, silently."""
+    if own is None:
+        return
+    for (field, mine), (_, matrix) in zip(own.lists(), spec.targets.lists(), strict=True):
+        if mine and matrix and not set(mine) & set(matrix):
+            raise UserError(f"{where}: {field} [{', '.join(mine)}] share none with the matrix's "
+                            f"{field} [{', '.join(matrix)}], so the prompt would never run; "
+                            f"expected {field} among the matrix's")
 
 
 def _refuse_odd_namesake(folder: Path, name: str, where: str) -> None:
@@ -102,7 +115,7 @@ def _missing_prompt(prompt_dir: Path, name: str) -> str:
     if not prompt_dir.is_dir():
         return (f"no prompt '{name}': prompt directory {prompt_dir} does not exist "
                 "(set prompt_dir, or give {name, text} inline)")
-    known = sorted(p.stem for p in prompt_dir.iterdir() if p.is_file())
+    known = sorted({p.stem for p in prompt_dir.iterdir() if p.is_file()})
     listing = ", ".join(known) if known else "none"
     return f"no prompt file '{name}.txt' in {prompt_dir} (available: {listing})"
 

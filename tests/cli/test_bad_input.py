@@ -103,6 +103,9 @@ FILES: dict[str, str | bytes] = {
     "max_draft 1000": matrix(arms="[plain, {arm: graded, max_draft: 1000}]"),
     "unknown engine": matrix(targets="{engines: [cuda]}"),
     "unknown device": matrix(targets="{devices: [tpu]}"),
+    # It validated "ok" and planned no run of the prompt.
+    "a prompt whose targets share no engine with the matrix's": matrix(
+        prompts="[{name: p, text: hi, targets: {engines: [torch]}}]"),
     "bad loop guard": matrix(loop_guard="'1,2'"),
     "loop guard max < min": matrix(loop_guard="'8,2,4'"),
     "loop guard period 10^20": matrix(loop_guard="'1,99999999999999999999,3'"),
