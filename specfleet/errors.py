@@ -34,6 +34,16 @@ def one_line(text: str) -> str:
     return f"{text[:head]} ...[{cut} characters cut]... {text[head + cut:]}"
 
 
+def whole_number(text: str, most: int) -> int | None:
+    """`text` as a whole number in ASCII digits, or None (isdigit() alone passes '²' and
+    '٣', which mean nothing here); a value past `most` reads as `most + 1` however many
+    digits it has (int() refuses more than 4300)."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= len(str(most)) else most + 1
+
+
 def describe_value(value: Any) -> str:
     """A short description of what the user wrote, for `got ...`."""
     if isinstance(value, bool):

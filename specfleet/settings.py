@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specfleet.errors import UserError
+from specfleet.errors import UserError, whole_number
 
 Environ = Mapping[str, str]
 
@@ -104,13 +104,11 @@ class Count(Variable):
         raw = self.value(env)
         if raw is None:
             return None
-        # isdigit() alone passes '²', which int() refuses, as it refuses 4300+ digits.
-        digits = raw.strip().lstrip("0") or "0"
-        if (not (digits.isascii() and digits.isdigit()) or len(digits) > len(str(self.high))
-                or not self.low <= int(digits) <= self.high):
+        number = whole_number(raw.strip(), self.high)
+        if number is None or not self.low <= number <= self.high:
             raise UserError(f"{self.name}: expected a whole number between {self.low} and "
                             f"{self.high}, got {raw!r}")
-        return int(digits)
+        return number
 
 
 @dataclass(frozen=True)

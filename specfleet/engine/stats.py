@@ -12,6 +12,7 @@ from typing import Literal
 
 from specfleet.engine.config import ConfigError
 from specfleet.engine.governor import GovernorState
+from specfleet.errors import whole_number
 
 RoundKind = Literal["pipelined", "sync", "verify", "drain"]
 
@@ -157,15 +158,12 @@ class LoopGuardConfig:
     def parse(cls, text: str) -> LoopGuardConfig:
         """The guard written `MIN,MAX,REPEATS` (`--loop-guard`, a matrix's `loop_guard`), not
         yet validated. Raises `ConfigError` when it is not three whole numbers."""
-        parts = [part.strip() for part in text.split(",")]
-        if len(parts) != 3 or not all(part.isascii() and part.isdigit() for part in parts):
+        numbers = [whole_number(part.strip(), LOOP_GUARD_MAX) for part in text.split(",")]
+        whole = [n for n in numbers if n is not None]  # one past the bound: `validate` says so
+        if len(whole) != 3 or len(numbers) != 3:
             raise ConfigError(
                 f"expected 'min_period,max_period,repeats' (e.g. 1,64,8), got {text!r}")
-        # Past the bound whatever its length (int() refuses over 4300 digits).
-        min_period, max_period, repeats = (
-            int(part) if len(part.lstrip("0")) <= len(str(LOOP_GUARD_MAX)) else LOOP_GUARD_MAX + 1
-            for part in parts)
-        return cls(min_period, max_period, repeats)
+        return cls(*whole)
 
     def validate(self) -> LoopGuardConfig:
         """Raise `ConfigError` naming the field; return self when valid."""

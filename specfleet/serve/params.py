@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, get_args
 
+from specfleet.errors import whole_number
 from specfleet.jobs.run import Arm
 
 ARMS = get_args(Arm)
@@ -16,15 +17,11 @@ class BadParameter(Exception):
 
 # Past this a page's OFFSET overflows SQLite's 64-bit integer (a 500, not a 400).
 MAX_PAGE = 1_000_000
-
-
-def _whole(value: str) -> int | None:
-    """`value` as a whole number written in ASCII digits (not '²' or '٣'), else None."""
-    return int(value) if value.isascii() and value.isdigit() and len(value) <= 12 else None
+MAX_COUNT = 100_000  # rows a page may ask for
 
 
 def page_number(value: str) -> int:
-    number = _whole(value)
+    number = whole_number(value, MAX_PAGE)
     if number is None or not 1 <= number <= MAX_PAGE:
         raise ValueError(f"expected a whole number from 1 to {MAX_PAGE}")
     return number
@@ -33,9 +30,9 @@ def page_number(value: str) -> int:
 def count_or_all(value: str) -> int | None:
     if value == "all":
         return None
-    number = _whole(value)
-    if number is None or not 1 <= number <= 100_000:
-        raise ValueError("expected a whole number from 1 to 100000, or all")
+    number = whole_number(value, MAX_COUNT)
+    if number is None or not 1 <= number <= MAX_COUNT:
+        raise ValueError(f"expected a whole number from 1 to {MAX_COUNT}, or all")
     return number
 
 
