@@ -39,6 +39,12 @@ MAX_TEXT_BYTES = 64 * 2**20  # a batch of 30000 prompts of 2 KB fits; more is a 
 MAX_DEPTH = 32  # a matrix nests 4 levels; anything far deeper is a mistake or an attack
 
 
+def too_long_integer() -> str:
+    """What is wrong with a number int() will not read (over `sys.get_int_max_str_digits`,
+    4300 digits by default), for a YAML or JSON reader's one line."""
+    return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+
+
 def read_text(path: Path, label: str, expected: str | None = None) -> str:
     """Read a UTF-8 text file the user named, or raise one `UserError` line naming it.
 
@@ -183,9 +189,8 @@ def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
         return loader.construct_yaml_int(node)
     except ValueError:  # int() of more than 4300 decimal digits
         raise yaml.constructor.ConstructorError(
-            None, None, f"an integer of more than {sys.get_int_max_str_digits()} digits; expected a "
-            "shorter number",
-            node.start_mark) from None
+            None, None, f"{too_long_integer()}; expected a shorter number", node.start_mark
+        ) from None
 
 
 _UniqueKeyLoader.add_constructor(

@@ -7,7 +7,6 @@ blank lines are skipped. Unnamed prompts are called `line-<n>` after their line 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
 from specfleet.jobs.userinput import check_plain_data, first_problem, validation_message
-from specfleet.userfiles import read_text
+from specfleet.userfiles import read_text, too_long_integer
 
 
 def parse_target_ref(text: str, flag: str = "--target") -> TargetRef:
@@ -111,8 +110,7 @@ def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
         raise UserError(f"{where}: nested too deeply; expected a flat JSON object like "
                         '{"prompt": "..."}') from None
     except ValueError:  # int() of more than 4300 digits
-        raise UserError(f"{where}: an integer of more than {sys.get_int_max_str_digits()} "
-                        "digits; expected a shorter number") from None
+        raise UserError(f"{where}: {too_long_integer()}; expected a shorter number") from None
     if not isinstance(data, dict):
         raise UserError(f'{where}: expected a JSON object like {{"prompt": "..."}}')
     check_plain_data(data, where)  # "\u0000" is valid JSON, yet no engine or store takes it

@@ -14,7 +14,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS
-from specfleet.userfiles import read_text, read_yaml
+from specfleet.userfiles import read_text, read_yaml, too_long_integer
 
 HASH_FILE = ".specfleet-weights.json"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
@@ -200,8 +199,7 @@ def check_config(folder: Path, alias: str) -> None:
     except RecursionError:
         raise UserError(f"{label}: nested too deeply; expected {CONFIG_EXPECTED}") from None
     except ValueError:  # int() of 4300+ digits
-        raise UserError(f"{label}: an integer of more than {sys.get_int_max_str_digits()} "
-                        f"digits; expected {CONFIG_EXPECTED}") from None
+        raise UserError(f"{label}: {too_long_integer()}; expected {CONFIG_EXPECTED}") from None
     if not isinstance(config, dict):
         raise UserError(f"{label}: expected {CONFIG_EXPECTED}, got {describe_value(config)}")
 
