@@ -48,7 +48,7 @@ import torch  # noqa: E402
 from specfleet.engine.config import PromptLookupConfig  # noqa: E402
 from specfleet.engine.loop import generate  # noqa: E402
 from specfleet.engine.runners.common import IdsOnlyTokenizer  # noqa: E402
-from specfleet.engine.runners.tiny_torch import TINY_FAMILIES, tiny_runner  # noqa: E402
+from specfleet.engine.runners.tiny_torch import TINY_FAMILIES, TINY_VOCAB, tiny_runner  # noqa: E402
 from specfleet.engine.runners.torch import TorchRunner  # noqa: E402
 from specfleet.engine.runners.torch_rollback import RECORDED_MODEL_TYPES  # noqa: E402
 from specfleet.engine.runners.toy import lcg_tokens  # noqa: E402
@@ -66,14 +66,6 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
         "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
         "head_dim": 128, "tie_word_embeddings": True}),
 }
-TINY_POLICIES = {
-    "graded": PromptLookupConfig(policy="graded"),
-    "gated": PromptLookupConfig(policy="gated"),
-    "calibrated": PromptLookupConfig(policy="calibrated", costs=(1.0, 1.05, 1.1, 1.15, 1.2),
-                                     max_draft=12),
-    "fixed": PromptLookupConfig(adaptive=False, max_draft=4),
-}
-TINY_VOCAB = 96
 
 
 class Report:
@@ -119,38 +111,25 @@ def copy_prompt(runner: TorchRunner, seed: int, vocab: int, own_tokens: int = 16
 
 
 def parity(device: str, prompts: int, deadline: float) -> tuple[dict, list[str]]:
-    rows, lines = {}, ["| family | dtype | " + " | ".join(TINY_POLICIES) + " | proposed | accepted |",
-                       "|---" * (len(TINY_POLICIES) + 4) + "|"]
+    """`bench/families.py`'s table for every family on `device`, float32 and bfloat16."""
+    from bench.families import HEADER, parity_row, row_line
+
+    rows, lines = {}, HEADER.splitlines()
     for family in TINY_FAMILIES:
         for dtype in (torch.float32, torch.bfloat16):
-            if time.monotonic() > deadline:
-                lines.append(f"(cut at {family} {dtype}: out of time)")
-                return rows, lines
             name = str(dtype).removeprefix("torch.")
+            if time.monotonic() > deadline:
+                lines.append(f"(cut at {family} {name}: out of time)")
+                return rows, lines
             try:
-                runner = tiny_runner(family, device, dtype)
-            except Exception as err:  # noqa: BLE001 - a family that cannot build is a finding
+                row = parity_row(family, dtype, device, prompts)
+            except Exception as err:  # noqa: BLE001 - a family that fails there is a finding
                 rows[f"{family}/{name}"] = {"error": f"{type(err).__name__}: {err}"[:300]}
-                lines.append(f"| {family} | {name} | build failed: {str(err)[:120]} |")
+                lines.append(f"| {family} | {name} | failed: {str(err)[:120]} |")
                 continue
-            same = dict.fromkeys(TINY_POLICIES, 0)
-            proposed = accepted = 0
-            for seed in range(2, 2 + prompts):
-                prompt = copy_prompt(runner, seed, TINY_VOCAB)
-                plain = generate(runner, prompt, max_tokens=40).tokens
-                for policy, config in TINY_POLICIES.items():
-                    if runner.lookup_refusal is not None:
-                        continue
-                    got = generate(runner, prompt, max_tokens=40, lookup=config)
-                    same[policy] += got.tokens == plain
-                    proposed += got.stats.proposed
-                    accepted += got.stats.accepted
-            refused = runner.lookup_refusal is not None
-            rows[f"{family}/{name}"] = {"identical": same, "prompts": prompts, "refused": refused,
-                                        "proposed": proposed, "accepted": accepted,
-                                        "rollback": runner.rollback_kind}
-            cells = ("refused" if refused else f"{same[p]}/{prompts}" for p in TINY_POLICIES)
-            lines.append(f"| {family} | {name} | {' | '.join(cells)} | {proposed} | {accepted} |")
+            if row is not None:
+                rows[f"{family}/{name}"] = row
+                lines.append(row_line(row))
     return rows, lines
 
 

@@ -18,12 +18,51 @@ import torch  # noqa: E402
 
 from specfleet.engine.loop import generate  # noqa: E402
 from specfleet.engine.runners.tiny_torch import TINY_FAMILIES, tiny_runner  # noqa: E402
+from specfleet.engine.runners.torch_rollback import RecurrentRollback  # noqa: E402
 from tests.engine.runners.test_families_torch import (  # noqa: E402
     POLICIES,
     PROMPT_SEEDS,
     REPLY_TOKENS,
     copy_heavy_prompt,
 )
+
+
+def parity_row(family: str, dtype: torch.dtype, device: str = "cpu", prompts: int = 8,
+               recurrent: RecurrentRollback | None = None) -> dict | None:
+    """One family in one dtype on `device`: on how many of `prompts` copy-heavy prompts each
+    policy's reply equals plain's, and the proposals verified and landed; None where the
+    family cannot build in `dtype` (no float64 kernels: its float32 row stands for it)."""
+    runner = tiny_runner(family, device, dtype, recurrent=recurrent)
+    if next(runner.model.parameters()).dtype != dtype:
+        return None
+    refused = runner.lookup_refusal is not None
+    identical = dict.fromkeys(POLICIES, 0)
+    proposed = accepted = 0
+    for seed in range(PROMPT_SEEDS[0], PROMPT_SEEDS[0] + prompts):
+        prompt = copy_heavy_prompt(runner, seed)
+        plain = generate(runner, prompt, max_tokens=REPLY_TOKENS).tokens
+        for name, config in POLICIES.items():
+            if refused:
+                continue
+            got = generate(runner, prompt, max_tokens=REPLY_TOKENS, lookup=config)
+            identical[name] += got.tokens == plain
+            proposed += got.stats.proposed
+            accepted += got.stats.accepted
+    return {"family": family, "dtype": str(dtype).removeprefix("torch."),
+            "rollback": runner.rollback_kind, "refused": refused, "identical": identical,
+            "prompts": prompts, "proposed": proposed, "accepted": accepted}
+
+
+HEADER = ("| family | dtype | rollback | " + " | ".join(POLICIES) + " | proposed | accepted |\n"
+          + "|---" * (len(POLICIES) + 5) + "|")
+
+
+def row_line(row: dict) -> str:
+    """`parity_row`'s row as a line of the markdown table under `HEADER`."""
+    cells = ("refused" if row["refused"] else f"{row['identical'][n]}/{row['prompts']}"
+             for n in POLICIES)
+    return (f"| {row['family']} | {row['dtype']} | {row['rollback']} | {' | '.join(cells)} | "
+            f"{row['proposed']} | {row['accepted']} |")
 
 
 def main() -> None:
@@ -33,31 +72,12 @@ def main() -> None:
     parser.add_argument("--recurrent", choices=["record", "refeed"], default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny models run fastest single-threaded
-    print("| family | dtype | rollback | " + " | ".join(POLICIES) + " | proposed | accepted |")
-    print("|---" * (len(POLICIES) + 5) + "|")
+    print(HEADER)
     for family in args.families:
         for dtype in (torch.float64, torch.float32):
-            runner = tiny_runner(family, dtype=dtype, recurrent=args.recurrent)
-            built = next(runner.model.parameters()).dtype
-            if built != dtype:  # a family without float64 kernels: its float32 row follows
-                continue
-            identical = dict.fromkeys(POLICIES, 0)
-            proposed = accepted = 0
-            seeds = range(PROMPT_SEEDS[0], PROMPT_SEEDS[0] + args.prompts)
-            for seed in seeds:
-                prompt = copy_heavy_prompt(runner, seed)
-                plain = generate(runner, prompt, max_tokens=REPLY_TOKENS).tokens
-                for name, config in POLICIES.items():
-                    if runner.lookup_refusal is not None:
-                        continue
-                    got = generate(runner, prompt, max_tokens=REPLY_TOKENS, lookup=config)
-                    identical[name] += got.tokens == plain
-                    proposed += got.stats.proposed
-                    accepted += got.stats.accepted
-            cells = ("refused" if runner.lookup_refusal else f"{identical[n]}/{len(seeds)}"
-                     for n in POLICIES)
-            print(f"| {family} | {str(dtype).removeprefix('torch.')} | {runner.rollback_kind} | "
-                  f"{' | '.join(cells)} | {proposed} | {accepted} |")
+            row = parity_row(family, dtype, prompts=args.prompts, recurrent=args.recurrent)
+            if row is not None:
+                print(row_line(row))
 
 
 if __name__ == "__main__":
