@@ -128,13 +128,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         _QWEN3_5_TEXT, model_type="qwen3_5_moe_text", num_experts=2, num_experts_per_tok=1,
         moe_intermediate_size=HIDDEN, shared_expert_intermediate_size=HIDDEN)),
 }
-# A family whose model type mlx-lm builds from another's module (its MODEL_REMAPPING).
-_MODULES = {"falcon_mamba": "mamba"}
 
 
 def build_model(arch: str) -> nn.Module:
     """mlx-lm's `Model` of `arch` from `CONFIGS`, weights drawn wide from MLX's global seed."""
-    module = importlib.import_module(f"mlx_lm.models.{_MODULES.get(arch, arch)}")
+    from mlx_lm.utils import MODEL_REMAPPING  # a type built from another's module (falcon_mamba)
+
+    module = importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(arch, arch)}")
     model = module.Model(module.ModelArgs.from_dict(CONFIGS[arch]))
     params = []
     for name, value in tree_flatten(model.parameters()):
