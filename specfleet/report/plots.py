@@ -58,11 +58,12 @@ def _marks(cell) -> str:
     return " ".join(marks)
 
 
-def _heat_data(view: MatrixView, target: str, rows: list[tuple[str, str]]) -> np.ndarray:
+def _heat_data(view: MatrixView, target: str, rows: list[tuple[str, str]],
+               prompts: list[str]) -> np.ndarray:
     """log2 speed-ups; NaN where nothing was measured or the replies loop (drawn grey)."""
-    data = np.full((max(len(rows), 1), len(view.prompts)), np.nan)
+    data = np.full((max(len(rows), 1), len(prompts)), np.nan)
     for i, (model, arm) in enumerate(rows):
-        for j, prompt in enumerate(view.prompts):
+        for j, prompt in enumerate(prompts):
             cell = view.cell(target, model, prompt, arm)
             if cell is not None and cell.speedup and not cell.loop:
                 data[i, j] = np.log2(cell.speedup)
@@ -74,21 +75,23 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     centred on 1.0x; looping cells grey (kept out of the scale, as out of the headline)."""
     rows = [(m, a) for m in view.models for a in view.lookup_arms
             if any(view.cell(target, m, p, a) for p in view.prompts)]
-    data = _heat_data(view, target, rows)
+    # Only the prompts this target ran: a prompt kept to other engines is no grey "loop" cell.
+    prompts = [p for p in view.prompts if any(view.cell(target, m, p, a) for m, a in rows)]
+    data = _heat_data(view, target, rows, prompts)
     finite = data[np.isfinite(data)]
     limit = max(float(np.abs(finite).max()) if finite.size else 0.0, np.log2(1.1))
     plt = _pyplot()
     fig, ax = plt.subplots(
-        figsize=(max(5.5, 2.4 + 1.4 * len(view.prompts)), 1.6 + 0.55 * len(rows)))
+        figsize=(max(5.5, 2.4 + 1.4 * len(prompts)), 1.6 + 0.55 * len(rows)))
     ax.set_facecolor("#dddddd")
     image = ax.imshow(data, cmap="RdYlGn", vmin=-limit, vmax=limit, aspect="auto")
     for i, (model, arm) in enumerate(rows):
-        for j, prompt in enumerate(view.prompts):
+        for j, prompt in enumerate(prompts):
             cell = view.cell(target, model, prompt, arm)
             if cell is not None and cell.speedup is not None:
                 ax.text(j, i, f"{cell.speedup:.2f}x\n{_marks(cell)}".strip(), ha="center",
                         va="center", fontsize=8)
-    ax.set_xticks(range(len(view.prompts)), view.prompts)
+    ax.set_xticks(range(len(prompts)), prompts)
     ax.set_yticks(range(len(rows)), [f"{m} · {a}" for m, a in rows])
     ax.set_title(f"Speed-up over plain — {target}\n~ within noise  ! spread>5%  "
                  f"L loop (grey)  ≠ diverged", fontsize=9)
@@ -96,7 +99,7 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     ticks = np.linspace(-limit, limit, 5)
     bar.set_ticks(ticks, labels=[f"{2 ** t:.2f}x" for t in ticks])
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the colour bar's label kept whole
     plt.close(fig)
     return path
 
@@ -106,11 +109,13 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
     groups = [(m, p) for m in view.models for p in view.prompts
               if view.cell(target, m, p, PLAIN) or any(view.cell(target, m, p, a)
                                                        for a in view.arms)]
-    width = 0.8 / max(len(view.arms), 1)
+    # Only the arms this target ran, so each group's tick sits under its middle.
+    arms = [a for a in view.arms if any(view.cell(target, m, p, a) for m, p in groups)]
+    width = 0.8 / max(len(arms), 1)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5.5, 2.0 + 1.1 * len(groups)), 4.0))
     labelled: set[str] = set()
-    for k, arm in enumerate(view.arms):
+    for k, arm in enumerate(arms):
         for g, (model, prompt) in enumerate(groups):
             cell = view.cell(target, model, prompt, arm)
             if cell is None or not cell.rates:
