@@ -34,7 +34,7 @@ from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.settings import host_name_problem
-from specfleet.store.store import new_matrix_id, open_store
+from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 
 app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
                   no_args_is_help=True)
@@ -75,9 +75,10 @@ def generate(
         options["max_tokens"] = max_tokens
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
     refuse_embedded_stranger(job.target.host, "--target", address, embedded)
-    with open_store(db) as store:
-        view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
-                          embedded=embedded)
+    check_store_before_fleet(db)
+    view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
+                      embedded=embedded)
+    with open_store(db) as store:  # after the fleet: one that is not there makes no store
         chosen = select_target(job.target, view.targets)
         job_id = new_matrix_id(f"gen-{Path(prompts).stem}")
         # Generation runs belong to the job, not to a matrix (runs.matrix_id is a foreign key).
@@ -155,9 +156,10 @@ def calibrate(
     if host is not None and (problem := host_name_problem(host)):  # --target's: TargetRef
         raise UserError(f"--host: {problem}")
     refuse_embedded_stranger(host, "--host", address, embedded)
-    with open_store(db) as store:
-        view = open_fleet(address, with_toy=engine == "toy",
-                          hosts=[host] if host is not None else None, embedded=embedded)
+    check_store_before_fleet(db)
+    view = open_fleet(address, with_toy=engine == "toy",
+                      hosts=[host] if host is not None else None, embedded=embedded)
+    with open_store(db) as store:  # after the fleet: one that is not there makes no store
         targets = [t for t in view.targets if engine is None or t.engine == engine]
         if not targets:
             raise UserError(f"no target to calibrate (engine {engine or 'any'}, "

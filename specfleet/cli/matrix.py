@@ -32,7 +32,7 @@ from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.report.tables import render_matrix
 from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
-from specfleet.store.store import new_matrix_id, open_store
+from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 from specfleet.store.values import utcnow
 from specfleet.userfiles import check_writable_dir
 
@@ -206,9 +206,10 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     if here:  # this machine alone: said before Ray starts or a store is made
         found = check_here(spec, label)
         refuse_unrunnable_models(found.errors + found.missing)
-    with open_store(db) as store:
+    check_store_before_fleet(db)
+    view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
+    with open_store(db) as store:  # after the fleet: one that is not there makes no store
         _say_written_back(store)
-        view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
         matrix_id = new_matrix_id(spec.name)
         runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
         if not here:

@@ -21,7 +21,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.spec_files import load_parity_spec
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import render_parity
-from specfleet.store.store import open_store
+from specfleet.store.store import check_store_before_fleet, open_store
 
 
 class _LocalWorkers(dict):
@@ -146,18 +146,24 @@ def parity(
         raise UserError("parity run: missing FILE (a matrix YAML)")
     report = functools.partial(report_parity, baseline=baseline, near_tie=near_tie, fmt=fmt,
                                allow_unverified=allow_unverified)
-    spec = load_parity_spec(file) if file is not None else None  # before a store is made
-    with open_store(db, read_only=what != "run") as store:
-        if baseline is not None:
-            store.get_matrix(baseline)  # an unknown baseline fails before anything runs
-        if what != "run":
+    if what != "run":
+        with open_store(db, read_only=True) as store:
+            if baseline is not None:
+                store.get_matrix(baseline)  # an unknown baseline fails before any replay
             with replay_workers(address, replay, embedded) as (workers, any_host):
                 report(store, what, workers if replay else None, any_host)
-            return
-        assert spec is not None  # `parity run` without FILE was refused above
-        with fleet_view(address, "toy" in spec.targets.engines, embedded) as view:
-            matrix_id = run_parity_matrix(store, spec, view, progress)
-            report(store, matrix_id, view.workers if replay else None, None)
+        return
+    assert file is not None  # `parity run` without FILE was refused above
+    spec = load_parity_spec(file)  # before a store is made
+    check_store_before_fleet(db)
+    if baseline is not None:  # an unknown baseline (or store) fails before anything runs
+        with open_store(db, read_only=True) as store:
+            store.get_matrix(baseline)
+    # The store after the fleet: a fleet that is not there makes no store.
+    with fleet_view(address, "toy" in spec.targets.engines, embedded) as view, \
+            open_store(db) as store:
+        matrix_id = run_parity_matrix(store, spec, view, progress)
+        report(store, matrix_id, view.workers if replay else None, None)
 
 
 def run_parity_matrix(store, spec, view, progress: bool = True) -> str:

@@ -101,6 +101,18 @@ def open_store(url: str | None = None, *, read_only: bool = False,
     return store
 
 
+def check_store_before_fleet(url: str | None) -> None:
+    """What a writing command checks of its store (`--db`, else `SPECFLEET_DB`, else the
+    default file) before it connects a fleet: everything `open_store` refuses without a
+    connection, creating no store. The store itself is opened once the fleet answers, so a
+    fleet that is not there leaves no new empty store behind.
+
+    Raises:
+        UserError: as `check_writable_store`, or a bad scheme or unparsable URL.
+    """
+    check_writable_store(resolve_url(url))
+
+
 def check_writable_store(url: URL) -> None:
     """What a writing command needs of its store, checked before any work and creating
     nothing: a writable SQLite file (or folder for it), not another application's database,

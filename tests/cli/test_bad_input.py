@@ -237,6 +237,22 @@ CALLS = {
                                       "--target", "h/toy", "--db", "{db}"),
     "job calibrate bad engine": cmd("job", "calibrate", "--model", "x", "--engine", "gpu",
                                     "--db", "{db}"),
+    # A fleet that is not there leaves no new empty store behind (the snapshot sees one).
+    "matrix run, no fleet there, new store": cmd(
+        "matrix", "run", "{tmp}/good.yaml", "--address", "127.0.0.1:1", "--db",
+        "{tmp}/new-matrix-run.db"),
+    "bench, no fleet there, new store": cmd(
+        "bench", "-m", "script:1ms", "-p", "story", "-e", "toy", "--address", "127.0.0.1:1",
+        "--db", "{tmp}/new-bench.db"),
+    "parity run, no fleet there, new store": cmd(
+        "parity", "run", "{tmp}/good.yaml", "--address", "127.0.0.1:1", "--db",
+        "{tmp}/new-parity-run.db"),
+    "job calibrate, no fleet there, new store": cmd(
+        "job", "calibrate", "--model", "script:1ms", "--address", "127.0.0.1:1", "--db",
+        "{tmp}/new-job-calibrate.db"),
+    "job generate, no fleet there, new store": cmd(
+        "job", "generate", "--prompts", "{tmp}/batch.jsonl", "--target", "h/toy", "--address",
+        "127.0.0.1:1", "--db", "{tmp}/new-job-generate.db"),
 }
 
 ENVS = {
@@ -275,6 +291,7 @@ def world(tmp_path_factory):
         matrix_id = store.create_matrix("kept", {}, grid(repeats=1))
         store.finish_matrix(matrix_id, "done")
     (tmp / "good.yaml").write_text(GOOD)
+    (tmp / "batch.jsonl").write_text('{"prompt": "hello hello"}\n')
     (tmp / "afile").write_text("not a database, not a folder\n")
     (tmp / "empty.db").touch()
     import sqlite3
