@@ -192,7 +192,7 @@ def connect(
         ensure_token(create=False)
         if sys.platform == "darwin":
             _set_multinode(True)  # else a Mac driver advertises 127.0.0.1 to remote hosts
-        with keep_sigterm():
+        with signals_held_while_ray_starts():
             ray.init(address=address, **DRIVER_OPTIONS)
         return FleetConnection(ray.get_runtime_context().gcs_address, embedded=False)
     return _start_embedded(num_cpus, host, worker_kwargs)
@@ -206,7 +206,7 @@ def _start_embedded(
     info = detect_host(host)
     from specfleet.dirs import runtime_dir
 
-    with stop_what_a_cut_short_init_started(), keep_sigterm():
+    with stop_what_a_cut_short_init_started(), signals_held_while_ray_starts():
         _init_embedded(info, num_cpus, _private_ray_dir(runtime_dir() / "ray"))
     wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
@@ -254,21 +254,41 @@ def stop_what_a_cut_short_init_started() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def keep_sigterm() -> Iterator[None]:
-    """Keep this process's SIGTERM handler: `ray.init` replaces it with a bare exit, which
-    would skip marking runs in flight interrupted (the CLI treats SIGTERM like Ctrl-C).
-    A SIGTERM while `ray.init` runs is that exit; it is raised as Ctrl-C too."""
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if in_main else None
+def signals_held_while_ray_starts() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while `ray.init` runs, then raise the first as Ctrl-C.
+
+    A `ray.init` cut short between creating its core worker and keeping it leaves a core
+    worker no shutdown stops, and the process dies of SIGSEGV as it exits (its metrics
+    timer runs on while the C++ exit hook destroys it). A second signal is not held: a
+    user who presses Ctrl-C twice (a head that never answers) stops at once. Ray's own
+    SIGTERM handler, a bare exit that would skip marking runs in flight interrupted (the
+    CLI treats SIGTERM like Ctrl-C), is not installed meanwhile.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only; nothing to hold here
+        return
+    import ray._private.utils as ray_utils
+
+    held: list[int] = []
+
+    def hold(signum: int, _frame) -> None:
+        if held:
+            raise KeyboardInterrupt  # the second: stop now
+        held.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    rays_own = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda _handler: None  # ray.init and its node set one
+    for sig in previous:
+        signal.signal(sig, hold)
     try:
         yield
-    except SystemExit as err:
-        if err.code != signal.SIGTERM:
-            raise
-        raise KeyboardInterrupt from None  # was a silent exit status 15
     finally:
-        if in_main and callable(previous):
-            signal.signal(signal.SIGTERM, previous)
+        ray_utils.set_sigterm_handler = rays_own
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if held:
+        raise KeyboardInterrupt
 
 
 def disconnect() -> None:

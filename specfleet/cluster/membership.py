@@ -23,7 +23,11 @@ from dataclasses import asdict, dataclass, replace
 import ray
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.fleet import enable_token_auth, ensure_token
+from specfleet.cluster.fleet import (
+    enable_token_auth,
+    ensure_token,
+    signals_held_while_ray_starts,
+)
 from specfleet.cluster.reach import connect_error, host_port
 from specfleet.errors import UserError
 from specfleet.workers.actor import (
@@ -321,7 +325,8 @@ def _stop_own_worker(address: str, host: str) -> None:
     """Kill this host's worker for good (best effort: an unreachable head is no error)."""
     try:
         _check_reachable(address, timeout_s=2.0)
-        ray.init(address=address, **DRIVER_OPTIONS)
+        with signals_held_while_ray_starts():
+            ray.init(address=address, **DRIVER_OPTIONS)
         stop_worker(host)
     except (ConnectionError, UserError):
         pass  # the head is gone: its worker actor went with it
@@ -330,7 +335,8 @@ def _stop_own_worker(address: str, host: str) -> None:
 
 
 def _start_own_worker(address: str, host: str, engines: list[str] | None) -> None:
-    ray.init(address=address, **DRIVER_OPTIONS)
+    with signals_held_while_ray_starts():
+        ray.init(address=address, **DRIVER_OPTIONS)
     try:
         kwargs = {"engines": engines} if engines else None
         wait_ready(start_worker(host, kwargs), timeout_s=120)
