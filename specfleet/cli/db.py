@@ -8,6 +8,7 @@ import typer
 
 from specfleet.cli.options import DbOption
 from specfleet.store.engine import (
+    check_readable,
     check_store_folder,
     check_writable,
     create_private_file,
@@ -48,6 +49,7 @@ def _read_revision(url) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
         check_store_folder(url)  # `upgrade` could not create the file either
         return "none (no database file yet; `specfleet db upgrade` creates it)"
+    check_readable(url)  # a folder, a device or a named pipe (SQLite's open would wait on it)
     engine = make_engine(url, read_only=True)  # a read: no WAL switch, no side files needed
     with connection_errors(url, engine), engine.connect() as conn:
         rev = current_revision(conn)

@@ -574,6 +574,17 @@ NAMED = {
     "db current: a SQLite URL with query options": (
         {}, NO_FILES, ["db", "current", "--db", "sqlite:///{db}?mode=ro"],
         ["SQLite URLs take no query options; expected sqlite:///PATH"]),
+    # A reading command: a named pipe hung it (SQLite's open waits for a writer, even past
+    # SIGTERM), a folder was "cannot write ... (disk I/O error)", /dev/null "none (empty)".
+    "db current: --db a named pipe": (
+        {}, files(s__db="fifo"), ["db", "current", "--db", "{here}/s.db"],
+        ["--db: {here}/s.db is not a regular file; give a SQLite file path"]),
+    "db current: --db a folder": (
+        {}, files(s__db="dir"), ["db", "current", "--db", "{here}/s.db"],
+        ["--db: {here}/s.db is not a regular file; give a SQLite file path"]),
+    "db current: --db a character device": (
+        {}, NO_FILES, ["db", "current", "--db", "/dev/null"],
+        ["--db: /dev/null is not a regular file; give a SQLite file path"]),
     "db current: --db inside a file": (
         {}, NO_FILES, ["db", "current", "--db", "{tmp}/afile/x.db"],
         ["--db: {tmp}/afile is a file, not a folder"]),
