@@ -20,7 +20,7 @@ from specfleet.errors import UserError
 
 # Listed once, at import: Typer rebuilds the command, and so its help, on every invocation.
 COSTS_HELP = ("A host with a stored calibration, a YAML file, or a packaged table "
-              f"({', '.join(packaged_names(costs_dir()))}).")
+              f"({', '.join(packaged_names(costs_dir()))}); default: the host each run ran on.")
 
 
 def replay_command(
@@ -55,9 +55,11 @@ def replay_command(
     twice = sorted({p for p in policies if policies.count(p) > 1})
     if twice:
         raise UserError(f"--policy lists {', '.join(twice)} twice; expected each policy once")
-    if not costs:
-        raise UserError("--costs: give a host, a YAML file or a packaged table name")
+    if costs.strip() != costs or (costs and not costs.strip()):
+        raise UserError(f"--costs {costs!r}: expected a host, a YAML file or a packaged table "
+                        "name, without blanks around it")
     costs_for = cost_source(costs)
+    costs_name = costs or "each run's own host (its newest stored calibration)"
     with open_store(db, read_only=True) as store:  # replay reads, never writes
         runs = stored_runs(store, ident)
         # Every name was checked against POLICIES above.
@@ -65,9 +67,9 @@ def replay_command(
         mismatches, earlier = check_counters(runs)
     if not predictions:
         raise UserError(f"RUN_OR_MATRIX {ident}: no cell has a done greedy plain run to replay")
-    typer.echo(format_predictions(predictions, costs))
+    typer.echo(format_predictions(predictions, costs_name))
     if oracle:
-        typer.echo("\n" + format_bounds(predictions, costs))
+        typer.echo("\n" + format_bounds(predictions, costs_name))
     checked = sum(1 for r in runs if stored_lookup(r) is not None) - earlier  # no plain, peer
     older = (f"; {earlier} made by an earlier revision of their policy, not compared"
              if earlier else "")

@@ -122,7 +122,8 @@ def packaged_cost(name: str) -> Path | None:
 
 def cost_source(spec: str):
     """A function cell -> CostTable for `--costs`: a YAML file, a packaged table, or a host
-    whose newest stored calibration of the cell's engine, device and model is used."""
+    whose newest stored calibration of the cell's engine, device and model is used; "" (no
+    `--costs`) is each cell's own host."""
     path = Path(spec)
     if path.suffix in (".yaml", ".yml") and os.path.lexists(path):  # its reader refuses a pipe
         table = load_cost_file(path)
@@ -133,14 +134,17 @@ def cost_source(spec: str):
         return lambda store, cell: table
 
     def stored(store, cell) -> CostTable:
-        _, engine, device, model, _ = cell
-        rows = store.latest_calibration(engine, device, model, host=spec)
+        ran_on, engine, device, model, _ = cell
+        host = spec or ran_on
+        rows = store.latest_calibration(engine, device, model, host=host)
         if not rows or any(r.ratio is None for r in rows):
+            said = (f"--costs {spec}: no YAML file, packaged table or" if spec else
+                    f"--costs not given: the runs' own host {host!r} has no")
             raise UserError(
-                f"--costs {spec}: no YAML file, packaged table or stored calibration of host "
-                f"{spec!r} for {model} on {engine}/{device} (store one with `specfleet "
-                "calibrate --store` or `job calibrate`)")
-        return CostTable(f"{spec} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
+                f"{said} stored calibration of host {host!r} for {model} on {engine}/{device} "
+                "(store one with `specfleet calibrate --store` or `job calibrate`, or give "
+                "--costs a packaged table)")
+        return CostTable(f"{host} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
                          tuple(r.ratio for r in rows))
 
     return stored

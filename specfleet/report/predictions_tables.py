@@ -15,17 +15,17 @@ def format_predictions(predictions: Sequence[Prediction], costs_name: str) -> st
     extra = (" efficiency |", "---|") if any(p.bound for p in predictions) else ("", "")
     lines = [f"Predicted speed-up over plain under {costs_name} (whole call, prefill in "
              "pipelined steps from each cell's plain run)", "",
-             "| model | engine | prompt | policy | rounds | drafted | proposed | accepted | "
+             "| model | target | prompt | policy | rounds | drafted | proposed | accepted | "
              "steps / plain | predicted | measured | error |" + extra[0],
              "|---|---|---|---|---|---|---|---|---|---|---|---|" + extra[1]]
     for p in predictions:
-        _, engine, _, model, prompt = p.cell
+        target, model, prompt = _target(p.cell), p.cell[3], p.cell[4]
         c = p.counters
         measured = f"{p.measured:.3f}x" if p.measured else "-"
         error = f"{p.error * 100:+.1f}%" if p.error is not None else "-"
         efficiency = f" {p.efficiency:.3f} |" if p.efficiency is not None else ""
         lines.append(
-            f"| {model} | {engine} | {prompt} | {p.policy} | {c['rounds']} | "
+            f"| {model} | {target} | {prompt} | {p.policy} | {c['rounds']} | "
             f"{c['drafted_rounds']} | {c['proposed']} | {c['accepted']} | "
             f"{p.steps:.1f} / {p.plain_steps:.1f} | {p.predicted:.3f}x | {measured} | {error} |"
             f"{efficiency}")
@@ -36,7 +36,7 @@ def format_bounds(predictions: Sequence[Prediction], costs_name: str) -> str:
     """A markdown table of each cell's oracle: its index, cost, schedule and ceiling."""
     lines = [f"Oracle bound under {costs_name}: the cheapest schedule over each cell's n-gram "
              "index (pipeline mechanics not paid; efficiency = oracle steps / policy steps)", "",
-             "| model | engine | prompt | index | steps / plain | ceiling | verifies | "
+             "| model | target | prompt | index | steps / plain | ceiling | verifies | "
              "proposed | accepted | plain steps | widths |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     seen: list[Bound] = []
@@ -44,13 +44,19 @@ def format_bounds(predictions: Sequence[Prediction], costs_name: str) -> str:
         if p.bound is None or any(b is p.bound for b in seen):
             continue
         seen.append(p.bound)
-        _, engine, _, model, prompt = p.cell
+        target, model, prompt = _target(p.cell), p.cell[3], p.cell[4]
         b, s = p.bound.lookup, p.bound.schedule
         lines.append(
-            f"| {model} | {engine} | {prompt} | n-gram {b.ngram_min}-{b.ngram_max}, draft <= "
+            f"| {model} | {target} | {prompt} | n-gram {b.ngram_min}-{b.ngram_max}, draft <= "
             f"{b.max_draft} | {s.cost_steps:.1f} / {p.plain_steps:.1f} | {p.bound.ceiling:.3f}x | "
             f"{s.verifies} | {s.proposed} | {s.accepted} | {s.plain_steps} | {_widths(s)} |")
     return "\n".join(lines)
+
+
+def _target(cell: tuple[str, str, str, str, str]) -> str:
+    """host/engine/device: a matrix may run one engine on several hosts, each its own row."""
+    host, engine, device, _, _ = cell
+    return f"{host}/{engine}/{device}"
 
 
 def _widths(schedule: OracleSchedule) -> str:

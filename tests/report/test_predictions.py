@@ -3,6 +3,8 @@ predictions under a packaged table; one-line errors."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from typer.testing import CliRunner
 
@@ -55,6 +57,31 @@ def test_replayed_counters_equal_the_stored_runs_and_predictions_cover_each_poli
     rows = [line for line in result.stdout.splitlines() if line.startswith("| script")]
     assert len(rows) == 2 * 3
     assert {row.split("|")[4].strip() for row in rows} == {"graded", "gated", "calibrated"}
+
+
+def test_without_costs_each_run_is_replayed_under_its_own_hosts_table(db, tmp_path):
+    # Not measured on box1 yet: one line saying so and how to measure it.
+    result = invoke("replay", matrix_id(db), "--db", db)
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+    assert "the runs' own host 'box1' has no stored calibration" in result.stderr
+    copy = str(tmp_path / "calibrated.db")
+    shutil.copy(db, copy)
+    worker = HostWorker(info=detect_host("box1"), sample_period_s=0.05,
+                        run_lock_path=str(tmp_path / "run.lock"))
+    try:
+        calibration = worker.calibrate("script", "toy", "cpu", max_width=8, quick=True)
+    finally:
+        worker.close()
+    with open_store(copy) as store:
+        store.record_calibration(TARGET, "script", calibration)
+    own = invoke("replay", matrix_id(copy), "--db", copy)
+    assert own.exit_code == 0, own.stderr
+    assert "under each run's own host" in own.stdout
+    rows = [line.split("|") for line in own.stdout.splitlines() if line.startswith("| script")]
+    assert len(rows) == 2 * 3 and {r[2].strip() for r in rows} == {"box1/toy/cpu"}
+    # The same as naming the host.
+    named = invoke("replay", matrix_id(copy), "--costs", "box1", "--db", copy)
+    assert named.stdout.split("\n", 1)[1] == own.stdout.split("\n", 1)[1]
 
 
 def test_a_prediction_for_a_run_arm_has_that_runs_counters(db):
