@@ -18,6 +18,7 @@ class OneLineErrorsGroup(TyperGroup):
     a missing argument or an unknown option) into ONE stderr line and exit status 2."""
 
     def invoke(self, ctx):
+        words = [*ctx._protected_args, *ctx.args]  # the group's invoke consumes them
         try:
             return super().invoke(ctx)
         except (UserError, ConfigError) as err:
@@ -30,11 +31,25 @@ class OneLineErrorsGroup(TyperGroup):
         except _click.exceptions.UsageError as err:
             if type(err).__name__ == "NoArgsIsHelpError":
                 raise
-            where = err.ctx.command_path if err.ctx is not None else ctx.command_path
+            where = err.ctx.command_path if err.ctx is not None else \
+                self._command_named(ctx, words)
             # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
             message = " ".join(err.format_message().split()).replace("Value error, ", "")
             typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
             raise typer.Exit(2) from None
+
+    def _command_named(self, ctx, words: list[str]) -> str:
+        """`specfleet matrix list`: the deepest command `words` name. click's parser raises
+        an option's missing or unwanted value ('--limit' requires an argument) without the
+        context of the command it was parsing."""
+        path, command = [ctx.command_path], self
+        for word in words:
+            sub = command.get_command(ctx, word) if isinstance(command, TyperGroup) else None
+            if sub is None:
+                break
+            path.append(word)
+            command = sub
+        return " ".join(path)
 
 
 app = typer.Typer(

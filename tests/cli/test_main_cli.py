@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -31,6 +32,20 @@ def test_dash_h_works_on_every_command() -> None:
         result = CliRunner().invoke(app, [*path, "-h"])
         assert result.exit_code == 0, (path, result.output)
         assert "Usage: specfleet" in result.output and "--help" in result.output, path
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    # click raises these without the command's context: the line named only `specfleet`.
+    (["matrix", "list", "--limit"], "specfleet matrix list: Option '--limit' requires an "
+                                    "argument."),
+    (["results", "--cells=yes"], "specfleet results: Option '--cells' does not take a value."),
+    (["job", "generate", "--prompts"], "specfleet job generate: Option '--prompts' requires "
+                                       "an argument."),
+])
+def test_an_option_value_mistake_names_its_command(args, line) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {line}\n"
 
 
 def test_version_names_the_checkout_commit() -> None:
