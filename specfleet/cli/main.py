@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from typer import _click  # typer 0.29 vendors click: parsing raises its own UsageError
@@ -13,9 +13,23 @@ from specfleet.engine.config import ConfigError
 from specfleet.errors import INTERRUPTED_EXIT, UserError, one_line
 
 
+def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
+    """Say a usage mistake in one line (`where` names the command when `err` carries no
+    context) and exit 2; a bare `specfleet` or group still shows its help."""
+    if type(err).__name__ == "NoArgsIsHelpError":
+        raise err
+    if err.ctx is not None:
+        where = err.ctx.command_path
+    # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
+    message = " ".join(err.format_message().split()).replace("Value error, ", "")
+    typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
+    raise typer.Exit(2) from None
+
+
 class OneLineErrorsGroup(TyperGroup):
     """Turns user mistakes raised anywhere below (our own errors and usage mistakes such as
-    a missing argument or an unknown option) into ONE stderr line and exit status 2."""
+    a missing argument or an unknown option, the root's own options included) into ONE
+    stderr line and exit status 2."""
 
     def invoke(self, ctx):
         words = [*ctx._protected_args, *ctx.args]  # the group's invoke consumes them
@@ -29,14 +43,14 @@ class OneLineErrorsGroup(TyperGroup):
             typer.echo(f"interrupted: {err}" if str(err) else "interrupted", err=True)
             raise typer.Exit(INTERRUPTED_EXIT) from None
         except _click.exceptions.UsageError as err:
-            if type(err).__name__ == "NoArgsIsHelpError":
-                raise
-            where = err.ctx.command_path if err.ctx is not None else \
-                self._command_named(ctx, words)
-            # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
-            message = " ".join(err.format_message().split()).replace("Value error, ", "")
-            typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
-            raise typer.Exit(2) from None
+            _usage_error(err, self._command_named(ctx, words))
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        """The root's own options are parsed here, before `invoke` (`specfleet --bogus`)."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _click.exceptions.UsageError as err:
+            _usage_error(err, info_name or "specfleet")
 
     def _command_named(self, ctx, words: list[str]) -> str:
         """`specfleet matrix list`: the deepest command `words` name. click's parser raises

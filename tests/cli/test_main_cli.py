@@ -41,8 +41,11 @@ def test_dash_h_works_on_every_command() -> None:
     (["results", "--cells=yes"], "specfleet results: Option '--cells' does not take a value."),
     (["job", "generate", "--prompts"], "specfleet job generate: Option '--prompts' requires "
                                        "an argument."),
+    # The root's own options: a usage line and a box of three more lines.
+    (["--bogus", "matrix"], "specfleet: No such option: --bogus"),
+    (["--version=3"], "specfleet: Option '--version' does not take a value."),
 ])
-def test_an_option_value_mistake_names_its_command(args, line) -> None:
+def test_an_option_mistake_is_one_line_naming_its_command(args, line) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert result.stderr == f"error: {line}\n"
