@@ -45,6 +45,23 @@ def too_long_integer() -> str:
     return f"an integer of more than {sys.get_int_max_str_digits()} digits"
 
 
+def given_path(text: str, label: str, expected: str) -> Path:
+    """A path the user typed, refused in one line when blank: `Path('')` is the current
+    folder, where a script's unset variable would otherwise send the work.
+
+    Args:
+        text: the path as given.
+        label: the flag or argument that gave it (`--out`).
+        expected: what it should name (`a folder path`).
+
+    Returns:
+        `Path(text)`, nothing expanded.
+    """
+    if not text.strip():
+        raise UserError(f"{label} {text!r} is blank; expected {expected}")
+    return Path(text)
+
+
 def read_text(path: Path, label: str, expected: str | None = None) -> str:
     """Read a UTF-8 text file the user named, or raise one `UserError` line naming it.
 

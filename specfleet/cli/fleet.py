@@ -18,7 +18,7 @@ from specfleet.cli.options import AddressOption, EmbeddedOption
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
 from specfleet.settings import SELFTEST
-from specfleet.userfiles import check_writable_dir
+from specfleet.userfiles import check_writable_dir, given_path
 
 app = typer.Typer(
     help="Start, join, inspect and leave the fleet (a Ray cluster).", no_args_is_help=True
@@ -78,8 +78,8 @@ def check_engines(engines: str | None) -> list[str] | None:
 def _options(num_cpus, node_ip, engines, temp_dir):
     from specfleet.cluster.membership import NodeOptions
 
-    if temp_dir is not None and not temp_dir.strip():
-        raise UserError(f"--temp-dir {temp_dir!r} is blank; expected a folder path")
+    if temp_dir is not None:
+        given_path(temp_dir, "--temp-dir", "a folder path")
     if temp_dir is not None and len(temp_dir) > MAX_TEMP_DIR_CHARS:
         raise UserError(f"--temp-dir {temp_dir!r}: keep it under {MAX_TEMP_DIR_CHARS + 1} "
                         "characters (Ray's socket paths inside it are limited to 107 bytes)")

@@ -10,17 +10,18 @@ import typer
 from specfleet.cli.options import DbOption
 from specfleet.report.record import write_record
 from specfleet.store.store import open_store
-from specfleet.userfiles import check_writable_dir
+from specfleet.userfiles import check_writable_dir, given_path
 
 
 def report(
     matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
-    out: Annotated[Path | None, typer.Option(
+    out: Annotated[str | None, typer.Option(
         "--out", help="Folder for the record (default: reports/MATRIX_ID).")] = None,
     db: DbOption = None,
 ) -> None:
     """Write the benchmark record of a matrix: markdown, PNG plots, raw runs as CSV."""
-    target = out or Path("reports") / matrix_id
+    target = Path("reports") / matrix_id if out is None else \
+        given_path(out, "--out", "a folder path")
     check_writable_dir(target, "--out")
     with open_store(db, read_only=True) as store:
         files = write_record(store, matrix_id, target)

@@ -453,6 +453,10 @@ NAMED = {
     "run: --report-dir a named pipe": (
         {}, files(r="fifo"), run_args("{tmp}/good.yaml", "--report-dir", "{here}/r"),
         ["--report-dir: {here}/r is a named pipe (FIFO), not a folder; expected a folder"]),
+    # Path('') is the current folder: the record was written wherever the command ran.
+    "report: --out empty": (
+        {}, NO_FILES, ["report", "{mid}", "--db", "{db}", "--out", ""],
+        ["--out '' is blank; expected a folder path"]),
     "report: --out a named pipe": (
         {}, files(r="fifo"), ["report", "{mid}", "--db", "{db}", "--out", "{here}/r"],
         ["--out: {here}/r is a named pipe (FIFO), not a folder; expected a folder"]),
