@@ -17,7 +17,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
 from specfleet.jobs.userinput import check_plain_data, first_problem, validation_message
-from specfleet.userfiles import read_text, too_long_integer
+from specfleet.userfiles import given_path, read_text, too_long_integer
 
 
 def parse_target_ref(text: str, flag: str = "--target") -> TargetRef:
@@ -71,8 +71,9 @@ def _ref_label(ref: TargetRef) -> str:
 def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     """Read a JSONL prompt file; a bad line is one `UserError` naming file and line."""
     label = str(path)
+    expected = 'a JSONL file, one {"prompt": ...} a line'
     prompts: list[GeneratePrompt] = []
-    text = read_text(Path(path), label, expected='a JSONL file, one {"prompt": ...} a line')
+    text = read_text(given_path(label, "--prompts", expected), label, expected=expected)
     # A line ends at "\n" only: a JSON string may hold U+2028 or U+0085 raw (splitlines).
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():

@@ -19,7 +19,7 @@ from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import MatrixSpec, ParitySpec
 from specfleet.jobs.spec_checks import check_matrix
 from specfleet.jobs.userinput import check_plain_data, validation_message
-from specfleet.userfiles import read_text, read_yaml
+from specfleet.userfiles import given_path, read_text, read_yaml
 
 
 def read_prompt_text(path: Path) -> str:
@@ -42,9 +42,10 @@ def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
         UserError: one line naming the file, the field path and what is expected.
     """
     label = str(path)
+    names = ", ".join(packaged_names(matrices_dir()))
+    given_path(label, "matrix file", f"a YAML file or a packaged matrix ({names})")
     resolved = matrix_path(path)
     if not resolved.exists() and is_bare_name(label):
-        names = ", ".join(packaged_names(matrices_dir()))
         raise UserError(f"{label}: no such file, nor a packaged matrix (packaged: {names})")
     data = read_yaml(resolved, label)
     return parse_matrix_spec(data, label, resolved.resolve().parent, prompt_dir)

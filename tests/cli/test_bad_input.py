@@ -453,6 +453,15 @@ NAMED = {
     "run: --report-dir a named pipe": (
         {}, files(r="fifo"), run_args("{tmp}/good.yaml", "--report-dir", "{here}/r"),
         ["--report-dir: {here}/r is a named pipe (FIFO), not a folder; expected a folder"]),
+    # Each said ": is a directory" (the current folder), naming nothing.
+    "validate: an empty matrix file name": (
+        {}, NO_FILES, ["matrix", "validate", ""],
+        ["matrix file '' is blank; expected a YAML file or a packaged matrix (demo, "]),
+    "run: an empty matrix file name": (
+        {}, NO_FILES, run_args(""), ["matrix file '' is blank; expected a YAML file"]),
+    "job generate: --prompts empty": (
+        {}, NO_FILES, ["job", "generate", "--prompts", "", "--target", "h/toy", "--db", "{db}"],
+        ["--prompts '' is blank; expected a JSONL file"]),
     # Path('') is the current folder: the record was written wherever the command ran.
     "report: --out empty": (
         {}, NO_FILES, ["report", "{mid}", "--db", "{db}", "--out", ""],
