@@ -14,7 +14,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -96,6 +96,29 @@ def read_text(path: Path, label: str, expected: str | None = None) -> str:
             data = handle.read(MAX_TEXT_BYTES + 1)
     except OSError as err:
         raise UserError(f"{label}: cannot read ({err.strerror}){want}") from None
+    return _decode(data, label, want)
+
+
+def read_stream(stream: BinaryIO | None, label: str, expected: str | None = None) -> str:
+    """Read what the user piped in (standard input) as `read_text` reads a file: UTF-8, no
+    NUL byte, at most `MAX_TEXT_BYTES`; else one `UserError` line naming it.
+
+    Args:
+        stream: the bytes to read; None where the process started without standard input
+            (`<&-`).
+        label: how the input is named in messages (`--prompt -`).
+        expected: what it should be, said after a refusal (default: UTF-8 text).
+
+    Returns:
+        The text (universal newlines).
+    """
+    want = f"; expected {expected}" if expected else ""
+    if stream is None:
+        raise UserError(f"{label}: standard input is closed{want or '; expected UTF-8 text'}")
+    try:
+        data = stream.read(MAX_TEXT_BYTES + 1)
+    except OSError as err:
+        raise UserError(f"{label}: cannot read standard input ({err.strerror}){want}") from None
     return _decode(data, label, want)
 
 

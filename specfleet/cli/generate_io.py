@@ -11,24 +11,25 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import typer
 
 from specfleet.errors import UserError
-from specfleet.userfiles import read_text
+from specfleet.userfiles import read_stream, read_text
 
 STDIN = "-"  # `-p -` / `--prompt-file -`: read the prompt from standard input
 _INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are not all in yet
 
 
-def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: TextIO | None = None) -> str:
+def read_prompt(prompt: str | None, prompt_file: Path | None,
+                stdin: BinaryIO | None = None) -> str:
     """The prompt text from `--prompt` or `--prompt-file` (exactly one, not empty).
 
     Args:
         prompt: `--prompt` text; `-` reads standard input.
         prompt_file: a file, a packaged prompt's bare name (`story`), or `-` for stdin.
-        stdin: where `-` reads from (default `sys.stdin`).
+        stdin: where `-` reads bytes from (default: standard input).
 
     Returns:
         The prompt text.
@@ -37,7 +38,8 @@ def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: TextIO | No
         raise UserError("--prompt and --prompt-file: give one, not both")
     flag = "--prompt-file" if prompt_file is not None else "--prompt"
     if prompt == STDIN or (prompt_file is not None and str(prompt_file) == STDIN):
-        prompt = (stdin or sys.stdin).read()
+        stream = stdin or getattr(sys.stdin, "buffer", None)  # sys.stdin is None after `<&-`
+        prompt = read_stream(stream, f"{flag} {STDIN}", "UTF-8 text")
     elif prompt_file is not None:
         prompt = _read_prompt_file(prompt_file)
     if prompt is None:

@@ -120,6 +120,20 @@ def test_a_missing_model_or_prompt_is_one_line_and_exit_2(args, expected):
     assert expected in lines[0]
 
 
+@pytest.mark.parametrize(("stdin", "expected"), [
+    # Python read a pipe's stray bytes as surrogates: the tokenizer's TypeError, a traceback.
+    (b"caf\xe9", "--prompt -: not UTF-8 text (byte 3); expected UTF-8 text"),
+    (b"\xff\xfeh\x00i\x00", "--prompt -: not UTF-8 text (byte 0): it starts with a UTF-16"),
+    (b"a\x00b", "--prompt -: a NUL byte at byte 1, so not text"),
+])
+def test_standard_input_that_is_not_utf8_text_is_one_line(stdin, expected):
+    result = CliRunner().invoke(app, ["generate", "--engine", "torch", "-m", MODEL, "-p", "-"],
+                                input=stdin)
+    assert result.exit_code == 2, (result.exception, result.stderr)
+    assert result.stdout == "" and result.stderr.startswith(f"error: {expected}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "expected"),
     [

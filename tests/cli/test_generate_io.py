@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,20 @@ from specfleet.errors import UserError
 
 
 def test_prompt_from_stdin_file_or_packaged_name(tmp_path: Path, monkeypatch) -> None:
-    assert read_prompt("-", None, io.StringIO("from stdin\n")) == "from stdin\n"
-    assert read_prompt(None, Path("-"), io.StringIO("piped")) == "piped"
+    assert read_prompt("-", None, io.BytesIO(b"from stdin\n")) == "from stdin\n"
+    assert read_prompt(None, Path("-"), io.BytesIO(b"piped")) == "piped"
     monkeypatch.chdir(tmp_path)
     assert read_prompt(None, Path("story")) == (prompts_dir() / "story.txt").read_text()
     (tmp_path / "story").write_text("mine")  # a file in the working folder wins
     assert read_prompt(None, Path("story")) == "mine"
     with pytest.raises(UserError, match=r"^--prompt-file: the prompt is empty"):
-        read_prompt(None, Path("-"), io.StringIO("  \n"))
+        read_prompt(None, Path("-"), io.BytesIO(b"  \n"))
+
+
+def test_a_closed_standard_input_is_one_line(monkeypatch) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # as Python starts with fd 0 closed (`<&-`)
+    with pytest.raises(UserError, match=r"^--prompt -: standard input is closed; expected UTF-8"):
+        read_prompt("-", None)
 
 
 def test_the_stream_prints_each_new_piece_once_and_waits_for_whole_characters() -> None:
