@@ -44,6 +44,17 @@ def whole_number(text: str, most: int) -> int | None:
     return int(digits) if len(digits) <= len(str(most)) else most + 1
 
 
+def is_utf8(text: str) -> bool:
+    """False for text holding bytes that are not UTF-8: Python reads them from a command-line
+    argument or an environment value as surrogate escapes, which no file name, database,
+    YAML file or tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def describe_value(value: Any) -> str:
     """A short description of what the user wrote, for `got ...`."""
     if isinstance(value, bool):

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specfleet.errors import UserError, whole_number
+from specfleet.errors import UserError, is_utf8, whole_number
 
 Environ = Mapping[str, str]
 
@@ -33,8 +33,15 @@ class Variable:
     default: str  # what applies when it is unset, in words
 
     def value(self, env: Environ | None = None) -> str | None:
-        """The value as set, None when unset or empty."""
-        return (os.environ if env is None else env).get(self.name) or None
+        """The value as set, None when unset or empty.
+
+        Raises:
+            UserError: the value holds bytes that are not UTF-8.
+        """
+        raw = (os.environ if env is None else env).get(self.name) or None
+        if raw is not None and not is_utf8(raw):
+            raise UserError(f"{self.name}: {raw!r} is not UTF-8 text; expected UTF-8")
+        return raw
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typer import _click  # typer 0.29 vendors click: parsing raises its own Usa
 from typer.core import TyperGroup
 
 from specfleet.engine.config import ConfigError
-from specfleet.errors import INTERRUPTED_EXIT, UserError, one_line
+from specfleet.errors import INTERRUPTED_EXIT, UserError, is_utf8, one_line
 
 
 def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
@@ -46,8 +46,13 @@ class OneLineErrorsGroup(TyperGroup):
             _usage_error(err, self._command_named(ctx, words))
 
     def make_context(self, info_name, args, parent=None, **extra):
-        """The root's own options are parsed here, before `invoke` (`specfleet --bogus`)."""
+        """The root's own options are parsed here, before `invoke` (`specfleet --bogus`);
+        every argument must be UTF-8 text."""
         try:
+            bad = next((arg for arg in args if not is_utf8(arg)), None)
+            if bad is not None:
+                raise _click.exceptions.UsageError(
+                    f"argument {bad!r} is not UTF-8 text; expected UTF-8")
             return super().make_context(info_name, args, parent=parent, **extra)
         except _click.exceptions.UsageError as err:
             _usage_error(err, info_name or "specfleet")

@@ -462,6 +462,17 @@ NAMED = {
     "job generate: --prompts empty": (
         {}, NO_FILES, ["job", "generate", "--prompts", "", "--target", "h/toy", "--db", "{db}"],
         ["--prompts '' is blank; expected a JSONL file"]),
+    # Bytes that are not UTF-8 reach Python as surrogate escapes: the tokenizer's TypeError,
+    # SQLite's UnicodeEncodeError, each a traceback.
+    "generate: a prompt that is not UTF-8": (
+        {}, NO_FILES, ["generate", "-m", "smollm2-135m", "-p", "caf\udce9"],
+        ["specfleet: argument 'caf\\udce9' is not UTF-8 text; expected UTF-8"]),
+    "results: a --model that is not UTF-8": (
+        {}, NO_FILES, ["results", "--model", "caf\udce9", "--db", "{db}"],
+        ["argument 'caf\\udce9' is not UTF-8 text"]),
+    "SPECFLEET_DB: not UTF-8": (
+        {"SPECFLEET_DB": "{here}/caf\udce9.db"}, NO_FILES, ["db", "current"],
+        ["SPECFLEET_DB: '{here}/caf\\udce9.db' is not UTF-8 text; expected UTF-8"]),
     # Path('') is the current folder: the record was written wherever the command ran.
     "report: --out empty": (
         {}, NO_FILES, ["report", "{mid}", "--db", "{db}", "--out", ""],
