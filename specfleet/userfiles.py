@@ -216,6 +216,10 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, list | dict | set):  # `? [a]`: unhashable, a TypeError below
+            raise yaml.constructor.ConstructorError(
+                None, None, "a list, mapping or set as a key; expected a name",
+                key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark

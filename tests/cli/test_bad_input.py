@@ -115,6 +115,9 @@ FILES: dict[str, str | bytes] = {
     "prompt_suffix for an unknown model": matrix(prompt_suffix="{other: x}"),
     "prompt_dir missing": matrix(prompts="[story]", prompt_dir="nowhere"),
     "integer keys": "1: 2\n" + GOOD,
+    # Unhashable: a TypeError traceback in every YAML reader.
+    "a list as a key": "? [a]\n: 1\n" + GOOD,
+    "a set as a key in a model entry": matrix(models="[{? !!set {a} : 1}]"),
     "nested 20000 deep": deep(20000),
     "nested 40 deep": deep(40),
     "alias bomb": "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
