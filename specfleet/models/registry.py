@@ -188,8 +188,9 @@ CONFIG_EXPECTED = "a model's config.json (a JSON object)"
 
 
 def check_config(folder: Path, alias: str) -> None:
-    """Refuse a `config.json` that is not a JSON object in one line: the engines' loaders
-    failed on it with a traceback (transformers' json error, mlx-lm's KeyError)."""
+    """Refuse a `config.json` that is not a JSON object, or whose `model_type` is not text,
+    in one line: the engines' loaders failed on it with a traceback (transformers' json
+    error or TypeError, mlx-lm's KeyError)."""
     label = f"model {alias!r}: {folder / 'config.json'}"
     text = read_text(folder / "config.json", label, expected=CONFIG_EXPECTED)
     try:
@@ -202,6 +203,10 @@ def check_config(folder: Path, alias: str) -> None:
         raise UserError(f"{label}: {too_long_integer()}; expected {CONFIG_EXPECTED}") from None
     if not isinstance(config, dict):
         raise UserError(f"{label}: expected {CONFIG_EXPECTED}, got {describe_value(config)}")
+    model_type = config.get("model_type")  # transformers looks it up: a list is a TypeError
+    if model_type is not None and not isinstance(model_type, str):
+        raise UserError(f"{label}: model_type: expected the architecture's name (text), got "
+                        f"{describe_value(model_type)}")
 
 
 def list_models() -> list[ResolvedModel]:

@@ -710,6 +710,16 @@ NAMED = {
         {}, files(config__json='{"model_type": "llama"}'),
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "mlx"],
         ["the mlx engine cannot load this folder (No safetensors found in"]),
+    # Each a traceback: transformers' TypeError, its config validation.
+    "generate: a model_type that is a list (torch)": (
+        {}, files(config__json='{"model_type": ["llama"]}'),
+        ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
+        ["{here}/config.json: model_type: expected the architecture's name (text), got a list"]),
+    "generate: a config field of the wrong type (torch)": (
+        {}, files(config__json='{"model_type": "llama", "max_position_embeddings": "many"}'),
+        ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
+        ["the torch engine cannot load this folder (Validation error for field "
+         "'max_position_embeddings': TypeError: Field 'max_position_embeddings' expected int"]),
     # A model whose context is not known: a huge value ran for hours.
     "calibrate: --rounds past its bound": (
         {}, files(config__json="{}"), ["calibrate", "-m", "{here}", "--rounds", "5000"],
@@ -889,6 +899,22 @@ def test_refusal_names_what_is_wrong(world, case) -> None:
     assert "s3cret" not in result.stdout + result.stderr
     with open_store(str(db), read_only=True) as store:
         assert [m.id for m in store.list_matrices()] == matrices_before
+
+
+@pytest.mark.parametrize(("engine", "said"), [
+    ("torch", "(Error while deserializing header"),
+    ("mlx", "([read] Unable to read 8 bytes from file.)"),
+])
+def test_a_damaged_weights_file_is_one_line(tmp_path, engine, said) -> None:
+    # A traceback from safetensors (torch) or MLX's reader. The weights' hash is cached
+    # beside them before the load, as for any model folder, so no snapshot here.
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    result = CliRunner().invoke(app, ["generate", "-m", str(tmp_path), "-p", "hi", "--engine",
+                                      engine])
+    assert result.exit_code == 2, (result.exception, result.stderr)
+    (line,) = result.stderr.splitlines()
+    assert f"{tmp_path}: the {engine} engine cannot load this folder {said}" in line, line
 
 
 @pytest.mark.parametrize("args", [

@@ -102,12 +102,18 @@ class MlxRunner(TokenizerText):
 
         Returns:
             MlxRunner; on CPU every floating parameter is float32.
+
+        Raises:
+            ValueError: the library refuses the folder (no weights, a damaged weights file).
         """
         from mlx_lm import load as mlx_load
 
         resolved = resolve_device(device)
         mx.set_default_device(mx.cpu if resolved == "cpu" else mx.gpu)
-        model, tokenizer = mlx_load(str(path))
+        try:
+            model, tokenizer = mlx_load(str(path))
+        except RuntimeError as err:  # MLX's reader refusing a damaged weights file
+            raise ValueError(str(err)) from None
         if resolved == "cpu":
             _to_float32(model)
         return cls(model, tokenizer, resolved)

@@ -181,12 +181,21 @@ class TorchRunner(TokenizerText):
 
         Returns:
             TorchRunner, float32 on CPU, the checkpoint's dtype on accelerators.
+
+        Raises:
+            ValueError: the library refuses the folder (a config field of the wrong type, a
+                damaged weights file, an unknown model type).
         """
+        from huggingface_hub.errors import StrictDataclassError
+        from safetensors import SafetensorError
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         resolved = resolve_device(device)
         dtype = torch.float32 if resolved == "cpu" else "auto"
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        except (StrictDataclassError, SafetensorError) as err:  # a config field, a weights file
+            raise ValueError(" ".join(str(err).split())) from None  # refused, as by transformers
         # transformers' @wraps(Module.to) types `to` as an unbound callable (self first).
         model.to(torch_device(resolved)).eval()  # type: ignore[arg-type]
         tokenizer = AutoTokenizer.from_pretrained(str(path))
