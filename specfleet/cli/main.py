@@ -61,7 +61,8 @@ class OneLineErrorsGroup(TyperGroup):
         """`specfleet matrix list`: the deepest command `words` name. click's parser raises
         an option's missing or unwanted value ('--limit' requires an argument) without the
         context of the command it was parsing."""
-        path, command = [ctx.command_path], self
+        path = [ctx.command_path]
+        command: _click.Command = self  # then each subcommand, group or not
         for word in words:
             sub = command.get_command(ctx, word) if isinstance(command, TyperGroup) else None
             if sub is None:
