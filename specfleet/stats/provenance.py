@@ -18,7 +18,7 @@ PROVENANCE_FIELDS: tuple[str, ...] = (
 )
 # engine_config keys that are measurements or code, not settings (a policy's new revision
 # that runs slower is a regression, as any code change is)
-_MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes", "policy_revision")
+_MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes", "read_gb_per_s", "policy_revision")
 
 
 def _canonical(value) -> str:

@@ -46,6 +46,22 @@ def test_missing_facts_are_not_measured_never_guessed():
     assert "cuda" in rows["h", "torch", "cuda"].why
 
 
+def test_a_faster_probe_a_run_stored_sets_its_hosts_ceiling_for_every_row():
+    # The worker probes again before its first quiet run; the host row keeps the probe
+    # taken while Ray was starting. Noise only slows a probe: the faster one is the ceiling.
+    quiet = _run()
+    quiet.engine_config["read_gb_per_s"] = 50.0
+    slower = _run(arm="hf")
+    slower.engine_config["read_gb_per_s"] = 30.0
+    rows = decode_ceilings([quiet, _run(), slower, _run(host="g")], {"h": 40.0, "g": 40.0})
+    by = {(r.host, r.arm): r for r in rows}
+    assert by["h", "plain"].read_gb_per_s == by["h", "hf"].read_gb_per_s == 50.0
+    assert by["h", "plain"].ceiling_tok_per_s == pytest.approx(100.0)  # 50 GB/s / 500 MB
+    assert by["g", "plain"].read_gb_per_s == 40.0  # another host's runs say nothing of g
+    (unrecorded,) = decode_ceilings([quiet], {})  # a host row without a probe
+    assert unrecorded.read_gb_per_s == 50.0
+
+
 def test_noisy_runs_say_the_share_is_unreliable():
     (row,) = decode_ceilings([_run(noisy=True), _run(), _run()], {"h": 40.0})
     assert row.why.startswith("1 of 3 runs noisy (host busy): share unreliable; eager torch")
