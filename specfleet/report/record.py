@@ -139,7 +139,8 @@ def ceiling_grid(store, runs: list) -> Grid | None:
         runs, {h.name: h.read_gb_per_s for h in hosts}))
     if not rows:
         return None
-    note = ("Ceiling = the host's read bandwidth (measured when its worker started) / the "
+    note = ("Ceiling = the host's read bandwidth (its worker's faster probe: at its start, "
+            "and before its first quiet run) / the "
             "weights' bytes as loaded: one plain step reads every weight once, so no plain "
             "decoding on that host can be faster. Share = median decode tok/s (after the "
             "first token) / ceiling; peers that decode plainly (the library's own loop) are "
