@@ -25,6 +25,9 @@ returns what it measured ($OUT/cuda_check.json and .md):
    make no copy of their own, so the prompt repeats the model's own greedy reply).
 5. rollback: recorded against re-fed recurrent rollback per verify on the tiny recurrent
    families (bench/rollback.py's cycle) on the device.
+6. bandwidth: the device probe a worker runs before a GPU target's first run
+   (`workers/bandwidth.measure_device_read_gb_per_s`), each shape's weight bytes, its
+   ceiling (GB/s / bytes a token) and plain decoding's share of it from section 4.
 
 Runs on a CPU too (`--device cpu --quick`), which is how it is tested here.
 """
@@ -227,6 +230,31 @@ def speed(device: str, dtype: torch.dtype, shapes: list[str], repeats: int,
     return data, lines
 
 
+def bandwidth(device: str, dtype: torch.dtype, shapes: list[str],
+              speeds: dict[str, Any]) -> tuple[dict, list[str]]:
+    from specfleet.workers.bandwidth import measure_device_read_gb_per_s, measure_read_gb_per_s
+
+    gb_per_s = measure_device_read_gb_per_s("torch", device) or measure_read_gb_per_s()
+    data: dict[str, Any] = {"read_gb_per_s": gb_per_s}
+    lines = [f"read bandwidth: {gb_per_s:.1f} GB/s", "",
+             "| model | weight bytes | ceiling tok/s | plain tok/s (section 4, whole call) | "
+             "share |",
+             "|---|---|---|---|---|"]
+    for shape in shapes:
+        runner = shaped_runner(shape, device, dtype)
+        weight_bytes = runner.weight_bytes()
+        del runner
+        ceiling = gb_per_s * 1e9 / weight_bytes
+        plain = (speeds.get(shape) or {}).get("plain", {}).get("tok_per_s")
+        share = f"{plain / ceiling:.0%}" if plain else "-"
+        data[shape] = {"weight_bytes": weight_bytes, "ceiling_tok_per_s": round(ceiling, 1),
+                       "plain_tok_per_s": plain}
+        lines.append(f"| {shape} | {weight_bytes:,} | {ceiling:.1f} | {plain or '-'} | {share} |")
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return data, lines
+
+
 def rollback(device: str, repeats: int) -> tuple[dict, list[str]]:
     data, lines = {}, ["| family | way back | kept-all cycle ms | reject cycle ms |", "|---|---|---|---|"]
     families = [f for f in TINY_FAMILIES if TINY_FAMILIES[f].model_type in RECORDED_MODEL_TYPES]
@@ -267,13 +295,15 @@ def main() -> None:
     report.section("environment", environment(device), [json.dumps(environment(device))])
     shapes = ["smollm2-135m-shape"] if args.quick else list(SHAPES)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    done: dict[str, Any] = {}  # each section's data, for the later ones
     steps: list[tuple[str, float, Callable[[float], tuple[dict, list[str]]]]] = [
         ("parity", 0.30, lambda end: parity(device, 1 if args.quick else 3, end)),
         ("pipelined", 0.05, lambda end: pipelined(device, dtype)),
         ("costs", 0.15, lambda end: costs(device, dtype, shapes)),
-        ("speed", 0.30, lambda end: speed(device, dtype, shapes, 1 if args.quick else 3,
+        ("speed", 0.27, lambda end: speed(device, dtype, shapes, 1 if args.quick else 3,
                                           24 if args.quick else 96)),
         ("rollback", 0.20, lambda end: rollback(device, 3 if args.quick else 15)),
+        ("bandwidth", 0.03, lambda end: bandwidth(device, dtype, shapes, done.get("speed", {}))),
     ]
     for name, share, step in steps:
         start = time.monotonic()
@@ -281,6 +311,7 @@ def main() -> None:
             data, lines = step(start + share * args.budget_s)
         except Exception as err:  # noqa: BLE001 - one section failing must not lose the rest
             data, lines = {"error": f"{type(err).__name__}: {err}"[:500]}, [f"failed: {err}"[:500]]
+        done[name] = data
         report.section(name, data, [*lines, f"({time.monotonic() - start:.1f} s)"])
     print(f"cuda_check: done in {time.monotonic() - began:.1f} s", flush=True)
 

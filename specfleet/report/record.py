@@ -139,8 +139,9 @@ def ceiling_grid(store, runs: list) -> Grid | None:
         runs, {h.name: h.read_gb_per_s for h in hosts}))
     if not rows:
         return None
-    note = ("Ceiling = the host's read bandwidth (its worker's faster probe: at its start, "
-            "and before its first quiet run) / the "
+    note = ("Ceiling = the read bandwidth of the memory the target decodes from (the "
+            "host's: its worker's faster probe, at its start and before its first quiet run; "
+            "a GPU's own: probed before its first run) / the "
             "weights' bytes as loaded: one plain step reads every weight once, so no plain "
             "decoding on that host can be faster. Share = median decode tok/s (after the "
             "first token) / ceiling; peers that decode plainly (the library's own loop) are "

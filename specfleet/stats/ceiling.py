@@ -2,8 +2,9 @@
 
 A plain step reads every weight once, so a host that reads `read_gb_per_s` cannot decode
 faster than `read_gb_per_s * 1e9 / weight_bytes` tokens a second (docs/trust.md). The share
-says how much of that a target reaches; what is missing (runs stored before weight bytes,
-hosts before the probe, a device whose own memory the probe does not read) is "not
+says how much of that a target reaches: a CPU target against the host's memory, a GPU
+target against its device's own (both probed by the worker, `workers/bandwidth.py`). What
+is missing (runs stored before weight bytes, hosts or devices before their probe) is "not
 measured", never guessed.
 """
 
@@ -20,8 +21,6 @@ from specfleet.engine.stats import decode_tok_per_s
 PLAIN_DECODERS: tuple[str, ...] = ("plain", *(p for p, k in PEER_KINDS.items() if not k.drafts))
 NEAR_LIMIT_SHARE = 0.7  # at or above: the weight reads set the pace
 LOW_SHARE = 0.4  # below: something other than reading weights sets the pace
-# The probe reads host memory from the CPU: a ceiling for runs whose weights sit there.
-PROBED_DEVICES = ("cpu",)
 # Why an engine decodes far below the ceiling on a CPU, in one line.
 _LOW_WHY = {
     "torch": "eager torch on CPU: hundreds of small ops a step dispatched from Python and "
@@ -74,15 +73,24 @@ def decode_ceilings(runs: Iterable, bandwidth: Mapping[str, float | None]) -> li
             engine_config) wins.
     """
     groups: dict[tuple[str, str, str, str, int], list] = {}
-    fastest = {host: gb for host, gb in bandwidth.items() if gb}
+    # (host, memory) -> GB/s: "cpu" is the host's memory, any other device its own.
+    fastest = {(host, "cpu"): gb for host, gb in bandwidth.items() if gb}
     for run in runs:
         if run.arm in PLAIN_DECODERS and run.engine != "toy":
             key = (run.host, run.engine, run.device, run.model, PLAIN_DECODERS.index(run.arm))
             groups.setdefault(key, []).append(run)
         # What its worker read before its first quiet run; noise only slows a probe.
         if probed := (getattr(run, "engine_config", None) or {}).get("read_gb_per_s"):
-            fastest[run.host] = max(float(probed), fastest.get(run.host, 0.0))
-    return [_ceiling(key, group, fastest.get(key[0])) for key, group in sorted(groups.items())]
+            memory = (run.host, _memory(run.engine, run.device))
+            fastest[memory] = max(float(probed), fastest.get(memory, 0.0))
+    return [_ceiling(key, group, fastest.get((key[0], _memory(key[1], key[2]))))
+            for key, group in sorted(groups.items())]
+
+
+def _memory(engine: str, device: str) -> str:
+    """The memory a target reads weights from: the host's, or its device's own (MLX and
+    torch on one Apple GPU are probed apart, each with its own kernels)."""
+    return "cpu" if device == "cpu" else f"{engine}/{device}"
 
 
 def _ceiling(key: tuple[str, str, str, str, int], runs: list,
@@ -97,14 +105,17 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
     ceiling = share = None
     if weight_bytes is None:
         why = "not measured: weight bytes were not stored with these runs"
-    elif gb_per_s is None:
+    elif gb_per_s is None and device == "cpu":
         why = "not measured: the host's read bandwidth was not recorded"
-    elif device not in PROBED_DEVICES:
-        why = f"not measured: the probe reads host memory, not the {device} device's own"
+    elif gb_per_s is None:
+        why = (f"not measured: no read bandwidth of the {device} device's own memory was "
+               "stored with these runs (runs before its probe, or a probe that could not run)")
     else:
         ceiling = gb_per_s * 1e9 / weight_bytes
         share = rate / ceiling
-        why = share_why(share, arm if arm in _LOW_WHY else engine)
+        # The CPU reasons by arm or engine; a GPU's own are not those (generic line).
+        why = share_why(share, (arm if arm in _LOW_WHY else engine) if device == "cpu"
+                        else device)
         busy = sum(bool(getattr(r, "noisy", False)) for r in runs)
         if busy:  # a busy host slows the probe and the runs, each by its own amount
             why = f"{busy} of {len(runs)} runs noisy (host busy): share unreliable; {why}"

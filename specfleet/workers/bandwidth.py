@@ -1,9 +1,11 @@
-"""How fast this host reads memory: the probe a worker runs once when it starts.
+"""How fast this host, or an accelerator on it, reads memory: the probes a worker runs.
 
 Plain decoding reads every weight once per token, so read bandwidth / weight bytes is the
 fastest plain decode a host could reach (docs/trust.md, "Plain decoding against the machine's
-limit"). The probe sums a buffer larger than any last-level cache, split across one thread per
-core (numpy releases the GIL in a reduction), a few passes, and keeps the median pass.
+limit"). The host probe sums a buffer larger than any last-level cache, split across one
+thread per core (numpy releases the GIL in a reduction), a few passes, and keeps the median
+pass. A device probe (a CUDA GPU, Apple's GPU through Metal or MPS) sums a buffer on the
+device with the engine's own kernels, the way a plain step reads weights there.
 """
 
 from __future__ import annotations
@@ -11,13 +13,19 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
 PROBE_BUFFER_MB = 256  # over twice the largest last-level caches of the hosts we run on
 PROBE_PASSES = 5
 PROBE_BUDGET_S = 1.5  # passes stop once this is spent (at least one pass always runs)
+# Over eight times the largest GPU L2 caches of the hosts we run on (H200: 50 MB; GB10 and
+# Apple's GPUs: less), small beside their memory.
+DEVICE_PROBE_MB = 512
+DEVICE_PASSES = 9
 
 
 def measure_read_gb_per_s(
@@ -48,4 +56,80 @@ def measure_read_gb_per_s(
             rates.append(buffer.nbytes / (time.perf_counter() - begin) / 1e9)
             if time.perf_counter() - start > budget_s:
                 break
+    return round(statistics.median(rates), 2)
+
+
+def measure_device_read_gb_per_s(
+    engine: str, device: str, buffer_mb: int = DEVICE_PROBE_MB, passes: int = DEVICE_PASSES,
+    budget_s: float = PROBE_BUDGET_S,
+) -> float | None:
+    """The read bandwidth of `device` in GB/s as `engine` reads it: the median of timed sums
+    of a float32 buffer on the device, each waited for; None for "cpu" (the host probe,
+    `measure_read_gb_per_s`, is its figure) and for a device the engine does not offer.
+
+    Args:
+        engine: "torch" or "mlx".
+        device: the target's device ("cuda", "mps" for torch; "metal", "cuda" for MLX).
+        buffer_mb, passes, budget_s: as `measure_read_gb_per_s`; one untimed sum first.
+    """
+    if device == "cpu":
+        return None
+    if engine == "torch":
+        return _torch_device_reads(device, buffer_mb, passes, budget_s)
+    if engine == "mlx":
+        import mlx.core as mx
+
+        return timed_reads(*_mlx_reader(mx.gpu, buffer_mb), passes, budget_s)
+    return None
+
+
+def _torch_device_reads(device: str, buffer_mb: int, passes: int, budget_s: float) -> float:
+    import torch
+
+    # The device's own wait: a sum returns before the GPU has read anything.
+    sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}.get(
+        device, lambda: None)
+    held = [torch.ones(buffer_mb * 2**20 // 4, dtype=torch.float32, device=device)]
+
+    def read() -> Any:
+        total = held[0].sum()
+        sync()
+        return total
+
+    try:
+        return timed_reads(read, held[0].numel() * 4, passes, budget_s)
+    finally:
+        held.clear()
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the probe's half gigabyte is not the model's to keep
+
+
+def _mlx_reader(device: Any, buffer_mb: int) -> tuple[Callable[[], Any], int]:
+    """A sum of a float32 buffer on MLX's `device`, evaluated (MLX is lazy), and its bytes."""
+    import mlx.core as mx
+
+    buffer = mx.ones((buffer_mb * 2**20 // 4,), dtype=mx.float32, stream=device)
+    mx.eval(buffer)
+
+    def read() -> Any:
+        total = mx.sum(buffer, stream=device)
+        mx.eval(total)
+        return total
+
+    return read, buffer.nbytes
+
+
+def timed_reads(read: Callable[[], Any], nbytes: int, passes: int, budget_s: float) -> float:
+    """GB/s of the median of up to `passes` timed calls of `read` (each reads `nbytes` and
+    returns once done), within `budget_s` give or take one pass, after one untimed call
+    (kernels compile and caches fill on the first)."""
+    start = time.perf_counter()
+    read()
+    rates = []
+    for _ in range(passes):
+        begin = time.perf_counter()
+        read()
+        rates.append(nbytes / (time.perf_counter() - begin) / 1e9)
+        if time.perf_counter() - start > budget_s:
+            break
     return round(statistics.median(rates), 2)

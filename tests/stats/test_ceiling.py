@@ -62,6 +62,22 @@ def test_a_faster_probe_a_run_stored_sets_its_hosts_ceiling_for_every_row():
     assert unrecorded.read_gb_per_s == 50.0
 
 
+def test_a_gpu_target_is_measured_against_its_own_memory_never_the_hosts():
+    gpu = _run(device="cuda", engine="torch", decode_s=1.0)  # 100 tok/s
+    gpu.engine_config["read_gb_per_s"] = 250.0  # the worker's CUDA probe
+    cpu = _run()
+    cpu.engine_config["read_gb_per_s"] = 60.0
+    older_gpu = _run(host="g", device="cuda")  # stored before device probes
+    rows = {(r.host, r.device): r for r in decode_ceilings([gpu, cpu, older_gpu],
+                                                           {"h": 40.0, "g": 40.0})}
+    assert rows["h", "cuda"].read_gb_per_s == 250.0
+    assert rows["h", "cuda"].ceiling_tok_per_s == pytest.approx(500.0)  # 250 GB/s / 500 MB
+    assert rows["h", "cuda"].share == pytest.approx(0.2)
+    assert "torch on CPU" not in rows["h", "cuda"].why and "per-step overhead" in rows["h", "cuda"].why
+    assert rows["h", "cpu"].read_gb_per_s == 60.0
+    assert rows["g", "cuda"].share is None and "cuda device's own memory" in rows["g", "cuda"].why
+
+
 def test_noisy_runs_say_the_share_is_unreliable():
     (row,) = decode_ceilings([_run(noisy=True), _run(), _run()], {"h": 40.0})
     assert row.why.startswith("1 of 3 runs noisy (host busy): share unreliable; eager torch")

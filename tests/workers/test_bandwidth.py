@@ -1,11 +1,17 @@
-"""The memory read probe a worker runs when it starts: bounded and positive."""
+"""The memory probes of a worker: the host's at its start and again before its first quiet
+run (bounded, positive, the faster kept), a GPU's own before that device's first run."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
 
-from specfleet.workers.bandwidth import measure_read_gb_per_s
+from specfleet.jobs.run import RunSpec, Target
+from specfleet.workers.bandwidth import (
+    measure_device_read_gb_per_s,
+    measure_read_gb_per_s,
+    timed_reads,
+)
 
 
 def test_probe_is_positive_and_stops_within_its_budget():
@@ -38,6 +44,9 @@ def test_worker_measures_at_start_and_the_fingerprint_ignores_it(tmp_path):
     assert host.fingerprint == info["fingerprint"]
 
 
+CPU = Target(host="bw2", engine="torch", device="cpu")
+
+
 def test_worker_probes_again_once_before_its_first_quiet_run_keeping_the_faster(tmp_path):
     from specfleet.workers.host import HostWorker
 
@@ -45,22 +54,27 @@ def test_worker_probes_again_once_before_its_first_quiet_run_keeping_the_faster(
     try:
         at_start = worker.info()["read_gb_per_s"]
         worker._info = replace(worker._info, read_gb_per_s=0.001)  # as read under Ray's start
-        worker._probe_bandwidth_once_quiet()
+        worker._probe_bandwidth_once_quiet(CPU)
         again = worker.info()["read_gb_per_s"]
         assert again > 0.001 and again > at_start / 10
         worker._info = replace(worker._info, read_gb_per_s=0.002)
-        worker._probe_bandwidth_once_quiet()  # once per worker: no second probe
+        worker._probe_bandwidth_once_quiet(CPU)  # once per worker: no second probe
+        worker._probe_bandwidth_once_quiet(CPU.model_copy(update={"engine": "mlx"}))  # one host
         assert worker.info()["read_gb_per_s"] == 0.002
         worker._info = replace(worker._info, read_gb_per_s=1e6)
-        worker._bandwidth_probed_quiet = False
-        worker._probe_bandwidth_once_quiet()  # a slower probe never lowers it
+        worker._bandwidth_probed.clear()
+        worker._probe_bandwidth_once_quiet(CPU)  # a slower probe never lowers it
         assert worker.info()["read_gb_per_s"] == 1e6
+        assert worker._read_gb_per_s(CPU) == 1e6
+        # A device this host lacks: its probe cannot run, and that is no figure (not a crash).
+        cuda = CPU.model_copy(update={"device": "cuda"})
+        worker._probe_bandwidth_once_quiet(cuda)
+        assert worker._read_gb_per_s(cuda) is None
     finally:
         worker.close()
 
 
 def test_a_real_models_run_stores_the_bandwidth_its_worker_read(tmp_path):
-    from specfleet.jobs.run import RunSpec, Target
     from specfleet.workers.host import HostWorker
 
     worker = HostWorker("bw3", self_test=False, sample_period_s=3600.0, kept_dir=tmp_path,
@@ -75,4 +89,39 @@ def test_a_real_models_run_stores_the_bandwidth_its_worker_read(tmp_path):
         worker.close()
     assert result.status == "done", result.error
     assert result.engine_config["read_gb_per_s"] == worker._info.read_gb_per_s > 0
-    assert worker._bandwidth_probed_quiet
+    assert worker._bandwidth_probed == {("host", "cpu")}
+
+
+def test_device_probe_times_waited_reads_and_leaves_the_host_to_its_own_probe():
+    assert measure_device_read_gb_per_s("torch", "cpu") is None
+    assert measure_device_read_gb_per_s("mlx", "cpu") is None
+    calls = []
+
+    def read() -> None:  # 2 GB in 0.01 s: 200 GB/s, whatever the box
+        calls.append(time.perf_counter())
+        time.sleep(0.01)
+
+    rate = timed_reads(read, 2_000_000_000, passes=5, budget_s=10.0)
+    assert len(calls) == 6  # one untimed first, then the passes
+    assert 100 < rate <= 200  # a sleep is never shorter than asked
+    start = time.perf_counter()
+    timed_reads(read, 1, passes=1000, budget_s=0.05)  # the budget stops it
+    assert time.perf_counter() - start < 0.05 + 0.1
+
+
+def test_the_mlx_reader_sums_its_buffer_on_the_device_it_is_given():
+    # The Metal path reads on mx.gpu; here MLX runs on its CPU backend only.
+    import mlx.core as mx
+
+    from specfleet.workers.bandwidth import _mlx_reader
+
+    read, nbytes = _mlx_reader(mx.cpu, 4)
+    assert nbytes == 4 * 2**20 and read().item() == nbytes // 4  # a sum of ones
+    assert timed_reads(read, nbytes, passes=3, budget_s=1.0) > 0
+
+
+def test_the_torch_device_probe_runs_its_read_to_the_end():
+    # CUDA and MPS are not on this box: the same code on a CPU tensor, the wait a no-op.
+    from specfleet.workers import bandwidth
+
+    assert bandwidth._torch_device_reads("cpu", 8, 3, 1.0) > 0
