@@ -214,7 +214,7 @@ def test_busy_neighbour_flags_noisy_and_require_quiet_waits_for_it(fleet, db_url
         ).remote(HOST, {"sample_period_s": 1.0, "quiet_pids": [p.pid for p in busy],
                         "quiet_threshold_per_core": 0.05,
                         "run_lock_path": str(tmp_path / "lock")})
-        actor.wait_ready(loud, 60)
+        actor.wait_ready(loud, 120)  # a worker's start on a loaded 2-core box
         with open_store(db_url) as store:
             noisy_id = _toy_matrix(store, "busy")
             assert run_matrix(store, noisy_id, {HOST: loud}, options=FAST).done == 1

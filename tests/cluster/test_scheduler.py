@@ -32,6 +32,7 @@ from tests.workers.conditions.conftest import FIXTURES as CONDITIONS_FIXTURES
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 FAST = SchedulerOptions(progress=False, host_wait_s=0.5, call_timeout_s=10.0, poll_s=0.1)
+READY_S = 120.0  # a worker's start on a loaded 2-core box (self-test included)
 PROMPT = "def add(a, b):\n    return a + b\n" * 3
 
 
@@ -197,14 +198,19 @@ def test_require_quiet_waits_for_quiet_then_runs_anyway_flagged_noisy(fleet, sto
     loud = actor.WorkerActor.options(
         num_cpus=0, label_selector={actor.HOST_LABEL: "beta"}, max_restarts=0
     ).remote("beta", {**WORKER_KWARGS, "quiet_threshold_per_core": 0.0})
-    matrix_id, _ = new_matrix(store, "quiet", {"beta": [("script:1ms", "plain", 4)] * 2})
-    started = time.monotonic()
-    outcome = run_matrix(store, matrix_id, {"beta": loud},
-                         options=replace(FAST, require_quiet=True, quiet_wait_s=0.6))
-    assert time.monotonic() - started >= 1.2  # each run waited its full quiet_wait_s
-    assert outcome.done == 2
-    assert [row.noisy for row in store.runs(matrix=matrix_id)] == [True, True]
-    ray.kill(loud)
+    try:
+        # Started as a fleet starts its workers: a worker still in its constructor (self-test,
+        # memory probe) answers no ping, and on a loaded box that outlasts unreachable_after_s.
+        actor.wait_ready(loud, timeout_s=READY_S)
+        matrix_id, _ = new_matrix(store, "quiet", {"beta": [("script:1ms", "plain", 4)] * 2})
+        started = time.monotonic()
+        outcome = run_matrix(store, matrix_id, {"beta": loud},
+                             options=replace(FAST, require_quiet=True, quiet_wait_s=0.6))
+        assert time.monotonic() - started >= 1.2  # each run waited its full quiet_wait_s
+        assert outcome.done == 2
+        assert [row.noisy for row in store.runs(matrix=matrix_id)] == [True, True]
+    finally:
+        ray.kill(loud)  # a second worker on beta left running would hold the machine's lock
 
 
 def test_dispatch_runs_with_nothing_to_do_returns_at_once(fleet, store):
@@ -243,6 +249,7 @@ def test_a_throttled_host_is_flagged_and_require_quiet_waits_for_it_to_cool(flee
     ).remote("beta", {**WORKER_KWARGS, "quiet_pids": [], "conditions_root": str(root)})
     reason = "thermal zone x86_pkg_temp at 99.0 °C (passive trip 95.0 °C)"
     try:
+        actor.wait_ready(hot, timeout_s=READY_S)
         flagged, _ = new_matrix(store, "hot", {"beta": [("script:1ms", "plain", 4)]})
         run_matrix(store, flagged, {"beta": hot}, options=FAST)
         (row,) = store.runs(matrix=flagged)

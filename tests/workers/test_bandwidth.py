@@ -14,19 +14,9 @@ from specfleet.workers.bandwidth import (
 )
 
 
-def test_probe_is_positive_and_stops_within_its_budget():
-    start = time.perf_counter()
-    rate = measure_read_gb_per_s(buffer_mb=64, passes=50, budget_s=0.3)
-    elapsed = time.perf_counter() - start
-    assert rate > 0
-    # the budget, plus one pass of 64 MB at a pessimistic 0.2 GB/s on a loaded box
-    assert elapsed < 0.3 + 64 * 2**20 / 0.2e9 + 0.5
-
-
-def test_default_probe_stays_under_two_seconds_of_reading():
-    start = time.perf_counter()
-    assert measure_read_gb_per_s(threads=1) > 0
-    assert time.perf_counter() - start < 3.0  # 1.5 s budget + one 256 MB pass, loaded box
+def test_probe_is_positive_with_one_pass_or_many():
+    assert measure_read_gb_per_s(buffer_mb=16, passes=3, budget_s=60.0, threads=1) > 0
+    assert measure_read_gb_per_s(buffer_mb=16, budget_s=0.0) > 0  # the budget spent: one pass
 
 
 def test_worker_measures_at_start_and_the_fingerprint_ignores_it(tmp_path):
@@ -104,9 +94,13 @@ def test_device_probe_times_waited_reads_and_leaves_the_host_to_its_own_probe():
     rate = timed_reads(read, 2_000_000_000, passes=5, budget_s=10.0)
     assert len(calls) == 6  # one untimed first, then the passes
     assert 100 < rate <= 200  # a sleep is never shorter than asked
-    start = time.perf_counter()
+    calls.clear()
     timed_reads(read, 1, passes=1000, budget_s=0.05)  # the budget stops it
-    assert time.perf_counter() - start < 0.05 + 0.1
+    # each call sleeps at least 0.01 s: past 0.05 s after at most 5, then one more pass
+    assert 2 <= len(calls) <= 6
+    calls.clear()
+    timed_reads(read, 1, passes=1000, budget_s=0.0)
+    assert len(calls) == 2  # the untimed call, then one pass however fast the box
 
 
 def test_the_mlx_reader_sums_its_buffer_on_the_device_it_is_given():
