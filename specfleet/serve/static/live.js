@@ -4,6 +4,7 @@
 (function () {
   "use strict";
   var PERIOD_MS = 2000, MAX_POLLS = 5400;  // stop after 3 hours on one open page
+  var TIMEOUT_MS = 10000;  // a progress request unanswered this long is given up
   var STATUSES = ["done", "running", "failed", "interrupted", "pending"];
 
   function update(el, p) {
@@ -37,10 +38,15 @@
     if (!els.length || count > MAX_POLLS) return;
     var pending = els.map(function (el) {
       var id = el.getAttribute("data-matrix");
-      return fetch("/api/matrices/" + encodeURIComponent(id) + "/progress", {cache: "no-store"})
+      // A request that never answers (a server stalled mid-reply) must not stop the polling.
+      var abort = new AbortController();
+      var timer = setTimeout(function () { abort.abort(); }, TIMEOUT_MS);
+      return fetch("/api/matrices/" + encodeURIComponent(id) + "/progress",
+                   {cache: "no-store", signal: abort.signal})
         .then(function (r) { return r.ok ? r.json() : null; })
         .then(function (p) { if (p) update(el, p); })
-        .catch(function () { /* server gone for a moment: try again next period */ });
+        .catch(function () { /* server gone for a moment: try again next period */ })
+        .then(function () { clearTimeout(timer); });
     });
     Promise.all(pending).then(function () {
       setTimeout(function () { poll(count + 1); }, PERIOD_MS);
