@@ -516,7 +516,54 @@ def paused_resync(gap: int, run: int | None) -> contextlib.AbstractContextManage
     return stack
 
 
+def prompt_evidence(prompt: Sequence[int], weight: float, depth0_only: bool = False
+                    ) -> tuple[list[float], list[float]]:
+    """Per depth bucket, (tried, landed) from drafting the prompt against itself: at each
+    position the index over the tokens before it proposes, every proposal is verified whole
+    against what follows, and the walk goes on after the first miss (as a rejected draft's
+    bonus row). Each bucket's counts are scaled to at most `weight` proposals."""
+    lookup = PromptLookupConfig(max_draft=32)
+    index = NgramIndex(lookup.ngram_min, lookup.ngram_max)
+    tried, landed = [0.0] * cal.BUCKETS, [0.0] * cal.BUCKETS
+    i = 1
+    while i < len(prompt):
+        context = prompt[:i]
+        index.extend(context)
+        proposal = index.find(context, lookup.max_draft)
+        held = 0
+        while (held < len(proposal) and i + held < len(prompt)
+               and proposal[held] == prompt[i + held]):
+            held += 1
+        for depth in range(min(held + 1, len(proposal), len(prompt) - i)):
+            bucket = cal.depth_bucket(depth)
+            if depth0_only and bucket:
+                break
+            tried[bucket] += 1
+            landed[bucket] += depth < held
+        i += held + 1
+    scale = [min(1.0, weight / t) if t else 0.0 for t in tried]
+    return [t * k for t, k in zip(tried, scale)], [a * k for a, k in zip(landed, scale)]
+
+
+def prompt_prior(weight: float, depth0_only: bool = False
+                 ) -> contextlib.AbstractContextManager[None]:
+    """Hazards start from the prompt drafted against itself (`prompt_evidence`), worth at
+    most `weight` proposals a bucket, beside the shipped prior; decayed like the rest."""
+    init = Governor.__init__
+
+    def new_init(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        self.tried, self.landed = prompt_evidence(Reply.prompt, weight, depth0_only)
+
+    return patched(Governor, "__init__", new_init)
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "prompt-learned hazards (weight 1)": lambda: prompt_prior(1.0),
+    "prompt-learned hazards (weight 2)": lambda: prompt_prior(2.0),
+    "prompt-learned hazards (weight 4)": lambda: prompt_prior(4.0),
+    "prompt-learned fresh hazard (weight 2)": lambda: prompt_prior(2.0, True),
+    "prompt-learned fresh hazard (weight 4)": lambda: prompt_prior(4.0, True),
     "paused: a resync within 4 drafts at once (run 2)": lambda: paused_resync(4, 2),
     "paused: a resync within 8 drafts at once (run 2)": lambda: paused_resync(8, 2),
     "paused: a resync within 4 drafts at once (the broken run)": lambda: paused_resync(4, None),
