@@ -326,7 +326,7 @@ def generate_command(
     prompt: Annotated[str | None, typer.Option(
         "--prompt", "-p", help="Prompt text; - reads standard input.")] = None,
     prompt_file: Annotated[
-        Path | None, typer.Option(
+        str | None, typer.Option(
             "--prompt-file",
             help="Read the prompt from a file, a packaged prompt by name (story), or - (stdin).")
     ] = None,

@@ -10,19 +10,18 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import typer
 
 from specfleet.errors import UserError
-from specfleet.userfiles import read_stream, read_text
+from specfleet.userfiles import given_path, read_stream, read_text
 
 STDIN = "-"  # `-p -` / `--prompt-file -`: read the prompt from standard input
 _INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are not all in yet
 
 
-def read_prompt(prompt: str | None, prompt_file: Path | None,
+def read_prompt(prompt: str | None, prompt_file: str | None,
                 stdin: BinaryIO | None = None) -> str:
     """The prompt text from `--prompt` or `--prompt-file` (exactly one, not empty).
 
@@ -37,7 +36,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None,
     if prompt is not None and prompt_file is not None:
         raise UserError("--prompt and --prompt-file: give one, not both")
     flag = "--prompt-file" if prompt_file is not None else "--prompt"
-    if prompt == STDIN or (prompt_file is not None and str(prompt_file) == STDIN):
+    if prompt == STDIN or prompt_file == STDIN:
         stream = stdin or getattr(sys.stdin, "buffer", None)  # sys.stdin is None after `<&-`
         prompt = read_stream(stream, f"{flag} {STDIN}", "UTF-8 text")
     elif prompt_file is not None:
@@ -52,16 +51,16 @@ def read_prompt(prompt: str | None, prompt_file: Path | None,
     return prompt
 
 
-def _read_prompt_file(prompt_file: Path) -> str:
+def _read_prompt_file(prompt_file: str) -> str:
     from specfleet.configs import packaged_names, prompt_path, prompts_dir
 
-    path = prompt_path(prompt_file)
+    expected = "a text file (- reads standard input)"
+    path = prompt_path(given_path(prompt_file, "--prompt-file", expected))
     if not os.path.lexists(path):
         names = ", ".join(packaged_names(prompts_dir()))
         raise UserError(f"--prompt-file: no such file {str(prompt_file)!r} "
                         f"(or a packaged prompt: {names})")
-    return read_text(path, f"--prompt-file {prompt_file}",
-                     expected="a text file (- reads standard input)")
+    return read_text(path, f"--prompt-file {prompt_file}", expected=expected)
 
 
 class ReplyStream:

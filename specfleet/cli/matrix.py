@@ -34,7 +34,7 @@ from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 from specfleet.store.values import utcnow
-from specfleet.userfiles import check_writable_dir
+from specfleet.userfiles import check_writable_dir, given_path
 
 app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, validate, schema.",
                   no_args_is_help=True)
@@ -167,7 +167,7 @@ def run(
     require_quiet: RequireQuietOption = False,
     no_progress: NoProgressOption = False,
     wait: WaitOption = WAIT_DEFAULT,
-    report_dir: Annotated[Path | None, typer.Option(
+    report_dir: Annotated[str | None, typer.Option(
         "--report-dir", help="Also write the record (markdown, plots, CSV) to DIR/MATRIX_ID.")
     ] = None,
 ) -> None:
@@ -176,10 +176,12 @@ def run(
     Exit status 0 when every run is done, 1 when some failed or were interrupted.
     """
     spec = load_matrix_spec(file)  # every file mistake is one line, before anything else
-    check_driver_settings(report_dir)
+    reports = None if report_dir is None else given_path(report_dir, "--report-dir",
+                                                          "a folder path")
+    check_driver_settings(reports)
     outcome = run_spec(spec, address=address, embedded=embedded, db=db,
                        options=scheduler_options(no_progress, require_quiet or spec.require_quiet, wait),
-                       report_dir=report_dir)
+                       report_dir=reports)
     if outcome.status != "done":
         raise typer.Exit(1)
 

@@ -6,14 +6,13 @@ import errno
 import ipaddress
 import os
 import socket
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from specfleet.cli.options import DbOption
 from specfleet.errors import UserError
-from specfleet.userfiles import read_text
+from specfleet.userfiles import given_path, read_text
 
 DEFAULT_PORT = 8266  # next to Ray's dashboard (8265) on a head
 
@@ -50,7 +49,7 @@ def url_of(host: str, port: int, path: str = "/") -> str:
     return f"http://{shown}:{port}{path}"
 
 
-def view_token(host: str, token_file: Path | None) -> tuple[str | None, str]:
+def view_token(host: str, token_file: str | None) -> tuple[str | None, str]:
     """The token the view asks for and where it came from, read before anything starts.
 
     `--token-file` when given (on loopback too), else open on loopback, else the fleet's token.
@@ -61,8 +60,9 @@ def view_token(host: str, token_file: Path | None) -> tuple[str | None, str]:
     from specfleet.serve.auth import check_token
 
     if token_file is not None:
+        expected = "a file holding the token"
         label = f"--token-file {token_file}"
-        text = read_text(token_file, label, "a file holding the token")
+        text = read_text(given_path(token_file, "--token-file", expected), label, expected)
         return check_token(text, label), f"the token in {token_file}"
     if is_loopback(host):
         return None, ""
@@ -97,7 +97,7 @@ def serve(
         "--host", help="Address to bind (default 127.0.0.1, open). Anything else is reachable "
         "from the network and needs a token on every page and API call: --token-file, else "
         "the fleet's token.")] = "127.0.0.1",
-    token_file: Annotated[Path | None, typer.Option(
+    token_file: Annotated[str | None, typer.Option(
         "--token-file", help="A file holding the token people log in with (or send as "
         "`Authorization: Bearer`); one line, 16+ characters. Also on loopback.")] = None,
     matrix: Annotated[str | None, typer.Option(

@@ -480,6 +480,18 @@ NAMED = {
     "report: --out empty": (
         {}, NO_FILES, ["report", "{mid}", "--db", "{db}", "--out", ""],
         ["--out '' is blank; expected a folder path"]),
+    # Typer read each as Path('.'): "--prompt-file .: is a directory", the same of
+    # --token-file, and matrix run would have written its record into the current folder.
+    "generate: --prompt-file empty": (
+        {}, NO_FILES, ["generate", "-m", "smollm2-135m", "--prompt-file", ""],
+        ["--prompt-file '' is blank; expected a text file (- reads standard input)"]),
+    "serve: --token-file empty": (
+        {}, NO_FILES, ["serve", "--token-file", "", "--db", "{db}"],
+        ["--token-file '' is blank; expected a file holding the token"]),
+    "run: --report-dir empty": (
+        {}, NO_FILES, ["matrix", "run", "{tmp}/good.yaml", "--report-dir", "", "--address",
+                       "127.0.0.1:1", "--db", "{db}"],
+        ["--report-dir '' is blank; expected a folder path"]),
     "report: --out a named pipe": (
         {}, files(r="fifo"), ["report", "{mid}", "--db", "{db}", "--out", "{here}/r"],
         ["--out: {here}/r is a named pipe (FIFO), not a folder; expected a folder"]),

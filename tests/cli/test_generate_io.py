@@ -18,13 +18,13 @@ from specfleet.errors import UserError
 
 def test_prompt_from_stdin_file_or_packaged_name(tmp_path: Path, monkeypatch) -> None:
     assert read_prompt("-", None, io.BytesIO(b"from stdin\n")) == "from stdin\n"
-    assert read_prompt(None, Path("-"), io.BytesIO(b"piped")) == "piped"
+    assert read_prompt(None, "-", io.BytesIO(b"piped")) == "piped"
     monkeypatch.chdir(tmp_path)
-    assert read_prompt(None, Path("story")) == (prompts_dir() / "story.txt").read_text()
+    assert read_prompt(None, "story") == (prompts_dir() / "story.txt").read_text()
     (tmp_path / "story").write_text("mine")  # a file in the working folder wins
-    assert read_prompt(None, Path("story")) == "mine"
+    assert read_prompt(None, "story") == "mine"
     with pytest.raises(UserError, match=r"^--prompt-file: the prompt is empty"):
-        read_prompt(None, Path("-"), io.BytesIO(b"  \n"))
+        read_prompt(None, "-", io.BytesIO(b"  \n"))
 
 
 def test_a_closed_standard_input_is_one_line(monkeypatch) -> None:
