@@ -28,7 +28,7 @@ def replay_command(
         metavar="RUN_OR_MATRIX", help="A matrix id, a generation job id or a run key.")],
     policy: Annotated[str, typer.Option(
         "--policy", help="Comma-separated policies to replay.")] = "graded,gated,calibrated",
-    costs: Annotated[str, typer.Option("--costs", help=COSTS_HELP)] = "",
+    costs: Annotated[str | None, typer.Option("--costs", help=COSTS_HELP)] = None,
     db: DbOption = None,
     oracle: Annotated[bool, typer.Option(
         "--oracle", help="Also compute each cell's cheapest schedule over the same n-gram "
@@ -55,10 +55,12 @@ def replay_command(
     twice = sorted({p for p in policies if policies.count(p) > 1})
     if twice:
         raise UserError(f"--policy lists {', '.join(twice)} twice; expected each policy once")
-    if costs.strip() != costs or (costs and not costs.strip()):
-        raise UserError(f"--costs {costs!r}: expected a host, a YAML file or a packaged table "
-                        "name, without blanks around it")
-    costs_for = cost_source(costs)
+    expected = "expected a host, a YAML file or a packaged table name"
+    if costs is not None and not costs.strip():  # a script's unset variable: not "not given"
+        raise UserError(f"--costs {costs!r} is blank; {expected}")
+    if costs is not None and costs.strip() != costs:
+        raise UserError(f"--costs {costs!r}: {expected}, without blanks around it")
+    costs_for = cost_source(costs or "")
     costs_name = costs or "each run's own host (its newest stored calibration)"
     with open_store(db, read_only=True) as store:  # replay reads, never writes
         runs = stored_runs(store, ident)

@@ -814,6 +814,9 @@ NAMED = {
         {}, NO_FILES, ["replay", "{mid}", "--policy", "graded,gated,graded", "--costs",
                        "apple-m4pro", "--db", "{db}"],
         ["--policy lists graded twice; expected each policy once"]),
+    "replay: --costs empty": (  # read as not given: each run's own host's calibration
+        {}, NO_FILES, ["replay", "{mid}", "--costs", "", "--db", "{db}"],
+        ["--costs '' is blank; expected a host, a YAML file or a packaged table name"]),
     "replay: --costs with a boolean cost": (
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
