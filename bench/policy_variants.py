@@ -542,7 +542,8 @@ def prompt_evidence(prompt: Sequence[int], weight: float, depth0_only: bool = Fa
             landed[bucket] += depth < held
         i += held + 1
     scale = [min(1.0, weight / t) if t else 0.0 for t in tried]
-    return [t * k for t, k in zip(tried, scale)], [a * k for a, k in zip(landed, scale)]
+    return ([t * k for t, k in zip(tried, scale, strict=True)],
+            [a * k for a, k in zip(landed, scale, strict=True)])
 
 
 def prompt_prior(weight: float, depth0_only: bool = False
