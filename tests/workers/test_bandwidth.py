@@ -14,9 +14,17 @@ from specfleet.workers.bandwidth import (
 )
 
 
-def test_probe_is_positive_with_one_pass_or_many():
+def test_probe_is_positive_and_its_budget_bounds_the_passes(monkeypatch):
+    import numpy as np
+
+    sums = []
+    real_sum = np.sum
+    monkeypatch.setattr(np, "sum", lambda chunk: sums.append(1) or real_sum(chunk))
     assert measure_read_gb_per_s(buffer_mb=16, passes=3, budget_s=60.0, threads=1) > 0
-    assert measure_read_gb_per_s(buffer_mb=16, budget_s=0.0) > 0  # the budget spent: one pass
+    assert len(sums) == 3  # one reader thread: one sum a pass
+    sums.clear()
+    assert measure_read_gb_per_s(buffer_mb=16, passes=5, budget_s=0.0, threads=1) > 0
+    assert len(sums) == 1  # the budget spent (the fill counts): one pass, however fast the box
 
 
 def test_worker_measures_at_start_and_the_fingerprint_ignores_it(tmp_path):
