@@ -31,6 +31,7 @@ from specfleet.engine.kinds import (
     ModelEngine,
     choices_text,
 )
+from specfleet.errors import UserError
 from specfleet.report.grid import OUTPUT_FORMATS, check_format
 from specfleet.stats.runs import Rate
 
@@ -49,8 +50,16 @@ RequireQuietOption = Annotated[bool, typer.Option(
     "--require-quiet", help="Wait for a quiet host before each timed run.")]
 NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
 
+
+def _model_alias(value: str) -> str:
+    if not value.strip():  # refused before a fleet is reached or started for it
+        raise UserError("--model: expected a model alias, got a blank one")
+    return value
+
+
 # A model the fleet resolves by alias (`job generate`, `job calibrate`, `history`).
-ModelAliasOption = Annotated[str, typer.Option("--model", help="Model alias.")]
+ModelAliasOption = Annotated[str, typer.Option(
+    "--model", callback=_model_alias, help="Model alias.")]
 
 # The model `generate` and `calibrate` load on this machine (`localmodel.load_model`).
 LocalModelOption = Annotated[str, typer.Option(

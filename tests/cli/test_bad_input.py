@@ -788,7 +788,15 @@ NAMED = {
         ["--target: expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE, got ''"]),
     "history: a blank --model": (  # `results` refused it; history said "no done runs"
         {}, NO_FILES, ["history", "--model", " ", "--prompt", "p", "--arm", "plain", "--db",
-                       "{db}"], ["--model: expected a value, got a blank one"]),
+                       "{db}"], ["--model: expected a model alias, got a blank one"]),
+    # Each reached the fleet (or started the embedded one) for a model no host has.
+    "job generate: a blank --model": (
+        {}, files(b__jsonl='{"prompt": "hi"}\n'), [*JOB_BATCH, "--model", " ", "--address",
+                                                    "127.0.0.1:1"],
+        ["--model: expected a model alias, got a blank one"]),
+    "job calibrate: an empty --model": (
+        {}, NO_FILES, ["job", "calibrate", "--model", "", "--address", "127.0.0.1:1", "--db",
+                       "{db}"], ["--model: expected a model alias, got a blank one"]),
     "history: an empty --prompt": (
         {}, NO_FILES, ["history", "--model", "m", "--prompt", "", "--arm", "plain", "--db",
                        "{db}"], ["--prompt: expected a value, got a blank one"]),
