@@ -92,6 +92,12 @@ def _host_name(value: Any) -> Any:
 HostNameField = Annotated[str, AfterValidator(_host_name)]
 
 
+def _folder_path(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():  # '' is the matrix's own folder
+        raise ValueError(f"{value!r} is blank; expected a folder path relative to this file")
+    return value
+
+
 class TargetSelector(_Strict):
     """Which targets a matrix (or one prompt) runs on; an empty list means all."""
 
@@ -242,7 +248,7 @@ class MatrixSpec(_Strict):
         TargetSelector(), description="Target selector; an empty list selects all.")
     prompt_suffix: dict[str, str] = Field(
         {}, description="Text appended to every prompt per model, e.g. ' /no_think'.")
-    prompt_dir: str | None = Field(
+    prompt_dir: Annotated[str, AfterValidator(_folder_path)] | None = Field(
         None, description="Prompt folder relative to this file; default ../prompts.")
 
     def arm_names(self) -> list[str]:

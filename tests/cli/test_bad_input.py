@@ -432,6 +432,11 @@ NAMED = {
         {}, files(p__txt="fifo"), ["generate", "-m", "smollm2-135m", "--prompt-file",
                                    "{here}/p.txt"],
         [f"--prompt-file {{here}}/p.txt: {PIPE} text file"]),
+    # Path('') is the matrix's own folder: the prompts beside it were read, "ok".
+    "validate: prompt_dir empty": (
+        {}, files(m__yaml=matrix(prompts="[story]", prompt_dir="''"), story__txt="hello"),
+        ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: prompt_dir: '' is blank; expected a folder path relative to this file"]),
     "validate: a prompt that is a directory": (
         {}, files(m__yaml=STORY_HERE, story="dir"), ["matrix", "validate", "{here}/m.yaml"],
         [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
