@@ -20,7 +20,7 @@ from specfleet.engine.kinds import Engine
 from specfleet.engine.peers import PeerKind, peer_kind
 from specfleet.errors import UserError
 from specfleet.jobs.spec import ARM_OPTIONS, ArmSpec, MatrixSpec, TargetSelector
-from specfleet.userfiles import read_text
+from specfleet.userfiles import kind_of, read_text
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 
@@ -113,7 +113,9 @@ def _check_prompt_file(path: Path, where: str) -> None:
 
 def _missing_prompt(prompt_dir: Path, name: str) -> str:
     if not prompt_dir.is_dir():
-        return (f"no prompt '{name}': prompt directory {prompt_dir} does not exist "
+        what = (f"is {kind_of(os.stat(prompt_dir).st_mode)}, not a folder"
+                if os.path.exists(prompt_dir) else "does not exist")
+        return (f"no prompt '{name}': prompt directory {prompt_dir} {what} "
                 "(set prompt_dir, or give {name, text} inline)")
     known = sorted({p.stem for p in prompt_dir.iterdir() if p.is_file()})
     listing = ", ".join(known) if known else "none"

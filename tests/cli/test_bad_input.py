@@ -437,6 +437,11 @@ NAMED = {
         {}, files(m__yaml=matrix(prompts="[story]", prompt_dir="''"), story__txt="hello"),
         ["matrix", "validate", "{here}/m.yaml"],
         ["{here}/m.yaml: prompt_dir: '' is blank; expected a folder path relative to this file"]),
+    "validate: prompt_dir a file": (  # it said the folder "does not exist"
+        {}, files(m__yaml=matrix(prompts="[story]", prompt_dir="p.txt"), p__txt="hello"),
+        ["matrix", "validate", "{here}/m.yaml"],
+        ["prompts[0]: no prompt 'story': prompt directory {here}/p.txt is a file, not a "
+         "folder"]),
     "validate: a prompt that is a directory": (
         {}, files(m__yaml=STORY_HERE, story="dir"), ["matrix", "validate", "{here}/m.yaml"],
         [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
