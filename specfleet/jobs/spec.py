@@ -16,6 +16,7 @@ reading a file into a checked spec is `spec_files.py`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from typing import Annotated, Any, get_type_hints
 
@@ -90,6 +91,15 @@ def _host_name(value: Any) -> Any:
 
 
 HostNameField = Annotated[str, AfterValidator(_host_name)]
+# Each worker says its kind (`workers.hardware.host_kind`): OS, then mlx, cpu or cuda.
+KIND_PATTERN = re.compile(r"[a-z0-9_.]+(-[a-z0-9_.]+)+")
+
+
+def _host_kind(value: Any) -> Any:
+    if isinstance(value, str) and not KIND_PATTERN.fullmatch(value):  # no host has that kind
+        raise ValueError("expected a host kind such as mac-mlx, gb10-cuda or linux-cpu "
+                         f"(lower-case words joined by '-'), got {value!r}")
+    return value
 
 
 def _folder_path(value: Any) -> Any:
@@ -101,7 +111,7 @@ def _folder_path(value: Any) -> Any:
 class TargetSelector(_Strict):
     """Which targets a matrix (or one prompt) runs on; an empty list means all."""
 
-    kinds: list[str] = []
+    kinds: list[Annotated[str, AfterValidator(_host_kind)]] = []
     hosts: list[HostNameField] = []
     engines: list[Engine] = []
     devices: list[Device] = []

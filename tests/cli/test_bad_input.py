@@ -103,6 +103,9 @@ FILES: dict[str, str | bytes] = {
     "max_draft 1000": matrix(arms="[plain, {arm: graded, max_draft: 1000}]"),
     "unknown engine": matrix(targets="{engines: [cuda]}"),
     "unknown device": matrix(targets="{devices: [tpu]}"),
+    # Each validated "ok": a kind no host could have matched no target.
+    "blank host kind": matrix(targets="{engines: [toy], kinds: ['']}"),
+    "host kind with a space": matrix(targets="{engines: [toy], kinds: ['linux cpu']}"),
     # It validated "ok" and planned no run of the prompt.
     "a prompt whose targets share no engine with the matrix's": matrix(
         prompts="[{name: p, text: hi, targets: {engines: [torch]}}]"),
