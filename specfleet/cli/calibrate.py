@@ -63,6 +63,9 @@ def calibrate_command(
     base = QUICK if quick else CalibrationSettings()
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     settings = replace(base, max_width=max_width, **overrides)
+    if db is not None and not store:  # minutes of measuring, then nothing where it was asked
+        raise UserError(f"--db {db} is where --store keeps the table, and --store is not "
+                        "given; expected --store beside --db (without it nothing is stored)")
     if store:  # a store that cannot take the table is said before minutes of measuring
         from specfleet.store.engine import resolve_url
         from specfleet.store.store import check_writable_store

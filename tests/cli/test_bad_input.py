@@ -707,6 +707,10 @@ NAMED = {
         {}, files(config__json='{"max_position_embeddings": 64}'),
         ["calibrate", "-m", "{here}", "--prompt-len", "100000"],
         ["--prompt-len 100000: a round needs", "has a context of 64 tokens"]),
+    "calibrate: --db without --store": (  # it measured for a minute, then stored nothing
+        {}, NO_FILES, ["calibrate", "-m", "smollm2-135m", "--quick", "--db", "{tmp}/c.db"],
+        ["--db {tmp}/c.db is where --store keeps the table, and --store is not given; "
+         "expected --store beside --db"]),
     "calibrate: --reps past the model's context": (  # it blamed --prompt-len 300
         {}, files(config__json='{"max_position_embeddings": 64}'),
         ["calibrate", "-m", "{here}", "--reps", "50"],
