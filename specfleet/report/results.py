@@ -132,6 +132,8 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
     check_format(fmt)
     if pivot is not None or cells:
         view = view_of_runs("results", "filtered runs", runs, rate)
+        if not view.cells and fmt in ("table", "markdown"):  # no matrix to point at
+            return "no done runs match these filters\n"
         if pivot is not None:
             return render_view(view, fmt, pivot)
         if fmt in ("table", "markdown"):

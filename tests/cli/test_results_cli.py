@@ -80,6 +80,9 @@ def test_results_cells_and_pivot(db_path) -> None:  # noqa: F811
     pivot = invoke(db_path, "results", "--matrix", DEMO_ID, "--pivot", "target")
     assert pivot.exit_code == 0 and "h1/toy/cpu" in pivot.output and "h2/toy/cpu" in pivot.output
     assert "Across targets" in pivot.output
+    for view in (["--cells"], ["--pivot", "target"]):  # it pointed at a matrix 'results'
+        empty = invoke(db_path, "results", "--matrix", DEMO_ID, "--model", "nobody", *view)
+        assert (empty.exit_code, empty.output) == (0, "no done runs match these filters\n")
 
 
 def test_results_cells_of_one_arm_keep_the_plain_runs_its_speedups_need(db_path) -> None:  # noqa: F811
