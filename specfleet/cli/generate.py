@@ -134,6 +134,24 @@ def validate_request(request: GenerateRequest) -> None:
         raise UserError(f"--temp must be a number from {low:g} to {high:g} (0 is greedy); "
                         f"got {request.temperature}")
     lookup_config(request.lookup, request.policy, "cpu")
+    if not request.use_lookup:
+        given = lookup_flags_given(request)
+        if given:  # the reply would be plain decoding's, the settings silently unused
+            raise UserError(f"{', '.join(given)} given without --prompt-lookup; expected "
+                            "--prompt-lookup to draft with them (or none for plain decoding)")
+
+
+def lookup_flags_given(request: GenerateRequest) -> list[str]:
+    """The --prompt-lookup-* flags away from their defaults, by flag name."""
+    flags = [f"--prompt-lookup-{name.replace('_', '-')}" for name, value in request.lookup.items()
+             if name not in ("ngram_min", "ngram_max", "adaptive") and value is not None]
+    defaults = {"ngram_min": DEFAULT_NGRAM_MIN, "ngram_max": DEFAULT_NGRAM_MAX, "adaptive": True}
+    flags += [("--prompt-lookup-no-adaptive" if name == "adaptive"
+               else f"--prompt-lookup-{name.replace('_', '-')}")
+              for name, default in defaults.items() if request.lookup.get(name, default) != default]
+    if request.policy != "auto":
+        flags.insert(0, "--prompt-lookup-policy")
+    return flags
 
 
 @contextmanager

@@ -79,6 +79,12 @@ def looping_prompt() -> str:
         (["--prompt-lookup-max-draft", "65"], "--prompt-lookup-max-draft (65) must be at most 64"),
         (["--prompt-lookup-policy", "eager"],
          "'--prompt-lookup-policy': 'eager' is not one of 'auto', 'graded', 'gated'"),
+        # Plain decoding with lookup settings: they went unused, the exit 0.
+        (["--prompt-lookup-max-draft", "3"],
+         "--prompt-lookup-max-draft given without --prompt-lookup; expected --prompt-lookup"),
+        (["--prompt-lookup-policy", "graded", "--prompt-lookup-no-adaptive"],
+         "--prompt-lookup-policy, --prompt-lookup-no-adaptive given without --prompt-lookup"),
+        (["--prompt-lookup-ngram-min", "1"], "--prompt-lookup-ngram-min given without"),
         (["--loop-guard", "3,2,8"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "1,2"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "a,b,c"], "--loop-guard expects MIN,MAX,REPEATS"),
