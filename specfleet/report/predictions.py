@@ -90,8 +90,13 @@ COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
 def load_cost_file(path: Path) -> CostTable:
     """A YAML table (`name`, `ratio: [cost of width 1, 2, ...]`); one-line errors."""
     data = read_yaml(path, f"--costs {path}", expected=COSTS_EXPECTED)
-    ratio = data.get("ratio") if isinstance(data, dict) else None
-    unknown = [str(k) for k in data if k not in COST_FILE_FIELDS] if isinstance(data, dict) else []
+    if data is None:
+        raise UserError(f"--costs {path}: the file is empty; expected {COSTS_EXPECTED}")
+    if not isinstance(data, dict):
+        raise UserError(f"--costs {path}: expected a mapping of fields at the top level "
+                        f"(name, ratio: [...]), got {describe_value(data)}")
+    ratio = data.get("ratio")
+    unknown = [str(k) for k in data if k not in COST_FILE_FIELDS]
     if unknown:
         raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
                         f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")

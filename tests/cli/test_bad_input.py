@@ -842,6 +842,13 @@ NAMED = {
     "replay: --costs empty": (  # read as not given: each run's own host's calibration
         {}, NO_FILES, ["replay", "{mid}", "--costs", "", "--db", "{db}"],
         ["--costs '' is blank; expected a host, a YAML file or a packaged table name"]),
+    "replay: --costs an empty file": (  # it said field 'ratio' must be a list ...
+        {}, files(c__yaml=""), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: the file is empty; expected a YAML width-cost table"]),
+    "replay: --costs a list at the top": (
+        {}, files(c__yaml="- 1.0\n- 1.5\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: expected a mapping of fields at the top level "
+         "(name, ratio: [...]), got a list"]),
     "replay: --costs with a boolean cost": (
         {}, files(c__yaml="ratio: [true, 2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs"]),
