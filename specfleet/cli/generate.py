@@ -141,17 +141,19 @@ def validate_request(request: GenerateRequest) -> None:
                             "--prompt-lookup to draft with them (or none for plain decoding)")
 
 
+# What `lookup_given` always carries, at each flag's default (max-draft and a policy's own
+# options appear only when given).
+_LOOKUP_DEFAULTS = {"ngram_min": DEFAULT_NGRAM_MIN, "ngram_max": DEFAULT_NGRAM_MAX,
+                    "adaptive": True}
+
+
 def lookup_flags_given(request: GenerateRequest) -> list[str]:
-    """The --prompt-lookup-* flags away from their defaults, by flag name."""
-    flags = [f"--prompt-lookup-{name.replace('_', '-')}" for name, value in request.lookup.items()
-             if name not in ("ngram_min", "ngram_max", "adaptive") and value is not None]
-    defaults = {"ngram_min": DEFAULT_NGRAM_MIN, "ngram_max": DEFAULT_NGRAM_MAX, "adaptive": True}
-    flags += [("--prompt-lookup-no-adaptive" if name == "adaptive"
-               else f"--prompt-lookup-{name.replace('_', '-')}")
-              for name, default in defaults.items() if request.lookup.get(name, default) != default]
-    if request.policy != "auto":
-        flags.insert(0, "--prompt-lookup-policy")
-    return flags
+    """The --prompt-lookup-* flags set away from their defaults, by flag name."""
+    names = ["policy"] if request.policy != "auto" else []
+    names += [name for name, value in request.lookup.items()
+              if value is not None and value != _LOOKUP_DEFAULTS.get(name)]
+    return [LOOKUP_FLAG_PREFIX + ("no-adaptive" if name == "adaptive" else name.replace("_", "-"))
+            for name in names]
 
 
 @contextmanager
