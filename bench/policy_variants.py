@@ -37,7 +37,7 @@ from bench.policies_prompts import kind_of  # noqa: E402
 from specfleet.engine.config import PromptLookupConfig  # noqa: E402
 from specfleet.engine.governor import SHADOW_CONFIRM  # noqa: E402
 from specfleet.engine.lookup import NgramIndex, cycle_out  # noqa: E402
-from specfleet.engine.oracle import oracle, proposals  # noqa: E402
+from specfleet.engine.oracle import landed_count, oracle, proposals  # noqa: E402
 from specfleet.engine.predict import replay  # noqa: E402
 
 Governor = cal.CalibratedGovernor
@@ -67,11 +67,7 @@ class Reply:
     @classmethod
     def landing(cls) -> int:
         """How many tokens of the index's proposal at the loop's position will land."""
-        at, landed, proposal = cls.position(), 0, cls.proposal()
-        while (landed < len(proposal) and at + landed < len(cls.tokens)
-               and proposal[landed] == cls.tokens[at + landed]):
-            landed += 1
-        return landed
+        return landed_count(cls.proposal(), cls.tokens, cls.position())
 
 
 def _emit_keeping_context(token, context, generated, ends):
@@ -530,10 +526,7 @@ def prompt_evidence(prompt: Sequence[int], weight: float, depth0_only: bool = Fa
         context = prompt[:i]
         index.extend(context)
         proposal = index.find(context, lookup.max_draft)
-        held = 0
-        while (held < len(proposal) and i + held < len(prompt)
-               and proposal[held] == prompt[i + held]):
-            held += 1
+        held = landed_count(proposal, prompt, i)
         for depth in range(min(held + 1, len(proposal), len(prompt) - i)):
             bucket = cal.depth_bucket(depth)
             if depth0_only and bucket:

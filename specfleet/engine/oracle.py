@@ -98,7 +98,8 @@ def proposals(prompt: Sequence[int], reply: Sequence[int], lookup: PromptLookupC
     return out
 
 
-def _landed(proposal: Sequence[int], targets: Sequence[int], position: int) -> int:
+def landed_count(proposal: Sequence[int], targets: Sequence[int], position: int) -> int:
+    """How many leading tokens of `proposal` equal `targets` from `position` on."""
     landed = 0
     for token in proposal:
         if position + landed >= len(targets) or targets[position + landed] != token:
@@ -167,7 +168,7 @@ def _cheapest(targets: Sequence[int], at: Sequence[Sequence[int]], max_tokens: i
     for position in range(end - 1, 0, -1):
         step = OracleStep(position, 0, 0, 1, plain)
         total = plain + best[position + 1]
-        landed = _landed(at[position], targets, position)
+        landed = landed_count(at[position], targets, position)
         # The loop caps a draft at the token limit less the bonus row (spec 2.4 b).
         for k in range(1, min(len(at[position]), max_tokens - position - 1) + 1):
             move = _verify(position, k, landed, end - position, costs, refeeds)
