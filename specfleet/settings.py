@@ -52,13 +52,28 @@ class Text(Variable):
         return self.value(env)
 
 
+def expand_user(text: str, label: str) -> Path:
+    """`Path(text)` with a leading `~` or `~USER` expanded.
+
+    Raises:
+        UserError: naming `label`, where that home folder is unknown (`Path.expanduser`
+            raises a RuntimeError: a traceback).
+    """
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        head = text.split("/", 1)[0]
+        raise UserError(f"{label} {text!r}: no home folder for {head}; expected ~ or ~USER "
+                        "of a known user, or a path without it") from None
+
+
 @dataclass(frozen=True)
 class UserPath(Variable):
     """A file or folder path; `~` is expanded."""
 
     def read(self, env: Environ | None = None) -> Path | None:
         raw = self.value(env)
-        return Path(raw).expanduser() if raw else None
+        return expand_user(raw, self.name) if raw else None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ plain,auto,hf-lookup` adds a peer engine's own generation beside ours (`engine/p
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,7 +44,9 @@ def split_list(flag: str, values: list[str] | None) -> list[str]:
 def prompt_entry(name: str) -> dict[str, Any]:
     """A packaged prompt by name, or a prompt file by path (named after its stem)."""
     path = Path(name)
-    if path.is_file():
+    # A name with a slash is no packaged prompt: read it as a file, whose reader says what is
+    # wrong (a missing file was "prompts[0].name: use letters, digits ...").
+    if path.is_file() or "/" in name or os.sep in name:
         from specfleet.jobs.spec_files import read_prompt_text
 
         return {"name": path.stem, "text": read_prompt_text(path)}

@@ -9,7 +9,6 @@ import ipaddress
 import json
 import re
 import socket
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,7 +16,7 @@ import typer
 from specfleet.cli.options import AddressOption, EmbeddedOption
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
-from specfleet.settings import SELFTEST
+from specfleet.settings import SELFTEST, expand_user
 from specfleet.userfiles import check_writable_dir, given_path
 
 app = typer.Typer(
@@ -84,7 +83,7 @@ def _options(num_cpus, node_ip, engines, temp_dir):
         raise UserError(f"--temp-dir {temp_dir!r}: keep it under {MAX_TEMP_DIR_CHARS + 1} "
                         "characters (Ray's socket paths inside it are limited to 107 bytes)")
     if temp_dir is not None:
-        check_writable_dir(Path(temp_dir).expanduser(), "--temp-dir")
+        check_writable_dir(expand_user(temp_dir, "--temp-dir"), "--temp-dir")
     if node_ip is not None:
         check_ip(node_ip)
     return NodeOptions(num_cpus, node_ip, check_engines(engines), temp_dir)

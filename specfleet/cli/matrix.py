@@ -19,6 +19,7 @@ from specfleet.cli.options import (
     DbOption,
     EmbeddedOption,
     FormatOption,
+    MatrixIdArgument,
     NoProgressOption,
     RateOption,
     RequireQuietOption,
@@ -42,7 +43,7 @@ app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, val
 
 @app.command("show")
 def show(
-    matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
+    matrix_id: MatrixIdArgument,
     fmt: FormatOption = "table",
     pivot: Annotated[str | None, typer.Option(
         "--pivot", help="'target': each model, prompt and arm on every target side by side.")
@@ -258,7 +259,7 @@ def _say_written_back(store) -> None:
 
 @app.command("resume")
 def resume_cmd(
-    matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
+    matrix_id: MatrixIdArgument,
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
     db: DbOption = None,
@@ -292,7 +293,7 @@ def resume_cmd(
 
 @app.command("status")
 def status(
-    matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
+    matrix_id: MatrixIdArgument,
     db: DbOption = None,
 ) -> None:
     """A matrix's status, its runs per host and status, and the errors of unfinished runs."""

@@ -1,8 +1,9 @@
 """Options several commands share, declared once: the store (`--db`), the fleet
 (`--address`, `--embedded`) and how a fleet run waits and shows progress, the model a
-command names, the local model's engine and device, the calibration width, the
-`--prompt-lookup-*` settings (`generate`, `job generate`), `--format` of every
-table-printing command and `--rate` of those that print speed-ups.
+command names and the matrix id it reads (each refused when blank: `not_blank`), the local
+model's engine and device, the calibration width, the `--prompt-lookup-*` settings
+(`generate`, `job generate`), `--format` of every table-printing command and `--rate` of
+those that print speed-ups.
 
 Each is an `Annotated` type; a command gives the default (`db: DbOption = None`). Choices
 and bounds are Typer's to check (a `Literal` type, `min=`/`max=`): a wrong value is one
@@ -51,15 +52,35 @@ RequireQuietOption = Annotated[bool, typer.Option(
 NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
 
 
-def _model_alias(value: str) -> str:
-    if not value.strip():  # refused before a fleet is reached or started for it
-        raise UserError("--model: expected a model alias, got a blank one")
-    return value
+def not_blank(expected: str) -> Callable[[typer.CallbackParam, str | None], str | None]:
+    """A Typer callback refusing a blank value in one line that names the flag or argument
+    and what is expected, before a store is opened or a fleet reached for it (a store would
+    say only "no matrix ''", a fleet "no model ''").
 
+    Args:
+        expected: what the value names (`a model alias`).
+
+    Returns:
+        The callback; it passes any other value (and None, not given) through.
+    """
+    def check(param: typer.CallbackParam, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            named = param.opts[0] if param.opts[0].startswith("-") else \
+                param.metavar or (param.name or "").upper()
+            raise UserError(f"{named}: expected {expected}, got a blank one")
+        return value
+    return check
+
+
+MATRIX_ID = "a matrix id (`specfleet matrix list`)"
 
 # A model the fleet resolves by alias (`job generate`, `job calibrate`, `history`).
 ModelAliasOption = Annotated[str, typer.Option(
-    "--model", callback=_model_alias, help="Model alias.")]
+    "--model", callback=not_blank("a model alias"), help="Model alias.")]
+
+# A stored matrix a command reads (`matrix show/status/resume`, `report`).
+MatrixIdArgument = Annotated[str, typer.Argument(
+    callback=not_blank(MATRIX_ID), help="Matrix id (see `matrix list`).")]
 
 # The model `generate` and `calibrate` load on this machine (`localmodel.load_model`).
 LocalModelOption = Annotated[str, typer.Option(

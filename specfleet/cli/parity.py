@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.options import DbOption, EmbeddedOption, FormatOption
+from specfleet.cli.options import MATRIX_ID, DbOption, EmbeddedOption, FormatOption, not_blank
 from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
@@ -111,11 +111,13 @@ def report_parity(store, matrix_id: str, workers: dict | None, any_host: Any, *,
 
 
 def parity(
-    what: Annotated[str, typer.Argument(help="A matrix id, or `run` followed by a file.")],
+    what: Annotated[str, typer.Argument(callback=not_blank(f"{MATRIX_ID} or `run FILE`"),
+                                        help="A matrix id, or `run` followed by a file.")],
     file: Annotated[str | None, typer.Argument(help="With `run`: a matrix YAML, run greedy "
                                                     "with one repeat.")] = None,
     baseline: Annotated[str | None, typer.Option(
-        "--baseline", help="Matrix whose identical replies must stay identical.")] = None,
+        "--baseline", callback=not_blank(MATRIX_ID),
+        help="Matrix whose identical replies must stay identical.")] = None,
     near_tie: Annotated[float, typer.Option(
         "--near-tie", help="Logit gap below which a divergence is a near-tie flip.")
     ] = NEAR_TIE_LOGIT_MARGIN,

@@ -12,7 +12,7 @@ from typing import Annotated, cast
 
 import typer
 
-from specfleet.cli.options import DbOption
+from specfleet.cli.options import MATRIX_ID, DbOption, not_blank
 from specfleet.configs import costs_dir, packaged_names
 from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.engine.governor import Policy
@@ -25,7 +25,9 @@ COSTS_HELP = ("A host with a stored calibration, a YAML file, or a packaged tabl
 
 def replay_command(
     ident: Annotated[str, typer.Argument(
-        metavar="RUN_OR_MATRIX", help="A matrix id, a generation job id or a run key.")],
+        metavar="RUN_OR_MATRIX", callback=not_blank(f"{MATRIX_ID}, a generation job id or a "
+                                                     "run key"),
+        help="A matrix id, a generation job id or a run key.")],
     policy: Annotated[str, typer.Option(
         "--policy", help="Comma-separated policies to replay.")] = "graded,gated,calibrated",
     costs: Annotated[str | None, typer.Option("--costs", help=COSTS_HELP)] = None,

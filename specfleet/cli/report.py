@@ -7,14 +7,14 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.options import DbOption
+from specfleet.cli.options import DbOption, MatrixIdArgument
 from specfleet.report.record import write_record
 from specfleet.store.store import open_store
 from specfleet.userfiles import check_writable_dir, given_path
 
 
 def report(
-    matrix_id: Annotated[str, typer.Argument(help="Matrix id (see `matrix list`).")],
+    matrix_id: MatrixIdArgument,
     out: Annotated[str | None, typer.Option(
         "--out", help="Folder for the record (default: reports/MATRIX_ID).")] = None,
     db: DbOption = None,

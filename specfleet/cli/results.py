@@ -6,7 +6,14 @@ from typing import Annotated, Literal
 
 import typer
 
-from specfleet.cli.options import DbOption, FormatOption, ModelAliasOption, RateOption
+from specfleet.cli.options import (
+    MATRIX_ID,
+    DbOption,
+    FormatOption,
+    ModelAliasOption,
+    RateOption,
+    not_blank,
+)
 from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
 from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
@@ -100,8 +107,10 @@ def history(
 
 
 def compare_cmd(
-    a: Annotated[str, typer.Argument(help="Baseline matrix id.")],
-    b: Annotated[str, typer.Argument(help="Matrix id compared with the baseline.")],
+    a: Annotated[str, typer.Argument(callback=not_blank(MATRIX_ID),
+                                     help="Baseline matrix id.")],
+    b: Annotated[str, typer.Argument(callback=not_blank(MATRIX_ID),
+                                     help="Matrix id compared with the baseline.")],
     allow_mixed: Annotated[bool, typer.Option(
         "--allow-mixed", help="Call slow-downs regressions even when weights, prompt, engine "
         "config, host or library versions differ.")] = False,

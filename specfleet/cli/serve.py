@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.options import DbOption
+from specfleet.cli.options import MATRIX_ID, DbOption, not_blank
 from specfleet.errors import UserError
 from specfleet.userfiles import given_path, read_text
 
@@ -101,7 +101,8 @@ def serve(
         "--token-file", help="A file holding the token people log in with (or send as "
         "`Authorization: Bearer`); one line, 16+ characters. Also on loopback.")] = None,
     matrix: Annotated[str | None, typer.Option(
-        "--matrix", help="Print the address of this matrix's page (checked first).")] = None,
+        "--matrix", callback=not_blank(MATRIX_ID),
+        help="Print the address of this matrix's page (checked first).")] = None,
 ) -> None:
     """Serve a read-only web view of the store and the fleet (Ctrl-C stops it)."""
     try:
@@ -114,16 +115,13 @@ def serve(
     from specfleet.serve.fleetpage import FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only
 
-    if not host:  # the socket layer reads '' as every address, the URL printed as http://:PORT
-        raise UserError("--host '' is blank; expected an address of this machine, e.g. "
+    if not host.strip():  # the socket layer reads '' as every address, the URL as http://:PORT
+        raise UserError(f"--host {host!r} is blank; expected an address of this machine, e.g. "
                         "127.0.0.1 or 0.0.0.0")
     token, token_from = view_token(host, token_file)
     address = fleet_address(address)
     store = open_read_only(db)
     if matrix is not None:
-        if not matrix.strip():
-            raise UserError("--matrix: expected a matrix id (`specfleet matrix list`), got a "
-                            "blank one")
         store.get_matrix(matrix)  # an unknown id: one line, before listening
     check_free(host, port)
     login = f"needs a token: {token_from}" if token else "open: loopback only"

@@ -41,6 +41,7 @@ def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path,
     _check_arms(spec, label)
     _check_max_tokens(spec, label)
     _check_loop_guard(spec, label)
+    _check_targets(spec.targets, f"{label}: targets")
     _check_prompt_suffix(spec, label)
 
 
@@ -55,13 +56,19 @@ def find_prompt_file(prompt_dir: Path, name: str) -> Path | None:
 
 
 def _check_models(spec: MatrixSpec, label: str) -> None:
-    seen: set[str] = set()
     for i, model in enumerate(spec.models):
         if not model.strip():
             raise UserError(f"{label}: models[{i}]: must not be blank")
-        if model in seen:
-            raise UserError(f"{label}: models[{i}]: duplicate model '{model}' (list each once)")
-        seen.add(model)
+    _refuse_twice(spec.models, f"{label}: models", "model")
+
+
+def _refuse_twice(values: list[str], where: str, noun: str) -> None:
+    """Each value once: a second is a typo for another (`where`: `file: models`)."""
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            raise UserError(f"{where}[{i}]: duplicate {noun} '{value}' (list each once)")
+        seen.add(value)
 
 
 def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path,
@@ -89,11 +96,17 @@ def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None, where: s
     engine (or device, host, kind) with the matrix's would plan no run of it, silently."""
     if own is None:
         return
+    _check_targets(own, where)
     for (field, mine), (_, matrix) in zip(own.lists(), spec.targets.lists(), strict=True):
         if mine and matrix and not set(mine) & set(matrix):
             raise UserError(f"{where}: {field} [{', '.join(mine)}] share none with the matrix's "
                             f"{field} [{', '.join(matrix)}], so the prompt would never run; "
                             f"expected {field} among the matrix's")
+
+
+def _check_targets(selector: TargetSelector, where: str) -> None:
+    for field, values in selector.lists():
+        _refuse_twice(values, f"{where}.{field}", field.removesuffix("s"))
 
 
 def _refuse_odd_namesake(folder: Path, name: str, where: str) -> None:

@@ -28,7 +28,7 @@ from specfleet.models.bundled import (
     BundledGguf,
     bundled_dir,
 )
-from specfleet.settings import MODELS
+from specfleet.settings import MODELS, expand_user
 from specfleet.userfiles import read_text, read_yaml, too_long_integer
 
 HASH_FILE = ".specfleet-weights.json"
@@ -167,7 +167,7 @@ def resolve_model(
             engines = ", ".join(e for e in MODEL_ENGINES if e in entry)
             raise UserError(f"model {alias_or_path!r} has no {engine} source (available: {engines})")
         source = entry[engine]
-    elif alias_or_path.startswith("hf:") or Path(alias_or_path).expanduser().is_dir():
+    elif alias_or_path.startswith("hf:") or expand_user(alias_or_path, "model").is_dir():
         source = alias_or_path
     else:
         known = ", ".join(sorted(registry))
@@ -246,7 +246,7 @@ def _measured(model: ResolvedModel) -> ResolvedModel:
 
 
 def _local_path(source: str) -> Path:
-    path = Path(source).expanduser()
+    path = expand_user(source, f"{registry_path()}: model source")
     return path if path.is_absolute() else registry_path().parent / path
 
 

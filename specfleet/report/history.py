@@ -16,6 +16,7 @@ from specfleet.report.build import load_matrix
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.results import check_choices, check_not_blank
 from specfleet.report.tables import DASH, interval_text, pct
+from specfleet.settings import host_name_problem
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
 from specfleet.stats.history import (
     COMPARE_FIELDS,
@@ -42,6 +43,8 @@ def _target_filters(target: str | None) -> dict:
     if len(parts) > 3 or not all(parts):
         raise UserError(f"--target: expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE, got "
                         f"{target!r}")
+    if problem := host_name_problem(parts[0]):  # no store holds it: not "no done runs"
+        raise UserError(f"--target HOST: {problem}")
     check_choices(parts[1:2], ENGINES, "--target ENGINE")
     check_choices(parts[2:3], DEVICES, "--target DEVICE")
     return dict(zip(("host", "engine", "device"), parts, strict=False))

@@ -12,7 +12,14 @@ from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.tables import DASH, cell_record, pct, render_view, speedup_text
+from specfleet.report.tables import (
+    DASH,
+    cell_record,
+    check_pivot,
+    pct,
+    render_view,
+    speedup_text,
+)
 from specfleet.stats.cells import LOOP_SHARE_FLAG
 from specfleet.stats.runs import Rate
 from specfleet.stats.view import MatrixView, view_of_runs
@@ -130,6 +137,7 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
         rate: the tok/s cells read: "whole" or "decode" (see `stats.cells.cell_stats`).
     """
     check_format(fmt)
+    check_pivot(pivot)  # with no cells to show, it would say only "no done runs"
     if pivot is not None or cells:
         view = view_of_runs("results", "filtered runs", runs, rate)
         if not view.cells and fmt in ("table", "markdown"):  # no matrix to point at

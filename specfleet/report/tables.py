@@ -334,11 +334,16 @@ def _csv_value(value):
     return ";".join(f"{v:g}" for v in value) if isinstance(value, list) else value
 
 
+def check_pivot(pivot: str | None) -> None:
+    """Refuse an unknown `--pivot` in one line, before any store is read for it."""
+    if pivot not in PIVOTS:
+        raise UserError(f"--pivot: unknown pivot {pivot!r}; expected 'target'")
+
+
 def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) -> str:
     """Render a `MatrixView` in one of `OUTPUT_FORMATS` (see `render_matrix`)."""
     check_format(fmt)
-    if pivot not in PIVOTS:
-        raise UserError(f"--pivot: unknown pivot {pivot!r}; expected 'target'")
+    check_pivot(pivot)
     heading = f"Matrix {view.matrix_id} ({view.name})"
     if not view.cells and fmt in ("table", "markdown"):
         return f"{heading}: no done runs yet (`specfleet matrix status {view.matrix_id}`)\n"

@@ -22,7 +22,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
-from specfleet.settings import DB
+from specfleet.settings import DB, expand_user
 from specfleet.store.errors import StoreUnreachable
 from specfleet.userfiles import check_folder_path
 
@@ -30,6 +30,7 @@ BUSY_TIMEOUT_S = 60.0
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
 WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
+_BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "')
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
 
 
@@ -61,18 +62,19 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         if create_dir and not path.parent.is_dir():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
         return URL.create("sqlite", database=str(path))
+    if "\x00" in raw:  # a file path's ValueError was a traceback
+        raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)} "
+                        "or a SQLite file path")
     if "://" not in raw:
         return _check_file_name(
-            URL.create("sqlite", database=str(Path(raw).expanduser().resolve())), source)
-    if "\x00" in raw:
-        raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)}")
+            URL.create("sqlite", database=str(expand_user(raw, source).resolve())), source)
     try:
         parsed = make_url(raw)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         shown = display_raw(raw)
         raise UserError(f"{source}: cannot parse {shown!r}; expected {' or '.join(_SCHEMES)}"
                         ) from None
-    return _check_driver(parsed, source)
+    return _refuse_fragment(raw, _check_driver(parsed, source), source)
 
 
 def display_raw(raw: str) -> str:
@@ -89,7 +91,7 @@ def _check_driver(parsed: URL, source: str) -> URL:
         _check_pg_parts(parsed, source)
         return parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
-        if not parsed.database or parsed.database == ":memory:":
+        if not (parsed.database or "").strip() or parsed.database == ":memory:":
             raise UserError(f"{source}: a SQLite URL needs a file path (sqlite:///PATH)")
         if parsed.query:  # SQLite would ignore them, with a warning of several lines
             raise UserError(f"{source}: {display_url(parsed)}: SQLite URLs take no query "
@@ -99,6 +101,17 @@ def _check_driver(parsed: URL, source: str) -> URL:
     raise UserError(
         f"{source}: unsupported database scheme {scheme!r}; expected {' or '.join(_SCHEMES)}"
     )
+
+
+def _refuse_fragment(raw: str, url: URL, source: str) -> URL:
+    """Refuse a `#` after the host: to the user a URL fragment, to SQLAlchemy part of the
+    file or database name (`x.db#frag` would be a new, empty store). A password's own `#`
+    comes before the host's `@` and is kept."""
+    if "#" in raw.split("://", 1)[1].rpartition("@")[2]:
+        expected = _SCHEMES[0] if url.get_backend_name() == "sqlite" else _SCHEMES[1]
+        raise UserError(f"{source}: {display_raw(raw)}: a database URL takes no #fragment; "
+                        f"expected {expected} (a # in a name is written %23)")
+    return url
 
 
 def _check_file_name(url: URL, source: str) -> URL:
@@ -305,6 +318,9 @@ def translate_error(err: BaseException, url: URL) -> UserError | None:
         return UserError(f"--db: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
         return UserError(f"--db: {first} (at {where})")
+    if _BAD_PG_OPTION.search(low):  # libpq's words hold "connection": not a reachability problem
+        return UserError(f"--db: {where}: {first}; expected libpq's connection options after "
+                         "the ? (sslmode=require, ...)")
     if any(word in low for word in ("connection", "timeout", "could not", "terminating",
                                     "resolve")):  # psycopg: "failed to resolve host"
         return StoreUnreachable(f"--db: cannot reach PostgreSQL at {where} ({first})")

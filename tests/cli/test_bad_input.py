@@ -109,6 +109,13 @@ FILES: dict[str, str | bytes] = {
     # It validated "ok" and planned no run of the prompt.
     "a prompt whose targets share no engine with the matrix's": matrix(
         prompts="[{name: p, text: hi, targets: {engines: [torch]}}]"),
+    # Each validated "ok" and ran as if listed once.
+    "duplicate engine": matrix(targets="{engines: [toy, toy]}"),
+    "duplicate host kind": matrix(targets="{engines: [toy], kinds: [linux-cpu, linux-cpu]}"),
+    "duplicate host": matrix(targets="{engines: [toy], hosts: [a, b, a]}"),
+    "duplicate device": matrix(targets="{engines: [toy], devices: [cpu, cpu]}"),
+    "duplicate engine in a prompt's targets": matrix(
+        prompts="[{name: p, text: hi, targets: {engines: [toy, toy]}}]"),
     "bad loop guard": matrix(loop_guard="'1,2'"),
     "loop guard max < min": matrix(loop_guard="'8,2,4'"),
     "loop guard period 10^20": matrix(loop_guard="'1,99999999999999999999,3'"),
@@ -390,7 +397,9 @@ REPLAY_COSTS = ["replay", "{mid}", "--costs", "{here}/c.yaml", "--db", "{db}"]
 STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
 PIPE = "is a named pipe (FIFO); expected a"
 NO_FILES = files()
-LONG_NAME = "n" * 300  # a file name is at most 255 bytes on Linux and macOS
+BLANK_MATRIX = "expected a matrix id (`specfleet matrix list`)"
+LONG_NAME = "n" * 300
+NO_USER = "specfleet-no-such-user"  # ~NO_USER names no home folder  # a file name is at most 255 bytes on Linux and macOS
 
 # case -> (environment, files, arguments, what the one line names); `{here}` is the case's
 # own folder. Each is refused with exit status 2, one line, nothing written.
@@ -617,6 +626,29 @@ NAMED = {
     "SPECFLEET_DB: a file name too long, list": (
         {"SPECFLEET_DB": f"{{here}}/{LONG_NAME}.db"}, NO_FILES, ["matrix", "list"],
         ["SPECFLEET_DB: ", "too long for the file system"]),
+    "db current: a NUL in a file path": (  # a ValueError traceback (a URL was refused)
+        {}, NO_FILES, ["db", "current", "--db", "{here}/a\0b.db"],
+        ["--db: contains a NUL character; expected sqlite:///PATH or "]),
+    "db current: a SQLite URL whose path is blank": (  # "no database file yet", exit 0
+        {}, NO_FILES, ["db", "current", "--db", "sqlite:///   "],
+        ["--db: a SQLite URL needs a file path (sqlite:///PATH)"]),
+    # Path.expanduser's RuntimeError was a traceback in each.
+    "db current: --db under the home of no user": (
+        {}, NO_FILES, ["db", "current", "--db", f"~{NO_USER}/x.db"],
+        [f"--db '~{NO_USER}/x.db': no home folder for ~{NO_USER}; expected ~ or ~USER of a "
+         "known user"]),
+    "SPECFLEET_HOME: under the home of no user": (
+        {"SPECFLEET_HOME": f"~{NO_USER}/h"}, NO_FILES, ["models", "list"],
+        [f"SPECFLEET_HOME '~{NO_USER}/h': no home folder for ~{NO_USER}"]),
+    "generate: a model folder under the home of no user": (
+        {}, NO_FILES, ["generate", "-m", f"~{NO_USER}/m", "-p", "hi"],
+        [f"--model: model '~{NO_USER}/m': no home folder for ~{NO_USER}"]),
+    "SPECFLEET_MODELS: a source under the home of no user": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml=f"models: {{x: {{torch: '~{NO_USER}/m'}}}}\n"),
+        ["models", "list"], [f"{{here}}/m.yaml: model source '~{NO_USER}/m': no home folder"]),
+    "fleet join: --temp-dir under the home of no user": (
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--temp-dir",
+                       f"~{NO_USER}/t"], [f"--temp-dir '~{NO_USER}/t': no home folder"]),
     "db current: --db empty": (  # not the default store: a script's unset variable
         {}, NO_FILES, ["db", "current", "--db", ""], ["--db: '' is blank; expected"]),
     "db current: --db blank": (
@@ -626,6 +658,22 @@ NAMED = {
     "db current: a SQLite URL with query options": (
         {}, NO_FILES, ["db", "current", "--db", "sqlite:///{db}?mode=ro"],
         ["SQLite URLs take no query options; expected sqlite:///PATH"]),
+    # `#frag` became part of the file name: "no database file yet", exit status 0.
+    "db current: a SQLite URL with a fragment": (
+        {}, NO_FILES, ["db", "current", "--db", "sqlite:///{here}/x.db#frag"],
+        ["--db: sqlite:///{here}/x.db#frag: a database URL takes no #fragment; expected "
+         "sqlite:///PATH (a # in a name is written %23)"]),
+    "SPECFLEET_DB: a PostgreSQL URL with a fragment": (
+        {"SPECFLEET_DB": "postgresql://u:s3cret@127.0.0.1:1/db#frag"}, NO_FILES,
+        ["db", "current"], ["SPECFLEET_DB: postgresql://u:***@127.0.0.1:1/db#frag: a database "
+                            "URL takes no #fragment"]),
+    # Each said "cannot reach PostgreSQL": a mistyped option, not the network.
+    "db current: a PostgreSQL URL with an unknown option": (
+        {}, NO_FILES, ["db", "current", "--db", "postgresql://u@127.0.0.1:1/db?colour=red"],
+        ['invalid connection option "colour"; expected libpq\'s connection options']),
+    "db current: a PostgreSQL URL with a bad sslmode": (
+        {}, NO_FILES, ["db", "current", "--db", "postgresql://u@127.0.0.1:1/db?sslmode=maybe"],
+        ['invalid sslmode value: "maybe"; expected libpq\'s connection options']),
     # A reading command: a named pipe hung it (SQLite's open waits for a writer, even past
     # SIGTERM), a folder was "cannot write ... (disk I/O error)", /dev/null "none (empty)".
     "db current: --db a named pipe": (
@@ -660,9 +708,38 @@ NAMED = {
     "serve: --matrix blank": (  # said "no matrix ''" without naming the flag
         {}, NO_FILES, ["serve", "--matrix", " ", "--db", "{db}"],
         ["--matrix: expected a matrix id (`specfleet matrix list`), got a blank one"]),
+    # Each said "no matrix ''" without naming the argument or flag.
+    "parity: --baseline empty": (
+        {}, NO_FILES, ["parity", "{mid}", "--baseline", "", "--db", "{db}"],
+        [f"--baseline: {BLANK_MATRIX}, got a blank one"]),
+    "parity: a blank matrix id": (
+        {}, NO_FILES, ["parity", " ", "--db", "{db}"],
+        [f"WHAT: {BLANK_MATRIX} or `run FILE`, got a blank one"]),
+    "compare: an empty baseline id": (
+        {}, NO_FILES, ["compare", "", "{mid}", "--db", "{db}"], [f"A: {BLANK_MATRIX}"]),
+    "compare: an empty second id": (
+        {}, NO_FILES, ["compare", "{mid}", "", "--db", "{db}"], [f"B: {BLANK_MATRIX}"]),
+    "report: an empty matrix id": (
+        {}, NO_FILES, ["report", "", "--db", "{db}"], [f"MATRIX_ID: {BLANK_MATRIX}"]),
+    "matrix status: an empty matrix id": (
+        {}, NO_FILES, ["matrix", "status", "", "--db", "{db}"], [f"MATRIX_ID: {BLANK_MATRIX}"]),
+    "matrix resume: a blank matrix id": (
+        {}, NO_FILES, ["matrix", "resume", "  ", "--db", "{db}"], [f"MATRIX_ID: {BLANK_MATRIX}"]),
+    "replay: an empty RUN_OR_MATRIX": (  # it said "no matrix, generation job or run ''"
+        {}, NO_FILES, ["replay", "", "--costs", "apple-m4pro", "--db", "{db}"],
+        [f"RUN_OR_MATRIX: {BLANK_MATRIX}, a generation job id or a run key, got a blank one"]),
+    # With no done run to pivot it said "no done runs match these filters", exit status 0.
+    "results: an unknown --pivot": (
+        {}, NO_FILES, ["results", "--pivot", "model", "--model", "nope", "--db", "{db}"],
+        ["--pivot: unknown pivot 'model'; expected 'target'"]),
+    "matrix show: an empty matrix id": (
+        {}, NO_FILES, ["matrix", "show", "", "--db", "{db}"], [f"MATRIX_ID: {BLANK_MATRIX}"]),
     "serve: --host empty": (  # it listened on every address and printed http://:8266/
         {}, NO_FILES, ["serve", "--host", "", "--db", "{db}"],
         ["--host '' is blank; expected an address of this machine"]),
+    "serve: --host blank": (  # it asked for a token to show the view to the network
+        {}, NO_FILES, ["serve", "--host", " ", "--db", "{db}"],
+        ["--host ' ' is blank; expected an address of this machine"]),
     "serve: --host of another machine": (  # 192.0.2.0/24 is documentation's, never local
         {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
         ["serve", "--host", "192.0.2.1", "--token-file", "{here}/t", "--db", "{db}"],
@@ -772,6 +849,10 @@ NAMED = {
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{db}", "--embedded", "--no-progress"],
         ["matrix 'bench': models[0]: torch: model 'no-such-model' is neither an alias"]),
+    "bench: --prompt a file that is not there": (  # "prompts[0].name: use letters, ..."
+        {}, NO_FILES, ["bench", "-m", "script:1ms", "-p", "{here}/p.txt", "-e", "toy",
+                       "--address", "127.0.0.1:1", "--db", "{db}"],
+        ["{here}/p.txt: no such file; expected a prompt text file"]),
     "bench: an unknown model, --db a new store": (  # the store was made, then refused
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{here}/new.db", "--embedded", "--no-progress"],
@@ -799,6 +880,10 @@ NAMED = {
         {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "plain", "--target",
                        "h/torch/tpu", "--db", "{db}"],
         ["--target DEVICE: unknown value 'tpu'; expected one of "]),
+    "history: a host no fleet could have in --target": (  # it said "no done runs"
+        {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "plain", "--target",
+                       "bad host/torch", "--db", "{db}"],
+        ["--target HOST: expected a host name of letters, digits", "got 'bad host'"]),
     "history: --target empty": (  # it showed every target, exit status 0
         {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "plain", "--target",
                        "", "--db", "{db}"],
@@ -824,6 +909,10 @@ NAMED = {
         {}, files(c__yaml="ratio: [1.0, 1.2]\nratios: [1.0, 1.3]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: unknown field 'ratios'; expected name, host, engine, device, "
          "pipelined_ms or ratio"]),
+    "matrix validate: a duplicate engine": (  # it said "ok", engines in [toy, toy]
+        {}, files(m__yaml=matrix(targets="{engines: [toy, toy]}")),
+        ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: targets.engines[1]: duplicate engine 'toy' (list each once)"]),
     "matrix validate: a host no fleet could have": (
         {}, files(m__yaml=matrix(targets="{engines: [toy], hosts: ['bad host']}")),
         ["matrix", "validate", "{here}/m.yaml"],
