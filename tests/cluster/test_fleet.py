@@ -187,14 +187,21 @@ def test_a_second_signal_while_ray_starts_stops_at_once() -> None:
 def test_nothing_is_held_once_ray_has_started() -> None:
     import signal
 
-    with fleet_mod.signals_held_while_ray_starts():
-        pass
-    with pytest.raises(KeyboardInterrupt):  # the default Ctrl-C handler is back
-        os.kill(os.getpid(), signal.SIGINT)
-        # Another thread (Ray's, torch's) may take the signal: the main thread runs the
-        # handler at its next bytecode, after a sleep returns, so sleep in short steps.
-        for _ in range(100):
-            time.sleep(0.05)
+    # From Python's own Ctrl-C handler, whatever a module run earlier on this xdist worker
+    # left (the test read that handler back when it came after one that had changed it).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with fleet_mod.signals_held_while_ray_starts():
+            pass
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):  # the default Ctrl-C handler is back
+            os.kill(os.getpid(), signal.SIGINT)
+            # Another thread (Ray's, torch's) may take the signal: the main thread runs the
+            # handler at its next bytecode, after a sleep returns, so sleep in short steps.
+            for _ in range(100):
+                time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_cut_short_ray_init_leaves_no_process_of_ours(tmp_path) -> None:
