@@ -281,11 +281,12 @@ def resume_cmd(
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
         view.record_hosts(store)
         say_suspects(view, wait)
-        from specfleet.cluster.scheduler import resume
+        from specfleet.cluster.scheduler import run_matrix
 
-        outcome = resume(store, matrix_id, view.workers, say_waiting if no_progress else None,
-                         options=scheduler_options(no_progress, quiet, wait), machines=view.machines,
-                         suspect=view.suspects)
+        outcome = run_matrix(store, matrix_id, view.workers,
+                             say_waiting if no_progress else None,
+                             options=scheduler_options(no_progress, quiet, wait),
+                             machines=view.machines, suspect=view.suspects, requeue=True)
         _print_outcome(store, outcome)
     if outcome.status != "done":
         raise typer.Exit(1)

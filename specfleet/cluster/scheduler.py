@@ -2,13 +2,13 @@
 
 Each host gets its own queue (the plan's order). A run is marked `running` in the store
 before it is sent and its result is stored the moment it returns. A run whose worker is lost
-becomes `interrupted` (never replayed here; `resume` re-queues it on the user's word), a run
+becomes `interrupted` (never replayed here; `matrix resume` re-queues it on the user's word), a run
 that fails inside the worker becomes `failed` with its error, and the other hosts go on.
 A host that lost a run is `suspect` and gets nothing new until it answers a ping again.
 
 A host is followed on specfleet's own terms while it runs one of ours (`hostwatch.py`: pings,
 unreachable, back and settling, a kept result claimed); a host away keeps its queue waiting up
-to `host_wait_s`, then its runs stay `pending` for `resume`.
+to `host_wait_s`, then its runs stay `pending` for `matrix resume`.
 Every Ray call has a timeout. Machine leases (`locks.py`) keep two drivers apart.
 """
 
@@ -50,7 +50,6 @@ __all__ = [
     "RunInterrupted",
     "SchedulerOptions",
     "dispatch_runs",
-    "resume",
     "run_matrix",
 ]
 
@@ -83,7 +82,7 @@ class SchedulerOptions:
 
 @dataclass(frozen=True)
 class MatrixOutcome:
-    """The result of `run_matrix` / `resume`.
+    """The result of `run_matrix`.
 
     Attributes:
         matrix_id: the matrix.
@@ -140,10 +139,12 @@ def run_matrix(
     options: SchedulerOptions | None = None,
     machines: dict[str, str] | None = None,
     suspect: Iterable[str] = (),
+    requeue: bool = False,
 ) -> MatrixOutcome:
-    """Run every `pending` run of a matrix and store each result as it returns.
+    """Take the matrix, run every `pending` run and store each result as it returns.
 
-    Interrupted and failed runs are left alone (see `resume`).
+    A matrix a live driver still holds (its heartbeat lease has not run out) is left
+    alone: the outcome then has `owner` set and `skipped` runs.
 
     Args:
         store: an open `Store`.
@@ -155,18 +156,13 @@ def run_matrix(
             (default: each host is its own machine).
         suspect: hosts that start `suspect` (node gone now): their runs wait for them up to
             `options.host_wait_s`.
+        requeue: `matrix resume`: first re-queue every run not `done` that no live driver
+            holds (interrupted and failed ones too); results already stored are kept as
+            they are. False leaves interrupted and failed runs alone.
 
     Returns:
         The `MatrixOutcome`; the matrix is finished in the store with its `status`.
     """
-    return _run_owned(store, matrix_id, workers, on_progress, options, machines, requeue=False,
-                      suspect=suspect)
-
-
-def _run_owned(store, matrix_id: str, workers: dict[str, Any],
-               on_progress: ProgressCallback | None, options: SchedulerOptions | None,
-               machines: dict[str, str] | None, requeue: bool,
-               suspect: Iterable[str] = ()) -> MatrixOutcome:
     started = time.monotonic()
     opts = options or SchedulerOptions()
     driver_id = new_driver_id()
@@ -195,27 +191,6 @@ def _run_owned(store, matrix_id: str, workers: dict[str, Any],
 
 def _lease_s(opts: SchedulerOptions) -> float:
     return opts.store_lease_s if opts.store_lease_s is not None else LEASE_S.read()
-
-
-def resume(
-    store,
-    matrix_id: str,
-    workers: dict[str, Any],
-    on_progress: ProgressCallback | None = None,
-    *,
-    options: SchedulerOptions | None = None,
-    machines: dict[str, str] | None = None,
-    suspect: Iterable[str] = (),
-) -> MatrixOutcome:
-    """Take the matrix over, re-queue every run not `done` that no live driver holds,
-    and run them.
-
-    A matrix a live driver still holds (its heartbeat lease has not run out) is left
-    alone: the outcome then has `owner` set and `skipped` runs. Args and Returns: as
-    `run_matrix`. Results already stored are kept as they are.
-    """
-    return _run_owned(store, matrix_id, workers, on_progress, options, machines, requeue=True,
-                      suspect=suspect)
 
 
 def dispatch_runs(
@@ -384,7 +359,7 @@ def _quiet_or_say_why(ctx: _Ctx, host: HostState) -> bool:
 
 
 def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:
-    """The result of a run cut loose will not come: it stays `interrupted` for `resume`."""
+    """The result of a run cut loose will not come: it stays `interrupted` for `matrix resume`."""
     _emit(ctx, host, flight.spec.run_key, "interrupted", f"its result is lost ({why}); "
           "it stays interrupted for `matrix resume`", flight.spec, late=True)
 

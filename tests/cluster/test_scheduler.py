@@ -20,7 +20,7 @@ from datetime import UTC
 import pytest
 import ray
 
-from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, resume, run_matrix
+from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs, run_matrix
 from specfleet.engine.config import LookupOptions
 from specfleet.jobs.plan import run_key
 from specfleet.jobs.run import RunSpec, Target
@@ -174,7 +174,7 @@ def test_lost_node_interrupts_its_run_the_other_host_finishes_resume_completes(f
     again = run_matrix(store, matrix_id, fleet.handles, options=FAST)  # pending runs only
     assert (again.done, again.interrupted, again.status) == (2, 0, "interrupted")
     assert statuses(store, matrix_id)[first_alpha] == "interrupted"  # never replayed silently
-    outcome = resume(store, matrix_id, fleet.handles, options=FAST)
+    outcome = run_matrix(store, matrix_id, fleet.handles, options=FAST, requeue=True)
     assert (outcome.status, outcome.done, outcome.failed) == ("done", 1, 0)
     rows = store.runs(matrix=matrix_id)
     assert len(rows) == len(runs) and len({r.run_key for r in rows}) == len(runs)
@@ -368,7 +368,7 @@ def test_a_host_silent_past_the_wait_is_given_up_and_resume_finishes(fleet, stor
     assert "2 of its runs stay pending" in gave_up[0]
     assert wait_until(lambda: not ray.get(fleet.handles["alpha"].ping.remote(),
                                           timeout=10)["busy"], 30, 0.2)
-    again = resume(store, matrix_id, fleet.handles, options=SILENCE)
+    again = run_matrix(store, matrix_id, fleet.handles, options=SILENCE, requeue=True)
     assert (again.status, again.done) == ("done", 3)
     rows = store.runs(matrix=matrix_id)
     assert len(rows) == 3 and {r.status for r in rows} == {"done"}
