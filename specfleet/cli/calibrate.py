@@ -67,10 +67,10 @@ def calibrate_command(
         raise UserError(f"--db {db} is where --store keeps the table, and --store is not "
                         "given; expected --store beside --db (without it nothing is stored)")
     if store:  # a store that cannot take the table is said before minutes of measuring
-        from specfleet.store.engine import resolve_url
+        from specfleet.store.engine import resolve_url, store_source
         from specfleet.store.store import check_writable_store
 
-        check_writable_store(resolve_url(db))
+        check_writable_store(resolve_url(db), store_source(db))
     check_context(settings, model, engine)
     loaded = load_model(model, engine, device)
     start_s = time.perf_counter()

@@ -15,6 +15,7 @@ from specfleet.store.engine import (
     display_url,
     make_engine,
     resolve_url,
+    store_source,
 )
 from specfleet.store.migrate import current_revision, head_revision, known_revisions, upgrade
 from specfleet.store.store import connection_errors, refuse_foreign_sqlite
@@ -25,15 +26,15 @@ app = typer.Typer(help="The result store: schema upgrade and current revision.",
 @app.command("upgrade")
 def upgrade_cmd(db: DbOption = None) -> None:
     """Create or upgrade the schema to this specfleet's newest revision."""
-    url = resolve_url(db)
-    check_writable(url)
-    refuse_foreign_sqlite(url)
-    create_private_file(url)
+    url, source = resolve_url(db), store_source(db)
+    check_writable(url, source)
+    refuse_foreign_sqlite(url, source)
+    create_private_file(url, source)
     engine = make_engine(url)
-    with connection_errors(url, engine):
+    with connection_errors(url, source, engine):
         with engine.connect() as conn:
             before = current_revision(conn)
-        after = upgrade(engine, url)
+        after = upgrade(engine, url, source)
     engine.dispose()
     typer.echo(f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
 
@@ -42,16 +43,16 @@ def upgrade_cmd(db: DbOption = None) -> None:
 def current_cmd(db: DbOption = None) -> None:
     """Show the database's schema revision and URL (password hidden); changes nothing."""
     url = resolve_url(db)
-    typer.echo(f"url: {display_url(url)}\nrevision: {_read_revision(url)}")
+    typer.echo(f"url: {display_url(url)}\nrevision: {_read_revision(url, store_source(db))}")
 
 
-def _read_revision(url) -> str:
+def _read_revision(url, source: str) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
-        check_store_folder(url)  # `upgrade` could not create the file either
+        check_store_folder(url, source)  # `upgrade` could not create the file either
         return "none (no database file yet; `specfleet db upgrade` creates it)"
-    check_readable(url)  # a folder, a device or a named pipe (SQLite's open would wait on it)
+    check_readable(url, source)  # a folder, a device or a named pipe (SQLite's open would wait)
     engine = make_engine(url, read_only=True)  # a read: no WAL switch, no side files needed
-    with connection_errors(url, engine), engine.connect() as conn:
+    with connection_errors(url, source, engine), engine.connect() as conn:
         rev = current_revision(conn)
     engine.dispose()
     return _describe(rev)

@@ -52,7 +52,7 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
     Raises:
         UserError: an unsupported scheme or an unparsable URL.
     """
-    source = "--db" if url is not None else DB.name
+    source = store_source(url)
     raw = url if url is not None else DB.read() or ""
     if raw.isspace() or url == "":  # an empty flag is a script's unset variable, not a default
         raise UserError(f"{source}: {raw!r} is blank; expected {' or '.join(_SCHEMES)} or a "
@@ -75,6 +75,12 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         raise UserError(f"{source}: cannot parse {shown!r}; expected {' or '.join(_SCHEMES)}"
                         ) from None
     return _refuse_fragment(raw, _check_driver(parsed, source), source)
+
+
+def store_source(url: str | None) -> str:
+    """What a message about the store names: `--db` when given, else `SPECFLEET_DB` when
+    set; the default file is `--db`'s to change."""
+    return DB.name if url is None and DB.read() is not None else "--db"
 
 
 def display_raw(raw: str) -> str:
@@ -150,7 +156,7 @@ def _is_host(text: str) -> bool:
     return True
 
 
-def check_store_folder(url: URL) -> None:
+def check_store_folder(url: URL, source: str) -> None:
     """Refuse a SQLite store whose folder does not exist (nothing creates it but the user;
     the default store's folder is made by `resolve_url`).
 
@@ -161,11 +167,11 @@ def check_store_folder(url: URL) -> None:
         return
     folder = Path(url.database or "").parent
     if not folder.is_dir():
-        check_folder_path(folder, "--db")  # a file in the way says so
-        raise UserError(f"--db: directory {folder} does not exist")
+        check_folder_path(folder, source)  # a file in the way says so
+        raise UserError(f"{source}: directory {folder} does not exist")
 
 
-def check_writable(url: URL) -> None:
+def check_writable(url: URL, source: str) -> None:
     """Refuse a SQLite file (or its directory, where WAL keeps its side files) we can't write.
 
     Raises:
@@ -173,19 +179,19 @@ def check_writable(url: URL) -> None:
     """
     if url.get_backend_name() != "sqlite":
         return
-    check_store_folder(url)
+    check_store_folder(url, source)
     path = Path(url.database or "")
     if path.exists() and not path.is_file():
-        raise UserError(f"--db: {path} is not a regular file; give a SQLite file path")
+        raise UserError(f"{source}: {path} is not a regular file; give a SQLite file path")
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-        raise UserError(f"--db: the SQLite file {path} is read-only; specfleet needs to write it")
+        raise UserError(f"{source}: the SQLite file {path} is read-only; specfleet needs to write it")
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise UserError(
-            f"--db: directory {path.parent} is read-only; SQLite needs to write its WAL files there"
+            f"{source}: directory {path.parent} is read-only; SQLite needs to write its WAL files there"
         )
 
 
-def check_readable(url: URL) -> None:
+def check_readable(url: URL, source: str) -> None:
     """Refuse a SQLite store that is missing or not a readable file (read commands never
     create one).
 
@@ -197,15 +203,15 @@ def check_readable(url: URL) -> None:
     assert url.database is not None  # resolve_url refuses a SQLite URL without a file
     path = Path(url.database)
     if not path.exists():
-        raise UserError(f"--db: no store at {path}; `specfleet db upgrade --db {path}` or a "
+        raise UserError(f"{source}: no store at {path}; `specfleet db upgrade --db {path}` or a "
                         "writing command (`specfleet matrix run`) creates one")
     if not path.is_file():
-        raise UserError(f"--db: {path} is not a regular file; give a SQLite file path")
+        raise UserError(f"{source}: {path} is not a regular file; give a SQLite file path")
     if not os.access(path, os.R_OK):
-        raise UserError(f"--db: cannot read the SQLite file {path} (permission denied)")
+        raise UserError(f"{source}: cannot read the SQLite file {path} (permission denied)")
 
 
-def create_private_file(url: URL) -> None:
+def create_private_file(url: URL, source: str) -> None:
     """Create a new SQLite file as mode 0600 before SQLite does (it would use 0644; its WAL
     side files copy the main file's mode)."""
     if url.get_backend_name() != "sqlite":
@@ -217,7 +223,7 @@ def create_private_file(url: URL) -> None:
     except FileExistsError:
         pass
     except OSError as err:
-        raise UserError(f"--db: cannot create the SQLite file {url.database} ({err.strerror})"
+        raise UserError(f"{source}: cannot create the SQLite file {url.database} ({err.strerror})"
                         ) from None
 
 
@@ -298,9 +304,10 @@ def _enable_wal(cur) -> None:
         cur.execute("PRAGMA journal_mode = WAL")
 
 
-def translate_error(err: BaseException, url: URL) -> UserError | None:
+def translate_error(err: BaseException, url: URL, source: str) -> UserError | None:
     """A one-line UserError for a connection problem the user can fix, else None (`err`: a
-    SQLAlchemy `DBAPIError` or the driver's own error)."""
+    SQLAlchemy `DBAPIError` or the driver's own error; `source`: what named the store, from
+    `store_source`)."""
     text = str(getattr(err, "orig", err) or err).strip()
     first = text.splitlines()[0] if text else type(err).__name__
     where = display_url(url)
@@ -308,20 +315,20 @@ def translate_error(err: BaseException, url: URL) -> UserError | None:
     if url.get_backend_name() == "sqlite":
         path = url.database
         if "readonly" in low or "read-only" in low or "unable to open" in low:
-            return UserError(f"--db: cannot write the SQLite file {path} ({first})")
+            return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
         if "not a database" in low or "malformed" in low or "corrupt" in low:
-            return UserError(f"--db: {path} is not a usable SQLite database ({first})")
+            return UserError(f"{source}: {path} is not a usable SQLite database ({first})")
         if "disk i/o" in low or "locked" in low:
-            return StoreUnreachable(f"--db: cannot write the SQLite file {path} now ({first})")
+            return StoreUnreachable(f"{source}: cannot write the SQLite file {path} now ({first})")
         return None
     if "password authentication failed" in low or "authentication" in low:
-        return UserError(f"--db: PostgreSQL refused the credentials for {where} ({first})")
+        return UserError(f"{source}: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
-        return UserError(f"--db: {first} (at {where})")
+        return UserError(f"{source}: {first} (at {where})")
     if _BAD_PG_OPTION.search(low):  # libpq's words hold "connection": not a reachability problem
-        return UserError(f"--db: {where}: {first}; expected libpq's connection options after "
+        return UserError(f"{source}: {where}: {first}; expected libpq's connection options after "
                          "the ? (sslmode=require, ...)")
     if any(word in low for word in ("connection", "timeout", "could not", "terminating",
                                     "resolve")):  # psycopg: "failed to resolve host"
-        return StoreUnreachable(f"--db: cannot reach PostgreSQL at {where} ({first})")
+        return StoreUnreachable(f"{source}: cannot reach PostgreSQL at {where} ({first})")
     return None

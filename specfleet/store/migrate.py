@@ -77,8 +77,9 @@ def current_revision(conn: Connection) -> str | None:
     return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
-def check_known(rev: str | None, conn: Connection, url: URL) -> None:
-    """Refuse another application's database and a revision newer than this code."""
+def check_known(rev: str | None, conn: Connection, url: URL, source: str) -> None:
+    """Refuse another application's database and a revision newer than this code (`source`:
+    what named the store, `--db` or `SPECFLEET_DB`)."""
     if rev is None:
         tables = sorted(set(inspect(conn).get_table_names()) - {"alembic_version"})
         if not tables:
@@ -89,29 +90,29 @@ def check_known(rev: str | None, conn: Connection, url: URL) -> None:
         if rev is None:  # another application's database: never add our tables to it
             shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
             raise UserError(
-                f"--db: {display_url(url)} is not a specfleet store (it holds tables {shown} "
-                "and no specfleet schema revision); point --db at an empty database or a "
+                f"{source}: {display_url(url)} is not a specfleet store (it holds tables {shown} "
+                f"and no specfleet schema revision); point {source} at an empty database or a "
                 "specfleet store"
             )
     if rev not in known_revisions():
         raise FutureSchemaError(
-            f"--db: {display_url(url)} has schema revision {rev}, newer than this specfleet "
+            f"{source}: {display_url(url)} has schema revision {rev}, newer than this specfleet "
             f"(knows up to {head_revision()}); upgrade specfleet to use it"
         )
 
 
-def ensure_schema(engine: Engine, url: URL) -> str:
+def ensure_schema(engine: Engine, url: URL, source: str) -> str:
     """Create or upgrade the schema if needed; returns the revision now in place."""
     head = head_revision()
     with engine.connect() as conn:
         rev = current_revision(conn)
-        check_known(rev, conn, url)
+        check_known(rev, conn, url, source)
     if rev == head:
         return head
-    return upgrade(engine, url)
+    return upgrade(engine, url, source)
 
 
-def check_readable_schema(engine: Engine, url: URL) -> str:
+def check_readable_schema(engine: Engine, url: URL, source: str) -> str:
     """For read commands: the database must be a specfleet store at this code's revision.
 
     Returns:
@@ -123,24 +124,24 @@ def check_readable_schema(engine: Engine, url: URL) -> str:
     """
     with engine.connect() as conn:
         rev = current_revision(conn)
-        check_known(rev, conn, url)
+        check_known(rev, conn, url, source)
     if rev is None:
-        raise UserError(f"--db: {display_url(url)} is empty, not a specfleet store yet; a "
+        raise UserError(f"{source}: {display_url(url)} is empty, not a specfleet store yet; a "
                         "writing command or `specfleet db upgrade` creates the schema")
     if rev != head_revision():
-        raise UserError(f"--db: {display_url(url)} has schema revision {rev}, behind this "
+        raise UserError(f"{source}: {display_url(url)} has schema revision {rev}, behind this "
                         f"specfleet's {head_revision()}; run `specfleet db upgrade` first")
     return rev
 
 
-def upgrade(engine: Engine, url: URL) -> str:
+def upgrade(engine: Engine, url: URL, source: str) -> str:
     """Upgrade to head under the upgrade lock, in one transaction; returns the head revision."""
     head = head_revision()
     with engine.connect().execution_options(**{WRITE_OPTION: True}) as conn, conn.begin():
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_UPGRADE_LOCK})
         rev = current_revision(conn)
-        check_known(rev, conn, url)
+        check_known(rev, conn, url, source)
         if rev != head:
             from alembic import command
 

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL
 
 from specfleet.errors import UserError
-from specfleet.store.engine import BUSY_TIMEOUT_S, display_url, resolve_url
+from specfleet.store.engine import BUSY_TIMEOUT_S, display_url, resolve_url, store_source
 from specfleet.store.migrate import check_known, current_revision, head_revision
 from specfleet.store.store import Store, connection_errors
 
@@ -27,23 +27,23 @@ def open_read_only(url: str | None = None) -> Store:
         UserError: no such SQLite file, an unreachable server, no specfleet schema there, or a
             schema older or newer than this code (`specfleet db upgrade` fixes an older one).
     """
-    resolved = resolve_url(url)
-    engine = _read_only_engine(resolved)
-    with connection_errors(resolved, engine), engine.connect() as conn:
+    resolved, source = resolve_url(url), store_source(url)
+    engine = _read_only_engine(resolved, source)
+    with connection_errors(resolved, source, engine), engine.connect() as conn:
         rev = current_revision(conn)
-        check_known(rev, conn, resolved)
+        check_known(rev, conn, resolved, source)
     where = display_url(resolved)
     if rev is None:
         engine.dispose()
-        raise UserError(f"--db: {where} holds no specfleet store yet (run a matrix first)")
+        raise UserError(f"{source}: {where} holds no specfleet store yet (run a matrix first)")
     if rev != head_revision():
         engine.dispose()
-        raise UserError(f"--db: {where} has schema revision {rev}, older than this specfleet's "
+        raise UserError(f"{source}: {where} has schema revision {rev}, older than this specfleet's "
                         f"{head_revision()}; run `specfleet db upgrade` (readers never write)")
-    return Store(engine, resolved)
+    return Store(engine, resolved, source)
 
 
-def _read_only_engine(url: URL) -> Engine:
+def _read_only_engine(url: URL, source: str) -> Engine:
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, connect_args={
             "connect_timeout": 10, "application_name": "specfleet-read-only",
@@ -51,7 +51,7 @@ def _read_only_engine(url: URL) -> Engine:
         })
     path = Path(url.database or "")
     if not path.is_file():
-        raise UserError(f"--db: no SQLite file at {path}")
+        raise UserError(f"{source}: no SQLite file at {path}")
     engine = create_engine(f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true",
                            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
 

@@ -33,6 +33,7 @@ from specfleet.store.engine import (
     display_url,
     make_engine,
     resolve_url,
+    store_source,
     translate_error,
 )
 from specfleet.store.errors import StoreConflict, UnknownMatrix
@@ -83,19 +84,19 @@ def open_store(url: str | None = None, *, read_only: bool = False,
         UserError: a bad scheme, unreachable server, bad credentials, a read-only or corrupted
             SQLite file, or a schema newer than this code (left untouched).
     """
-    resolved = resolve_url(url, create_dir=not (read_only or existing))
+    resolved, source = resolve_url(url, create_dir=not (read_only or existing)), store_source(url)
     if read_only or existing:
-        check_readable(resolved)
+        check_readable(resolved, source)
     if not read_only:
-        check_writable_store(resolved)
-        create_private_file(resolved)
+        check_writable_store(resolved, source)
+        create_private_file(resolved, source)
     engine = make_engine(resolved, read_only=read_only)
-    with connection_errors(resolved, engine):
+    with connection_errors(resolved, source, engine):
         if read_only:
-            check_readable_schema(engine, resolved)
-            return Store(engine, resolved)
-        ensure_schema(engine, resolved)
-    store = Store(engine, resolved)
+            check_readable_schema(engine, resolved, source)
+            return Store(engine, resolved, source)
+        ensure_schema(engine, resolved, source)
+    store = Store(engine, resolved, source)
     # Results a driver finished but could not store (an outage longer than its retries).
     store.written_back = Journal(resolved).write_back(store)
     return store
@@ -110,10 +111,10 @@ def check_store_before_fleet(url: str | None) -> None:
     Raises:
         UserError: as `check_writable_store`, or a bad scheme or unparsable URL.
     """
-    check_writable_store(resolve_url(url))
+    check_writable_store(resolve_url(url), store_source(url))
 
 
-def check_writable_store(url: URL) -> None:
+def check_writable_store(url: URL, source: str) -> None:
     """What a writing command needs of its store, checked before any work and creating
     nothing: a writable SQLite file (or folder for it), not another application's database,
     and a journal folder to keep its results in (`journal.py`).
@@ -121,12 +122,12 @@ def check_writable_store(url: URL) -> None:
     Raises:
         UserError: naming the path or variable and what is expected.
     """
-    check_writable(url)
+    check_writable(url, source)
     check_journal_root()
-    refuse_foreign_sqlite(url)
+    refuse_foreign_sqlite(url, source)
 
 
-def refuse_foreign_sqlite(url: URL) -> None:
+def refuse_foreign_sqlite(url: URL, source: str) -> None:
     """Look at an existing SQLite file read-only first: opening it for writing switches it to
     WAL, which would already change another application's file."""
     if url.get_backend_name() != "sqlite":
@@ -135,14 +136,15 @@ def refuse_foreign_sqlite(url: URL) -> None:
     if not Path(url.database).is_file() or Path(url.database).stat().st_size == 0:
         return
     probe = make_engine(url, read_only=True)
-    with connection_errors(url, probe), probe.connect() as conn:
-        check_known(current_revision(conn), conn, url)
+    with connection_errors(url, source, probe), probe.connect() as conn:
+        check_known(current_revision(conn), conn, url, source)
     probe.dispose()
 
 
 @contextlib.contextmanager
-def connection_errors(url: URL, engine: Engine | None = None) -> Iterator[None]:
-    """Turn connection faults the user can fix into one-line UserErrors."""
+def connection_errors(url: URL, source: str, engine: Engine | None = None) -> Iterator[None]:
+    """Turn connection faults the user can fix into one-line UserErrors naming `source`
+    (`--db` or `SPECFLEET_DB`, from `store_source`)."""
     try:
         yield
     except _CONNECTION_ERRORS as err:
@@ -150,7 +152,7 @@ def connection_errors(url: URL, engine: Engine | None = None) -> Iterator[None]:
             engine.dispose()
         if isinstance(err, IntegrityError | sqlite3.IntegrityError):
             raise  # a constraint the caller broke, never a connection problem
-        user_error = translate_error(err, url)
+        user_error = translate_error(err, url, source)
         if user_error is None:
             raise
         raise user_error from None
@@ -169,9 +171,10 @@ def new_matrix_id(name: str) -> str:
 class Store(StoreQueries, StoreSeries, StoreLeases):
     """Writes and reads of one database; see the module docstring for transactions."""
 
-    def __init__(self, engine: Engine, url: URL):
+    def __init__(self, engine: Engine, url: URL, source: str):
         self.engine = engine
         self.url = url
+        self.source = source  # what named the store in messages: --db or SPECFLEET_DB
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
         self.written_back = WriteBack()  # what open_store wrote back from the journal
 
@@ -193,7 +196,7 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
     def _write(self) -> Iterator[Session]:
         # A file made read-only (or a server gone) after opening is still the user's to fix.
         with (
-            connection_errors(self.url),
+            connection_errors(self.url, self.source),
             Session(self._write_engine, expire_on_commit=False) as session,
             session.begin(),
         ):
@@ -202,12 +205,12 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
     @contextlib.contextmanager
     def _read(self) -> Iterator[Session]:
         # Reads too: a server gone mid-command is one line (exit 2), never a traceback.
-        with connection_errors(self.url), Session(self.engine) as session:
+        with connection_errors(self.url, self.source), Session(self.engine) as session:
             yield session
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[Connection]:
-        with connection_errors(self.url), self.engine.connect() as conn:
+        with connection_errors(self.url, self.source), self.engine.connect() as conn:
             yield conn
 
     # hosts ---------------------------------------------------------------------------------

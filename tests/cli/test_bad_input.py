@@ -667,6 +667,22 @@ NAMED = {
         {"SPECFLEET_DB": "postgresql://u:s3cret@127.0.0.1:1/db#frag"}, NO_FILES,
         ["db", "current"], ["SPECFLEET_DB: postgresql://u:***@127.0.0.1:1/db#frag: a database "
                             "URL takes no #fragment"]),
+    # Each named --db, a flag the user never gave.
+    "SPECFLEET_DB: a text file": (
+        {"SPECFLEET_DB": "{here}/s.db"}, files(s__db="not a database\n"), ["results"],
+        ["SPECFLEET_DB: {here}/s.db is not a usable SQLite database"]),
+    "SPECFLEET_DB: a closed PostgreSQL port": (
+        {"SPECFLEET_DB": "postgresql://u:s3cret@127.0.0.1:1/db"}, NO_FILES, ["matrix", "list"],
+        ["SPECFLEET_DB: cannot reach PostgreSQL at postgresql+psycopg://u:***@127.0.0.1:1/db"]),
+    "SPECFLEET_DB: a folder that does not exist, db upgrade": (
+        {"SPECFLEET_DB": "{here}/no/x.db"}, NO_FILES, ["db", "upgrade"],
+        ["SPECFLEET_DB: directory {here}/no does not exist"]),
+    "SPECFLEET_DB: another application's database": (
+        {"SPECFLEET_DB": "{tmp}/someapp.sqlite"}, NO_FILES, ["db", "upgrade"],
+        ["SPECFLEET_DB: ", "is not a specfleet store", "point SPECFLEET_DB at"]),
+    "--db beside SPECFLEET_DB: the flag is named": (
+        {"SPECFLEET_DB": "{tmp}/store.db"}, files(s__db="not a database\n"),
+        ["results", "--db", "{here}/s.db"], ["--db: {here}/s.db is not a usable SQLite"]),
     # Each said "cannot reach PostgreSQL": a mistyped option, not the network.
     "db current: a PostgreSQL URL with an unknown option": (
         {}, NO_FILES, ["db", "current", "--db", "postgresql://u@127.0.0.1:1/db?colour=red"],

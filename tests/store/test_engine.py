@@ -77,6 +77,6 @@ def test_an_unresolvable_host_is_unreachable_not_a_bug():
     url = resolve_url("postgresql://u:s3cret@nosuchhost.invalid/db")
     err = OperationalError("connect", {}, Exception(
         "failed to resolve host 'nosuchhost.invalid': [Errno -2] Name or service not known"))
-    translated = translate_error(err, url)
+    translated = translate_error(err, url, "--db")
     assert isinstance(translated, StoreUnreachable)
     assert "s3cret" not in str(translated) and "nosuchhost.invalid" in str(translated)

@@ -245,7 +245,7 @@ def test_a_read_after_the_server_went_away_is_one_line_not_a_traceback():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
     url = make_url(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres")
-    gone = Store(make_engine(url), url)
+    gone = Store(make_engine(url), url, "--db")
     for read in (lambda: gone.get_matrix("m"), gone.count_matrices, gone.runs):
         with pytest.raises(StoreUnreachable, match="cannot reach PostgreSQL"):
             read()
