@@ -43,8 +43,9 @@ DbOption = Annotated[str | None, typer.Option(
 
 # The fleet: `cluster.reach.choose_fleet` resolves None as the help says.
 AddressOption = Annotated[str | None, typer.Option(
-    "--address", help="Fleet head HOST:PORT; default $SPECFLEET_ADDRESS, $RAY_ADDRESS, the "
-    "fleet this machine joined (fleet up/join), else the embedded fleet.")]
+    "--address", help="Fleet head HOST:PORT; default $SPECFLEET_ADDRESS, $RAY_ADDRESS (auto: "
+    "the cluster `ray start` started here, as in Ray), the fleet this machine joined (fleet "
+    "up/join), else the embedded fleet.")]
 EmbeddedOption = Annotated[bool, typer.Option(
     "--embedded", help="Use a private fleet of this machine only, whatever is joined or set.")]
 RequireQuietOption = Annotated[bool, typer.Option(

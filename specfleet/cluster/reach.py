@@ -4,7 +4,10 @@ the HOST:PORT of a head (parsed here only), and the fleet's workers and targets.
 Every command that talks to a fleet resolves it in this order: `--address`,
 `$SPECFLEET_ADDRESS`, `$RAY_ADDRESS`, the fleet this machine joined (`fleet up` / `fleet join`
 remember it until `fleet leave`), else the embedded fleet (a private Ray instance on
-127.0.0.1). `--embedded` forces the embedded fleet whatever is set. `open_fleet` then
+127.0.0.1). `--embedded` forces the embedded fleet whatever is set. Each address is a head's
+HOST:PORT; `RAY_ADDRESS=auto` is Ray's own word for the cluster `ray start` last started on
+this machine, read where Ray reads it (`ray_cluster_file`). A Ray Client (`ray://`) or
+dashboard (`http://`) address is refused: specfleet talks to the head's GCS. `open_fleet` then
 connects, says which fleet in one stderr line, finds every host by its label, makes sure each
 has its worker, and asks each worker for its targets: the scheduler gets worker handles and
 the planner gets (host, engine, device) targets.
@@ -19,13 +22,16 @@ import socket
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.settings import ADDRESS
+from specfleet.userfiles import read_text
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
+RAY_AUTO = "auto"  # Ray's word for the cluster `ray start` last started on this machine
 EMBEDDED = "embedded"
 JOINED = "the fleet this machine joined"
 INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
@@ -37,7 +43,7 @@ class FleetChoice:
     """The fleet a command uses: a head address (None: embedded) and where it came from."""
 
     address: str | None
-    source: str  # "--address", "$SPECFLEET_ADDRESS", "$RAY_ADDRESS", JOINED or EMBEDDED
+    source: str  # "--address", "$SPECFLEET_ADDRESS", "$RAY_ADDRESS", its `auto`, JOINED, EMBEDDED
 
     @property
     def embedded(self) -> bool:
@@ -48,6 +54,13 @@ def check_address(address: str | None, flag: str = "--address") -> str | None:
     """HOST:PORT with a port in 1..65535 (`flag` names where the value came from)."""
     if address is None:
         return None
+    scheme = address.partition("://")[0].lower() if "://" in address else None
+    if scheme is not None:  # Ray's other addresses; the head's GCS has no scheme
+        what = {"ray": "a Ray Client address", "http": "a Ray dashboard address",
+                "https": "a Ray dashboard address"}.get(scheme, f"a {scheme}:// URL")
+        raise UserError(f"{flag} {address!r}: {what}, which specfleet does not use; expected "
+                        "the head's HOST:PORT (its GCS port, 6379 by default), e.g. "
+                        "192.168.1.10:6379")
     if (not _ADDRESS.match(address) or not 0 < host_port(address)[1] < 65536
             or not _dns_sized(host_port(address)[0])):
         raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. 192.168.1.10:6379")
@@ -102,6 +115,8 @@ def choose_fleet(
         return FleetChoice(check_address(address), "--address")
     named = ((ADDRESS.name, ADDRESS.read(env)), (RAY_ADDRESS_ENV, env.get(RAY_ADDRESS_ENV)))
     for name, value in named:
+        if name == RAY_ADDRESS_ENV and value == RAY_AUTO:
+            return _ray_auto(env)
         if value:
             return FleetChoice(check_address(value, f"${name}"), f"${name}")
     if joined is True:
@@ -111,6 +126,27 @@ def choose_fleet(
     if joined:
         return FleetChoice(str(joined), JOINED)
     return FleetChoice(None, EMBEDDED)
+
+
+def ray_cluster_file(env: Mapping[str, str]) -> Path:
+    """Where `ray start` records the cluster it started on this machine (`ray stop` removes
+    it), and so what `RAY_ADDRESS=auto` reads: `ray_current_cluster` in Ray's default temp
+    dir, `$RAY_TMPDIR/ray`, else `$TMPDIR/ray` on Linux, else `/tmp/ray`."""
+    base = env.get("RAY_TMPDIR")
+    if base is None and sys.platform.startswith("linux"):
+        base = env.get("TMPDIR")
+    return Path(base if base is not None else "/tmp", "ray", "ray_current_cluster")
+
+
+def _ray_auto(env: Mapping[str, str]) -> FleetChoice:
+    path = ray_cluster_file(env)
+    source = f"${RAY_ADDRESS_ENV}={RAY_AUTO} via {path}"
+    if not path.exists():  # Ray's `auto` fails here too, rather than start a cluster
+        raise UserError(f"${RAY_ADDRESS_ENV}={RAY_AUTO}: no Ray cluster started on this machine "
+                        f"({path}, which `ray start --head` writes, is missing); expected a "
+                        "running `ray start`, or the head's HOST:PORT")
+    address = read_text(path, source, "the HOST:PORT `ray start` writes").strip()
+    return FleetChoice(check_address(address, source), source)
 
 
 def announce(choice: FleetChoice, hosts: int) -> str:

@@ -383,6 +383,15 @@ def files(**entries: str):
     return make
 
 
+def ray_record(content: str):
+    """`ray_current_cluster` in the case's folder read as Ray's temp dir (`$RAY_TMPDIR`)."""
+    def make(here: Path, args: list[str]) -> list[str]:
+        (here / "ray").mkdir(parents=True)
+        (here / "ray" / "ray_current_cluster").write_text(content)
+        return args
+    return make
+
+
 def run_args(matrix_file: str, *more: str) -> list[str]:
     return ["matrix", "run", matrix_file, "--db", "{db}", "--embedded", "--no-progress", *more]
 
@@ -704,6 +713,22 @@ NAMED = {
     "db current: --db inside a file": (
         {}, NO_FILES, ["db", "current", "--db", "{tmp}/afile/x.db"],
         ["--db: {tmp}/afile is a file, not a folder"]),
+    # Each said "expected HOST:PORT" of a value Ray itself reads.
+    "RAY_ADDRESS=auto, no cluster started here": (
+        {"RAY_ADDRESS": "auto", "RAY_TMPDIR": "{here}"}, NO_FILES, ["fleet", "status"],
+        ["$RAY_ADDRESS=auto: no Ray cluster started on this machine ({here}/ray/"
+         "ray_current_cluster, which `ray start --head` writes, is missing)"]),
+    "RAY_ADDRESS=auto, a record that is no address": (
+        {"RAY_ADDRESS": "auto", "RAY_TMPDIR": "{here}"}, ray_record("ray://x:1\n"),
+        ["fleet", "status"], ["$RAY_ADDRESS=auto via {here}/ray/ray_current_cluster "
+                              "'ray://x:1': a Ray Client address"]),
+    "RAY_ADDRESS: a Ray Client address": (
+        {"RAY_ADDRESS": "ray://127.0.0.1:10001"}, NO_FILES, ["fleet", "status"],
+        ["$RAY_ADDRESS 'ray://127.0.0.1:10001': a Ray Client address, which specfleet does not "
+         "use; expected the head's HOST:PORT"]),
+    "--address: a Ray dashboard address": (
+        {}, NO_FILES, ["fleet", "status", "--address", "http://127.0.0.1:8265"],
+        ["--address 'http://127.0.0.1:8265': a Ray dashboard address"]),
     "fleet status: an empty label in --address": (
         {}, NO_FILES, ["fleet", "status", "--address", "a..b:1"],
         ["--address 'a..b:1': expected HOST:PORT"]),

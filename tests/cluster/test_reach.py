@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.reach import EMBEDDED, JOINED, announce, choose_fleet
+from specfleet.cluster.reach import EMBEDDED, JOINED, announce, choose_fleet, ray_cluster_file
 from specfleet.errors import UserError
 
 BOTH = {"SPECFLEET_ADDRESS": "10.0.0.2:6379", "RAY_ADDRESS": "10.0.0.3:6379"}
@@ -29,8 +32,40 @@ def test_embedded_forces_the_private_fleet_and_refuses_an_address_beside_it() ->
 
 
 def test_a_malformed_address_names_where_it_came_from() -> None:
-    with pytest.raises(UserError, match=r"^\$RAY_ADDRESS 'auto': expected HOST:PORT"):
-        choose_fleet(None, env={"RAY_ADDRESS": "auto"}, joined=None)
+    with pytest.raises(UserError, match=r"^\$RAY_ADDRESS 'a..b:1': expected HOST:PORT"):
+        choose_fleet(None, env={"RAY_ADDRESS": "a..b:1"}, joined=None)
+
+
+def test_ray_address_auto_is_the_cluster_ray_start_recorded_here(tmp_path) -> None:
+    env = {"RAY_ADDRESS": "auto", "RAY_TMPDIR": str(tmp_path)}
+    record = tmp_path / "ray" / "ray_current_cluster"
+    assert ray_cluster_file(env) == record
+    assert ray_cluster_file({}) == Path("/tmp/ray/ray_current_cluster")
+    if sys.platform.startswith("linux"):  # Ray reads $TMPDIR there only
+        assert ray_cluster_file({"TMPDIR": "/t"}) == Path("/t/ray/ray_current_cluster")
+    with pytest.raises(UserError, match=r"^\$RAY_ADDRESS=auto: no Ray cluster started on this "
+                                        r"machine \(.*ray_current_cluster, which `ray start"):
+        choose_fleet(None, env=env, joined="10.0.0.4:6379")  # never the joined fleet instead
+    record.parent.mkdir()
+    record.write_text("10.0.0.7:6379")  # as `ray start` writes it: no newline
+    auto = choose_fleet(None, env=env, joined=None)
+    assert auto.address == "10.0.0.7:6379"
+    assert auto.source == f"$RAY_ADDRESS=auto via {record}"
+    record.write_text("gibberish\n")
+    with pytest.raises(UserError, match=r"auto via .*ray_current_cluster 'gibberish': expected "
+                                        r"HOST:PORT"):
+        choose_fleet(None, env=env, joined=None)
+
+
+@pytest.mark.parametrize(("address", "what"), [
+    ("ray://10.0.0.1:10001", "a Ray Client address"),
+    ("http://10.0.0.1:8265", "a Ray dashboard address"),  # what `ray job submit` reads
+    ("gcs://10.0.0.1:6379", "a gcs:// URL"),
+])
+def test_an_address_with_a_scheme_is_not_the_heads(address, what) -> None:
+    with pytest.raises(UserError, match=rf"^\$RAY_ADDRESS '{address}': {what}, which specfleet "
+                                        r"does not use; expected the head's HOST:PORT"):
+        choose_fleet(None, env={"RAY_ADDRESS": address}, joined=None)
 
 
 def test_the_announcement_line() -> None:
