@@ -33,7 +33,7 @@ from specfleet.engine.peers import (
     peer_kind,
 )
 from specfleet.engine.stats import LoopGuardConfig
-from specfleet.errors import UserError
+from specfleet.errors import UserError, describe_value
 from specfleet.jobs.run import ARMS, OWN_ARMS, Arm, LoopGuard, OwnArm, Target
 from specfleet.settings import host_name_problem
 
@@ -54,12 +54,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
+def _mapping_else(value: Any, scalar: str, mapping: str) -> Any:
+    """A field written as a scalar or a mapping, whose scalar form was turned into a mapping
+    already: a value of neither form is refused naming both (pydantic says only "expected a
+    mapping" of a field mostly written as the scalar)."""
+    if isinstance(value, dict):
+        return value
+    raise ValueError(f"expected {scalar} or a mapping {mapping}, got {describe_value(value)}")
+
+
 def _int_to_limit(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         if not 1 <= value <= MAX_TOKENS_LIMIT:
             raise ValueError(f"must be between 1 and {MAX_TOKENS_LIMIT}, got {value}")
         return {"default": value}
-    return value
+    return _mapping_else(value, "an integer", f"of {', '.join(TokenLimit.model_fields)}")
 
 
 _Limit = Annotated[int | None, Field(ge=1, le=MAX_TOKENS_LIMIT)]
@@ -144,7 +153,9 @@ class TargetSelector(_Strict):
 
 
 def _name_to_prompt(value: Any) -> Any:
-    return {"name": value} if isinstance(value, str) else value
+    if isinstance(value, str):
+        return {"name": value}
+    return _mapping_else(value, "a prompt name", "with name and text")
 
 
 class PromptEntry(_Strict):
@@ -157,7 +168,9 @@ class PromptEntry(_Strict):
 
 
 def _name_to_arm(value: Any) -> Any:
-    return {"arm": value} if isinstance(value, str) else value
+    if isinstance(value, str):
+        return {"arm": value}
+    return _mapping_else(value, "an arm name", "with arm: NAME and its options")
 
 
 # The options an arm may set, in a matrix file's order; its name says whether it adapts.
@@ -217,7 +230,8 @@ def _peer_lookup(arm: str, given: dict[str, Any]) -> LookupOptions:
 
 def _parse_loop_guard(value: Any) -> Any:
     if not isinstance(value, str):
-        return value
+        return _mapping_else(value, "'MIN,MAX,REPEATS'",
+                             f"of {', '.join(LoopGuard.model_fields)}")
     try:
         guard = LoopGuardConfig.parse(value)
     except ConfigError as err:

@@ -950,6 +950,23 @@ NAMED = {
         {}, files(c__yaml="ratio: [1.0, 1.2]\nratios: [1.0, 1.3]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: unknown field 'ratios'; expected name, host, engine, device, "
          "pipelined_ms or ratio"]),
+    # Each said "expected a mapping" of a field mostly written as a scalar.
+    "matrix validate: max_tokens as text": (
+        {}, files(m__yaml=matrix(max_tokens="'100'")), ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: max_tokens: expected an integer or a mapping of default, mlx, torch, "
+         "toy, got '100'"]),
+    "matrix validate: a loop_guard number": (
+        {}, files(m__yaml=matrix(loop_guard="1.5")), ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: loop_guard: expected 'MIN,MAX,REPEATS' or a mapping of min_period, "
+         "max_period, repeats, got 1.5"]),
+    "matrix validate: a prompt entry that is a number": (
+        {}, files(m__yaml=matrix(prompts="[3]")), ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: prompts[0]: expected a prompt name or a mapping with name and text, "
+         "got 3"]),
+    "matrix validate: an arm entry that is null": (
+        {}, files(m__yaml=matrix(arms="[plain, null]")), ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: arms[1]: expected an arm name or a mapping with arm: NAME and its "
+         "options, got nothing (null)"]),
     "matrix validate: a duplicate engine": (  # it said "ok", engines in [toy, toy]
         {}, files(m__yaml=matrix(targets="{engines: [toy, toy]}")),
         ["matrix", "validate", "{here}/m.yaml"],
