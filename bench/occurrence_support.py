@@ -17,7 +17,10 @@ The variants (docs/benchmark_results/policy-variants-2026-12-03.md, "Occurrence 
   other occurrence that agreed through that proposal (landed) or broke there (missed);
 - `size+paused`: as `size`, and a paused round also looks the full match up and drafts it
   at once when at least one other occurrence agrees on its first token and the supported
-  draft scores above plain (instead of waiting for a shadow probe to confirm it).
+  draft scores above plain (instead of waiting for a shadow probe to confirm it);
+- `sticky` (not about support: the other way to stay on a copy): after a round whose draft
+  landed whole and whose bonus token matched the source, the next proposal continues the
+  same source span instead of the latest occurrence of the context's suffix.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from bench.policies_prompts import (  # noqa: E402
     PROSE,
 )
 from specfleet.engine.config import PromptLookupConfig  # noqa: E402
-from specfleet.engine.lookup import NgramIndex  # noqa: E402
+from specfleet.engine.lookup import NgramIndex, cycle_out  # noqa: E402
 from specfleet.engine.oracle import landed_count, oracle  # noqa: E402
 from specfleet.engine.predict import replay  # noqa: E402
 
@@ -163,6 +166,46 @@ def supported_survival(governor: cal.CalibratedGovernor, most: int,
     return out
 
 
+class StickyIndex(NgramIndex):
+    """The shipped index plus the source position the next proposal would continue."""
+
+    def __init__(self, ngram_min: int, ngram_max: int) -> None:
+        super().__init__(ngram_min, ngram_max)
+        self.pointer: int | None = None
+
+    def source(self, context: Sequence[int]) -> int | None:
+        """Where the index's proposal starts in the context (None: no match)."""
+        for n in range(min(self.ngram_max, max(len(context) - 1, 0)), self.ngram_min - 1, -1):
+            start = self._maps[n].get(tuple(context[len(context) - n :]))
+            if start is not None:
+                return start + n
+        return None
+
+
+def sticky_look_up(governor, index, context, budget, shadow):
+    """`loop._look_up` that continues the last draft's source span while it still aligns
+    with the context's last two tokens."""
+    if budget == 0 or index is None:
+        return SHIPPED_LOOK_UP(governor, index, context, budget, shadow)
+    index.extend(context)
+    src = index.pointer
+    if src is not None and 2 <= src < len(context) and context[src - 2 : src] == context[-2:]:
+        proposal, ngram = list(context[src : src + budget]), 2
+        if governor.cycles:  # as the index's own proposal: a span cut short by the end of a loop
+            proposal = cycle_out(context, proposal, budget)
+    else:
+        proposal, ngram = index.match(context, budget, governor.cycles)
+        src = index.source(context)
+        if src is not None and proposal != list(context[src : src + len(proposal)]):
+            src = None  # a cycled-out proposal has no single source
+    k = governor.size(proposal, ngram)
+    index.pointer = src + k + 1 if src is not None and k else None
+    return proposal[:k], shadow
+
+
+SHIPPED_LOOK_UP = loop._look_up
+
+
 @contextlib.contextmanager
 def variant(name: str, weight: float) -> Iterator[None]:
     """Patch calibrated (and, for size+paused, the paused round's lookup); put both back."""
@@ -186,7 +229,9 @@ def variant(name: str, weight: float) -> Iterator[None]:
                     return proposal[:k], shadow
         return shipped_look_up(governor, index, context, budget, shadow)
 
-    if name != "shipped":
+    if name == "sticky":
+        loop.NgramIndex, loop._look_up = StickyIndex, sticky_look_up
+    elif name != "shipped":
         loop.NgramIndex = SupportIndex
         cal.CalibratedGovernor.size = size
         if name == "size+paused":
@@ -228,7 +273,7 @@ def main() -> None:
     print("\n| variant | weight | tuning copy | tuning prose | held-out copy | held-out prose |"
           "\n|---|---|---|---|---|---|")
     runs = [("shipped", 0.0)] + [(name, float(w)) for name in ("size", "size+paused")
-                                 for w in args.weights.split(",")]
+                                 for w in args.weights.split(",")] + [("sticky", 0.0)]
     for name, weight in runs:
         with variant(name, weight):
             result = replayed(replies)
@@ -239,7 +284,8 @@ def main() -> None:
                         if (replies[k[1]]["group"], replies[k[1]]["kind"]) == (group, kind)]
                 cells.append(f"{statistics.mean(result[k][0] for k in keys):.3f} "
                              f"({min(result[k][1] for k in keys):.3f})")
-        print(f"| {name} | {weight if name != 'shipped' else '–'} | {' | '.join(cells)} |")
+        shown = weight if name.startswith("size") else "–"
+        print(f"| {name} | {shown} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":
