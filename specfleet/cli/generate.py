@@ -32,6 +32,7 @@ from specfleet.cli.options import (
     NgramMinOption,
     NoAdaptiveOption,
     lookup_given,
+    not_blank,
     with_policy_option_flags,
 )
 from specfleet.engine.config import (
@@ -351,7 +352,8 @@ def generate_command(
             help="Read the prompt from a file, a packaged prompt by name (story), or - (stdin).")
     ] = None,
     system_prompt: Annotated[str | None, typer.Option(
-        "--system-prompt", help="A system turn before the prompt (chat template).")] = None,
+        "--system-prompt", callback=not_blank("the system turn's text"),
+        help="A system turn before the prompt (chat template).")] = None,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", min=1, max=MAX_TOKENS_LIMIT, help="Most tokens to generate.")
     ] = 256,
@@ -394,6 +396,9 @@ def generate_command(
     The reply streams to stdout as its tokens are decided; the footer gives the whole call,
     the prompt (prefill) and generation (decode) rates apart, and peak memory.
     """
+    if system_prompt is not None and chat is False:  # else refused only once the model loads
+        raise UserError("--system-prompt needs the chat template, and --no-chat was given; "
+                        "expected one of them")
     lookup = lookup_given(ngram_min, ngram_max, max_draft, own, no_adaptive)
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),

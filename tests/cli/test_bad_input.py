@@ -1031,6 +1031,15 @@ NAMED = {
     "validate: a NUL byte in a matrix file": (
         {}, files(m__yaml=GOOD + "\0\n"), ["matrix", "validate", "{here}/m.yaml"],
         ["{here}/m.yaml: a NUL byte at byte 124, so not text"]),
+    # An empty system turn was sent as given; --no-chat was refused once the model loaded.
+    "generate: an empty --system-prompt": (
+        {}, NO_FILES, ["generate", "-m", "smollm2-135m", "-p", "hi", "--system-prompt", ""],
+        ["--system-prompt: expected the system turn's text, got a blank one"]),
+    "generate: --system-prompt with --no-chat": (
+        {}, NO_FILES, ["generate", "-m", "smollm2-135m", "-p", "hi", "--system-prompt", "x",
+                       "--no-chat"],
+        ["--system-prompt needs the chat template, and --no-chat was given; expected one of "
+         "them"]),
     "generate: --prompt-file in UTF-16": (
         {}, files(p__txt="\xff\xfeh\0i\0"), ["generate", "-m", "smollm2-135m",
                                              "--prompt-file", "{here}/p.txt"],
