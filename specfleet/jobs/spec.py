@@ -300,11 +300,17 @@ class ParitySpec(MatrixSpec):
     overridden: list[str] = []
 
 
+def _some_text(value: str) -> str:
+    if value and not value.strip():  # '' is pydantic's own "must not be empty"
+        raise ValueError("is blank; expected some text")
+    return value
+
+
 class GeneratePrompt(_Strict):
     """One line of a generation batch (JSONL): `{"name"?, "prompt", "max_tokens"?}`."""
 
     name: str | None = Field(None, pattern=NAME_PATTERN, max_length=MAX_NAME_LEN)
-    prompt: str = Field(min_length=1)
+    prompt: Annotated[str, AfterValidator(_some_text)] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
 
 

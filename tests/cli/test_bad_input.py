@@ -1060,6 +1060,9 @@ NAMED = {
     "report: a named pipe where runs.csv goes": (
         {}, files(runs__csv="fifo"), REPORT_HERE,
         ["{here}/runs.csv: is a named pipe (FIFO); expected a file to replace or nothing"]),
+    "job generate: a blank prompt": (  # it went to the fleet; generate -p ' ' is refused
+        {}, files(b__jsonl='{"prompt": " \\n "}\n'), [*JOB_BATCH, "--address", "127.0.0.1:1"],
+        ["{here}/b.jsonl: line 1: prompt: is blank; expected some text"]),
     "job generate: a key twice on a line": (  # json let the last one win
         {}, files(b__jsonl='{"prompt": "a", "prompt": "b"}\n'), JOB_BATCH,
         ["{here}/b.jsonl: line 1: duplicate key 'prompt'; expected each field once"]),
