@@ -14,7 +14,6 @@ policy its efficiency, oracle cost over its own. `predictions_tables.py` renders
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -130,7 +129,9 @@ def cost_source(spec: str):
     whose newest stored calibration of the cell's engine, device and model is used; "" (no
     `--costs`) is each cell's own host."""
     path = Path(spec)
-    if path.suffix in (".yaml", ".yml") and os.path.lexists(path):  # its reader refuses a pipe
+    # A host name has no slash and no .yaml: such a value is a file, missing or not (its
+    # reader names a missing file, a folder or a pipe in one line).
+    if "/" in spec or path.suffix in (".yaml", ".yml"):
         table = load_cost_file(path)
         return lambda store, cell: table
     packaged = packaged_cost(spec)

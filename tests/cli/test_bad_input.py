@@ -989,6 +989,14 @@ NAMED = {
     "replay: --costs empty": (  # read as not given: each run's own host's calibration
         {}, NO_FILES, ["replay", "{mid}", "--costs", "", "--db", "{db}"],
         ["--costs '' is blank; expected a host, a YAML file or a packaged table name"]),
+    # Each was read as a host name, refused only after the runs were read ("no YAML file,
+    # packaged table or stored calibration of host ..."): a host name has no slash or .yaml.
+    "replay: --costs a missing YAML file": (
+        {}, NO_FILES, ["replay", "{mid}", "--costs", "{here}/nope.yaml", "--db", "{db}"],
+        ["--costs {here}/nope.yaml: no such file; expected a YAML width-cost table"]),
+    "replay: --costs a folder, no suffix": (
+        {}, NO_FILES, ["replay", "{mid}", "--costs", "{here}", "--db", "{db}"],
+        ["--costs {here}: is a directory; expected a YAML width-cost table"]),
     "replay: --costs an empty file": (  # it said field 'ratio' must be a list ...
         {}, files(c__yaml=""), REPLAY_COSTS,
         ["--costs {here}/c.yaml: the file is empty; expected a YAML width-cost table"]),
