@@ -33,9 +33,18 @@ Many = list[str] | None
 FailOn = Literal["regression", "none"]
 FailOnOption = Annotated[FailOn, typer.Option(
     "--fail-on", help="Exit 1 when a regression is found (regression), or never (none).")]
+
+
+def _factor(value: float) -> float:
+    # By hand: Typer's min/max would call nan "not less than or equal to 100".
+    if not 1.0 <= value <= 100.0:
+        raise typer.BadParameter(f"expected a ratio from 1 to 100 (1.1 = 10%), got {value}")
+    return value
+
+
 FactorOption = Annotated[float, typer.Option(
-    "--factor", min=1.0, max=100.0, help="Like asv: a significant change counts only beyond this ratio "
-    "either way (1.1 = 10%); 1.0 = any significant change.")]
+    "--factor", callback=_factor, help="Like asv: a significant change counts only beyond this "
+    "ratio either way (1.1 = 10%); 1.0 = any significant change; at most 100.")]
 OnlyChangedOption = Annotated[bool, typer.Option(
     "--only-changed", help="Show only the cells (points) that changed beyond noise.")]
 

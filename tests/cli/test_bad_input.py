@@ -946,6 +946,9 @@ NAMED = {
     "history: --factor inf": (
         {}, NO_FILES, ["history", "--db", "{db}", "--factor", "inf"],
         ["--factor", "100"]),
+    "compare: --factor nan": (  # it said "less than or equal to 100"
+        {}, NO_FILES, ["compare", "{mid}", "{mid}", "--db", "{db}", "--factor", "nan"],
+        ["--factor': expected a ratio from 1 to 100 (1.1 = 10%), got nan"]),
     "replay: --costs with an unknown field": (
         {}, files(c__yaml="ratio: [1.0, 1.2]\nratios: [1.0, 1.3]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: unknown field 'ratios'; expected name, host, engine, device, "
