@@ -1,7 +1,7 @@
 """Replay `calibrated` with a near-tie tolerance: the shortest draft whose score is within
 TOL steps of the best, instead of the best (a wide block after a shadow probe confirms a
 fresh match can win by a hair and lose all of it on a miss). Over the replies of
-bench/occurrence_support.py, the seven tables of bench/policies_oracle.py:
+bench/occurrence_support.py, the seven tables of bench/policies_oracle.py (its `replayed`):
 
     .venv/bin/python bench/near_tie_tolerance.py /tmp/replies.json 0,0.05,0.1,0.2,0.4
 
@@ -12,7 +12,6 @@ efficiency, the worst speed-up over plain in brackets, and the geometric-mean sp
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,10 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import specfleet.engine.calibrated as cal  # noqa: E402
-from bench.policies_oracle import ORACLE_MAX_DRAFT, TABLES, table_ratio  # noqa: E402
-from specfleet.engine.config import PromptLookupConfig  # noqa: E402
-from specfleet.engine.oracle import oracle  # noqa: E402
-from specfleet.engine.predict import replay  # noqa: E402
+from bench.occurrence_support import replayed, set_cells  # noqa: E402
 
 SHIPPED = cal.saving_draft
 
@@ -49,23 +45,6 @@ def tolerant(tol: float) -> Callable[..., int]:
     return saving_draft
 
 
-def replayed(replies: dict) -> dict[tuple[str, str], tuple[float, float]]:
-    """(table, prompt) -> (efficiency against the oracle, speed-up over plain)."""
-    out = {}
-    for spec in TABLES:
-        table, costs = table_ratio(spec)
-        for name, r in replies.items():
-            args = dict(stop_reason=r["stop"], max_tokens=256, costs=costs)
-            bound = oracle(r["prompt"], r["reply"],
-                           lookup=PromptLookupConfig(max_draft=ORACLE_MAX_DRAFT), **args)
-            plain = replay(r["prompt"], r["reply"], lookup=None, **args).cost_steps
-            lookup = PromptLookupConfig(max_draft=ORACLE_MAX_DRAFT, policy="calibrated",
-                                        costs=costs)
-            cost = replay(r["prompt"], r["reply"], lookup=lookup, **args).cost_steps
-            out[(table, name)] = (bound.cost_steps / cost, plain / cost)
-    return out
-
-
 def main() -> None:
     replies = json.loads(Path(sys.argv[1]).read_text())
     for tol in [None, *(float(x) for x in sys.argv[2].split(","))]:
@@ -74,14 +53,7 @@ def main() -> None:
             result = replayed(replies)
         finally:
             cal.saving_draft = SHIPPED
-        cells = []
-        for group in ("tuning", "heldout"):
-            for kind in ("copy", "prose"):
-                keys = [k for k in result
-                        if (replies[k[1]]["group"], replies[k[1]]["kind"]) == (group, kind)]
-                cells.append(f"{statistics.mean(result[k][0] for k in keys):.3f} "
-                             f"({min(result[k][1] for k in keys):.3f}) "
-                             f"{statistics.geometric_mean(result[k][1] for k in keys):.3f}x")
+        cells = set_cells(replies, result, geomean=True)
         print(f"| {'shipped' if tol is None else tol} | {' | '.join(cells)} |", flush=True)
 
 
