@@ -11,7 +11,7 @@ decoding (the oracle's objective, `engine/oracle.py`); each round it proposes
     E[loss | k] = sum over a of P(landed = a) x max(0, cost(k + 1) - 1 - a),
 
 and nothing when no k scores above plain (a pipelined plain step lands one token for one
-step). The loss term counts only the rounds that cost more than the plain steps they
+step); a near-tie (within NEAR_TIE) keeps the shorter draft. The loss term counts only the rounds that cost more than the plain steps they
 replace: between lengths that save about the same on average it takes the one whose miss
 costs less (a fresh match in prose: 2 proposals, not 5), and it leaves a long copy's wide
 blocks alone (they rarely land short). Replayed over seven tables, it kept the mean
@@ -54,6 +54,10 @@ DECAY = 0.8
 PLAIN_STEP_SAVING = 0.0  # a pipelined plain step lands one token for one step
 # Steps of saving given up per step a draft is expected to lose against plain decoding.
 LOSS_WEIGHT = 0.5
+# Drafts scoring within this many steps of the best are a tie, which the shortest wins: past
+# a table's last width every row looks nearly free, and a wide block that wins by a hair
+# loses all of it on a miss (docs/benchmark_results/policy-variants-2026-12-03.md).
+NEAR_TIE = 0.05
 # A synchronous one-token step costing at most this many pipelined steps (a CPU: 1.02-1.03)
 # is as cheap as pipelining: within a calibration's noise.
 FREE_SYNC_STEP = 1.05
@@ -127,22 +131,25 @@ def saving_draft(alive: Sequence[float], costs: Sequence[float], refeeds: bool =
     1 + S(1) + ... + S(k) - cost(k + 1) - LOSS_WEIGHT x `expected_loss`; 0 when none scores
     above plain.
 
-    Ties keep the shorter draft (a wider block risks more on a miss). With `refeeds`, a
-    rejected draft's re-feed is priced in (`expected_refeed_cost`).
+    A near-tie keeps the shorter draft: the shortest length scoring within NEAR_TIE of the
+    best (a wider block risks more on a miss). With `refeeds`, a rejected draft's re-feed is
+    priced in (`expected_refeed_cost`).
     """
-    best_k, best_score, landed = 0, PLAIN_STEP_SAVING, 0.0
+    best_score, landed = PLAIN_STEP_SAVING, 0.0
+    scored: list[tuple[int, float]] = []  # (k, score) of every length that could be chosen
     for k in range(1, len(alive) + 1):
         landed += alive[k - 1]
         cost = width_cost(costs, k + 1)
         if refeeds:
             cost += expected_refeed_cost(alive[:k], costs)
         saving = 1.0 + landed - cost
-        if saving <= best_score + 1e-12:
+        if saving <= max(best_score - NEAR_TIE, PLAIN_STEP_SAVING) + 1e-12:
             continue  # the loss term only lowers a score: skip its O(k) sum (a paused round's cost)
         score = saving - LOSS_WEIGHT * expected_loss(alive[:k], cost)
-        if score > best_score + 1e-12:
-            best_k, best_score = k, score
-    return best_k
+        if score > PLAIN_STEP_SAVING + 1e-12:
+            scored.append((k, score))
+            best_score = max(best_score, score)
+    return next((k for k, score in scored if score >= best_score - NEAR_TIE - 1e-12), 0)
 
 
 def best_draft(p: float, costs: Sequence[float], max_draft: int, refeeds: bool = False) -> int:
@@ -169,8 +176,9 @@ class CalibratedGovernor(DraftGovernor):
     # A reply caught in a loop is drafted through it, not one period a round.
     cycles: ClassVar[bool] = True
     # 2: pipelines again on the first empty round where a synchronous step costs more than
-    # FREE_SYNC_STEP (runs stored before carry no revision: 1).
-    revision: ClassVar[int] = 2
+    # FREE_SYNC_STEP (runs stored before carry no revision: 1). 3: a near-tie (NEAR_TIE)
+    # keeps the shorter draft.
+    revision: ClassVar[int] = 3
 
     @classmethod
     def build(cls, max_draft: int, costs: Sequence[float], refeeds: bool,

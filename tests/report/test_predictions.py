@@ -165,6 +165,7 @@ def test_runs_an_earlier_revision_of_their_policy_made_are_not_compared(db, tmp_
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
+    from specfleet.engine.calibrated import CalibratedGovernor
     from specfleet.store.tables import Run
 
     copy = str(tmp_path / "older.db")
@@ -172,7 +173,7 @@ def test_runs_an_earlier_revision_of_their_policy_made_are_not_compared(db, tmp_
     with open_store(copy) as store, Session(store.engine) as session:
         for run in session.query(Run).filter(Run.arm == "calibrated"):
             config = dict(run.engine_config)
-            assert config.pop("policy_revision") == 2  # calibrated's current rule
+            assert config.pop("policy_revision") == CalibratedGovernor.revision  # the current rule
             session.execute(update(Run).where(Run.run_key == run.run_key).values(
                 engine_config=config, rounds=run.rounds + 5))
         session.commit()
@@ -183,7 +184,8 @@ def test_runs_an_earlier_revision_of_their_policy_made_are_not_compared(db, tmp_
     with open_store(copy) as store, Session(store.engine) as session:  # the same rule: compared
         for run in session.query(Run).filter(Run.arm == "calibrated"):
             session.execute(update(Run).where(Run.run_key == run.run_key).values(
-                engine_config={**run.engine_config, "policy_revision": 2}))
+                engine_config={**run.engine_config,
+                               "policy_revision": CalibratedGovernor.revision}))
         session.commit()
     result = invoke("replay", matrix_id(copy), "--costs", "gb10-qwen3-1.7b", "--db", copy)
     assert result.exit_code == 1
