@@ -11,8 +11,8 @@ decoding (the oracle's objective, `engine/oracle.py`); each round it proposes
     E[loss | k] = sum over a of P(landed = a) x max(0, cost(k + 1) - 1 - a),
 
 and nothing when no k scores above plain (a pipelined plain step lands one token for one
-step); a near-tie (within NEAR_TIE) keeps the shorter draft. The loss term counts only the rounds that cost more than the plain steps they
-replace: between lengths that save about the same on average it takes the one whose miss
+step); a near-tie (within NEAR_TIE) keeps the shorter draft. The loss term counts only the
+rounds that cost more than the plain steps they replace: between lengths that save about the same on average it takes the one whose miss
 costs less (a fresh match in prose: 2 proposals, not 5), and it leaves a long copy's wide
 blocks alone (they rarely land short). Replayed over seven tables, it kept the mean
 efficiency and lifted the worst held-out prose reply from 0.959x to 0.994x plain
