@@ -21,6 +21,7 @@ import sys
 from dataclasses import asdict, dataclass, replace
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import (
@@ -42,6 +43,9 @@ from specfleet.workers.actor import (
 from specfleet.workers.hardware import detect_host
 
 DEFAULT_PORT = 6379
+# A worker's start imports torch and MLX: ~7 s on a quiet 2-core box, minutes while it is loaded
+# or compiling bytecode for the first time.
+WORKER_READY_S = 300.0
 DEFAULT_DASHBOARD_PORT = 8265
 _READ_TIMEOUT_S = 10
 
@@ -211,9 +215,11 @@ def fleet_up(
     _ray_start(cmd)
     address = f"{node_ip or _this_ip()}:{port}"
     _remember(address, info.name, True, temp_dir, opts, port)
-    _start_own_worker(address, info.name, opts.engines)
-    if supervise:
-        keep_supervisor()
+    try:
+        _start_own_worker(address, info.name, opts.engines, "fleet up", temp_dir)
+    finally:  # a worker still starting leaves the node up: it is supervised all the same
+        if supervise:
+            keep_supervisor()
     return Membership(address, info.name, info.kind)
 
 
@@ -240,9 +246,11 @@ def fleet_join(
                        temp_dir=temp_dir)
     _ray_start(cmd)
     _remember(head, info.name, False, temp_dir, opts, None)
-    _start_own_worker(head, info.name, opts.engines)
-    if supervise:
-        keep_supervisor()
+    try:
+        _start_own_worker(head, info.name, opts.engines, "fleet join", temp_dir)
+    finally:
+        if supervise:
+            keep_supervisor()
     return Membership(head, info.name, info.kind)
 
 
@@ -334,12 +342,30 @@ def _stop_own_worker(address: str, host: str) -> None:
         ray.shutdown()
 
 
-def _start_own_worker(address: str, host: str, engines: list[str] | None) -> None:
+def _start_own_worker(address: str, host: str, engines: list[str] | None, command: str,
+                      temp_dir: str) -> None:
+    """Start this host's worker and wait until it answers.
+
+    Raises:
+        UserError: one line when it does not answer within WORKER_READY_S or dies starting,
+            naming `command`, the host and where its log is.
+    """
     with signals_held_while_ray_starts():
         ray.init(address=address, **DRIVER_OPTIONS)
+    logs = f"{temp_dir}/session_latest/logs"
     try:
         kwargs = {"engines": engines} if engines else None
-        wait_ready(start_worker(host, kwargs), timeout_s=120)
+        wait_ready(start_worker(host, kwargs), timeout_s=WORKER_READY_S)
+    except GetTimeoutError:
+        raise UserError(
+            f"{command}: the worker of host {host} did not answer within {WORKER_READY_S:g} s; "
+            f"the node is up and the worker may still be starting (a loaded machine, or a "
+            f"first start compiling Python's bytecode): `specfleet fleet status` shows when it "
+            f"is ready, its log is under {logs}") from None
+    except RayActorError as err:
+        cause = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserError(f"{command}: the worker of host {host} died while starting ({cause}); "
+                        f"expected it to start: its log is under {logs}") from None
     finally:
         ray.shutdown()
 def _ray_start(cmd: list[str]) -> None:
