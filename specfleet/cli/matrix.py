@@ -269,14 +269,19 @@ def resume_cmd(
 ) -> None:
     """Re-queue every run of a matrix that is not done and that no live driver runs, and
     run them; done runs are kept. A host that owns runs but is not in the fleet now is
-    waited for, up to --wait. Exit 1 unless every run ends done."""
+    waited for, up to --wait. Exit 1 unless every run ends done; a matrix whose runs are all
+    done says so and exits 0 without a fleet."""
     parse_wait(wait)  # a bad duration is one line, before the fleet
     check_driver_settings()
     with open_store(db, existing=True) as store:  # a mistyped --db: not a new empty store
         _say_written_back(store)
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
         _refuse_live_owner(store, matrix)
-        hosts = sorted({row.host for row in store.runs(matrix=matrix_id)})
+        rows = store.runs(matrix=matrix_id, columns=("host", "status"))
+        if rows and all(row.status == "done" for row in rows):  # no fleet to start for nothing
+            typer.echo(f"matrix {matrix_id}: all {len(rows)} runs are done; nothing to resume")
+            return
+        hosts = sorted({row.host for row in rows})
         view = open_fleet(address, hosts=hosts, embedded=embedded)
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
         view.record_hosts(store)

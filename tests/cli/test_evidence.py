@@ -93,3 +93,12 @@ def test_compare_with_a_failed_cell_fails(evidence_db) -> None:
     result = invoke(evidence_db, "compare", FAILED_ARM_ID, FAILED_ARM_ID)
     assert result.exit_code == 1, result.output
     assert "compare: 3 of 4 cells compared" in result.stderr
+
+
+def test_resume_of_a_matrix_whose_runs_are_all_done_says_so_without_a_fleet(evidence_db) -> None:
+    # No --address and no fleet here: had it gone on, it would have tried to find one.
+    done = invoke(evidence_db, "matrix", "resume", OTHER_ID)
+    assert done.exit_code == 0, done.output
+    assert done.stdout == f"matrix {OTHER_ID}: all 1 runs are done; nothing to resume\n"
+    failed = invoke(evidence_db, "matrix", "resume", FAILED_ARM_ID, "--address", "127.0.0.1:9")
+    assert failed.exit_code == 2 and "nothing to resume" not in failed.output  # it goes on
