@@ -118,6 +118,9 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
         if not isinstance(alias, str) or not alias.strip():
             raise UserError(f"{label}: models: alias {describe_value(alias)} is not a name; "
                             "expected text")
+        if any(ch.isspace() or ch == "," for ch in alias):  # `bench -m a,b` splits on commas
+            raise UserError(f"{label}: models: alias {alias!r} holds a space or a comma; expected "
+                            "a name without either (-m takes a comma list)")
         if not isinstance(entry, dict) or not any(e in entry for e in MODEL_ENGINES):
             raise UserError(f"{label}: models.{alias} needs an 'mlx:' or 'torch:' source")
         for key, value in entry.items():

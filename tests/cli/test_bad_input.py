@@ -800,6 +800,12 @@ NAMED = {
     "SPECFLEET_MODELS: a blank alias": (
         {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {'': {torch: bundled}}\n"),
         ["models", "list"], ["models: alias '' is not a name"]),
+    "SPECFLEET_MODELS: an alias with a comma": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {'a,b': {torch: bundled}}\n"),
+        ["models", "list"], ["models: alias 'a,b' holds a space or a comma; expected a name"]),
+    "SPECFLEET_MODELS: an alias with a space": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {'my model': {torch: bundled}}\n"),
+        ["models", "list"], ["models: alias 'my model' holds a space or a comma"]),
     # PyYAML's RecursionError was a traceback; a key given twice let the last one win; a
     # value made of aliases was repeated in full in the message (500 MB for 10^8 items).
     "SPECFLEET_MODELS: nested 20000 deep": (
