@@ -31,6 +31,7 @@ from specfleet.cluster.fleet import (
 )
 from specfleet.cluster.reach import connect_error, host_port
 from specfleet.errors import UserError
+from specfleet.settings import THREADS
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     HOST_LABEL,
@@ -203,6 +204,7 @@ def fleet_up(
     """Start the head (token auth, dashboard on loopback) and this host's worker on it;
     `supervise`: leave a background supervisor (`supervisor.py`) watching the node."""
     opts = options or NodeOptions()
+    THREADS.read()  # this host's worker inherits it: a bad value is said before the node starts
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=True)
@@ -233,6 +235,7 @@ def fleet_join(
         UserError: no token, the head unreachable, or Python / Ray differ from the head's.
     """
     opts = options or NodeOptions()
+    THREADS.read()
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=False)

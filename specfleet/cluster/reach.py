@@ -27,7 +27,7 @@ from typing import Any
 
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
-from specfleet.settings import ADDRESS
+from specfleet.settings import ADDRESS, THREADS
 from specfleet.userfiles import read_text
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
@@ -194,6 +194,8 @@ def connect_fleet(address: str | None, embedded: bool = False) -> FleetChoice:
         fleet.ensure_token(create=False)  # a missing token is the likelier mistake: say it first
         check_reachable(choice.address, choice.source)
         check_token(choice.address, choice.source)
+    else:  # the embedded fleet's worker inherits this environment: say a bad value before it
+        THREADS.read()
     try:
         fleet.connect(choice.address)
     except ConnectionError as err:

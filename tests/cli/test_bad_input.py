@@ -278,6 +278,11 @@ ENVS = {
                             cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
     "SPECFLEET_STORE_RETRY_S -5": ({"SPECFLEET_STORE_RETRY_S": "-5"},
                                    cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
+    # Read by the embedded fleet's worker: it failed every run after the fleet started.
+    "SPECFLEET_THREADS abc, embedded fleet": (
+        {"SPECFLEET_THREADS": "abc"},
+        cmd("matrix", "run", "{tmp}/good.yaml", "--embedded", "--db", "{tmp}/threads.db")),
+    "SPECFLEET_THREADS 0, fleet up": ({"SPECFLEET_THREADS": "0"}, cmd("fleet", "up")),
     "SPECFLEET_MODELS missing": ({"SPECFLEET_MODELS": "/nonexistent/models.yaml"},
                                  cmd("generate", "-m", "smollm2-135m", "-p", "hi")),
     "SPECFLEET_HOST with a space": ({"SPECFLEET_HOST": "my host"},
