@@ -15,6 +15,7 @@ from specfleet.cli.options import (
     not_blank,
 )
 from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
+from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import (
@@ -133,6 +134,9 @@ def compare_cmd(
 
     Exit status 1 when a cell regressed (unless --fail-on none) or a cell was not compared.
     """
+    if a.strip() == b.strip():  # every ratio would be 1.0: a typo, never a check that passed
+        raise UserError(f"A and B are both {a.strip()!r}; expected two different "
+                        "matrix ids (the baseline, then the matrix to check against it)")
     with open_store(db, read_only=True) as store:
         rows = compare(store, a, b, allow_mixed, factor)
         coverage = compare_coverage(store.runs(matrix=a), store.runs(matrix=b), len(rows))

@@ -16,12 +16,13 @@ runner = CliRunner()
 FAILED_ARM_ID = "failedarm-000011"
 NOTHING_DONE_ID = "nothing-000012"
 OTHER_ID = "other-000013"
+ALL_DONE_ID = "alldone-000014"
 
 
 @pytest.fixture(scope="module")
 def evidence_db(db_path, worker):  # noqa: F811
-    """The report store plus a matrix whose graded arm failed, one never run, and one on a
-    target no other matrix has."""
+    """The report store plus a matrix whose graded arm failed, the same matrix all done, one
+    never run, and one on a target no other matrix has."""
     with open_store(str(db_path)) as store:
         seed_matrix(store, worker, "failedarm", [
             Seed(H1, "script", "copy", "plain", (100.0,)),
@@ -31,6 +32,9 @@ def evidence_db(db_path, worker):  # noqa: F811
         ], FAILED_ARM_ID)
         key = f"{FAILED_ARM_ID}/{H1.label}/script/echo/graded/0"
         _fail_run(store, key)
+        seed_matrix(store, worker, "alldone", [
+            Seed(H1, "script", prompt, arm, (100.0 if arm == "plain" else 150.0,))
+            for prompt in ("copy", "echo") for arm in ("plain", "graded")], ALL_DONE_ID)
         _plan_only(store, NOTHING_DONE_ID)
         seed_matrix(store, worker, "other", [Seed(H2, "induction", "copy", "plain", (9.0,))],
                     OTHER_ID)
@@ -90,9 +94,19 @@ def test_compare_with_no_common_cell_fails(evidence_db) -> None:
 
 
 def test_compare_with_a_failed_cell_fails(evidence_db) -> None:
-    result = invoke(evidence_db, "compare", FAILED_ARM_ID, FAILED_ARM_ID)
+    result = invoke(evidence_db, "compare", ALL_DONE_ID, FAILED_ARM_ID)
     assert result.exit_code == 1, result.output
     assert "compare: 3 of 4 cells compared" in result.stderr
+
+
+def test_compare_of_a_matrix_with_itself_is_refused(evidence_db) -> None:
+    # Every ratio was 1.0 and it exited 0: a mistyped id read as a check that passed.
+    result = invoke(evidence_db, "compare", ALL_DONE_ID, f" {ALL_DONE_ID}")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (f"error: A and B are both '{ALL_DONE_ID}'; expected two "
+                             "different matrix ids (the baseline, then the matrix to check "
+                             "against it)\n")
+    assert result.stdout == ""
 
 
 def test_resume_of_a_matrix_whose_runs_are_all_done_says_so_without_a_fleet(evidence_db) -> None:
