@@ -24,6 +24,7 @@ from specfleet.report.history import (
     compare,
     render_compare,
     render_history,
+    same_matrix,
 )
 from specfleet.report.results import render_results, run_filters
 from specfleet.stats.changes import DEFAULT_FACTOR
@@ -134,9 +135,9 @@ def compare_cmd(
 
     Exit status 1 when a cell regressed (unless --fail-on none) or a cell was not compared.
     """
-    if a.strip() == b.strip():  # every ratio would be 1.0: a typo, never a check that passed
-        raise UserError(f"A and B are both {a.strip()!r}; expected two different "
-                        "matrix ids (the baseline, then the matrix to check against it)")
+    refusal = same_matrix(a, b)
+    if refusal:
+        raise UserError(refusal)
     with open_store(db, read_only=True) as store:
         rows = compare(store, a, b, allow_mixed, factor)
         coverage = compare_coverage(store.runs(matrix=a), store.runs(matrix=b), len(rows))

@@ -121,6 +121,15 @@ def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
     return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {title}")
 
 
+def same_matrix(a: str, b: str) -> str | None:
+    """Why `compare` refuses matrices `a` and `b` (the same one: every ratio would read 1.0x,
+    a mistyped id passing as a check), or None."""
+    if a.strip() != b.strip():
+        return None
+    return (f"A and B are both {a.strip()!r}; expected two different matrix ids (the "
+            "baseline, then the matrix to check against it)")
+
+
 def compare(store, a: str, b: str, allow_mixed: bool = False,
             factor: float = DEFAULT_FACTOR) -> list[CompareRow]:
     """Every cell measured in both matrices: B against baseline A.

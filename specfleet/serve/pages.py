@@ -25,11 +25,13 @@ from specfleet.report.history import (
     history_grid,
     render_compare,
     render_history,
+    same_matrix,
 )
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
 from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
+from specfleet.serve.params import BadParameter
 from specfleet.stats.runs import ROW_FIELDS
 from specfleet.stats.view import view_of_runs
 
@@ -214,6 +216,9 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
 def compare_page(store, a: str, b: str, allow_mixed: bool = False,
                  as_json: bool = False) -> dict:
     """Two matrices cell by cell: the `compare` table, regressions highlighted."""
+    refusal = same_matrix(a, b)
+    if refusal:
+        raise BadParameter(refusal.replace("A and B", "a and b", 1))  # the query's names
     rows = compare(store, a, b, allow_mixed)
     if as_json:
         return {"a": a, "b": b, "allow_mixed": allow_mixed,

@@ -175,6 +175,7 @@ def test_unknown_matrix_in_the_api_is_a_json_404(client, path):
     (f"{HISTORY}&target=a//b", "expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE"),
     (f"{HISTORY}&last=0", "last='0': expected a whole number from 1 to 100000, or all"),
     (f"/compare?a={BASE}", "query parameter 'b' is required"),
+    (f"/compare?a={BASE}&b={BASE}", f"a and b are both '{BASE}'; expected two different"),
     (f"/compare?a={BASE}&b={NEXT}&allow_mixed=maybe", "expected 1, 0, true or false"),
     ("/api/matrices?page=x", "page='x'"),
     ("/?q=1", "unknown query parameter 'q'"),
