@@ -121,12 +121,12 @@ def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
     return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {title}")
 
 
-def same_matrix(a: str, b: str) -> str | None:
+def same_matrix(a: str, b: str, names: str = "A and B") -> str | None:
     """Why `compare` refuses matrices `a` and `b` (the same one: every ratio would read 1.0x,
-    a mistyped id passing as a check), or None."""
+    a mistyped id passing as a check), or None; `names` is how the caller's user named them."""
     if a.strip() != b.strip():
         return None
-    return (f"A and B are both {a.strip()!r}; expected two different matrix ids (the "
+    return (f"{names} are both {a.strip()!r}; expected two different matrix ids (the "
             "baseline, then the matrix to check against it)")
 
 

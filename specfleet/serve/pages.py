@@ -216,9 +216,9 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
 def compare_page(store, a: str, b: str, allow_mixed: bool = False,
                  as_json: bool = False) -> dict:
     """Two matrices cell by cell: the `compare` table, regressions highlighted."""
-    refusal = same_matrix(a, b)
+    refusal = same_matrix(a, b, names="a and b")  # the query parameters' names
     if refusal:
-        raise BadParameter(refusal.replace("A and B", "a and b", 1))  # the query's names
+        raise BadParameter(refusal)
     rows = compare(store, a, b, allow_mixed)
     if as_json:
         return {"a": a, "b": b, "allow_mixed": allow_mixed,
