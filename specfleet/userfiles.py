@@ -205,6 +205,8 @@ def check_output_file(path: Path) -> None:
                         "replace or nothing") from None
     if kind != "a file":
         raise UserError(f"{path}: is {kind}; expected a file to replace or nothing")
+    if not os.access(path, os.W_OK):  # its owner made it read-only: keep it
+        raise UserError(f"{path}: is read-only; expected a file to replace or nothing")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -12,12 +12,20 @@ from specfleet.store.engine import (
     check_store_folder,
     check_writable,
     create_private_file,
+    default_db_path,
     display_url,
     make_engine,
     resolve_url,
     store_source,
 )
-from specfleet.store.migrate import current_revision, head_revision, known_revisions, upgrade
+from specfleet.store.migrate import (
+    check_known,
+    current_revision,
+    head_revision,
+    is_newer,
+    known_revisions,
+    upgrade,
+)
 from specfleet.store.store import connection_errors, refuse_foreign_sqlite
 
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
@@ -42,18 +50,21 @@ def upgrade_cmd(db: DbOption = None) -> None:
 @app.command("current")
 def current_cmd(db: DbOption = None) -> None:
     """Show the database's schema revision and URL (password hidden); changes nothing."""
-    url = resolve_url(db)
+    url = resolve_url(db, create_dir=False)  # a read: the default folder stays unmade
     typer.echo(f"url: {display_url(url)}\nrevision: {_read_revision(url, store_source(db))}")
 
 
 def _read_revision(url, source: str) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
-        check_store_folder(url, source)  # `upgrade` could not create the file either
+        if url.database != str(default_db_path()):  # `upgrade` makes the default's folder
+            check_store_folder(url, source)  # `upgrade` could not create the file either
         return "none (no database file yet; `specfleet db upgrade` creates it)"
     check_readable(url, source)  # a folder, a device or a named pipe (SQLite's open would wait)
     engine = make_engine(url, read_only=True)  # a read: no WAL switch, no side files needed
     with connection_errors(url, source, engine), engine.connect() as conn:
         rev = current_revision(conn)
+        if rev is None or (rev not in known_revisions() and not is_newer(rev)):
+            check_known(rev, conn, url, source)  # another application's tables, a bad stamp
     engine.dispose()
     return _describe(rev)
 

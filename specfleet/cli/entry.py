@@ -3,11 +3,14 @@
 Importing every subcommand takes about half a second; a Ctrl-C (or SIGTERM) in that time
 ends in the same one line and exit status as one during a command, not a traceback. Once
 the command has finished (or said `interrupted`), further signals are ignored while the
-process exits.
+process exits. Standard output that is closed, or that fails a write (a full disk,
+`> /dev/full`), is one line and exit status 1, not a traceback or a reply silently lost.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 
@@ -22,14 +25,37 @@ def main() -> None:
     """Console entry point."""
     try:
         signal.signal(signal.SIGTERM, _terminate)
+        if sys.stdout is None:  # started with `>&-`: every line would vanish, exit status 0
+            _fail("standard output is closed; expected it open (`> /dev/null` discards it)")
         from specfleet.cli.main import app
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        raise SystemExit(INTERRUPTED_EXIT) from None
+        _fail("interrupted", INTERRUPTED_EXIT)
     try:
         app()
+    except KeyboardInterrupt:  # while the command tree is built, before a command runs
+        _fail("interrupted", INTERRUPTED_EXIT)
+    except OSError as err:  # click answers a broken pipe itself; any other write error lands here
+        if not _stdout_failed(err):
+            raise
+        _fail(f"cannot write to standard output: {err.strerror or err}")
     finally:
         # The command has said its last line; only Ray's exit hook is left (it stops an
         # embedded fleet, ~0.5 s). A second Ctrl-C there would print its traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _stdout_failed(err: OSError) -> bool:
+    """Whether `err` came from writing standard output (its traceback ends in a write to it)."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and frames[-1].name in {"write", "flush", "echo", "secho", "print"}
+
+
+def _fail(line: str, status: int = 1) -> None:
+    sys.stderr.write(f"error: {line}\n" if status != INTERRUPTED_EXIT else f"{line}\n")
+    if sys.stdout is not None:  # the exit's own flush of a full stdout would say it again
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(status) from None

@@ -19,6 +19,7 @@ from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
 from specfleet.jobs.spec_files import load_parity_spec
+from specfleet.report.history import same_matrix
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import render_parity
 from specfleet.store.store import check_store_before_fleet, open_store
@@ -149,6 +150,9 @@ def parity(
     report = functools.partial(report_parity, baseline=baseline, near_tie=near_tie, fmt=fmt,
                                allow_unverified=allow_unverified)
     if what != "run":
+        if baseline is not None and (same := same_matrix(baseline, what,
+                                                         names="--baseline and ID")):
+            raise UserError(same)  # no divergence can be new against itself
         with open_store(db, read_only=True) as store:
             if baseline is not None:
                 store.get_matrix(baseline)  # an unknown baseline fails before any replay

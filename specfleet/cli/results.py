@@ -26,7 +26,7 @@ from specfleet.report.history import (
     render_history,
     same_matrix,
 )
-from specfleet.report.results import render_results, run_filters
+from specfleet.report.results import check_stored_values, render_results, run_filters
 from specfleet.stats.changes import DEFAULT_FACTOR
 from specfleet.stats.history import changed_only, history_regressions
 from specfleet.store.store import open_store
@@ -79,6 +79,8 @@ def results(
                               model=model, prompt=prompt, arm=arm, matrix=matrix,
                               version=version, since=since, until=until)
         runs = store.runs(**filters)
+        if not runs:  # a typo reads as "0 runs" otherwise
+            check_stored_values(store, filters)
         wanted = set(filters.get("arm", []))
         if (cells or pivot) and wanted and "plain" not in wanted:
             # A speed-up is over plain on the same target, model and prompt: keep those too.

@@ -7,7 +7,7 @@ This module reads the runs from the store and renders them; the figures come fro
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
@@ -116,9 +116,10 @@ def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
     """History rows as a table (change flags and the test named), markdown, JSON or CSV."""
     check_format(fmt)
     if fmt in ("json", "csv"):
-        return _dump([{**asdict(r), "n": len(r.values)} for r in rows], fmt)
+        return _dump([{**asdict(r), "n": len(r.values)} for r in rows], fmt,
+                     [*(f.name for f in fields(HistoryRow)), "n"])
     grid = history_grid(rows, title, factor)
-    return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {title}")
+    return to_rich([grid]) if fmt == "table" else to_markdown([grid], level=2)
 
 
 def same_matrix(a: str, b: str, names: str = "A and B") -> str | None:
@@ -176,9 +177,9 @@ def render_compare(rows: list[CompareRow], a: str, b: str, fmt: str = "table",
     """Comparison rows as a table (ratio B/A, test, verdict), markdown, JSON or CSV."""
     check_format(fmt)
     if fmt in ("json", "csv"):
-        return _dump([asdict(r) for r in rows], fmt)
+        return _dump([asdict(r) for r in rows], fmt, [f.name for f in fields(CompareRow)])
     grid = compare_grid(rows, a, b, factor)
-    return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {grid.title}")
+    return to_rich([grid]) if fmt == "table" else to_markdown([grid], level=2)
 
 
 CHANGED_VERDICTS = ("regression", "slower", "faster")
@@ -188,8 +189,8 @@ def _flat(value):
     return json.dumps(value, default=str) if isinstance(value, dict | list | tuple) else value
 
 
-def _dump(records: list[dict], fmt: str) -> str:
+def _dump(records: list[dict], fmt: str, headers: list[str]) -> str:
+    """JSON or CSV of the rows; CSV has its header line even with no rows."""
     if fmt == "json":
         return json.dumps(records, indent=2, default=str) + "\n"
-    headers = list(records[0]) if records else []
     return to_csv(headers, [[_flat(r[h]) for h in headers] for r in records])

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import statistics
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from specfleet.engine.stats import decode_tok_per_s
+from specfleet.errors import UserError
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.grid import Grid, to_markdown
 from specfleet.report.parity import check_parity
@@ -237,18 +241,36 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
 def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     """Write `<id>.md`, `runs.csv` and the PNG plots into `out_dir` (created if needed).
 
+    Every file is written into a staging folder inside `out_dir` first and moved into place
+    only once all are whole, so a full disk, a refused write or a Ctrl-C leaves the folder
+    as it was (a new `out_dir` is removed again), never a record missing some of its files.
+
     Raises:
-        UserError: an unknown matrix id.
+        UserError: an unknown matrix id, or a file that cannot be written.
     """
     matrix = load_matrix(store, matrix_id)
     out = Path(out_dir)
     runs = done_runs(store, matrix_id)
     view = view_of_runs(matrix_id, matrix.name, runs)
     markdown, csv_path = out / f"{matrix_id}.md", out / "runs.csv"
-    for path in (markdown, csv_path, *plot_files(view, out)):  # before any is written
+    finals = [markdown, csv_path, *plot_files(view, out)]
+    for path in finals:  # before any is written
         check_output_file(path)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(view, out)
-    markdown.write_text(record_markdown(store, matrix_id, [p.name for p in plots]))
-    export_runs(store.runs(matrix=matrix_id), "csv", csv_path)
-    return RecordFiles(markdown, csv_path, tuple(plots))
+    staging = Path(tempfile.mkdtemp(prefix=f".{matrix_id}.partial-", dir=out))
+    try:
+        plots = write_plots(view, staging)
+        (staging / markdown.name).write_text(
+            record_markdown(store, matrix_id, [p.name for p in plots]))
+        export_runs(store.runs(matrix=matrix_id), "csv", staging / csv_path.name)
+        for path in finals:
+            os.replace(staging / path.name, path)
+    except OSError as err:
+        raise UserError(f"{out}: cannot write the record ({err.strerror or err}); expected a "
+                        "folder you can write with room for it") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and not any(out.iterdir()):
+            out.rmdir()
+    return RecordFiles(markdown, csv_path, tuple(finals[2:]))

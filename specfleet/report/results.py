@@ -89,6 +89,29 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
     return filters
 
 
+# The filters whose values are free text (the others are checked against fixed choices).
+_FREE_TEXT_FILTERS = {"host": "--host", "kind": "--kind", "model": "--model",
+                      "prompt": "--prompt", "specfleet_version": "--version"}
+
+
+def check_stored_values(store, filters: dict) -> None:
+    """Refuse a free-text filter value that no stored run holds: a typo (`--model
+    smollm2-135M`) would otherwise read as "0 runs", a query that merely matched nothing.
+
+    Raises:
+        UserError: naming the flag, the value and that nothing stored has it.
+    """
+    for name, flag in _FREE_TEXT_FILTERS.items():
+        wanted = filters.get(name) or []
+        missing = sorted(set(wanted) - set(store.stored_values(name, wanted)))
+        if missing:
+            stored = store.stored_values(name)
+            shown = ", ".join(stored[:8]) + (f" (+{len(stored) - 8} more)" if len(stored) > 8
+                                             else "")
+            raise UserError(f"{flag}: no stored run has {missing[0]!r}; expected one of the "
+                            f"stored values: {shown or 'none yet'}")
+
+
 def runs_grid(runs: list) -> Grid:
     """One row per run."""
     rows = []
@@ -159,4 +182,4 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
 
 
 def _grid_text(grid: Grid, fmt: str) -> str:
-    return to_rich([grid]) if fmt == "table" else to_markdown([grid], f"## {grid.title}")
+    return to_rich([grid]) if fmt == "table" else to_markdown([grid], level=2)

@@ -62,6 +62,9 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         if create_dir and not path.parent.is_dir():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
         return URL.create("sqlite", database=str(path))
+    if raw != raw.strip():  # a pasted space would silently make a second, empty store
+        raise UserError(f"{source}: {display_raw(raw)!r} starts or ends with whitespace; "
+                        f"expected {' or '.join(_SCHEMES)} or a SQLite file path without it")
     if "\x00" in raw:  # a file path's ValueError was a traceback
         raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)} "
                         "or a SQLite file path")

@@ -51,7 +51,8 @@ def _write(records: Sequence[dict[str, Any]], fmt: str, handle: TextIO) -> None:
         json.dump(records, handle, indent=1, default=_json_default)
         handle.write("\n")
         return
-    columns = list(records[0]) if records else []
+    # No runs still gets the header, so a script reading the columns finds them.
+    columns = list(records[0]) if records else [field.name for field in dataclasses.fields(RunRow)]
     writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for record in records:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 from specfleet.store.engine import WRITE_OPTION, display_url
 
 if TYPE_CHECKING:
@@ -94,11 +95,23 @@ def check_known(rev: str | None, conn: Connection, url: URL, source: str) -> Non
                 f"and no specfleet schema revision); point {source} at an empty database or a "
                 "specfleet store"
             )
-    if rev not in known_revisions():
+    if rev not in known_revisions() and is_newer(rev):
         raise FutureSchemaError(
             f"{source}: {display_url(url)} has schema revision {rev}, newer than this specfleet "
             f"(knows up to {head_revision()}); upgrade specfleet to use it"
         )
+    if rev not in known_revisions():
+        raise UserError(
+            f"{source}: {display_url(url)} has schema revision {rev!r}, which no specfleet "
+            f"wrote (revisions are 0001 to {head_revision()}); expected a specfleet store"
+        )
+
+
+def is_newer(rev: str) -> bool:
+    """Whether an unknown stamp reads as a later revision than this code's head (a number
+    past it), rather than one no specfleet wrote."""
+    head = head_revision()
+    return rev.isdecimal() and rev.isascii() and int(rev) > int(head)
 
 
 def ensure_schema(engine: Engine, url: URL, source: str) -> str:
@@ -145,5 +158,13 @@ def upgrade(engine: Engine, url: URL, source: str) -> str:
         if rev != head:
             from alembic import command
 
-            command.upgrade(alembic_config(conn), "head")
+            try:
+                command.upgrade(alembic_config(conn), "head")
+            except DBAPIError as err:  # a schema that is not what its stamp says: rolled back
+                if err.connection_invalidated or "locked" in str(err.orig):
+                    raise  # the server or the file, not the schema: connection_errors says it
+                raise UserError(
+                    f"{source}: {display_url(url)} says revision {rev or 'none'} but its tables "
+                    f"do not match it ({one_line(str(err.orig))}); nothing was changed; expected "
+                    "a store as specfleet left it") from None
     return head

@@ -75,7 +75,8 @@ class StoreQueries:
         with self._read() as session:
             matrix = session.get(Matrix, matrix_id)
             if matrix is None:
-                raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
+                raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}; "
+                                    f"expected {_id_hint(session, matrix_id)}")
             return _matrix_row(matrix, _status_counts(session, [matrix_id])[matrix_id])
 
     def list_matrices(
@@ -104,6 +105,19 @@ class StoreQueries:
                 .order_by(Matrix.submitted_at.desc(), Matrix.id).limit(limit))
         with self._connect() as conn:
             return list(conn.scalars(stmt))
+
+    def stored_values(self: StoreCore, name: str, values: Sequence[str] | None = None
+                      ) -> list[str]:
+        """The distinct values stored runs hold in filter `name` (a `run_conditions` filter
+        that compares one column: host, kind, model, prompt, specfleet_version...), sorted;
+        with `values`, only those of them."""
+        column = Host.kind if name == "kind" else _EQ_FILTERS[name]
+        table = Host if name == "kind" else Run
+        stmt = select(column).select_from(table).where(column.is_not(None)).distinct()
+        if values is not None:
+            stmt = stmt.where(_in(column, list(values)))
+        with self._connect() as conn:
+            return sorted(conn.scalars(stmt.order_by(column)))
 
     def submitted_times(self: StoreCore, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
@@ -172,6 +186,19 @@ class StoreQueries:
         )
         with self._read() as session:
             return [run_spec(run, text) for run, text in session.execute(stmt)]
+
+
+def _id_hint(session: Session, matrix_id: str) -> str:
+    """What an unknown matrix id should have been: the one stored id it begins (a short
+    prefix typed), else where the ids are listed."""
+    prefix = matrix_id.strip()
+    if prefix:
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        found = session.scalars(select(Matrix.id).where(Matrix.id.like(f"{escaped}%", escape="\\"))
+                                .limit(2)).all()
+        if len(found) == 1:
+            return f"a whole id (did you mean {found[0]!r}?)"
+    return "an id that `specfleet matrix list` shows"
 
 
 def _status_counts(session: Session, ids: list[str] | None) -> dict[str, dict[str, int]]:

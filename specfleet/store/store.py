@@ -12,6 +12,7 @@ import contextlib
 import re
 import secrets
 import sqlite3
+import traceback
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 import specfleet
+from specfleet.errors import UserError, one_line
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.settings import LEASE_S
 from specfleet.store import values
@@ -156,10 +158,25 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None) -> It
         if user_error is None:
             raise
         raise user_error from None
+    except ValueError as err:  # a JSON or datetime column the store did not write (hand-edited)
+        if engine is not None:
+            engine.dispose()
+        if not _unreadable_value(err):
+            raise
+        raise UserError(f"{source} {display_url(url)}: a stored value cannot be read "
+                        f"({one_line(str(err))}); expected the store as specfleet wrote it "
+                        "(restore it from a backup)") from None
     except BaseException:
         if engine is not None:
             engine.dispose()
         raise
+
+
+def _unreadable_value(err: ValueError) -> bool:
+    """Whether `err` was raised turning a stored value into Python (SQLAlchemy's result
+    processors), not by the code reading the rows."""
+    return any(frame.name.endswith("_apply_processors") or "sqlalchemy/engine/_processors" in
+               frame.filename for frame in traceback.extract_tb(err.__traceback__))
 
 
 def new_matrix_id(name: str) -> str:

@@ -1095,6 +1095,22 @@ NAMED = {
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
+    # A pasted space made a second, empty store file beside the real one.
+    "db upgrade: --db ends with a space": (
+        {}, NO_FILES, ["db", "upgrade", "--db", "{tmp}/store.db "],
+        ["--db: '{tmp}/store.db ' starts or ends with whitespace", "expected"]),
+    "results: SPECFLEET_DB starts with a space": (
+        {"SPECFLEET_DB": " {tmp}/store.db"}, NO_FILES, ["results"],
+        ["SPECFLEET_DB: ' {tmp}/store.db' starts or ends with whitespace"]),
+    "parity: --baseline is the matrix itself": (  # a check that could never fail
+        {}, NO_FILES, ["parity", "{mid}", "--baseline", "{mid}", "--no-replay", "--db", "{db}"],
+        ["--baseline and ID are both", "expected two different matrix ids"]),
+    "results: a model no stored run has": (  # a typo read as "0 runs"
+        {}, NO_FILES, ["results", "--model", "Smollm2", "--db", "{db}"],
+        ["--model: no stored run has 'Smollm2'", "expected one of the stored values: "]),
+    "results: a host no stored run has": (
+        {}, NO_FILES, ["results", "--host", "nosuch", "--cells", "--db", "{db}"],
+        ["--host: no stored run has 'nosuch'", "expected one of the stored values: "]),
     # Moved to UTC, each is a moment before year 1 or after 9999: an OverflowError traceback.
     "results: --until before year 1 in UTC": (
         {}, NO_FILES, ["results", "--until", "0001-01-01T00:00+05:00", "--db", "{db}"],

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import tempfile
 import traceback
 from pathlib import Path
@@ -115,15 +116,53 @@ def test_corrupted_file_is_left_as_it_was(tmp_path):
     assert digest(path) == before
 
 
-def test_future_revision_via_the_cli(store_url):
-    invoke("db", "upgrade", "--db", store_url)
+def _stamp(store_url: str, revision: str) -> None:
     engine = create_engine(resolve_url(store_url))
     with engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = 'ffff'"))
+        conn.execute(text("UPDATE alembic_version SET version_num = :rev"), {"rev": revision})
     engine.dispose()
-    assert_one_line_error(invoke("db", "upgrade", "--db", store_url), "revision ffff", "newer")
+
+
+def test_future_revision_via_the_cli(store_url):
+    invoke("db", "upgrade", "--db", store_url)
+    _stamp(store_url, "0099")
+    assert_one_line_error(invoke("db", "upgrade", "--db", store_url), "revision 0099", "newer")
     current = invoke("db", "current", "--db", store_url)
-    assert current.exit_code == 0 and "ffff (newer than this specfleet" in current.output
+    assert current.exit_code == 0 and "0099 (newer than this specfleet" in current.output
+
+
+def test_a_stamp_no_specfleet_wrote_is_not_called_newer(store_url):
+    invoke("db", "upgrade", "--db", store_url)
+    _stamp(store_url, "abc")
+    for args in (("db", "upgrade"), ("db", "current"), ("results",)):
+        assert_one_line_error(invoke(*args, "--db", store_url), "revision 'abc'",
+                              "which no specfleet wrote", "expected a specfleet store")
+
+
+def test_a_schema_that_does_not_match_its_stamp_is_refused_unchanged(tmp_path):
+    path = tmp_path / "restamped.db"
+    invoke("db", "upgrade", "--db", str(path))
+    _stamp(str(path), "0005")  # its tables are head's: upgrading adds columns already there
+    before = digest(path)
+    assert_one_line_error(invoke("db", "upgrade", "--db", str(path)), "says revision 0005",
+                          "do not match it", "nothing was changed")
+    assert digest(path) == before
+
+
+def test_db_current_on_another_applications_database_is_refused(tmp_path):
+    path = tmp_path / "foreign.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER)")
+    assert_one_line_error(invoke("db", "current", "--db", str(path)), "is not a specfleet store",
+                          "holds tables users")
+
+
+def test_db_current_leaves_the_default_folder_unmade(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECFLEET_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    result = invoke("db", "current")
+    assert result.exit_code == 0 and "no database file yet" in result.output, result.output
+    assert not (tmp_path / "data").exists()
 
 
 def _as_nobody(fn) -> dict:

@@ -116,3 +116,48 @@ def test_signals_are_ignored_once_the_command_is_done() -> None:
         sys.argv = argv
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def _entry(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from specfleet.cli.entry import main; main()", *args]
+
+
+def test_ctrl_c_while_the_command_tree_is_built_is_one_line(tmp_path) -> None:
+    # Typer builds the click command after the import and before any command runs: a Ctrl-C
+    # there escaped every handler as a traceback.
+    code = textwrap.dedent("""
+        import signal, sys, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        import typer.main
+        def slow(app):
+            sys.stderr.write("building\\n"); sys.stderr.flush(); time.sleep(60)
+        typer.main.get_command = slow
+        from specfleet.cli.entry import main
+        main()
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code, "matrix", "list"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    assert child.stderr.readline() == "building\n"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert (child.returncode, err) == (130, "interrupted\n")
+
+
+def test_a_full_standard_output_is_one_line_and_a_failure(tmp_path) -> None:
+    store = f"sqlite:///{tmp_path}/x.db"
+    subprocess.run(_entry("db", "upgrade", "--db", store), check=True, capture_output=True)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(_entry("db", "current", "--db", store), stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (
+        1, "error: cannot write to standard output: No space left on device\n")
+
+
+def test_a_closed_standard_output_is_refused_not_silently_lost(tmp_path) -> None:
+    # `specfleet results >&-`: every line vanished and the exit status was 0.
+    done = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh",
+                           *_entry("db", "current", "--db", f"sqlite:///{tmp_path}/x.db")],
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (
+        1, "error: standard output is closed; expected it open (`> /dev/null` discards it)\n")

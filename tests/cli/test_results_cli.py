@@ -81,8 +81,13 @@ def test_results_cells_and_pivot(db_path) -> None:  # noqa: F811
     assert pivot.exit_code == 0 and "h1/toy/cpu" in pivot.output and "h2/toy/cpu" in pivot.output
     assert "Across targets" in pivot.output
     for view in (["--cells"], ["--pivot", "target"]):  # it pointed at a matrix 'results'
-        empty = invoke(db_path, "results", "--matrix", DEMO_ID, "--model", "nobody", *view)
+        empty = invoke(db_path, "results", "--matrix", DEMO_ID, "--since", "9000-01-01", *view)
         assert (empty.exit_code, empty.output) == (0, "no done runs match these filters\n")
+        # A value no stored run holds is a typo, not a query that matched nothing.
+        typo = invoke(db_path, "results", "--matrix", DEMO_ID, "--model", "nobody", *view)
+        assert typo.exit_code == 2 and typo.stderr.startswith(
+            "error: --model: no stored run has 'nobody'; expected one of the stored "
+            "values: "), typo.stderr
 
 
 def test_results_cells_of_one_arm_keep_the_plain_runs_its_speedups_need(db_path) -> None:  # noqa: F811
@@ -172,3 +177,40 @@ def test_bad_input_is_one_line_and_exit_2(db_path, args, needle) -> None:  # noq
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+
+
+def test_a_matrix_id_cut_short_is_named_in_full(db_path) -> None:  # noqa: F811
+    result = invoke(db_path, "results", "--matrix", DEMO_ID[:-2])
+    assert result.exit_code == 2, result.output
+    assert f"expected a whole id (did you mean {DEMO_ID!r}?)" in result.stderr
+    unknown = invoke(db_path, "matrix", "show", "zz-nope")
+    assert "expected an id that `specfleet matrix list` shows" in unknown.stderr
+
+
+def test_markdown_has_one_heading_and_empty_csv_keeps_its_header(db_path) -> None:  # noqa: F811
+    for view in ([], ["--cells"]):
+        text = invoke(db_path, "results", "--matrix", DEMO_ID, "--format", "md", *view).stdout
+        assert text.startswith("## ") and "\n### " not in text, text[:200]
+    empty = invoke(db_path, "results", "--matrix", DEMO_ID, "--since", "9000-01-01",
+                   "--format", "csv").stdout
+    assert empty.startswith("run_key,matrix_id,") and empty.count("\n") == 1
+    unchanged = invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--only-changed", "--format", "csv",
+                       "--fail-on", "none").stdout
+    assert unchanged.splitlines()[0].startswith("target,model,prompt,arm,median_a,median_b")
+
+
+@pytest.mark.parametrize(("column", "value"), [("lookup", "{not json"),
+                                               ("finished_at", "yesterday")])
+def test_a_hand_damaged_value_is_one_line(db_path, tmp_path, column, value) -> None:  # noqa: F811
+    import shutil
+    import sqlite3
+
+    damaged = tmp_path / "damaged.db"
+    shutil.copy(db_path, damaged)
+    with sqlite3.connect(damaged) as conn:
+        conn.execute(f"UPDATE runs SET {column} = ? WHERE rowid = 1", (value,))
+    for args in (["results"], ["compare", DEMO_ID, AFTER_ID]):
+        result = invoke(damaged, *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stderr.count("\n") == 1 and "a stored value cannot be read" in result.stderr
+        assert "expected the store as specfleet wrote it" in result.stderr

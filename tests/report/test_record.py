@@ -65,3 +65,27 @@ def test_report_cli_writes_and_prints_paths(db_path, tmp_path) -> None:
     clash = CliRunner().invoke(app, ["report", DEMO_ID, "--out", str(afile), "--db",
                                      str(db_path)])
     assert clash.exit_code == 2 and "--out" in clash.stderr
+
+
+@pytest.mark.parametrize("fails_at", ["the CSV", "a plot"])
+def test_a_write_that_fails_leaves_no_half_record(store, tmp_path, monkeypatch, fails_at) -> None:
+    import errno
+
+    import specfleet.report.record as record
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(record, "export_runs" if fails_at == "the CSV" else "write_plots", full)
+    with pytest.raises(UserError, match="rec: cannot write the record .No space left on device.; "
+                                        "expected a folder you can write with room for it"):
+        write_record(store, DEMO_ID, tmp_path / "rec")
+    assert not (tmp_path / "rec").exists()  # the folder it made is gone again
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "runs.csv").write_text("an older record\n")
+    with pytest.raises(UserError):
+        write_record(store, DEMO_ID, kept)
+    assert [p.name for p in kept.iterdir()] == ["runs.csv"]  # as it was: no staging left
+    assert (kept / "runs.csv").read_text() == "an older record\n"
+
