@@ -93,6 +93,21 @@ def node_processes(temp_dir: str) -> list[psutil.Process]:
     return found
 
 
+def client_servers(head_address: str) -> list[psutil.Process]:
+    """The Ray Client server `ray start --head` started for this head: its command line
+    names the head's address but not the temp dir, and it outlives the `ray start` that
+    made it, so neither the snapshot nor the children find it."""
+    # By the GCS port: Ray gives it the node's own IP, which may not be the recorded one.
+    port = head_address.rpartition(":")[2]
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if "ray.util.client.server" in cmdline and any(
+                arg.startswith("--address=") and arg.endswith(f":{port}") for arg in cmdline):
+            found.append(proc)
+    return found
+
+
 def snapshot(temp_dir: str) -> list[list[float]]:
     """[pid, create_time] of the node's processes now."""
     out = []
@@ -106,7 +121,7 @@ def snapshot(temp_dir: str) -> list[list[float]]:
 
 def own_processes(record: NodeRecord) -> list[psutil.Process]:
     """The recorded processes still alive (same pid AND start time), those naming the node's
-    temp dir, and every child of either."""
+    temp dir, a head's Ray Client server, and every child of any."""
     procs: dict[int, psutil.Process] = {}
     for pid, created in record.pids:
         try:
@@ -116,6 +131,8 @@ def own_processes(record: NodeRecord) -> list[psutil.Process]:
         except psutil.Error:
             continue
     for proc in node_processes(record.temp_dir):
+        procs.setdefault(proc.pid, proc)
+    for proc in client_servers(record.address) if record.head else []:
         procs.setdefault(proc.pid, proc)
     for proc in list(procs.values()):
         try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 from specfleet.jobs.run import Target
 from specfleet.settings import ADDRESS, THREADS
 from specfleet.userfiles import read_text
@@ -223,18 +223,23 @@ def check_reachable(address: str, source: str = "--address", timeout_s: float = 
                         f"({err}){hint}") from None
 
 
+HEAD_ANSWER_MS = 5000  # how long a listener gets to answer as a Ray head
+
+
 def check_token(address: str, source: str = "--address") -> None:
     """Fail fast on a token the head refuses: `ray.init` retries it for ~20 s, then says only
     that it could not connect. One authenticated call to the head's GCS settles it."""
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]
-    from ray.exceptions import AuthenticationError
+    from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
+    from ray.exceptions import AuthenticationError, RpcError
 
     from specfleet.cluster import fleet
 
     fleet.enable_token_auth()
     try:
         with _quiet_stderr():  # Ray's C++ client logs the refusal itself, with a timestamp
-            GcsClient(address=address)  # its first call asks for the cluster id
+            # Its first call asks for the cluster id; a head answers in milliseconds, and
+            # GcsClient's own 20 s timeout (twice over) kept a mistyped port waiting 41 s.
+            InnerGcsClient.standalone(address, None, HEAD_ANSWER_MS)
     except AuthenticationError:
         if os.environ.get("RAY_AUTH_TOKEN"):
             which = "the token in $RAY_AUTH_TOKEN: set it to the head's token"
@@ -242,6 +247,10 @@ def check_token(address: str, source: str = "--address") -> None:
             which = f"the token at {fleet.token_path()}: copy the head's token file there"
         raise UserError(f"{address} (from {source}): the Ray head there refuses {which}") \
             from None
+    except RpcError as err:  # something listens there, but it is no Ray head (a web server)
+        raise UserError(f"{address} (from {source}): what answers there is not a Ray head "
+                        f"({one_line(str(err))}); expected the HOST:PORT `specfleet fleet up` "
+                        "printed") from None
 
 
 @contextlib.contextmanager

@@ -82,6 +82,28 @@ def cli(
 # ---- no cluster needed -------------------------------------------------------------------
 
 
+def test_an_address_where_no_ray_head_answers_is_one_line_in_seconds() -> None:
+    # A web server on the port: Ray's client raised RpcError after 41 s, as a traceback.
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        started = time.monotonic()
+        done = cli("fleet", "status", "--address", address, timeout=90)
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 2 and not done.stdout, done.stderr[-2000:]
+    assert done.stderr.startswith(f"error: {address} (from --address): what answers there is not "
+                                  "a Ray head ("), done.stderr
+    assert done.stderr.count("\n") == 1 and "expected the HOST:PORT" in done.stderr
+    assert took < 40, took  # under GcsClient's own timeout, twice over
+
+
 def test_join_refuses_mismatched_versions_in_one_line() -> None:
     head = {"python": "3.11.7", "ray": "2.60.0"}
     check_versions(head, dict(head))

@@ -3,6 +3,7 @@ leave stops exactly the processes its own `up` started."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -55,13 +56,14 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
     env = env_for(tmp_path)
     short = tempfile.mkdtemp(prefix="sfl-")  # Ray's socket paths must stay under 108 bytes
     other_dir, mine_dir = f"{short}/other", f"{short}/mine"
+    other_port = free_port()
     try:
         up = run([str(BIN / "specfleet"), "fleet", "up", "--name", "lv", "--node-ip",
                   "127.0.0.1", "--port", str(free_port()), "--num-cpus", "1",
                   "--temp-dir", mine_dir], env)
         assert up.returncode == 0, up.stderr[-2000:]
         # Someone else's Ray on the same machine, same user, started after ours.
-        other = run([str(BIN / "ray"), "start", "--head", "--port", str(free_port()),
+        other = run([str(BIN / "ray"), "start", "--head", "--port", str(other_port),
                      "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
                      "--include-dashboard", "false", "--temp-dir", other_dir,
                      # Ray's two fixed default ports are taken by our node on this address.
@@ -76,6 +78,10 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
         mine = noderecord.node_processes(mine_dir)
         theirs = noderecord.node_processes(other_dir)
         assert mine and theirs
+        # `ray start --head` leaves its Ray Client server (port 10001) outside both.
+        client = noderecord.client_servers(record["address"])
+        assert client, "no Ray Client server named the head's address"
+        mine += client
         left = run([str(BIN / "specfleet"), "fleet", "leave"], env)
         assert left.returncode == 0, left.stderr[-2000:]
         assert left.stdout.strip() == "host lv left the fleet"
@@ -85,7 +91,14 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
         assert not (tmp_path / "home" / noderecord.RECORD_NAME).exists()
         again = run([str(BIN / "specfleet"), "fleet", "leave"], env)
         assert again.returncode == 2 and "nothing to leave" in again.stderr
-    finally:  # stop only what this test started, found by its own temp dirs
+    finally:  # stop only what this test started, found by its own temp dirs and record
+        record_file = tmp_path / "home" / noderecord.RECORD_NAME
+        if record_file.exists():  # a failure before `leave`: its supervisor would rejoin
+            left_over = json.loads(record_file.read_text())
+            with contextlib.suppress(psutil.Error, TypeError):
+                noderecord.stop_processes([psutil.Process(left_over["supervisor_pid"])])
+            noderecord.stop_processes(noderecord.client_servers(left_over["address"]))
+        noderecord.stop_processes(noderecord.client_servers(f"127.0.0.1:{other_port}"))
         for temp_dir in (mine_dir, other_dir):
             noderecord.stop_processes(noderecord.node_processes(temp_dir), grace_s=10)
         shutil.rmtree(short, ignore_errors=True)
