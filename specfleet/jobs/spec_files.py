@@ -65,9 +65,26 @@ def parse_matrix_spec(
         spec = MatrixSpec.model_validate(data)
     except ValidationError as err:
         raise UserError(validation_message(label, MatrixSpec, err)) from None
+    spec = _anchor_model_folders(spec, base_dir)
     directory, fallback = _prompt_dir(spec, base_dir, prompt_dir)
     check_matrix(spec, label, directory, beside=base_dir if fallback else None)
     return spec.model_copy(update={"prompt_dir": str(directory)})
+
+
+def _anchor_model_folders(spec: MatrixSpec, base_dir: Path) -> MatrixSpec:
+    """A model given as a relative folder (`./smol`, `../models/x`, `~/m`) names it from the
+    matrix file's folder (`bench`: the current one), as a worker with another working folder
+    must find it: the same absolute path in `models` and `prompt_suffix`."""
+    def anchored(model: str) -> str:
+        if not model.startswith(("./", "../", "~")):
+            return model  # an alias, `hf:ORG/NAME`, an absolute folder
+        return str((base_dir / Path(model).expanduser()).resolve())
+
+    if not any(anchored(m) != m for m in spec.models):
+        return spec
+    return spec.model_copy(update={
+        "models": [anchored(m) for m in spec.models],
+        "prompt_suffix": {anchored(k): v for k, v in spec.prompt_suffix.items()}})
 
 
 def _prompt_dir(spec: MatrixSpec, base_dir: Path,

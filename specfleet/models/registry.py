@@ -170,8 +170,10 @@ def resolve_model(
             engines = ", ".join(e for e in MODEL_ENGINES if e in entry)
             raise UserError(f"model {alias_or_path!r} has no {engine} source (available: {engines})")
         source = entry[engine]
-    elif alias_or_path.startswith("hf:") or expand_user(alias_or_path, "model").is_dir():
+    elif alias_or_path.startswith("hf:"):
         source = alias_or_path
+    elif (folder := expand_user(alias_or_path, "model")).is_dir():
+        source = str(folder.resolve())  # from where the command runs, not models.yaml's folder
     else:
         known = ", ".join(sorted(registry))
         raise UserError(
@@ -326,7 +328,7 @@ def weights_hash(folder: Path) -> str:
     cache = folder / HASH_FILE
     try:
         cached = json.loads(cache.read_text())
-        if cached.get("files") == stamp:
+        if isinstance(cached, dict) and cached.get("files") == stamp:  # else: hash again
             return str(cached["sha256"])
     except (OSError, ValueError, KeyError):
         pass

@@ -48,6 +48,19 @@ def test_good_file_loads_with_shorthands_and_defaults(configs: Path) -> None:
     assert Path(spec.prompt_dir) == (configs / "prompts").resolve()
 
 
+def test_a_relative_model_folder_is_read_from_the_files_folder(configs: Path, monkeypatch,
+                                                               tmp_path: Path) -> None:
+    # A worker runs in another folder: `./smol` must name the folder beside the matrix file.
+    monkeypatch.chdir(tmp_path)
+    text = GOOD.replace("models: [m1]", "models: [./smol, ../up, m1, hf:org/name]") + \
+        "prompt_suffix: {./smol: ' /no_think'}\n"
+    spec = load_matrix_spec(write(configs, text))
+    beside = (configs / "matrices").resolve()
+    assert spec.models == [str(beside / "smol"), str(configs.resolve() / "up"), "m1",
+                           "hf:org/name"]
+    assert spec.prompt_suffix == {str(beside / "smol"): " /no_think"}
+
+
 def test_long_forms_options_and_loop_guard_string(configs: Path) -> None:
     text = GOOD.replace("arms: [plain, graded, gated]", (
         "arms: [plain, {arm: gated, max_draft: 4, ngram_min: 1}, fixed]\n"

@@ -71,6 +71,25 @@ def test_alias_and_folder_resolve_with_size_and_cached_hash(registry):
     assert by_path.path == folder and by_path.weights_hash == digest
 
 
+def test_a_relative_folder_is_read_from_the_current_folder(registry, tmp_path, monkeypatch):
+    # It was joined to models.yaml's folder: `-m ./realmodel` named the packaged configs.
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "m").mkdir(parents=True)
+    (elsewhere / "m" / "config.json").write_text("{}")
+    (elsewhere / "m" / "model.safetensors").write_bytes(b"xyz")
+    monkeypatch.chdir(elsewhere)
+    model = resolve_model("./m", "torch")
+    assert (model.alias, model.path, model.fetched) == ("./m", elsewhere / "m", True)
+
+
+@pytest.mark.parametrize("cache", ["[]", '"x"', "7", "{not json"])
+def test_a_damaged_hash_cache_is_hashed_again(registry, cache):
+    folder = registry.parent / "local-model"
+    first = weights_hash(folder)
+    (folder / HASH_FILE).write_text(cache)
+    assert weights_hash(folder) == first
+
+
 def test_weights_hash_follows_a_replaced_file(registry):
     folder = registry.parent / "local-model"
     first = weights_hash(folder)
