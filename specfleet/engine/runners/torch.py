@@ -19,7 +19,8 @@ reports through a runner never names a device.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,9 +194,12 @@ class TorchRunner(TokenizerText):
         resolved = resolve_device(device)
         dtype = torch.float32 if resolved == "cpu" else "auto"
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+            with _quiet_load_report():
+                model, loading = AutoModelForCausalLM.from_pretrained(
+                    str(path), dtype=dtype, output_loading_info=True)
         except (StrictDataclassError, SafetensorError) as err:  # a config field, a weights file
             raise ValueError(" ".join(str(err).split())) from None  # refused, as by transformers
+        _refuse_partial_weights(loading)
         # transformers' @wraps(Module.to) types `to` as an unbound callable (self first).
         model.to(torch_device(resolved)).eval()  # type: ignore[arg-type]
         tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -322,3 +326,32 @@ class TorchRunner(TokenizerText):
         if self._gpu:
             return torch.cuda.max_memory_allocated() / 1e9, f"{self.device} peak allocated"
         return process_peak_rss()
+
+
+@contextlib.contextmanager
+def _quiet_load_report() -> Iterator[None]:
+    """transformers' multi-line LOAD REPORT (missing or unexpected weights) stays off stderr:
+    `_refuse_partial_weights` says it in one line."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+def _refuse_partial_weights(loading: dict) -> None:
+    """Refuse a checkpoint whose weights do not fill the model its config.json describes (a
+    layer count edited, another model's weights): transformers initialises what is missing at
+    random and drops what is left over, and the replies would be noise. MLX refuses it too."""
+    for kind, what in (
+        ("missing_keys", "weights the config.json describes are missing from the weights files"),
+        ("unexpected_keys", "weights in the weights files are not in the model the config.json "
+                            "describes"),
+    ):
+        keys = sorted(loading.get(kind) or [])
+        if keys:
+            raise ValueError(f"{len(keys)} {what} (e.g. {keys[0]}); expected a config.json and "
+                             "weights of the same model")

@@ -144,3 +144,29 @@ def test_what_transformers_logs_while_the_load_probe_runs_is_said_at_the_first_p
         assert len(seen) == 3  # said once
     finally:
         library.removeHandler(catch)
+
+
+@pytest.mark.parametrize(("layers", "said"), [
+    (40, "90 weights the config.json describes are missing from the weights files"),
+    (29, "9 weights in the weights files are not in the model the config.json describes"),
+])
+def test_a_config_that_does_not_match_its_weights_is_refused(bundled_model, tmp_path, capfd,
+                                                            layers, said):
+    # transformers initialised the missing layers at random (or dropped the extra ones) and
+    # the replies were noise; its report was 15 lines of stderr.
+    import json
+
+    source = bundled_model.torch.path
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    for item in source.iterdir():
+        if item.is_file() and item.name != "config.json":
+            (folder / item.name).symlink_to(item)
+    config = json.loads((source / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="expected a config.json and weights of the same model"
+                       ) as err:
+        TorchRunner.load(folder)
+    assert said.split(" weights")[0] in str(err.value) and said.split(" ", 1)[1] in str(err.value)
+    assert "LOAD REPORT" not in capfd.readouterr().err
