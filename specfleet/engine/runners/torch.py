@@ -195,13 +195,14 @@ class TorchRunner(TokenizerText):
         dtype = torch.float32 if resolved == "cpu" else "auto"
         try:
             with _quiet_load_report():
-                model, loading = AutoModelForCausalLM.from_pretrained(
+                # With output_loading_info it returns (model, what loaded), which it does not type.
+                loaded: Any = AutoModelForCausalLM.from_pretrained(
                     str(path), dtype=dtype, output_loading_info=True)
         except (StrictDataclassError, SafetensorError) as err:  # a config field, a weights file
             raise ValueError(" ".join(str(err).split())) from None  # refused, as by transformers
+        model, loading = loaded
         _refuse_partial_weights(loading)
-        # transformers' @wraps(Module.to) types `to` as an unbound callable (self first).
-        model.to(torch_device(resolved)).eval()  # type: ignore[arg-type]
+        model.to(torch_device(resolved)).eval()
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         return cls(model, tokenizer, resolved)
 
