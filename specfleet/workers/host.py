@@ -21,6 +21,7 @@ from typing import Any
 from specfleet.engine.config import PromptLookupConfig, resolve_policy
 from specfleet.engine.peers import PeerCall
 from specfleet.engine.stats import COUNTER_FIELDS
+from specfleet.errors import UserError
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.settings import SELFTEST
 from specfleet.workers.bandwidth import measure_device_read_gb_per_s, measure_read_gb_per_s
@@ -379,6 +380,8 @@ class HostWorker:
             entry = self._load(spec)
             warmup_s = 0.0
         prompt_ids = entry.runner.encode_prompt(spec.prompt_text, spec.chat)
+        if spec.target.engine != "toy":
+            _check_context(entry.key[2], spec, len(prompt_ids))
         costs, calibration = self._costs.for_run(spec, entry, self._info.fingerprint)
         lookup, policy = run_policy(spec, costs)
         peer = peer_call(spec, self._cancel.is_set, lambda: self._gguf(spec), worker_threads())
@@ -513,3 +516,15 @@ class HostWorker:
             finished_at=datetime.now(UTC),
         )
 
+
+
+def _check_context(folder: str, spec: RunSpec, prompt_tokens: int) -> None:
+    """Fail a run whose prompt and reply overrun the model's context: past it the positions
+    are ones the model never saw, and the run would be stored as done all the same."""
+    from specfleet.models.registry import context_tokens
+
+    context = context_tokens(Path(folder))
+    if context is not None and prompt_tokens + spec.max_tokens > context:
+        raise UserError(f"prompt {spec.prompt_name!r} is {prompt_tokens} tokens and max_tokens "
+                        f"{spec.max_tokens}; together they exceed {spec.model}'s context of "
+                        f"{context} tokens; expected a shorter prompt or a smaller max_tokens")

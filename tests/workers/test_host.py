@@ -264,6 +264,11 @@ def test_a_real_torch_run_is_warmed_once_and_matches_plain(
     assert loaded["runs"] == 2 and loaded["warmed_max_drafts"] == [2]
     # fp32, tied embedding once: 134,515,008 parameters x 4, stored for the bandwidth ceiling
     assert plain.engine_config["weight_bytes"] == loaded["weight_bytes"] == 538_060_032
+    # A prompt past the context failed nothing: it ran and was stored as done.
+    long = worker.run(torch_spec("t-long", "plain").model_copy(
+        update={"prompt_text": "hello world " * 4200}))
+    assert long.status == "failed" and "together they exceed smollm2-135m's context of 8192 " \
+        "tokens; expected a shorter prompt or a smaller max_tokens" in long.error, long.error
 
 
 def test_a_simulated_host_can_stand_in_its_machine_id() -> None:
