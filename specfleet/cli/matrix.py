@@ -28,7 +28,7 @@ from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
-from specfleet.jobs.spec import MatrixSpec
+from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
 from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.report.tables import render_matrix
 from specfleet.settings import LEASE_S, STORE_RETRY_S
@@ -273,6 +273,8 @@ def resume_cmd(
     done says so and exits 0 without a fleet."""
     parse_wait(wait)  # a bad duration is one line, before the fleet
     check_driver_settings()
+    # Both flags, or a malformed address, even when every run is done and no fleet starts.
+    choose_fleet(address, embedded, joined=False)
     with open_store(db, existing=True) as store:  # a mistyped --db: not a new empty store
         _say_written_back(store)
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
@@ -372,8 +374,8 @@ def validate(
 def _check_models(spec: MatrixSpec, file: str, address: str | None, local: bool):
     """The model checks of `validate` and the words saying where they were made."""
     from specfleet.cluster.modelcheck import check_here, check_on_hosts
-    from specfleet.cluster.reach import choose_fleet
 
+    choose_fleet(address, joined=False)  # a malformed --address, whatever the matrix checks
     if set(spec.targets.engines) == {"toy"}:  # toy names read the same on every host
         return check_here(spec, file), "every model resolved"
     if local:
@@ -393,7 +395,7 @@ def _check_models(spec: MatrixSpec, file: str, address: str | None, local: bool)
 @app.command("schema")
 def schema() -> None:
     """The JSON schema of a matrix file."""
-    typer.echo(json.dumps(MatrixSpec.model_json_schema(), indent=2))
+    typer.echo(json.dumps(matrix_json_schema(), indent=2))
 
 
 def _counts_text(counts) -> str:

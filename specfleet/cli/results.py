@@ -18,6 +18,7 @@ from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
+from specfleet.report.grid import check_format
 from specfleet.report.history import (
     CHANGED_VERDICTS,
     cell_history,
@@ -27,6 +28,7 @@ from specfleet.report.history import (
     same_matrix,
 )
 from specfleet.report.results import check_stored_values, render_results, run_filters
+from specfleet.report.tables import check_pivot
 from specfleet.stats.changes import DEFAULT_FACTOR
 from specfleet.stats.history import changed_only, history_regressions
 from specfleet.store.store import open_store
@@ -74,6 +76,8 @@ def results(
     db: DbOption = None,
 ) -> None:
     """Stored runs matching the filters (or, with --cells / --pivot, their cells)."""
+    check_format(fmt)  # the flags' own mistakes first, then what the store holds
+    check_pivot(pivot)
     with open_store(db, read_only=True) as store:
         filters = run_filters(store, host=host, kind=kind, engine=engine, device=device,
                               model=model, prompt=prompt, arm=arm, matrix=matrix,

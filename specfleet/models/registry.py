@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -129,6 +130,15 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
 
 
 _SOURCE_EXPECTED = "bundled, hf:ORG/NAME or a model folder"
+# A Hugging Face repo id: ORG/NAME of letters, digits, '-', '_' and '.', neither starting
+# with '.' nor holding '..' (a path such as `hf:../../etc` is no repo).
+_HF_ID = re.compile(r"hf:(?!\.)(?!.*\.\.)[\w.-]+/(?!\.)[\w.-]+")
+
+
+def check_hf_id(source: str, where: str) -> None:
+    """Refuse `hf:` followed by anything but ORG/NAME, naming `where` it was written."""
+    if not _HF_ID.fullmatch(source):
+        raise UserError(f"{where} {source!r} is no Hugging Face repo id; expected hf:ORG/NAME")
 
 
 def _check_entry_field(label: str, where: str, key: object, value: object) -> None:
@@ -138,9 +148,11 @@ def _check_entry_field(label: str, where: str, key: object, value: object) -> No
     elif key not in MODEL_ENGINES:
         raise UserError(f"{label}: {where}: unknown field; expected description or a source "
                         f"per engine ({', '.join(MODEL_ENGINES)})")
-    elif not isinstance(value, str) or value.strip() in ("", "hf:"):
+    elif not isinstance(value, str) or not value.strip():
         raise UserError(f"{label}: {where}: expected {_SOURCE_EXPECTED}, got "
                         f"{describe_value(value)}")
+    elif value.startswith("hf:"):
+        check_hf_id(value, f"{label}: {where}:")
 
 
 def resolve_model(
@@ -171,6 +183,7 @@ def resolve_model(
             raise UserError(f"model {alias_or_path!r} has no {engine} source (available: {engines})")
         source = entry[engine]
     elif alias_or_path.startswith("hf:"):
+        check_hf_id(alias_or_path, "model")
         source = alias_or_path
     elif (folder := expand_user(alias_or_path, "model")).is_dir():
         source = str(folder.resolve())  # from where the command runs, not models.yaml's folder

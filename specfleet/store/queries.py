@@ -188,11 +188,14 @@ class StoreQueries:
             return [run_spec(run, text) for run, text in session.execute(stmt)]
 
 
+MAX_ID_HINT_CHARS = 200  # matrix ids are ~30 characters; past this nothing begins so
+
+
 def _id_hint(session: Session, matrix_id: str) -> str:
     """What an unknown matrix id should have been: the one stored id it begins (a short
     prefix typed), else where the ids are listed."""
     prefix = matrix_id.strip()
-    if prefix:
+    if 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         found = session.scalars(select(Matrix.id).where(Matrix.id.like(f"{escaped}%", escape="\\"))
                                 .limit(2)).all()

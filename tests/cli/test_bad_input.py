@@ -428,6 +428,13 @@ NAMED = {
         {}, NO_FILES, ["db", "current", "--db", "postgresql+psycopg://u:s3cret@[zz/x"],
         ["--db: postgresql+psycopg://u:***@", "host '[zz'",
          "expected postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"]),
+    "generate: -m hf: with no repo": (  # "'hf:':  is not in the local Hugging Face cache"
+        {}, NO_FILES, ["generate", "-m", "hf:", "-p", "hi"],
+        ["--model: model 'hf:' is no Hugging Face repo id; expected hf:ORG/NAME"]),
+    "SPECFLEET_MODELS: an hf: source that is a path": (  # its hint said `hf download ../../etc`
+        {"SPECFLEET_MODELS": "{here}/models.yaml"},
+        files(models__yaml='models:\n  x:\n    torch: "hf:../../etc"\n'), ["models", "list"],
+        ["models.x.torch: 'hf:../../etc' is no Hugging Face repo id; expected hf:ORG/NAME"]),
     "SPECFLEET_MODELS: a binary file": (
         {"SPECFLEET_MODELS": "{here}/models.bin"}, files(models__bin="\x89PNG\xff\x00"),
         ["models", "list"],
@@ -645,7 +652,7 @@ NAMED = {
         ["--db: contains a NUL character; expected sqlite:///PATH or "]),
     "db current: a SQLite URL whose path is blank": (  # "no database file yet", exit 0
         {}, NO_FILES, ["db", "current", "--db", "sqlite:///   "],
-        ["--db: a SQLite URL needs a file path (sqlite:///PATH)"]),
+        ["--db: 'sqlite:///   ' starts or ends with whitespace; expected sqlite:///PATH"]),
     # Path.expanduser's RuntimeError was a traceback in each.
     "db current: --db under the home of no user": (
         {}, NO_FILES, ["db", "current", "--db", f"~{NO_USER}/x.db"],
@@ -797,7 +804,7 @@ NAMED = {
          "model folder, got 5"]),
     "SPECFLEET_MODELS: an empty hf id": (
         {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {x: {mlx: 'hf:'}}\n"),
-        ["models", "list"], ["models.x.mlx: expected bundled, hf:ORG/NAME or a model folder"]),
+        ["models", "list"], ["models.x.mlx: 'hf:' is no Hugging Face repo id; expected hf:ORG/NAME"]),
     "SPECFLEET_MODELS: an unknown engine": (
         {"SPECFLEET_MODELS": "{here}/m.yaml"},
         files(m__yaml="models: {x: {torch: bundled, cuda: bundled}}\n"), ["models", "list"],
@@ -1095,6 +1102,10 @@ NAMED = {
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
+    # Accepted where nothing needed the fleet (test_matrix_cli: a resume with all runs done).
+    "validate: a malformed --address, toy models": (
+        {}, NO_FILES, ["matrix", "validate", "{tmp}/good.yaml", "--address", "bad"],
+        ["--address"]),
     # A pasted space made a second, empty store file beside the real one.
     "db upgrade: --db ends with a space": (
         {}, NO_FILES, ["db", "upgrade", "--db", "{tmp}/store.db "],

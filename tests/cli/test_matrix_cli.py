@@ -86,10 +86,14 @@ def test_matrix_run_status_list_and_validate(fleet, tmp_path, db):
     assert status.stdout.splitlines()[1:] == ["  alpha/toy/cpu: 4 done", "  beta/toy/cpu: 4 done"]
     listing = invoke("matrix", "list", "--db", db)
     assert listing.stdout.split()[:4] == [matrix_id, "toy-cli", "done", "8/8"]
+    both = invoke("matrix", "resume", matrix_id, "--embedded", "--address", "1.2.3.4:5",
+                  "--db", db)  # refused although every run is done and no fleet would start
+    assert both.exit_code == 2 and "--embedded and --address: give one of them" in both.stderr
     check = invoke("matrix", "validate", path)
     assert check.exit_code == 0 and "= 4 runs per target" in check.stdout
     schema = invoke("matrix", "schema")
     assert schema.exit_code == 0 and '"repeats"' in schema.stdout
+    assert json.loads(schema.stdout)["title"] == "specfleet matrix"  # what editors validate
 
 
 def test_without_a_terminal_each_finished_run_is_one_line_and_failures_are_summed(
