@@ -27,7 +27,7 @@ from specfleet.cli.options import (
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
-from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
+from specfleet.jobs.plan import drop_sourceless, peer_skips, plan_runs, select_targets
 from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
 from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.report.tables import render_matrix
@@ -206,9 +206,11 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
 
     label = f"matrix '{spec.name}'"
     here = choose_fleet(address, embedded).embedded
+    no_source: list[tuple[str, str]] = []
     if here:  # this machine alone: said before Ray starts or a store is made
         found = check_here(spec, label)
         refuse_unrunnable_models(found.errors + found.missing)
+        no_source = found.no_source
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
     with open_store(db) as store:  # after the fleet: one that is not there makes no store
@@ -218,6 +220,9 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         if not here:
             refuse_unrunnable_models(check_on_hosts(spec, label, view).errors)
         for line in peer_skips(spec, select_targets(spec, view.targets, view.kinds)):
+            typer.echo(line, err=True)
+        runs, skips = drop_sourceless(runs, no_source, label)
+        for line in skips:
             typer.echo(line, err=True)
         view.record_hosts(store)
         store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=matrix_id)

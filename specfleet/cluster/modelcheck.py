@@ -37,12 +37,15 @@ class ModelReport:
         missing: models whose files are not on this machine (no fleet was asked).
         unanswered: hosts that could not be asked, with why.
         hosts: the hosts that answered (empty: checked on this machine).
+        no_source: (model, engine) cells whose alias names no source for that engine, in a
+            matrix that left engines open: its runs there are left out, not failed.
     """
 
     errors: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     unanswered: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    no_source: list[tuple[str, str]] = field(default_factory=list)
 
 
 def check_here(spec: MatrixSpec, label: str) -> ModelReport:
@@ -52,17 +55,41 @@ def check_here(spec: MatrixSpec, label: str) -> ModelReport:
     other engine may lack it); a problem shared by every engine is said once.
     """
     report = ModelReport()
+    report.errors.extend(_missing_peer_libraries(spec, label))
     for i, model in enumerate(spec.models):
         engines: list[Engine] = list(spec.targets.engines) or list(MODEL_ENGINES)
         checks = {e: check_model(model, e, _longest(spec, e)) for e in engines}
         failing = {e: c for e, c in checks.items() if c.problem}
         if not failing or (not spec.targets.engines and len(failing) < len(checks)):
+            report.no_source.extend((model, e) for e, c in failing.items() if c.no_source)
             continue
         shared = len(failing) > 1 and len({c.problem for c in failing.values()}) == 1
         for engine, check in (list(failing.items())[:1] if shared else failing.items()):
             where = f"models[{i}]" if shared else f"models[{i}]: {engine}"
             _file(report, check, f"{label}: {where}: {check.problem}")
     return report
+
+
+def _missing_peer_libraries(spec: MatrixSpec, label: str) -> list[str]:
+    """A peer arm whose library this machine lacks: every run of it would fail, one by one,
+    after the fleet started (llama-cpp-python is an optional extra)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from specfleet.engine.peers import peer_kind
+    from specfleet.engine.runners.llamacpp_peers import INSTALL_HINT
+
+    lines = []
+    for i, arm in enumerate(spec.arms):
+        kind = peer_kind(arm.arm)
+        if kind is None:
+            continue
+        try:
+            version(kind.library)
+        except PackageNotFoundError:
+            hint = INSTALL_HINT if kind.gguf else f"pip install {kind.library}"
+            lines.append(f"{label}: arms[{i}]: {arm.arm} needs {kind.library}, which this "
+                         f"machine lacks; expected it installed: {hint}")
+    return lines
 
 
 def _longest(spec: MatrixSpec, engine: str) -> int:

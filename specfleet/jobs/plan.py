@@ -166,6 +166,29 @@ def peer_skips(spec: MatrixSpec, targets: list[Target]) -> list[str]:
     return lines
 
 
+def drop_sourceless(runs: list[RunSpec], no_source: list[tuple[str, str]], label: str
+                    ) -> tuple[list[RunSpec], list[str]]:
+    """Leave out the runs of (model, engine) cells whose alias names no source for that
+    engine (an MLX-only quantisation in a matrix open to every engine): they could only fail.
+
+    Returns:
+        The runs kept, and one line per model and engine saying where it was skipped.
+
+    Raises:
+        UserError: nothing is left to run.
+    """
+    lines = []
+    for model, engine in no_source:
+        left = sorted({r.target.label for r in runs if (r.model, r.target.engine) == (model, engine)})
+        if left:
+            lines.append(f"model {model} has no {engine} source: skipped on {', '.join(left)}")
+    kept = [r for r in runs if (r.model, r.target.engine) not in set(no_source)]
+    if runs and not kept:
+        raise UserError(f"{label}: no target of this fleet runs any of its models; expected a "
+                        "model with a source for one of the fleet's engines")
+    return kept, lines
+
+
 def _cell_runs(spec: MatrixSpec, target: Target, model: str, prompt: PromptEntry, text: str,
                matrix_id: str) -> list[RunSpec]:
     max_tokens = spec.max_tokens_for(prompt, target.engine)

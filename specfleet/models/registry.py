@@ -75,6 +75,10 @@ class ModelNotFetched(UserError):
     """The model is known, but its files are not on this machine (another host may hold them)."""
 
 
+class NoEngineSource(UserError):
+    """The alias names no source for this engine (an MLX-only quantisation, say)."""
+
+
 def bundled_source(source: str) -> tuple[BundledGguf, str] | None:
     """The bundled model and its folder name a `bundled[-q4][:NAME]` source names.
 
@@ -180,7 +184,8 @@ def resolve_model(
         entry = registry[alias_or_path]
         if engine not in entry:
             engines = ", ".join(e for e in MODEL_ENGINES if e in entry)
-            raise UserError(f"model {alias_or_path!r} has no {engine} source (available: {engines})")
+            raise NoEngineSource(f"model {alias_or_path!r} has no {engine} source (available: "
+                                 f"{engines})")
         source = entry[engine]
     elif alias_or_path.startswith("hf:"):
         check_hf_id(alias_or_path, "model")

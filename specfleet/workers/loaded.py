@@ -133,10 +133,12 @@ class ModelCheck:
     Attributes:
         problem: why it cannot, one line (None: it can).
         missing: the model is known but its files are not on this host (another may hold them).
+        no_source: its alias names no source for this engine: runs there are left out.
     """
 
     problem: str | None = None
     missing: bool = False
+    no_source: bool = False
 
 
 def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
@@ -159,12 +161,19 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
         except UserError as err:
             return ModelCheck(str(err))
         return ModelCheck()
-    from specfleet.models.registry import ModelNotFetched, context_tokens, resolve_model
+    from specfleet.models.registry import (
+        ModelNotFetched,
+        NoEngineSource,
+        context_tokens,
+        resolve_model,
+    )
 
     try:
         resolved = resolve_model(model, engine, measure=False)
     except ModelNotFetched as err:
         return ModelCheck(str(err), missing=True)
+    except NoEngineSource as err:
+        return ModelCheck(str(err), no_source=True)
     except UserError as err:
         return ModelCheck(str(err))
     context = context_tokens(resolved.path)

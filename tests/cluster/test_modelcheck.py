@@ -70,6 +70,36 @@ def test_check_here_files_missing_models_apart_and_says_a_shared_problem_once(he
     assert (torch_only.errors, len(torch_only.missing)) == ([], 1)
 
 
+def test_an_alias_without_a_source_for_an_open_engine_is_a_cell_to_skip(here) -> None:
+    folder = model_folder(here / "small", context=64)
+    (here / "models.yaml").write_text(yaml.safe_dump({"models": {"q4": {"mlx": str(folder)}}}))
+    report = check_here(spec(["q4"]), "m.yaml")
+    assert (report.errors, report.missing, report.no_source) == ([], [], [("q4", "torch")])
+    asked = check_here(spec(["q4"], engines=["torch"]), "m.yaml")  # asked for: a mistake
+    assert asked.errors == ["m.yaml: models[0]: torch: model 'q4' has no torch source "
+                            "(available: mlx)"] and asked.no_source == []
+
+
+def test_a_peer_arm_whose_library_is_missing_here_is_an_error(here, monkeypatch) -> None:
+    import importlib.metadata
+
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == "llama-cpp-python":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    folder = model_folder(here / "small", context=64)
+    report = check_here(spec([str(folder)], engines=["torch"], arms=["plain", "llama.cpp"]),
+                        "m.yaml")
+    assert report.errors == ["m.yaml: arms[1]: llama.cpp needs llama-cpp-python, which this "
+                             "machine lacks; expected it installed: pip install "
+                             "'specfleet[llamacpp]' (it builds llama.cpp from source with the "
+                             "host's compiler; README: Peer engines)"]
+
+
 def test_each_host_is_asked_for_the_cells_its_runs_need() -> None:
     matrix = spec(["a", "b"], prompts=[{"name": "p", "text": "hi", "max_tokens": 40},
                                        {"name": "q", "text": "yo", "targets": {"hosts": ["h2"]},

@@ -8,7 +8,14 @@ import pytest
 
 from specfleet.errors import UserError
 from specfleet.jobs.batch import load_generate_job
-from specfleet.jobs.plan import peer_skips, plan_generate_runs, plan_runs, rotated, run_key
+from specfleet.jobs.plan import (
+    drop_sourceless,
+    peer_skips,
+    plan_generate_runs,
+    plan_runs,
+    rotated,
+    run_key,
+)
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import MatrixSpec
 from specfleet.jobs.spec_files import load_matrix_spec
@@ -189,3 +196,18 @@ def test_a_peer_arm_that_fits_no_selected_target_is_refused_at_submit() -> None:
     with pytest.raises(UserError, match=r"^matrix 't': arms\[1\]: hf runs on torch targets "
                        r"only, and none is selected \(here/mlx/cpu, mac1/mlx/metal\)$"):
         plan_runs(spec(arms=["plain", "hf"]), [MLX, MAC], "mx")
+
+
+def test_a_cell_whose_alias_has_no_source_for_its_engine_is_left_out() -> None:
+    # An MLX-only alias in a matrix open to every engine: its torch runs could only fail.
+    runs = plan_runs(spec(models=["q4", "m"]), [TORCH, MLX, MAC], "mx")
+    kept, lines = drop_sourceless(runs, [("q4", "torch")], "matrix 't'")
+    assert lines == ["model q4 has no torch source: skipped on here/torch/cpu"]
+    assert {(r.model, r.target.engine) for r in kept} == {("q4", "mlx"), ("m", "torch"),
+                                                          ("m", "mlx")}
+    assert len(kept) == len(runs) - 3 * 3  # one cell's three arms x three repeats
+    assert drop_sourceless(runs, [], "matrix 't'") == (runs, [])
+    with pytest.raises(UserError, match="matrix 't': no target of this fleet runs any of its "
+                                        "models"):
+        drop_sourceless(plan_runs(spec(models=["q4"]), [TORCH], "mx"), [("q4", "torch")],
+                        "matrix 't'")
