@@ -112,7 +112,8 @@ def serve(
     except ImportError as err:
         raise UserError(f"specfleet serve needs the `serve` extra ({err.name} is missing): "
                         "pip install 'specfleet[serve]'") from None
-    from specfleet.serve.fleetpage import FleetReader, fleet_address
+    from specfleet.cluster.reach import connect_error
+    from specfleet.serve.fleetpage import REACH_TIMEOUT_S, FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only
 
     if not host.strip():  # the socket layer reads '' as every address, the URL as http://:PORT
@@ -124,6 +125,10 @@ def serve(
     if matrix is not None:
         store.get_matrix(matrix)  # an unknown id: one line, before listening
     check_free(host, port)
+    if address and (unreachable := connect_error(address, REACH_TIMEOUT_S)):
+        # A warning, not a refusal: the store's pages serve without the fleet.
+        typer.echo(f"warning: fleet {address}: no Ray head answers there ({unreachable}); the "
+                   "fleet page will say so", err=True)
     login = f"needs a token: {token_from}" if token else "open: loopback only"
     typer.echo(f"specfleet serve: {url_of(host, port)} (store {store.display_url}, read-only; "
                f"fleet {address or 'none'}; {login})", err=True)

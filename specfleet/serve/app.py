@@ -12,6 +12,7 @@ import io
 import time
 from functools import partial
 from pathlib import Path
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -27,14 +28,15 @@ from starlette.responses import (
     RedirectResponse,
     Response,
 )
-from starlette.routing import Mount, Route
+from starlette.routing import Match, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 
 from specfleet.errors import UserError
 from specfleet.serve import pages, params
-from specfleet.serve.auth import OPEN_PREFIX, Login, TokenGate
+from specfleet.serve.auth import OPEN_PREFIX, Login, TokenGate, is_open
 from specfleet.serve.fleetpage import FleetReader, fleet_page
-from specfleet.store.export import export_runs
+from specfleet.serve.params import NotFound
+from specfleet.store.export import FORMATS, export_runs
 from specfleet.store.store import Store
 
 HERE = Path(__file__).parent
@@ -50,19 +52,16 @@ def _templates() -> Environment:
     return env
 
 
-class NotFound(Exception):
-    """A matrix, cell or page that is not there (404 page with a link back)."""
-
-
 class Views:
     """The route handlers over one read-only store and (optionally) a fleet."""
 
     def __init__(self, store: Store, fleet: FleetReader | None):
         self.store, self.fleet, self.env = store, fleet, _templates()
 
-    def html(self, template: str, context: dict, status: int = 200) -> HTMLResponse:
-        body = self.env.get_template(template).render(store_url=self.store.display_url,
-                                                      **context)
+    def html(self, template: str, context: dict, status: int = 200,
+             show_store: bool = True) -> HTMLResponse:
+        store_url = self.store.display_url if show_store else None
+        body = self.env.get_template(template).render(store_url=store_url, **context)
         return HTMLResponse(body, status_code=status)
 
     async def _page(self, request: Request, build, template: str, allowed: dict,
@@ -107,6 +106,9 @@ class Views:
     async def download(self, request: Request) -> Response:
         params.parse(request.query_params, {})
         matrix_id, fmt = request.path_params["matrix_id"], request.path_params["fmt"]
+        if fmt not in FORMATS:
+            raise NotFound(f"no download runs.{fmt[:40]}; expected "
+                           f"{' or '.join('runs.' + f for f in FORMATS)}")
         runs = await run_in_threadpool(self._runs_of, matrix_id)
         out = io.StringIO()
         export_runs(runs, fmt, out)
@@ -144,23 +146,52 @@ class Views:
 
 
 def _error_handlers(views: Views) -> dict:
-    def wants_json(request: Request) -> bool:
-        return request.url.path.startswith("/api/")
+    def answer(request: Request, status: int, message: str,
+               headers: dict | None = None) -> Response:
+        """One line: JSON under /api/, a 404 page for other 404s, else text."""
+        path = request.url.path
+        if path.startswith("/api/"):
+            return JSONResponse({"error": message}, status_code=status, headers=headers)
+        if status != 404:
+            return PlainTextResponse(f"error: {message}\n", status_code=status, headers=headers)
+        # The token gate lets /static/ and /login through unasked: show them nothing stored.
+        return views.html("missing.html", {"message": message, "path": path}, status=404,
+                          show_store=not is_open(path))
 
     async def bad_parameter(request: Request, err: params.BadParameter) -> Response:
-        return PlainTextResponse(f"error: {err}\n", status_code=400)
+        return answer(request, 400, str(err))
 
     async def missing(request: Request, err: Exception) -> Response:
-        message = str(err) if isinstance(err, UserError | NotFound) else "no such page"
-        if isinstance(err, HTTPException) and err.status_code != 404:
-            return PlainTextResponse(f"error: {err.detail}\n", status_code=err.status_code)
-        if wants_json(request):
-            return JSONResponse({"error": message}, status_code=404)
-        return views.html("missing.html", {"message": message, "path": request.url.path},
-                          status=404)
+        return answer(request, 404, str(err))
+
+    async def http_error(request: Request, err: HTTPException) -> Response:
+        headers = dict(err.headers or {})
+        if err.status_code == 405:
+            allow = headers.setdefault("Allow", "GET, HEAD")  # StaticFiles sends none
+            return answer(request, 405, f"method {request.method} is not allowed here; "
+                          f"expected {allow}", headers)
+        message = "no such page" if err.status_code == 404 else err.detail
+        return answer(request, err.status_code, message, headers)
 
     return {params.BadParameter: bad_parameter, UserError: missing, NotFound: missing,
-            HTTPException: missing}
+            HTTPException: http_error}
+
+
+def _slash_redirect(router: Router):
+    """The router's 404, except that a route's path with a trailing slash goes to the route by
+    a path-only Location (Starlette's own redirect copies the request's Host header there)."""
+    async def default(scope, receive, send):
+        path = scope["path"].rstrip("/")
+        if path != scope["path"]:
+            stripped = {**scope, "path": path}
+            if any(route.matches(stripped)[0] is not Match.NONE for route in router.routes):
+                query = scope.get("query_string", b"").decode("latin-1")
+                location = quote(path) + (f"?{query}" if query else "")
+                await RedirectResponse(location, status_code=307)(scope, receive, send)
+                return
+        await router.not_found(scope, receive, send)
+
+    return default
 
 
 def create_app(store: Store, fleet: FleetReader | None = None,
@@ -176,8 +207,7 @@ def create_app(store: Store, fleet: FleetReader | None = None,
     login = Login(token, v.html)
     get = ["GET"]
     routes = [
-        Route("/login", login.form, methods=get),
-        Route("/login", login.submit, methods=["POST"]),
+        Route("/login", login.page, methods=["GET", "POST"]),  # one route: one Allow header
         Route("/", v.home, methods=get),
         Route("/fleet", v.fleet_view, methods=get),
         Route("/api/fleet", v.fleet_view, methods=get),
@@ -200,7 +230,10 @@ def create_app(store: Store, fleet: FleetReader | None = None,
     ]
     # SecurityHeaders outermost: a refusal carries the same headers as a page.
     middleware = [Middleware(SecurityHeaders), Middleware(TokenGate, token=token)]
-    return Starlette(routes=routes, exception_handlers=_error_handlers(v), middleware=middleware)
+    app = Starlette(routes=routes, exception_handlers=_error_handlers(v), middleware=middleware)
+    app.router.redirect_slashes = False
+    app.router.default = _slash_redirect(app.router)
+    return app
 
 
 class SecurityHeaders:

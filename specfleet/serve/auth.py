@@ -72,6 +72,11 @@ def _bearer(headers: Headers) -> str | None:
     return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
+def is_open(path: str) -> bool:
+    """A path that answers without a token: the login page and the static assets."""
+    return path == LOGIN_PATH or path.startswith(OPEN_PREFIX)
+
+
 def local_path(target: str | None) -> str:
     """`target` when it is a path on this site (never another host, never the login page)."""
     if (not target or not target.startswith("/") or target.startswith("//")
@@ -93,8 +98,7 @@ class TokenGate:
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
-        if (scope["type"] != "http" or self.token is None or path == LOGIN_PATH
-                or path.startswith(OPEN_PREFIX)):
+        if scope["type"] != "http" or self.token is None or is_open(path):
             await self.app(scope, receive, send)
             return
         request = Request(scope)
@@ -133,6 +137,9 @@ class Login:
 
     def __init__(self, token: str | None, render: Callable[..., Response]):
         self.token, self.render = token, render
+
+    async def page(self, request: Request) -> Response:
+        return await (self.submit if request.method == "POST" else self.form)(request)
 
     async def form(self, request: Request) -> Response:
         target = local_path(request.query_params.get("next"))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import threading
 
-from specfleet.cluster.reach import choose_fleet
+from specfleet.cluster.reach import choose_fleet, connect_error
+
+REACH_TIMEOUT_S = 2.0  # a TCP connect to the head; Ray itself retries one for minutes
+CONNECT_WAIT_S = 8.0  # a page waits this long for `ray.init`; the connect goes on behind it
 
 NO_FLEET = ("No fleet: `specfleet serve` was started without --address and this machine has "
             "not joined one (`specfleet fleet join HEAD:PORT`, or pass --address HEAD:PORT).")
@@ -25,20 +28,56 @@ def fleet_address(address: str | None) -> str | None:
     return choose_fleet(address).address
 
 
+class _Connect(threading.Thread):
+    """One `fleet.connect` in a daemon thread: a head that never answers holds neither a
+    request nor the server's shutdown."""
+
+    def __init__(self, address: str):
+        super().__init__(name=f"specfleet serve: connect {address}", daemon=True)
+        self.address = address
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        from specfleet.cluster import fleet
+
+        try:
+            fleet.connect(self.address)
+        except Exception as err:  # noqa: BLE001 - the fleet page says it
+            self.error = err
+
+
 class FleetReader:
     """Connects to the fleet once (on the first fleet page) and reads its status."""
 
     def __init__(self, address: str | None):
         self.address = address
         self._lock = threading.Lock()
+        self._connect: _Connect | None = None
 
     def rows(self) -> list[dict]:
-        """`fleet_status()` rows; raises ConnectionError when the head cannot be reached."""
+        """`fleet_status()` rows.
+
+        Raises:
+            ConnectionError: the head refuses or does not answer (within seconds).
+        """
         from specfleet.cluster import fleet
 
-        with self._lock:  # Ray's driver API is not for concurrent first connects
-            fleet.connect(self.address)
-            return fleet.fleet_status()
+        assert self.address is not None
+        err = connect_error(self.address, REACH_TIMEOUT_S)
+        if err is not None:
+            raise ConnectionError(f"no Ray head answers there ({err})")
+        with self._lock:  # one connect at a time: Ray's driver API is not for concurrent ones
+            if self._connect is None or self._connect.error is not None:
+                self._connect = _Connect(self.address)
+                self._connect.start()
+            connect = self._connect
+        connect.join(CONNECT_WAIT_S)
+        if connect.is_alive():
+            raise ConnectionError(f"the Ray head there has not answered in {CONNECT_WAIT_S:g} "
+                                  "s (still trying; reload later)")
+        if connect.error is not None:
+            raise ConnectionError(str(connect.error))
+        return fleet.fleet_status()
 
 
 def fleet_page(reader: FleetReader | None, store, as_json: bool = False) -> dict:

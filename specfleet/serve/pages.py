@@ -18,6 +18,7 @@ from urllib.parse import quote_plus, urlencode
 import yaml
 
 from specfleet.report.build import done_runs
+from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import (
     cell_history,
     compare,
@@ -31,7 +32,7 @@ from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
 from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
-from specfleet.serve.params import BadParameter
+from specfleet.serve.params import BadParameter, NotFound
 from specfleet.stats.runs import ROW_FIELDS
 from specfleet.stats.view import view_of_runs
 
@@ -39,6 +40,7 @@ MATRICES_PER_PAGE = 50
 RUNS_PER_PAGE = 100
 HISTORY_LAST = 50  # newest matrices a history page shows unless ?last= says otherwise
 PROGRESS_STATUSES = ("done", "running", "pending", "failed", "interrupted")
+COVERAGE_FIELDS = ("host", "engine", "device", "model", "prompt_name", "arm")  # a run's cell
 # What `conditions_by_host` reads of a run besides its cell.
 CONDITIONS_FIELDS = ("host", "conditions", "finished_at", "plan_order", "throttled",
                      "throttle_reason")
@@ -66,13 +68,26 @@ def _time(moment) -> str | None:
     return None if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def last_page(page: int, total: int, per_page: int, what: str) -> int:
+    """How many pages `total` rows fill (at least 1).
+
+    Raises:
+        NotFound: `page` is past the last one (the line names it).
+    """
+    pages = max(1, -(-total // per_page))
+    if page > pages:
+        raise NotFound(f"page {page} is past the last page of the {what}; expected a page "
+                       f"from 1 to {pages}")
+    return pages
+
+
 def matrices_page(store, page: int = 1, as_json: bool = False) -> dict:
     """Every matrix, newest first, a page at a time."""
     total = store.count_matrices()
+    pages = last_page(page, total, MATRICES_PER_PAGE, "matrices")
     rows = store.list_matrices(limit=MATRICES_PER_PAGE, offset=(page - 1) * MATRICES_PER_PAGE)
     items = [{**progress(m), "name": m.name, "submitted_at": _time(m.submitted_at)}
              for m in rows]
-    pages = max(1, -(-total // MATRICES_PER_PAGE))
     return {"matrices": items, "page": page, "pages": pages, "total": total}
 
 
@@ -175,8 +190,8 @@ def runs_page(store, matrix_id: str, page: int = 1, as_json: bool = False) -> di
     """The runs of a matrix in plan order, a page at a time: status, tok/s, load, output."""
     matrix = store.get_matrix(matrix_id)
     total = store.count_runs(matrix=matrix_id)
+    pages = last_page(page, total, RUNS_PER_PAGE, f"runs of {matrix_id}")
     shown = store.runs(matrix=matrix_id, limit=RUNS_PER_PAGE, offset=(page - 1) * RUNS_PER_PAGE)
-    pages = max(1, -(-total // RUNS_PER_PAGE))
     records = [_run_record(r) for r in shown]
     if as_json:
         return {"matrix_id": matrix_id, "page": page, "pages": pages, "runs": records}
@@ -220,9 +235,14 @@ def compare_page(store, a: str, b: str, allow_mixed: bool = False,
     if refusal:
         raise BadParameter(refusal)
     rows = compare(store, a, b, allow_mixed)
+    # As `specfleet compare`: nothing in common is no evidence, never "0 regressions".
+    coverage = compare_coverage(store.runs(matrix=a, columns=COVERAGE_FIELDS),
+                                store.runs(matrix=b, columns=COVERAGE_FIELDS), len(rows))
+    counts = {"compared": coverage.compared, "planned": coverage.planned,
+              "complete": coverage.complete}
     if as_json:
-        return {"a": a, "b": b, "allow_mixed": allow_mixed,
+        return {"a": a, "b": b, "allow_mixed": allow_mixed, "coverage": counts,
                 "cells": json.loads(render_compare(rows, a, b, "json"))}
     return {"table": compare_grid(rows, a, b), "rows": rows, "a": a, "b": b,
-            "allow_mixed": allow_mixed,
+            "allow_mixed": allow_mixed, "coverage": coverage.text(), **counts,
             "regressions": sum(r.verdict == "regression" for r in rows)}

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, get_args
 
+from starlette.datastructures import QueryParams
+
+from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import whole_number
 from specfleet.jobs.run import Arm
+from specfleet.settings import host_name_problem
 
 ARMS = get_args(Arm)
+TARGET_EXPECTED = (f"expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE with ENGINE one of "
+                   f"{', '.join(ENGINES)} and DEVICE one of {', '.join(DEVICES)}")
 
 
 class BadParameter(Exception):
     """A query parameter the user got wrong; `str(err)` is the one line the 400 says."""
+
+
+class NotFound(Exception):
+    """A matrix, cell, page or download that is not there (404 page with a link back)."""
 
 
 # Past this a page's OFFSET overflows SQLite's 64-bit integer (a 500, not a 400).
@@ -56,15 +66,18 @@ def text(value: str) -> str:
 
 def target(value: str) -> str:
     parts = value.split("/")
-    if len(parts) > 3 or not all(parts):
-        raise ValueError("expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE")
+    if len(parts) > 3 or any(part not in known
+                             for part, known in zip(parts[1:3], (ENGINES, DEVICES), strict=False)):
+        raise ValueError(TARGET_EXPECTED)
+    if problem := host_name_problem(parts[0]):
+        raise ValueError(f"HOST: {problem}")
     return value
 
 
 Parser = Callable[[str], Any]
 
 
-def parse(query: Mapping[str, str], allowed: dict[str, Parser],
+def parse(query: QueryParams, allowed: dict[str, Parser],
           required: tuple[str, ...] = ()) -> dict[str, Any]:
     """Check every query parameter against `allowed` (name -> parser).
 
@@ -72,13 +85,16 @@ def parse(query: Mapping[str, str], allowed: dict[str, Parser],
         The parsed values of the parameters given.
 
     Raises:
-        BadParameter: an unknown parameter, a missing required one, or a value its parser
-            refuses (the line names the parameter and what is expected).
+        BadParameter: an unknown parameter, one given twice, a missing required one, or a
+            value its parser refuses (the line names the parameter and what is expected).
     """
-    for name in query:
+    names = [name for name, _ in query.multi_items()]
+    for name in names:
         if name not in allowed:
             expected = ", ".join(allowed) or "none"
             raise BadParameter(f"unknown query parameter {name!r}; expected {expected}")
+        if names.count(name) > 1:  # else the last one would win without a word
+            raise BadParameter(f"query parameter {name!r} given twice; expected it once")
     for name in required:
         if name not in query:
             raise BadParameter(f"query parameter {name!r} is required")

@@ -168,3 +168,14 @@ def test_loopback_and_urls():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
     assert url_of("::1", 8266, "/matrices/x") == "http://[::1]:8266/matrices/x"
+
+
+def test_a_fleet_address_nobody_answers_is_a_warning_and_the_view_still_serves(
+        empty_store, served, no_fleet_token):
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    stderr = _serve("--db", empty_store, "--address", f"127.0.0.1:{port}")
+    assert stderr.startswith(f"warning: fleet 127.0.0.1:{port}: no Ray head answers there ("), \
+        stderr
+    assert stderr.splitlines()[0].endswith("; the fleet page will say so") and served

@@ -109,7 +109,17 @@ def test_compare_highlights_regressions(client, seeded_url):
     regressions = [r for r in rows if r.verdict == "regression"]
     assert len(regressions) == 2
     assert page.count('<tr class="regression">') == 2
-    assert "2 regressions." in page
+    assert "2 regressions. <span id=\"coverage\">4 of 4 cells compared.</span>" in page
+
+
+def test_compare_with_no_cells_in_common_says_so(client):
+    """As `specfleet compare` does ("0 of 6 cells compared", exit 1): never a bare "0"."""
+    page = client.get(f"/compare?a={BASE}&b={EVIL}").text
+    assert f'<span id="coverage" class="error">0 of 6 cells compared (measured in both {BASE}' \
+        in page
+    api = client.get(f"/api/compare?a={BASE}&b={EVIL}").json()
+    assert api["coverage"] == {"compared": 0, "planned": 6, "complete": False}
+    assert client.get(f"/api/compare?a={BASE}&b={NEXT}").json()["coverage"]["complete"]
 
 
 def test_matrices_page_lists_progress_for_live_updates(client):
@@ -145,13 +155,30 @@ def test_fleet_page_without_a_fleet_says_so(client):
 
 @pytest.mark.parametrize("path", [
     "/matrices/nope", "/matrices/nope/runs", "/matrices/nope/spec.yaml", "/matrices/nope/parity",
-    "/matrices/nope/runs.csv", f"/matrices/{BASE}/runs.xml", f"/compare?a={BASE}&b=nope",
+    "/matrices/nope/runs.csv", f"/compare?a={BASE}&b=nope",
     "/history?model=m1&prompt=edit_fn&arm=gated", "/no/such/page",
 ])
 def test_unknown_things_are_a_404_page_with_a_link_back(client, path):
     response = client.get(path)
     assert response.status_code == 404
     assert '<a id="back" href="/matrices">' in response.text
+
+
+def test_an_unknown_download_names_the_ones_there_are(client):
+    response = client.get(f"/matrices/{BASE}/runs.xml")
+    assert response.status_code == 404 and '<a id="back"' in response.text
+    assert "no download runs.xml; expected runs.json or runs.csv" in response.text
+    assert "--format" not in response.text
+
+
+@pytest.mark.parametrize("path", ["/matrices?page=2", "/matrices?page=1000000",
+                                  f"/matrices/{BASE}/runs?page=2"])
+def test_a_page_past_the_last_is_a_404_naming_the_last(client, path):
+    response = client.get(path)
+    assert response.status_code == 404 and "expected a page from 1 to 1" in response.text
+    api = client.get(path.replace("/", "/api/", 1))
+    assert api.status_code == 404 and api.json()["error"].startswith(
+        f"page {path.rpartition('=')[2]} is past the last page of the ")
 
 
 @pytest.mark.parametrize("path", ["/api/matrices/nope", "/api/matrices/nope/progress"])
@@ -173,6 +200,14 @@ def test_unknown_matrix_in_the_api_is_a_json_404(client, path):
     ("/history?model=m1&prompt=edit_fn", "query parameter 'arm' is required"),
     ("/history?model=m1&prompt=edit_fn&arm=turbo", "arm='turbo': expected one of plain"),
     (f"{HISTORY}&target=a//b", "expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE"),
+    (f"{HISTORY}&target=vm/nope", "target='vm/nope': expected HOST, HOST/ENGINE or "
+     "HOST/ENGINE/DEVICE with ENGINE one of mlx, torch, toy and DEVICE one of metal"),
+    (f"{HISTORY}&target=vm/torch/gpu", "target='vm/torch/gpu': expected HOST, HOST/ENGINE"),
+    (f"{HISTORY}&target=vm/TORCH", "target='vm/TORCH': expected HOST, HOST/ENGINE"),
+    (f"{HISTORY}&target=%00", "target='\\x00': HOST: expected a host name"),
+    ("/matrices?page=abc&page=1", "query parameter 'page' given twice; expected it once"),
+    (f"/compare?a={BASE}&b={NEXT}&a={EVIL}", "query parameter 'a' given twice"),
+    (f"{HISTORY}&arm=plain", "query parameter 'arm' given twice"),
     (f"{HISTORY}&last=0", "last='0': expected a whole number from 1 to 100000, or all"),
     (f"/compare?a={BASE}", "query parameter 'b' is required"),
     (f"/compare?a={BASE}&b={BASE}", f"a and b are both '{BASE}'; expected two different"),
@@ -183,13 +218,34 @@ def test_unknown_matrix_in_the_api_is_a_json_404(client, path):
 def test_bad_query_parameters_are_a_400_with_one_line(client, path, says):
     response = client.get(path)
     assert response.status_code == 400
+    if path.startswith("/api/"):
+        assert says in response.json()["error"] and "--" not in response.json()["error"]
+        return
     assert response.text.count("\n") == 1 and response.text.startswith("error: ")
-    assert says in response.text
+    assert says in response.text and "--" not in response.text
+    api = client.get(path.replace("/", "/api/", 1))
+    assert api.status_code in (400, 404)  # "/" has no twin under /api/
+    assert api.status_code == 404 or says in api.json()["error"]
 
 
-def test_the_last_page_allowed_is_a_page_not_an_error(client):
-    for path in ("/matrices?page=1000000", f"/api/matrices/{BASE}/runs?page=1000000"):
-        assert client.get(path).status_code == 200, path
+def test_a_wrong_method_is_a_405_that_names_the_allowed_ones(client):
+    for path in ("/api/matrices", "/matrices", "/static/app.css", "/login"):
+        response = client.put(path)
+        assert response.status_code == 405, path
+        allowed = {"GET", "HEAD"} | ({"POST"} if path == "/login" else set())
+        assert set(response.headers["allow"].split(", ")) == allowed, path
+        error = response.json()["error"] if path.startswith("/api/") else response.text
+        assert error.startswith("method PUT is not allowed here; expected " if
+                                path.startswith("/api/") else "error: method PUT"), path
+
+
+def test_a_trailing_slash_redirects_by_path_only(client):
+    asked = {f"/matrices/{BASE}/runs.json/": f"/matrices/{BASE}/runs.json",
+             "/matrices/?page=1": "/matrices?page=1", "/api/fleet//": "/api/fleet"}
+    for path, location in asked.items():
+        response = client.get(path, headers={"Host": "evil.example"}, follow_redirects=False)
+        assert response.status_code == 307 and response.headers["location"] == location, path
+    assert client.get("/nope/", follow_redirects=False).status_code == 404
 
 
 def _dump(url: str) -> list[str]:

@@ -139,3 +139,13 @@ def test_without_a_token_the_view_is_open_and_login_goes_back(seeded_url):
             f"/matrices/{BASE}"
         assert _login(open_web, "anything").headers["location"] == "/matrices"
         assert "set-cookie" not in _login(open_web, "anything").headers
+
+
+def test_a_missing_asset_shows_nothing_of_the_store(web):
+    """/static/ answers without a token, so its 404 page must not name the store."""
+    for path in ("/static/nope.css", "/static/%2e%2e/api/matrices"):
+        response = web.get(path)
+        assert response.status_code == 404, path
+        assert "seeded.db" not in response.text and "read-only" not in response.text, path
+    # With the token, a 404 page still says which store it read.
+    assert "seeded.db · read-only" in web.get("/matrices/nope", headers=_bearer(TOKEN)).text
