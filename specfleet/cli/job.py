@@ -28,6 +28,7 @@ from specfleet.cli.options import (
     lookup_given,
     with_policy_option_flags,
 )
+from specfleet.cluster.modelcheck import refuse_model
 from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.engine.config import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, options_for
 from specfleet.engine.kinds import ENGINES, Engine, choices_text
@@ -75,11 +76,16 @@ def generate(
         options["max_tokens"] = max_tokens
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
     refuse_embedded_stranger(job.target.host, "--target", address, embedded)
+    here = choose_fleet(address, embedded).embedded
+    if here:  # this machine alone: an unknown model is said before Ray starts
+        refuse_model(job.model, job.target.engine, "--model")
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
                       embedded=embedded)
+    chosen = select_target(job.target, view.targets)
+    if not here:  # asked of the host that would run it, before a job is stored
+        refuse_model(job.model, chosen.engine, "--model", view, chosen.host)
     with open_store(db) as store:  # after the fleet: one that is not there makes no store
-        chosen = select_target(job.target, view.targets)
         job_id = new_matrix_id(f"gen-{Path(prompts).stem}")
         # Generation runs belong to the job, not to a matrix (runs.matrix_id is a foreign key).
         runs = [r.model_copy(update={"matrix_id": None})
@@ -156,14 +162,18 @@ def calibrate(
     if host is not None and (problem := host_name_problem(host)):  # --target's: TargetRef
         raise UserError(f"--host: {problem}")
     refuse_embedded_stranger(host, "--host", address, embedded)
+    if engine is not None and choose_fleet(address, embedded).embedded:
+        refuse_model(model, engine, "--model")  # this machine alone: before Ray starts
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=engine == "toy",
                       hosts=[host] if host is not None else None, embedded=embedded)
+    targets = [t for t in view.targets if engine is None or t.engine == engine]
+    if not targets:
+        raise UserError(f"no target to calibrate (engine {engine or 'any'}, "
+                        f"host {host or 'any'}); see `specfleet fleet status`")
+    for target in targets:  # each host resolves the model as its calibration would
+        refuse_model(model, target.engine, "--model", view, target.host)
     with open_store(db) as store:  # after the fleet: one that is not there makes no store
-        targets = [t for t in view.targets if engine is None or t.engine == engine]
-        if not targets:
-            raise UserError(f"no target to calibrate (engine {engine or 'any'}, "
-                            f"host {host or 'any'}); see `specfleet fleet status`")
         view.record_hosts(store)
         failures = _calibrate_all(store, view, targets, model, max_width, quick)
     if failures:

@@ -165,6 +165,30 @@ def check_on_hosts(spec: MatrixSpec, label: str, view: Any,
     return report
 
 
+def refuse_model(model: str, engine: str, flag: str, view: Any = None,
+                 host: str | None = None, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """One line, before anything is stored, for a model that cannot run on `engine`:
+    resolved on this machine (no `view`: the embedded fleet, before Ray starts), else asked of
+    `host`'s worker. A host that does not answer is let through: its run will say.
+
+    Raises:
+        UserError: naming `flag` and why, e.g. an alias nobody knows.
+    """
+    if engine == "toy" or view is None:
+        check = check_model(model, engine, 1)
+    else:
+        import ray
+
+        try:
+            (check,) = ray.get(view.workers[host].check_models.remote([(model, engine, 1)]),
+                               timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - unanswered: the run itself fails in one line
+            return
+    if check.problem:
+        where = f"host {host}, {engine}" if view is not None else engine
+        raise UserError(f"{flag}: {where}: {check.problem}")
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0][:200] if text else type(err).__name__

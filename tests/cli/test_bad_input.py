@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.store import open_store
 from specfleet.userfiles import MAX_TEXT_BYTES
+from specfleet.workers.hardware import default_host_name
 from tests.store.factory import grid
 
 GOOD = """\
@@ -411,6 +412,7 @@ REPLAY_COSTS = ["replay", "{mid}", "--costs", "{here}/c.yaml", "--db", "{db}"]
 STORY_DIR = "{here}/story: is a directory; expected a prompt text file"
 PIPE = "is a named pipe (FIFO); expected a"
 NO_FILES = files()
+HERE = default_host_name()  # the embedded fleet's one host
 BLANK_MATRIX = "expected a matrix id (`specfleet matrix list`)"
 LONG_NAME = "n" * 300
 NO_USER = "specfleet-no-such-user"  # ~NO_USER names no home folder  # a file name is at most 255 bytes on Linux and macOS
@@ -1102,6 +1104,11 @@ NAMED = {
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
+    "job generate: an unknown model, embedded": (  # it failed every run after Ray started
+        {}, files(b__jsonl='{"prompt": "hi"}\n'),
+        ["job", "generate", "--prompts", "{here}/b.jsonl", "--target", f"{HERE}/torch",
+         "--model", "bogus", "--embedded", "--db", "{db}"],
+        ["--model: torch: model 'bogus' is neither an alias"]),
     # Accepted where nothing needed the fleet (test_matrix_cli: a resume with all runs done).
     "validate: a malformed --address, toy models": (
         {}, NO_FILES, ["matrix", "validate", "{tmp}/good.yaml", "--address", "bad"],

@@ -267,6 +267,11 @@ def bad_calls(tmp_path: Path, address: str, db: str) -> dict[str, list[str]]:
         "unknown target host": [*gen, "--prompts", ok_batch, "--target", "nowhere/toy"],
         "calibrate engine": ["job", "calibrate", "--model", "x", "--engine", "gpu", "--db", db],
         "calibrate no model": ["job", "calibrate", "--db", db],
+        # Each failed its runs one by one after the fleet started, and stored them.
+        "unknown model on the host": [*gen, "--prompts", ok_batch, "--target", "alpha/toy",
+                                      "--model", "turbo"],
+        "calibrate unknown model": ["job", "calibrate", "--model", "turbo", "--engine", "toy",
+                                    "--address", address, "--db", db],
     }
 
 
@@ -274,7 +279,8 @@ BAD_CALLS = ["no such file", "a directory", "missing argument", "unknown option"
              "unknown matrix status", "unknown matrix resume", "malformed address",
              "closed port", "bad db scheme", "list limit 0", "validate bad", "prompts not json",
              "target without engine", "zero max tokens", "unknown policy",
-             "unknown target host", "calibrate engine", "calibrate no model"]
+             "unknown target host", "calibrate engine", "calibrate no model",
+             "unknown model on the host", "calibrate unknown model"]
 
 
 @pytest.mark.parametrize("case", BAD_CALLS)
