@@ -26,6 +26,7 @@ from specfleet.engine.loop import generate
 from specfleet.engine.runners.toy import lcg_tokens
 
 PROMPT_SEGMENT = 8  # random tokens, then copied twice with one edit each: lookup drafts
+MAX_EVERY_TOKEN_VOCAB = 512  # the tiny models' vocabularies (96) fit in the prompt whole
 REPLY_TOKENS = 20  # prompt + reply pass the tiny models' sliding window (8) several times
 SEED = 7
 
@@ -72,6 +73,21 @@ def copy_prompt(vocab: int) -> list[int]:
     return [*segment, *first, *second[: PROMPT_SEGMENT - 2]]
 
 
+def every_token_prompt(vocab: int) -> list[int]:
+    """Every token id once in a seeded order, then `copy_prompt`: whatever a random-weight
+    model replies has a one-token match to draft from, so every family drafts and rejects
+    (on the copy prompt alone Mamba, Falcon-Mamba, Jamba and Qwen3.5 on torch replied with
+    tokens it never held: no draft, so no rollback, was ever checked)."""
+    every = lcg_permutation(SEED, vocab) if vocab <= MAX_EVERY_TOKEN_VOCAB else []
+    return [*every, *copy_prompt(vocab)]
+
+
+def lcg_permutation(seed: int, n: int) -> list[int]:
+    """0..n-1 in an order set by `seed` (sorted by seeded keys: no global random state)."""
+    keys = lcg_tokens(seed, n, 1 << 30)
+    return sorted(range(n), key=lambda i: (keys[i], i))
+
+
 def lookup_configs(default_policy: str) -> dict[str, PromptLookupConfig]:
     """The host's default policy and a fixed width (drafts every round, so it rejects).
 
@@ -87,19 +103,27 @@ def check_family(family: str, runner: Any, configs: dict[str, PromptLookupConfig
     """Plain greedy against each lookup config on one runner: identical ids or one line. A
     family the runner refuses prompt lookup on here (torch's Mamba families under
     transformers 5.24) passes on plain decoding alone, and says so."""
-    prompt = copy_prompt(int(runner.vocab_size))
-    plain = generate(runner, prompt, max_tokens=REPLY_TOKENS).tokens
-    if getattr(runner, "lookup_refusal", None) is not None:
-        return FamilyOutcome(family, True, "plain only: prompt lookup is refused on it here")
+    vocab = int(runner.vocab_size)
     refed = 0
-    for name, config in configs.items():
-        result = generate(runner, prompt, max_tokens=REPLY_TOKENS, lookup=config)
-        refed += result.stats.refed_tokens
-        if result.tokens != plain:
-            at = first_divergence(plain, result.tokens)
-            return FamilyOutcome(family, False, f"{name}: ids differ from plain at token {at}",
-                                 refed)
-    return FamilyOutcome(family, True, "identical", refed)
+    # The short copy prompt first; the long one only where no draft was rejected on it.
+    for prompt in (copy_prompt(vocab), every_token_prompt(vocab)):
+        plain = generate(runner, prompt, max_tokens=REPLY_TOKENS).tokens
+        if getattr(runner, "lookup_refusal", None) is not None:
+            return FamilyOutcome(family, True, "plain only: prompt lookup is refused on it here")
+        rejected = 0
+        for name, config in configs.items():
+            result = generate(runner, prompt, max_tokens=REPLY_TOKENS, lookup=config)
+            refed += result.stats.refed_tokens
+            rejected += result.stats.proposed - result.stats.accepted
+            if result.tokens != plain:
+                at = first_divergence(plain, result.tokens)
+                return FamilyOutcome(family, False, f"{name}: ids differ from plain at token "
+                                     f"{at}", refed)
+        if rejected:
+            return FamilyOutcome(family, True, "identical", refed)
+    # Identical ids with no rollback taken prove nothing about rollback.
+    return FamilyOutcome(family, False, "no draft was rejected, so its rollback is unproven",
+                         refed)
 
 
 def run_self_test(

@@ -8,7 +8,9 @@ from specfleet.engine.runners.toy import InductionModel, RecurrentInductionModel
 from specfleet.workers.hardware import HostInfo
 from specfleet.workers.selftest import (
     DroppedRollback,
+    check_family,
     copy_prompt,
+    every_token_prompt,
     run_self_test,
 )
 
@@ -23,6 +25,29 @@ def test_copy_prompt_is_seeded_and_copies_itself():
     prompt = copy_prompt(64)
     assert prompt == copy_prompt(64) and len(prompt) == 22
     assert prompt[8:12] == prompt[:4]  # the first copy starts as the segment does
+
+
+def test_the_every_token_prompt_holds_each_id_once_then_the_copy_prompt():
+    prompt = every_token_prompt(96)
+    assert sorted(prompt[:96]) == list(range(96)) and prompt[:96] != list(range(96))
+    assert prompt[96:] == copy_prompt(96) and prompt == every_token_prompt(96)
+
+
+@pytest.mark.parametrize("family", ["mamba", "falcon_mamba", "jamba", "qwen3_5_text"])
+def test_a_dropped_rollback_is_caught_on_families_that_never_drafted_on_the_copy_prompt(family):
+    # Their random-weight replies held no token of the copy prompt: nothing was drafted, so
+    # `selftest --break-rollback` said "identical" and their rollback went unchecked.
+    from specfleet.engine.runners.tiny_torch import self_test_runner
+
+    test = run_self_test("torch", "cpu", "graded", families=(family,),
+                         build=lambda f, d: DroppedRollback(self_test_runner(f, d)))
+    assert not test.passed and "CacheRollbackError" in test.reason, test.reason
+
+
+def test_identical_ids_without_a_rejected_draft_prove_nothing():
+    outcome = check_family("induction", _toy("induction", "cpu"), configs={})
+    assert (outcome.ok, outcome.detail) == (False, "no draft was rejected, so its rollback is "
+                                                   "unproven")
 
 
 def test_a_sound_runner_passes_every_family_and_refeeds_where_recurrent():
