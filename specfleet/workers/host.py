@@ -502,7 +502,9 @@ class HostWorker:
         return result.model_copy(update={"status": "interrupted", "stop_reason": "cancelled"})
 
     def _failed(self, spec: RunSpec, err: BaseException, started_at: datetime) -> RunResult:
-        message = f"{type(err).__name__}: {err}".strip().splitlines()[0][:500]
+        # A user's mistake reads as its own line; a bug keeps its exception's name.
+        named = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+        message = named.strip().splitlines()[0][:500]
         return RunResult(
             run_key=spec.run_key,
             status="failed",

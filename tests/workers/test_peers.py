@@ -149,4 +149,4 @@ def test_a_peer_sent_to_another_engines_target_fails_in_one_line(worker):
                    max_tokens=4)
     result = worker.run(spec)
     assert (result.status, result.error) == (
-        "failed", "UserError: arm hf runs on torch targets only, not on toy")
+        "failed", "arm hf runs on torch targets only, not on toy")
