@@ -211,12 +211,18 @@ def check_output_file(path: Path) -> None:
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key given twice in one mapping, and an integer too long
-    for Python to read (`sys.get_int_max_str_digits`)."""
+    for Python to read (`sys.get_int_max_str_digits`). Merge keys (`<<: *base`) work."""
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
     seen: set[Any] = set()
-    for key_node, _ in node.value:
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:  # merged fields may be overridden, so no duplicates
+            loader.construct_object(value_node, deep=True)  # checks a mapping written here
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if isinstance(key, list | dict | set):  # `? [a]`: unhashable, a TypeError below
             raise yaml.constructor.ConstructorError(
@@ -227,7 +233,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
+    return loader.construct_mapping(node, deep=deep)  # SafeLoader's: it applies the merges
 
 
 def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:

@@ -9,6 +9,9 @@ plain,auto,hf-lookup` adds a peer engine's own generation beside ours (`engine/p
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,28 +44,91 @@ def split_list(flag: str, values: list[str] | None) -> list[str]:
     return items
 
 
-def prompt_entry(name: str) -> dict[str, Any]:
-    """A packaged prompt by name, or a prompt file by path (named after its stem)."""
-    path = Path(name)
+def _is_file(item: str) -> bool:
     # A name with a slash is no packaged prompt: read it as a file, whose reader says what is
     # wrong (a missing file was "prompts[0].name: use letters, digits ...").
-    if path.is_file() or "/" in name or os.sep in name:
-        from specfleet.jobs.spec_files import read_prompt_text
+    # `notes.md` is a file too: a packaged prompt is named without its suffix.
+    path = Path(item)
+    return path.is_file() or "/" in item or os.sep in item or path.suffix in (".txt", ".md")
 
-        return {"name": path.stem, "text": read_prompt_text(path)}
-    return {"name": name}
+
+def _safe_name(text: str) -> str:
+    """`my prompt` -> `my_prompt`, `ünï` -> `uni`, `.hidden` -> `hidden`: a valid prompt name."""
+    decomposed = unicodedata.normalize("NFKD", text)  # `ü` -> `u` and a combining mark
+    plain = "".join(c for c in decomposed if not unicodedata.combining(c))
+    # A name starts with a letter or digit; a suffix may follow, so stay well under the limit.
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", plain).lstrip("_.-")[:100] or "prompt"
+
+
+def _file_prompt_name(path: Path, taken: set[str]) -> str:
+    """The file's stem as a prompt name; beside a namesake, its folder's name, else a count."""
+    stem = _safe_name(path.stem)
+    parent = _safe_name(path.resolve().parent.name)
+    candidates = [stem, f"{parent}_{stem}"]
+    candidates += (f"{stem}-{n}" for n in range(2, len(taken) + 3))
+    return next(name for name in candidates if name not in taken)
+
+
+def prompt_entries(items: list[str]) -> list[dict[str, Any]]:
+    """Packaged prompts by name, prompt files by path; each file is named after its stem, made
+    a valid name unique among the others (the same file twice keeps one name: a duplicate)."""
+    from specfleet.jobs.spec_files import read_prompt_text
+
+    taken = {item for item in items if not _is_file(item)}
+    names: dict[Path, str] = {}
+    entries: list[dict[str, Any]] = []
+    for item in items:
+        if not _is_file(item):
+            entries.append({"name": item})
+            continue
+        path = Path(item)
+        text = read_prompt_text(path)
+        name = names.get(path.resolve()) or _file_prompt_name(path, taken)
+        names[path.resolve()] = name
+        taken.add(name)
+        entries.append({"name": name, "text": text})
+    return entries
 
 
 def bench_spec_data(models: list[str], prompts: list[str], arms: list[str], repeats: int,
                     max_tokens: int, engines: list[str]) -> dict[str, Any]:
     """The matrix the flags describe, as a matrix file would hold it."""
     data: dict[str, Any] = {
-        "name": BENCH_NAME, "models": models, "prompts": [prompt_entry(p) for p in prompts],
+        "name": BENCH_NAME, "models": models, "prompts": prompt_entries(prompts),
         "arms": arms, "repeats": repeats, "max_tokens": max_tokens,
+        # No flag sets it: off, the parser passes a missing plain arm for bench to name --arms.
+        "speedups": "plain" in arms,
     }
     if engines:
         data["targets"] = {"engines": engines}
     return data
+
+
+# The matrix fields bench's flags fill, as the parser's messages name them.
+FLAG_OF_FIELD = {"models": "--model", "prompts": "--prompt", "arms": "--arms",
+                 "repeats": "--repeats", "max_tokens": "--max-tokens",
+                 "targets.engines": "--engine"}
+_FIELD_AT = re.compile(rf"^{BENCH_NAME}: ({'|'.join(map(re.escape, FLAG_OF_FIELD))})"
+                       r"(?:\[(\d+)\])?(?:\.[\w.]+)?: ")
+
+
+def in_flag_terms(message: str, given: dict[str, list[str]]) -> str:
+    """A matrix-field message in bench's terms: `bench: prompts[1].name: ...` ->
+    `bench: --prompt -story: ...` (the item as given), `targets.engines` -> `--engine`.
+
+    Args:
+        message: the parser's one line, labelled `bench`.
+        given: each flag's items as the user gave them (`{"--prompt": ["-story"]}`).
+    """
+    found = _FIELD_AT.match(message)
+    if found is None:
+        return message  # a file's own message (it names the path) or no field at all
+    flag = FLAG_OF_FIELD[found[1]]
+    items = given.get(flag, [])
+    index = int(found[2]) if found[2] is not None else None
+    where = flag if index is None or index >= len(items) else f"{flag} {shlex.quote(items[index])}"
+    rest = message[found.end():].replace("targets.engines", FLAG_OF_FIELD["targets.engines"])
+    return f"{BENCH_NAME}: {where}: {rest}"
 
 
 Many = list[str] | None
@@ -110,12 +176,19 @@ def bench_command(
     from specfleet.configs import prompts_dir
     from specfleet.jobs.spec_files import parse_matrix_spec
 
-    data = bench_spec_data(
-        split_list("--model", model or ["smollm2-135m"]),
-        split_list("--prompt", prompt or ["edit_fn", "story"]),
-        split_list("--arms", arms or ["plain", "auto"]), repeats, max_tokens,
-        split_list("--engine", engine))
-    spec = parse_matrix_spec(data, "bench", Path.cwd(), prompts_dir())
+    given = {"--model": split_list("--model", model or ["smollm2-135m"]),
+             "--prompt": split_list("--prompt", prompt or ["edit_fn", "story"]),
+             "--arms": split_list("--arms", arms or ["plain", "auto"]),
+             "--engine": split_list("--engine", engine)}
+    data = bench_spec_data(given["--model"], given["--prompt"], given["--arms"], repeats,
+                           max_tokens, given["--engine"])
+    try:
+        spec = parse_matrix_spec(data, BENCH_NAME, Path.cwd(), prompts_dir())
+    except UserError as err:
+        raise UserError(in_flag_terms(str(err), given)) from None
+    if not spec.speedups:  # no flag turns speed-ups off, so bench needs plain
+        raise UserError(f"{BENCH_NAME}: --arms: add plain: bench measures speed-ups over it "
+                        f"(e.g. --arms plain,{','.join(given['--arms'])})")
     outcome = run_spec(spec, address=address, embedded=embedded, db=db,
                        options=scheduler_options(no_progress, require_quiet), fmt=fmt,
                        rate=rate)

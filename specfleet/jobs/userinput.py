@@ -43,12 +43,26 @@ def check_plain_data(data: Any, label: str) -> None:
                             "character; expected plain text")
         if isinstance(value, dict):
             for key, item in value.items():
-                if isinstance(key, str) and "\x00" in key:
+                if not isinstance(key, str):  # pydantic would say "[1]: Keys should be strings"
+                    what = "a field name" if not loc else "a name"
+                    where = f"{format_loc(loc)}: " if loc else ""
+                    raise UserError(f"{label}: {where}key {_key_as_read(key)}: expected "
+                                    f"{what} (text)")
+                if "\x00" in key:
                     raise UserError(f"{label}: {format_loc(loc) or 'document'}: a key "
                                     "contains a NUL character")
                 stack.append((item, (*loc, str(key))))
         elif isinstance(value, list):
             stack.extend((item, (*loc, i)) for i, item in enumerate(value))
+
+
+def _key_as_read(key: Any) -> str:
+    """A non-text key as YAML read it, with what may have been written for true/false/null."""
+    if isinstance(key, bool):
+        return "true (unquoted yes, on or true)" if key else "false (unquoted no, off or false)"
+    if key is None:
+        return "null (unquoted null, ~ or nothing)"
+    return describe_value(key)
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -109,7 +123,18 @@ _EXPECTED = {
     "dict_type": "expected a mapping",
     "model_type": "expected a mapping",
     "model_attributes_type": "expected a mapping",
+    "invalid_key": "expected a field name (text)",
 }
+_BOUND_WORDS = (("ge", "at least"), ("gt", "more than"), ("le", "at most"), ("lt", "less than"))
+
+
+def _bounds(root: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """`at least 0.0 and at most 10.0` for a field declared with bounds, else ''."""
+    model = _model_at(root, loc) if loc else None
+    field = model.model_fields.get(loc[-1]) if model and isinstance(loc[-1], str) else None
+    words = [f"{word} {getattr(item, name)}" for item in (field.metadata if field else [])
+             for name, word in _BOUND_WORDS if getattr(item, name, None) is not None]
+    return " and ".join(words)
 
 
 def _error_text(root: type[BaseModel], error: ErrorDetails) -> str:
@@ -130,10 +155,17 @@ def _error_text(root: type[BaseModel], error: ErrorDetails) -> str:
         bound = ctx.get("le", ctx.get("lt"))
         word = "at most" if kind == "less_than_equal" else "less than"
         return f"must be {word} {bound}, got {describe_value(value)}"
+    if kind == "finite_number":  # pydantic leaves out the range
+        bounds = _bounds(root, tuple(error["loc"]))
+        return f"expected a finite number{', ' + bounds if bounds else ''}, got {value}"
+    if kind == "string_too_long":  # pydantic leaves out the value
+        return (f"must be at most {ctx['max_length']} characters, got "
+                f"{describe_value(value)} ({len(value)} characters)")
     if kind in ("too_short", "string_too_short"):
         return "must not be empty"
     if kind == "string_pattern_mismatch":
-        return f"use letters, digits, '_', '-' and '.' only, got {describe_value(value)}"
+        return (f"use letters, digits, '_', '-' and '.' only, starting with a letter or digit, "
+                f"got {describe_value(value)}")
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
     return str(error["msg"])

@@ -3,6 +3,7 @@ before any fleet is started (`engine/peers.py`: a peer runs on its own engine on
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
@@ -35,4 +36,53 @@ def test_matrix_validate_names_the_misplaced_peer_arm(tmp_path) -> None:
 def test_bench_refuses_a_peer_on_an_engine_it_does_not_fit() -> None:
     line = one_line_error(["bench", "--arms", "plain,hf-lookup", "--engine", "mlx",
                            "--db", "sqlite:///:memory:"])
-    assert line == f"error: bench: {EXPECTED}"
+    assert line == ("error: bench: --arms hf-lookup: hf-lookup runs on torch targets only, and "
+                    "--engine is [mlx]; add torch or drop the arm")
+
+
+def test_bench_names_prompt_files_validly_and_uniquely(tmp_path, monkeypatch) -> None:
+    # Each was refused: "prompts[0].name: use letters, ...", "duplicate prompt 'p'".
+    from specfleet.cli.bench import bench_spec_data
+    from specfleet.configs import prompts_dir
+    from specfleet.jobs.spec_files import parse_matrix_spec
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("my prompt.txt", "ünï.txt", ".hidden", "d1/p.txt", "d2/p.txt", "story.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(f"text of {name}\n")
+    given = ["./my prompt.txt", "./ünï.txt", "./.hidden", "d1/p.txt", "d2/p.txt", "story",
+             "./story.txt", "d1/../d1/p.txt"]
+    data = bench_spec_data(["script:1ms"], given, ["plain"], 1, 8, ["toy"])
+    spec = parse_matrix_spec({**data, "prompts": data["prompts"][:-1]}, "bench", tmp_path,
+                             prompts_dir())
+    assert [p.name for p in spec.prompts] == ["my_prompt", "uni", "hidden", "p", "d2_p", "story",
+                                              f"{tmp_path.name}_story"]
+    assert spec.prompts[4].text == "text of d2/p.txt"
+    assert data["prompts"][-1]["name"] == "p"  # the same file twice is one prompt: refused
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["-r", "0"], "--repeats: must be at least 1, got 0"),
+    (["-n", "0"], "--max-tokens: must be between 1 and 131072, got 0"),
+    (["-e", "cuda"], "--engine cuda: expected one of 'mlx', 'torch' or 'toy', got 'cuda'"),
+    (["-a", "graded"], "--arms: add plain: bench measures speed-ups over it "
+                       "(e.g. --arms plain,graded)"),
+    (["-a", "plain,mlx-lm", "-e", "torch"], "--arms mlx-lm: mlx-lm runs on mlx targets only, "
+                                            "and --engine is [torch]; add mlx or drop the arm"),
+    (["-p", "story,-story"], "--prompt -story: use letters, digits, '_', '-' and '.' only, "
+                             "starting with a letter or digit, got '-story'"),
+    (["-p", "story,story"], "--prompt story: duplicate prompt 'story'"),
+    (["-m", "m" * 300], "--model " + "m" * 300 + ": must be at most 256 characters, got "
+                        "'mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm... (300 characters)"),
+])
+def test_bench_names_its_flags_not_matrix_fields(args: list[str], expected: str) -> None:
+    # Each named the matrix field: "repeats:", "targets.engines[0]:", "set speedups: false".
+    line = one_line_error(["bench", *args, "--db", "sqlite:///:memory:"])
+    assert line == f"error: bench: {expected}"
+
+
+def test_bench_reads_a_prompt_named_with_a_suffix_as_a_file(tmp_path, monkeypatch) -> None:
+    # It was a packaged name: "prompts[0]: no prompt file 'notes.md.txt' in ...".
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(["bench", "-p", "notes.md", "--db", "sqlite:///:memory:"])
+    assert line == "error: notes.md: no such file; expected a prompt text file"

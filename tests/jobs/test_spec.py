@@ -10,7 +10,7 @@ from specfleet.configs import matrix_path, models_file, packaged_names, prompt_p
 from specfleet.engine.config import LookupOptions
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
-from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
+from specfleet.jobs.spec import MatrixSpec, TargetSelector, matrix_json_schema
 from specfleet.jobs.spec_files import load_matrix_spec, load_parity_spec, validate_file
 
 PACKAGED = models_file().parent
@@ -322,3 +322,44 @@ def test_a_folder_beside_the_matrix_named_like_a_packaged_prompt_is_refused(tmp_
         load_matrix_spec(path)
     assert str(err.value) == (f"{path}: prompts[0]: {path.parent}/story: is a directory; "
                               "expected a prompt text file")
+
+
+# A key YAML reads as no text, a number out of range or a name too long: each line says what
+# was written and what is expected (pydantic said "[1]: Keys should be strings").
+SAID = [
+    (GOOD + "yes: 1\n", "key true (unquoted yes, on or true): expected a field name (text)"),
+    (GOOD + "5: x\n", "key 5: expected a field name (text)"),
+    (GOOD + "prompt_suffix: {5: x}\n", "prompt_suffix: key 5: expected a name (text)"),
+    (GOOD + "temperature: .inf\n",
+     "temperature: expected a finite number, at least 0.0 and at most 10.0, got inf"),
+    (GOOD + "temperature: .nan\n",
+     "temperature: expected a finite number, at least 0.0 and at most 10.0, got nan"),
+    (GOOD.replace("name: t", "name: " + "n" * 300),
+     "name: must be at most 128 characters, got 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn... "
+     "(300 characters)"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SAID, ids=[f"said{i}" for i in range(len(SAID))])
+def test_a_mistake_names_what_was_written_and_what_is_expected(
+    configs: Path, text: str, expected: str
+) -> None:
+    path = write(configs, text)
+    with pytest.raises(UserError) as info:
+        load_matrix_spec(path)
+    assert str(info.value) == f"{path}: {expected}"
+
+
+def test_yaml_merge_keys_are_read_and_a_key_twice_is_still_refused(configs: Path) -> None:
+    # `<<: *base` is YAML 1.1 users write; it was "could not determine a constructor".
+    text = ("name: t\nmodels: [m1]\narms: [plain]\ntargets: &t {engines: [mlx, torch]}\n"
+            "prompts:\n  - name: story\n    targets:\n      <<: *t\n      engines: [torch]\n")
+    spec = load_matrix_spec(write(configs, text))
+    assert spec.prompts[0].targets == TargetSelector(engines=["torch"])  # beside it overrides
+    twice = text + "      engines: [mlx]\n"
+    with pytest.raises(UserError, match=r"line 10, column 7: YAML syntax error: duplicate "
+                                        r"key 'engines'"):
+        load_matrix_spec(write(configs, twice))
+    inside = text.replace("<<: *t", "<<: [*t, {hosts: [a], hosts: [b]}]")
+    with pytest.raises(UserError, match=r"duplicate key 'hosts'"):
+        load_matrix_spec(write(configs, inside))
