@@ -130,6 +130,11 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
             raise UserError(f"{label}: models.{alias} needs an 'mlx:' or 'torch:' source")
         for key, value in entry.items():
             _check_entry_field(label, f"models.{alias}.{key}", key, value)
+    # A typo (`model:`) beside the table was ignored without a word; `x-` keys hold anchors.
+    extra = sorted(str(k) for k in data if k != "models" and not str(k).startswith("x-"))
+    if extra:
+        raise UserError(f"{label}: unknown top-level field {extra[0]!r}; expected only "
+                        "'models:' (and x-NAME fields for YAML anchors)")
     return {str(a): {str(k): str(v) for k, v in e.items()} for a, e in models.items()}
 
 

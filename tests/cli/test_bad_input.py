@@ -437,6 +437,14 @@ NAMED = {
         {"SPECFLEET_MODELS": "{here}/models.yaml"},
         files(models__yaml='models:\n  x:\n    torch: "hf:../../etc"\n'), ["models", "list"],
         ["models.x.torch: 'hf:../../etc' is no Hugging Face repo id; expected hf:ORG/NAME"]),
+    "SPECFLEET_MODELS: an unknown top-level field": (  # ignored without a word
+        {"SPECFLEET_MODELS": "{here}/models.yaml"},
+        files(models__yaml="extra: 1\nmodels:\n  x:\n    torch: /x\n"), ["models", "list"],
+        ["models.yaml: unknown top-level field 'extra'; expected only 'models:'"]),
+    "SPECFLEET_MODELS: anchors under x- keys are fine, a mistake beside them is named": (
+        {"SPECFLEET_MODELS": "{here}/models.yaml"},
+        files(models__yaml="x-src: &src {torch: 7}\nmodels:\n  x: *src\n"), ["models", "list"],
+        ["models.x.torch: expected bundled, hf:ORG/NAME or a model folder, got 7"]),
     "SPECFLEET_MODELS: a binary file": (
         {"SPECFLEET_MODELS": "{here}/models.bin"}, files(models__bin="\x89PNG\xff\x00"),
         ["models", "list"],
