@@ -21,6 +21,7 @@ from pathlib import Path
 
 from specfleet.engine.config import PromptLookupConfig, default_max_draft, policy_revision
 from specfleet.engine.governor import Policy
+from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.engine.stats import COUNTER_FIELDS
@@ -105,9 +106,13 @@ def load_cost_file(path: Path) -> CostTable:
         raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
                         "costs (widths 1, 2, ... in pipelined steps)")
     for field in ("name", "host", "engine", "device"):  # the name is shown in the title
-        if isinstance(data.get(field), list | dict):
+        if field in data and not isinstance(data[field], str):
             raise UserError(f"--costs {path}: field {field!r} must be text, got "
                             f"{describe_value(data[field])}")
+    for field, known in (("engine", ENGINES), ("device", DEVICES)):
+        if field in data and data[field] not in known:  # a table of no engine we know
+            raise UserError(f"--costs {path}: field {field!r} is {data[field]!r}; expected one "
+                            f"of {', '.join(known)}")
     step = data.get("pipelined_ms")  # not used here, but a table that says -1 ms is not one
     if step is not None and (not isinstance(step, int | float) or isinstance(step, bool)
                              or not 0 < step < math.inf):

@@ -1053,6 +1053,12 @@ NAMED = {
         {}, files(c__yaml="pipelined_ms: -1\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'pipelined_ms' must be a positive number of "
          "milliseconds, got -1"]),
+    "replay: --costs of an engine nobody runs": (  # taken and shown as if it were one
+        {}, files(c__yaml="engine: foo\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'engine' is 'foo'; expected one of mlx, torch"]),
+    "replay: --costs with a number for its name": (
+        {}, files(c__yaml="name: 5\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'name' must be text, got "]),
     "replay: --costs with a list for its host": (
         {}, files(c__yaml="host: [a, b]\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'host' must be text, got a list"]),
