@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ import typer
 
 from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, say, store_table
 from specfleet.cli.options import (
+    MAX_WIDTH_LIMIT,
     DbOption,
     DeviceOption,
     EngineOption,
@@ -68,17 +70,23 @@ def calibrate_command(
                         "given; expected --store beside --db (without it nothing is stored)")
     if store:  # a store that cannot take the table is said before minutes of measuring
         from specfleet.store.engine import resolve_url, store_source
-        from specfleet.store.store import check_writable_store
+        from specfleet.store.store import check_writable_store, open_store
 
+        check_stored_width(max_width)
         check_writable_store(resolve_url(db), store_source(db))
     check_context(settings, model, engine)
     loaded = load_model(model, engine, device)
-    start_s = time.perf_counter()
-    costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
-    measure_s = time.perf_counter() - start_s
-    if store:
-        where = store_table(loaded, costs, settings, measure_s, db)
-        say(f"calibrate: stored in {where}")
+    # Opened (a server reached) before minutes of measuring for it.
+    with open_store(db) if store else nullcontext() as kept:
+        start_s = time.perf_counter()
+        costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
+        measure_s = time.perf_counter() - start_s
+        print_table(loaded, costs, measure_s, as_json)  # first: a failed write loses nothing
+        if kept is not None:
+            say(f"calibrate: stored in {store_table(kept, loaded, costs, settings, measure_s)}")
+
+
+def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps({"model": loaded.alias, **dataclasses.asdict(costs)}))
         return
@@ -87,6 +95,36 @@ def calibrate_command(
     if costs.flagged:
         typer.echo(f"not monotone within its spread after re-measuring: widths "
                    f"{', '.join(map(str, costs.flagged))}")
+
+
+def narrowest_stored_width() -> int:
+    """The fewest widths a table needs for every policy that reads one (their own check,
+    `PromptLookupConfig.validate`, decides)."""
+    from specfleet.engine.config import (
+        POLICY_NAMES,
+        ConfigError,
+        PromptLookupConfig,
+        needs_costs,
+    )
+
+    def taken(width: int) -> bool:
+        try:
+            for policy in filter(needs_costs, POLICY_NAMES):
+                PromptLookupConfig(policy=policy, costs=(1.0,) * width).validate()
+        except ConfigError:
+            return False
+        return True
+
+    return next(width for width in range(1, MAX_WIDTH_LIMIT + 1) if taken(width))
+
+
+def check_stored_width(max_width: int) -> None:
+    """Refuse to store a table the calibrated policy would refuse for good."""
+    least = narrowest_stored_width()
+    if max_width < least:
+        raise UserError(f"--max-width {max_width}: a stored table needs at least widths "
+                        f"1-{least} (the calibrated policy refuses a narrower one); expected "
+                        f"--max-width {least} or more with --store")
 
 
 def check_context(settings: Any, model: str, engine: str) -> None:

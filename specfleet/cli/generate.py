@@ -73,8 +73,8 @@ def lookup_config(
 ) -> PromptLookupConfig:
     """Build and validate the prompt-lookup config; errors name the `--prompt-lookup-*` flag.
 
-    `given` holds the flags by `LookupOptions` field name (without `max_draft`: the policy's
-    default); `costs` None (calibrated only) checks every bound but the width-cost table,
+    `given` holds the flags given by `LookupOptions` field name (the rest take their
+    defaults); `costs` None (calibrated only) checks every bound but the width-cost table,
     which is found or measured after the model loads.
     """
     resolved = resolve_policy(policy, device)
@@ -85,11 +85,22 @@ def lookup_config(
             return config
         return config.validate()
     except ConfigError as err:
+        if config.ngram_max < config.ngram_min and "ngram_max" not in given:
+            # The bound names ngram-max, which was left at its default: blame the flag given.
+            raise UserError(
+                f"{LOOKUP_FLAG_PREFIX}ngram-min ({config.ngram_min}) must be <= ngram-max "
+                f"({config.ngram_max}, its default); expected {LOOKUP_FLAG_PREFIX}ngram-min "
+                f"{config.ngram_max} or less, or {LOOKUP_FLAG_PREFIX}ngram-max beside it"
+            ) from None
         raise UserError(f"{LOOKUP_FLAG_PREFIX}{err}") from None  # it names the bound
 
 
 def encode(runner: Any, text: str, chat: bool | None, system: str | None = None) -> list[int]:
     """Token ids of the prompt; `chat=None` applies the chat template where there is one."""
+    if chat and not getattr(getattr(runner, "tokenizer", None), "chat_template", None):
+        # Else the runner would quietly encode plain text, as if --chat were not given.
+        raise UserError("--chat needs the chat template (this model has none); expected no "
+                        "--chat (the prompt as plain text)")
     chat = True if chat is None else chat
     if system is None:
         ids = list(runner.encode_prompt(text, chat=chat))
@@ -113,17 +124,25 @@ class GenerateRequest:
     lookup: Mapping[str, Any]  # the --prompt-lookup-* flags given (see `lookup_config`)
     loop_guard: tuple[int, int, int] | None
     system: str | None = None
+    policy_given: bool = False  # --prompt-lookup-policy given, even at its default
+    prompt_flag: str = "--prompt"  # where the text came from, for messages about it
 
 
-def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int) -> None:
+def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int,
+                  prompt_flag: str = "--prompt") -> None:
     """The prompt and the reply must fit the model's context (from its config.json)."""
     from specfleet.models.registry import context_tokens
 
     context = context_tokens(Path(loaded.path))
-    if context is not None and prompt_tokens + max_tokens > context:
-        raise UserError(f"--max-tokens: the prompt is {prompt_tokens} tokens and --max-tokens "
-                        f"{max_tokens}; together they exceed {loaded.alias}'s context of "
-                        f"{context} tokens")
+    if context is None or prompt_tokens + max_tokens <= context:
+        return
+    if prompt_tokens >= context:  # no --max-tokens would fit: the prompt is at fault
+        raise UserError(f"{prompt_flag}: the prompt is {prompt_tokens} tokens, too long for "
+                        f"{loaded.alias}'s context of {context} tokens; expected a prompt of "
+                        f"at most {context - 1} tokens (room for the reply)")
+    raise UserError(f"--max-tokens: the prompt is {prompt_tokens} tokens and --max-tokens "
+                    f"{max_tokens}; together they exceed {loaded.alias}'s context of "
+                    f"{context} tokens; expected --max-tokens {context - prompt_tokens} or less")
 
 
 def validate_request(request: GenerateRequest) -> None:
@@ -134,6 +153,9 @@ def validate_request(request: GenerateRequest) -> None:
     if not low <= request.temperature <= high:  # also refuses nan and inf
         raise UserError(f"--temp must be a number from {low:g} to {high:g} (0 is greedy); "
                         f"got {request.temperature}")
+    if request.seed is not None and request.temperature == 0:  # greedy draws nothing
+        raise UserError("--seed given with --temp 0 (greedy: nothing is drawn at random); "
+                        "expected --temp above 0 to sample with it (or no --seed)")
     lookup_config(request.lookup, request.policy, "cpu")
     if not request.use_lookup:
         given = lookup_flags_given(request)
@@ -142,17 +164,22 @@ def validate_request(request: GenerateRequest) -> None:
                             "--prompt-lookup to draft with them (or none for plain decoding)")
 
 
-# What `lookup_given` always carries, at each flag's default (max-draft and a policy's own
-# options appear only when given).
-_LOOKUP_DEFAULTS = {"ngram_min": DEFAULT_NGRAM_MIN, "ngram_max": DEFAULT_NGRAM_MAX,
-                    "adaptive": True}
+# What `lookup_given` always carries, by key, with the parameter behind it (max-draft and a
+# policy's own options it carries only when given).
+_ALWAYS_CARRIED = {"ngram_min": "ngram_min", "ngram_max": "ngram_max", "adaptive": "no_adaptive"}
+
+
+def flag_given(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter `name` was given, even at its default value."""
+    source = ctx.get_parameter_source(name)
+    # By name: Typer runs on a click of its own (`typer._click`), not the `click` package.
+    return source is not None and source.name != "DEFAULT"
 
 
 def lookup_flags_given(request: GenerateRequest) -> list[str]:
-    """The --prompt-lookup-* flags set away from their defaults, by flag name."""
-    names = ["policy"] if request.policy != "auto" else []
-    names += [name for name, value in request.lookup.items()
-              if value is not None and value != _LOOKUP_DEFAULTS.get(name)]
+    """The --prompt-lookup-* flags given, by flag name."""
+    names = ["policy"] if request.policy_given else []
+    names += list(request.lookup)
     return [LOOKUP_FLAG_PREFIX + ("no-adaptive" if name == "adaptive" else name.replace("_", "-"))
             for name in names]
 
@@ -201,7 +228,7 @@ def run_generation(
 
     runner = loaded.runner
     prompt_ids = encode(runner, request.text, chat, request.system)
-    check_context(loaded, len(prompt_ids), request.max_tokens)
+    check_context(loaded, len(prompt_ids), request.max_tokens, request.prompt_flag)
     lookup = request_lookup(loaded, request)
     warmup_s = 0.0
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
@@ -343,6 +370,7 @@ def print_result(
 
 @with_policy_option_flags
 def generate_command(
+    ctx: typer.Context,
     model: LocalModelOption,
     prompt: Annotated[str | None, typer.Option(
         "--prompt", "-p", help="Prompt text; - reads standard input.")] = None,
@@ -399,7 +427,10 @@ def generate_command(
     if system_prompt is not None and chat is False:  # else refused only once the model loads
         raise UserError("--system-prompt needs the chat template, and --no-chat was given; "
                         "expected one of them")
-    lookup = lookup_given(ngram_min, ngram_max, max_draft, own, no_adaptive)
+    carried = lookup_given(ngram_min, ngram_max, max_draft, own, no_adaptive)
+    # Only the flags given: one typed at its default is still a setting plain decoding ignores.
+    lookup = {key: value for key, value in carried.items()
+              if key not in _ALWAYS_CARRIED or flag_given(ctx, _ALWAYS_CARRIED[key])}
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),
         max_tokens=max_tokens,
@@ -410,6 +441,8 @@ def generate_command(
         lookup=lookup,
         loop_guard=parse_loop_guard(loop_guard),
         system=system_prompt,
+        policy_given=flag_given(ctx, "policy"),
+        prompt_flag="--prompt-file" if prompt_file is not None else "--prompt",
     )
     validate_request(request)
     from specfleet.dirs import runtime_dir

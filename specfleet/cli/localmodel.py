@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from specfleet.engine.kinds import DeviceChoice, ModelEngine
+from specfleet.engine.kinds import ENGINE_DEVICES, DeviceChoice, ModelEngine, choices_text
 from specfleet.errors import UserError
 from specfleet.workers.loaded import LoadedModel
 
@@ -55,6 +55,7 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
             "or pass a model folder"
         )
     try:
+        check_device(engine, device)
         return loaded.load_model(resolved, engine, device)
     except loaded.EngineNotInstalled as err:
         raise UserError(f"--engine {engine}: {err}") from None
@@ -62,16 +63,44 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
         raise UserError(f"--model {model}: {err}") from None
 
 
+def check_device(engine: ModelEngine, device: DeviceChoice) -> None:
+    """Refuse a device `engine` cannot use on this host, naming the ones it can (its runner's
+    own `resolve_device` decides each; "auto" always works).
+
+    Raises:
+        EngineNotInstalled: the engine is not installed.
+    """
+    from specfleet.workers.loaded import runner_class
+
+    resolve = sys.modules[runner_class(engine).__module__].resolve_device
+    try:
+        resolve(device)
+    except UserError as err:
+        # The runner says why, except for another engine's device (it lists them all).
+        why = str(err) if device in ENGINE_DEVICES[engine] else \
+            f"--device {device}: the {engine} engine cannot use it"
+        here = ["auto", *(d for d in ENGINE_DEVICES[engine] if usable(resolve, d))]
+        raise UserError(f"{why}; expected {choices_text(tuple(here))} here") from None
+
+
+def usable(resolve: Any, device: str) -> bool:
+    try:
+        resolve(device)
+    except UserError:
+        return False
+    return True
+
+
 def say(line: str) -> None:
     """One status line on stderr (stdout carries the reply or the JSON)."""
     typer.echo(line, err=True)
 
 
-def store_table(loaded: LoadedModel, costs: Any, settings: Any, measure_s: float,
-                db: str | None) -> str:
-    """Store a measured table for this host; returns where (for the message)."""
+def store_table(store: Any, loaded: LoadedModel, costs: Any, settings: Any,
+                measure_s: float) -> str:
+    """Store a measured table for this host in the open `store`; returns where (for the
+    message)."""
     from specfleet.jobs.run import Target
-    from specfleet.store.store import open_store
     from specfleet.workers.hardware import detect_host
 
     info = detect_host()
@@ -81,9 +110,8 @@ def store_table(loaded: LoadedModel, costs: Any, settings: Any, measure_s: float
         "versions": dict(info.versions), "measure_s": round(measure_s, 2),
     }
     target = Target(host=info.name, engine=costs.engine, device=costs.device)
-    with open_store(db) as store:
-        store.record_calibration(target, loaded.alias, calibration)
-        return store.display_url
+    store.record_calibration(target, loaded.alias, calibration)
+    return str(store.display_url)
 
 
 def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tuple[float, ...]:
@@ -108,7 +136,8 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
          f"{runner.engine}/{runner.device}; measuring one (quick)")
     start_s = time.perf_counter()
     costs = measure_width_costs(runner, QUICK, progress=say)
-    where = store_table(loaded, costs, QUICK, time.perf_counter() - start_s, db)
+    with open_store(db) as store:
+        where = store_table(store, loaded, costs, QUICK, time.perf_counter() - start_s)
     say(f"[Calibrated] measured in {time.perf_counter() - start_s:.1f} s; stored in {where}")
     runner.reset()
     return costs.ratio

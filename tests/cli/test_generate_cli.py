@@ -14,11 +14,15 @@ import re
 # forward here 5-10x slower under load (width-1 step 60 ms -> 450-1000 ms).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from types import SimpleNamespace  # noqa: E402
+
 import pytest  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+from specfleet.cli.generate import check_context, encode  # noqa: E402
 from specfleet.cli.main import app  # noqa: E402
 from specfleet.configs import prompts_dir  # noqa: E402
+from specfleet.errors import UserError  # noqa: E402
 
 MODEL = "smollm2-135m"
 # A prompt the bundled model answers by copying: prompt lookup has something to draft.
@@ -85,6 +89,15 @@ def looping_prompt() -> str:
         (["--prompt-lookup-policy", "graded", "--prompt-lookup-no-adaptive"],
          "--prompt-lookup-policy, --prompt-lookup-no-adaptive given without --prompt-lookup"),
         (["--prompt-lookup-ngram-min", "1"], "--prompt-lookup-ngram-min given without"),
+        # Typed at their defaults: still settings plain decoding ignores.
+        (["--prompt-lookup-ngram-max", "3"], "--prompt-lookup-ngram-max given without"),
+        (["--prompt-lookup-policy", "auto"], "--prompt-lookup-policy given without"),
+        # Only ngram-min given: ngram-max is at its default, so ngram-min is the one at fault.
+        (["--prompt-lookup", "--prompt-lookup-ngram-min", "4"],
+         "--prompt-lookup-ngram-min (4) must be <= ngram-max (3, its default); expected "
+         "--prompt-lookup-ngram-min 3 or less, or --prompt-lookup-ngram-max beside it"),
+        (["--seed", "5"], "--seed given with --temp 0 (greedy: nothing is drawn at random); "
+         "expected --temp above 0"),
         (["--loop-guard", "3,2,8"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "1,2"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "a,b,c"], "--loop-guard expects MIN,MAX,REPEATS"),
@@ -94,6 +107,9 @@ def looping_prompt() -> str:
         (["--temp", "-1"], "--temp must be a number from 0 to"),
         (["--engine", "jax"], "'--engine': 'jax' is not one of 'mlx', 'torch'"),
         (["--device", "tpu"], "'--device': 'tpu' is not one of 'auto', 'metal'"),
+        # The devices this host's torch can use follow (on a CUDA host, cuda too).
+        (["--engine", "torch", "--device", "metal"],
+         "--device metal: the torch engine cannot use it; expected auto"),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_the_flag_and_exit_2(args, expected):
@@ -104,6 +120,32 @@ def test_a_bad_flag_is_one_line_naming_the_flag_and_exit_2(args, expected):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
     assert expected in lines[0]
+
+
+def test_chat_asked_of_a_model_without_a_chat_template_is_refused():
+    plain = SimpleNamespace(tokenizer=SimpleNamespace(chat_template=None),
+                            encode_prompt=lambda text, chat: [7, 8])
+    with pytest.raises(UserError, match=r"^--chat needs the chat template \(this model has none\); "
+                       r"expected no --chat"):
+        encode(plain, "hi", chat=True)
+    assert encode(plain, "hi", chat=None) == [7, 8]  # not asked for: plain text, as documented
+
+
+@pytest.mark.parametrize(("prompt_tokens", "max_tokens", "expected"), [
+    (64, 1, "--prompt-file: the prompt is 64 tokens, too long for tiny's context of 64 tokens; "
+            "expected a prompt of at most 63 tokens (room for the reply)"),
+    (50, 20, "--max-tokens: the prompt is 50 tokens and --max-tokens 20; together they exceed "
+             "tiny's context of 64 tokens; expected --max-tokens 14 or less"),
+])
+def test_a_reply_past_the_context_names_what_is_too_long(
+    tmp_path, prompt_tokens, max_tokens, expected
+):
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 64}')
+    loaded = SimpleNamespace(path=str(tmp_path), alias="tiny")
+    check_context(loaded, 50, 14, "--prompt-file")  # fits exactly
+    with pytest.raises(UserError) as err:
+        check_context(loaded, prompt_tokens, max_tokens, "--prompt-file")
+    assert str(err.value) == expected
 
 
 @pytest.mark.parametrize(

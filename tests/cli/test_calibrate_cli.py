@@ -1,0 +1,69 @@
+"""`specfleet calibrate --store` through the real Typer app, with the model load and the
+measuring stubbed: what is refused before minutes of measuring, and a table never lost."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli import calibrate
+from specfleet.cli.main import app
+from specfleet.engine.widthcosts import WidthCosts
+from specfleet.store.errors import StoreUnreachable
+
+MODEL = "smollm2-135m"
+TABLE = WidthCosts(engine="torch", device="cpu", prompt_len=8, pipelined_ms=2.0,
+                   sync_ms=(2.0, 3.0), ratio=(1.0, 1.5), ratio_lo=(0.9, 1.4),
+                   ratio_hi=(1.1, 1.6))
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["calibrate", "-m", MODEL, "--engine", "torch", *args])
+
+
+@pytest.fixture
+def measured(monkeypatch) -> list:
+    """No model loads; every measuring is recorded and gives `TABLE`."""
+    calls: list = []
+    loaded = SimpleNamespace(alias=MODEL, path="/models/smollm2", runner=None, weights_hash="h")
+    monkeypatch.setattr(calibrate, "load_model", lambda *_: loaded)
+
+    def measure(runner, settings, **_):
+        calls.append(settings)
+        return TABLE
+
+    monkeypatch.setattr("specfleet.engine.widthcosts.measure_width_costs", measure)
+    return calls
+
+
+def test_store_refuses_a_table_too_narrow_for_the_calibrated_policy(measured, tmp_path):
+    db = tmp_path / "c.db"
+    result = invoke("--quick", "--max-width", "1", "--store", "--db", str(db))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "error: --max-width 1: a stored table needs at least widths 1-2 (the calibrated policy "
+        "refuses a narrower one); expected --max-width 2 or more with --store"]
+    assert measured == [] and not db.exists()
+
+
+def test_store_reaches_its_server_before_measuring(measured, monkeypatch):
+    monkeypatch.setenv("SPECFLEET_STORE_RETRY_S", "2")
+    result = invoke("--quick", "--max-width", "3", "--store", "--db",
+                    "postgresql+psycopg://u:p@127.0.0.1:1/x")
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: --db: cannot reach PostgreSQL at "), line
+    assert measured == []  # it measured for minutes, then lost the table
+
+
+def test_the_table_is_printed_before_it_is_stored(measured, monkeypatch, tmp_path):
+    def unreachable(*_):
+        raise StoreUnreachable("--db: cannot reach the store")
+
+    monkeypatch.setattr(calibrate, "store_table", unreachable)
+    result = invoke("--quick", "--max-width", "2", "--store", "--db", str(tmp_path / "c.db"))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines()[-1] == "error: --db: cannot reach the store"
+    assert TABLE.format_table() in result.stdout  # a failed write does not lose the table
