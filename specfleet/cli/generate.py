@@ -31,6 +31,7 @@ from specfleet.cli.options import (
     NgramMaxOption,
     NgramMinOption,
     NoAdaptiveOption,
+    flag_given,
     lookup_given,
     not_blank,
     with_policy_option_flags,
@@ -167,13 +168,6 @@ def validate_request(request: GenerateRequest) -> None:
 # What `lookup_given` always carries, by key, with the parameter behind it (max-draft and a
 # policy's own options it carries only when given).
 _ALWAYS_CARRIED = {"ngram_min": "ngram_min", "ngram_max": "ngram_max", "adaptive": "no_adaptive"}
-
-
-def flag_given(ctx: typer.Context, name: str) -> bool:
-    """Whether the parameter `name` was given, even at its default value."""
-    source = ctx.get_parameter_source(name)
-    # By name: Typer runs on a click of its own (`typer._click`), not the `click` package.
-    return source is not None and source.name != "DEFAULT"
 
 
 def lookup_flags_given(request: GenerateRequest) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.options import (
+    LOOKUP_FLAG_PREFIX,
     AddressOption,
     DbOption,
     EmbeddedOption,
@@ -25,6 +26,7 @@ from specfleet.cli.options import (
     NgramMaxOption,
     NgramMinOption,
     NoProgressOption,
+    flag_given,
     lookup_given,
     with_policy_option_flags,
 )
@@ -47,6 +49,7 @@ CALIBRATE_TIMEOUT_S = 1800.0
 @app.command("generate")
 @with_policy_option_flags
 def generate(
+    ctx: typer.Context,
     prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line.")],
     target: Annotated[str, typer.Option("--target", help="HOST/ENGINE or HOST/ENGINE/DEVICE.")],
     policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(OWN_ARMS)}.")] = "auto",
@@ -70,6 +73,13 @@ def generate(
     from specfleet.jobs.plan import plan_generate_runs
 
     given = lookup_given(ngram_min, ngram_max, max_draft, own)  # `fixed` is a policy here
+    if policy == "plain":  # plain decoding drafts nothing: a lookup flag would go unused
+        named = [name for name in ("ngram_min", "ngram_max", "max_draft", *own)
+                 if flag_given(ctx, name)]
+        if named:
+            flag = LOOKUP_FLAG_PREFIX + named[0].removeprefix("own_").replace("_", "-")
+            raise UserError(f"{flag} given with --policy plain, which drafts nothing; expected "
+                            "a drafting --policy to use it (or no lookup flags)")
     options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
                                "lookup": options_for(policy, given)}
     if max_tokens is not None:

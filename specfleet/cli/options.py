@@ -138,6 +138,13 @@ def with_policy_option_flags(command: Callable[..., None]) -> Callable[..., None
     return command
 
 
+def flag_given(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter `name` was given, even at its default value."""
+    source = ctx.get_parameter_source(name)
+    # By name: Typer runs on a click of its own (`typer._click`), not the `click` package.
+    return source is not None and source.name != "DEFAULT"
+
+
 def lookup_given(ngram_min: int, ngram_max: int, max_draft: int | None,
                  own: Mapping[str, int | None], no_adaptive: bool = False) -> dict[str, Any]:
     """The prompt-lookup flags by `LookupOptions` field name (policy options by their own);

@@ -1118,6 +1118,10 @@ NAMED = {
     "job generate: a line nested 100000 deep": (  # json's RecursionError was a traceback
         {}, files(b__jsonl='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n"), JOB_BATCH,
         ["{here}/b.jsonl: line 1: nested too deeply; expected a flat JSON object"]),
+    "job generate: a lookup flag with --policy plain": (  # plain drafts nothing: unused
+        {}, files(b__jsonl='{"prompt": "hi"}\n'),
+        [*JOB_BATCH, "--policy", "plain", "--prompt-lookup-ngram-max", "3"],
+        ["--prompt-lookup-ngram-max given with --policy plain, which drafts nothing"]),
     "job generate: an unknown model, embedded": (  # it failed every run after Ray started
         {}, files(b__jsonl='{"prompt": "hi"}\n'),
         ["job", "generate", "--prompts", "{here}/b.jsonl", "--target", f"{HERE}/torch",
