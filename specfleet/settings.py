@@ -143,10 +143,12 @@ class Switch(Variable):
 
 @dataclass(frozen=True)
 class Presence(Variable):
-    """On when set at all, even to an empty value."""
+    """On when set, even to an empty value, unless set to `0` (which reads as off, as a
+    `Switch`'s does: `=0` turning it on would do the opposite of what it says)."""
 
     def read(self, env: Environ | None = None) -> bool:
-        return self.name in (os.environ if env is None else env)
+        environ = os.environ if env is None else env
+        return self.name in environ and environ[self.name].strip() != "0"
 
 
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -187,7 +189,7 @@ DB = Text(
     "SPECFLEET_DB", "the store (a SQLAlchemy URL or a SQLite file path) when no --db is given",
     "specfleet.db in the user data dir")
 FORCE_SYNC = Presence(
-    "SPECFLEET_FORCE_SYNC", "set to any value, even empty: the decode loop never pipelines",
+    "SPECFLEET_FORCE_SYNC", "set to any value but 0, even empty: the decode loop never pipelines",
     "pipelining where the sampler allows it")
 HOME = UserPath(
     "SPECFLEET_HOME",

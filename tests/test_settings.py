@@ -112,6 +112,7 @@ def test_readers_of_each_kind() -> None:
     assert SELFTEST.read({}) and SELFTEST.read({SELFTEST.name: ""})
     assert not SELFTEST.read({SELFTEST.name: "0"})
     assert FORCE_SYNC.read({FORCE_SYNC.name: ""}) and not FORCE_SYNC.read({})
+    assert not FORCE_SYNC.read({FORCE_SYNC.name: "0"})  # `=0` turned sync on: the opposite
     assert HOME.read({HOME.name: "~/sf"}) == Path.home() / "sf"
     assert HOME.read({HOME.name: ""}) is None
 
