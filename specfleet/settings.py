@@ -221,7 +221,8 @@ STORE_RETRY_S = Seconds(
     "SPECFLEET_STORE_RETRY_S", "how long a store write retries an unreachable store, in seconds",
     default_s=300.0, low_s=1.0, high_s=86400.0)
 THREADS = Count(
-    "SPECFLEET_THREADS", "CPU threads a worker's engine computes with (torch, OpenBLAS under MLX)",
+    "SPECFLEET_THREADS", "CPU threads a worker's engine computes with (torch, OpenBLAS under MLX); "
+    "`generate` and `calibrate` too, when set",
     "one per physical core but one (left to Ray and the driver)", low=1, high=4096)
 TOY_RUN_LOG = Text(
     "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",

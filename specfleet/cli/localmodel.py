@@ -16,6 +16,7 @@ import typer
 
 from specfleet.engine.kinds import ENGINE_DEVICES, DeviceChoice, ModelEngine, choices_text
 from specfleet.errors import UserError
+from specfleet.settings import THREADS
 from specfleet.workers.loaded import LoadedModel
 
 
@@ -54,6 +55,8 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
             f"--model {model}: not on disk; fetch it with `specfleet models fetch` "
             "or pass a model folder"
         )
+    if THREADS.read() is not None:  # as a worker's engine computes (a stored table's threads)
+        loaded.use_every_core(engine)
     try:
         check_device(engine, device)
         return loaded.load_model(resolved, engine, device)

@@ -445,6 +445,9 @@ NAMED = {
         {"SPECFLEET_MODELS": "{here}/models.yaml"},
         files(models__yaml="x-src: &src {torch: 7}\nmodels:\n  x: *src\n"), ["models", "list"],
         ["models.x.torch: expected bundled, hf:ORG/NAME or a model folder, got 7"]),
+    "generate: SPECFLEET_THREADS abc": (  # neither checked nor applied outside a worker
+        {"SPECFLEET_THREADS": "abc"}, NO_FILES, ["generate", "-m", "smollm2-135m", "-p", "hi"],
+        ["SPECFLEET_THREADS"]),
     "SPECFLEET_MODELS: a binary file": (
         {"SPECFLEET_MODELS": "{here}/models.bin"}, files(models__bin="\x89PNG\xff\x00"),
         ["models", "list"],
