@@ -326,8 +326,8 @@ def trace_line(row: dict[str, Any]) -> str:
     policy = row.get("policy")
     fields = {key: value for key, value in row.items() if key != "policy"}
     text = " ".join(f"{key}={value}" for key, value in fields.items())
-    if policy:
-        text += " policy=" + ",".join(f"{key}={value}" for key, value in policy.items())
+    if policy:  # the governor's state; its own `policy` key names it
+        text += " governor=" + ",".join(f"{key}={value}" for key, value in policy.items())
     return f"[Trace] {text}"
 
 

@@ -51,3 +51,11 @@ def test_the_engine_hands_the_stream_every_round() -> None:
                       on_tokens=lambda tokens: seen.append(list(tokens)))
     assert len(seen) > 2 and seen[-1] == result.tokens
     assert all(later[:len(earlier)] == earlier for earlier, later in zip(seen, seen[1:], strict=False))
+
+
+def test_a_trace_line_names_the_governor_state_once():
+    # It printed `policy=policy=gated,...`: the state's own `policy` key under a `policy=`.
+    from specfleet.cli.generate import trace_line
+
+    line = trace_line({"round": 3, "kind": "verify", "policy": {"policy": "gated", "ema": 1.5}})
+    assert line == "[Trace] round=3 kind=verify governor=policy=gated,ema=1.5"
