@@ -88,11 +88,17 @@ def test_ctrl_c_while_the_commands_import_is_one_line(tmp_path) -> None:
         sys.argv[0] = "specfleet"
         main()
     """)
-    child = subprocess.Popen(
-        [sys.executable, "-c", code, "matrix", "list", "--db", f"sqlite:///{tmp_path}/x.db"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _ctrl_c_once_it_says(code, "importing\n", "matrix", "list", "--db",
+                         f"sqlite:///{tmp_path}/x.db")
+
+
+def _ctrl_c_once_it_says(code: str, cue: str, *args: str) -> None:
+    """Run `code` as the CLI with `args`, send SIGINT once its stderr says `cue`: one line,
+    exit 130."""
+    child = subprocess.Popen([sys.executable, "-c", code, *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stderr is not None
-    assert child.stderr.readline() == "importing\n"
+    assert child.stderr.readline() == cue
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
     assert (child.returncode, err) == (130, "interrupted\n")
@@ -135,13 +141,7 @@ def test_ctrl_c_while_the_command_tree_is_built_is_one_line(tmp_path) -> None:
         from specfleet.cli.entry import main
         main()
     """)
-    child = subprocess.Popen([sys.executable, "-c", code, "matrix", "list"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert child.stderr is not None
-    assert child.stderr.readline() == "building\n"
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=60)
-    assert (child.returncode, err) == (130, "interrupted\n")
+    _ctrl_c_once_it_says(code, "building\n", "matrix", "list")
 
 
 def test_a_full_standard_output_is_one_line_and_a_failure(tmp_path) -> None:
