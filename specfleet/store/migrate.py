@@ -108,10 +108,10 @@ def check_known(rev: str | None, conn: Connection, url: URL, source: str) -> Non
 
 
 def is_newer(rev: str) -> bool:
-    """Whether an unknown stamp reads as a later revision than this code's head (a number
-    past it), rather than one no specfleet wrote."""
-    head = head_revision()
-    return rev.isdecimal() and rev.isascii() and int(rev) > int(head)
+    """Whether an unknown stamp reads as a later revision than this code's head (led by a
+    number past it), rather than one no specfleet wrote."""
+    number = re.match(r"[0-9]+", rev)  # `0008`, `0008_more_columns`: the number leads
+    return number is not None and int(number[0]) > int(head_revision())
 
 
 def ensure_schema(engine: Engine, url: URL, source: str) -> str:
