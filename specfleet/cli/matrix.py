@@ -244,7 +244,7 @@ def refuse_unrunnable_models(errors: list[str]) -> None:
     short) is one line before anything is stored: each of its runs would only fail. Hosts
     that do not answer are left to the runs."""
     if errors:
-        more = f" (and {len(errors) - 1} more; `specfleet matrix validate` lists every one)"
+        more = f" (and {len(errors) - 1} more problems)"
         raise UserError(errors[0] + (more if len(errors) > 1 else ""))
 
 

@@ -95,9 +95,10 @@ def test_a_peer_arm_whose_library_is_missing_here_is_an_error(here, monkeypatch)
     report = check_here(spec([str(folder)], engines=["torch"], arms=["plain", "llama.cpp"]),
                         "m.yaml")
     assert report.errors == ["m.yaml: arms[1]: llama.cpp needs llama-cpp-python, which this "
-                             "machine lacks; expected it installed: pip install "
-                             "'specfleet[llamacpp]' (it builds llama.cpp from source with the "
-                             "host's compiler; README: Peer engines)"]
+                             "machine lacks; expected it installed: pip install -e "
+                             "'.[llamacpp]' in a checkout (it builds llama.cpp from source with "
+                             "the host's compiler; the README's llama.cpp paragraph gives "
+                             "CMAKE_ARGS per backend)"]
 
 
 def test_each_host_is_asked_for_the_cells_its_runs_need() -> None:

@@ -27,8 +27,9 @@ from specfleet.engine.peers import PEER_KINDS, FirstTokenClock, PeerCall, PeerGe
 from specfleet.errors import UserError
 
 CONTEXT_STEP = 512
-INSTALL_HINT = ("pip install 'specfleet[llamacpp]' (it builds llama.cpp from source with the "
-                "host's compiler; README: Peer engines)")
+INSTALL_HINT = ("pip install -e '.[llamacpp]' in a checkout (it builds llama.cpp from source "
+                "with the host's compiler; the README's llama.cpp paragraph gives CMAKE_ARGS "
+                "per backend)")
 
 _llamas: dict[tuple[str, int, int | None, int | None, int | None, bool], Any] = {}
 
