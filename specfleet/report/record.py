@@ -238,6 +238,23 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     ])
 
 
+def _refuse_another_record(out: Path, matrix_id: str) -> None:
+    """A folder holding another matrix's record: its runs.csv and plots share their names with
+    this one's, so writing here would leave its markdown showing this matrix's plots."""
+    import csv
+
+    try:
+        with (out / "runs.csv").open(newline="", encoding="utf-8") as handle:
+            first = next(csv.DictReader(handle), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return  # nothing there, or not a record's file: replaced as before
+    other = (first or {}).get("matrix_id")
+    if other and other != matrix_id:
+        raise UserError(f"{out}: holds the record of matrix {other!r} (runs.csv, plots of the "
+                        "same names); expected an empty folder or this matrix's own, e.g. "
+                        f"{out / matrix_id}")
+
+
 def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     """Write `<id>.md`, `runs.csv` and the PNG plots into `out_dir` (created if needed).
 
@@ -256,6 +273,7 @@ def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     finals = [markdown, csv_path, *plot_files(view, out)]
     for path in finals:  # before any is written
         check_output_file(path)
+    _refuse_another_record(out, matrix_id)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{matrix_id}.partial-", dir=out))

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.errors import UserError
 from specfleet.report.record import write_record
-from tests.report.conftest import DEMO_ID
+from tests.report.conftest import AFTER_ID, DEMO_ID
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -89,3 +89,18 @@ def test_a_write_that_fails_leaves_no_half_record(store, tmp_path, monkeypatch, 
     assert [p.name for p in kept.iterdir()] == ["runs.csv"]  # as it was: no staging left
     assert (kept / "runs.csv").read_text() == "an older record\n"
 
+
+
+def test_a_folder_holding_another_matrixs_record_is_refused(db_path, tmp_path) -> None:
+    # Its markdown would have shown this matrix's plots: runs.csv and the PNGs share names.
+    out = tmp_path / "r"
+    first = CliRunner().invoke(app, ["report", DEMO_ID, "--out", str(out), "--db", str(db_path)])
+    assert first.exit_code == 0, first.output
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    again = CliRunner().invoke(app, ["report", DEMO_ID, "--out", str(out), "--db", str(db_path)])
+    assert again.exit_code == 0, again.output  # its own record: replaced
+    other = CliRunner().invoke(app, ["report", AFTER_ID, "--out", str(out), "--db", str(db_path)])
+    assert other.exit_code == 2 and other.stderr == (
+        f"error: {out}: holds the record of matrix {DEMO_ID!r} (runs.csv, plots of the same "
+        f"names); expected an empty folder or this matrix's own, e.g. {out / AFTER_ID}\n")
+    assert {p.name: p.read_bytes() for p in out.iterdir()}.keys() == before.keys()
