@@ -16,14 +16,14 @@ from datetime import datetime
 
 from specfleet.stats.cells import LOOP_SHARE_FLAG, relative_spread
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest, compare_matrices, history_changes
-from specfleet.stats.provenance import PROVENANCE_FIELDS, by_value, differences, memo
+from specfleet.stats.provenance import PROVENANCE_FIELDS, by_value, differences, host_state, memo
 from specfleet.stats.runs import VALUE_FIELDS, target_label
 
 # The stored run's fields `history_rows` and `compare_rows` read (store `RunRow` names).
 HISTORY_FIELDS: tuple[str, ...] = (
-    *VALUE_FIELDS, "matrix_id", "loop_share", "throttled", *PROVENANCE_FIELDS,
+    *VALUE_FIELDS, "matrix_id", "loop_share", "noisy", "throttled", *PROVENANCE_FIELDS,
 )
-COMPARE_FIELDS: tuple[str, ...] = (*VALUE_FIELDS, *PROVENANCE_FIELDS)
+COMPARE_FIELDS: tuple[str, ...] = (*VALUE_FIELDS, "noisy", "throttled", *PROVENANCE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
         changes = [None] + [step.change for step in history_changes(points, factor)]
         previous, of = None, memo()
         for key, change in zip(keys, changes, strict=True):
-            differs = (tuple(differences(groups[previous][arm], groups[key][arm], of))
+            differs = (tuple(differences(groups[previous][arm], groups[key][arm], of)
+                             + host_state(groups[previous][arm], groups[key][arm]))
                        if previous else ())
             out.append(_history_row(label, key[1], when[key[1]], groups[key], arm, change,
                                     differs))
@@ -142,7 +143,8 @@ def compare_rows(runs_a: Iterable, runs_b: Iterable, allow_mixed: bool = False,
     for comp in compare_matrices(runs_a, runs_b, factor):
         assert comp.key is not None  # compare_matrices names every cell it compares
         key = (comp.key.target, comp.key.model, comp.key.prompt, comp.key.arm)
-        differs = tuple(differences(by_cell[0][key], by_cell[1][key], of))
+        differs = tuple(differences(by_cell[0][key], by_cell[1][key], of)
+                        + host_state(by_cell[0][key], by_cell[1][key]))
         verdict: str = comp.verdict
         if verdict == "slower" and (allow_mixed or not differs):
             verdict = "regression"

@@ -97,3 +97,16 @@ def differences(runs_a: Iterable, runs_b: Iterable, of=provenance) -> list[str]:
             for name, value in of(run).items():
                 seen.setdefault(name, set()).add(value)
     return [name for name in seen_a if name in seen_b and seen_a[name] != seen_b[name]]
+
+
+def host_state(runs_a: Iterable, runs_b: Iterable) -> list[str]:
+    """What of the hosts' state could explain a change: runs timed while the host was busy
+    (`noisy`) or throttled on either side. Not provenance (nothing to compare), but a
+    slow-down beside them is no evidence against the code."""
+    runs = [*runs_a, *runs_b]
+    said = []
+    if any(getattr(run, "noisy", False) for run in runs):
+        said.append("host load (noisy runs)")
+    if any(getattr(run, "throttled", False) for run in runs):
+        said.append("a throttled host")
+    return said

@@ -214,3 +214,22 @@ def test_a_hand_damaged_value_is_one_line(db_path, tmp_path, column, value) -> N
         assert result.exit_code == 2, (args, result.output)
         assert result.stderr.count("\n") == 1 and "a stored value cannot be read" in result.stderr
         assert "expected the store as specfleet wrote it" in result.stderr
+
+
+def test_a_slow_down_timed_on_a_busy_host_is_no_regression(db_path, tmp_path) -> None:  # noqa: F811
+    # `matrix run` flagged every run of B noisy, and compare still failed on 6 "regressions".
+    import shutil
+    import sqlite3
+
+    busy = tmp_path / "busy.db"
+    shutil.copy(db_path, busy)
+    with sqlite3.connect(busy) as conn:
+        conn.execute("UPDATE runs SET noisy = 1 WHERE matrix_id = ?", (AFTER_ID,))
+    result = invoke(busy, "compare", DEMO_ID, AFTER_ID, "--format", "json")
+    assert result.exit_code == 0, result.output
+    row = next(r for r in json.loads(result.stdout) if r["arm"] == "graded"
+               and r["verdict"] != "within noise")
+    assert row["verdict"] == "slower" and row["differs"] == ["host load (noisy runs)"]
+    history = json.loads(invoke(busy, "history", "--model", "script", "--prompt", "copy", "--arm",
+                                "graded", "--target", "h1/toy/cpu", "--format", "json").stdout)
+    assert "host load (noisy runs)" in history[-1]["differs"]
