@@ -322,7 +322,7 @@ def _compare(db_url: str, a: str, b: str, *flags: str) -> tuple[list[dict], str]
 
 def test_compare_calls_no_regression_across_weights_or_engine_config(tmp_path):
     url = f"sqlite:///{tmp_path / 'compare.db'}"
-    worker = HostWorker("h1", run_lock_path=str(tmp_path / "lock"))
+    worker = HostWorker("h1", run_lock_path=str(tmp_path / "lock"), quiet_threshold_per_core=1e9)
     slower = (80.0, 81.0, 79.0)
     with open_store(url) as store:
         _seed(store, worker, "base", (100.0, 101.0, 99.0))

@@ -27,6 +27,7 @@ from specfleet.stats.history import (
     history_rows,
 )
 from specfleet.stats.interval import RULE, no_verdict_text
+from specfleet.stats.provenance import THROTTLED_HOST
 
 
 def test_note(factor: float = DEFAULT_FACTOR) -> str:
@@ -93,7 +94,9 @@ def change_text(change: ChangeTest | None) -> str:
 def _differs_text(row: HistoryRow) -> str:
     """What else changed since the previous point (provenance, e.g. power mode or clocks),
     and THROTTLED when a run of this point ran on a throttled host."""
-    text = f"; differs in {', '.join(row.differs)}" if row.differs else ""
+    # A throttled host is said once, as THROTTLED, though it counts among the differences.
+    said = [d for d in row.differs if not (row.throttled and d == THROTTLED_HOST)]
+    text = f"; differs in {', '.join(said)}" if said else ""
     return text + ("; THROTTLED" if row.throttled else "")
 
 

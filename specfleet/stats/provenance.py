@@ -99,6 +99,9 @@ def differences(runs_a: Iterable, runs_b: Iterable, of=provenance) -> list[str]:
     return [name for name in seen_a if name in seen_b and seen_a[name] != seen_b[name]]
 
 
+THROTTLED_HOST = "a throttled host"  # what `host_state` says of a throttled run
+
+
 def host_state(runs_a: Iterable, runs_b: Iterable) -> list[str]:
     """What of the hosts' state could explain a change: runs timed while the host was busy
     (`noisy`) or throttled on either side. Not provenance (nothing to compare), but a
@@ -108,5 +111,5 @@ def host_state(runs_a: Iterable, runs_b: Iterable) -> list[str]:
     if any(getattr(run, "noisy", False) for run in runs):
         said.append("host load (noisy runs)")
     if any(getattr(run, "throttled", False) for run in runs):
-        said.append("a throttled host")
+        said.append(THROTTLED_HOST)
     return said

@@ -111,5 +111,5 @@ def test_without_the_package_a_llama_cpp_arm_says_how_to_install_it(monkeypatch)
 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if not installed
     with pytest.raises(UserError, match=r"^arm llama\.cpp needs llama-cpp-python: pip install "
-                                        r"'specfleet\[llamacpp\]'"):
+                                        r"-e '\.\[llamacpp\]' in a checkout"):
         llamacpp_peers.llama_cpp_generate("m.gguf", {2}, [1, 2], PeerCall("llama.cpp", 4), 1)
