@@ -291,7 +291,12 @@ def parity_verdicts(runs: Iterable[Any]) -> list[ParityVerdict]:
         if key.arm == "plain":
             continue
         plain_key = key.with_arm("plain")
-        plain, arm = _first_done(cells.get(plain_key, [])), _first_done(rows)
+        arm = _first_done(rows)
+        plains = cells.get(plain_key, [])
+        # Plain's reply from the arm's own matrix: `results --cells` pools matrices whose
+        # max_tokens differ, and a reply cut at 16 tokens is no parity check of one at 40.
+        same = [r for r in plains if arm is not None and r.matrix_id == arm.matrix_id]
+        plain = _first_done(same) or _first_done(plains)
         if plain is None or arm is None:
             out.append(ParityVerdict(key, plain_key, "missing"))
         else:

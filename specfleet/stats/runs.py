@@ -41,6 +41,7 @@ VALUE_FIELDS: tuple[str, ...] = (*CELL_FIELDS, "repeat", "status", "tok_per_s")
 ROW_FIELDS: tuple[str, ...] = (
     *VALUE_FIELDS, "loop_share", "noisy", "token_ids", "output_text", *COUNTER_FIELDS,
     "stop_reason", "throttled", "decode_s", "prompt_tokens", "prefill_s", *CELL_VALUE_FIELDS,
+    "matrix_id",
 )
 
 
@@ -126,6 +127,7 @@ class Row:
     decode_tok_per_s: float = 0.0  # generation after the first token (engine.stats)
     prompt_tok_per_s: float = 0.0  # prefill
     shown: CellValues = field(default_factory=CellValues)
+    matrix_id: str | None = None  # its matrix: a cell pooled across matrices pairs within one
 
     @property
     def done(self) -> bool:
@@ -212,6 +214,7 @@ def to_row(obj: Any) -> Row:
         prompt_tok_per_s=prompt_tok_per_s(int(get("prompt_tokens", 0) or 0),
                                           float(get("prefill_s", 0.0) or 0.0)),
         shown=CellValues(*[get(name, None) for name in CELL_VALUE_FIELDS]),
+        matrix_id=get("matrix_id", None),
     )
 
 

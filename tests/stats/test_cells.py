@@ -171,6 +171,17 @@ def test_parity_uses_first_done_repetition_and_reports_missing() -> None:
     assert verdicts == {("p", "graded"): "identical", ("q", "gated"): "missing"}
 
 
+def test_parity_pairs_an_arm_with_plain_of_its_own_matrix() -> None:
+    # `results --cells` pools matrices: a 16-token reply against another matrix's 40-token
+    # plain reply read as a divergence that `parity` (per matrix) never saw.
+    long, short = list(range(1, 41)), list(range(1, 17))
+    rows = (runs("plain", [10.0], token_ids=long, matrix_id="b")
+            + runs("plain", [10.0], token_ids=short, matrix_id="a")
+            + runs("graded", [12.0], token_ids=short, matrix_id="a"))
+    (verdict,) = parity_verdicts(rows)
+    assert verdict.status == "identical"
+
+
 def test_parity_by_text_when_token_ids_are_absent() -> None:
     rows = runs("plain", [1.0], output_text="abcdef") + runs("gated", [1.0], output_text="abcxef")
     (verdict,) = parity_verdicts(rows)
