@@ -2,8 +2,8 @@
 
 Per target, like the reference record: rows model x arm, columns prompts, each
 speed-up with its spread beside it. Markers (explained under every table):
-`!` spread above 5%, `within noise` the 90% interval on the speed-up holds 1x (the rule:
-`stats/interval.py`), `n=1, no verdict` fewer than 3 repeats, `LOOP` replies loop (kept out
+`!` spread above 5%, `gain` / `loss` the 90% interval on the speed-up lies above / below 1x,
+`within noise` it holds 1x (the rule: `stats/interval.py`), `n=1, no verdict` fewer than 3 repeats, `LOOP` replies loop (kept out
 of the headline), `THROTTLED` a run of the cell or of its plain ran on a throttled host,
 `=` identical to plain, `≠` diverged from plain.
 """
@@ -55,8 +55,8 @@ def speedup_text(cell: CellView | None) -> str:
     if cell.speedup is None:
         return DASH
     parts = [f"{cell.speedup:.2f}x", spread_text(cell)]
-    if cell.verdict == "within noise":
-        parts.append("within noise")
+    if cell.verdict in ("gain", "loss", "within noise"):  # each said: 0.97x may be a loss
+        parts.append(cell.verdict)
     if cell.loop:
         parts.append("LOOP")
     if cell.throttled:

@@ -23,7 +23,7 @@ def invoke(db_path, *args: str):  # noqa: F811
 def test_matrix_show_table_and_pivot(db_path) -> None:  # noqa: F811
     result = invoke(db_path, "matrix", "show", DEMO_ID)
     assert result.exit_code == 0, result.output
-    assert "1.50x ±2.7% =" in result.output and "4.00x ±0.0% LOOP =" in result.output
+    assert "1.50x ±2.7% gain =" in result.output and "4.00x ±0.0% gain LOOP =" in result.output
     assert "±20.0%! within noise" in result.output
     pivot = invoke(db_path, "matrix", "show", DEMO_ID, "--pivot", "target", "--format", "json")
     rows = json.loads(pivot.stdout)["rows"]

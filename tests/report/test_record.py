@@ -30,7 +30,7 @@ def test_record_sections_plots_and_csv(store, tmp_path) -> None:
                     "## Plain replies across targets", "## Load average over the run",
                     "## Plots", "## Raw per-run data (plan order)"):
         assert heading in text, heading
-    assert "| script | graded | 1.50x ±2.7% = | 1.50x ±2.7% = |" in text
+    assert "| script | graded | 1.50x ±2.7% gain = | 1.50x ±2.7% gain = |" in text
     assert "| h2/toy/cpu | script | copy | graded | diverges at token 5 (char 5) |" in text
     assert "| copy | 79cc5fcbf139 |" in text
     assert "| h1 | linux-cpu | Linux x86_64 | Xeon | 24 GB |" in text

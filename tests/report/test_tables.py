@@ -26,14 +26,14 @@ def test_table_shows_speedups_markers_and_headline(store) -> None:
     text = render_matrix(store, DEMO_ID)
     assert "Prompt lookup over plain — h1/toy/cpu" in text
     graded = _line(text.split("— h2/toy/cpu")[0], "script", "graded", "1.50x")
-    assert graded.count("1.50x ±2.7% =") == 2
+    assert graded.count("1.50x ±2.7% gain =") == 2
     gated = _line(text.split("— h2/toy/cpu")[0], "script", "gated", "within noise")
     assert "±20.0%!" in gated and "1.00x ±1.0% within noise =" in gated
-    assert "4.00x ±0.0% LOOP =" in text
+    assert "4.00x ±0.0% gain LOOP =" in text
     assert "Headline graded: 1.50x geometric mean over 2 cells (2 gains" in text
     assert "Kept out of the graded headline (replies loop): constant/copy 4.00x" in text
     h2 = text.split("Prompt lookup over plain — h2/toy/cpu")[1]
-    assert "1.50x ±2.7% ≠" in _line(h2.split("Headline")[0], "graded")
+    assert "1.50x ±2.7% gain ≠" in _line(h2.split("Headline")[0], "graded")
     assert "diverges at token 5 (char 5)" in h2
     assert ("Parity vs plain (first repetition): 8 identical, 1 diverged; `specfleet parity "
             "demo-000001` replays each divergence") in text
@@ -68,7 +68,7 @@ def test_plain_and_counters_tables(store) -> None:
 def test_markdown_has_pipe_tables(store) -> None:
     text = render_matrix(store, DEMO_ID, fmt="markdown")
     assert "### Prompt lookup over plain — h1/toy/cpu" in text
-    assert "| script | graded | 1.50x ±2.7% = | 1.50x ±2.7% = |" in text
+    assert "| script | graded | 1.50x ±2.7% gain = | 1.50x ±2.7% gain = |" in text
 
 
 def test_json_and_csv_carry_every_cell(store) -> None:

@@ -67,7 +67,7 @@ def test_heatmap_cells_equal_matrix_show_json(client, seeded_url):
     assert len(cells) == len(expected) == 4
     for key, speedup in expected.items():
         assert (float(cells[key]) if cells[key] else None) == speedup
-    assert "1.50x ±1.3% =" in page  # the terminal table's text, markers and all
+    assert "1.50x ±1.3% gain =" in page  # the terminal table's text, markers and all
     api = client.get(f"/api/matrices/{BASE}").json()
     assert {k: v for k, v in api.items() if k != "progress"} == shown
 
