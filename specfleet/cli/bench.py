@@ -108,7 +108,9 @@ def bench_spec_data(models: list[str], prompts: list[str], arms: list[str], repe
 FLAG_OF_FIELD = {"models": "--model", "prompts": "--prompt", "arms": "--arms",
                  "repeats": "--repeats", "max_tokens": "--max-tokens",
                  "targets.engines": "--engine"}
-_FIELD_AT = re.compile(rf"^{BENCH_NAME}: ({'|'.join(map(re.escape, FLAG_OF_FIELD))})"
+# The parser labels its lines `bench: `, the checks before a run `matrix 'bench': `.
+_FIELD_AT = re.compile(rf"^(?:{BENCH_NAME}|matrix '{BENCH_NAME}'): "
+                       rf"({'|'.join(map(re.escape, FLAG_OF_FIELD))})"
                        r"(?:\[(\d+)\])?(?:\.[\w.]+)?: ")
 
 
@@ -189,9 +191,15 @@ def bench_command(
     if not spec.speedups:  # no flag turns speed-ups off, so bench needs plain
         raise UserError(f"{BENCH_NAME}: --arms: add plain: bench measures speed-ups over it "
                         f"(e.g. --arms plain,{','.join(given['--arms'])})")
-    outcome = run_spec(spec, address=address, embedded=embedded, db=db,
-                       options=scheduler_options(no_progress, require_quiet), fmt=fmt,
-                       rate=rate)
+    try:
+        outcome = run_spec(spec, address=address, embedded=embedded, db=db,
+                           options=scheduler_options(no_progress, require_quiet), fmt=fmt,
+                           rate=rate)
+    except UserError as err:  # a model checked before the run: `--model X`, not `models[0]`
+        said = in_flag_terms(str(err), given)
+        if said == str(err):
+            raise
+        raise UserError(said) from None
     if outcome.status != "done":
         raise typer.Exit(1)
 

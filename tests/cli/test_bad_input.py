@@ -920,7 +920,7 @@ NAMED = {
     "bench: an unknown model": (
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{db}", "--embedded", "--no-progress"],
-        ["matrix 'bench': models[0]: torch: model 'no-such-model' is neither an alias"]),
+        ["bench: --model no-such-model: torch: model 'no-such-model' is neither an alias"]),
     "bench: --prompt a file that is not there": (  # "prompts[0].name: use letters, ..."
         {}, NO_FILES, ["bench", "-m", "script:1ms", "-p", "{here}/p.txt", "-e", "toy",
                        "--address", "127.0.0.1:1", "--db", "{db}"],
@@ -928,7 +928,7 @@ NAMED = {
     "bench: an unknown model, --db a new store": (  # the store was made, then refused
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{here}/new.db", "--embedded", "--no-progress"],
-        ["matrix 'bench': models[0]: torch: model 'no-such-model' is neither an alias"]),
+        ["bench: --model no-such-model: torch: model 'no-such-model' is neither an alias"]),
     "job generate: a host the embedded fleet lacks": (
         {"SPECFLEET_HOST": "here1"}, files(p__jsonl='{"prompt": "hi"}\n'),
         ["job", "generate", "--prompts", "{here}/p.jsonl", "--target", "nohost/toy", "--model",
