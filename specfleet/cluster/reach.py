@@ -236,7 +236,7 @@ def check_token(address: str, source: str = "--address") -> None:
 
     fleet.enable_token_auth()
     try:
-        with _quiet_stderr():  # Ray's C++ client logs the refusal itself, with a timestamp
+        with quiet_stderr():  # Ray's C++ client logs the refusal itself, with a timestamp
             # Its first call asks for the cluster id; a head answers in milliseconds, and
             # GcsClient's own 20 s timeout (twice over) kept a mistyped port waiting 41 s.
             InnerGcsClient.standalone(address, None, HEAD_ANSWER_MS)
@@ -254,7 +254,7 @@ def check_token(address: str, source: str = "--address") -> None:
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> Iterator[None]:
     """Send file descriptor 2 to /dev/null for the block (C++ logging bypasses sys.stderr)."""
     sys.stderr.flush()
     saved = os.dup(2)

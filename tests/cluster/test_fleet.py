@@ -104,6 +104,30 @@ def test_an_address_where_no_ray_head_answers_is_one_line_in_seconds() -> None:
     assert took < 40, took  # under GcsClient's own timeout, twice over
 
 
+def test_join_to_something_that_is_no_ray_head_is_one_line_without_rays_logs(
+        monkeypatch, capfd) -> None:
+    # `fleet join` waited 40 s on GcsClient's own timeouts, and Ray's C++ client logged them.
+    import http.server
+    import threading
+
+    from specfleet.cluster import membership
+
+    monkeypatch.setattr(membership, "HEAD_ANSWER_MS", 1000)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(UserError) as err:
+            read_head_versions(address)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(err.value).startswith(f"cannot read versions from head {address}: ")
+    assert str(err.value).endswith("; expected the HOST:PORT `specfleet fleet up` printed on "
+                                   "the head")
+    assert "gcs_client" not in capfd.readouterr().err
+
+
 def test_join_refuses_mismatched_versions_in_one_line() -> None:
     head = {"python": "3.11.7", "ray": "2.60.0"}
     check_versions(head, dict(head))
