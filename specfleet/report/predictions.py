@@ -129,6 +129,13 @@ def packaged_cost(name: str) -> Path | None:
     return path if "/" not in name and path.is_file() else None
 
 
+def packaged_cost_names() -> list[str]:
+    """The packaged tables' bare names, sorted (what `--costs NAME` takes)."""
+    from specfleet.configs import costs_dir
+
+    return sorted(path.stem for path in costs_dir().glob("*.yaml"))
+
+
 def cost_source(spec: str):
     """A function cell -> CostTable for `--costs`: a YAML file, a packaged table, or a host
     whose newest stored calibration of the cell's engine, device and model is used; "" (no
@@ -154,7 +161,7 @@ def cost_source(spec: str):
             raise UserError(
                 f"{said} stored calibration of host {host!r} for {model} on {engine}/{device} "
                 "(store one with `specfleet calibrate --store` or `job calibrate`, or give "
-                "--costs a packaged table)")
+                f"--costs a packaged table: {', '.join(packaged_cost_names())})")
         return CostTable(f"{host} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
                          tuple(r.ratio for r in rows))
 

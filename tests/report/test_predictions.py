@@ -103,6 +103,7 @@ def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
         ("--policy", "fast", "--costs", "apple-m4pro"): "--policy must list some of",
         ("--costs", str(bad)): "field 'ratio' must be a list",
         ("--costs", "nohost"): "no YAML file, packaged table or stored calibration",
+        ("--costs", "nohost2"): "give --costs a packaged table: apple-m4pro, gb10-",  # named
     }
     for args, expected in cases.items():
         result = invoke("replay", matrix_id(db), *args, "--db", db)
