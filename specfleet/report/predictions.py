@@ -38,6 +38,7 @@ class CostTable:
 
     name: str
     ratio: tuple[float, ...]
+    host: str | None = None  # where it was measured; a run's own measurement compares only there
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ def load_cost_file(path: Path) -> CostTable:
                              or not 0 < step < math.inf):
         raise UserError(f"--costs {path}: field 'pipelined_ms' must be a positive number of "
                         f"milliseconds, got {describe_value(step)}")
-    return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio))
+    return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio),
+                     data.get("host"))
 
 
 def packaged_cost(name: str) -> Path | None:
@@ -163,7 +165,7 @@ def cost_source(spec: str):
                 "(store one with `specfleet calibrate --store` or `job calibrate`, or give "
                 f"--costs a packaged table: {', '.join(packaged_cost_names())})")
         return CostTable(f"{host} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
-                         tuple(r.ratio for r in rows))
+                         tuple(r.ratio for r in rows), host)
 
     return stored
 
@@ -294,6 +296,7 @@ def predict(store, runs: Sequence, policies: Sequence[Policy], costs_for,
             out.append(Prediction(
                 cell, policy, {n: getattr(stats, n) for n in COUNTER_NAMES}, done.cost_steps,
                 plain_steps, predicted_speedup(plain_steps, done.cost_steps, prefill),
-                _measured(arms, policy), bounds.get(policy),
+                # Another host's table predicts that host: this one's runs are no check of it.
+                _measured(arms, policy) if table.host == cell[0] else None, bounds.get(policy),
             ))
     return out

@@ -14,7 +14,8 @@ def format_predictions(predictions: Sequence[Prediction], costs_name: str) -> st
     the efficiency when the predictions carry the oracle."""
     extra = (" efficiency |", "---|") if any(p.bound for p in predictions) else ("", "")
     lines = [f"Predicted speed-up over plain under {costs_name} (whole call, prefill in "
-             "pipelined steps from each cell's plain run)", "",
+             "pipelined steps from each cell's plain run; measured and error only where the "
+             "table is the runs' own host's)", "",
              "| model | target | prompt | policy | rounds | drafted | proposed | accepted | "
              "steps / plain | predicted | measured | error |" + extra[0],
              "|---|---|---|---|---|---|---|---|---|---|---|---|" + extra[1]]
