@@ -15,7 +15,6 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -132,10 +131,10 @@ class GenerateRequest:
 def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int,
                   prompt_flag: str = "--prompt") -> None:
     """The prompt and the reply must fit the model's context (from its config.json)."""
-    from specfleet.models.registry import context_tokens
+    from specfleet.models.registry import overrun_context
 
-    context = context_tokens(Path(loaded.path))
-    if context is None or prompt_tokens + max_tokens <= context:
+    context = overrun_context(loaded.path, prompt_tokens, max_tokens)
+    if context is None:
         return
     if prompt_tokens >= context:  # no --max-tokens would fit: the prompt is at fault
         raise UserError(f"{prompt_flag}: the prompt is {prompt_tokens} tokens, too long for "

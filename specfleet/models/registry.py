@@ -306,6 +306,14 @@ def _missing_hint(alias: str, source: str) -> str:
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 
 
+def overrun_context(folder: Path | str | None, prompt_tokens: int,
+                    max_tokens: int) -> int | None:
+    """The model's context when a prompt and its longest reply do not fit in it, else None
+    (also when the config does not say): the one check `generate` and a worker's run make."""
+    context = context_tokens(None if folder is None else Path(folder))
+    return context if context is not None and prompt_tokens + max_tokens > context else None
+
+
 def context_tokens(folder: Path | None) -> int | None:
     """The model's context length from its `config.json` (None when it does not say)."""
     if folder is None:

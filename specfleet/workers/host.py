@@ -33,6 +33,7 @@ from specfleet.workers.loaded import (
     LoadedModel,
     LoadedModels,
     ModelCheck,
+    check_context,
     check_model,
     load_model,
     use_every_core,
@@ -381,7 +382,7 @@ class HostWorker:
             warmup_s = 0.0
         prompt_ids = entry.runner.encode_prompt(spec.prompt_text, spec.chat)
         if spec.target.engine != "toy":
-            _check_context(entry.key[2], spec, len(prompt_ids))
+            check_context(entry.key[2], spec, len(prompt_ids))
         costs, calibration = self._costs.for_run(spec, entry, self._info.fingerprint)
         lookup, policy = run_policy(spec, costs)
         peer = peer_call(spec, self._cancel.is_set, lambda: self._gguf(spec), worker_threads())
@@ -517,16 +518,3 @@ class HostWorker:
             started_at=started_at,
             finished_at=datetime.now(UTC),
         )
-
-
-
-def _check_context(folder: str, spec: RunSpec, prompt_tokens: int) -> None:
-    """Fail a run whose prompt and reply overrun the model's context: past it the positions
-    are ones the model never saw, and the run would be stored as done all the same."""
-    from specfleet.models.registry import context_tokens
-
-    context = context_tokens(Path(folder))
-    if context is not None and prompt_tokens + spec.max_tokens > context:
-        raise UserError(f"prompt {spec.prompt_name!r} is {prompt_tokens} tokens and max_tokens "
-                        f"{spec.max_tokens}; together they exceed {spec.model}'s context of "
-                        f"{context} tokens; expected a shorter prompt or a smaller max_tokens")

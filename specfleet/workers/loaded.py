@@ -183,6 +183,18 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
     return ModelCheck()
 
 
+def check_context(folder: str, spec: Any, prompt_tokens: int) -> None:
+    """Fail a run (`RunSpec`) whose prompt and reply overrun the model's context: past it the
+    positions are ones the model never saw, and the run would be stored as done all the same."""
+    from specfleet.models.registry import overrun_context
+
+    context = overrun_context(folder, prompt_tokens, spec.max_tokens)
+    if context is not None:
+        raise UserError(f"prompt {spec.prompt_name!r} is {prompt_tokens} tokens and max_tokens "
+                        f"{spec.max_tokens}; together they exceed {spec.model}'s context of "
+                        f"{context} tokens; expected a shorter prompt or a smaller max_tokens")
+
+
 def worker_threads() -> int:
     """$SPECFLEET_THREADS, else one per physical core but one (left to Ray's daemons and the
     driver): the CPU threads a worker gives its engines (and a llama.cpp peer)."""
