@@ -29,7 +29,7 @@ from specfleet.cluster.fleet import (
     ensure_token,
     signals_held_while_ray_starts,
 )
-from specfleet.cluster.reach import HEAD_ANSWER_MS, connect_error, host_port, quiet_stderr
+from specfleet.cluster.reach import connect_error, head_client, host_port
 from specfleet.errors import UserError
 from specfleet.settings import THREADS
 from specfleet.workers.actor import (
@@ -71,16 +71,9 @@ def read_head_versions(address: str) -> dict[str, str]:
     Raises:
         UserError: the head cannot be reached or read.
     """
-    # Ray's partial _raylet stub lacks InnerGcsClient (it exists at runtime).
-    from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
-
     _check_reachable(address)
     try:
-        # GcsClient's own 20 s timeout, twice over, kept a port that is no head waiting 40 s
-        # while Ray's C++ client logged its retries.
-        with quiet_stderr():
-            client = InnerGcsClient.standalone(address, None, HEAD_ANSWER_MS)
-        raw = client.internal_kv_get(
+        raw = head_client(address).internal_kv_get(
             b"CLUSTER_METADATA", namespace=b"cluster", timeout=_READ_TIMEOUT_S
         )
         meta = json.loads(raw.decode())

@@ -226,20 +226,27 @@ def check_reachable(address: str, source: str = "--address", timeout_s: float = 
 HEAD_ANSWER_MS = 5000  # how long a listener gets to answer as a Ray head
 
 
+def head_client(address: str) -> Any:
+    """A client of the head's GCS, connected (its first call asks for the cluster id). A head
+    answers in milliseconds; Ray's own GcsClient waits 20 s twice over (a port that is no
+    head kept a command 40 s) while its C++ side logs each retry, kept off stderr here."""
+    # Ray's partial _raylet stub lacks InnerGcsClient (it exists at runtime).
+    from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
+
+    with quiet_stderr():
+        return InnerGcsClient.standalone(address, None, HEAD_ANSWER_MS)
+
+
 def check_token(address: str, source: str = "--address") -> None:
     """Fail fast on a token the head refuses: `ray.init` retries it for ~20 s, then says only
     that it could not connect. One authenticated call to the head's GCS settles it."""
-    from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
     from ray.exceptions import AuthenticationError, RpcError
 
     from specfleet.cluster import fleet
 
     fleet.enable_token_auth()
     try:
-        with quiet_stderr():  # Ray's C++ client logs the refusal itself, with a timestamp
-            # Its first call asks for the cluster id; a head answers in milliseconds, and
-            # GcsClient's own 20 s timeout (twice over) kept a mistyped port waiting 41 s.
-            InnerGcsClient.standalone(address, None, HEAD_ANSWER_MS)
+        head_client(address)
     except AuthenticationError:
         if os.environ.get("RAY_AUTH_TOKEN"):
             which = "the token in $RAY_AUTH_TOKEN: set it to the head's token"

@@ -110,9 +110,9 @@ def test_join_to_something_that_is_no_ray_head_is_one_line_without_rays_logs(
     import http.server
     import threading
 
-    from specfleet.cluster import membership
+    from specfleet.cluster import reach
 
-    monkeypatch.setattr(membership, "HEAD_ANSWER_MS", 1000)
+    monkeypatch.setattr(reach, "HEAD_ANSWER_MS", 1000)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     address = f"127.0.0.1:{server.server_address[1]}"
