@@ -169,6 +169,13 @@ def validate_request(request: GenerateRequest) -> None:
 _ALWAYS_CARRIED = {"ngram_min": "ngram_min", "ngram_max": "ngram_max", "adaptive": "no_adaptive"}
 
 
+def flags_given(ctx: typer.Context, carried: dict[str, Any]) -> dict[str, Any]:
+    """Of `lookup_given`'s settings, those whose flag was given: one typed at its default is
+    still a setting plain decoding would ignore."""
+    return {key: value for key, value in carried.items()
+            if key not in _ALWAYS_CARRIED or flag_given(ctx, _ALWAYS_CARRIED[key])}
+
+
 def lookup_flags_given(request: GenerateRequest) -> list[str]:
     """The --prompt-lookup-* flags given, by flag name."""
     names = ["policy"] if request.policy_given else []
@@ -420,10 +427,7 @@ def generate_command(
     if system_prompt is not None and chat is False:  # else refused only once the model loads
         raise UserError("--system-prompt needs the chat template, and --no-chat was given; "
                         "expected one of them")
-    carried = lookup_given(ngram_min, ngram_max, max_draft, own, no_adaptive)
-    # Only the flags given: one typed at its default is still a setting plain decoding ignores.
-    lookup = {key: value for key, value in carried.items()
-              if key not in _ALWAYS_CARRIED or flag_given(ctx, _ALWAYS_CARRIED[key])}
+    lookup = flags_given(ctx, lookup_given(ngram_min, ngram_max, max_draft, own, no_adaptive))
     request = GenerateRequest(
         text=read_prompt(prompt, prompt_file),
         max_tokens=max_tokens,

@@ -73,13 +73,8 @@ def generate(
     from specfleet.jobs.plan import plan_generate_runs
 
     given = lookup_given(ngram_min, ngram_max, max_draft, own)  # `fixed` is a policy here
-    if policy == "plain":  # plain decoding drafts nothing: a lookup flag would go unused
-        named = [name for name in ("ngram_min", "ngram_max", "max_draft", *own)
-                 if flag_given(ctx, name)]
-        if named:
-            flag = LOOKUP_FLAG_PREFIX + named[0].removeprefix("own_").replace("_", "-")
-            raise UserError(f"{flag} given with --policy plain, which drafts nothing; expected "
-                            "a drafting --policy to use it (or no lookup flags)")
+    if policy == "plain":
+        _refuse_lookup_flags(ctx, own)
     options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
                                "lookup": options_for(policy, given)}
     if max_tokens is not None:
@@ -114,6 +109,17 @@ def generate(
     typer.echo(f"job id: {job_id} ({status})")
     if status != "done":
         raise typer.Exit(1)
+
+
+def _refuse_lookup_flags(ctx: typer.Context, own: dict[str, Any]) -> None:
+    """Plain decoding drafts nothing: a `--prompt-lookup-*` flag given with it would go
+    unused without a word."""
+    named = [name for name in ("ngram_min", "ngram_max", "max_draft", *own)
+             if flag_given(ctx, name)]
+    if named:
+        flag = LOOKUP_FLAG_PREFIX + named[0].removeprefix("own_").replace("_", "-")
+        raise UserError(f"{flag} given with --policy plain, which drafts nothing; expected "
+                        "a drafting --policy to use it (or no lookup flags)")
 
 
 def refuse_embedded_stranger(host: str | None, flag: str, address: str | None,
