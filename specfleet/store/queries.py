@@ -117,7 +117,7 @@ class StoreQueries:
         if values is not None:
             stmt = stmt.where(_in(column, list(values)))
         with self._connect() as conn:
-            return sorted(conn.scalars(stmt.order_by(column)))
+            return list(conn.scalars(stmt.order_by(column)))
 
     def submitted_times(self: StoreCore, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
@@ -196,9 +196,8 @@ def _id_hint(session: Session, matrix_id: str) -> str:
     prefix typed), else where the ids are listed."""
     prefix = matrix_id.strip()
     if 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        found = session.scalars(select(Matrix.id).where(Matrix.id.like(f"{escaped}%", escape="\\"))
-                                .limit(2)).all()
+        found = session.scalars(select(Matrix.id).where(
+            Matrix.id.startswith(prefix, autoescape=True)).limit(2)).all()
         if len(found) == 1:
             return f"a whole id (did you mean {found[0]!r}?)"
     return "an id that `specfleet matrix list` shows"
