@@ -29,7 +29,8 @@ from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import drop_sourceless, peer_skips, plan_runs, select_targets
 from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
-from specfleet.jobs.spec_files import load_matrix_spec
+from specfleet.jobs.spec_files import check_matrix_file, load_matrix_spec
+from specfleet.jobs.userinput import Problems
 from specfleet.report.tables import render_matrix
 from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
@@ -176,7 +177,7 @@ def run(
 
     Exit status 0 when every run is done, 1 when some failed or were interrupted.
     """
-    spec = load_matrix_spec(file)  # every file mistake is one line, before anything else
+    spec = load_matrix_spec(file)  # the file's mistakes in one line, before anything else
     reports = None if report_dir is None else given_path(report_dir, "--report-dir",
                                                           "a folder path")
     check_driver_settings(reports)
@@ -362,17 +363,17 @@ def validate(
     limits within each model's context) without running it: every mistake, one line each,
     exit 2. In a fleet each host a run would go to resolves its own models; without one
     they are resolved here, and a model missing here is a warning (an error with --local)."""
-    from specfleet.jobs.resolve import Problems, check_matrix_file, describe
+    from specfleet.jobs.resolve import describe
 
     if local and address is not None:
         raise UserError("--local and --address: give one of them")
-    spec = check_matrix_file(file)
+    spec = check_matrix_file(file)  # every mistake in the file, one line each
     report, where = _check_models(spec, file, address, local)
     for line in report.unanswered + ([] if local else report.missing):
         typer.echo(f"warning: {one_line(line)}", err=True)
     errors = report.errors + (report.missing if local else [])
     if errors:
-        raise Problems(errors)
+        raise Problems(file, errors)
     typer.echo(describe(spec, file, where))
 
 

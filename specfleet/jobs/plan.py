@@ -24,6 +24,7 @@ from pathlib import Path
 
 from specfleet.configs import prompts_dir
 from specfleet.engine.config import LookupOptions
+from specfleet.engine.kinds import MODEL_ENGINES, Engine
 from specfleet.engine.peers import peer_kind
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
@@ -141,8 +142,37 @@ def plan_runs(
 
 def fits(arm: str, target: Target) -> bool:
     """Whether an arm runs on a target: ours everywhere, a peer on its own engines only."""
+    return _runs_on(arm, target.engine)
+
+
+def _runs_on(arm: str, engine: Engine) -> bool:
     kind = peer_kind(arm)
-    return kind is None or target.engine in kind.engines
+    return kind is None or engine in kind.engines
+
+
+def runs_by_engine(spec: MatrixSpec) -> dict[Engine, int]:
+    """The runs `plan_runs` gives a target of each engine the matrix may run on: a prompt's
+    own engines and a peer arm's leave some out on the others.
+
+    Returns:
+        engine -> runs per target of that engine; a prompt's own hosts, kinds or devices
+        leave some targets fewer still (`by_target_within_engine`).
+    """
+    def per_target(engine: Engine) -> int:
+        prompts = [p for p in spec.prompts
+                   if not (p.targets and p.targets.engines) or engine in p.targets.engines]
+        arms = [arm for arm in spec.arms if _runs_on(arm.arm, engine)]
+        return len(spec.models) * len(prompts) * len(arms) * spec.repeats
+
+    # Toy targets exist only where a matrix asks for them.
+    return {engine: per_target(engine) for engine in spec.targets.engines or MODEL_ENGINES}
+
+
+def by_target_within_engine(spec: MatrixSpec) -> bool:
+    """Whether targets of one engine may get different runs: some prompt has its own hosts,
+    kinds or devices."""
+    return any(prompt.targets and (prompt.targets.hosts or prompt.targets.kinds
+                                   or prompt.targets.devices) for prompt in spec.prompts)
 
 
 def peer_skips(spec: MatrixSpec, targets: list[Target]) -> list[str]:

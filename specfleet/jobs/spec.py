@@ -288,7 +288,9 @@ class MatrixSpec(_Strict):
             raise UserError(f"matrix '{self.name}': max_tokens: no limit for engine '{engine}'")
         return limit
 
-    def runs_per_target(self) -> int:
+    def most_runs_per_target(self) -> int:
+        """Models x prompts x arms x repeats: the runs of a target that every prompt and arm
+        runs on (`plan.runs_by_engine` says which do)."""
         return len(self.models) * len(self.prompts) * len(self.arms) * self.repeats
 
 

@@ -1,12 +1,14 @@
 """Checks across fields of a matrix that types alone cannot express.
 
-Each check raises one `UserError` line `file: field.path: what is expected`; they run in the
-order of the file's fields so the first mistake a reader would meet is the one reported.
+Each check yields one line `file: field.path: what is expected` per mistake, and every check
+runs, so one pass finds every independent mistake; a check of a field whose type was wrong is
+left out (it would report a consequence of that mistake, not another one).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +27,34 @@ from specfleet.userfiles import kind_of, read_text
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 
 
-def check_matrix(spec: MatrixSpec, label: str, prompt_dir: Path,
-                 beside: Path | None = None) -> None:
-    """Raise `UserError` for the first cross-field mistake in `spec`.
+def matrix_problems(spec: MatrixSpec, label: str, prompt_dir: Path,
+                    beside: Path | None = None, untyped: Iterable[str] = ()) -> list[str]:
+    """Every cross-field mistake in `spec`, one line each.
 
     Args:
-        spec: a type-checked matrix.
+        spec: a type-checked matrix (its untyped fields stood in for).
         label: the file name used in messages.
         prompt_dir: the directory named prompts are read from.
         beside: the matrix's own folder when `prompt_dir` is the packaged one by default: a
             folder, pipe or device there named like a prompt is refused, not passed over.
+        untyped: the fields whose type was wrong: the checks that read them are left out.
+
+    Returns:
+        The mistakes, check by check; none for a good matrix.
     """
-    _check_models(spec, label)
-    _check_prompts(spec, label, prompt_dir, beside)
-    _check_arms(spec, label)
-    _check_max_tokens(spec, label)
-    _check_loop_guard(spec, label)
-    _check_targets(spec.targets, f"{label}: targets")
-    _check_prompt_suffix(spec, label)
+    # Each check with the fields it reads.
+    checks: list[tuple[tuple[str, ...], Callable[[], Iterator[str]]]] = [
+        (("models",), lambda: _check_models(spec, label)),
+        (("prompts", "targets", "prompt_dir"),
+         lambda: _check_prompts(spec, label, prompt_dir, beside)),
+        (("arms", "speedups", "temperature", "targets"), lambda: _check_arms(spec, label)),
+        (("max_tokens", "targets"), lambda: _check_max_tokens(spec, label)),
+        (("loop_guard",), lambda: _check_loop_guard(spec, label)),
+        (("targets",), lambda: _check_targets(spec.targets, f"{label}: targets")),
+        (("prompt_suffix", "models"), lambda: _check_prompt_suffix(spec, label)),
+    ]
+    skipped = set(untyped)
+    return [line for fields, check in checks if skipped.isdisjoint(fields) for line in check()]
 
 
 def find_prompt_file(prompt_dir: Path, name: str) -> Path | None:
@@ -55,58 +67,73 @@ def find_prompt_file(prompt_dir: Path, name: str) -> Path | None:
     return None
 
 
-def _check_models(spec: MatrixSpec, label: str) -> None:
+def _check_models(spec: MatrixSpec, label: str) -> Iterator[str]:
     for i, model in enumerate(spec.models):
         if not model.strip():
-            raise UserError(f"{label}: models[{i}]: must not be blank")
-    _refuse_twice(spec.models, f"{label}: models", "model")
+            yield f"{label}: models[{i}]: must not be blank"
+    yield from _twice(spec.models, f"{label}: models", "model")
 
 
-def _refuse_twice(values: list[str], where: str, noun: str) -> None:
+def _twice(values: list[str], where: str, noun: str) -> Iterator[str]:
     """Each value once: a second is a typo for another (`where`: `file: models`)."""
     seen: set[str] = set()
     for i, value in enumerate(values):
         if value in seen:
-            raise UserError(f"{where}[{i}]: duplicate {noun} '{value}' (list each once)")
+            yield f"{where}[{i}]: duplicate {noun} '{value}' (list each once)"
         seen.add(value)
 
 
 def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path,
-                   beside: Path | None) -> None:
+                   beside: Path | None) -> Iterator[str]:
     seen: set[str] = set()
     for i, prompt in enumerate(spec.prompts):
+        where = f"{label}: prompts[{i}]"
         if prompt.name in seen:
-            raise UserError(f"{label}: prompts[{i}].name: duplicate prompt '{prompt.name}'")
+            yield f"{where}.name: duplicate prompt '{prompt.name}'"
+            continue
         seen.add(prompt.name)
-        _check_prompt_targets(spec, prompt.targets, f"{label}: prompts[{i}].targets")
+        yield from _check_prompt_targets(spec, prompt.targets, f"{where}.targets")
         if prompt.text is not None:
             if not prompt.text.strip():
-                raise UserError(f"{label}: prompts[{i}].text: must not be empty")
+                yield f"{where}.text: must not be empty"
             continue
-        if beside is not None:
-            _refuse_odd_namesake(beside, prompt.name, f"{label}: prompts[{i}]")
-        found = find_prompt_file(prompt_dir, prompt.name)
-        if found is None:
-            raise UserError(f"{label}: prompts[{i}]: {_missing_prompt(prompt_dir, prompt.name)}")
-        _check_prompt_file(found, f"{label}: prompts[{i}]")
+        yield from _said(_check_named_prompt, prompt.name, prompt_dir, beside, where)
 
 
-def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None, where: str) -> None:
+def _said(check: Callable[..., None], *args: Any) -> Iterator[str]:
+    """The one line of a check that raises (a file reader), as a check that yields it."""
+    try:
+        check(*args)
+    except UserError as err:
+        yield str(err)
+
+
+def _check_named_prompt(name: str, prompt_dir: Path, beside: Path | None, where: str) -> None:
+    if beside is not None:
+        _refuse_odd_namesake(beside, name, where)
+    found = find_prompt_file(prompt_dir, name)
+    if found is None:
+        raise UserError(f"{where}: {_missing_prompt(prompt_dir, name)}")
+    _check_prompt_file(found, where)
+
+
+def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None,
+                          where: str) -> Iterator[str]:
     """A prompt's own selector must leave some target the matrix selects: one that shares no
     engine (or device, host, kind) with the matrix's would plan no run of it, silently."""
     if own is None:
         return
-    _check_targets(own, where)
+    yield from _check_targets(own, where)
     for (field, mine), (_, matrix) in zip(own.lists(), spec.targets.lists(), strict=True):
         if mine and matrix and not set(mine) & set(matrix):
-            raise UserError(f"{where}: {field} [{', '.join(mine)}] share none with the matrix's "
-                            f"{field} [{', '.join(matrix)}], so the prompt would never run; "
-                            f"expected {field} among the matrix's")
+            yield (f"{where}: {field} [{', '.join(mine)}] share none with the matrix's "
+                   f"{field} [{', '.join(matrix)}], so the prompt would never run; "
+                   f"expected {field} among the matrix's")
 
 
-def _check_targets(selector: TargetSelector, where: str) -> None:
+def _check_targets(selector: TargetSelector, where: str) -> Iterator[str]:
     for field, values in selector.lists():
-        _refuse_twice(values, f"{where}.{field}", field.removesuffix("s"))
+        yield from _twice(values, f"{where}.{field}", field.removesuffix("s"))
 
 
 def _refuse_odd_namesake(folder: Path, name: str, where: str) -> None:
@@ -135,59 +162,67 @@ def _missing_prompt(prompt_dir: Path, name: str) -> str:
     return f"no prompt file '{name}.txt' in {prompt_dir} (available: {listing})"
 
 
-def _check_arms(spec: MatrixSpec, label: str) -> None:
+def _check_arms(spec: MatrixSpec, label: str) -> Iterator[str]:
     seen: set[str] = set()
     for i, arm in enumerate(spec.arms):
         if arm.arm in seen:
-            raise UserError(f"{label}: arms[{i}]: duplicate arm '{arm.arm}' (each arm once)")
+            yield f"{label}: arms[{i}]: duplicate arm '{arm.arm}' (each arm once)"
+            continue
         seen.add(arm.arm)
         kind = peer_kind(arm.arm)
         if kind is None:
-            _check_arm_options(arm, f"{label}: arms[{i}]")
+            yield from _check_arm_options(arm, f"{label}: arms[{i}]")
         else:
-            _check_peer_arm(spec, arm, kind, f"{label}: arms[{i}]")
+            yield from _check_peer_arm(spec, arm, kind, f"{label}: arms[{i}]")
     lookup_arms = seen - {"plain"}
     if spec.speedups and lookup_arms and "plain" not in seen:
-        raise UserError(f"{label}: arms: add the plain arm: speed-ups are measured over plain "
-                        "(or set speedups: false)")
+        yield (f"{label}: arms: add the plain arm: speed-ups are measured over plain "
+               "(or set speedups: false)")
 
 
-def _check_arm_options(arm: ArmSpec, where: str) -> None:
+def _check_arm_options(arm: ArmSpec, where: str) -> Iterator[str]:
     given = arm.given_options()
     if arm.arm == "plain" and given:
-        raise UserError(f"{where}.{next(iter(given))}: the plain arm takes no prompt-lookup "
-                        "options")
+        yield f"{where}.{next(iter(given))}: the plain arm takes no prompt-lookup options"
+        return
     # Checked under each policy the arm may run (a policy's own options are its alone); the
     # width-cost table is a placeholder, found per host when the run starts.
     try:
         for policy in candidate_policies(arm.arm):
             PromptLookupConfig.of(arm.lookup_options(), policy, (1.0, 1.0)).validate()
     except ConfigError as err:
-        raise UserError(f"{where}.{_option_named(err, given)}: {err}") from None
+        yield f"{where}.{_option_named(err, given)}: {err}"
 
 
-def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str) -> None:
+def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str
+                    ) -> Iterator[str]:
     """A peer arm: its options, greedy decoding, and an engine among the matrix's targets (a
     matrix that spans engines skips it, with the reason, on targets of the other engine)."""
+    yield from _check_peer_options(arm, kind, where)
+    if spec.temperature != 0.0:
+        yield (f"{where}: {arm.arm} decodes greedily (a peer is compared with plain "
+               f"greedy decoding); set temperature: 0, got {spec.temperature}")
+    engines = spec.targets.engines
+    if engines and not set(kind.engines) & set(engines):
+        yield (f"{where}: {arm.arm} runs on {kind.runs_on} targets only, and "
+               f"targets.engines is [{', '.join(engines)}]; add {kind.runs_on} or "
+               "drop the arm")
+
+
+def _check_peer_options(arm: ArmSpec, kind: PeerKind, where: str) -> Iterator[str]:
     given = arm.given_options()
     if given and not kind.drafts:
-        raise UserError(f"{where}.{next(iter(given))}: the {arm.arm} arm takes no options")
+        yield f"{where}.{next(iter(given))}: the {arm.arm} arm takes no options"
+        return
     for name in ("ngram_min", *POLICY_OPTIONS):
         if name in given:
-            raise UserError(f"{where}.{name}: {arm.arm} looks up n-grams of ngram_max down to "
-                            "1, as its library does; set ngram_max and max_draft only")
+            yield (f"{where}.{name}: {arm.arm} looks up n-grams of ngram_max down to "
+                   "1, as its library does; set ngram_max and max_draft only")
+            return
     try:
         PromptLookupConfig.of(arm.lookup_options()).validate()
     except ConfigError as err:
-        raise UserError(f"{where}.{err.field or 'options'}: {err}") from None
-    if spec.temperature != 0.0:
-        raise UserError(f"{where}: {arm.arm} decodes greedily (a peer is compared with plain "
-                        f"greedy decoding); set temperature: 0, got {spec.temperature}")
-    engines = spec.targets.engines
-    if engines and not set(kind.engines) & set(engines):
-        raise UserError(f"{where}: {arm.arm} runs on {kind.runs_on} targets only, and "
-                        f"targets.engines is [{', '.join(engines)}]; add {kind.runs_on} or "
-                        "drop the arm")
+        yield f"{where}.{err.field or 'options'}: {err}"
 
 
 def _option_named(err: ConfigError, given: dict[str, Any]) -> str:
@@ -196,25 +231,25 @@ def _option_named(err: ConfigError, given: dict[str, Any]) -> str:
     return err.field if err.field in ARM_OPTIONS else "options"
 
 
-def _check_max_tokens(spec: MatrixSpec, label: str) -> None:
+def _check_max_tokens(spec: MatrixSpec, label: str) -> Iterator[str]:
     engines: list[Engine | None] = list(spec.targets.engines) or [None]
     for engine in engines:
         limit = spec.max_tokens.for_engine(engine) if engine else spec.max_tokens.default
         if limit is None:
             needed = f"'default' or '{engine}'" if engine else "'default'"
-            raise UserError(f"{label}: max_tokens: give {needed} (a limit for every engine the "
-                            "matrix may run on)")
+            yield (f"{label}: max_tokens: give {needed} (a limit for every engine the "
+                   "matrix may run on)")
 
 
-def _check_loop_guard(spec: MatrixSpec, label: str) -> None:
+def _check_loop_guard(spec: MatrixSpec, label: str) -> Iterator[str]:
     guard = spec.loop_guard
     if guard is not None and guard.max_period < guard.min_period:
-        raise UserError(f"{label}: loop_guard.max_period: must be >= min_period "
-                        f"({guard.min_period}), got {guard.max_period}")
+        yield (f"{label}: loop_guard.max_period: must be >= min_period "
+               f"({guard.min_period}), got {guard.max_period}")
 
 
-def _check_prompt_suffix(spec: MatrixSpec, label: str) -> None:
+def _check_prompt_suffix(spec: MatrixSpec, label: str) -> Iterator[str]:
     for model in spec.prompt_suffix:
         if model not in spec.models:
-            raise UserError(f"{label}: prompt_suffix.{model}: not one of models "
-                            f"({', '.join(spec.models)})")
+            yield (f"{label}: prompt_suffix.{model}: not one of models "
+                   f"({', '.join(spec.models)})")

@@ -1,6 +1,8 @@
 """Reading a matrix file into a checked `MatrixSpec` (or `ParitySpec`), and prompt files.
 
-Every mistake is ONE `UserError` line: `file: field.path: what is expected`. Prompt names
+Every mistake is a line `file: field.path: what is expected`; `check_matrix_file` finds every
+independent one (`matrix validate` prints each), `load_matrix_spec` says them in one line
+(`userinput.one_line_of`), as every other command that reads a matrix does. Prompt names
 refer to `<name>.txt` (or `.md`) in the prompt directory: `prompt_dir` in the file (relative
 to the file), else `../prompts` next to the file's folder when there is one, else the
 packaged prompts. A bare matrix name (`demo`) is the packaged `specfleet/configs/matrices/`
@@ -9,6 +11,8 @@ file of that name.
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +21,8 @@ from pydantic import ValidationError
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import MatrixSpec, ParitySpec
-from specfleet.jobs.spec_checks import check_matrix
-from specfleet.jobs.userinput import check_plain_data, validation_message
+from specfleet.jobs.spec_checks import matrix_problems
+from specfleet.jobs.userinput import Problems, check_plain_data, one_line_of, problem_lines
 from specfleet.userfiles import given_path, read_text, read_yaml
 
 
@@ -39,7 +43,29 @@ def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
         The spec, with `prompt_dir` set to the absolute directory prompts were checked in.
 
     Raises:
-        UserError: one line naming the file, the field path and what is expected.
+        UserError: one line naming the file, the field path and what is expected; with
+            several mistakes, the first few in full and how many more (`matrix validate`
+            lists every one).
+    """
+    try:
+        return check_matrix_file(path, prompt_dir)
+    except Problems as err:
+        every = f"`specfleet matrix validate {shlex.quote(str(path))}` lists every one"
+        raise UserError(one_line_of(err.label, err.lines, every)) from None
+
+
+def check_matrix_file(path: str | Path, prompt_dir: str | Path | None = None) -> MatrixSpec:
+    """Load and check a matrix YAML file, finding every independent mistake in it.
+
+    Args:
+        path, prompt_dir: as in `load_matrix_spec`.
+
+    Returns:
+        The spec, as `load_matrix_spec` returns it.
+
+    Raises:
+        Problems: the file's mistakes, one line each (`file: field.path: expectation`).
+        UserError: a file that cannot be read as a mapping of fields: its one line.
     """
     label = str(path)
     names = ", ".join(packaged_names(matrices_dir()))
@@ -54,21 +80,60 @@ def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
 def parse_matrix_spec(
     data: Any, label: str, base_dir: Path, prompt_dir: str | Path | None = None
 ) -> MatrixSpec:
-    """Check already-parsed YAML data as a matrix (see `load_matrix_spec`)."""
+    """Check already-parsed YAML data as a matrix (see `check_matrix_file`).
+
+    Raises:
+        Problems: every independent mistake (its `str()` says them in one line).
+        UserError: data that is not a mapping of plain fields: its one line.
+    """
     if data is None:
         raise UserError(f"{label}: the file is empty; expected a matrix (name, models, prompts, arms)")
     if not isinstance(data, dict):
         raise UserError(f"{label}: expected a mapping of fields at the top level, got "
                         f"{describe_value(data)}")
     check_plain_data(data, label)
-    try:
-        spec = MatrixSpec.model_validate(data)
-    except ValidationError as err:
-        raise UserError(validation_message(label, MatrixSpec, err)) from None
+    spec, problems, untyped = _typed(data, label)
+    if spec is None:
+        raise Problems(label, problems)
     spec = _anchor_model_folders(spec, base_dir)
     directory, fallback = _prompt_dir(spec, base_dir, prompt_dir)
-    check_matrix(spec, label, directory, beside=base_dir if fallback else None)
+    problems += matrix_problems(spec, label, directory, beside=base_dir if fallback else None,
+                                untyped=untyped)
+    if problems:
+        raise Problems(label, _in_file_order(problems, label, data))
     return spec.model_copy(update={"prompt_dir": str(directory)})
+
+
+# What a required field that failed its type stands in for, so the checks of the other
+# fields still run (the checks that read it are left out).
+_STAND_INS: dict[str, Any] = {"name": "x", "models": ["x"], "prompts": ["x"], "arms": ["plain"]}
+
+
+def _typed(data: dict[str, Any], label: str) -> tuple[MatrixSpec | None, list[str], set[str]]:
+    """The spec, each type problem (one line each) and the top-level fields they are in; the
+    spec of the well-typed fields alone when some are wrong, None if even that fails."""
+    try:
+        return MatrixSpec.model_validate(data), [], set()
+    except ValidationError as err:
+        problems = problem_lines(label, MatrixSpec, err)
+        untyped = {str(error["loc"][0]) for error in err.errors() if error["loc"]}
+    typed = {key: value for key, value in data.items() if key not in untyped}
+    try:
+        return MatrixSpec.model_validate({**_STAND_INS, **typed}), problems, untyped
+    except ValidationError:
+        return None, problems, untyped
+
+
+def _in_file_order(problems: list[str], label: str, data: dict[str, Any]) -> list[str]:
+    """The problems in the order of the fields they name as the file has them (one it left
+    out after them): type problems and cross-field ones read top to bottom alike."""
+    order = [*data, *(name for name in MatrixSpec.model_fields if name not in data)]
+
+    def place(line: str) -> int:
+        field = re.split(r"[\[.:]", line.removeprefix(f"{label}: "), maxsplit=1)[0]
+        return order.index(field) if field in order else len(order)
+
+    return sorted(problems, key=place)
 
 
 def _anchor_model_folders(spec: MatrixSpec, base_dir: Path) -> MatrixSpec:
@@ -118,29 +183,3 @@ def load_parity_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
         forced.append(f"temperature {spec.temperature} -> 0")
     fields = spec.model_dump(exclude={"repeats", "temperature"})
     return ParitySpec.model_validate({**fields, "overridden": forced})
-
-
-def validate_file(path: str | Path, prompt_dir: str | Path | None = None) -> str:
-    """Check a matrix file and describe it in one line (for `specfleet matrix validate`).
-
-    Args:
-        path: the YAML file.
-        prompt_dir: as in `load_matrix_spec`.
-
-    Returns:
-        e.g. `demo.yaml: matrix 'demo' is valid: 1 model x 5 prompts x 3 arms x 3 repeats =
-        45 runs per target (engines in [torch, mlx])`.
-
-    Raises:
-        UserError: the first mistake, one line.
-    """
-    spec = load_matrix_spec(path, prompt_dir)
-    counts = (f"{_count(len(spec.models), 'model')} x {_count(len(spec.prompts), 'prompt')} x "
-              f"{_count(len(spec.arms), 'arm')} x {_count(spec.repeats, 'repeat')}")
-    upto = "up to " if any(p.targets for p in spec.prompts) else ""
-    return (f"{path}: matrix '{spec.name}' is valid: {counts} = {upto}{spec.runs_per_target()} "
-            f"runs per target ({spec.targets.describe()})")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,8 +1,10 @@
 """Turning the mistakes in user YAML into one line each.
 
 `check_plain_data` refuses what no type can (deep nesting, alias bombs, NUL characters);
-`validation_message` turns a pydantic `ValidationError` into `field.path[2].name: what is
-expected, got what` for the first problem found. `userfiles.read_yaml` parses the file.
+`problem_lines` turns a pydantic `ValidationError` into `field.path[2].name: what is
+expected, got what` lines, and `one_line_of` (`validation_message`) says several problems of
+one file or flag in the one line every command but `matrix validate` prints.
+`userfiles.read_yaml` parses the file.
 """
 
 from __future__ import annotations
@@ -171,35 +173,65 @@ def _error_text(root: type[BaseModel], error: ErrorDetails) -> str:
     return str(error["msg"])
 
 
+MAX_NAMED = 3  # problems one line names in full; past that it counts the rest
+
+
+class Problems(UserError):
+    """Several mistakes in one file or flag, one line each: `matrix validate` prints every
+    line; `str()` is them in one line (`one_line_of`), as every other command says a mistake."""
+
+    def __init__(self, label: str, lines: list[str], more: str = "") -> None:
+        super().__init__(one_line_of(label, lines, more))
+        self.label = label
+        self.lines = lines
+
+
+def one_line_of(label: str, lines: list[str], more: str = "") -> str:
+    """Problems of one file or flag in one line: up to `MAX_NAMED` in full, the label said
+    once (`f.yaml: repeats: ...; also seed: ...`), then how many more and `more`, which says
+    how to see them.
+
+    Args:
+        label: the file or flag each line starts with (`label: `).
+        lines: the problems, one line each, at least one.
+        more: how to see the problems left out, e.g. a command that lists every one.
+
+    Returns:
+        The line.
+    """
+    named = [lines[0], *(line.removeprefix(f"{label}: ") for line in lines[1:MAX_NAMED])]
+    text = "; also ".join(named)
+    hidden = len(lines) - len(named)
+    if not hidden:
+        return text
+    return f"{text} (+{hidden} more{'; ' + more if more else ''})"
+
+
 def first_problem(root: type[BaseModel], err: ValidationError) -> tuple[str, str]:
-    """The field path and the expectation of the first problem in `err`.
+    """The field path and the expectation of the first problem in `err`, the others after it.
 
     Args:
         root: the model that was validated, used to suggest field names.
         err: pydantic's error.
 
     Returns:
-        (`arms[2].max_draft`, `must be at most 64, got 65`); further problems are counted
-        at the end of the text, not listed.
+        (`arms[2].max_draft`, `must be at most 64, got 65`), with `; also seed: ...` for
+        each further problem up to `MAX_NAMED`, and the rest counted with their fields.
     """
-    errors = err.errors(include_url=False)
-    first = errors[0]
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return format_loc(tuple(first["loc"])), _error_text(root, first) + more
+    problems = _problems(root, err)
+    where, text = problems[0]
+    rest = [_line("", w, t) for w, t in problems[1:]]
+    return where, one_line_of("", [text, *rest], _fields_past_named(problems))
 
 
 def problem_lines(label: str, root: type[BaseModel], err: ValidationError) -> list[str]:
     """Every problem in `err`, one `label: field.path: expectation` line each."""
-    lines = []
-    for problem in err.errors(include_url=False):
-        where = format_loc(tuple(problem["loc"]))
-        text = _error_text(root, problem)
-        lines.append(f"{label}: {where}: {text}" if where else f"{label}: {text}")
-    return lines
+    return [_line(label, where, text) for where, text in _problems(root, err)]
 
 
 def validation_message(label: str, root: type[BaseModel], err: ValidationError) -> str:
-    """One line for the first problem in `err`: `label: field.path: expectation`.
+    """One line for the problems in `err`: `label: field.path: expectation`, then each
+    further one (`; also field: expectation`) up to `MAX_NAMED`, then the rest counted.
 
     Args:
         label: the file (or flag) the data came from.
@@ -209,5 +241,21 @@ def validation_message(label: str, root: type[BaseModel], err: ValidationError) 
     Returns:
         The message.
     """
-    where, text = first_problem(root, err)
-    return f"{label}: {where}: {text}" if where else f"{label}: {text}"
+    problems = _problems(root, err)
+    return one_line_of(label, [_line(label, w, t) for w, t in problems],
+                       _fields_past_named(problems))
+
+
+def _problems(root: type[BaseModel], err: ValidationError) -> list[tuple[str, str]]:
+    return [(format_loc(tuple(problem["loc"])), _error_text(root, problem))
+            for problem in err.errors(include_url=False)]
+
+
+def _line(label: str, where: str, text: str) -> str:
+    return ": ".join(part for part in (label, where, text) if part)
+
+
+def _fields_past_named(problems: list[tuple[str, str]]) -> str:
+    """Where the problems `one_line_of` only counts are, said in place of them."""
+    hidden = [where or "the whole value" for where, _ in problems[MAX_NAMED:]]
+    return f"at {', '.join(hidden)}" if hidden else ""

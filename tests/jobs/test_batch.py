@@ -42,7 +42,7 @@ def test_unknown_or_ambiguous_target() -> None:
     ("", "b.jsonl: no prompts"),
     ('{"prompt": "x"}\nnot json\n', "b.jsonl: line 2: not JSON"),
     ('["x"]\n', 'b.jsonl: line 1: expected a JSON object like {"prompt": "..."}'),
-    ('{"text": "x"}\n', "b.jsonl: line 1: prompt: required field is missing (+1 more)"),
+    ('{"text": "x"}\n', "b.jsonl: line 1: prompt: required field is missing; also text: unknown field"),
     ('{"prompt": ""}\n', "b.jsonl: line 1: prompt: must not be empty"),
     ('{"prompt": "x", "max_tokens": 0}\n', "b.jsonl: line 1: max_tokens: must be at least 1"),
     ('{"prompt": "x", "name": "a"}\n{"prompt": "y", "name": "a"}\n',

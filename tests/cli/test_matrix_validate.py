@@ -1,0 +1,163 @@
+"""`specfleet matrix validate` on real files: every independent mistake at once, one line
+each; `matrix run` refusing the same file in one line; the summary of a good file saying what
+each target gets. No fleet: toy models, or models resolved on this machine."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.jobs.plan import plan_runs
+from specfleet.jobs.run import Target
+from specfleet.jobs.spec_files import load_matrix_spec
+
+GOOD = """\
+name: v
+models: ["script:1ms"]
+prompts: [{name: p, text: "hello hello"}]
+arms: [plain, graded]
+targets: {engines: [toy]}
+"""
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def write(tmp_path: Path, text: str, name: str = "m.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def error_lines(result) -> list[str]:
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout == ""
+    return result.stderr.splitlines()
+
+
+def test_validate_names_every_independent_mistake_in_one_run(tmp_path: Path) -> None:
+    # Wrong types (an unknown key, repeats out of range, an unknown policy) and mistakes
+    # across fields (a model twice, a prompt file missing, a suffix for no model): the user
+    # fixed one, reran, and only then met the next.
+    path = write(tmp_path, """\
+name: v
+models: ["script:1ms", "script:1ms"]
+prompts: [{name: p, text: "hello hello"}, nosuch]
+arms: [plain, turbo]
+repeats: 0
+colour: blue
+prompt_suffix: {other: " x"}
+targets: {engines: [toy]}
+prompt_dir: here
+""")
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "q.txt").write_text("a prompt\n")
+    lines = error_lines(invoke("matrix", "validate", path))
+    assert lines == [
+        f"error: {path}: models[1]: duplicate model 'script:1ms' (list each once)",
+        f"error: {path}: prompts[1]: no prompt file 'nosuch.txt' in {tmp_path}/here "
+        "(available: q)",
+        f"error: {path}: arms[1].arm: expected one of 'plain', 'auto', 'graded', 'gated', "
+        "'calibrated', 'fixed', 'hf', 'hf-lookup', 'mlx-lm', 'llama.cpp' or "
+        "'llama.cpp-lookup', got 'turbo'",
+        f"error: {path}: repeats: must be at least 1, got 0",
+        f"error: {path}: colour: unknown field (expected one of: name, models, prompts, arms, "
+        "repeats, max_tokens, temperature, seed, chat, loop_guard, require_quiet, speedups, "
+        "targets, prompt_suffix, prompt_dir)",
+        f"error: {path}: prompt_suffix.other: not one of models (script:1ms, script:1ms)",
+    ]
+
+
+def test_validate_names_every_mistake_across_fields(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace('["script:1ms"]', '["script:1ms", "script:1ms"]')
+                 .replace("[plain, graded]", "[plain, {arm: graded, max_draft: 999}, plain]")
+                 + "loop_guard: {min_period: 5, max_period: 3}\n")
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: models[1]: duplicate model 'script:1ms' (list each once)",
+        f"error: {path}: arms[1].max_draft: max-draft (999) must be at most 64",
+        f"error: {path}: arms[2]: duplicate arm 'plain' (each arm once)",
+        f"error: {path}: loop_guard.max_period: must be >= min_period (5), got 3",
+    ]
+
+
+def test_a_check_that_reads_a_mistyped_field_is_left_out(tmp_path: Path) -> None:
+    # A peer arm is checked against the temperature: with the temperature itself wrong, that
+    # would only repeat its mistake; the model named twice is another one.
+    text = (GOOD.replace('["script:1ms"]', "[m1, m1]").replace("[plain, graded]", "[plain, hf]")
+            .replace("[toy]", "[torch]") + "temperature: hot\n")
+    path = write(tmp_path, text)
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: models[1]: duplicate model 'm1' (list each once)",
+        f"error: {path}: temperature: expected a number, got 'hot'",
+    ]
+
+
+def test_matrix_run_refuses_the_same_file_in_one_line(tmp_path: Path) -> None:
+    few = write(tmp_path, GOOD.replace('["script:1ms"]', "[m1, m1]") + "repeats: 0\n", "few.yaml")
+    (line,) = error_lines(invoke("matrix", "run", few, "--db", f"sqlite:///{tmp_path}/s.db"))
+    assert line == (f"error: {few}: models[1]: duplicate model 'm1' (list each once); also "
+                    "repeats: must be at least 1, got 0")
+    many = write(tmp_path, GOOD.replace('["script:1ms"]', "[m1, m1]")
+                 + "repeats: 0\nseed: x\nchat: 3\ncolour: blue\n", "many.yaml")
+    (line,) = error_lines(invoke("matrix", "run", many, "--db", f"sqlite:///{tmp_path}/s.db"))
+    assert line == (f"error: {many}: models[1]: duplicate model 'm1' (list each once); also "
+                    "repeats: must be at least 1, got 0; also seed: expected an integer, got "
+                    f"'x' (+2 more; `specfleet matrix validate {many}` lists every one)")
+    assert not (tmp_path / "s.db").exists()
+    assert len(error_lines(invoke("matrix", "validate", many))) == 5
+
+
+def test_a_prompt_entry_with_two_problems_names_both(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace('[{name: p, text: "hello hello"}]',
+                                        "[{name: my prompt, txt: hi}]"))
+    (line,) = error_lines(invoke("matrix", "run", path))
+    assert line == (f"error: {path}: prompts[0].name: use letters, digits, '_', '-' and '.' "
+                    "only, starting with a letter or digit, got 'my prompt'; also "
+                    "prompts[0].txt: unknown field (did you mean 'text'? expected one of: "
+                    "name, text, max_tokens, targets)")
+
+
+# Prompts of their own engines and a peer arm of one engine: torch and mlx targets get
+# different runs (validate said "18 runs per target" of every one).
+BY_ENGINE = """\
+name: v
+models: [smollm2-135m]
+prompts:
+  - {name: edit, text: "def f(): pass", targets: {engines: [torch]}}
+  - {name: story, text: "Once upon a time"}
+arms: [plain, graded, hf-lookup]
+repeats: 3
+max_tokens: 8
+targets: {engines: [torch, mlx]}
+"""
+
+
+def _summary(tmp_path: Path, text: str) -> str:
+    result = invoke("matrix", "validate", write(tmp_path, text))
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result.stdout.split(": ok: ")[1].split(" (")[0]
+
+
+def test_the_summary_says_what_each_engines_targets_get(tmp_path: Path) -> None:
+    assert _summary(tmp_path, BY_ENGINE) == ("1 model x 2 prompts x 3 arms x 3 repeats: "
+                                             "18 runs per torch target, 6 per mlx target")
+    spec = load_matrix_spec(tmp_path / "m.yaml")
+    targets = [Target(host=host, engine=engine, device="cpu")
+               for host in ("a", "b") for engine in ("torch", "mlx")]
+    planned = Counter(run.target.engine for run in plan_runs(spec, targets, "id"))
+    assert planned == {"torch": 2 * 18, "mlx": 2 * 6}  # what the line says, per target
+
+
+def test_the_summary_of_a_uniform_matrix_is_one_count(tmp_path: Path) -> None:
+    assert _summary(tmp_path, GOOD) == ("1 model x 1 prompt x 2 arms x 3 repeats = 6 runs per "
+                                        "target")
+    hosts = GOOD.replace('text: "hello hello"}',
+                         'text: "hello hello", targets: {hosts: [a]}}, {name: q, text: hi}')
+    assert _summary(tmp_path, hosts) == ("1 model x 2 prompts x 2 arms x 3 repeats = up to 12 "
+                                         "runs per target")
