@@ -177,6 +177,7 @@ def bench_command(
     from specfleet.cli.matrix import run_spec, scheduler_options
     from specfleet.configs import prompts_dir
     from specfleet.jobs.spec_files import parse_matrix_spec
+    from specfleet.jobs.userinput import Problems, one_line_of
 
     given = {"--model": split_list("--model", model or ["smollm2-135m"]),
              "--prompt": split_list("--prompt", prompt or ["edit_fn", "story"]),
@@ -186,6 +187,9 @@ def bench_command(
                            max_tokens, given["--engine"])
     try:
         spec = parse_matrix_spec(data, BENCH_NAME, Path.cwd(), prompts_dir())
+    except Problems as err:  # no file to validate: every mistake, each in flag terms
+        lines = [in_flag_terms(line, given) for line in err.lines]
+        raise UserError(one_line_of(BENCH_NAME, lines, most=len(lines))) from None
     except UserError as err:
         raise UserError(in_flag_terms(str(err), given)) from None
     if not spec.speedups:  # no flag turns speed-ups off, so bench needs plain

@@ -186,7 +186,7 @@ class Problems(UserError):
         self.lines = lines
 
 
-def one_line_of(label: str, lines: list[str], more: str = "") -> str:
+def one_line_of(label: str, lines: list[str], more: str = "", most: int = MAX_NAMED) -> str:
     """Problems of one file or flag in one line: up to `MAX_NAMED` in full, the label said
     once (`f.yaml: repeats: ...; also seed: ...`), then how many more and `more`, which says
     how to see them.
@@ -195,11 +195,12 @@ def one_line_of(label: str, lines: list[str], more: str = "") -> str:
         label: the file or flag each line starts with (`label: `).
         lines: the problems, one line each, at least one.
         more: how to see the problems left out, e.g. a command that lists every one.
+        most: problems named in full (where nothing else lists them, as many as there are).
 
     Returns:
         The line.
     """
-    named = [lines[0], *(line.removeprefix(f"{label}: ") for line in lines[1:MAX_NAMED])]
+    named = [lines[0], *(line.removeprefix(f"{label}: ") for line in lines[1:most])]
     text = "; also ".join(named)
     hidden = len(lines) - len(named)
     if not hidden:

@@ -86,3 +86,14 @@ def test_bench_reads_a_prompt_named_with_a_suffix_as_a_file(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     line = one_line_error(["bench", "-p", "notes.md", "--db", "sqlite:///:memory:"])
     assert line == "error: notes.md: no such file; expected a prompt text file"
+
+
+def test_bench_names_every_mistake_in_its_flags_terms() -> None:
+    # Only the first was in flag terms ("also arms[1].arm: ..."), and a fourth was only
+    # counted ("(+1 more)"), with no file to validate for the rest.
+    line = one_line_error(["bench", "-p", "story,-a,-b", "-a", "plain,grded", "-r", "500",
+                           "--db", "sqlite:///:memory:"])
+    assert line.startswith("error: bench: --prompt -a: use letters")
+    assert "; also --prompt -b: use letters" in line
+    assert "; also --arms grded: expected one of 'plain'" in line
+    assert line.endswith("; also --repeats: must be at most 100, got 500")
