@@ -11,6 +11,7 @@ import numpy as np
 
 from specfleet.engine.peers import PEER_KINDS
 from specfleet.engine.policies import POLICIES
+from specfleet.stats.interval import MIN_REPEATS
 from specfleet.stats.view import PLAIN, MatrixView
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ def slug(text: str) -> str:
 
 def _marks(cell) -> str:
     marks = []
+    if cell.no_verdict_n is not None:  # as the tables' `n=1, no verdict`
+        marks.append(f"n={cell.no_verdict_n}")
     if cell.verdict == "within noise":
         marks.append("~")
     if cell.spread_flag:
@@ -56,6 +59,21 @@ def _marks(cell) -> str:
     if cell.parity == "diverged":
         marks.append("≠")
     return " ".join(marks)
+
+
+def cell_label(cell) -> str:
+    """A heatmap cell's text: `1.50x` over its marks (`n=1 ! ≠`)."""
+    return f"{cell.speedup:.2f}x\n{_marks(cell)}".strip()
+
+
+def heat_legend(cells) -> str:
+    """The marks under a heatmap's title; `n=1` explained when a cell shows one."""
+    line = "~ within noise  ! spread>5%  L loop (grey)  ≠ diverged"
+    few = sorted({c.no_verdict_n for c in cells if c.no_verdict_n is not None})
+    if few:
+        shown = ", ".join(f"n={n}" for n in few)
+        line += f"\n{shown} (hatched): under {MIN_REPEATS} repeats a side, no verdict"
+    return line
 
 
 def _heat_data(view: MatrixView, target: str, rows: list[tuple[str, str]],
@@ -85,16 +103,19 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
         figsize=(max(5.5, 2.4 + 1.4 * len(prompts)), 1.6 + 0.55 * len(rows)))
     ax.set_facecolor("#dddddd")
     image = ax.imshow(data, cmap="RdYlGn", vmin=-limit, vmax=limit, aspect="auto")
-    for i, (model, arm) in enumerate(rows):
-        for j, prompt in enumerate(prompts):
-            cell = view.cell(target, model, prompt, arm)
-            if cell is not None and cell.speedup is not None:
-                ax.text(j, i, f"{cell.speedup:.2f}x\n{_marks(cell)}".strip(), ha="center",
-                        va="center", fontsize=8)
+    shown = [(i, j, cell) for i, (model, arm) in enumerate(rows)
+             for j, prompt in enumerate(prompts)
+             if (cell := view.cell(target, model, prompt, arm)) is not None
+             and cell.speedup is not None]
+    for i, j, cell in shown:
+        ax.text(j, i, cell_label(cell), ha="center", va="center", fontsize=8)
+        if cell.no_verdict_n is not None:  # hatched: its colour is no gain or loss
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
+                                       edgecolor="#00000033", linewidth=0))
     ax.set_xticks(range(len(prompts)), prompts)
     ax.set_yticks(range(len(rows)), [f"{m} · {a}" for m, a in rows])
-    ax.set_title(f"Speed-up over plain — {target}\n~ within noise  ! spread>5%  "
-                 f"L loop (grey)  ≠ diverged", fontsize=9)
+    ax.set_title(f"Speed-up over plain — {target}\n{heat_legend(c for _, _, c in shown)}",
+                 fontsize=9)
     bar = fig.colorbar(image, ax=ax, label="median arm / median plain tok/s")
     ticks = np.linspace(-limit, limit, 5)
     bar.set_ticks(ticks, labels=[f"{2 ** t:.2f}x" for t in ticks])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,15 +17,20 @@ from specfleet.jobs.run import ARMS
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.tables import (
     DASH,
+    PIVOT_NOTE,
     cell_record,
     check_pivot,
+    csv_value,
+    legend,
     pct,
-    render_view,
+    pivot_cols,
+    pivot_csv,
+    pivot_record,
     speedup_text,
 )
 from specfleet.stats.cells import LOOP_SHARE_FLAG
 from specfleet.stats.runs import Rate
-from specfleet.stats.view import MatrixView, view_of_runs
+from specfleet.stats.view import CellView, MatrixView, ordered, view_of_runs
 from specfleet.store.export import export_runs
 
 
@@ -135,17 +143,112 @@ def runs_grid(runs: list) -> Grid:
     return Grid(f"{len(runs)} runs", headers, tuple(rows), left_cols=7)
 
 
-def cells_grid(view: MatrixView) -> Grid:
-    """One row per cell (done runs): n, median tok/s with spread, speed-up and markers."""
+# Under every cells table: a cell is keyed by its token limit too.
+LIMITS_NOTE = ("max tok = the runs' new-token limit (max_tokens): tok/s depends on the reply "
+               "length, so runs of different limits are never pooled into one cell or row.")
+
+
+@dataclass(frozen=True)
+class LimitLayer:
+    """The done runs of one new-token limit, as a view."""
+
+    max_tokens: int
+    view: MatrixView
+
+
+def limit_layers(runs: list, rate: Rate = "whole") -> list[LimitLayer]:
+    """The done runs split by `max_tokens`, smallest first, so that no cell or pivot row pools
+    two limits (tok/s grows with the reply: prefill spread over more tokens) and an arm pairs
+    with plain of its own limit."""
+    by_limit: dict[int, list] = defaultdict(list)
+    for run in runs:
+        if run.status == "done":
+            by_limit[run.max_tokens].append(run)
+    return [LimitLayer(limit, view_of_runs("results", "filtered runs", by_limit[limit], rate))
+            for limit in sorted(by_limit)]
+
+
+def limit_cells(layers: list[LimitLayer]) -> list[tuple[int, CellView]]:
+    """Every cell with its token limit, a cell's limits next to each other."""
+    cells = [(layer.max_tokens, c) for layer in layers for c in layer.view.cells]
+    return sorted(cells, key=lambda item: (item[1].target, item[1].model, item[1].prompt,
+                                           item[1].arm, item[0]))
+
+
+def cells_grid(layers: list[LimitLayer]) -> Grid:
+    """One row per cell and token limit (done runs): n, median tok/s with spread, speed-up and
+    markers."""
     rows = []
-    for c in view.cells:
+    for limit, c in limit_cells(layers):
         median = f"{c.median_tok_per_s:.2f} {pct(c.spread)}" + ("!" if c.spread_flag else "")
         rate = c.counters.acceptance_rate if c.arm != "plain" else None
         acc = DASH if rate is None else f"{rate:.4f}"
-        rows.append((c.target, c.model, c.prompt, c.arm, str(c.n), median,
+        rows.append((c.target, c.model, c.prompt, c.arm, str(limit), str(c.n), median,
                      speedup_text(c) if c.arm != "plain" else DASH, acc))
-    headers = ("target", "model", "prompt", "arm", "n", "median tok/s", "speed-up", "acc rate")
-    return Grid(f"{len(view.cells)} cells (done runs)", headers, tuple(rows), left_cols=4)
+    headers = ("target", "model", "prompt", "arm", "max tok", "n", "median tok/s", "speed-up",
+               "acc rate")
+    return Grid(f"{len(rows)} cells (done runs)", headers, tuple(rows), (LIMITS_NOTE,),
+                left_cols=4)
+
+
+def cell_records(layers: list[LimitLayer]) -> list[dict]:
+    """The cells as flat dicts (json / csv), `max_tokens` after the cell's coordinates."""
+    out = []
+    for limit, cell in limit_cells(layers):
+        record = cell_record(cell)
+        key = {name: record.pop(name) for name in ("target", "model", "prompt", "arm")}
+        out.append({**key, "max_tokens": limit, **record})
+    return out
+
+
+def pivot_layers_grid(layers: list[LimitLayer], targets: tuple[str, ...], rate: Rate) -> Grid:
+    """`pivot_grid` over every layer: a model, prompt and arm gets a row per token limit."""
+    rows = []
+    for layer, model, prompt, arm in _pivot_keys(layers):
+        cols = pivot_cols(layer.view, targets, model, prompt, arm)
+        if cols is not None:
+            rows.append((model, prompt, arm, str(layer.max_tokens), *cols))
+    return Grid("Across targets", ("Model", "prompt", "arm", "max tok", *targets), tuple(rows),
+                (PIVOT_NOTE, LIMITS_NOTE, legend(rate)), left_cols=3)
+
+
+def pivot_layer_records(layers: list[LimitLayer], targets: tuple[str, ...]) -> list[dict]:
+    """`pivot_records` over every layer, each row with its `max_tokens`."""
+    out = []
+    for layer, model, prompt, arm in _pivot_keys(layers):
+        record = pivot_record(layer.view, targets, model, prompt, arm)
+        if record is not None:
+            out.append({**record, "max_tokens": layer.max_tokens})
+    return out
+
+
+def _pivot_keys(layers: list[LimitLayer]) -> Iterator[tuple[LimitLayer, str, str, str]]:
+    for model in ordered(m for layer in layers for m in layer.view.models):
+        for prompt in ordered(p for layer in layers for p in layer.view.prompts):
+            for arm in ordered(a for layer in layers for a in layer.view.lookup_arms):
+                for layer in layers:
+                    yield layer, model, prompt, arm
+
+
+def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Rate) -> str:
+    """The cells of `limit_layers` (with `pivot`, targets side by side) in `fmt`."""
+    targets = ordered(t for layer in layers for t in layer.view.targets)
+    if fmt in ("table", "markdown"):
+        grid = cells_grid(layers) if pivot is None else pivot_layers_grid(layers, targets, rate)
+        heading = "Matrix results (filtered runs)" if pivot is not None else ""
+        return _grid_text(grid, fmt, heading)
+    if pivot is not None:
+        records = pivot_layer_records(layers, targets)
+        if fmt == "csv":
+            return pivot_csv(targets, records, ("model", "prompt", "arm", "max_tokens"))
+        body = {"matrix_id": "results", "name": "filtered runs", "targets": list(targets),
+                "rate": rate, "rows": records}
+        return json.dumps(body, indent=2, default=str) + "\n"
+    records = cell_records(layers)
+    if fmt == "json":
+        return json.dumps(records, indent=2) + "\n"
+    headers = list(records[0]) if records else ["target", "model", "prompt", "arm", "max_tokens"]
+    return to_csv(headers, [[csv_value(r[h]) for h in headers] for r in records])
 
 
 def render_results(runs: list, fmt: str = "table", cells: bool = False,
@@ -155,25 +258,17 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
     Args:
         runs: `RunRow`s from `Store.runs`.
         fmt: one of `OUTPUT_FORMATS`: "table", "markdown", "json" or "csv".
-        cells: aggregate the done runs per cell.
+        cells: aggregate the done runs per cell and token limit (`limit_layers`).
         pivot: "target" puts each model, prompt and arm on every target side by side.
         rate: the tok/s cells read: "whole" or "decode" (see `stats.cells.cell_stats`).
     """
     check_format(fmt)
     check_pivot(pivot)  # with no cells to show, it would say only "no done runs"
     if pivot is not None or cells:
-        view = view_of_runs("results", "filtered runs", runs, rate)
-        if not view.cells and fmt in ("table", "markdown"):  # no matrix to point at
-            return "no done runs match these filters\n"
-        if pivot is not None:
-            return render_view(view, fmt, pivot)
-        if fmt in ("table", "markdown"):
-            return _grid_text(cells_grid(view), fmt)
-        records = [cell_record(c) for c in view.cells]
-        if fmt == "json":
-            return json.dumps(records, indent=2) + "\n"
-        headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
-        return to_csv(headers, [[r[h] for h in headers] for r in records])
+        layers = limit_layers(runs, rate)
+        if not any(layer.view.cells for layer in layers) and fmt in ("table", "markdown"):
+            return "no done runs match these filters\n"  # no matrix to point at
+        return render_cells(layers, fmt, pivot, rate)
     if fmt in ("table", "markdown"):
         return _grid_text(runs_grid(runs), fmt)
     out = io.StringIO()
@@ -181,5 +276,7 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
     return out.getvalue()
 
 
-def _grid_text(grid: Grid, fmt: str) -> str:
-    return to_rich([grid]) if fmt == "table" else to_markdown([grid], level=2)
+def _grid_text(grid: Grid, fmt: str, heading: str = "") -> str:
+    if fmt == "table":
+        return to_rich([grid], heading)
+    return to_markdown([grid], f"## {heading}" if heading else "", level=2 if not heading else 3)

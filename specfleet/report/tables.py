@@ -219,20 +219,30 @@ def noisy_summary(view: MatrixView) -> str | None:
     return f"Noisy runs (timed while the host was busy; --require-quiet waits instead): {cells}."
 
 
+PIVOT_NOTE = "Each target: plain tok/s · speed-up ±spread · acceptance rate · parity vs plain."
+PIVOT_FIELDS = ("plain_tok_per_s", "speedup", "acceptance_rate", "parity")
+
+
 def pivot_grid(view: MatrixView) -> Grid:
     """The same model, prompt and arm on every target side by side."""
-    rows = []
-    for model in view.models:
-        for prompt in view.prompts:
-            for arm in view.lookup_arms:
-                if all(view.cell(t, model, prompt, arm) is None for t in view.targets):
-                    continue
-                cols = [_pivot_text(view, t, model, prompt, arm) for t in view.targets]
-                if any(col != DASH for col in cols):
-                    rows.append((model, prompt, arm, *cols))
-    note = "Each target: plain tok/s · speed-up ±spread · acceptance rate · parity vs plain."
+    rows = [(*key, *cols) for key in _pivot_keys(view)
+            if (cols := pivot_cols(view, view.targets, *key)) is not None]
     return Grid("Across targets", ("Model", "prompt", "arm", *view.targets), tuple(rows),
-                (note, legend(view.rate)), left_cols=3)
+                (PIVOT_NOTE, legend(view.rate)), left_cols=3)
+
+
+def _pivot_keys(view: MatrixView) -> list[tuple[str, str, str]]:
+    """(model, prompt, lookup arm) in the order the spec lists them: a pivot's rows."""
+    return [(m, p, a) for m in view.models for p in view.prompts for a in view.lookup_arms]
+
+
+def pivot_cols(view: MatrixView, targets: tuple[str, ...], model: str, prompt: str,
+               arm: str) -> tuple[str, ...] | None:
+    """One pivot row's text per target; None when no target measured this arm there."""
+    if all(view.cell(t, model, prompt, arm) is None for t in targets):
+        return None
+    cols = tuple(_pivot_text(view, t, model, prompt, arm) for t in targets)
+    return cols if any(col != DASH for col in cols) else None
 
 
 def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str) -> str:
@@ -292,45 +302,54 @@ def cell_record(cell: CellView) -> dict:
 
 
 def pivot_records(view: MatrixView) -> list[dict]:
-    out = []
-    for model in view.models:
-        for prompt in view.prompts:
-            for arm in view.lookup_arms:
-                per_target = {}
-                for target in view.targets:
-                    plain = view.cell(target, model, prompt, PLAIN)
-                    cell = view.cell(target, model, prompt, arm)
-                    if cell is None and plain is None:
-                        continue
-                    per_target[target] = {
-                        "plain_tok_per_s": plain.median_tok_per_s if plain else None,
-                        "speedup": cell.speedup if cell else None,
-                        "acceptance_rate": cell.counters.acceptance_rate if cell else None,
-                        "parity": cell.parity if cell else None,
-                    }
-                if per_target:
-                    out.append({"model": model, "prompt": prompt, "arm": arm,
-                                "targets": per_target})
-    return out
+    records = (pivot_record(view, view.targets, *key) for key in _pivot_keys(view))
+    return [record for record in records if record is not None]
+
+
+def pivot_record(view: MatrixView, targets: tuple[str, ...], model: str, prompt: str,
+                 arm: str) -> dict | None:
+    """One pivot row as a dict, its figures per target; None when no target has any."""
+    per_target = {}
+    for target in targets:
+        plain = view.cell(target, model, prompt, PLAIN)
+        cell = view.cell(target, model, prompt, arm)
+        if cell is None and plain is None:
+            continue
+        per_target[target] = {
+            "plain_tok_per_s": plain.median_tok_per_s if plain else None,
+            "speedup": cell.speedup if cell else None,
+            "acceptance_rate": cell.counters.acceptance_rate if cell else None,
+            "parity": cell.parity if cell else None,
+        }
+    if not per_target:
+        return None
+    return {"model": model, "prompt": prompt, "arm": arm, "targets": per_target}
+
+
+def pivot_csv(targets: tuple[str, ...], records: list[dict],
+              keys: tuple[str, ...] = ("model", "prompt", "arm")) -> str:
+    """Pivot records as CSV: the row's `keys`, then one `TARGET:FIELD` column per target and
+    field."""
+    headers = [*keys] + [f"{t}:{f}" for t in targets for f in PIVOT_FIELDS]
+    rows = [
+        [r[key] for key in keys]
+        + [r["targets"].get(t, {}).get(f) for t in targets for f in PIVOT_FIELDS]
+        for r in records
+    ]
+    return to_csv(headers, rows)
 
 
 def _csv(view: MatrixView, pivot: str | None) -> str:
     if pivot == "target":
-        fields = ("plain_tok_per_s", "speedup", "acceptance_rate", "parity")
-        headers = ["model", "prompt", "arm"] + [f"{t}:{f}" for t in view.targets for f in fields]
-        rows = [
-            [r["model"], r["prompt"], r["arm"]]
-            + [r["targets"].get(t, {}).get(f) for t in view.targets for f in fields]
-            for r in pivot_records(view)
-        ]
-        return to_csv(headers, rows)
+        return pivot_csv(view.targets, pivot_records(view))
     records = [cell_record(c) for c in view.cells]
     headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
-    rows = [[_csv_value(r[h]) for h in headers] for r in records]
+    rows = [[csv_value(r[h]) for h in headers] for r in records]
     return to_csv(headers, rows)
 
 
-def _csv_value(value):
+def csv_value(value):
+    """A list (a cell's rates) as one CSV field: `100;101;99`."""
     return ";".join(f"{v:g}" for v in value) if isinstance(value, list) else value
 
 

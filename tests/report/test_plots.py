@@ -22,22 +22,10 @@ def test_a_policy_and_a_peer_are_drawn_in_the_colour_their_class_declares():
     assert arm_color("no-such-arm") == "#333333"
 
 
-def test_plots_of_a_target_show_only_the_prompts_and_arms_it_ran(tmp_path, monkeypatch):
-    # The demo keeps edit_fn and hf-lookup to torch: on the MLX target an empty edit_fn column
-    # was drawn grey (the legend's "loop") and the runs plot's tick sat off its group.
-    from types import SimpleNamespace
-
+def _kept_axes(monkeypatch) -> list:
+    """The axes of every figure the plots draw from now on, kept for the test to read."""
     import specfleet.report.plots as plots
 
-    def cell(rate):
-        return SimpleNamespace(speedup=rate / 10, verdict="within noise", spread_flag=False,
-                               loop=False, parity="identical", rates=[rate], median_tok_per_s=rate)
-
-    ran = {("m", "story", "plain"): cell(10.0), ("m", "story", "calibrated"): cell(9.7)}
-    view = SimpleNamespace(models=["m"], prompts=["story", "edit_fn"],
-                           arms=["plain", "calibrated", "hf-lookup"],
-                           lookup_arms=["calibrated", "hf-lookup"],
-                           cell=lambda target, m, p, a: ran.get((m, p, a)))
     pyplot = plots._pyplot()
     axes = []
     subplots = pyplot.subplots
@@ -48,6 +36,27 @@ def test_plots_of_a_target_show_only_the_prompts_and_arms_it_ran(tmp_path, monke
         return fig, ax
 
     monkeypatch.setattr(pyplot, "subplots", keep)
+    return axes
+
+
+def test_plots_of_a_target_show_only_the_prompts_and_arms_it_ran(tmp_path, monkeypatch):
+    # The demo keeps edit_fn and hf-lookup to torch: on the MLX target an empty edit_fn column
+    # was drawn grey (the legend's "loop") and the runs plot's tick sat off its group.
+    from types import SimpleNamespace
+
+    import specfleet.report.plots as plots
+
+    def cell(rate):
+        return SimpleNamespace(speedup=rate / 10, verdict="within noise", spread_flag=False,
+                               loop=False, parity="identical", rates=[rate], median_tok_per_s=rate,
+                               no_verdict_n=None)
+
+    ran = {("m", "story", "plain"): cell(10.0), ("m", "story", "calibrated"): cell(9.7)}
+    view = SimpleNamespace(models=["m"], prompts=["story", "edit_fn"],
+                           arms=["plain", "calibrated", "hf-lookup"],
+                           lookup_arms=["calibrated", "hf-lookup"],
+                           cell=lambda target, m, p, a: ran.get((m, p, a)))
+    axes = _kept_axes(monkeypatch)
     plots.speedup_heatmap(view, "h/mlx/cpu", tmp_path / "speedup.png")
     plots.run_scatter(view, "h/mlx/cpu", tmp_path / "runs.png")
     heat, runs = axes
@@ -58,3 +67,33 @@ def test_plots_of_a_target_show_only_the_prompts_and_arms_it_ran(tmp_path, monke
     bars = sorted(c.get_segments()[0][0][0] for c in runs.collections  # each bar's left end
                   if hasattr(c, "get_segments") and c.get_segments())
     assert bars[0] < 0 < bars[-1] and len(bars) == 2
+
+
+def _runs(arm: str, rates: list[float], prompt: str = "code") -> list:
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(host="h", engine="toy", device="cpu", model="m", prompt_name=prompt,
+                            arm=arm, repeat=i, status="done", tok_per_s=rate, token_ids=[1, 2])
+            for i, rate in enumerate(rates)]
+
+
+def test_a_heatmap_cell_under_three_repeats_says_n_and_no_verdict(tmp_path, monkeypatch):
+    # A speed-up from one run was drawn as unmarked as a 1.50x gain from three.
+    import specfleet.report.plots as plots
+    from specfleet.stats.view import view_of_runs
+
+    view = view_of_runs("x", "x", [*_runs("plain", [100.0, 101.0, 99.0]),
+                                   *_runs("graded", [150.0, 152.0, 148.0]),
+                                   *_runs("plain", [100.0], "story"),
+                                   *_runs("graded", [140.0, 142.0], "story")])
+    axes = _kept_axes(monkeypatch)
+    plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
+    (heat,) = axes
+    assert [t.get_text() for t in heat.texts] == ["1.50x", "1.41x\nn=1"]
+    assert heat.get_title().endswith("n=1 (hatched): under 3 repeats a side, no verdict")
+    assert [(p.get_x(), p.get_hatch()) for p in heat.patches] == [(0.5, "//")]  # story only
+    gain, single = (view.cell("h/toy/cpu", "m", p, "graded") for p in ("code", "story"))
+    assert (plots.cell_label(gain), plots.cell_label(single)) == ("1.50x", "1.41x\nn=1")
+    assert plots.heat_legend([gain]) == "~ within noise  ! spread>5%  L loop (grey)  ≠ diverged"
+    assert plots.heat_legend([gain, single]).endswith(
+        "\nn=1 (hatched): under 3 repeats a side, no verdict")
