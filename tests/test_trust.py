@@ -295,11 +295,12 @@ def test_a_stored_run_says_what_produced_it(matrices, db_url, fleet, bundled_mod
     assert run.load_before is not None and run.load_after is not None
 
 
-def _seed(store, worker: HostWorker, matrix_id: str, rates, **update) -> None:
+def _seed(store, worker: HostWorker, matrix_id: str, rates, max_tokens: int = 16,
+          **update) -> None:
     """Three repeats of one toy cell, stored with the given tok/s and provenance changes."""
     specs = [RunSpec(run_key=f"{matrix_id}-{i}", matrix_id=matrix_id, model="script",
                      prompt_name="copy", prompt_text="hello world hello world", arm="graded",
-                     repeat=i, max_tokens=16, target=Target(host="h1", engine="toy",
+                     repeat=i, max_tokens=max_tokens, target=Target(host="h1", engine="toy",
                                                             device="cpu"))
              for i in range(len(rates))]
     store.create_matrix(matrix_id, {"name": matrix_id}, specs, matrix_id=matrix_id)
@@ -320,7 +321,7 @@ def _compare(db_url: str, a: str, b: str, *flags: str) -> tuple[list[dict], str]
     return json.loads(as_json.output), table.output
 
 
-def test_compare_calls_no_regression_across_weights_or_engine_config(tmp_path):
+def test_compare_calls_no_regression_across_weights_config_or_token_limit(tmp_path):
     url = f"sqlite:///{tmp_path / 'compare.db'}"
     worker = HostWorker("h1", run_lock_path=str(tmp_path / "lock"), quiet_threshold_per_core=1e9)
     slower = (80.0, 81.0, 79.0)
@@ -333,12 +334,14 @@ def test_compare_calls_no_regression_across_weights_or_engine_config(tmp_path):
             **r.engine_config, "lookup": {**r.engine_config["lookup"], "max_draft": 4}})
         _seed(store, worker, "rule", slower, engine_config=lambda r: {
             **r.engine_config, "policy_revision": r.engine_config["policy_revision"] + 1})
+        _seed(store, worker, "limit", slower, max_tokens=8)
     worker.close()
 
     for code in ("code", "rule"):  # only the code (or a policy's rule) changed: a regression
         (row,), _ = _compare(url, "base", code)
         assert (row["verdict"], row["differs"]) == ("regression", []), code
-    for other, part in (("weights", "weights hash"), ("config", "engine config")):
+    for other, part in (("weights", "weights hash"), ("config", "engine config"),
+                        ("limit", "token limit")):
         (row,), table = _compare(url, "base", other)
         assert (row["verdict"], row["differs"]) == ("slower", [part]), row
         assert f"not called a regression, the cells differ in {part}" in table

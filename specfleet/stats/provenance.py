@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 
 # The stored run's fields `provenance` reads (store `RunRow` names).
 PROVENANCE_FIELDS: tuple[str, ...] = (
-    "weights_hash", "prompt_hash", "engine_config", "host_fingerprint", "versions", "conditions",
+    "weights_hash", "prompt_hash", "max_tokens", "engine_config", "host_fingerprint", "versions",
+    "conditions",
 )
 # engine_config keys that are measurements or code, not settings (a policy's new revision
 # that runs slower is a regression, as any code change is)
@@ -48,6 +49,8 @@ def provenance(run) -> dict[str, str]:
     return {
         "weights hash": str(run.weights_hash),
         "prompt hash": str(run.prompt_hash),
+        # tok/s grows with the reply (prefill spread over more tokens): not the same workload
+        "token limit": str(getattr(run, "max_tokens", None)),
         "engine config": _canonical(config),
         "host fingerprint": str(run.host_fingerprint),
         "library versions": _canonical(libraries),
