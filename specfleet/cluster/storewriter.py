@@ -23,7 +23,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunResult
 from specfleet.store.errors import StoreUnreachable
-from specfleet.store.journal import Journal
+from specfleet.store.journal import Journal, JournalError
 
 T = TypeVar("T")
 FIRST_BACKOFF_S = 0.5
@@ -72,7 +72,10 @@ class StoreWriter:
                 stored result stands).
             StoreOutage: the store stayed unreachable; the entry stays to be written back.
         """
-        self.journal.write(result)
+        try:
+            self.journal.write(result)
+        except JournalError as err:  # the store may still take it: say so and go on
+            self.on_wait(str(err))
         try:
             fresh = self.retry("store a result", self.store.record_result, result)
         except StoreOutage:

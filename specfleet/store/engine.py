@@ -251,7 +251,8 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
     return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
-def _read_only_url(url: URL) -> URL:
+def read_only_url(url: URL) -> URL:
+    """A SQLite URL that opens the file read-only (immutable where no writer can have it open)."""
     assert url.database is not None  # resolve_url refuses a SQLite URL without a file
     path = Path(url.database).resolve()
     options = "mode=ro"
@@ -270,7 +271,7 @@ def _unwritable_closed_store(path: Path) -> bool:
 
 
 def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
-    target = _read_only_url(url) if read_only else url
+    target = read_only_url(url) if read_only else url
     engine = create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
@@ -321,9 +322,17 @@ def translate_error(err: BaseException, url: URL, source: str) -> UserError | No
             return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
         if "not a database" in low or "malformed" in low or "corrupt" in low:
             return UserError(f"{source}: {path} is not a usable SQLite database ({first})")
+        if "disk is full" in low:
+            return StoreUnreachable(f"{source}: cannot write the SQLite file {path} now ({first}); "
+                                    "expected free space on its disk")
         if "disk i/o" in low or "locked" in low:
             return StoreUnreachable(f"{source}: cannot write the SQLite file {path} now ({first})")
         return None
+    if lacks_privilege(err):  # the server's words name the table, schema or database
+        role = f"role {url.username!r}" if url.username else "this user's role"
+        return UserError(f"{source}: PostgreSQL refused {role} at {where} ({first}); expected a "
+                         "role that owns the database (createdb -O ROLE DBNAME) or holds its "
+                         "privileges")
     if "password authentication failed" in low or "authentication" in low:
         return UserError(f"{source}: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
@@ -335,3 +344,9 @@ def translate_error(err: BaseException, url: URL, source: str) -> UserError | No
                                     "resolve")):  # psycopg: "failed to resolve host"
         return StoreUnreachable(f"{source}: cannot reach PostgreSQL at {where} ({first})")
     return None
+
+
+def lacks_privilege(err: BaseException) -> bool:
+    """A PostgreSQL refusal for want of a privilege (SQLSTATE 42501: `permission denied for
+    schema public`, `must be owner of table runs`): the role's to fix, not the schema's."""
+    return getattr(getattr(err, "orig", err), "sqlstate", None) == "42501"

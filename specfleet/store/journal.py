@@ -13,21 +13,28 @@ One directory per store (a hash of its URL, password left out) under
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import URL
 
 from specfleet.dirs import user_data_dir
+from specfleet.errors import UserError
 from specfleet.jobs.run import RunResult
 from specfleet.settings import JOURNAL_DIR
 from specfleet.userfiles import check_writable_dir
 
 SUFFIX = ".json"
 CONFLICT_SUFFIX = ".conflict"  # the store holds a different result: kept for a person to see
+
+
+class JournalError(UserError):
+    """A finished result could not be put in the journal (a full disk, a folder gone)."""
 
 
 def journal_root() -> Path:
@@ -90,11 +97,26 @@ class Journal:
         return self.dir / (hashlib.sha256(run_key.encode()).hexdigest()[:32] + SUFFIX)
 
     def write(self, result: RunResult) -> Path:
-        """Put `result` on disk for good (fsynced) before it goes to the store."""
-        _private_dir(self.dir)
+        """Put `result` on disk for good (fsynced) before it goes to the store.
+
+        Raises:
+            JournalError: it could not be written (a full disk); no partial entry is left.
+        """
         final = self.entry(result.run_key)
         tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        data = json.dumps(result.model_dump(mode="json")).encode()
+        try:
+            _private_dir(self.dir)
+            self._write_file(tmp, final, json.dumps(result.model_dump(mode="json")).encode())
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise JournalError(
+                f"cannot keep the result of run {result.run_key} in the journal {self.dir} "
+                f"({err.strerror or err}); expected a folder this user can write, with free "
+                f"space ({JOURNAL_DIR.name} names another)") from None
+        return final
+
+    def _write_file(self, tmp: Path, final: Path, data: bytes) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, data)
@@ -107,7 +129,6 @@ class Journal:
             os.fsync(dir_fd)  # the rename itself survives a crash
         finally:
             os.close(dir_fd)
-        return final
 
     def done(self, run_key: str) -> None:
         """The store has the result: drop its entry."""
@@ -117,8 +138,15 @@ class Journal:
         """Entries not yet in the store, oldest first."""
         if not self.dir.is_dir():
             return []
-        entries = [p for p in self.dir.iterdir() if p.suffix == SUFFIX and p.is_file()]
-        return sorted(entries, key=lambda p: p.stat().st_mtime)
+        dated = []
+        for path in self.dir.iterdir():
+            if path.suffix != SUFFIX:
+                continue
+            with contextlib.suppress(FileNotFoundError):  # stored and dropped meanwhile
+                info = path.stat()
+                if stat.S_ISREG(info.st_mode):
+                    dated.append((info.st_mtime, path))
+        return [path for _, path in sorted(dated)]
 
     def write_back(self, store) -> WriteBack:
         """Write every pending entry to `store` (idempotent); conflicting ones are renamed
@@ -126,20 +154,30 @@ class Journal:
         from specfleet.store.errors import StoreConflict, UnknownRun
 
         written = already = conflicts = 0
+        # Another driver on this store may store an entry and drop it while we look at it.
         for path in self.pending():
             try:
                 result = RunResult.model_validate_json(path.read_bytes())
+            except FileNotFoundError:
+                continue
             except (OSError, ValueError):
-                path.rename(path.with_suffix(CONFLICT_SUFFIX))
-                conflicts += 1
+                conflicts += _set_aside(path)
                 continue
             try:
                 fresh = store.record_result(result)
             except (StoreConflict, UnknownRun):
-                path.rename(path.with_suffix(CONFLICT_SUFFIX))
-                conflicts += 1
+                conflicts += _set_aside(path)
                 continue
             path.unlink(missing_ok=True)
             written += bool(fresh)
             already += not fresh
         return WriteBack(written, already, conflicts)
+
+
+def _set_aside(path: Path) -> bool:
+    """Keep an entry the store refuses as `.conflict`; False if it is gone already."""
+    try:
+        path.rename(path.with_suffix(CONFLICT_SUFFIX))
+    except FileNotFoundError:
+        return False
+    return True

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, not_, select, update
+from sqlalchemy import ColumnElement, and_, case, func, not_, select, update
 
 from specfleet.settings import LEASE_S
 from specfleet.store.base import StoreCore
@@ -56,6 +56,14 @@ def lease_live(driver_id: str | None, lease_until: datetime | None, now: datetim
 def reads_interrupted(status: str, lease_until: datetime | None, now: datetime) -> bool:
     """A `running` matrix or run whose lease has run out: its driver is gone."""
     return status == "running" and (lease_until is None or lease_until <= now)
+
+
+def read_run_status(now: datetime) -> ColumnElement[str]:
+    """`runs.status` as every read shows it (SQL): a `running` run whose lease ran out reads
+    `interrupted`, so a killed driver's runs (a `job generate` has no `resume`) never read
+    `running` forever. A run marked running without a lease reads as stored."""
+    expired = and_(Run.status == "running", Run.lease_until <= now)
+    return case((expired, "interrupted"), else_=Run.status)
 
 
 class StoreLeases:

@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from specfleet.errors import UserError, one_line
-from specfleet.store.engine import WRITE_OPTION, display_url
+from specfleet.store.engine import WRITE_OPTION, display_url, lacks_privilege
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -161,10 +161,19 @@ def upgrade(engine: Engine, url: URL, source: str) -> str:
             try:
                 command.upgrade(alembic_config(conn), "head")
             except DBAPIError as err:  # a schema that is not what its stamp says: rolled back
-                if err.connection_invalidated or "locked" in str(err.orig):
-                    raise  # the server or the file, not the schema: connection_errors says it
+                if err.connection_invalidated or _not_the_schema(err):
+                    raise  # connection_errors says what it is
                 raise UserError(
                     f"{source}: {display_url(url)} says revision {rev or 'none'} but its tables "
                     f"do not match it ({one_line(str(err.orig))}); nothing was changed; expected "
                     "a store as specfleet left it") from None
     return head
+
+
+def _not_the_schema(err: DBAPIError) -> bool:
+    """A failed upgrade statement that says nothing about the tables: a lock, a full disk, a
+    role without the privilege (SQLSTATE 42501), a server out of resources (class 53)."""
+    state = getattr(err.orig, "sqlstate", None) or ""
+    words = str(err.orig).lower()
+    return lacks_privilege(err) or state.startswith("53") or any(
+        word in words for word in ("locked", "disk i/o", "disk is full"))

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from specfleet.jobs.run import RunSpec
 from specfleet.store.base import StoreCore
 from specfleet.store.errors import UnknownMatrix, UnknownRun
-from specfleet.store.leases import reads_interrupted
+from specfleet.store.leases import read_run_status, reads_interrupted
 from specfleet.store.rows import HostRow, MatrixRow, RunRow, run_fields_row
 from specfleet.store.tables import Host, Matrix, Prompt, Run
 from specfleet.store.values import naive_utc, run_spec, utcnow
@@ -46,7 +46,8 @@ def run_conditions(
     job = job if job is not None else job_id
     given = dict(host=host, engine=engine, device=device, model=model, prompt=prompt, arm=arm,
                  matrix=matrix, job=job, status=status, specfleet_version=specfleet_version)
-    conds = [_in(_EQ_FILTERS[name], value) for name, value in given.items() if value is not None]
+    conds = [_in(_filter_column(name, value), value) for name, value in given.items()
+             if value is not None]
     if kind is not None:
         conds.append(Run.host.in_(select(Host.name).where(_in(Host.kind, kind))))
     if since is not None:
@@ -54,6 +55,18 @@ def run_conditions(
     if until is not None:
         conds.append(Run.finished_at < naive_utc(until))
     return conds
+
+
+def _filter_column(name: str, value: str | Sequence[str]):
+    """The column a filter compares; `status` as reads show it where that can differ."""
+    wanted = {value} if isinstance(value, str) else set(value)
+    if name == "status" and wanted & {"running", "interrupted"}:
+        return read_run_status(utcnow())
+    return _EQ_FILTERS[name]
+
+
+def _selected(name: str, now: datetime):
+    return read_run_status(now).label("status") if name == "status" else getattr(Run, name)
 
 
 def _in(column, value):
@@ -113,11 +126,12 @@ class StoreQueries:
         with `values`, only those of them."""
         column = Host.kind if name == "kind" else _EQ_FILTERS[name]
         table = Host if name == "kind" else Run
-        stmt = select(column).select_from(table).where(column.is_not(None)).distinct()
+        shown = read_run_status(utcnow()).label("status") if name == "status" else column
+        stmt = select(shown).select_from(table).where(column.is_not(None)).distinct()
         if values is not None:
-            stmt = stmt.where(_in(column, list(values)))
+            stmt = stmt.where(_in(shown, list(values)))
         with self._connect() as conn:
-            return list(conn.scalars(stmt.order_by(column)))
+            return list(conn.scalars(stmt.order_by(shown)))
 
     def submitted_times(self: StoreCore, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
@@ -131,8 +145,9 @@ class StoreQueries:
         (`limit` and `offset`: one page of them) as `RunRow`s, or with `columns` (names of
         `RunRow` fields) as light rows of just those fields (`rows.run_fields_row`)."""
         names = RUN_FIELDS if columns is None else tuple(dict.fromkeys(columns))
+        now = utcnow()
         stmt = (
-            select(*(getattr(Run, name) for name in names)).where(*run_conditions(**filters))
+            select(*(_selected(name, now) for name in names)).where(*run_conditions(**filters))
             .order_by(Run.matrix_id, Run.job_id, Run.plan_order, Run.id)
             .limit(limit).offset(offset or None)
         )

@@ -9,13 +9,18 @@ created or upgraded.
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL
 
 from specfleet.errors import UserError
-from specfleet.store.engine import BUSY_TIMEOUT_S, display_url, resolve_url, store_source
+from specfleet.store.engine import (
+    BUSY_TIMEOUT_S,
+    display_url,
+    read_only_url,
+    resolve_url,
+    store_source,
+)
 from specfleet.store.migrate import check_known, current_revision, head_revision
 from specfleet.store.store import Store, connection_errors
 
@@ -52,7 +57,8 @@ def _read_only_engine(url: URL, source: str) -> Engine:
     path = Path(url.database or "")
     if not path.is_file():
         raise UserError(f"{source}: no SQLite file at {path}")
-    engine = create_engine(f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true",
+    # The rule every read follows: a store in a folder we cannot write is read as immutable.
+    engine = create_engine(read_only_url(url),
                            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")

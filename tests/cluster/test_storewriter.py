@@ -53,3 +53,23 @@ def test_an_outage_past_the_bound_is_one_line_naming_what_was_not_done():
     store, said = FlakyStore(get_matrix=10_000), []
     with pytest.raises(StoreOutage, match="read the matrix's counts"):
         scheduler._finish(writer_for(store, 0.3, said), "m-1", {}, 1.0, "driver-1")
+
+
+def test_a_result_the_journal_cannot_keep_is_still_stored(tmp_path, monkeypatch):
+    """A journal folder that cannot be written (a full disk) ended the driver with an OSError
+    traceback and dropped a finished result the store could still take."""
+    import os
+
+    from specfleet.store import open_store
+    from tests.store.factory import grid, result
+
+    monkeypatch.setenv("SPECFLEET_JOURNAL_DIR", str(tmp_path / "journal"))
+    runs, said = grid(repeats=1), []
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        store.create_matrix("demo", {}, runs)
+        writer = StoreWriter(store, "driver-1", 10.0, 5.0, on_wait=said.append)
+        entry = writer.journal.entry(runs[0].run_key)
+        entry.with_name(f".{entry.name}.{os.getpid()}.tmp").mkdir(parents=True)  # in the way
+        assert writer.record(result(runs[0]))
+        assert [r.status for r in store.runs()] == ["done", "pending"]
+    assert len(said) == 1 and "cannot keep the result of run" in said[0]

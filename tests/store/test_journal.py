@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
+
+import pytest
+from sqlalchemy import make_url
 
 from specfleet.store import open_store
-from specfleet.store.journal import CONFLICT_SUFFIX, Journal
+from specfleet.store.journal import CONFLICT_SUFFIX, Journal, JournalError
 from tests.store.factory import grid, result
 
 
@@ -33,3 +37,39 @@ def test_write_back_writes_once_and_keeps_conflicts(store_url, tmp_path, monkeyp
     assert len(list(journal.dir.glob(f"*{CONFLICT_SUFFIX}"))) == 1
     with open_store(store_url) as store:
         assert store.written_back.total == 0  # idempotent: nothing left to write back
+
+
+def test_an_entry_another_driver_stores_meanwhile_is_skipped(tmp_path) -> None:
+    """Two drivers on one store: the other one stores its result and drops the entry after
+    this one listed it; writing back ended in a FileNotFoundError traceback."""
+    runs = grid(repeats=1)
+    with open_store(f"sqlite:///{tmp_path / 'shared.db'}") as store:
+        store.create_matrix("demo", {}, runs)
+
+        class Raced(Journal):
+            def pending(self) -> list[Path]:
+                listed = super().pending()
+                for path in listed:
+                    store.record_result(result(runs[0]))  # the other driver stores it
+                    path.unlink()
+                return listed
+
+        journal = Raced(store.url, tmp_path / "journal")
+        journal.write(result(runs[0]))
+        assert journal.write_back(store).total == 0
+        assert [r.status for r in store.runs()] == ["done", "pending"]
+    assert list(journal.dir.iterdir()) == []
+
+
+def test_a_result_the_journal_cannot_keep_is_one_line_and_leaves_no_partial_file(
+        tmp_path) -> None:
+    """A journal that cannot be written (a full disk) raised a bare OSError, a traceback,
+    and left its half-written temp file behind."""
+    run = grid(repeats=1)[0]
+    journal = Journal(make_url(f"sqlite:///{tmp_path / 's.db'}"), tmp_path / "journal")
+    journal.entry(run.run_key).mkdir(parents=True)  # the rename onto it fails
+    with pytest.raises(JournalError, match="cannot keep the result of run") as err:
+        journal.write(result(run))
+    assert str(journal.dir) in str(err.value) and "\n" not in str(err.value)
+    assert [p.name for p in journal.dir.iterdir()] == [journal.entry(run.run_key).name]
+    assert journal.pending() == []

@@ -77,3 +77,22 @@ def test_heartbeat_keeps_a_lease_alive(store) -> None:
         store.heartbeat("d1", 0.6)
     assert store.get_matrix(matrix_id).status == "running"
     assert not store.claim_matrix(matrix_id, "d2", 30.0, requeue=True).taken
+
+
+def test_a_dead_drivers_running_runs_read_interrupted_in_every_run_read(store) -> None:
+    """A SIGKILLed `job generate` (no `resume`) left its run `running` in `results` forever,
+    and a killed matrix's run read `running` per target under an `interrupted` matrix."""
+    target = grid(repeats=1)[0].target
+    runs = grid(repeats=2)
+    job_id = store.create_generation_job("gen", target, "m1", runs)
+    store.mark_running(runs[0].run_key, "dead", 0.3)
+    store.mark_running(runs[1].run_key, "live", 30.0)
+    time.sleep(0.5)
+    rows = store.runs(job=job_id, columns=("run_key", "status"))
+    assert [row.status for row in rows] == ["interrupted", "running", "pending", "pending"]
+    assert [r.run_key for r in store.runs(status="interrupted")] == [runs[0].run_key]
+    assert [r.run_key for r in store.runs(status=["running"])] == [runs[1].run_key]
+    assert store.count_runs(status=["interrupted", "pending"]) == 3
+    assert store.stored_values("status") == ["interrupted", "pending", "running"]
+    assert store.stored_values("status", ["interrupted"]) == ["interrupted"]
+    assert store.stored_values("prompt") == ["edit_fn"]

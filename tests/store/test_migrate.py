@@ -161,3 +161,57 @@ def test_upgrade_from_the_first_revision_keeps_the_data(store_url):
     with open_store(store_url) as store:
         assert store.get_matrix("old-1").status == "done"
     test_models_match_the_migrations(store_url)
+
+
+def test_an_upgrade_that_fills_the_disk_says_so_and_creates_nothing(tmp_path):
+    """A full disk mid-upgrade was blamed on the tables ("its tables do not match it"); a
+    full disk at its commit was a traceback. `max_page_count` fills the file as a full disk
+    would (SQLite's `database or disk is full`)."""
+    from sqlalchemy import event
+
+    from specfleet.store.engine import make_engine
+    from specfleet.store.errors import StoreUnreachable
+    from specfleet.store.migrate import upgrade
+    from specfleet.store.store import connection_errors
+
+    url = resolve_url(str(tmp_path / "full.db"))
+    engine = make_engine(url)
+    event.listen(engine, "connect",
+                 lambda conn, _record: conn.execute("PRAGMA max_page_count = 4"))
+    with (pytest.raises(StoreUnreachable, match="disk is full.*expected free space") as err,
+          connection_errors(url, "--db", engine)):
+        upgrade(engine, url, "--db")
+    assert "\n" not in str(err.value)
+    engine = raw_engine(str(tmp_path / "full.db"))
+    assert inspect(engine).get_table_names() == []
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_role_without_privileges_is_one_line_and_changes_nothing(pg_server, pg_url):
+    """A role the database's owner granted nothing: every command was a traceback
+    (`permission denied for table alembic_version`), and an upgrade of an empty database
+    blamed the tables (`says revision none but its tables do not match it`)."""
+    from tests.conftest import PG_PASSWORD, PG_PASSWORD_USER
+
+    role_url = pg_server.url(pg_url.rsplit("/", 1)[1], PG_PASSWORD_USER, PG_PASSWORD)
+    refused = f"PostgreSQL refused role '{PG_PASSWORD_USER}'"
+    admin = raw_engine(pg_url)
+    with admin.begin() as conn:  # PostgreSQL 15's default; older servers let anyone create
+        conn.execute(text("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
+    with pytest.raises(UserError, match=f"{refused}.*permission denied for schema public"):
+        open_store(role_url)
+    assert inspect(admin).get_table_names() == []
+    with open_store(pg_url) as store:
+        store.create_matrix("first", {}, [])
+    for opening in (lambda: open_store(role_url), lambda: open_store(role_url, read_only=True)):
+        with pytest.raises(UserError, match=f"{refused}.*table alembic_version") as err:
+            opening()
+        assert "\n" not in str(err.value)
+    with admin.begin() as conn:  # may read, not write
+        conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {PG_PASSWORD_USER}"))
+    with open_store(role_url) as store:
+        with pytest.raises(UserError, match=f"{refused}.*table matrices"):
+            store.create_matrix("second", {}, [])
+        assert [m.name for m in store.list_matrices()] == ["first"]
+    admin.dispose()

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
 import stat
+import tempfile
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect
@@ -87,3 +90,59 @@ def test_read_only_postgres_creates_nothing(pg_url) -> None:
         assert store.list_matrices() == []
         with pytest.raises(Exception, match="read-only transaction"):
             store.create_matrix("demo", {}, grid(repeats=1))
+
+
+def _read_as_nobody(read) -> str:
+    """`read()` as an unprivileged user when we are root (root writes any folder): its
+    result, or the error it raised, as text."""
+    if os.geteuid() != 0:
+        return _outcome(read)
+    fd_read, fd_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop privileges, report through the pipe, never return to pytest
+        os.close(fd_read)
+        os.setgid(65534)
+        os.setuid(65534)
+        os.write(fd_write, _outcome(read).encode())
+        os._exit(0)
+    os.close(fd_write)
+    with os.fdopen(fd_read) as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    return text
+
+
+def _outcome(read) -> str:
+    try:
+        return str(read())
+    except Exception as err:  # noqa: BLE001 - the test compares the text
+        return f"{type(err).__name__}: {err}"
+
+
+def test_the_web_views_store_in_a_folder_we_cannot_write_is_read_untouched() -> None:
+    """`serve` opened its store without the rule every other read follows: a store on a
+    read-only mount or in another user's archive failed `cannot write the SQLite file`."""
+    from specfleet.store.readonly import open_read_only
+
+    folder = Path(tempfile.mkdtemp(prefix="specfleet-archive-"))
+    path = folder / "s.db"
+    try:
+        open_store(str(folder / "spare.db")).close()
+        open_read_only(str(folder / "spare.db")).close()  # imports done while root
+        with open_store(str(path)) as store:
+            matrix_id = store.create_matrix("demo", {}, grid(repeats=1))
+        for spare_file in folder.glob("spare.db*"):
+            spare_file.unlink()
+        path.chmod(0o444)
+        folder.chmod(0o555)
+        before = digest(path)
+
+        def read() -> int:
+            with open_read_only(str(path)) as store:
+                return store.get_matrix(matrix_id).total_runs
+
+        assert _read_as_nobody(read) == "2"
+        assert digest(path) == before and sorted(os.listdir(folder)) == ["s.db"]
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder)

@@ -249,3 +249,26 @@ def test_a_read_after_the_server_went_away_is_one_line_not_a_traceback():
     for read in (lambda: gone.get_matrix("m"), gone.count_matrices, gone.runs):
         with pytest.raises(StoreUnreachable, match="cannot reach PostgreSQL"):
             read()
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_store_as_it_was(tmp_path):
+    """SQLite's `database or disk is full` was a traceback; it is a store that cannot be
+    written now (a driver retries it, a command says it in one line). `max_page_count` fills
+    the file as a full disk would."""
+    from sqlalchemy import event
+
+    from specfleet.store import open_store
+    from specfleet.store.errors import StoreUnreachable
+
+    with open_store(f"sqlite:///{tmp_path / 'full.db'}") as store:
+        store.create_matrix("first", {}, grid(repeats=1))
+        with store.engine.connect() as conn:
+            pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
+        event.listen(store.engine, "connect",
+                     lambda conn, _record: conn.execute(f"PRAGMA max_page_count = {pages}"))
+        store.engine.dispose()  # the next connection has the limit
+        with pytest.raises(StoreUnreachable, match="disk is full.*expected free space") as err:
+            store.create_matrix("big", {}, grid(repeats=200, prefix="big"))
+        assert "\n" not in str(err.value)
+        assert [m.name for m in store.list_matrices()] == ["first"]
+        assert store.count_runs() == 2
