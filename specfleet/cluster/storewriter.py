@@ -143,5 +143,10 @@ class StoreWriter:
 
 
 def _short(err: BaseException | None, limit: int = 160) -> str:
+    """The error in one line of at most about `limit` characters: its start and its end,
+    where a driver's reason sits (`... port 5432 failed: Connection refused`)."""
     text = " ".join(str(getattr(err, "orig", None) or err).split())
-    return text[:limit] or type(err).__name__
+    if len(text) > limit:
+        half = limit // 2
+        text = f"{text[:half]} … {text[-half:]}"
+    return text or type(err).__name__

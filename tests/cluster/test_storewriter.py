@@ -32,6 +32,10 @@ class FlakyStore:
         self._reach("get_matrix")
         return SimpleNamespace(counts={"done": 4}, status="running")
 
+    def record_calibration(self, target, model: str, calibration: dict) -> None:
+        self._reach("record_calibration")
+        self.finished.append(("calibration", model))
+
     def finish_matrix(self, matrix_id: str, status: str, driver_id: str) -> bool:
         self._reach("finish_matrix")
         self.finished.append((matrix_id, status))
@@ -73,3 +77,37 @@ def test_a_result_the_journal_cannot_keep_is_still_stored(tmp_path, monkeypatch)
         assert writer.record(result(runs[0]))
         assert [r.status for r in store.runs()] == ["done", "pending"]
     assert len(said) == 1 and "cannot keep the result of run" in said[0]
+
+
+def test_a_long_driver_error_keeps_its_reason():
+    """The wait line cut a driver's error at 160 characters, before its reason
+    (`... port 55432 failed: Co`)."""
+    from specfleet.cluster.storewriter import _short
+
+    reason = ('connection to server at "127.0.0.1", port 55432 failed: Connection refused '
+              "Is the server running on that host and accepting TCP/IP connections?")
+    err = OperationalError("SELECT 1", {}, Exception(f"{'x' * 300} {reason}"))
+    line = _short(err)
+    assert line.startswith("x" * 20) and " … " in line and len(line) <= 163
+    assert line.endswith("accepting TCP/IP connections?")
+    assert _short(Exception("short")) == "short"
+
+
+@pytest.mark.parametrize(("down", "retry_s", "stored"), [(2, 30.0, True), (10_000, 0.3, False)])
+def test_a_measured_cost_table_waits_out_an_outage_and_never_costs_the_result(
+        down, retry_s, stored, monkeypatch, capsys):
+    """The table a run measured went to the store unretried: an outage at that moment ended
+    the driver before the run's own result was journaled."""
+    store, said, recorded = FlakyStore(record_calibration=down), [], []
+    writer = writer_for(store, retry_s, said)
+    monkeypatch.setattr(writer, "record", recorded.append)
+    monkeypatch.setattr(scheduler, "_emit", lambda *args: None)
+    result = SimpleNamespace(calibration={"measure_s": 1.5}, target=SimpleNamespace(label="h/t/c"),
+                             status="done", total_s=1.0, error=None, tok_per_s=10.0)
+    host = SimpleNamespace(done=0, run_s=0.0)
+    ctx = SimpleNamespace(writer=writer, store=store)
+    scheduler._store_result(ctx, host, SimpleNamespace(model="m", run_key="r"), result)
+    assert recorded == [result] and host.done == 1
+    assert (store.finished == [("calibration", "m")]) is stored
+    err = capsys.readouterr().err
+    assert ("and stored it" in err) is stored and ("could not store it" in err) is not stored
