@@ -138,17 +138,17 @@ def replay_margins(
         row: first differing generated token (`first_divergence`); both must reach it.
 
     Returns:
-        `RowMargins`; when one path ended at `row` its token is -1 (EOS or the limit) and
-        the gaps compare against the other token only.
+        `RowMargins`; when one path ended at `row` its token is -1 and, both paths having
+        the same limits, it ended on EOS: the gaps set its likeliest EOS id there against
+        the other path's token (the row's top two where the runner has no EOS id).
     """
     token_a = int(tokens_a[row]) if row < len(tokens_a) else -1
     token_b = int(tokens_b[row]) if row < len(tokens_b) else -1
     logits_a = logits_at(runner, prompt_ids, tokens_a, row, width_a)
     logits_b = logits_at(runner, prompt_ids, tokens_b, row, width_b)
-    other_a = token_b if token_b >= 0 else top2(logits_a)[1][0]
-    other_b = token_a if token_a >= 0 else top2(logits_b)[1][0]
-    own_a = token_a if token_a >= 0 else top2(logits_a)[0][0]
-    own_b = token_b if token_b >= 0 else top2(logits_b)[0][0]
+    eos_ids = runner.eos_ids
+    own_a, other_a = _competing(logits_a, token_a, token_b, eos_ids)
+    own_b, other_b = _competing(logits_b, token_b, token_a, eos_ids)
     return RowMargins(
         row=row,
         token_a=token_a,
@@ -156,6 +156,21 @@ def replay_margins(
         a=_path_row(logits_a, own_a, other_a, max(1, min(width_a, row or 1))),
         b=_path_row(logits_b, own_b, other_b, max(1, min(width_b, row or 1))),
     )
+
+
+def _competing(logits: list[float], own: int, other: int,
+               eos_ids: frozenset[int]) -> tuple[int, int]:
+    """(this path's token, the other path's) at the row. A path that ended there (-1)
+    ended on EOS and stands for its likeliest EOS id: against the row's runner-up, a reply
+    cut short with EOS whole logits down would pass as a near-tie."""
+    stop = max(sorted(eos_ids), key=lambda t: logits[t] if t < len(logits) else float("-inf"),
+               default=None)
+    best, runner_up = top2(logits)
+    if own < 0:
+        own = best[0] if stop is None else stop
+    if other < 0:
+        other = runner_up[0] if stop is None else stop
+    return own, other
 
 
 def classify(margins: RowMargins, threshold: float = NEAR_TIE_LOGIT_MARGIN) -> Verdict:

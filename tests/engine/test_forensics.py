@@ -151,6 +151,53 @@ def test_one_path_ended_compares_against_runner_up() -> None:
     assert margins.b.gap == pytest.approx(10.0)
 
 
+EOS = 5
+
+
+def eos_far_model(context: tuple[int, ...], width: int) -> list[float]:
+    """near_tie_model's rows with EOS (5) ten logits below: a reply that ends there ended
+    wrongly, whatever the runner-up."""
+    row = near_tie_model(context, width)
+    row[EOS] = max(row) - 10.0
+    return row
+
+
+def eos_tie_model(context: tuple[int, ...], width: int) -> list[float]:
+    """Counts up mod 5; after 4 generated tokens EOS ties with 3, and a wide forward tips it."""
+    if len(context) == 2 + 4:
+        row = [0.0] * VOCAB
+        row[3], row[EOS] = 7.0, 6.99 + (0.02 if width > 1 else 0.0)
+        return row
+    return _one_hot((context[-1] + 1) % 5)
+
+
+def _eos_toy(fn: Callable[[tuple[int, ...], int], list[float]]) -> WidthToy:
+    runner = WidthToy(fn)
+    runner.eos_ids = frozenset({EOS})
+    return runner
+
+
+def test_a_reply_cut_short_where_eos_is_far_down_is_suspect() -> None:
+    # The plain row is a near-tie between 3 and 4; the arm's reply ends there, but its EOS is
+    # 10 logits down on both paths: no rounding explains the ending.
+    plain, spec = [2, 3, 4, 0, 3], [2, 3, 4, 0]
+    margins = replay_margins(_eos_toy(eos_far_model), PROMPT, plain, spec, 4)
+    assert margins.token_b == -1 and margins.a.margin == pytest.approx(0.01)
+    assert margins.a.gap == pytest.approx(10.0) and margins.b.gap == pytest.approx(-9.99)
+    assert classify(margins) == "suspect"
+
+
+def test_a_reply_that_ends_on_a_near_tie_eos_is_a_near_tie() -> None:
+    plain, spec = [2, 3, 4, 0, 3], [2, 3, 4, 0]
+    margins = replay_margins(_eos_toy(eos_tie_model), PROMPT, plain, spec, 4)
+    assert margins.a.gap == pytest.approx(0.01) and margins.b.gap == pytest.approx(0.01)
+    assert classify(margins) == "near-tie"
+    # Plain is the path that ended: the same, seen from the other side.
+    margins = replay_margins(_eos_toy(eos_tie_model), PROMPT, spec, plain, 4, width_a=8,
+                             width_b=1)
+    assert (margins.token_a, margins.token_b) == (-1, 3) and classify(margins) == "near-tie"
+
+
 @pytest.fixture(scope="module")
 def torch_runner():
     from specfleet.engine.runners.torch import TorchRunner
