@@ -184,8 +184,20 @@ def test_loop_guard_stops_the_reply_early_and_both_arms_match(matrices, db_url):
 # ---- 3. a busy neighbour: flagged noisy; --require-quiet waits until it is gone ----------
 
 
+# Busy a quarter of the time: 0.5 cores for two, five times the test's threshold, without
+# taking both cores from the suite's other workers for the test's ~40 s.
+BUSY_LOOP = """
+import time
+while True:
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.005:
+        pass
+    time.sleep(0.015)
+"""
+
+
 def _busy(n: int = 2) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    return [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(n)]
 
 
 def _toy_matrix(store, name: str) -> str:
