@@ -37,7 +37,7 @@ from specfleet.cluster.progress import (
     fan_out,
     progress_for,
 )
-from specfleet.cluster.storewriter import StoreOutage, StoreWriter
+from specfleet.cluster.storewriter import StoreWriter
 from specfleet.engine.config import needs_costs
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.settings import LEASE_S, STORE_RETRY_S
@@ -382,15 +382,10 @@ def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult)
 
 def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) -> None:
     if result.calibration is not None:
-        said = "stored it"
-        try:  # a table lost to an outage is measured again next time: the result goes on
-            ctx.writer.retry("store the measured width-cost table",
-                             ctx.store.record_calibration, result.target, spec.model,
-                             result.calibration)
-        except StoreOutage as err:
-            said = f"could not store it: {err}"
+        lost = ctx.writer.record_calibration(result.target, spec.model, result.calibration)
         print(f"{result.target.label} {spec.model}: no stored width-cost table matched; "
-              f"measured one in {result.calibration['measure_s']} s and {said}",
+              f"measured one in {result.calibration['measure_s']} s and "
+              f"{'stored it' if lost is None else 'could not store it: ' + lost}",
               file=sys.stderr)
     try:
         ctx.writer.record(result)  # journaled first; failed and cancelled keep provenance

@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from specfleet.errors import UserError
-from specfleet.jobs.run import RunResult
+from specfleet.jobs.run import RunResult, Target
 from specfleet.store.errors import StoreUnreachable
 from specfleet.store.journal import Journal, JournalError
 
@@ -85,6 +85,20 @@ class StoreWriter:
             raise
         self.journal.done(result.run_key)
         return fresh
+
+    def record_calibration(self, target: Target, model: str, calibration: dict) -> str | None:
+        """Store a width-cost table a run measured, retried as results are; a table lost to
+        an outage is measured again next time, so the run's own result goes on.
+
+        Returns:
+            None when stored, else why not (`StoreOutage`'s line).
+        """
+        try:
+            self.retry("store the measured width-cost table", self.store.record_calibration,
+                       target, model, calibration)
+        except StoreOutage as err:
+            return str(err)
+        return None
 
     def mark_failed(self, run_key: str, error: str) -> None:
         self.retry("mark a run failed", self.store.mark_failed, run_key, error)
