@@ -43,6 +43,7 @@ from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.store.errors import StoreConflict
 from specfleet.store.leases import new_driver_id
+from specfleet.workers.costs import with_stored_costs
 
 __all__ = [
     "HostTally",
@@ -405,19 +406,6 @@ def _tally(host: HostState, result: RunResult) -> None:
         host.failed += 1
     else:
         host.interrupted += 1
-
-
-def with_stored_costs(store, spec: RunSpec) -> RunSpec:
-    """A calibrated run with the newest stored width-cost table of its host, engine, device
-    and model attached (the worker uses it only if its fingerprint and weights match)."""
-    from specfleet.workers.costs import costs_key
-
-    rows = store.latest_calibration(spec.target.engine, spec.target.device, spec.model,
-                                    host=spec.target.host)
-    if not rows or any(r.ratio is None for r in rows):
-        return spec
-    key = costs_key(rows[0].host_fingerprint, rows[0].weights_hash)
-    return spec.model_copy(update={"costs": tuple(r.ratio for r in rows), "costs_key": key})
 
 
 def _fail(ctx: _Ctx, host: HostState, spec: RunSpec, error: str) -> None:

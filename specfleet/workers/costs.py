@@ -22,6 +22,17 @@ def costs_key(host_fingerprint: str | None, weights_hash: str | None) -> str:
     return f"{host_fingerprint or '-'}:{weights_hash or '-'}"
 
 
+def with_stored_costs(store, spec: RunSpec) -> RunSpec:
+    """A calibrated run with the newest stored width-cost table of its host, engine, device
+    and model attached (the worker uses it only if its fingerprint and weights match)."""
+    rows = store.latest_calibration(spec.target.engine, spec.target.device, spec.model,
+                                    host=spec.target.host)
+    if not rows or any(r.ratio is None for r in rows):
+        return spec
+    key = costs_key(rows[0].host_fingerprint, rows[0].weights_hash)
+    return spec.model_copy(update={"costs": tuple(r.ratio for r in rows), "costs_key": key})
+
+
 class CostTables:
     """Width-cost tables this worker measured, by (engine, device, weights hash)."""
 
