@@ -24,7 +24,7 @@ from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.settings import SELFTEST
-from specfleet.workers.bandwidth import measure_device_read_gb_per_s, measure_read_gb_per_s
+from specfleet.workers.bandwidth import ReadBandwidth, measure_read_gb_per_s
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
 from specfleet.workers.hardware import HostInfo, detect_host
@@ -123,10 +123,8 @@ class HostWorker:
         if self_test if self_test is not None else SELFTEST.read():
             self._info = replace(self._info, selftest=self._self_test(tuple(break_rollback)))
         # Once per start, before any run: the ceiling plain decoding is measured against.
-        self._info = replace(self._info, read_gb_per_s=measure_read_gb_per_s())
-        # Probed again before a target's first quiet run (`_probe_bandwidth_once_quiet`).
-        self._bandwidth_probed: set[tuple[str, str]] = set()
-        self._device_gb_per_s: dict[tuple[str, str], float] = {}  # (engine, device) -> GB/s
+        self._bandwidth = ReadBandwidth(measure_read_gb_per_s())
+        self._info = replace(self._info, read_gb_per_s=self._bandwidth.host_gb_per_s)
         budget_gb = memory_budget_gb or self._info.memory_gb * MODEL_MEMORY_SHARE
         self._models = LoadedModels(int(budget_gb * 2**30))
         self._resolved: dict[tuple[str, str], Any] = {}
@@ -328,7 +326,8 @@ class HostWorker:
             prepared = self._prepare(spec)
             quiet = self._meter.check(self._quiet_threshold, fresh=True)
             if quiet.quiet and spec.target.engine != "toy":
-                self._probe_bandwidth_once_quiet(spec.target)
+                self._bandwidth.probe_once(spec.target.engine, spec.target.device)
+                self._info = replace(self._info, read_gb_per_s=self._bandwidth.host_gb_per_s)
             load_before = load_average()
             before = self._probe.sample()  # outside the timed window, like `after`
             generation = self._generate(spec, prepared)
@@ -341,34 +340,6 @@ class HostWorker:
         noisy = not quiet.quiet
         return result.model_copy(update={"load_before": load_before, "noisy": noisy,
                                          **run_fields(before, after)})
-
-    def _probe_bandwidth_once_quiet(self, target: Target) -> None:
-        """Probe the memory `target` reads weights from, once per worker, where a timed run
-        is about to start on a quiet host. The host's memory again (at the worker's start
-        Ray's own processes are still starting: on a 2-core box the probe read 20.9 GB/s
-        there, 35 on its own), keeping the faster reading (noise only slows a probe); a GPU's
-        own memory the first time (`measure_device_read_gb_per_s`)."""
-        key = ("host", "cpu") if target.device == "cpu" else (target.engine, target.device)
-        if key in self._bandwidth_probed:
-            return
-        self._bandwidth_probed.add(key)
-        if target.device == "cpu":
-            fresh = measure_read_gb_per_s()
-            self._info = replace(
-                self._info, read_gb_per_s=max(fresh, self._info.read_gb_per_s or 0))
-            return
-        try:
-            device_gb = measure_device_read_gb_per_s(target.engine, target.device)
-        except Exception:  # noqa: BLE001 - a probe that cannot run (no memory left) is no figure
-            device_gb = None
-        if device_gb:
-            self._device_gb_per_s[key] = device_gb
-
-    def _read_gb_per_s(self, target: Target) -> float | None:
-        """The read bandwidth of the memory `target` decodes from, as last probed."""
-        if target.device == "cpu":
-            return self._info.read_gb_per_s
-        return self._device_gb_per_s.get((target.engine, target.device))
 
     def _prepare(self, spec: RunSpec) -> _Prepared:
         if spec.target.engine == "toy":
@@ -488,7 +459,8 @@ class HostWorker:
                 spec, prepared.lookup, prepared.policy, prepared.model_path, prepared.warmup_s,
                 costs_source="measured" if prepared.calibration else "stored",
                 rollback_kind=getattr(prepared.runner, "rollback_kind", "trim"), peer=peer,
-                weight_bytes=prepared.weight_bytes, read_gb_per_s=self._read_gb_per_s(spec.target),
+                weight_bytes=prepared.weight_bytes, read_gb_per_s=self._bandwidth.of(
+                    spec.target.engine, spec.target.device),
             ),
             "versions": dict(self._info.versions),
             "host_fingerprint": self._info.fingerprint,

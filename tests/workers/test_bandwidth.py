@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.workers.bandwidth import (
+    ReadBandwidth,
     measure_device_read_gb_per_s,
     measure_read_gb_per_s,
     timed_reads,
@@ -42,34 +43,24 @@ def test_worker_measures_at_start_and_the_fingerprint_ignores_it(tmp_path):
     assert host.fingerprint == info["fingerprint"]
 
 
-CPU = Target(host="bw2", engine="torch", device="cpu")
-
-
-def test_worker_probes_again_once_before_its_first_quiet_run_keeping_the_faster(tmp_path):
-    from specfleet.workers.host import HostWorker
-
-    worker = HostWorker("bw2", self_test=False, sample_period_s=3600.0, kept_dir=tmp_path)
-    try:
-        at_start = worker.info()["read_gb_per_s"]
-        worker._info = replace(worker._info, read_gb_per_s=0.001)  # as read under Ray's start
-        worker._probe_bandwidth_once_quiet(CPU)
-        again = worker.info()["read_gb_per_s"]
-        assert again > 0.001 and again > at_start / 10
-        worker._info = replace(worker._info, read_gb_per_s=0.002)
-        worker._probe_bandwidth_once_quiet(CPU)  # once per worker: no second probe
-        worker._probe_bandwidth_once_quiet(CPU.model_copy(update={"engine": "mlx"}))  # one host
-        assert worker.info()["read_gb_per_s"] == 0.002
-        worker._info = replace(worker._info, read_gb_per_s=1e6)
-        worker._bandwidth_probed.clear()
-        worker._probe_bandwidth_once_quiet(CPU)  # a slower probe never lowers it
-        assert worker.info()["read_gb_per_s"] == 1e6
-        assert worker._read_gb_per_s(CPU) == 1e6
-        # A device this host lacks: its probe cannot run, and that is no figure (not a crash).
-        cuda = CPU.model_copy(update={"device": "cuda"})
-        worker._probe_bandwidth_once_quiet(cuda)
-        assert worker._read_gb_per_s(cuda) is None
-    finally:
-        worker.close()
+def test_worker_probes_again_once_before_its_first_quiet_run_keeping_the_faster():
+    at_start = measure_read_gb_per_s()
+    bandwidth = ReadBandwidth(0.001)  # as read under Ray's start
+    bandwidth.probe_once("torch", "cpu")
+    again = bandwidth.host_gb_per_s
+    assert again > 0.001 and again > at_start / 10
+    bandwidth.host_gb_per_s = 0.002
+    bandwidth.probe_once("torch", "cpu")  # once per worker: no second probe
+    bandwidth.probe_once("mlx", "cpu")  # one host
+    assert bandwidth.host_gb_per_s == 0.002
+    bandwidth.host_gb_per_s = 1e6
+    bandwidth._probed.clear()
+    bandwidth.probe_once("torch", "cpu")  # a slower probe never lowers it
+    assert bandwidth.host_gb_per_s == 1e6
+    assert bandwidth.of("torch", "cpu") == 1e6
+    # A device this host lacks: its probe cannot run, and that is no figure (not a crash).
+    bandwidth.probe_once("torch", "cuda")
+    assert bandwidth.of("torch", "cuda") is None
 
 
 def test_a_real_models_run_stores_the_bandwidth_its_worker_read(tmp_path):
@@ -87,7 +78,7 @@ def test_a_real_models_run_stores_the_bandwidth_its_worker_read(tmp_path):
         worker.close()
     assert result.status == "done", result.error
     assert result.engine_config["read_gb_per_s"] == worker._info.read_gb_per_s > 0
-    assert worker._bandwidth_probed == {("host", "cpu")}
+    assert worker._bandwidth._probed == {("host", "cpu")}
 
 
 def test_device_probe_times_waited_reads_and_leaves_the_host_to_its_own_probe():
