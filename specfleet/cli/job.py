@@ -70,7 +70,6 @@ def generate(
     every round). Exit status 0 when every prompt is done, 1 otherwise.
     """
     from specfleet.jobs.batch import load_generate_job, select_target
-    from specfleet.jobs.plan import plan_generate_runs
 
     given = lookup_given(ngram_min, ngram_max, max_draft, own)  # `fixed` is a policy here
     if policy == "plain":
@@ -91,24 +90,36 @@ def generate(
     if not here:  # asked of the host that would run it, before a job is stored
         refuse_model(job.model, chosen.engine, "--model", view, chosen.host)
     with open_store(db) as store:  # after the fleet: one that is not there makes no store
-        job_id = new_matrix_id(f"gen-{Path(prompts).stem}")
-        # Generation runs belong to the job, not to a matrix (runs.matrix_id is a foreign key).
-        runs = [r.model_copy(update={"matrix_id": None})
-                for r in plan_generate_runs(job, chosen, job_id)]
-        params = job.model_dump(mode="json", exclude={"prompts", "target"})
-        view.record_hosts(store)
-        store.create_generation_job(Path(prompts).stem, chosen, job.model, runs, params, job_id)
-        try:
-            status = _dispatch(store, runs, view, no_progress, job_id)
-        except BaseException:  # Ctrl-C, SIGTERM or a store fault: the job no longer runs
-            with contextlib.suppress(Exception):  # a store that failed says so in the raise
-                store.finish_generation_job(job_id, "interrupted")
-            raise
-        store.finish_generation_job(job_id, status)
+        job_id, status = _run_job(store, view, job, chosen, Path(prompts).stem, no_progress)
         _print_outputs(store, job_id)
     typer.echo(f"job id: {job_id} ({status})")
     if status != "done":
         raise typer.Exit(1)
+
+
+def _run_job(store, view, job, chosen, name: str, no_progress: bool) -> tuple[str, str]:
+    """Store the job and its runs, run them, and finish it (`interrupted` when cut short).
+
+    Returns:
+        (job id, its final status).
+    """
+    from specfleet.jobs.plan import plan_generate_runs
+
+    job_id = new_matrix_id(f"gen-{name}")
+    # Generation runs belong to the job, not to a matrix (runs.matrix_id is a foreign key).
+    runs = [r.model_copy(update={"matrix_id": None})
+            for r in plan_generate_runs(job, chosen, job_id)]
+    params = job.model_dump(mode="json", exclude={"prompts", "target"})
+    view.record_hosts(store)
+    store.create_generation_job(name, chosen, job.model, runs, params, job_id)
+    try:
+        status = _dispatch(store, runs, view, no_progress, job_id)
+    except BaseException:  # Ctrl-C, SIGTERM or a store fault: the job no longer runs
+        with contextlib.suppress(Exception):  # a store that failed says so in the raise
+            store.finish_generation_job(job_id, "interrupted")
+        raise
+    store.finish_generation_job(job_id, status)
+    return job_id, status
 
 
 def _refuse_lookup_flags(ctx: typer.Context, own: dict[str, Any]) -> None:
