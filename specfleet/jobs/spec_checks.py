@@ -1,16 +1,19 @@
 """Checks across fields of a matrix that types alone cannot express.
 
 Each check yields one line `file: field.path: what is expected` per mistake, and every check
-runs, so one pass finds every independent mistake; a check of a field whose type was wrong is
-left out (it would report a consequence of that mistake, not another one).
+runs, so one pass finds every independent mistake; a check of a field or list item whose type
+was wrong is left out (it would report a consequence of that mistake, not another one), and
+only for that field or item: the other items of a list are checked in their places.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specfleet.engine.config import (
     POLICY_OPTIONS,
@@ -26,35 +29,59 @@ from specfleet.userfiles import kind_of, read_text
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 
+Loc = tuple[str | int, ...]  # a place in the file: ("targets", "hosts", 3)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """What of a matrix file failed its type and is not in the spec the checks read: whole
+    fields (stood in for) and single items of lists (the other items are kept, in order)."""
+
+    fields: frozenset[str] = frozenset()
+    items: frozenset[Loc] = frozenset()  # ("prompts", 1), ("prompts", 0, "targets", "hosts", 2)
+
+    def numbered(self, loc: Loc, kept: Iterable[T]) -> Iterator[tuple[int, T]]:
+        """The kept items of the list at `loc`, each with its position in the file."""
+        positions = (i for i in itertools.count() if (*loc, i) not in self.items)
+        return ((next(positions), item) for item in kept)
+
+    def touches(self, loc: Loc) -> bool:
+        """Whether anything at or inside `loc` was left out (a check of the whole list, such
+        as "plain is among the arms", would then judge a list the user did not write)."""
+        return str(loc[0]) in self.fields or any(item[:len(loc)] == loc for item in self.items)
+
 
 def matrix_problems(spec: MatrixSpec, label: str, prompt_dir: Path,
-                    beside: Path | None = None, untyped: Iterable[str] = ()) -> list[str]:
+                    beside: Path | None = None, left_out: LeftOut = LeftOut()) -> list[str]:
     """Every cross-field mistake in `spec`, one line each.
 
     Args:
-        spec: a type-checked matrix (its untyped fields stood in for).
+        spec: a type-checked matrix (its mistyped fields stood in for, its mistyped list
+            items left out).
         label: the file name used in messages.
         prompt_dir: the directory named prompts are read from.
         beside: the matrix's own folder when `prompt_dir` is the packaged one by default: a
             folder, pipe or device there named like a prompt is refused, not passed over.
-        untyped: the fields whose type was wrong: the checks that read them are left out.
+        left_out: what failed its type: the checks that read it are left out, and only those.
 
     Returns:
         The mistakes, check by check; none for a good matrix.
     """
-    # Each check with the fields it reads.
+    # Each check with the fields it cannot do without; each skips what else it reads itself.
     checks: list[tuple[tuple[str, ...], Callable[[], Iterator[str]]]] = [
-        (("models",), lambda: _check_models(spec, label)),
-        (("prompts", "targets", "prompt_dir"),
-         lambda: _check_prompts(spec, label, prompt_dir, beside)),
-        (("arms", "speedups", "temperature", "targets"), lambda: _check_arms(spec, label)),
-        (("max_tokens", "targets"), lambda: _check_max_tokens(spec, label)),
+        (("models",), lambda: _check_models(spec, label, left_out)),
+        (("prompts", "prompt_dir"),
+         lambda: _check_prompts(spec, label, prompt_dir, beside, left_out)),
+        (("arms",), lambda: _check_arms(spec, label, left_out)),
+        (("max_tokens",), lambda: _check_max_tokens(spec, label, left_out)),
         (("loop_guard",), lambda: _check_loop_guard(spec, label)),
-        (("targets",), lambda: _check_targets(spec.targets, f"{label}: targets")),
-        (("prompt_suffix", "models"), lambda: _check_prompt_suffix(spec, label)),
+        (("targets",), lambda: _check_targets(spec.targets, f"{label}: targets", ("targets",),
+                                              left_out)),
+        (("prompt_suffix",), lambda: _check_prompt_suffix(spec, label, left_out)),
     ]
-    skipped = set(untyped)
-    return [line for fields, check in checks if skipped.isdisjoint(fields) for line in check()]
+    return [line for fields, check in checks if left_out.fields.isdisjoint(fields)
+            for line in check()]
 
 
 def find_prompt_file(prompt_dir: Path, name: str) -> Path | None:
@@ -67,32 +94,35 @@ def find_prompt_file(prompt_dir: Path, name: str) -> Path | None:
     return None
 
 
-def _check_models(spec: MatrixSpec, label: str) -> Iterator[str]:
-    for i, model in enumerate(spec.models):
+def _check_models(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:
+    models = list(left_out.numbered(("models",), spec.models))
+    for i, model in models:
         if not model.strip():
             yield f"{label}: models[{i}]: must not be blank"
-    yield from _twice(spec.models, f"{label}: models", "model")
+    yield from _twice(models, f"{label}: models", "model")
 
 
-def _twice(values: list[str], where: str, noun: str) -> Iterator[str]:
-    """Each value once: a second is a typo for another (`where`: `file: models`)."""
+def _twice(values: Iterable[tuple[int, str]], where: str, noun: str) -> Iterator[str]:
+    """Each value once: a second is a typo for another (`where`: `file: models`; each value
+    with its position in the file)."""
     seen: set[str] = set()
-    for i, value in enumerate(values):
+    for i, value in values:
         if value in seen:
             yield f"{where}[{i}]: duplicate {noun} '{value}' (list each once)"
         seen.add(value)
 
 
 def _check_prompts(spec: MatrixSpec, label: str, prompt_dir: Path,
-                   beside: Path | None) -> Iterator[str]:
+                   beside: Path | None, left_out: LeftOut) -> Iterator[str]:
     seen: set[str] = set()
-    for i, prompt in enumerate(spec.prompts):
+    for i, prompt in left_out.numbered(("prompts",), spec.prompts):
         where = f"{label}: prompts[{i}]"
         if prompt.name in seen:
             yield f"{where}.name: duplicate prompt '{prompt.name}'"
             continue
         seen.add(prompt.name)
-        yield from _check_prompt_targets(spec, prompt.targets, f"{where}.targets")
+        yield from _check_prompt_targets(spec, prompt.targets, f"{where}.targets",
+                                         ("prompts", i, "targets"), left_out)
         if prompt.text is not None:
             if not prompt.text.strip():
                 yield f"{where}.text: must not be empty"
@@ -117,23 +147,27 @@ def _check_named_prompt(name: str, prompt_dir: Path, beside: Path | None, where:
     _check_prompt_file(found, where)
 
 
-def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None,
-                          where: str) -> Iterator[str]:
+def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None, where: str,
+                          loc: Loc, left_out: LeftOut) -> Iterator[str]:
     """A prompt's own selector must leave some target the matrix selects: one that shares no
     engine (or device, host, kind) with the matrix's would plan no run of it, silently."""
     if own is None:
         return
-    yield from _check_targets(own, where)
+    yield from _check_targets(own, where, loc, left_out)
     for (field, mine), (_, matrix) in zip(own.lists(), spec.targets.lists(), strict=True):
+        if left_out.touches((*loc, field)) or left_out.touches(("targets", field)):
+            continue  # the item left out may be the one they would share
         if mine and matrix and not set(mine) & set(matrix):
             yield (f"{where}: {field} [{', '.join(mine)}] share none with the matrix's "
                    f"{field} [{', '.join(matrix)}], so the prompt would never run; "
                    f"expected {field} among the matrix's")
 
 
-def _check_targets(selector: TargetSelector, where: str) -> Iterator[str]:
+def _check_targets(selector: TargetSelector, where: str, loc: Loc,
+                   left_out: LeftOut) -> Iterator[str]:
     for field, values in selector.lists():
-        yield from _twice(values, f"{where}.{field}", field.removesuffix("s"))
+        yield from _twice(left_out.numbered((*loc, field), values), f"{where}.{field}",
+                          field.removesuffix("s"))
 
 
 def _refuse_odd_namesake(folder: Path, name: str, where: str) -> None:
@@ -162,9 +196,9 @@ def _missing_prompt(prompt_dir: Path, name: str) -> str:
     return f"no prompt file '{name}.txt' in {prompt_dir} (available: {listing})"
 
 
-def _check_arms(spec: MatrixSpec, label: str) -> Iterator[str]:
+def _check_arms(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:
     seen: set[str] = set()
-    for i, arm in enumerate(spec.arms):
+    for i, arm in left_out.numbered(("arms",), spec.arms):
         if arm.arm in seen:
             yield f"{label}: arms[{i}]: duplicate arm '{arm.arm}' (each arm once)"
             continue
@@ -173,7 +207,9 @@ def _check_arms(spec: MatrixSpec, label: str) -> Iterator[str]:
         if kind is None:
             yield from _check_arm_options(arm, f"{label}: arms[{i}]")
         else:
-            yield from _check_peer_arm(spec, arm, kind, f"{label}: arms[{i}]")
+            yield from _check_peer_arm(spec, arm, kind, f"{label}: arms[{i}]", left_out)
+    if left_out.touches(("arms",)) or left_out.touches(("speedups",)):
+        return  # an arm left out may be the plain one
     lookup_arms = seen - {"plain"}
     if spec.speedups and lookup_arms and "plain" not in seen:
         yield (f"{label}: arms: add the plain arm: speed-ups are measured over plain "
@@ -194,14 +230,16 @@ def _check_arm_options(arm: ArmSpec, where: str) -> Iterator[str]:
         yield f"{where}.{_option_named(err, given)}: {err}"
 
 
-def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str
-                    ) -> Iterator[str]:
+def _check_peer_arm(spec: MatrixSpec, arm: ArmSpec, kind: PeerKind, where: str,
+                    left_out: LeftOut) -> Iterator[str]:
     """A peer arm: its options, greedy decoding, and an engine among the matrix's targets (a
     matrix that spans engines skips it, with the reason, on targets of the other engine)."""
     yield from _check_peer_options(arm, kind, where)
-    if spec.temperature != 0.0:
+    if spec.temperature != 0.0 and not left_out.touches(("temperature",)):
         yield (f"{where}: {arm.arm} decodes greedily (a peer is compared with plain "
                f"greedy decoding); set temperature: 0, got {spec.temperature}")
+    if left_out.touches(("targets", "engines")):
+        return  # the engine left out may be the peer's
     engines = spec.targets.engines
     if engines and not set(kind.engines) & set(engines):
         yield (f"{where}: {arm.arm} runs on {kind.runs_on} targets only, and "
@@ -231,8 +269,10 @@ def _option_named(err: ConfigError, given: dict[str, Any]) -> str:
     return err.field if err.field in ARM_OPTIONS else "options"
 
 
-def _check_max_tokens(spec: MatrixSpec, label: str) -> Iterator[str]:
-    engines: list[Engine | None] = list(spec.targets.engines) or [None]
+def _check_max_tokens(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:
+    # Each engine named needs a limit; with one left out, none named may mean only that one.
+    every: list[Engine | None] = [] if left_out.touches(("targets", "engines")) else [None]
+    engines: list[Engine | None] = list(spec.targets.engines) or every
     for engine in engines:
         limit = spec.max_tokens.for_engine(engine) if engine else spec.max_tokens.default
         if limit is None:
@@ -248,7 +288,9 @@ def _check_loop_guard(spec: MatrixSpec, label: str) -> Iterator[str]:
                f"({guard.min_period}), got {guard.max_period}")
 
 
-def _check_prompt_suffix(spec: MatrixSpec, label: str) -> Iterator[str]:
+def _check_prompt_suffix(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:
+    if left_out.touches(("models",)):
+        return  # a suffix may be for the model left out
     for model in spec.prompt_suffix:
         if model not in spec.models:
             yield (f"{label}: prompt_suffix.{model}: not one of models "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 from specfleet.configs import is_bare_name, matrices_dir, matrix_path, packaged_names, prompts_dir
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import MatrixSpec, ParitySpec
-from specfleet.jobs.spec_checks import matrix_problems
+from specfleet.jobs.spec_checks import LeftOut, Loc, matrix_problems
 from specfleet.jobs.userinput import Problems, check_plain_data, one_line_of, problem_lines
 from specfleet.userfiles import given_path, read_text, read_yaml
 
@@ -92,13 +93,13 @@ def parse_matrix_spec(
         raise UserError(f"{label}: expected a mapping of fields at the top level, got "
                         f"{describe_value(data)}")
     check_plain_data(data, label)
-    spec, problems, untyped = _typed(data, label)
+    spec, problems, left_out = _typed(data, label)
     if spec is None:
         raise Problems(label, problems)
     spec = _anchor_model_folders(spec, base_dir)
     directory, fallback = _prompt_dir(spec, base_dir, prompt_dir)
     problems += matrix_problems(spec, label, directory, beside=base_dir if fallback else None,
-                                untyped=untyped)
+                                left_out=left_out)
     if problems:
         raise Problems(label, _in_file_order(problems, label, data))
     return spec.model_copy(update={"prompt_dir": str(directory)})
@@ -109,31 +110,86 @@ def parse_matrix_spec(
 _STAND_INS: dict[str, Any] = {"name": "x", "models": ["x"], "prompts": ["x"], "arms": ["plain"]}
 
 
-def _typed(data: dict[str, Any], label: str) -> tuple[MatrixSpec | None, list[str], set[str]]:
-    """The spec, each type problem (one line each) and the top-level fields they are in; the
-    spec of the well-typed fields alone when some are wrong, None if even that fails."""
+def _typed(data: dict[str, Any], label: str) -> tuple[MatrixSpec | None, list[str], LeftOut]:
+    """The spec, each type problem (one line each) and what they left out: when some are
+    wrong, the spec of the well-typed fields and list items alone, None if even that fails."""
     try:
-        return MatrixSpec.model_validate(data), [], set()
+        return MatrixSpec.model_validate(data), [], LeftOut()
     except ValidationError as err:
         problems = problem_lines(label, MatrixSpec, err)
-        untyped = {str(error["loc"][0]) for error in err.errors() if error["loc"]}
-    typed = {key: value for key, value in data.items() if key not in untyped}
-    try:
-        return MatrixSpec.model_validate({**_STAND_INS, **typed}), problems, untyped
-    except ValidationError:
-        return None, problems, untyped
+        left_out = _left_out(err)
+    for _ in range(2):
+        try:
+            return MatrixSpec.model_validate(_kept(data, left_out)), problems, left_out
+        except ValidationError as err:
+            # Leaving items out emptied a list that must have some: stand in for the list.
+            emptied = {str(error["loc"][0]) for error in err.errors() if error["loc"]}
+            left_out = replace(left_out, fields=left_out.fields | emptied)
+    return None, problems, left_out
+
+
+def _left_out(err: ValidationError) -> LeftOut:
+    """The list item each problem is in (the innermost: `prompts[0].targets.hosts[2]`), else
+    its top-level field."""
+    fields: set[str] = set()
+    items: set[Loc] = set()
+    for error in err.errors():
+        loc: Loc = tuple(error["loc"])
+        last_index = max((i for i, part in enumerate(loc) if isinstance(part, int)), default=None)
+        if last_index is not None:
+            items.add(loc[:last_index + 1])
+        elif loc:
+            fields.add(str(loc[0]))
+    return LeftOut(frozenset(fields), frozenset(items))
+
+
+def _kept(data: dict[str, Any], left_out: LeftOut) -> dict[str, Any]:
+    """`data` without what was left out, required fields stood in for."""
+    def without(value: Any, loc: Loc) -> Any:
+        if isinstance(value, list):
+            return [without(item, (*loc, i)) for i, item in enumerate(value)
+                    if (*loc, i) not in left_out.items]
+        if isinstance(value, dict):
+            return {key: without(item, (*loc, key)) for key, item in value.items()}
+        return value
+
+    typed = {key: without(value, (key,)) for key, value in data.items()
+             if key not in left_out.fields}
+    return {**_STAND_INS, **typed}
 
 
 def _in_file_order(problems: list[str], label: str, data: dict[str, Any]) -> list[str]:
-    """The problems in the order of the fields they name as the file has them (one it left
-    out after them): type problems and cross-field ones read top to bottom alike."""
+    """The problems in the order of the fields and list items they name as the file has them
+    (a field it left out after them): type problems and cross-field ones read top to bottom
+    alike, `arms[1]` before `arms[3]` whichever check found them."""
     order = [*data, *(name for name in MatrixSpec.model_fields if name not in data)]
 
-    def place(line: str) -> int:
-        field = re.split(r"[\[.:]", line.removeprefix(f"{label}: "), maxsplit=1)[0]
-        return order.index(field) if field in order else len(order)
+    def place(line: str) -> tuple[int, ...]:
+        path = line.removeprefix(f"{label}: ")
+        field = re.split(r"[\[.:]", path, maxsplit=1)[0]
+        if field not in order:
+            return (len(order),)
+        return (order.index(field), *_place_in(data.get(field), path[len(field):]))
 
     return sorted(problems, key=place)
+
+
+def _place_in(value: Any, path: str) -> tuple[int, ...]:
+    """Where the rest of a path (`[2].targets.hosts[1]: ...`) is inside `value`: the position
+    of each item and key along it, as far as the file has them."""
+    if isinstance(value, list) and (index := re.match(r"\[(\d+)\]", path)):
+        i = int(index[1])
+        inner = value[i] if i < len(value) else None
+        return (i, *_place_in(inner, path[index.end():]))
+    if isinstance(value, dict) and path.startswith("."):
+        rest = path[1:]
+        # The longest key the path goes on with (a key may hold '.' or ':', as a model may).
+        keys = [key for key in value if rest.startswith(key)
+                and rest[len(key):len(key) + 1] in ("", ".", "[", ":")]
+        if keys:
+            key = max(keys, key=len)
+            return (list(value).index(key), *_place_in(value[key], rest[len(key):]))
+    return ()
 
 
 def _anchor_model_folders(spec: MatrixSpec, base_dir: Path) -> MatrixSpec:

@@ -123,6 +123,97 @@ def test_a_prompt_entry_with_two_problems_names_both(tmp_path: Path) -> None:
                     "name, text, max_tokens, targets)")
 
 
+ARMS_NAMED = ("expected one of 'plain', 'auto', 'graded', 'gated', 'calibrated', 'fixed', "
+              "'hf', 'hf-lookup', 'mlx-lm', 'llama.cpp' or 'llama.cpp-lookup'")
+
+
+def test_every_bad_prompt_is_named_not_only_the_first(tmp_path: Path) -> None:
+    # One prompt of the wrong type hid the others' mistakes until the user fixed it.
+    path = write(tmp_path, GOOD.replace('[{name: p, text: "hello hello"}]', """
+  - {name: p, text: "hello hello"}
+  - 42
+  - {name: q, text: "   "}
+  - nosuch
+  - {name: p, text: again}""") + "prompt_dir: here\n")
+    (tmp_path / "here").mkdir()
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: prompts[1]: expected a prompt name or a mapping with name and text, "
+        "got 42",
+        f"error: {path}: prompts[2].text: must not be empty",
+        f"error: {path}: prompts[3]: no prompt file 'nosuch.txt' in {tmp_path}/here "
+        "(available: none)",
+        f"error: {path}: prompts[4].name: duplicate prompt 'p'",
+    ]
+    (line,) = error_lines(invoke("matrix", "run", path))
+    assert line.endswith("; also prompts[3]: no prompt file 'nosuch.txt' in "
+                         f"{tmp_path}/here (available: none) (+1 more; `specfleet matrix "
+                         f"validate {path}` lists every one)")
+
+
+def test_every_bad_arm_is_named_in_the_files_order(tmp_path: Path) -> None:
+    # Type mistakes and option checks interleave by position; with an arm left out (it may
+    # be a misspelt plain) "add the plain arm" is not said.
+    path = write(tmp_path, GOOD.replace(
+        "[plain, graded]",
+        "[plian, {arm: graded, max_draft: 999}, {arm: gated, colour: red}, graded]"))
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: arms[0].arm: {ARMS_NAMED}, got 'plian'",
+        f"error: {path}: arms[1].max_draft: max-draft (999) must be at most 64",
+        f"error: {path}: arms[2].colour: unknown field (expected one of: arm, ngram_min, "
+        "ngram_max, max_draft)",
+        f"error: {path}: arms[3]: duplicate arm 'graded' (each arm once)",
+    ]
+
+
+def test_every_bad_model_is_named(tmp_path: Path) -> None:
+    # The suffix may be for the model of the wrong type: not called "not one of models".
+    path = write(tmp_path, GOOD.replace('["script:1ms"]', '["script:1ms", 3, "script:1ms", "  "]')
+                 + "prompt_suffix: {other: ' x'}\n")
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: models[1]: expected a string, got 3",
+        f"error: {path}: models[2]: duplicate model 'script:1ms' (list each once)",
+        f"error: {path}: models[3]: must not be blank",
+    ]
+
+
+def test_every_bad_target_is_named_in_the_matrixs_and_a_prompts_selector(
+        tmp_path: Path) -> None:
+    # The only engine is of the wrong type: a limit for "every engine" is not asked for.
+    path = write(tmp_path, GOOD.replace(
+        '{name: p, text: "hello hello"}',
+        '{name: p, text: "hello hello", targets: {devices: [cpu, gpu9, cpu]}}').replace(
+        "targets: {engines: [toy]}",
+        "max_tokens: {mlx: 5}\ntargets: {hosts: [a, 'bad host', a, 7], engines: [nope]}"))
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: prompts[0].targets.devices[1]: expected one of 'metal', 'cuda', "
+        "'mps' or 'cpu', got 'gpu9'",
+        f"error: {path}: prompts[0].targets.devices[2]: duplicate device 'cpu' (list each once)",
+        f"error: {path}: targets.hosts[1]: expected a host name of letters, digits, '_', '.' "
+        "or '-' (at most 64), got 'bad host'",
+        f"error: {path}: targets.hosts[2]: duplicate host 'a' (list each once)",
+        f"error: {path}: targets.hosts[3]: expected a string, got 7",
+        f"error: {path}: targets.engines[0]: expected one of 'mlx', 'torch' or 'toy', "
+        "got 'nope'",
+    ]
+
+
+def test_a_mistyped_field_leaves_out_only_the_checks_that_read_it(tmp_path: Path) -> None:
+    # The temperature is read by the peer arm's check alone: the other arm's options and a
+    # prompt file are still checked, as with a target selector of the wrong type.
+    path = write(tmp_path, GOOD.replace('[{name: p, text: "hello hello"}]', "[nosuch]")
+                 .replace("[plain, graded]", "[plain, {arm: graded, max_draft: 999}, hf]")
+                 .replace("targets: {engines: [toy]}", "temperature: hot\ntargets: 5")
+                 + "prompt_dir: here\n")
+    (tmp_path / "here").mkdir()
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: prompts[0]: no prompt file 'nosuch.txt' in {tmp_path}/here "
+        "(available: none)",
+        f"error: {path}: arms[1].max_draft: max-draft (999) must be at most 64",
+        f"error: {path}: temperature: expected a number, got 'hot'",
+        f"error: {path}: targets: expected a mapping, got 5",
+    ]
+
+
 # Prompts of their own engines and a peer arm of one engine: torch and mlx targets get
 # different runs (validate said "18 runs per target" of every one).
 BY_ENGINE = """\
