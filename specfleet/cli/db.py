@@ -15,6 +15,7 @@ from specfleet.store.engine import (
     default_db_path,
     display_url,
     make_engine,
+    remove_empty_side_files,
     resolve_url,
     store_source,
 )
@@ -42,7 +43,7 @@ def upgrade_cmd(db: DbOption = None) -> None:
     with connection_errors(url, source, engine):
         with engine.connect() as conn:
             before = current_revision(conn)
-        after = upgrade(engine, url, source)
+        after = upgrade(engine, url, source, on_wait=lambda line: typer.echo(line, err=True))
     engine.dispose()
     typer.echo(f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
 
@@ -61,11 +62,12 @@ def _read_revision(url, source: str) -> str:
         return "none (no database file yet; `specfleet db upgrade` creates it)"
     check_readable(url, source)  # a folder, a device or a named pipe (SQLite's open would wait)
     engine = make_engine(url, read_only=True)  # a read: no WAL switch, no side files needed
-    with connection_errors(url, source, engine), engine.connect() as conn:
+    with connection_errors(url, source, engine, reading=True), engine.connect() as conn:
         rev = current_revision(conn)
         if rev is None or (rev not in known_revisions() and not is_newer(rev)):
             check_known(rev, conn, url, source)  # another application's tables, a bad stamp
     engine.dispose()
+    remove_empty_side_files(url)
     return _describe(rev)
 
 

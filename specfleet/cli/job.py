@@ -37,6 +37,7 @@ from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.settings import host_name_problem
+from specfleet.store.leases import new_driver_id
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 
 app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
@@ -111,9 +112,10 @@ def _run_job(store, view, job, chosen, name: str, no_progress: bool) -> tuple[st
             for r in plan_generate_runs(job, chosen, job_id)]
     params = job.model_dump(mode="json", exclude={"prompts", "target"})
     view.record_hosts(store)
-    store.create_generation_job(name, chosen, job.model, runs, params, job_id)
+    driver_id = new_driver_id()  # its heartbeat keeps the job's lease and its runs' alive
+    store.create_generation_job(name, chosen, job.model, runs, params, job_id, driver_id)
     try:
-        status = _dispatch(store, runs, view, no_progress, job_id)
+        status = _dispatch(store, runs, view, no_progress, job_id, driver_id)
     except BaseException:  # Ctrl-C, SIGTERM or a store fault: the job no longer runs
         with contextlib.suppress(Exception):  # a store that failed says so in the raise
             store.finish_generation_job(job_id, "interrupted")
@@ -147,11 +149,11 @@ def refuse_embedded_stranger(host: str | None, flag: str, address: str | None,
                         f"machine alone ({here}); expected {here} or a fleet's --address")
 
 
-def _dispatch(store, runs, view, no_progress: bool, job_id: str) -> str:
+def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:
     from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
 
     tallies = dispatch_runs(store, runs, view.workers, options=SchedulerOptions(
-        progress=not no_progress), machines=view.machines, owner=job_id)
+        progress=not no_progress), machines=view.machines, owner=job_id, driver_id=driver_id)
     if all(t.done == t.done + t.failed + t.interrupted + t.pending for t in tallies.values()):
         return "done"
     if any(t.interrupted or t.pending for t in tallies.values()):

@@ -9,11 +9,12 @@ from specfleet.store.engine import default_db_path, display_url, resolve_url
 from specfleet.store.errors import StoreConflict, StoreError, UnknownMatrix, UnknownRun
 from specfleet.store.export import export_runs
 from specfleet.store.migrate import FutureSchemaError, head_revision
-from specfleet.store.rows import LoadSampleRow, MatrixRow, RunRow, WidthCostRow
+from specfleet.store.rows import JobRow, LoadSampleRow, MatrixRow, RunRow, WidthCostRow
 from specfleet.store.store import Store, new_matrix_id, open_store
 
 __all__ = [
     "FutureSchemaError",
+    "JobRow",
     "LoadSampleRow",
     "MatrixRow",
     "RunRow",

@@ -7,6 +7,7 @@ transaction with `BEGIN IMMEDIATE`, so concurrent writers queue instead of faili
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import os
@@ -270,6 +271,30 @@ def _unwritable_closed_store(path: Path) -> bool:
     return not os.access(path.parent, os.W_OK) and not path.with_name(path.name + "-wal").exists()
 
 
+def remove_empty_side_files(url: URL) -> None:
+    """Once a store's connections are closed, have SQLite remove the -wal and -shm files a
+    read-only connection leaves beside a WAL store (only a connection that can write
+    checkpoints and deletes them when it closes last). Only while the -wal is empty: there is
+    nothing to checkpoint, so no byte of the store changes; and SQLite deletes them only when
+    no other connection has the store open."""
+    if url.get_backend_name() != "sqlite":
+        return
+    path = Path(url.database or "")
+    try:
+        if path.with_name(path.name + "-wal").stat().st_size:
+            return  # a writer's frames (or a writer at work): theirs to checkpoint
+    except OSError:
+        return  # no -wal: nothing was left behind
+    with contextlib.suppress(sqlite3.Error):  # best effort: what SQLite keeps stays
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=rw", uri=True,
+                               timeout=0, isolation_level=None)
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL
+        finally:
+            conn.close()
+
+
 def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
     target = read_only_url(url) if read_only else url
     engine = create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_S})
@@ -308,26 +333,17 @@ def _enable_wal(cur) -> None:
         cur.execute("PRAGMA journal_mode = WAL")
 
 
-def translate_error(err: BaseException, url: URL, source: str) -> UserError | None:
+def translate_error(err: BaseException, url: URL, source: str,
+                    reading: bool = False) -> UserError | None:
     """A one-line UserError for a connection problem the user can fix, else None (`err`: a
     SQLAlchemy `DBAPIError` or the driver's own error; `source`: what named the store, from
-    `store_source`)."""
+    `store_source`; `reading`: what failed was a read, not a write)."""
     text = str(getattr(err, "orig", err) or err).strip()
     first = text.splitlines()[0] if text else type(err).__name__
     where = display_url(url)
     low = text.lower()
     if url.get_backend_name() == "sqlite":
-        path = url.database
-        if "readonly" in low or "read-only" in low or "unable to open" in low:
-            return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
-        if "not a database" in low or "malformed" in low or "corrupt" in low:
-            return UserError(f"{source}: {path} is not a usable SQLite database ({first})")
-        if "disk is full" in low:
-            return StoreUnreachable(f"{source}: cannot write the SQLite file {path} now ({first}); "
-                                    "expected free space on its disk")
-        if "disk i/o" in low or "locked" in low:
-            return StoreUnreachable(f"{source}: cannot write the SQLite file {path} now ({first})")
-        return None
+        return _sqlite_error(low, first, url.database or "", source, reading)
     if lacks_privilege(err):  # the server's words name the table, schema or database
         role = f"role {url.username!r}" if url.username else "this user's role"
         return UserError(f"{source}: PostgreSQL refused {role} at {where} ({first}); expected a "
@@ -343,6 +359,24 @@ def translate_error(err: BaseException, url: URL, source: str) -> UserError | No
     if any(word in low for word in ("connection", "timeout", "could not", "terminating",
                                     "resolve")):  # psycopg: "failed to resolve host"
         return StoreUnreachable(f"{source}: cannot reach PostgreSQL at {where} ({first})")
+    return None
+
+
+def _sqlite_error(low: str, first: str, path: str, source: str,
+                  reading: bool) -> UserError | None:
+    verb = "read" if reading else "write"
+    if "readonly" in low or "read-only" in low or "unable to open" in low:
+        if reading:  # reads check the file first (check_readable): mostly its -wal or -shm
+            return UserError(f"{source}: cannot read the SQLite file {path} ({first}); expected "
+                             "it and any -wal and -shm file beside it readable by this user")
+        return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return UserError(f"{source}: {path} is not a usable SQLite database ({first})")
+    if "disk is full" in low:
+        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}); "
+                                "expected free space on its disk")
+    if "disk i/o" in low or "locked" in low:
+        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first})")
     return None
 
 

@@ -1,10 +1,11 @@
 """Run ownership: which driver runs a matrix and its runs, vouched for by a heartbeat lease.
 
-A driver (one `matrix run`, `resume` or `job generate` process) claims a matrix, marks each
-run it sends `running` under its id, and renews the leases of both every `lease_s / 4`
-seconds. `resume` claims only a matrix whose lease expired (its driver died or lost the
-store for longer than the lease) and takes only pending runs and runs whose lease expired;
-a matrix whose lease expired reads `interrupted`, never `running` forever.
+A driver (one `matrix run`, `resume` or `job generate` process) claims a matrix (or creates
+a generation job), marks each run it sends `running` under its id, and renews the leases of
+all of them every `lease_s / 4` seconds. `resume` claims only a matrix whose lease expired
+(its driver died or lost the store for longer than the lease) and takes only pending runs
+and runs whose lease expired; a matrix or job whose lease expired reads `interrupted`, never
+`running` forever.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy import ColumnElement, and_, case, func, not_, select, update
 from specfleet.settings import LEASE_S
 from specfleet.store.base import StoreCore
 from specfleet.store.errors import StoreConflict, UnknownMatrix
-from specfleet.store.tables import Matrix, Run
+from specfleet.store.tables import GenerationJob, Matrix, Run
 from specfleet.store.values import locked_run, utcnow
 
 
@@ -54,7 +55,7 @@ def lease_live(driver_id: str | None, lease_until: datetime | None, now: datetim
 
 
 def reads_interrupted(status: str, lease_until: datetime | None, now: datetime) -> bool:
-    """A `running` matrix or run whose lease has run out: its driver is gone."""
+    """A `running` matrix, generation job or run whose lease has run out: its driver is gone."""
     return status == "running" and (lease_until is None or lease_until <= now)
 
 
@@ -104,10 +105,10 @@ class StoreLeases:
             return Claim(True, requeued, skipped or 0)
 
     def heartbeat(self: StoreCore, driver_id: str, lease_s: float) -> None:
-        """Renew the leases of the driver's running matrices and runs."""
+        """Renew the leases of the driver's running matrices, generation jobs and runs."""
         until = utcnow() + timedelta(seconds=lease_s)
         with self._write() as session:
-            for model in (Matrix, Run):
+            for model in (Matrix, GenerationJob, Run):
                 session.execute(update(model).where(
                     model.driver_id == driver_id, model.status == "running"
                 ).values(lease_until=until))

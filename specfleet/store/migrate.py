@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -147,12 +148,17 @@ def check_readable_schema(engine: Engine, url: URL, source: str) -> str:
     return rev
 
 
-def upgrade(engine: Engine, url: URL, source: str) -> str:
-    """Upgrade to head under the upgrade lock, in one transaction; returns the head revision."""
+def upgrade(engine: Engine, url: URL, source: str,
+            on_wait: Callable[[str], None] | None = None) -> str:
+    """Upgrade to head under the upgrade lock, in one transaction; returns the head revision.
+
+    `on_wait` is given one line when another process holds PostgreSQL's upgrade lock, before
+    waiting for it.
+    """
     head = head_revision()
     with engine.connect().execution_options(**{WRITE_OPTION: True}) as conn, conn.begin():
         if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_UPGRADE_LOCK})
+            _take_upgrade_lock(conn, url, on_wait)
         rev = current_revision(conn)
         check_known(rev, conn, url, source)
         if rev != head:
@@ -168,6 +174,16 @@ def upgrade(engine: Engine, url: URL, source: str) -> str:
                     f"do not match it ({one_line(str(err.orig))}); nothing was changed; expected "
                     "a store as specfleet left it") from None
     return head
+
+
+def _take_upgrade_lock(conn: Connection, url: URL,
+                       on_wait: Callable[[str], None] | None) -> None:
+    key = {"k": PG_UPGRADE_LOCK}
+    if conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), key).scalar():
+        return
+    if on_wait is not None:  # the wait can be long: another process migrates a large store
+        on_wait(f"{display_url(url)}: waiting for another upgrade of this store to finish")
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), key)
 
 
 def _not_the_schema(err: DBAPIError) -> bool:

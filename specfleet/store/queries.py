@@ -1,4 +1,5 @@
-"""The store's reads: matrices and runs by indexed filters (a matrix's runs, a cell's runs).
+"""The store's reads: matrices, generation jobs and runs by indexed filters (a matrix's runs,
+a cell's runs).
 
 Figures (medians, speed-ups, changes) are computed from these rows by `specfleet.stats`."""
 
@@ -16,8 +17,8 @@ from specfleet.jobs.run import RunSpec
 from specfleet.store.base import StoreCore
 from specfleet.store.errors import UnknownMatrix, UnknownRun
 from specfleet.store.leases import read_run_status, reads_interrupted
-from specfleet.store.rows import HostRow, MatrixRow, RunRow, run_fields_row
-from specfleet.store.tables import Host, Matrix, Prompt, Run
+from specfleet.store.rows import HostRow, JobRow, MatrixRow, RunRow, run_fields_row
+from specfleet.store.tables import GenerationJob, Host, Matrix, Prompt, Run
 from specfleet.store.values import naive_utc, run_spec, utcnow
 
 RUN_FIELDS = tuple(f.name for f in fields(RunRow))
@@ -91,6 +92,18 @@ class StoreQueries:
                 raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}; "
                                     f"expected {_id_hint(session, matrix_id)}")
             return _matrix_row(matrix, _status_counts(session, [matrix_id])[matrix_id])
+
+    def get_generation_job(self: StoreCore, job_id: str) -> JobRow:
+        """One generation job, its status as reads show it (`interrupted` once its driver's
+        lease ran out); UnknownMatrix if there is none."""
+        with self._read() as session:
+            job = session.get(GenerationJob, job_id)
+            if job is None:
+                raise UnknownMatrix(f"no generation job {job_id!r} in {self.display_url}")
+            stored = {f.name: getattr(job, f.name) for f in fields(JobRow)}
+            if reads_interrupted(job.status, job.lease_until, utcnow()):
+                stored["status"] = "interrupted"  # its driver stopped renewing the lease
+            return JobRow(**stored)
 
     def list_matrices(
         self: StoreCore, limit: int | None = None, offset: int = 0

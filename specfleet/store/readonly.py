@@ -34,7 +34,7 @@ def open_read_only(url: str | None = None) -> Store:
     """
     resolved, source = resolve_url(url), store_source(url)
     engine = _read_only_engine(resolved, source)
-    with connection_errors(resolved, source, engine), engine.connect() as conn:
+    with connection_errors(resolved, source, engine, reading=True), engine.connect() as conn:
         rev = current_revision(conn)
         check_known(rev, conn, resolved, source)
     where = display_url(resolved)

@@ -1,4 +1,5 @@
-"""Frozen rows the store returns: runs, matrices, width costs and load samples."""
+"""Frozen rows the store returns: runs, matrices, generation jobs, width costs and load
+samples."""
 
 from __future__ import annotations
 
@@ -70,6 +71,25 @@ class MatrixRow:
     @property
     def total_runs(self) -> int:
         return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A generation job: a batch of prompts on one target (its runs: `runs(job=id)`)."""
+
+    id: str
+    name: str
+    host: str
+    engine: str
+    device: str
+    model: str
+    params: dict[str, Any]
+    submitted_at: datetime
+    finished_at: datetime | None
+    status: str
+    specfleet_version: str
+    driver_id: str | None = None  # the driver that runs (or last ran) it
+    lease_until: datetime | None = None  # its heartbeat lease (naive UTC)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from specfleet.store.engine import (
     create_private_file,
     display_url,
     make_engine,
+    remove_empty_side_files,
     resolve_url,
     store_source,
     translate_error,
@@ -93,7 +94,7 @@ def open_store(url: str | None = None, *, read_only: bool = False,
         check_writable_store(resolved, source)
         create_private_file(resolved, source)
     engine = make_engine(resolved, read_only=read_only)
-    with connection_errors(resolved, source, engine):
+    with connection_errors(resolved, source, engine, reading=read_only):
         if read_only:
             check_readable_schema(engine, resolved, source)
             return Store(engine, resolved, source)
@@ -138,15 +139,17 @@ def refuse_foreign_sqlite(url: URL, source: str) -> None:
     if not Path(url.database).is_file() or Path(url.database).stat().st_size == 0:
         return
     probe = make_engine(url, read_only=True)
-    with connection_errors(url, source, probe), probe.connect() as conn:
+    with connection_errors(url, source, probe, reading=True), probe.connect() as conn:
         check_known(current_revision(conn), conn, url, source)
     probe.dispose()
 
 
 @contextlib.contextmanager
-def connection_errors(url: URL, source: str, engine: Engine | None = None) -> Iterator[None]:
+def connection_errors(url: URL, source: str, engine: Engine | None = None,
+                      reading: bool = False) -> Iterator[None]:
     """Turn connection faults the user can fix into one-line UserErrors naming `source`
-    (`--db` or `SPECFLEET_DB`, from `store_source`)."""
+    (`--db` or `SPECFLEET_DB`, from `store_source`); `reading`: the block reads, so a fault
+    there is said as a failed read."""
     try:
         yield
     except _CONNECTION_ERRORS as err:
@@ -154,7 +157,7 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None) -> It
             engine.dispose()
         if isinstance(err, IntegrityError | sqlite3.IntegrityError):
             raise  # a constraint the caller broke, never a connection problem
-        user_error = translate_error(err, url, source)
+        user_error = translate_error(err, url, source, reading)
         if user_error is None:
             raise
         raise user_error from None
@@ -200,8 +203,9 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         return display_url(self.url)
 
     def close(self) -> None:
-        """Release every pooled connection."""
+        """Release every pooled connection, and the empty side files a SQLite read leaves."""
         self.engine.dispose()
+        remove_empty_side_files(self.url)
 
     def __enter__(self) -> Store:
         return self
@@ -222,12 +226,18 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
     @contextlib.contextmanager
     def _read(self) -> Iterator[Session]:
         # Reads too: a server gone mid-command is one line (exit 2), never a traceback.
-        with connection_errors(self.url, self.source), Session(self.engine) as session:
+        with (
+            connection_errors(self.url, self.source, reading=True),
+            Session(self.engine) as session,
+        ):
             yield session
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[Connection]:
-        with connection_errors(self.url, self.source), self.engine.connect() as conn:
+        with (
+            connection_errors(self.url, self.source, reading=True),
+            self.engine.connect() as conn,
+        ):
             yield conn
 
     # hosts ---------------------------------------------------------------------------------
@@ -273,19 +283,26 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
 
     def create_generation_job(
         self, name: str, target: Target, model: str, runs: list[RunSpec],
-        params: dict | None = None, job_id: str | None = None,
+        params: dict | None = None, job_id: str | None = None, driver_id: str | None = None,
+        lease_s: float | None = None,
     ) -> str:
         """Store a batch of prompts run on one target, with its runs `pending`.
+
+        Args:
+            driver_id: the driver that runs it; its heartbeat renews the job's lease.
+            lease_s: the job's first lease (default: `SPECFLEET_LEASE_S`); the job reads
+                `interrupted` once its lease runs out.
 
         Returns:
             The job id (runs point at it through `job_id`).
         """
         job_id = job_id or new_matrix_id(f"gen-{name}")
         now = utcnow()
+        lease = timedelta(seconds=LEASE_S.read() if lease_s is None else lease_s)
         job = GenerationJob(
             id=job_id, name=name, host=target.host, engine=target.engine, device=target.device,
             model=model, params=params or {}, submitted_at=now, status="running",
-            specfleet_version=specfleet.__version__,
+            specfleet_version=specfleet.__version__, driver_id=driver_id, lease_until=now + lease,
         )
         self._insert_planned(job, runs, now, job_id=job_id)
         return job_id
@@ -339,11 +356,9 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
             owner = getattr(row, "driver_id", None)
             if driver_id is not None and owner not in (None, driver_id):
                 return False
-            row.status, row.finished_at = status, utcnow()
-            if model is Matrix:
-                row.lease_until = None
-                if status == "interrupted" and driver_id is not None:
-                    self._interrupt_runs_of(session, ident, driver_id)
+            row.status, row.finished_at, row.lease_until = status, utcnow(), None
+            if model is Matrix and status == "interrupted" and driver_id is not None:
+                self._interrupt_runs_of(session, ident, driver_id)
             return True
 
     @staticmethod

@@ -91,6 +91,9 @@ class GenerationJob(Base):
     finished_at: Mapped[datetime | None]
     status: Mapped[str] = mapped_column(String(16))
     specfleet_version: Mapped[str] = mapped_column(String(32))
+    # The `job generate` driver running it and how long its heartbeat vouches for it.
+    driver_id: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None]
 
 
 class Prompt(Base):

@@ -8,6 +8,8 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.settings import JOURNAL_DIR
 from specfleet.store import head_revision, open_store
-from specfleet.store.engine import resolve_url
+from specfleet.store.engine import display_url, resolve_url
 from tests.conftest import PG_PASSWORD, PG_PASSWORD_USER
 
 NOBODY = 65534
@@ -75,6 +77,38 @@ def test_current_hides_the_password(pg_server, pg_url):
     result = invoke("db", "current", "--db", url)
     assert result.exit_code == 0, result.output
     assert PG_PASSWORD not in result.output and f"{PG_PASSWORD_USER}:***@" in result.output
+
+
+@pytest.mark.postgres
+def test_upgrade_says_once_that_it_waits_for_another_upgrade(pg_url):
+    """`db upgrade` waited without a word while another process held the upgrade lock."""
+    import psycopg
+
+    from specfleet.store.migrate import PG_UPGRADE_LOCK
+
+    dsn, key = pg_url.replace("+psycopg", ""), (PG_UPGRADE_LOCK,)
+    with (psycopg.connect(dsn, autocommit=True) as holder,
+          psycopg.connect(dsn, autocommit=True) as watcher):
+        holder.execute("SELECT pg_advisory_lock(%s)", key)
+
+        def release_once_waited_on() -> None:
+            deadline = time.monotonic() + 10  # a `db upgrade` that never waits fails below
+            while time.monotonic() < deadline and not watcher.execute(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                    "WHERE l.locktype = 'advisory' AND NOT l.granted "
+                    "AND d.datname = current_database()").fetchone()[0]:
+                time.sleep(0.02)
+            holder.execute("SELECT pg_advisory_unlock(%s)", key)
+
+        releaser = threading.Thread(target=release_once_waited_on)
+        releaser.start()
+        result = invoke("db", "upgrade", "--db", pg_url)
+        releaser.join()
+    assert result.exit_code == 0, result.output
+    where = display_url(resolve_url(pg_url))
+    assert result.stderr == f"{where}: waiting for another upgrade of this store to finish\n"
+    assert result.stdout.endswith(f"-> {head_revision()} (head)\n")
+    assert invoke("db", "upgrade", "--db", pg_url).stderr == ""  # no one holds it: no line
 
 
 def test_wrong_scheme():
@@ -255,6 +289,47 @@ def test_a_store_in_a_folder_we_cannot_write_is_read_and_left_as_it_was(unwritab
     for command, (code, output) in got.items():
         assert code == 0 and "error" not in output, (command, output)
     assert "revision: " in got["db current"][1]
+
+
+def test_reads_leave_no_side_files_beside_the_store(tmp_path):
+    """Every read of a closed WAL store left an empty -wal and a -shm file beside it."""
+    path = tmp_path / "s.db"
+    open_store(str(path)).close()
+    for args in READS:
+        assert invoke(*args, "--db", str(path)).exit_code == 0, args
+        assert sorted(os.listdir(tmp_path)) == ["s.db"], args
+
+
+def _kill_a_writer(path: Path) -> None:
+    """Leave beside `path` the -wal and -shm files a killed writer leaves."""
+    pid = os.fork()
+    if pid == 0:  # child: open, read, die without closing
+        sqlite3.connect(path).execute("SELECT 1 FROM sqlite_master").fetchall()
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def test_a_read_that_cannot_open_the_store_says_it_could_not_read():
+    """A store shared read-only (0644) beside side files its writer left that this user cannot
+    read (made while the store was private): every read said `cannot write the SQLite file`,
+    a write no read command does."""
+    folder = Path(tempfile.mkdtemp(prefix="specfleet-shared-"))
+    path = folder / "s.db"
+    try:
+        folder.chmod(0o755)
+        open_store(str(path)).close()
+        _kill_a_writer(path)
+        path.chmod(0o644)
+        for side in folder.glob("s.db-*"):
+            side.chmod(0o000)
+        _import_while_root(*READS)
+        got = _as_nobody(lambda: {" ".join(args): invoke(*args, "--db", str(path)).output
+                                  for args in READS})
+    finally:
+        shutil.rmtree(folder)
+    said = (f"error: --db: cannot read the SQLite file {path} (unable to open database file); "
+            "expected it and any -wal and -shm file beside it readable by this user\n")
+    assert got == {" ".join(args): said for args in READS}
 
 
 def test_open_store_refuses_a_missing_directory(tmp_path):

@@ -96,3 +96,26 @@ def test_a_dead_drivers_running_runs_read_interrupted_in_every_run_read(store) -
     assert store.stored_values("status") == ["interrupted", "pending", "running"]
     assert store.stored_values("status", ["interrupted"]) == ["interrupted"]
     assert store.stored_values("prompt") == ["edit_fn"]
+
+
+def test_a_dead_drivers_generation_job_reads_interrupted(store) -> None:
+    """A SIGKILLed `job generate` left its job `running` forever: the job had no lease for
+    its driver's heartbeat to keep, nor for a read to find run out."""
+    from sqlalchemy import select
+
+    from specfleet.store.tables import GenerationJob
+
+    target = grid(repeats=1)[0].target
+    dead = store.create_generation_job("dead", target, "m1", grid(prefix="d"), driver_id="d1",
+                                       lease_s=0.3)
+    live = store.create_generation_job("live", target, "m1", grid(prefix="l"), driver_id="d2",
+                                       lease_s=0.3)
+    store.heartbeat("d2", 30.0)
+    time.sleep(0.5)
+    assert store.get_generation_job(dead).status == "interrupted"
+    assert store.get_generation_job(live).status == "running"
+    with store.engine.connect() as conn:  # read so, never rewritten
+        assert conn.scalar(select(GenerationJob.status).where(GenerationJob.id == dead)) == "running"
+    store.finish_generation_job(live, "done")
+    assert (store.get_generation_job(live).status, store.get_generation_job(live).lease_until
+            ) == ("done", None)

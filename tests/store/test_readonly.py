@@ -58,6 +58,31 @@ def test_read_only_reads_and_cannot_write(tmp_path) -> None:
     assert digest(path) == before
 
 
+def test_a_read_leaves_no_side_files_and_a_writers_alone(tmp_path) -> None:
+    """A read-only connection cannot remove the -wal and -shm files it makes beside a WAL
+    store, so every read of a closed store left both behind; a writer's stay as they are."""
+    path, wal, shm = (tmp_path / name for name in ("s.db", "s.db-wal", "s.db-shm"))
+    with open_store(str(path)) as store:
+        matrix_id = store.create_matrix("demo", {}, grid(repeats=1))
+    before = digest(path)
+    with open_store(str(path), read_only=True) as store:
+        assert store.get_matrix(matrix_id).total_runs == 2
+    assert sorted(os.listdir(tmp_path)) == ["s.db"] and digest(path) == before
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute("SELECT 1 FROM sqlite_master").fetchall()  # open, its -wal still empty
+        open_store(str(path), read_only=True).close()
+        assert wal.stat().st_size == 0 and shm.exists()
+        writer.execute("INSERT INTO prompts (text_hash, text) VALUES ('h', 'kept')")
+        size = wal.stat().st_size
+        open_store(str(path), read_only=True).close()
+        assert wal.stat().st_size == size > 0 and digest(path) == before
+    finally:
+        writer.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT text FROM prompts WHERE text_hash = 'h'").fetchone() == ("kept",)
+
+
 def test_an_empty_file_is_not_a_store_for_readers(tmp_path) -> None:
     path = tmp_path / "empty.db"
     path.touch()
