@@ -247,15 +247,17 @@ def replayed(replies: dict) -> dict[tuple[str, str], tuple[float, float]]:
     """(table, prompt) -> (efficiency against the oracle, speed-up over plain), decode loop."""
     out = {}
     for spec in TABLES:
-        table, costs = table_ratio(spec)
+        table, costs, pipeline = table_ratio(spec)
         for name, r in replies.items():
             args = dict(stop_reason=r["stop"], max_tokens=MAX_TOKENS, costs=costs)
             bound = oracle(r["prompt"], r["reply"],
                            lookup=PromptLookupConfig(max_draft=ORACLE_MAX_DRAFT), **args)
-            plain = replay(r["prompt"], r["reply"], lookup=None, **args).cost_steps
+            plain = replay(r["prompt"], r["reply"], lookup=None, pipeline=pipeline,
+                           **args).cost_steps
             lookup = PromptLookupConfig(max_draft=ORACLE_MAX_DRAFT, policy="calibrated",
                                         costs=costs)
-            cost = replay(r["prompt"], r["reply"], lookup=lookup, **args).cost_steps
+            cost = replay(r["prompt"], r["reply"], lookup=lookup, pipeline=pipeline,
+                          **args).cost_steps
             out[(table, name)] = (bound.cost_steps / cost, plain / cost)
     return out
 

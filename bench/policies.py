@@ -60,16 +60,17 @@ POLICIES = ("graded", "gated", "calibrated")
 FOREIGN_TABLES = ("gb10-qwen3-1.7b", "gb10-qwen3-8b", "apple-m4pro")
 
 
-def sf_arm(name: str, runner, lookup) -> Arm:
+def sf_arm(name: str, runner, lookup, pipeline: bool | None = None) -> Arm:
     """specfleet's loop, warmed over the arm's verify widths before each timed call; keeps
-    what the replay needs (prefill and decode seconds)."""
+    what the replay needs (prefill and decode seconds). `pipeline` as `loop.rounds` takes it
+    (None: as the host's loop does)."""
     from specfleet.engine.loop import generate, warm_up_verify_widths
 
     max_draft = lookup.max_draft if lookup is not None else 7
 
     def run(ids: list[int], max_tokens: int) -> Outcome:
         warm_up_verify_widths(runner, ids, max_draft)
-        result = generate(runner, ids, max_tokens=max_tokens, lookup=lookup)
+        result = generate(runner, ids, max_tokens=max_tokens, lookup=lookup, pipeline=pipeline)
         s, t = result.stats, result.timings
         counters = {"rounds": s.rounds, "drafted": s.drafted_rounds, "proposed": s.proposed,
                     "accepted": s.accepted, "prefill_s": t.prefill_s, "decode_s": t.decode_s,
@@ -148,14 +149,17 @@ def spread(data: dict, arm: str, prompt: str) -> float:
     return (max(rates) - min(rates)) / statistics.median(rates) if rates else 0.0
 
 
-def predictions(data: dict, prompt: str, costs: Sequence[float], whole_call: bool) -> dict:
-    """Predicted speed-up of each policy on this prompt's plain reply under `costs`."""
+def predictions(data: dict, prompt: str, costs: Sequence[float], whole_call: bool,
+                pipeline: bool = True) -> dict:
+    """Predicted speed-up of each policy on this prompt's plain reply under `costs` (a host
+    whose loop pipelines unless `pipeline` is False)."""
     from specfleet.engine.predict import predicted_speedup, replay
 
     plain = data["arms"]["plain"][prompt][0]
     ids, reply, limit = data["prompts"][prompt], plain["tokens"], data["limits"][prompt]
     stop = plain["counters"]["stop"]
-    base = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=None, costs=costs)
+    base = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=None, costs=costs,
+                  pipeline=pipeline)
     prefill = 0.0
     if whole_call:
         runs = data["arms"]["plain"][prompt]
@@ -164,7 +168,7 @@ def predictions(data: dict, prompt: str, costs: Sequence[float], whole_call: boo
     out = {}
     for policy in POLICIES:
         done = replay(ids, reply, stop_reason=stop, max_tokens=limit,
-                      lookup=policy_config(policy, costs), costs=costs)
+                      lookup=policy_config(policy, costs), costs=costs, pipeline=pipeline)
         out[policy] = predicted_speedup(base.cost_steps, done.cost_steps, prefill)
     return out
 
@@ -176,9 +180,10 @@ def policy_config(policy: str, costs: Sequence[float]):
                               costs=tuple(costs))
 
 
-def efficiencies(data: dict, prompt: str, costs: Sequence[float]) -> dict:
+def efficiencies(data: dict, prompt: str, costs: Sequence[float], pipeline: bool = True) -> dict:
     """Oracle cost over each policy's replayed cost on this prompt's plain reply under
-    `costs` (decode loop), and under "ceiling" the oracle's decode speed-up over plain."""
+    `costs` (decode loop; a host whose loop pipelines unless `pipeline` is False), and under
+    "ceiling" the oracle's decode speed-up over plain."""
     from specfleet.engine.oracle import oracle
     from specfleet.engine.predict import replay
 
@@ -187,11 +192,12 @@ def efficiencies(data: dict, prompt: str, costs: Sequence[float]) -> dict:
     stop = plain["counters"]["stop"]
     widest = max((policy_config(p, costs) for p in POLICIES), key=lambda c: c.max_draft)
     best = oracle(ids, reply, stop_reason=stop, max_tokens=limit, lookup=widest, costs=costs)
-    base = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=None, costs=costs)
+    base = replay(ids, reply, stop_reason=stop, max_tokens=limit, lookup=None, costs=costs,
+                  pipeline=pipeline)
     out = {"ceiling": base.cost_steps / best.cost_steps if best.cost_steps else 1.0}
     for policy in POLICIES:
         done = replay(ids, reply, stop_reason=stop, max_tokens=limit,
-                      lookup=policy_config(policy, costs), costs=costs)
+                      lookup=policy_config(policy, costs), costs=costs, pipeline=pipeline)
         out[policy] = best.efficiency(done.cost_steps)
     return out
 

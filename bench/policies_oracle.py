@@ -49,32 +49,35 @@ def load_replies(db: str, matrix: str) -> list[dict]:
             for r in sorted(runs, key=lambda r: r.prompt_name)]
 
 
-def table_ratio(spec: str) -> tuple[str, tuple[float, ...]]:
+def table_ratio(spec: str) -> tuple[str, tuple[float, ...], bool]:
+    """(name, costs, whether the loop pipelines on the table's host: not torch on a CPU)."""
     from specfleet.report.predictions import load_cost_file, packaged_cost
 
     packaged = packaged_cost(spec)
-    return (spec, load_cost_file(packaged).ratio) if packaged else (
-        Path(spec).stem, load_cost_file(Path(spec)).ratio)
+    table = load_cost_file(packaged or Path(spec))
+    return (spec if packaged else Path(spec).stem), table.ratio, table.pipelines is not False
 
 
 def efficiencies(replies: list[dict], policies: list[Policy]) -> dict[tuple[str, str, str], float]:
     """(table, prompt, policy) -> oracle cost / policy cost."""
     out = {}
     for spec in TABLES:
-        name, costs = table_ratio(spec)
+        name, costs, pipeline = table_ratio(spec)
         for r in replies:
             bound = oracle(r["prompt_ids"], r["reply"], stop_reason=r["stop"],
                            max_tokens=r["max_tokens"],
                            lookup=PromptLookupConfig(max_draft=ORACLE_MAX_DRAFT), costs=costs)
             out[(name, r["prompt"], "ceiling")] = (
                 replay(r["prompt_ids"], r["reply"], stop_reason=r["stop"],
-                       max_tokens=r["max_tokens"], lookup=None, costs=costs).cost_steps
+                       max_tokens=r["max_tokens"], lookup=None, costs=costs,
+                       pipeline=pipeline).cost_steps
                 / bound.cost_steps)
             for policy in policies:
                 lookup = PromptLookupConfig(max_draft=default_max_draft(policy), policy=policy,
                                             costs=costs)
                 done = replay(r["prompt_ids"], r["reply"], stop_reason=r["stop"],
-                              max_tokens=r["max_tokens"], lookup=lookup, costs=costs)
+                              max_tokens=r["max_tokens"], lookup=lookup, costs=costs,
+                              pipeline=pipeline)
                 out[(name, r["prompt"], policy)] = bound.efficiency(done.cost_steps)
     return out
 

@@ -696,18 +696,21 @@ def main() -> None:
     tables = [table_ratio(spec) for spec in TABLES]
     bounds = {}
     for name, r in replies:
-        for table, costs in tables:
+        for table, costs, pipeline in tables:
             kwargs = {"stop_reason": r["stop"], "max_tokens": r["max_tokens"], "costs": costs}
             bound = oracle(r["prompt_ids"], r["reply"],
                            lookup=PromptLookupConfig(max_draft=ORACLE_MAX_DRAFT), **kwargs)
-            plain = replay(r["prompt_ids"], r["reply"], lookup=None, **kwargs).cost_steps
+            plain = replay(r["prompt_ids"], r["reply"], lookup=None, pipeline=pipeline,
+                           **kwargs).cost_steps
             bounds[(name, r["prompt"], table)] = (bound, plain)
     groups = [(s, kind) for s in dict.fromkeys(args.set) for kind in ("copy", "prose")]
     aware: dict[tuple[str, str], list[tuple[float, float]]] = {g: [] for g in groups}
     for name, r in replies:
-        for table, costs in tables:
+        for table, costs, pipeline in tables:
             bound, plain = bounds[(name, r["prompt"], table)]
-            cost = loop_aware_bound(r["prompt_ids"], r["reply"], r["stop"], r["max_tokens"], costs)
+            # A host that never pipelines has one mode, whose cheapest schedule is the oracle's.
+            cost = loop_aware_bound(r["prompt_ids"], r["reply"], r["stop"], r["max_tokens"],
+                                    costs) if pipeline else bound.cost_steps
             aware[(name, kind_of(r["prompt"]))].append((bound.efficiency(cost), plain / cost))
     print("| variant | " + " | ".join(f"{s} {k}: mean efficiency (worst speed-up)"
                                       for s, k in groups) + " |")
@@ -720,10 +723,11 @@ def main() -> None:
                 Reply.proposals = proposals(r["prompt_ids"], r["reply"],
                                             PromptLookupConfig(max_draft=32), len(r["reply"]))
                 Reply.confidence = confidence.get(tuple(r["reply"]))
-                for table, costs in tables:
+                for table, costs, pipeline in tables:
                     lookup = PromptLookupConfig(max_draft=32, policy="calibrated", costs=costs)
                     done = replay(r["prompt_ids"], r["reply"], stop_reason=r["stop"],
-                                  max_tokens=r["max_tokens"], lookup=lookup, costs=costs)
+                                  max_tokens=r["max_tokens"], lookup=lookup, costs=costs,
+                                  pipeline=pipeline)
                     bound, plain = bounds[(name, r["prompt"], table)]
                     cells[(name, kind_of(r["prompt"]))].append(
                         (bound.efficiency(done.cost_steps), plain / done.cost_steps))
@@ -739,7 +743,7 @@ def main() -> None:
 
 
 def short_replies(lengths: Sequence[int], replies: Sequence[tuple[str, dict]],
-                  tables: Sequence[tuple[str, Sequence[float]]]) -> None:
+                  tables: Sequence[tuple[str, Sequence[float], bool]]) -> None:
     """Each variant's decode speed-up over plain on the first n tokens of every reply (all
     sets pooled): geometric mean and worst over replies x tables, copy-heavy and prose apart.
     A short reply is where one rejected draft shows."""
@@ -760,8 +764,9 @@ def short_replies(lengths: Sequence[int], replies: Sequence[tuple[str, dict]],
                     Reply.tokens = r["reply"][:n]
                     Reply.proposals = proposals(r["prompt_ids"], Reply.tokens,
                                                 PromptLookupConfig(max_draft=32), n)
-                    for _, costs in tables:
-                        kwargs = {"stop_reason": "max_tokens", "max_tokens": n, "costs": costs}
+                    for _, costs, pipeline in tables:
+                        kwargs = {"stop_reason": "max_tokens", "max_tokens": n, "costs": costs,
+                                  "pipeline": pipeline}
                         plain = replay(r["prompt_ids"], Reply.tokens, lookup=None, **kwargs)
                         done = replay(r["prompt_ids"], Reply.tokens, **kwargs, lookup=PromptLookupConfig(
                             max_draft=32, policy="calibrated", costs=costs))

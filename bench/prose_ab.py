@@ -40,22 +40,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompts", default="write,explain,story")
     parser.add_argument("--pairs", type=int, default=12, help="rounds of every arm per prompt")
     parser.add_argument("--tokens", type=int, default=48, help="new tokens per reply")
+    parser.add_argument("--pipelined", action="store_true",
+                        help="add each arm again with its plain steps pipelined (`NAME-pipelined`): "
+                             "what pipelining does on this host")
     parser.add_argument("--out", type=Path, help="write the markdown record here too")
     return parser.parse_args(argv)
 
 
-def build_arms(runner, policies: list[str], log) -> tuple[list[Arm], tuple[float, ...]]:
-    """plain, its control and each policy; calibrated on a quick table measured here."""
+def build_arms(runner, policies: list[str], log, pipelined: bool = False
+               ) -> tuple[list[Arm], tuple[float, ...]]:
+    """plain, its control and each policy, calibrated on a quick table measured here; with
+    `pipelined`, plain and each policy again forced to pipeline."""
     from specfleet.engine.config import PromptLookupConfig
     from specfleet.engine.widthcosts import QUICK, measure_width_costs
 
     table = measure_width_costs(runner, replace(QUICK, max_width=33), progress=log).ratio
     arms = [sf_arm("plain", runner, None), sf_arm(CONTROL, runner, None)]
+    if pipelined:
+        arms.append(sf_arm("plain-pipelined", runner, None, pipeline=True))
     for policy in policies:
         calibrated = policy == "calibrated"
-        arms.append(sf_arm(policy, runner, PromptLookupConfig(
-            policy=policy, max_draft=32 if calibrated else 7,
-            costs=table if calibrated else ())))
+        lookup = PromptLookupConfig(policy=policy, max_draft=32 if calibrated else 7,
+                                    costs=table if calibrated else ())
+        arms.append(sf_arm(policy, runner, lookup))
+        if pipelined:
+            arms.append(sf_arm(f"{policy}-pipelined", runner, lookup, pipeline=True))
     return arms, table
 
 
@@ -78,7 +87,7 @@ def report(arms: list[Arm], prompts: list[str], table, args, env: dict) -> str:
         "# Paired A/B against plain decoding, with a plain control", "",
         f"Command: `python bench/prose_ab.py --engine {args.engine} --model {args.model} "
         f"--arms {args.arms} --prompts {args.prompts} --pairs {args.pairs} "
-        f"--tokens {args.tokens}`", "",
+        f"--tokens {args.tokens}{' --pipelined' if args.pipelined else ''}`", "",
         "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
         "Width costs (quick calibration): " + " ".join(
             f"w{w}={table[w - 1]:.2f}" for w in (1, 2, 3, 4, 8, 16, 33) if w <= len(table)), "",
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = environment()
     runner = load_model(args.model, args.engine, "cpu").runner
-    arms, table = build_arms(runner, [a for a in args.arms.split(",") if a], log)
+    arms, table = build_arms(runner, [a for a in args.arms.split(",") if a], log, args.pipelined)
     names = args.prompts.split(",")
     prompts = {name: runner.encode_prompt(text, chat=True)
                for name, text in prompt_texts(argparse.Namespace(prompts=args.prompts))}

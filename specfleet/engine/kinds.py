@@ -28,3 +28,12 @@ ENGINE_DEVICES: dict[ModelEngine, tuple[Device, ...]] = {
 def choices_text(values: tuple[str, ...]) -> str:
     """`a, b or c`: a closed set as help text reads it."""
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
+
+
+def steps_overlap_host(engine: str, device: str) -> bool:
+    """Whether a submitted decode step computes while the host goes on: yes on a GPU and on
+    MLX (its own stream thread, on the CPU too); no for torch on the CPU, whose forward
+    returns only when computed. Where steps do not overlap, pipelining hides nothing and only
+    delays every match that appears while a step is in flight by a token, so the round loop
+    does not pipeline there (docs/engine.md, "The round loop")."""
+    return not (engine == "torch" and device == "cpu")

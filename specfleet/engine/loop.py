@@ -4,8 +4,9 @@
 after the prefill and after every round; `generate` iterates it to stream, trace and cancel.
 Plain decoding (`lookup=None`) runs through the same loop with no governor and an always
 empty draft, so both share one prefill and one one-token step. Only the
-greedy batched-argmax sampler pipelines; every other sampler reads rows on the host and
-runs synchronously (see `specfleet.engine.sampling`).
+greedy batched-argmax sampler pipelines, and only where the device's steps overlap the host
+(`may_pipeline`); every other sampler reads rows on the host and runs synchronously (see
+`specfleet.engine.sampling`).
 
 Optional runner attributes read here (the `Runner` protocol's defaults when absent):
 `trimmable` (True), `state_layout` ("external"), `rollback_kind` ("trim") and
@@ -23,6 +24,7 @@ from typing import Any, Literal, NamedTuple
 
 from specfleet.engine.config import PromptLookupConfig, make_governor
 from specfleet.engine.governor import SHADOW_CONFIRM, DraftGovernor
+from specfleet.engine.kinds import steps_overlap_host
 from specfleet.engine.lookup import NgramIndex, ShadowProbe
 from specfleet.engine.reference import sequential_reference
 from specfleet.engine.runners.base import CacheRollbackError, Runner, UnsupportedModelError
@@ -46,8 +48,8 @@ StepKind = Literal["prefill"] | RoundKind  # what a `Round` reports: the prefill
 TokensCallback = Callable[[Sequence[int]], None]  # every token emitted so far
 
 __all__ = [
-    "Generation", "Round", "generate", "rounds", "sequential_reference", "unsupported_reason",
-    "warm_up_verify_widths",
+    "Generation", "Round", "generate", "may_pipeline", "rounds", "sequential_reference",
+    "unsupported_reason", "warm_up_verify_widths",
 ]
 
 
@@ -149,9 +151,13 @@ def _refeeds(runner: Runner) -> bool:
     return getattr(runner, "rollback_kind", "trim") == "refeed"
 
 
-def _resolve_pipeline(pipeline: bool | None, sampler: SamplerConfig) -> bool:
+def may_pipeline(runner: Runner, sampler: SamplerConfig, pipeline: bool | None = None) -> bool:
+    """Whether the loop may pipeline plain steps (spec 2.8): a greedy batched-argmax sampler,
+    `SPECFLEET_FORCE_SYNC` unset and steps that overlap the host (`steps_overlap_host`);
+    `pipeline` True forces it (greedy batched-argmax samplers only), False forbids it."""
     if pipeline is None:
-        return not FORCE_SYNC.read() and sampler.batched_argmax
+        return (not FORCE_SYNC.read() and sampler.batched_argmax
+                and steps_overlap_host(runner.engine, runner.device))
     if pipeline and not sampler.batched_argmax:
         raise ValueError("pipeline=True needs a greedy sampler without history or token bias")
     return pipeline
@@ -354,8 +360,9 @@ def rounds(
         lookup: prompt-lookup config (validated here); None decodes plainly.
         sampler: how targets are picked; greedy by default.
         loop_guard: (min_period, max_period, repeats), checked after every emitted token.
-        pipeline: None allows pipelining unless `SPECFLEET_FORCE_SYNC` is set or the
-            sampler needs host rows; False forbids it; True forces it (greedy
+        pipeline: None allows pipelining as `may_pipeline` says (not where
+            `SPECFLEET_FORCE_SYNC` is set, the sampler needs host rows or the device's
+            steps do not overlap the host); False forbids it; True forces it (greedy
             batched-argmax samplers only).
 
     Returns:
@@ -371,7 +378,7 @@ def rounds(
     _check_request(runner, prompt, max_tokens, lookup, sampler, loop_guard)
     host = None if sampler.batched_argmax else HostSampler(sampler)
     governor = make_governor(lookup, _refeeds(runner)) if lookup is not None else None
-    pipelines = _resolve_pipeline(pipeline, sampler)
+    pipelines = may_pipeline(runner, sampler, pipeline)
     ends = _Ends(runner.eos_ids, max_tokens, (*loop_guard,) if loop_guard is not None else None)
     return _rounds(runner, prompt, lookup, governor, host, ends, pipelines)
 

@@ -7,7 +7,9 @@ pipelining decisions and trims as the live run did, and its counters are exact. 
 of a trace in pipelined steps: a pipelined step 1, a synchronous one-token step
 `cost(1)`, a verify of width w `cost(w)`, a drain 0 (its step was counted when submitted),
 and a rollback that fed r tokens again `cost(r)` (models with recurrent layers: replay them
-with `refeeds=True`).
+with `refeeds=True`). On a host whose steps do not overlap it (`pipeline=False`: torch on a
+CPU) the loop never pipelines, and a one-token step there is the table's unit itself, so it
+costs the cheaper of 1 and `cost(1)`, as the oracle prices it.
 """
 
 from __future__ import annotations
@@ -47,12 +49,16 @@ def replay_runner(
     return runner
 
 
-def trace_cost(trace: Sequence[RoundTrace], costs: Sequence[float]) -> float:
-    """Pipelined steps a trace costs under `costs` (width w at index w - 1)."""
+def trace_cost(trace: Sequence[RoundTrace], costs: Sequence[float], pipeline: bool = True
+               ) -> float:
+    """Pipelined steps a trace costs under `costs` (width w at index w - 1); with `pipeline`
+    False (a host whose steps do not overlap it) a one-token step costs min(1, cost(1))."""
     total = 0.0
     for t in trace:
         if t.kind == "pipelined":
             total += 1.0
+        elif t.kind == "sync" and not pipeline:
+            total += min(1.0, width_cost(costs, 1))
         elif t.kind in ("sync", "verify"):
             total += width_cost(costs, t.width)
         if t.refed:
@@ -70,6 +76,7 @@ def replay(
     costs: Sequence[float],
     loop_guard: tuple[int, int, int] | None = None,
     refeeds: bool = False,
+    pipeline: bool = True,
 ) -> Replayed:
     """Drive the real loop over a known greedy reply.
 
@@ -83,6 +90,8 @@ def replay(
         loop_guard: the run's loop guard, if it had one.
         refeeds: the model's rollbacks re-feed kept tokens (its runner's `rollback_kind`
             was "refeed"); each re-feed is priced as a forward of its width.
+        pipeline: the host's loop pipelines plain steps (False: its steps do not overlap
+            the host, or the run was forced synchronous; `loop.may_pipeline`).
 
     Returns:
         The replayed generation and its cost in pipelined steps.
@@ -90,11 +99,11 @@ def replay(
     runner = replay_runner(prompt, reply, stop_reason == "eos", refeeds)
     generation = generate(
         runner, prompt, max_tokens=max_tokens, lookup=lookup, loop_guard=loop_guard,
-        trace=True, pipeline=True,
+        trace=True, pipeline=pipeline,
     )
     if generation.tokens != list(reply):
         raise ValueError("the replayed reply differs from the stored one (not a greedy run?)")
-    return Replayed(generation, trace_cost(generation.trace, costs))
+    return Replayed(generation, trace_cost(generation.trace, costs, pipeline))
 
 
 def predicted_speedup(plain_steps: float, policy_steps: float, prefill_steps: float) -> float:

@@ -5,8 +5,12 @@ Per cell (host, engine, device, model, prompt) the plain run's reply is the gree
 every policy emits; `engine.predict.replay` drives the real loop over it for each policy and
 prices the trace with the cost table. The prefill is counted in pipelined steps measured on
 the cell's own plain run (prefill_s / (decode_s / rounds)) and assumed to carry over to the
-host of the table. Every stored lookup run is also replayed under its own config and its
-counters are compared with the stored ones (they must be equal). With the oracle, each cell
+host of the table. A replay repeats the stored run's loop: a model whose rollback re-feeds
+kept tokens is replayed re-feeding them (priced, and weighed by the calibrated policy), and
+the loop pipelines plain steps as the table's host does (a stored calibration's host; a
+YAML table by its engine and device, `steps_overlap_host`; else as the run did). Every
+stored lookup run is also replayed under its own config and its counters are compared with
+the stored ones (they must be equal). With the oracle, each cell
 also gets the cheapest schedule over the policies' n-gram index (`engine.oracle`) and each
 policy its efficiency, oracle cost over its own. `predictions_tables.py` renders them.
 """
@@ -21,15 +25,15 @@ from pathlib import Path
 
 from specfleet.engine.config import PromptLookupConfig, default_max_draft, policy_revision
 from specfleet.engine.governor import Policy
-from specfleet.engine.kinds import DEVICES, ENGINES
+from specfleet.engine.kinds import DEVICES, ENGINES, steps_overlap_host
 from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.errors import UserError, describe_value
 from specfleet.userfiles import read_yaml
 
-# The counters a replay reproduces: `_replay` re-feeds nothing, so `refed_tokens` stays 0 there.
-COUNTER_NAMES = tuple(name for name in COUNTER_FIELDS if name != "refed_tokens")
+# The counters a replay reproduces (all of them).
+COUNTER_NAMES = tuple(COUNTER_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class CostTable:
     name: str
     ratio: tuple[float, ...]
     host: str | None = None  # where it was measured; a run's own measurement compares only there
+    # Whether the loop pipelines on that host (`steps_overlap_host`); None: not said.
+    pipelines: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -119,8 +125,10 @@ def load_cost_file(path: Path) -> CostTable:
                              or not 0 < step < math.inf):
         raise UserError(f"--costs {path}: field 'pipelined_ms' must be a positive number of "
                         f"milliseconds, got {describe_value(step)}")
+    pipelines = (steps_overlap_host(data["engine"], data["device"])
+                 if "engine" in data and "device" in data else None)
     return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio),
-                     data.get("host"))
+                     data.get("host"), pipelines)
 
 
 def packaged_cost(name: str) -> Path | None:
@@ -165,7 +173,7 @@ def cost_source(spec: str):
                 "(store one with `specfleet calibrate --store` or `job calibrate`, or give "
                 f"--costs a packaged table: {', '.join(packaged_cost_names())})")
         return CostTable(f"{host} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
-                         tuple(r.ratio for r in rows), host)
+                         tuple(r.ratio for r in rows), host, steps_overlap_host(engine, device))
 
     return stored
 
@@ -198,9 +206,19 @@ def _guard(run) -> tuple[int, int, int] | None:
     return (g["min_period"], g["max_period"], g["repeats"]) if g else None
 
 
-def _replay(run, reply_run, lookup: PromptLookupConfig | None, costs: Sequence[float]):
+def _replay(run, reply_run, lookup: PromptLookupConfig | None, costs: Sequence[float],
+            pipeline: bool | None = None):
+    """`run`'s loop over `reply_run`'s reply: re-feeding as its model did, pipelining as
+    `pipeline` says (None: as the run did; runs stored before it was kept pipelined)."""
+    config = run.engine_config or {}
     return replay(run.prompt_token_ids, reply_run.token_ids, stop_reason=reply_run.stop_reason,
-                  max_tokens=run.max_tokens, lookup=lookup, costs=costs, loop_guard=_guard(run))
+                  max_tokens=run.max_tokens, lookup=lookup, costs=costs, loop_guard=_guard(run),
+                  refeeds=_refeeds(run),
+                  pipeline=config.get("pipelines", True) if pipeline is None else pipeline)
+
+
+def _refeeds(run) -> bool:
+    return (run.engine_config or {}).get("rollback_kind") == "refeed"
 
 
 def stored_lookup(run) -> PromptLookupConfig | None:
@@ -267,7 +285,8 @@ def _bounds(run, configs: dict[Policy, PromptLookupConfig], costs: Sequence[floa
     for (ngram_min, ngram_max), max_draft in widest.items():
         lookup = PromptLookupConfig(ngram_max, ngram_min, max_draft)
         schedule = oracle(run.prompt_token_ids, run.token_ids, stop_reason=run.stop_reason,
-                          max_tokens=run.max_tokens, lookup=lookup, costs=costs)
+                          max_tokens=run.max_tokens, lookup=lookup, costs=costs,
+                          refeeds=_refeeds(run))
         bounds[(ngram_min, ngram_max)] = Bound(
             lookup, schedule, predicted_speedup(plain_steps, schedule.cost_steps, prefill))
     return {p: bounds[(c.ngram_min, c.ngram_max)] for p, c in configs.items()}
@@ -286,12 +305,12 @@ def predict(store, runs: Sequence, policies: Sequence[Policy], costs_for,
             continue
         base = min(arms["plain"], key=lambda r: r.repeat)
         table = costs_for(store, cell)
-        plain_steps = _replay(base, base, None, table.ratio).cost_steps
+        plain_steps = _replay(base, base, None, table.ratio, table.pipelines).cost_steps
         prefill = _prefill_steps(arms["plain"])
         configs = {p: _policy_config(p, arms, table.ratio) for p in policies}
         bounds = _bounds(base, configs, table.ratio, plain_steps, prefill) if with_oracle else {}
         for policy in policies:
-            done = _replay(base, base, configs[policy], table.ratio)
+            done = _replay(base, base, configs[policy], table.ratio, table.pipelines)
             stats = done.generation.stats
             out.append(Prediction(
                 cell, policy, {n: getattr(stats, n) for n in COUNTER_NAMES}, done.cost_steps,

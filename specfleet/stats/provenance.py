@@ -18,8 +18,9 @@ PROVENANCE_FIELDS: tuple[str, ...] = (
     "conditions",
 )
 # engine_config keys that are measurements or code, not settings (a policy's new revision
-# that runs slower is a regression, as any code change is)
-_MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes", "read_gb_per_s", "policy_revision")
+# that runs slower is a regression, as any code change is; so is a loop that stops pipelining)
+_MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes", "read_gb_per_s", "policy_revision",
+                         "pipelines")
 
 
 def _canonical(value) -> str:

@@ -449,6 +449,8 @@ class HostWorker:
 
     def _provenance(self, spec: RunSpec, prepared: _Prepared, started_at: datetime,
                     peer: dict | None = None) -> dict:
+        from specfleet.engine.loop import may_pipeline
+
         return {
             "run_key": spec.run_key,
             "target": spec.target,
@@ -461,6 +463,8 @@ class HostWorker:
                 rollback_kind=getattr(prepared.runner, "rollback_kind", "trim"), peer=peer,
                 weight_bytes=prepared.weight_bytes, read_gb_per_s=self._bandwidth.of(
                     spec.target.engine, spec.target.device),
+                pipelines=None if prepared.peer is not None else may_pipeline(
+                    prepared.runner, sampler_config(spec)),
             ),
             "versions": dict(self._info.versions),
             "host_fingerprint": self._info.fingerprint,

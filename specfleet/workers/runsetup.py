@@ -64,19 +64,23 @@ def engine_config(
     spec: RunSpec, lookup: PromptLookupConfig | None, policy: str, model_path: str,
     warmup_s: float, costs_source: str = "stored", rollback_kind: str = "trim",
     peer: dict | None = None, weight_bytes: int | None = None,
-    read_gb_per_s: float | None = None,
+    read_gb_per_s: float | None = None, pipelines: bool | None = None,
 ) -> dict:
     """The exact engine settings of a run, stored with it (provenance); a calibrated run
     also says whether its width-cost table was stored or measured for it, a peer arm which
     library call and version generated it (`peer`), a real model its weights' bytes as
     loaded (`weight_bytes`: what one plain step reads) and the host's read bandwidth as its
-    worker last measured it (`read_gb_per_s`), for the bandwidth ceiling."""
+    worker last measured it (`read_gb_per_s`), for the bandwidth ceiling, and whether its
+    loop could pipeline plain steps (`pipelines`, `loop.may_pipeline`; not for a peer arm),
+    which replay repeats."""
     guard = spec.loop_guard
     extra: dict[str, Any] = {"costs_source": costs_source} if needs_costs(policy) else {}
     if lookup is not None:
         extra["policy_revision"] = policy_revision(lookup)
     if peer is not None:
         extra["peer"] = peer
+    if pipelines is not None:
+        extra["pipelines"] = pipelines
     if weight_bytes is not None:
         extra["weight_bytes"] = weight_bytes
         if read_gb_per_s is not None:

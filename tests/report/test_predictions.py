@@ -196,3 +196,36 @@ def test_runs_an_earlier_revision_of_their_policy_made_are_not_compared(db, tmp_
     result = invoke("replay", matrix_id(copy), "--costs", "gb10-qwen3-1.7b", "--db", copy)
     assert result.exit_code == 1
     assert "6 stored lookup runs replayed, 2 differ from the stored counters" in result.stdout
+
+
+@pytest.mark.parametrize("pipelines", [True, False])
+def test_a_stored_run_is_replayed_with_its_own_loop_re_feeds_and_pipelining(pipelines):
+    """A recurrent model's rollback re-feeds kept tokens, which calibrated prices, and torch on
+    a CPU does not pipeline: a replay that ignored either drafted otherwise than the run."""
+    from types import SimpleNamespace
+
+    from specfleet.engine.config import PromptLookupConfig, policy_revision
+    from specfleet.engine.loop import generate
+    from specfleet.engine.runners.toy import RecurrentInductionModel, lcg_tokens
+    from specfleet.engine.stats import COUNTER_FIELDS
+    from specfleet.report.predictions import check_counters
+
+    class Recurrent(RecurrentInductionModel):
+        engine = "toy" if pipelines else "torch"
+
+    # Wide blocks cheap enough that calibrated drafts even with each re-feed priced in.
+    lookup = PromptLookupConfig(max_draft=12, policy="calibrated",
+                                costs=(1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4))
+    runs, refed = [], 0
+    for seed in range(1, 13):
+        prompt = lcg_tokens(seed, 40, 6)
+        live = generate(Recurrent(earliest=True), prompt, max_tokens=60, lookup=lookup)
+        refed += live.stats.refed_tokens
+        runs.append(SimpleNamespace(
+            run_key=f"r{seed}", prompt_token_ids=prompt, token_ids=live.tokens,
+            stop_reason=live.stop_reason, max_tokens=60, loop_guard=None,
+            engine_config={"lookup": lookup.as_dict(), "rollback_kind": "refeed",
+                           "pipelines": pipelines, "policy_revision": policy_revision(lookup)},
+            **{name: getattr(live.stats, name) for name in COUNTER_FIELDS}))
+    assert refed > 0  # the runs did re-feed
+    assert check_counters(runs) == ([], 0)
