@@ -43,7 +43,7 @@ def upgrade_cmd(db: DbOption = None) -> None:
     with connection_errors(url, source, engine):
         with engine.connect() as conn:
             before = current_revision(conn)
-        after = upgrade(engine, url, source, on_wait=lambda line: typer.echo(line, err=True))
+        after = upgrade(engine, url, source)
     engine.dispose()
     typer.echo(f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -152,13 +153,14 @@ def upgrade(engine: Engine, url: URL, source: str,
             on_wait: Callable[[str], None] | None = None) -> str:
     """Upgrade to head under the upgrade lock, in one transaction; returns the head revision.
 
-    `on_wait` is given one line when another process holds PostgreSQL's upgrade lock, before
-    waiting for it.
+    `on_wait` (default: standard error) is given one line when another process holds
+    PostgreSQL's upgrade lock, before waiting for it: every command that upgrades a store,
+    `db upgrade` or the first write of a newer specfleet, says why it stands still.
     """
     head = head_revision()
     with engine.connect().execution_options(**{WRITE_OPTION: True}) as conn, conn.begin():
         if conn.dialect.name == "postgresql":
-            _take_upgrade_lock(conn, url, on_wait)
+            _take_upgrade_lock(conn, url, on_wait or _to_stderr)
         rev = current_revision(conn)
         check_known(rev, conn, url, source)
         if rev != head:
@@ -176,14 +178,17 @@ def upgrade(engine: Engine, url: URL, source: str,
     return head
 
 
-def _take_upgrade_lock(conn: Connection, url: URL,
-                       on_wait: Callable[[str], None] | None) -> None:
+def _take_upgrade_lock(conn: Connection, url: URL, on_wait: Callable[[str], None]) -> None:
     key = {"k": PG_UPGRADE_LOCK}
     if conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), key).scalar():
         return
-    if on_wait is not None:  # the wait can be long: another process migrates a large store
-        on_wait(f"{display_url(url)}: waiting for another upgrade of this store to finish")
+    # The wait can be long: another process migrates a large store.
+    on_wait(f"{display_url(url)}: waiting for another upgrade of this store to finish")
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), key)
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _not_the_schema(err: DBAPIError) -> bool:

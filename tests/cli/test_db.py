@@ -80,11 +80,24 @@ def test_current_hides_the_password(pg_server, pg_url):
 
 
 @pytest.mark.postgres
-def test_upgrade_says_once_that_it_waits_for_another_upgrade(pg_url):
-    """`db upgrade` waited without a word while another process held the upgrade lock."""
+@pytest.mark.parametrize("command", ["db upgrade", "a writing open"])
+def test_upgrade_says_once_that_it_waits_for_another_upgrade(pg_url, command, capsys):
+    """`db upgrade`, and any command's first write to a store an older specfleet made,
+    waited without a word while another process held the upgrade lock."""
     import psycopg
 
     from specfleet.store.migrate import PG_UPGRADE_LOCK
+
+    def upgrade_now() -> str:
+        """Upgrade the store as `command` does; what it said on standard error."""
+        if command == "db upgrade":
+            result = invoke("db", "upgrade", "--db", pg_url)
+            assert result.exit_code == 0, result.output
+            assert result.stdout.endswith(f"-> {head_revision()} (head)\n")
+            return result.stderr
+        with open_store(pg_url):  # every writing command opens its store so
+            pass
+        return capsys.readouterr().err
 
     dsn, key = pg_url.replace("+psycopg", ""), (PG_UPGRADE_LOCK,)
     with (psycopg.connect(dsn, autocommit=True) as holder,
@@ -92,7 +105,7 @@ def test_upgrade_says_once_that_it_waits_for_another_upgrade(pg_url):
         holder.execute("SELECT pg_advisory_lock(%s)", key)
 
         def release_once_waited_on() -> None:
-            deadline = time.monotonic() + 10  # a `db upgrade` that never waits fails below
+            deadline = time.monotonic() + 10  # an upgrade that never waits fails below
             while time.monotonic() < deadline and not watcher.execute(
                     "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
                     "WHERE l.locktype = 'advisory' AND NOT l.granted "
@@ -102,13 +115,11 @@ def test_upgrade_says_once_that_it_waits_for_another_upgrade(pg_url):
 
         releaser = threading.Thread(target=release_once_waited_on)
         releaser.start()
-        result = invoke("db", "upgrade", "--db", pg_url)
+        said = upgrade_now()
         releaser.join()
-    assert result.exit_code == 0, result.output
     where = display_url(resolve_url(pg_url))
-    assert result.stderr == f"{where}: waiting for another upgrade of this store to finish\n"
-    assert result.stdout.endswith(f"-> {head_revision()} (head)\n")
-    assert invoke("db", "upgrade", "--db", pg_url).stderr == ""  # no one holds it: no line
+    assert said == f"{where}: waiting for another upgrade of this store to finish\n"
+    assert upgrade_now() == ""  # no one holds it: no line
 
 
 def test_wrong_scheme():
