@@ -190,7 +190,8 @@ DB = Text(
     "specfleet.db in the user data dir")
 FORCE_SYNC = Presence(
     "SPECFLEET_FORCE_SYNC", "set to any value but 0, even empty: the decode loop never pipelines",
-    "pipelining where the sampler allows it")
+    "pipelining where the sampler allows it and the device's steps overlap the host "
+    "(not torch on a CPU)")
 HOME = UserPath(
     "SPECFLEET_HOME",
     "the folder of converted bundled models, the fleet node record and the supervisor log",
