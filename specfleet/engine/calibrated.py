@@ -58,7 +58,7 @@ LOSS_WEIGHT = 0.5
 # a table's last width every row looks nearly free, and a wide block that wins by a hair
 # loses all of it on a miss (docs/benchmark_results/policy-variants-2026-12-03.md).
 NEAR_TIE = 0.05
-# A synchronous one-token step costing at most this many pipelined steps (a CPU: 1.02-1.03)
+# A synchronous one-token step costing at most this many pipelined steps (MLX on a quiet CPU)
 # is as cheap as pipelining: within a calibration's noise.
 FREE_SYNC_STEP = 1.05
 
