@@ -218,6 +218,9 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
+    if not isinstance(node, yaml.MappingNode):  # `!!map x`: node.value is no list of pairs
+        raise yaml.constructor.ConstructorError(
+            None, None, f"expected a mapping node, but found {node.id}", node.start_mark)
     seen: set[Any] = set()
     for key_node, value_node in node.value:
         if key_node.tag == _MERGE_TAG:  # merged fields may be overridden, so no duplicates
@@ -239,16 +242,42 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
 def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
     try:
         return loader.construct_yaml_int(node)
-    except ValueError:  # int() of more than 4300 decimal digits
+    except (ValueError, IndexError):
+        if len(node.value) <= sys.get_int_max_str_digits():  # `!!int abc`, `0x_`
+            raise _not_a(node, "integer", "an integer") from None
         raise yaml.constructor.ConstructorError(
             None, None, f"{too_long_integer()}; expected a shorter number", node.start_mark
         ) from None
+
+
+def _not_a(node: yaml.Node, noun: str, expected: str) -> yaml.constructor.ConstructorError:
+    """A scalar that YAML's type (its `!!` tag, or one resolved from its look) cannot read."""
+    return yaml.constructor.ConstructorError(
+        None, None, f"{node.value!r} is no valid {noun}; expected {expected}, or quotes "
+        "around it for text", node.start_mark)
+
+
+def _scalar(construct: Any, noun: str, expected: str) -> Any:
+    """PyYAML's constructor of a type, its Python error on a malformed scalar (`!!bool
+    maybe`, the date `2024-13-01`) made one of YAML's: a traceback otherwise."""
+    def checked(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> Any:
+        try:
+            return construct(loader, node)
+        except (ValueError, KeyError, IndexError, AttributeError):
+            raise _not_a(node, noun, expected) from None
+    return checked
 
 
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
 )
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+for _tag, _construct, _noun, _expected in (
+        ("bool", yaml.SafeLoader.construct_yaml_bool, "boolean", "true or false"),
+        ("float", yaml.SafeLoader.construct_yaml_float, "number", "a number"),
+        ("timestamp", yaml.SafeLoader.construct_yaml_timestamp, "date", "a real date")):
+    _UniqueKeyLoader.add_constructor(f"tag:yaml.org,2002:{_tag}",
+                                     _scalar(_construct, _noun, _expected))
 
 
 def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:

@@ -186,7 +186,7 @@ def _check_prompt_file(path: Path, where: str) -> None:
 
 
 def _missing_prompt(prompt_dir: Path, name: str) -> str:
-    if not prompt_dir.is_dir():
+    if not os.path.isdir(prompt_dir):  # False, not an error, for a name too long to look up
         what = (f"is {kind_of(os.stat(prompt_dir).st_mode)}, not a folder"
                 if os.path.exists(prompt_dir) else "does not exist")
         return (f"no prompt '{name}': prompt directory {prompt_dir} {what} "

@@ -199,7 +199,10 @@ def _anchor_model_folders(spec: MatrixSpec, base_dir: Path) -> MatrixSpec:
     def anchored(model: str) -> str:
         if not model.startswith(("./", "../", "~")):
             return model  # an alias, `hf:ORG/NAME`, an absolute folder
-        return str((base_dir / Path(model).expanduser()).resolve())
+        try:
+            return str((base_dir / Path(model).expanduser()).resolve())
+        except RuntimeError:  # `~USER` of no user: resolving the model names the field
+            return model
 
     if not any(anchored(m) != m for m in spec.models):
         return spec

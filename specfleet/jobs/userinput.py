@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from specfleet.errors import UserError, describe_value
+from specfleet.errors import UserError, describe_value, is_utf8
 from specfleet.userfiles import MAX_DEPTH
 
 MAX_NODES = 100_000  # YAML aliases can make a small file expand to billions of nodes
@@ -25,7 +25,8 @@ MAX_NODES = 100_000  # YAML aliases can make a small file expand to billions of 
 
 def check_plain_data(data: Any, label: str) -> None:
     """Refuse what types cannot: nesting deeper than `MAX_DEPTH`, more than `MAX_NODES`
-    values (alias bombs), and text with a NUL character (no store or engine takes it).
+    values (alias bombs), and text with a NUL character or a lone surrogate (no store or
+    engine takes either).
 
     Raises:
         UserError: naming the field path.
@@ -40,9 +41,8 @@ def check_plain_data(data: Any, label: str) -> None:
         if len(loc) > MAX_DEPTH:
             raise UserError(f"{label}: {format_loc(loc[:3])}...: nested too deeply "
                             f"(at most {MAX_DEPTH} levels)")
-        if isinstance(value, str) and "\x00" in value:
-            raise UserError(f"{label}: {format_loc(loc) or 'document'}: contains a NUL "
-                            "character; expected plain text")
+        if isinstance(value, str):
+            _check_text(value, label, format_loc(loc) or "document")
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):  # pydantic would say "[1]: Keys should be strings"
@@ -50,12 +50,21 @@ def check_plain_data(data: Any, label: str) -> None:
                     where = f"{format_loc(loc)}: " if loc else ""
                     raise UserError(f"{label}: {where}key {_key_as_read(key)}: expected "
                                     f"{what} (text)")
-                if "\x00" in key:
-                    raise UserError(f"{label}: {format_loc(loc) or 'document'}: a key "
-                                    "contains a NUL character")
+                _check_text(key, label, format_loc(loc) or "document", "a key ")
                 stack.append((item, (*loc, str(key))))
         elif isinstance(value, list):
             stack.extend((item, (*loc, i)) for i, item in enumerate(value))
+
+
+def _check_text(text: str, label: str, where: str, whose: str = "") -> None:
+    if "\x00" in text:
+        raise UserError(f"{label}: {where}: {whose}contains a NUL character; expected plain "
+                        "text")
+    if not is_utf8(text):  # an escape like "\ud800": no store, hash or tokenizer takes it
+        half = next(ch for ch in text if "\ud800" <= ch <= "\udfff")
+        raise UserError(f"{label}: {where}: {whose}contains {half!r}, half of a UTF-16 "
+                        "surrogate pair; expected plain text (a character escape like "
+                        "\\U0001F600)")
 
 
 def _key_as_read(key: Any) -> str:

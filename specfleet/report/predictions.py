@@ -107,11 +107,16 @@ def load_cost_file(path: Path) -> CostTable:
     if unknown:
         raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
                         f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")
-    if (not isinstance(ratio, list) or len(ratio) < 2
-            or not all(isinstance(r, int | float) and not isinstance(r, bool)
-                       and 0 < r < math.inf for r in ratio)):
+    costs = [_positive(r) for r in ratio] if isinstance(ratio, list) else []
+    if len(costs) < 2 or None in costs:
+        if not isinstance(ratio, list):
+            bad = f", got {describe_value(ratio)}"
+        elif len(costs) < 2:
+            bad = f", got {len(costs)}"
+        else:
+            bad = f"; ratio[{costs.index(None)}] is {describe_value(ratio[costs.index(None)])}"
         raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
-                        "costs (widths 1, 2, ... in pipelined steps)")
+                        f"costs (widths 1, 2, ... in pipelined steps){bad}")
     for field in ("name", "host", "engine", "device"):  # the name is shown in the title
         if field in data and not isinstance(data[field], str):
             raise UserError(f"--costs {path}: field {field!r} must be text, got "
@@ -121,14 +126,25 @@ def load_cost_file(path: Path) -> CostTable:
             raise UserError(f"--costs {path}: field {field!r} is {data[field]!r}; expected one "
                             f"of {', '.join(known)}")
     step = data.get("pipelined_ms")  # not used here, but a table that says -1 ms is not one
-    if step is not None and (not isinstance(step, int | float) or isinstance(step, bool)
-                             or not 0 < step < math.inf):
+    if step is not None and _positive(step) is None:
         raise UserError(f"--costs {path}: field 'pipelined_ms' must be a positive number of "
                         f"milliseconds, got {describe_value(step)}")
     pipelines = (steps_overlap_host(data["engine"], data["device"])
                  if "engine" in data and "device" in data else None)
-    return CostTable(str(data.get("name") or path.stem), tuple(float(r) for r in ratio),
+    return CostTable(str(data.get("name") or path.stem), tuple(c for c in costs if c is not None),
                      data.get("host"), pipelines)
+
+
+def _positive(value: object) -> float | None:
+    """A YAML number as a positive finite float, else None (text, true, 0, nan, an integer
+    too large for a float)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if 0 < number < math.inf else None
 
 
 def packaged_cost(name: str) -> Path | None:

@@ -189,7 +189,7 @@ def test_every_bad_target_is_named_in_the_matrixs_and_a_prompts_selector(
         "'mps' or 'cpu', got 'gpu9'",
         f"error: {path}: prompts[0].targets.devices[2]: duplicate device 'cpu' (list each once)",
         f"error: {path}: targets.hosts[1]: expected a host name of letters, digits, '_', '.' "
-        "or '-' (at most 64), got 'bad host'",
+        "or '-', starting and ending with a letter or digit (at most 63), got 'bad host'",
         f"error: {path}: targets.hosts[2]: duplicate host 'a' (list each once)",
         f"error: {path}: targets.hosts[3]: expected a string, got 7",
         f"error: {path}: targets.engines[0]: expected one of 'mlx', 'torch' or 'toy', "
@@ -252,3 +252,39 @@ def test_the_summary_of_a_uniform_matrix_is_one_count(tmp_path: Path) -> None:
                          'text: "hello hello", targets: {hosts: [a]}}, {name: q, text: hi}')
     assert _summary(tmp_path, hosts) == ("1 model x 2 prompts x 2 arms x 3 repeats = up to 12 "
                                          "runs per target")
+
+
+def test_a_scalar_yaml_cannot_read_as_its_type_is_one_line(tmp_path: Path) -> None:
+    # PyYAML raised KeyError/ValueError on each (a traceback); `0x_` read as 4300 digits.
+    for field, said in [
+        ("chat: !!bool maybe", "line 6, column 7: YAML syntax error: 'maybe' is no valid "
+         "boolean; expected true or false, or quotes around it for text"),
+        ("loop_guard: 2024-13-01", "'2024-13-01' is no valid date"),
+        ("temperature: !!float abc", "'abc' is no valid number"),
+        ("seed: 0x_", "'0x_' is no valid integer"),
+        ("speedups: !!map x", "expected a mapping node, but found scalar"),
+    ]:
+        (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, GOOD + field)))
+        assert said in line, line
+
+
+def test_a_lone_surrogate_is_named_with_its_field(tmp_path: Path) -> None:
+    # It passed validate and `matrix run` failed hashing the prompt, with a traceback.
+    text = GOOD.replace('"hello hello"', '"hello \\ud83d"')
+    (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, text)))
+    assert line.endswith("prompts[0].text: contains '\\ud83d', half of a UTF-16 surrogate "
+                         "pair; expected plain text (a character escape like \\U0001F600)")
+
+
+def test_a_model_folder_under_the_home_of_no_user_is_named(tmp_path: Path) -> None:
+    # Anchoring `~USER/m` to the file's folder raised RuntimeError: a traceback.
+    text = GOOD.replace('"script:1ms"', '"~specfleet-no-such-user/m"').replace("toy", "torch")
+    (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, text)))
+    assert "models[0]: torch: model '~specfleet-no-such-user/m': no home folder" in line
+
+
+def test_a_prompt_dir_too_long_to_look_up_does_not_exist(tmp_path: Path) -> None:
+    # is_dir() raised ENAMETOOLONG: a traceback.
+    text = GOOD.replace('{name: p, text: "hello hello"}', "p") + f"prompt_dir: {'d' * 5000}\n"
+    (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, text)))
+    assert "prompts[0]: no prompt 'p': prompt directory" in line and "does not exist" in line

@@ -86,3 +86,16 @@ def test_a_line_separator_inside_a_prompt_is_text(tmp_path: Path, separator: str
                     encoding="utf-8")
     job = load_generate_job(path, model="m", target="a/torch")
     assert [p.prompt for p in job.prompts] == [f"one{separator}two", "three"]
+
+
+def test_a_lone_surrogate_escaped_in_a_prompt_is_named(tmp_path) -> None:
+    # pydantic said "unable to parse raw data as a unicode string", and for a key no field.
+    from specfleet.jobs.batch import read_prompt_lines
+
+    for line, said in [('{"prompt": "a\\ud800b"}', "line 1: prompt: contains '\\ud800'"),
+                       ('{"\\udc00": 1, "prompt": "a"}', "line 1: document: a key contains")]:
+        path = tmp_path / "b.jsonl"
+        path.write_text(line + "\n")
+        with pytest.raises(UserError, match="half of a UTF-16 surrogate pair") as err:
+            read_prompt_lines(path)
+        assert said in str(err.value), str(err.value)

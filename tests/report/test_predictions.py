@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
+from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
-from specfleet.report.predictions import cost_source, predict, stored_runs
+from specfleet.report.predictions import cost_source, load_cost_file, predict, stored_runs
 from specfleet.store.store import open_store
 from specfleet.workers.hardware import detect_host
 from specfleet.workers.host import HostWorker
@@ -116,6 +117,19 @@ def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
         assert len(result.stderr.splitlines()) == 1 and expected in result.stderr
     missing = invoke("replay", "nosuch", "--costs", "apple-m4pro", "--db", db)
     assert missing.exit_code == 2 and "no matrix, generation job or run" in missing.stderr
+
+
+@pytest.mark.parametrize(("ratio", "said"), [
+    (f"[1.0, {'9' * 400}]", "; ratio[1] is 99999"),  # float() overflowed: a traceback
+    ("[1.0, 1.0e300]", "; ratio[1] is '1.0e300'"),  # YAML 1.1 text: the value was not said
+    ("[1.0]", ", got 1"),
+])
+def test_a_cost_that_is_no_positive_float_is_named(tmp_path, ratio, said):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"ratio: {ratio}\n")
+    with pytest.raises(UserError, match="field 'ratio' must be a list") as err:
+        load_cost_file(path)
+    assert said in str(err.value), str(err.value)
 
 
 def test_oracle_prints_each_cells_bound_and_every_policys_efficiency(db):

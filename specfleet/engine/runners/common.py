@@ -44,6 +44,25 @@ def encode_with_template(
     return [int(t) for t in tokenizer.encode(text)]
 
 
+def check_chat_template(tokenizer: Any) -> None:
+    """Render the folder's chat template once at load, so a broken one (a Jinja syntax
+    error) is the folder refused in one line, not a traceback at the first prompt.
+
+    Raises:
+        ValueError: naming the template and what Jinja said.
+    """
+    import jinja2
+
+    if not getattr(tokenizer, "chat_template", None):
+        return
+    try:
+        tokenizer.apply_chat_template([{"role": "user", "content": "x"}],
+                                      add_generation_prompt=True, tokenize=False)
+    except jinja2.TemplateError as err:
+        raise ValueError(f"its chat template does not render: {err}; expected a Jinja "
+                         "template (chat_template.jinja or tokenizer_config.json)") from None
+
+
 class TokenizerText:
     """Text <-> ids through `self.tokenizer`, the same on every real runner."""
 

@@ -26,7 +26,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.engine.runners.base import RollbackKind
-from specfleet.engine.runners.common import TokenizerText, eos_id_set
+from specfleet.engine.runners.common import TokenizerText, check_chat_template, eos_id_set
 from specfleet.engine.runners.mlx_caches import PromptCaches, lookup_refusal
 from specfleet.errors import UserError
 
@@ -104,7 +104,8 @@ class MlxRunner(TokenizerText):
             MlxRunner; on CPU every floating parameter is float32.
 
         Raises:
-            ValueError: the library refuses the folder (no weights, a damaged weights file).
+            ValueError: the library refuses the folder (no weights, a damaged weights file,
+                a config field it cannot use, a chat template that does not render).
         """
         from mlx_lm import load as mlx_load
 
@@ -112,8 +113,11 @@ class MlxRunner(TokenizerText):
         mx.set_default_device(mx.cpu if resolved == "cpu" else mx.gpu)
         try:
             model, tokenizer = mlx_load(str(path))
-        except RuntimeError as err:  # MLX's reader refusing a damaged weights file
-            raise ValueError(str(err)) from None
+        # MLX's reader refusing a damaged weights file; a config field mlx-lm or transformers
+        # cannot use (no heads, a vocabulary past int32, an unknown dtype).
+        except (RuntimeError, ArithmeticError, AttributeError) as err:
+            raise ValueError(" ".join(str(err).split()) or type(err).__name__) from None
+        check_chat_template(tokenizer)
         if resolved == "cpu":
             _to_float32(model)
         return cls(model, tokenizer, resolved)

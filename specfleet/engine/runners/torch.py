@@ -20,6 +20,7 @@ reports through a runner never names a device.
 from __future__ import annotations
 
 import contextlib
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,12 @@ import torch
 
 from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.engine.runners.base import RollbackKind, UnsupportedModelError
-from specfleet.engine.runners.common import TokenizerText, eos_id_set, process_peak_rss
+from specfleet.engine.runners.common import (
+    TokenizerText,
+    check_chat_template,
+    eos_id_set,
+    process_peak_rss,
+)
 from specfleet.engine.runners.torch_rollback import (
     CacheRollback,
     RecurrentRollback,
@@ -185,7 +191,8 @@ class TorchRunner(TokenizerText):
 
         Raises:
             ValueError: the library refuses the folder (a config field of the wrong type, a
-                damaged weights file, an unknown model type).
+                damaged weights file, an unknown model type, a chat template that does not
+                render).
         """
         from huggingface_hub.errors import StrictDataclassError
         from safetensors import SafetensorError
@@ -193,17 +200,23 @@ class TorchRunner(TokenizerText):
 
         resolved = resolve_device(device)
         dtype = torch.float32 if resolved == "cpu" else "auto"
+        # What transformers and torch raise on a folder they cannot read: a config field of
+        # the wrong type or value (a negative size, no heads, an unknown dtype), a weights
+        # file damaged or of other shapes, a pickle that is no checkpoint.
+        refusals = (StrictDataclassError, SafetensorError, RuntimeError, ArithmeticError,
+                    AttributeError, pickle.UnpicklingError)
         try:
             with _quiet_load_report():
                 # With output_loading_info it returns (model, what loaded), which it does not type.
                 loaded: Any = AutoModelForCausalLM.from_pretrained(
                     str(path), dtype=dtype, output_loading_info=True)
-        except (StrictDataclassError, SafetensorError) as err:  # a config field, a weights file
-            raise ValueError(" ".join(str(err).split())) from None  # refused, as by transformers
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+        except refusals as err:
+            raise ValueError(_refusal_text(err)) from None
         model, loading = loaded
         _refuse_partial_weights(loading)
+        check_chat_template(tokenizer)
         model.to(torch_device(resolved)).eval()
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
         return cls(model, tokenizer, resolved)
 
     def weight_bytes(self) -> int:
@@ -341,6 +354,18 @@ def _quiet_load_report() -> Iterator[None]:
         yield
     finally:
         hf_logging.set_verbosity(before)
+
+
+def _refusal_text(err: Exception) -> str:
+    """The first line of a library's refusal; the size mismatch that points at a report
+    `_quiet_load_report` kept off stderr says what it found instead."""
+    text = str(err)
+    if isinstance(err, pickle.UnpicklingError):  # torch's note on weights_only runs 8 lines
+        return "a weights file torch will not unpickle; expected *.safetensors"
+    if "ignore_mismatched_sizes" in text:
+        return ("weights of other shapes than the config.json describes; expected a "
+                "config.json and weights of the same model")
+    return " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(err).__name__
 
 
 def _refuse_partial_weights(loading: dict) -> None:

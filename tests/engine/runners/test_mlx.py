@@ -79,3 +79,30 @@ def test_device_names_are_checked():
     if not mx.metal.is_available():
         with pytest.raises(UserError, match="--device metal"):
             resolve_device("metal")
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ({"num_attention_heads": 0}, "division by zero"),  # a ZeroDivisionError
+    ({"vocab_size": 10**12}, "outside the supported range"),  # an OverflowError
+    ({"chat_template.jinja": "{% for %}"}, "its chat template does not render"),
+])
+def test_a_folder_mlx_lm_cannot_read_is_refused_in_one_line(bundled_model, tmp_path, edit,
+                                                            said):
+    # Each was a traceback (the broken template's at the first prompt).
+    import json
+
+    source = bundled_model.mlx.path
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    for item in source.iterdir():
+        if item.is_file() and item.name not in ("config.json", *edit):
+            (folder / item.name).symlink_to(item)
+    config = json.loads((source / "config.json").read_text())
+    config.update({key: value for key, value in edit.items() if "." not in key})
+    (folder / "config.json").write_text(json.dumps(config))
+    for name, text in edit.items():
+        if "." in name:
+            (folder / name).write_text(text)
+    with pytest.raises(ValueError) as err:
+        MlxRunner.load(folder, "cpu")
+    assert said in str(err.value) and "\n" not in str(err.value), str(err.value)

@@ -170,3 +170,33 @@ def test_a_config_that_does_not_match_its_weights_is_refused(bundled_model, tmp_
         TorchRunner.load(folder)
     assert said.split(" weights")[0] in str(err.value) and said.split(" ", 1)[1] in str(err.value)
     assert "LOAD REPORT" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ({"num_attention_heads": 0}, "integer modulo by zero"),  # a ZeroDivisionError
+    ({"hidden_size": -576}, "negative dimension"),  # a RuntimeError from torch.empty
+    ({"dtype": "float7"}, "no attribute 'float7'"),  # an AttributeError
+    ({"vocab_size": 49153}, "weights of other shapes than the config.json describes"),
+    ({"chat_template.jinja": "{% for %}"}, "its chat template does not render"),
+])
+def test_a_folder_transformers_cannot_read_is_refused_in_one_line(bundled_model, tmp_path,
+                                                                  edit, said):
+    # Each was a traceback (the size mismatch's pointing at a report kept off stderr, the
+    # broken template's at the first prompt): the folder is the user's, so one line.
+    import json
+
+    source = bundled_model.torch.path
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    for item in source.iterdir():
+        if item.is_file() and item.name not in ("config.json", *edit):
+            (folder / item.name).symlink_to(item)
+    config = json.loads((source / "config.json").read_text())
+    config.update({key: value for key, value in edit.items() if "." not in key})
+    (folder / "config.json").write_text(json.dumps(config))
+    for name, text in edit.items():
+        if "." in name:
+            (folder / name).write_text(text)
+    with pytest.raises(ValueError) as err:
+        TorchRunner.load(folder)
+    assert said in str(err.value) and "\n" not in str(err.value), str(err.value)
