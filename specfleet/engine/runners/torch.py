@@ -357,7 +357,7 @@ def _quiet_load_report() -> Iterator[None]:
 
 
 def _refusal_text(err: Exception) -> str:
-    """The first line of a library's refusal; the size mismatch that points at a report
+    """A library's refusal on one line; the size mismatch that points at a report
     `_quiet_load_report` kept off stderr says what it found instead."""
     text = str(err)
     if isinstance(err, pickle.UnpicklingError):  # torch's note on weights_only runs 8 lines
@@ -365,7 +365,7 @@ def _refusal_text(err: Exception) -> str:
     if "ignore_mismatched_sizes" in text:
         return ("weights of other shapes than the config.json describes; expected a "
                 "config.json and weights of the same model")
-    return " ".join(text.strip().splitlines()[0].split()) if text.strip() else type(err).__name__
+    return " ".join(text.split()) or type(err).__name__  # e.g. a field and its TypeError
 
 
 def _refuse_partial_weights(loading: dict) -> None:
