@@ -67,13 +67,40 @@ def expand_user(text: str, label: str) -> Path:
                         "of a known user, or a path without it") from None
 
 
+def path_value(variable: Variable, env: Environ | None) -> str | None:
+    """`variable`'s value as a path, None when unset or empty.
+
+    Raises:
+        UserError: blank, or starting or ending with whitespace (a folder named ' ' made in
+            the current folder, a paste's trailing space made a second folder).
+    """
+    raw = variable.value(env)
+    if raw is None or raw == raw.strip():
+        return raw
+    problem = "is blank" if not raw.strip() else "starts or ends with whitespace"
+    raise UserError(f"{variable.name}: {raw!r} {problem}; expected a path, or {variable.name} "
+                    f"unset for {variable.default}")
+
+
 @dataclass(frozen=True)
 class UserPath(Variable):
     """A file or folder path; `~` is expanded."""
 
     def read(self, env: Environ | None = None) -> Path | None:
-        raw = self.value(env)
+        raw = path_value(self, env)
         return expand_user(raw, self.name) if raw else None
+
+
+@dataclass(frozen=True)
+class AbsolutePath(Variable):
+    """A path from `/`, the same whatever the current folder (no `~`: not expanded)."""
+
+    def read(self, env: Environ | None = None) -> str | None:
+        raw = path_value(self, env)
+        if raw is not None and not raw.startswith("/"):
+            raise UserError(f"{self.name}: {raw!r} is not an absolute path; expected a path "
+                            "starting with /")
+        return raw
 
 
 @dataclass(frozen=True)
@@ -99,8 +126,8 @@ class Seconds(Variable):
         raw = self.value(env)
         if raw is None:
             return self.default_s
-        try:
-            value = float(raw)
+        try:  # float() also reads '٣', '６' and '1_0', which no other number here takes
+            value = float(raw) if raw.isascii() and "_" not in raw else float("nan")
         except ValueError:
             value = float("nan")
         if not self.low_s <= value <= self.high_s:  # also refuses nan
@@ -135,10 +162,12 @@ class Count(Variable):
 
 @dataclass(frozen=True)
 class Switch(Variable):
-    """On unless set to `0`."""
+    """On unless set to `0` (spaces aside, as a `Presence`). Any other value is only compared,
+    never used, so bytes that are not UTF-8 read as on: `SPECFLEET_OPENBLAS` is read as
+    specfleet is imported, where a `UserError` would be a traceback."""
 
     def read(self, env: Environ | None = None) -> bool:
-        return self.value(env) != "0"
+        return (os.environ if env is None else env).get(self.name, "").strip() != "0"
 
 
 @dataclass(frozen=True)
@@ -151,13 +180,15 @@ class Presence(Variable):
         return self.name in environ and environ[self.name].strip() != "0"
 
 
-_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-HOST_NAME_EXPECTED = "a host name of letters, digits, '_', '.' or '-' (at most 64)"
+# Ray's rule for a label value: `$` would also pass a trailing newline, which Ray refuses.
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+HOST_NAME_EXPECTED = ("a host name of letters, digits, '_', '.' or '-', starting and ending "
+                      "with a letter or digit (at most 63)")
 
 
 def host_name_problem(text: str) -> str | None:
     """Why `text` cannot name a fleet host (a Ray label value and a store key), or None."""
-    if _HOST_NAME.match(text):
+    if _HOST_NAME.fullmatch(text):
         return None
     return f"expected {HOST_NAME_EXPECTED}, got {text[:80]!r}"
 
@@ -170,7 +201,8 @@ class HostName(Variable):
         """The name, None when unset.
 
         Raises:
-            UserError: not letters, digits, '_', '.' or '-' (at most 64).
+            UserError: not letters, digits, '_', '.' or '-', starting and ending with a
+                letter or digit (at most 63).
         """
         given = self.value(env)
         if given is not None and (problem := host_name_problem(given)):
@@ -211,7 +243,7 @@ MODELS = UserPath(
 OPENBLAS = Switch(
     "SPECFLEET_OPENBLAS", "0: MLX's CPU backend keeps the wheel's own BLAS (no OpenBLAS loaded)",
     "OpenBLAS loaded on Linux x86-64 where it is installed")
-RUNTIME_DIR = Text(
+RUNTIME_DIR = AbsolutePath(  # every process of the user must find the same machine lock
     "SPECFLEET_RUNTIME_DIR",
     "this user's private runtime folder (machine locks, kept results, the embedded Ray dir)",
     "/tmp/specfleet-UID")

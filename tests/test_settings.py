@@ -16,7 +16,11 @@ from specfleet.settings import (
     FORCE_SYNC,
     HOME,
     HOST,
+    HOST_NAME_EXPECTED,
+    JOURNAL_DIR,
     LEASE_S,
+    OPENBLAS,
+    RUNTIME_DIR,
     SELFTEST,
     STORE_RETRY_S,
     THREADS,
@@ -95,10 +99,26 @@ def test_seconds_say_their_default_and_range_as_declared(variable: Seconds) -> N
                             "got '\u0661\u0662'"),
     (THREADS, "9" * 5000, "SPECFLEET_THREADS: expected a whole number between 1 and 4096, "
                          f"got '{'9' * 5000}'"),
-    (HOST, "my host", "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
-                      "'-' (at most 64), got 'my host'"),
-    (HOST, "a" * 65, "SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or "
-                     f"'-' (at most 64), got {'a' * 65!r}"),
+    (HOST, "my host", f"SPECFLEET_HOST: expected {HOST_NAME_EXPECTED}, got 'my host'"),
+    (HOST, "a" * 64, f"SPECFLEET_HOST: expected {HOST_NAME_EXPECTED}, got {'a' * 64!r}"),
+    # Ray refuses each as a label value; `$` let the newline through.
+    (HOST, "h-", f"SPECFLEET_HOST: expected {HOST_NAME_EXPECTED}, got 'h-'"),
+    (HOST, "h.", f"SPECFLEET_HOST: expected {HOST_NAME_EXPECTED}, got 'h.'"),
+    (HOST, "h\n", f"SPECFLEET_HOST: expected {HOST_NAME_EXPECTED}, got 'h\\n'"),
+    # float() reads these; no other number here does.
+    (LEASE_S, "\u0663", "SPECFLEET_LEASE_S: expected seconds between 1 and 3600, got '\u0663'"),
+    (LEASE_S, "1_0", "SPECFLEET_LEASE_S: expected seconds between 1 and 3600, got '1_0'"),
+    # A path of spaces was a folder named ' ' wherever the command ran.
+    (HOME, " ", "SPECFLEET_HOME: ' ' is blank; expected a path, or SPECFLEET_HOME unset for "
+                "the user cache dir"),
+    (JOURNAL_DIR, "/tmp/j ", "SPECFLEET_JOURNAL_DIR: '/tmp/j ' starts or ends with "
+                             "whitespace; expected a path, or SPECFLEET_JOURNAL_DIR unset for "
+                             "journal/ in the user data dir"),
+    # Each process would look for the machine lock under its own current folder.
+    (RUNTIME_DIR, "rt", "SPECFLEET_RUNTIME_DIR: 'rt' is not an absolute path; expected a path "
+                        "starting with /"),
+    (RUNTIME_DIR, "~/rt", "SPECFLEET_RUNTIME_DIR: '~/rt' is not an absolute path; expected a "
+                          "path starting with /"),
 ])
 def test_a_malformed_value_is_one_line_naming_the_variable(variable, raw, message) -> None:
     with pytest.raises(UserError) as err:
@@ -115,6 +135,18 @@ def test_readers_of_each_kind() -> None:
     assert not FORCE_SYNC.read({FORCE_SYNC.name: "0"})  # `=0` turned sync on: the opposite
     assert HOME.read({HOME.name: "~/sf"}) == Path.home() / "sf"
     assert HOME.read({HOME.name: ""}) is None
+
+
+def test_host_names_as_ray_takes_them() -> None:
+    assert HOST.read({HOST.name: "a" * 63}) == "a" * 63
+    assert HOST.read({HOST.name: "H_1.x-2"}) == "H_1.x-2"
+    assert HOST.read({HOST.name: "h"}) == "h"
+
+
+def test_a_switch_is_off_only_at_0_and_never_refuses_a_value() -> None:
+    # SPECFLEET_OPENBLAS is read as specfleet is imported: a UserError was a traceback.
+    assert OPENBLAS.read({OPENBLAS.name: "\udcff"})
+    assert not OPENBLAS.read({OPENBLAS.name: " 0 "})  # as a Presence reads it
 
 
 def test_a_reader_reads_the_process_environment_by_default(monkeypatch) -> None:

@@ -50,7 +50,9 @@ def _stdout_failed(err: OSError) -> bool:
     import traceback
 
     frames = traceback.extract_tb(err.__traceback__)
-    return bool(frames) and frames[-1].name in {"write", "flush", "echo", "secho", "print"}
+    # `_write_buffer`: rich's Console, which writes every --help page
+    return bool(frames) and frames[-1].name in {"write", "flush", "echo", "secho", "print",
+                                                 "_write_buffer"}
 
 
 def _fail(line: str, status: int = 1) -> None:

@@ -16,7 +16,7 @@ import typer
 from specfleet.cli.options import AddressOption, EmbeddedOption
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
-from specfleet.settings import SELFTEST, expand_user
+from specfleet.settings import HOST, SELFTEST, expand_user
 from specfleet.userfiles import check_writable_dir, given_path
 
 app = typer.Typer(
@@ -25,7 +25,8 @@ app = typer.Typer(
 
 # Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 characters) under the temp dir.
 MAX_TEMP_DIR_CHARS = 107 - 63
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+# A Ray label value ends with a letter or digit too; `$` would pass a trailing newline.
+_NAME = re.compile(r"[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?")
 
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
@@ -44,12 +45,13 @@ TempDirOption = Annotated[str | None, typer.Option(
     "--temp-dir", help="This node's own Ray temp dir (default /tmp/ray-specfleet-NAME).")]
 
 
-def check_name(name: str | None) -> str | None:
-    """A host name is lower-case letters, digits, '-' or '_' (it becomes a label and a name)."""
-    if name is not None and not _NAME.match(name):
+def check_name(name: str | None, label: str = "--name") -> str | None:
+    """A host name is lower-case letters, digits, '-' or '_' (it becomes a label and a name);
+    `label` names where it came from."""
+    if name is not None and not _NAME.fullmatch(name):
         raise UserError(
-            f"--name {name!r}: use 1-63 lower-case letters, digits, '-' or '_', "
-            "starting with a letter or digit"
+            f"{label} {name!r}: use 1-63 lower-case letters, digits, '-' or '_', "
+            "starting and ending with a letter or digit"
         )
     return name
 
@@ -233,7 +235,8 @@ def conditions_section(rows: list[dict]) -> list[str]:
 def _default_name() -> str:
     from specfleet.workers.hardware import default_host_name
 
-    return check_name(default_host_name()) or ""
+    label = f"${HOST.name}" if HOST.read() else "this machine's host name"
+    return check_name(default_host_name(), label) or ""
 
 
 def _token_hint() -> str:

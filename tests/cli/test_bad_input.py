@@ -1157,6 +1157,35 @@ NAMED = {
     "results: --since after year 9999 in UTC": (
         {}, NO_FILES, ["results", "--since", "9999-12-31T23:59-05:00", "--db", "{db}"],
         ["--since: '9999-12-31T23:59-05:00' falls outside years 1-9999 in UTC"]),
+    # Ray refuses a label value that ends in '-', '_' or '.', or holds a newline: with
+    # `--target h-/toy` a ValueError traceback once the embedded fleet had started.
+    "job generate: SPECFLEET_HOST ending with '-'": (
+        {"SPECFLEET_HOST": "h-"}, files(b__jsonl='{"prompt": "hi"}\n'),
+        [*JOB_BATCH[:-4], "--target", "h/toy", "--model", "script:1ms", "--embedded", "--db",
+         "{db}"],
+        ["SPECFLEET_HOST: expected a host name of letters, digits, '_', '.' or '-', starting "
+         "and ending with a letter or digit (at most 63), got 'h-'"]),
+    "job generate: SPECFLEET_HOST ending with a newline": (
+        {"SPECFLEET_HOST": "h\n"}, files(b__jsonl='{"prompt": "hi"}\n'),
+        [*JOB_BATCH[:-4], "--target", "h/toy", "--model", "script:1ms", "--embedded", "--db",
+         "{db}"], ["SPECFLEET_HOST: expected a host name", "got 'h\\n'"]),
+    "fleet join: --name ending with '-'": (  # it went on to reach the head
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h-"],
+        ["--name 'h-': use 1-63 lower-case letters, digits, '-' or '_', starting and ending "
+         "with a letter or digit"]),
+    "fleet join: SPECFLEET_HOST in upper case": (  # it named --name, which was not given
+        {"SPECFLEET_HOST": "Upper"}, NO_FILES, ["fleet", "join", "127.0.0.1:1"],
+        ["$SPECFLEET_HOST 'Upper': use 1-63 lower-case letters"]),
+    # Ray's ValueError (temp_dir must be absolute) was a traceback as the embedded fleet
+    # started, once the relative folder was made in the current one.
+    "run: SPECFLEET_RUNTIME_DIR relative": (
+        {"SPECFLEET_RUNTIME_DIR": "relative/rt"}, NO_FILES, run_args("{tmp}/good.yaml"),
+        ["SPECFLEET_RUNTIME_DIR: 'relative/rt' is not an absolute path; expected a path "
+         "starting with /"]),
+    "models list: SPECFLEET_HOME blank": (  # a folder named ' ' in the current folder
+        {"SPECFLEET_HOME": " "}, NO_FILES, ["models", "list"],
+        ["SPECFLEET_HOME: ' ' is blank; expected a path, or SPECFLEET_HOME unset for the user "
+         "cache dir"]),
 }
 
 

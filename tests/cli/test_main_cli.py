@@ -154,6 +154,23 @@ def test_a_full_standard_output_is_one_line_and_a_failure(tmp_path) -> None:
         1, "error: cannot write to standard output: No space left on device\n")
 
 
+def test_a_help_page_to_a_full_standard_output_is_one_line() -> None:
+    # rich writes the help page: its OSError was a traceback.
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(_entry("matrix", "run", "--help"), stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (
+        1, "error: cannot write to standard output: No space left on device\n")
+
+
+def test_a_switch_that_is_not_utf8_is_no_traceback_on_import() -> None:
+    # specfleet's import reads SPECFLEET_OPENBLAS: its UserError escaped every handler.
+    env = {**os.environ, "SPECFLEET_OPENBLAS": "\udcff"}
+    done = subprocess.run(_entry("--version"), env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+
+
 def test_a_closed_standard_output_is_refused_not_silently_lost(tmp_path) -> None:
     # `specfleet results >&-`: every line vanished and the exit status was 0.
     done = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh",
