@@ -261,6 +261,19 @@ TOY_RUN_LOG = Text(
     "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",
     "no log")
 
+
+
+def check_worker_settings() -> None:
+    """Read what a fleet worker started here inherits and reads only once it runs, so a bad
+    value is one line before the node starts, not a traceback in every run after.
+
+    Raises:
+        UserError: a malformed `SPECFLEET_THREADS` or `SPECFLEET_CONDITIONS_ROOT`.
+    """
+    THREADS.read()
+    CONDITIONS_ROOT.value()
+
+
 VARIABLES: tuple[Variable, ...] = (
     ADDRESS, CONDITIONS_ROOT, DB, FORCE_SYNC, HOME, HOST, JOURNAL_DIR, LEASE_S, MODELS,
     OPENBLAS, RUNTIME_DIR, SELFTEST, STORE_RETRY_S, THREADS, TOY_RUN_LOG,

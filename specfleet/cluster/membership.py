@@ -31,7 +31,7 @@ from specfleet.cluster.fleet import (
 )
 from specfleet.cluster.reach import connect_error, head_client, host_port
 from specfleet.errors import UserError
-from specfleet.settings import THREADS
+from specfleet.settings import check_worker_settings
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     HOST_LABEL,
@@ -201,7 +201,7 @@ def fleet_up(
     """Start the head (token auth, dashboard on loopback) and this host's worker on it;
     `supervise`: leave a background supervisor (`supervisor.py`) watching the node."""
     opts = options or NodeOptions()
-    THREADS.read()  # this host's worker inherits it: a bad value is said before the node starts
+    check_worker_settings()  # this host's worker inherits them: said before the node starts
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=True)
@@ -232,7 +232,7 @@ def fleet_join(
         UserError: no token, the head unreachable, or Python / Ray differ from the head's.
     """
     opts = options or NodeOptions()
-    THREADS.read()
+    check_worker_settings()
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=False)

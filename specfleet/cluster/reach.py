@@ -27,7 +27,7 @@ from typing import Any
 
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.run import Target
-from specfleet.settings import ADDRESS, THREADS
+from specfleet.settings import ADDRESS, check_worker_settings
 from specfleet.userfiles import read_text
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
@@ -195,7 +195,7 @@ def connect_fleet(address: str | None, embedded: bool = False) -> FleetChoice:
         check_reachable(choice.address, choice.source)
         check_token(choice.address, choice.source)
     else:  # the embedded fleet's worker inherits this environment: say a bad value before it
-        THREADS.read()
+        check_worker_settings()
     try:
         fleet.connect(choice.address)
     except ConnectionError as err:

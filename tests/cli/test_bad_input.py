@@ -284,6 +284,10 @@ ENVS = {
         {"SPECFLEET_THREADS": "abc"},
         cmd("matrix", "run", "{tmp}/good.yaml", "--embedded", "--db", "{tmp}/threads.db")),
     "SPECFLEET_THREADS 0, fleet up": ({"SPECFLEET_THREADS": "0"}, cmd("fleet", "up")),
+    # Read by the worker's conditions probe: a traceback in the worker on every run.
+    "SPECFLEET_CONDITIONS_ROOT not UTF-8, embedded fleet": (
+        {"SPECFLEET_CONDITIONS_ROOT": "/tmp/\udcff"},
+        cmd("matrix", "run", "{tmp}/good.yaml", "--embedded", "--db", "{tmp}/conditions.db")),
     "SPECFLEET_MODELS missing": ({"SPECFLEET_MODELS": "/nonexistent/models.yaml"},
                                  cmd("generate", "-m", "smollm2-135m", "-p", "hi")),
     "SPECFLEET_HOST with a space": ({"SPECFLEET_HOST": "my host"},
