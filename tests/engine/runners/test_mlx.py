@@ -13,6 +13,7 @@ from mlx_lm.generate import generate_step  # noqa: E402
 
 from specfleet.engine.runners.mlx import MlxRunner, resolve_device  # noqa: E402
 from specfleet.errors import UserError  # noqa: E402
+from tests.engine.runners.edited import edited_folder  # noqa: E402
 
 PROMPT_TEXT = "Name three colours of the rainbow."
 
@@ -89,20 +90,7 @@ def test_device_names_are_checked():
 def test_a_folder_mlx_lm_cannot_read_is_refused_in_one_line(bundled_model, tmp_path, edit,
                                                             said):
     # Each was a traceback (the broken template's at the first prompt).
-    import json
-
-    source = bundled_model.mlx.path
-    folder = tmp_path / "edited"
-    folder.mkdir()
-    for item in source.iterdir():
-        if item.is_file() and item.name not in ("config.json", *edit):
-            (folder / item.name).symlink_to(item)
-    config = json.loads((source / "config.json").read_text())
-    config.update({key: value for key, value in edit.items() if "." not in key})
-    (folder / "config.json").write_text(json.dumps(config))
-    for name, text in edit.items():
-        if "." in name:
-            (folder / name).write_text(text)
+    folder = edited_folder(bundled_model.mlx.path, tmp_path / "edited", edit)
     with pytest.raises(ValueError) as err:
         MlxRunner.load(folder, "cpu")
     assert said in str(err.value) and "\n" not in str(err.value), str(err.value)

@@ -16,6 +16,7 @@ from specfleet.engine.runners.torch import (
     resolve_device,
 )
 from specfleet.errors import UserError
+from tests.engine.runners.edited import edited_folder
 
 PROMPT_TEXT = "Name three colours of the rainbow."
 ROOT = Path(__file__).resolve().parents[3]
@@ -183,20 +184,7 @@ def test_a_folder_transformers_cannot_read_is_refused_in_one_line(bundled_model,
                                                                   edit, said):
     # Each was a traceback (the size mismatch's pointing at a report kept off stderr, the
     # broken template's at the first prompt): the folder is the user's, so one line.
-    import json
-
-    source = bundled_model.torch.path
-    folder = tmp_path / "edited"
-    folder.mkdir()
-    for item in source.iterdir():
-        if item.is_file() and item.name not in ("config.json", *edit):
-            (folder / item.name).symlink_to(item)
-    config = json.loads((source / "config.json").read_text())
-    config.update({key: value for key, value in edit.items() if "." not in key})
-    (folder / "config.json").write_text(json.dumps(config))
-    for name, text in edit.items():
-        if "." in name:
-            (folder / name).write_text(text)
+    folder = edited_folder(bundled_model.torch.path, tmp_path / "edited", edit)
     with pytest.raises(ValueError) as err:
         TorchRunner.load(folder)
     assert said in str(err.value) and "\n" not in str(err.value), str(err.value)
