@@ -353,7 +353,7 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
             row = session.get(model, ident, with_for_update=True)
             if row is None:
                 raise UnknownMatrix(f"no matrix or job {ident!r} in {self.display_url}")
-            owner = getattr(row, "driver_id", None)
+            owner = row.driver_id  # matrices and jobs both have one (0004, 0008)
             if driver_id is not None and owner not in (None, driver_id):
                 return False
             row.status, row.finished_at, row.lease_until = status, utcnow(), None
