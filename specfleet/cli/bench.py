@@ -26,6 +26,7 @@ from specfleet.cli.options import (
     RateOption,
     RequireQuietOption,
 )
+from specfleet.configs import packaged_names, prompts_dir
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.engine.peers import PEER_KINDS
 from specfleet.errors import UserError
@@ -49,7 +50,11 @@ def _is_file(item: str) -> bool:
     # wrong (a missing file was "prompts[0].name: use letters, digits ...").
     # `notes.md` is a file too: a packaged prompt is named without its suffix.
     path = Path(item)
-    return path.is_file() or "/" in item or os.sep in item or path.suffix in (".txt", ".md")
+    if path.is_file() or "/" in item or os.sep in item or path.suffix in (".txt", ".md"):
+        return True
+    # Something of that name here (a folder, a FIFO, a link loop) and no packaged prompt: its
+    # reader says what it is, not "no prompt file 'adir.txt' in the packaged prompts".
+    return os.path.lexists(item) and item not in packaged_names(prompts_dir())
 
 
 def _safe_name(text: str) -> str:
@@ -175,7 +180,6 @@ def bench_command(
     Exit status 0 when every run is done, 1 when some failed or were interrupted.
     """
     from specfleet.cli.matrix import run_spec, scheduler_options
-    from specfleet.configs import prompts_dir
     from specfleet.jobs.spec_files import parse_matrix_spec
     from specfleet.jobs.userinput import Problems, one_line_of
 

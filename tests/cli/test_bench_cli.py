@@ -88,6 +88,23 @@ def test_bench_reads_a_prompt_named_with_a_suffix_as_a_file(tmp_path, monkeypatc
     assert line == "error: notes.md: no such file; expected a prompt text file"
 
 
+def test_bench_says_what_a_prompt_named_here_is_when_no_prompt_is_packaged(tmp_path,
+                                                                          monkeypatch) -> None:
+    # A folder or a link loop here was "no prompt file 'adir.txt' in .../configs/prompts".
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    os.symlink("loop", tmp_path / "loop")
+    assert one_line_error(["bench", "-p", "adir", "--db", "sqlite:///:memory:"]) == (
+        "error: adir: is a directory; expected a prompt text file")
+    assert one_line_error(["bench", "-p", "loop", "--db", "sqlite:///:memory:"]).startswith(
+        "error: loop: ")
+    (tmp_path / "story").mkdir()  # a packaged prompt's name still means the packaged prompt
+    assert "story" not in one_line_error(["bench", "-p", "story", "-a", "grded", "--db",
+                                          "sqlite:///:memory:"])
+
+
 def test_bench_names_every_mistake_in_its_flags_terms() -> None:
     # Only the first was in flag terms ("also arms[1].arm: ..."), and a fourth was only
     # counted ("(+1 more)"), with no file to validate for the rest.
