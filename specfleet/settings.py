@@ -160,24 +160,33 @@ class Count(Variable):
         return number
 
 
+# What turns a switch off, in any case and spaces aside: `=false` reading as on would do the
+# opposite of what it says.
+OFF_VALUES = ("0", "false", "no", "off")
+
+
+def _says_off(value: str) -> bool:
+    return value.strip().lower() in OFF_VALUES
+
+
 @dataclass(frozen=True)
 class Switch(Variable):
-    """On unless set to `0` (spaces aside, as a `Presence`). Any other value is only compared,
-    never used, so bytes that are not UTF-8 read as on: `SPECFLEET_OPENBLAS` is read as
-    specfleet is imported, where a `UserError` would be a traceback."""
+    """On unless set to one of `OFF_VALUES` (as a `Presence`). Any other value is only
+    compared, never used, so bytes that are not UTF-8 read as on: `SPECFLEET_OPENBLAS` is read
+    as specfleet is imported, where a `UserError` would be a traceback."""
 
     def read(self, env: Environ | None = None) -> bool:
-        return (os.environ if env is None else env).get(self.name, "").strip() != "0"
+        return not _says_off((os.environ if env is None else env).get(self.name, ""))
 
 
 @dataclass(frozen=True)
 class Presence(Variable):
-    """On when set, even to an empty value, unless set to `0` (which reads as off, as a
-    `Switch`'s does: `=0` turning it on would do the opposite of what it says)."""
+    """On when set, even to an empty value, unless set to one of `OFF_VALUES` (which read as
+    off, as a `Switch`'s do: `=0` turning it on would do the opposite of what it says)."""
 
     def read(self, env: Environ | None = None) -> bool:
         environ = os.environ if env is None else env
-        return self.name in environ and environ[self.name].strip() != "0"
+        return self.name in environ and not _says_off(environ[self.name])
 
 
 # Ray's rule for a label value: `$` would also pass a trailing newline, which Ray refuses.
@@ -221,7 +230,8 @@ DB = Text(
     "SPECFLEET_DB", "the store (a SQLAlchemy URL or a SQLite file path) when no --db is given",
     "specfleet.db in the user data dir")
 FORCE_SYNC = Presence(
-    "SPECFLEET_FORCE_SYNC", "set to any value but 0, even empty: the decode loop never pipelines",
+    "SPECFLEET_FORCE_SYNC",
+    "set, even empty, but not to 0, false, no or off: the decode loop never pipelines",
     "pipelining where the sampler allows it and the device's steps overlap the host "
     "(not torch on a CPU)")
 HOME = UserPath(
@@ -241,14 +251,16 @@ MODELS = UserPath(
     "SPECFLEET_MODELS", "the model alias file (a models.yaml)",
     "the packaged specfleet/configs/models.yaml")
 OPENBLAS = Switch(
-    "SPECFLEET_OPENBLAS", "0: MLX's CPU backend keeps the wheel's own BLAS (no OpenBLAS loaded)",
+    "SPECFLEET_OPENBLAS",
+    "0 (or false, no, off): MLX's CPU backend keeps the wheel's own BLAS (no OpenBLAS loaded)",
     "OpenBLAS loaded on Linux x86-64 where it is installed")
 RUNTIME_DIR = AbsolutePath(  # every process of the user must find the same machine lock
     "SPECFLEET_RUNTIME_DIR",
     "this user's private runtime folder (machine locks, kept results, the embedded Ray dir)",
     "/tmp/specfleet-UID")
 SELFTEST = Switch(
-    "SPECFLEET_SELFTEST", "0: workers start without their self-test (test suites, debugging)",
+    "SPECFLEET_SELFTEST",
+    "0 (or false, no, off): workers start without their self-test (test suites, debugging)",
     "the self-test runs")
 STORE_RETRY_S = Seconds(
     "SPECFLEET_STORE_RETRY_S", "how long a store write retries an unreachable store, in seconds",

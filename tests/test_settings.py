@@ -143,10 +143,17 @@ def test_host_names_as_ray_takes_them() -> None:
     assert HOST.read({HOST.name: "h"}) == "h"
 
 
-def test_a_switch_is_off_only_at_0_and_never_refuses_a_value() -> None:
+def test_a_switch_is_off_at_0_false_no_or_off_and_never_refuses_a_value() -> None:
     # SPECFLEET_OPENBLAS is read as specfleet is imported: a UserError was a traceback.
     assert OPENBLAS.read({OPENBLAS.name: "\udcff"})
     assert not OPENBLAS.read({OPENBLAS.name: " 0 "})  # as a Presence reads it
+    # `=false` turned the self-test and OpenBLAS on, and forced the loop synchronous.
+    for off in ("false", "False", "no", " OFF "):
+        assert not OPENBLAS.read({OPENBLAS.name: off}) and not SELFTEST.read({SELFTEST.name: off})
+        assert not FORCE_SYNC.read({FORCE_SYNC.name: off})
+    for on in ("", "1", "true", "yes", "on"):
+        assert OPENBLAS.read({OPENBLAS.name: on}) and FORCE_SYNC.read({FORCE_SYNC.name: on})
+    assert OPENBLAS.read({}) and not FORCE_SYNC.read({})
 
 
 def test_a_reader_reads_the_process_environment_by_default(monkeypatch) -> None:
