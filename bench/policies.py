@@ -84,6 +84,8 @@ def child(engine: str, args: argparse.Namespace) -> dict:
     """Everything one engine measures, as JSON-ready data."""
     from specfleet.cli.localmodel import load_model
     from specfleet.engine.config import PromptLookupConfig
+    from specfleet.engine.loop import may_pipeline
+    from specfleet.engine.sampling import SamplerConfig
     from specfleet.engine.widthcosts import QUICK, measure_width_costs
 
     kind = ENGINES[engine]
@@ -108,6 +110,8 @@ def child(engine: str, args: argparse.Namespace) -> dict:
     measure(arms, prompts, limits, args.repeats, lambda line: log(f"{engine}: {line}"))
     return {
         "engine": engine, "model": model, "calibrate_s": calibrate_s,
+        # How this host's loop ran the arms (torch on a CPU: synchronous), for the replay.
+        "pipelines": may_pipeline(runner, SamplerConfig()),
         "table": {"ratio": table.ratio, "lo": table.ratio_lo, "hi": table.ratio_hi, "n": table.n,
                   "flagged": table.flagged, "pipelined_ms": table.pipelined_ms},
         "prompts": {name: ids for name, ids in prompts.items()},

@@ -18,13 +18,6 @@ def _table(data) -> list[str]:
             f"{data['calibrate_s']:.0f} s){flagged}: {cells}", ""]
 
 
-def host_pipelines(data: dict) -> bool:
-    """Whether this engine's loop pipelines on this host, a CPU (torch's does not)."""
-    from specfleet.engine.kinds import steps_overlap_host
-
-    return steps_overlap_host("mlx" if data["engine"].startswith("mlx") else data["engine"], "cpu")
-
-
 def _speed_table(data, median_rate, spread, predictions) -> tuple[list[str], list[str]]:
     from specfleet.engine.widthcosts import WidthCosts  # noqa: F401 (engine importable)
 
@@ -39,7 +32,7 @@ def _speed_table(data, median_rate, spread, predictions) -> tuple[list[str], lis
         plain = median_rate(data, "plain", prompt)
         kind = "copy" if prompt in COPY_HEAVY else "prose" if prompt in PROSE else "-"
         ratio = {a: median_rate(data, a, prompt) / plain for a in arms}
-        predicted = predictions(data, prompt, data["table"]["ratio"], True, host_pipelines(data))
+        predicted = predictions(data, prompt, data["table"]["ratio"], True, data["pipelines"])
         errors = {p: (predicted[p] - ratio[p]) / ratio[p] for p in POLICIES}
         cells = " | ".join(f"{ratio[a]:.2f}x ±{spread(data, a, prompt) * 50:.0f}%" for a in arms)
         lines.append(f"| {prompt} | {kind} | {plain:.1f} | {cells} | "
@@ -109,7 +102,7 @@ def _efficiency(results, efficiencies) -> list[str]:
              "|" + "---|" * (3 + len(POLICIES))]
     for data in results:
         for prompt in answered(data):
-            eff = efficiencies(data, prompt, data["table"]["ratio"], host_pipelines(data))
+            eff = efficiencies(data, prompt, data["table"]["ratio"], data["pipelines"])
             cells = " | ".join(f"{eff[p]:.2f}" for p in POLICIES)
             lines.append(f"| {data['engine']} | {prompt} | {eff['ceiling']:.2f}x | {cells} |")
     return lines
