@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 import socket
 from typing import Annotated
 
@@ -16,7 +15,7 @@ import typer
 from specfleet.cli.options import AddressOption, EmbeddedOption
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
-from specfleet.settings import HOST, SELFTEST, expand_user
+from specfleet.settings import HOST, SELFTEST, expand_user, host_name_problem
 from specfleet.userfiles import check_writable_dir, given_path
 
 app = typer.Typer(
@@ -25,8 +24,6 @@ app = typer.Typer(
 
 # Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 characters) under the temp dir.
 MAX_TEMP_DIR_CHARS = 107 - 63
-# A Ray label value ends with a letter or digit too; `$` would pass a trailing newline.
-_NAME = re.compile(r"[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?")
 
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
@@ -46,9 +43,10 @@ TempDirOption = Annotated[str | None, typer.Option(
 
 
 def check_name(name: str | None, label: str = "--name") -> str | None:
-    """A host name is lower-case letters, digits, '-' or '_' (it becomes a label and a name);
-    `label` names where it came from."""
-    if name is not None and not _NAME.fullmatch(name):
+    """A fleet node's name is a host name (`settings.host_name_problem`: Ray's label rule) in
+    lower case and without '.' (it also names the node's temp dir); `label` names where it came
+    from."""
+    if name is not None and (host_name_problem(name) or name != name.lower() or "." in name):
         raise UserError(
             f"{label} {name!r}: use 1-63 lower-case letters, digits, '-' or '_', "
             "starting and ending with a letter or digit"
