@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -215,6 +216,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep=False):
@@ -240,6 +243,12 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
 
 
 def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    _refuse_yaml11_reading(node)
+    digits = node.value.lstrip("+-").replace("_", "")
+    if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit() and digits.strip("0"):
+        raise yaml.constructor.ConstructorError(  # YAML 1.2 (and a person) read `017` as 17
+            None, None, f"{node.value!r} reads as an octal number in YAML 1.1; expected a "
+            "number without a leading zero, or quotes around it for text", node.start_mark)
     try:
         return loader.construct_yaml_int(node)
     except (ValueError, IndexError):
@@ -248,6 +257,15 @@ def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
         raise yaml.constructor.ConstructorError(
             None, None, f"{too_long_integer()}; expected a shorter number", node.start_mark
         ) from None
+
+
+def _refuse_yaml11_reading(node: yaml.ScalarNode) -> None:
+    """Refuse YAML 1.1's base-60 numbers (`1:10` is 70), which YAML 1.2 and a reader take
+    for text: a time or a ratio silently read as another number."""
+    if ":" in node.value and node.tag in (_INT_TAG, _FLOAT_TAG):
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{node.value!r} reads as a base-60 number in YAML 1.1; expected a "
+            "plain number, or quotes around it for text", node.start_mark)
 
 
 def _not_a(node: yaml.Node, noun: str, expected: str) -> yaml.constructor.ConstructorError:
@@ -271,10 +289,22 @@ def _scalar(construct: Any, noun: str, expected: str) -> Any:
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
 )
-_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
+
+
+def _construct_float(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> float:
+    _refuse_yaml11_reading(node)
+    return loader.construct_yaml_float(node)
+
+
+# YAML 1.2's exponent forms (`1e3`, `1.0e300`), which YAML 1.1 reads as text; with a dot and
+# a signed exponent (`1.5e+3`) both read a number already.
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT_TAG, re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 for _tag, _construct, _noun, _expected in (
         ("bool", yaml.SafeLoader.construct_yaml_bool, "boolean", "true or false"),
-        ("float", yaml.SafeLoader.construct_yaml_float, "number", "a number"),
+        ("float", _construct_float, "number", "a number"),
         ("timestamp", yaml.SafeLoader.construct_yaml_timestamp, "date", "a real date")):
     _UniqueKeyLoader.add_constructor(f"tag:yaml.org,2002:{_tag}",
                                      _scalar(_construct, _noun, _expected))

@@ -268,6 +268,28 @@ def test_a_scalar_yaml_cannot_read_as_its_type_is_one_line(tmp_path: Path) -> No
         assert said in line, line
 
 
+def test_numbers_yaml_11_and_a_reader_disagree_on_are_refused(tmp_path: Path) -> None:
+    # YAML 1.1 read `1:10` as 70 (base 60) and `017` as 15 (octal): silently another number.
+    for field, said in [
+        ("seed: 1:10", "line 6, column 7: YAML syntax error: '1:10' reads as a base-60 number "
+         "in YAML 1.1; expected a plain number, or quotes around it for text"),
+        ("temperature: 0:30.5", "'0:30.5' reads as a base-60 number"),
+        ("seed: 017", "'017' reads as an octal number in YAML 1.1; expected a number without "
+         "a leading zero, or quotes around it for text"),
+        ("seed: -0_17", "'-0_17' reads as an octal number"),
+    ]:
+        (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, GOOD + field)))
+        assert said in line, line
+
+
+def test_yaml_12_exponents_read_as_numbers(tmp_path: Path) -> None:
+    # YAML 1.1 read `1e3` as text ("expected an integer, got '1e3'"); a zero stays a zero.
+    spec = load_matrix_spec(write(tmp_path, GOOD + "temperature: 5e-1\nseed: 00\n"))
+    assert (spec.temperature, spec.seed) == (0.5, 0)
+    (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, GOOD + "seed: 1e3")))
+    assert "seed: expected an integer, got 1000.0" in line, line
+
+
 def test_a_lone_surrogate_is_named_with_its_field(tmp_path: Path) -> None:
     # It passed validate and `matrix run` failed hashing the prompt, with a traceback.
     text = GOOD.replace('"hello hello"', '"hello \\ud83d"')
