@@ -46,12 +46,15 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
 
 
+VERDICT_MARKS = {"gain": "▲", "loss": "▼", "within noise": "~"}
+
+
 def _marks(cell) -> str:
     marks = []
     if cell.no_verdict_n is not None:  # as the tables' `n=1, no verdict`
         marks.append(f"n={cell.no_verdict_n}")
-    if cell.verdict == "within noise":
-        marks.append("~")
+    # The colour is the speed-up's size, so a 0.99x loss looks like noise without its mark.
+    marks.extend(VERDICT_MARKS[v] for v in (cell.verdict,) if v in VERDICT_MARKS)
     if cell.spread_flag:
         marks.append("!")
     if cell.loop:
@@ -68,7 +71,7 @@ def cell_label(cell) -> str:
 
 def heat_legend(cells) -> str:
     """The marks under a heatmap's title; `n=1` explained when a cell shows one."""
-    line = "~ within noise  ! spread>5%  L loop (grey)  ≠ diverged"
+    line = "▲ gain  ▼ loss  ~ within noise  ! spread>5%  L loop (grey)  ≠ diverged"
     few = sorted({c.no_verdict_n for c in cells if c.no_verdict_n is not None})
     if few:
         shown = ", ".join(f"n={n}" for n in few)

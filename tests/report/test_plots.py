@@ -77,6 +77,21 @@ def _runs(arm: str, rates: list[float], prompt: str = "code") -> list:
             for i, rate in enumerate(rates)]
 
 
+def test_a_heatmap_cell_says_its_verdict_not_only_its_colour(tmp_path, monkeypatch):
+    # A 0.99x loss and a 1.00x cell within noise were the same yellow; only `~` told them apart.
+    import specfleet.report.plots as plots
+    from specfleet.stats.view import view_of_runs
+
+    view = view_of_runs("x", "x", [*_runs("plain", [100.0, 100.2, 99.8]),
+                                   *_runs("graded", [99.0, 99.1, 98.9]),
+                                   *_runs("plain", [100.0, 101.0, 99.0], "story"),
+                                   *_runs("graded", [100.0, 102.0, 98.5], "story")])
+    axes = _kept_axes(monkeypatch)
+    plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
+    (heat,) = axes
+    assert [t.get_text() for t in heat.texts] == ["0.99x\n▼", "1.00x\n~"]
+
+
 def test_a_heatmap_cell_under_three_repeats_says_n_and_no_verdict(tmp_path, monkeypatch):
     # A speed-up from one run was drawn as unmarked as a 1.50x gain from three.
     import specfleet.report.plots as plots
@@ -89,11 +104,12 @@ def test_a_heatmap_cell_under_three_repeats_says_n_and_no_verdict(tmp_path, monk
     axes = _kept_axes(monkeypatch)
     plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
     (heat,) = axes
-    assert [t.get_text() for t in heat.texts] == ["1.50x", "1.41x\nn=1"]
+    assert [t.get_text() for t in heat.texts] == ["1.50x\n▲", "1.41x\nn=1"]
     assert heat.get_title().endswith("n=1 (hatched): under 3 repeats a side, no verdict")
     assert [(p.get_x(), p.get_hatch()) for p in heat.patches] == [(0.5, "//")]  # story only
     gain, single = (view.cell("h/toy/cpu", "m", p, "graded") for p in ("code", "story"))
-    assert (plots.cell_label(gain), plots.cell_label(single)) == ("1.50x", "1.41x\nn=1")
-    assert plots.heat_legend([gain]) == "~ within noise  ! spread>5%  L loop (grey)  ≠ diverged"
+    assert (plots.cell_label(gain), plots.cell_label(single)) == ("1.50x\n▲", "1.41x\nn=1")
+    assert plots.heat_legend([gain]) == ("▲ gain  ▼ loss  ~ within noise  ! spread>5%  "
+                                         "L loop (grey)  ≠ diverged")
     assert plots.heat_legend([gain, single]).endswith(
         "\nn=1 (hatched): under 3 repeats a side, no verdict")
