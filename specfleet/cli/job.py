@@ -1,7 +1,8 @@
 """`specfleet job ...`: generation batches on one target, and the width-cost table per target.
 
 `job generate` runs a JSONL batch of prompts on one target of the fleet through the scheduler
-(one run per prompt, stored as a generation job) and prints each reply. `job calibrate`
+(one run per prompt, stored as a generation job) and prints each reply; `job list` and `job
+show` read the stored jobs back. `job calibrate`
 measures the per-width verify cost table (docs/engine.md, "Verify cost per width") on every target and stores it per host.
 """
 
@@ -16,16 +17,19 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.options import (
+    LIST_LIMIT,
     LOOKUP_FLAG_PREFIX,
     AddressOption,
     DbOption,
     EmbeddedOption,
+    JobIdArgument,
     MaxDraftOption,
     MaxWidthOption,
     ModelAliasOption,
     NgramMaxOption,
     NgramMinOption,
     NoProgressOption,
+    counts_text,
     flag_given,
     lookup_given,
     with_policy_option_flags,
@@ -40,7 +44,8 @@ from specfleet.settings import host_name_problem
 from specfleet.store.leases import new_driver_id
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 
-app = typer.Typer(help="Generation batches and per-target calibration on the fleet.",
+app = typer.Typer(help="Generation batches (generate, list, show) and per-target calibration "
+                  "on the fleet.",
                   no_args_is_help=True)
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -169,6 +174,36 @@ def _print_outputs(store, job_id: str) -> None:
         typer.echo(f"== {row.prompt_name}: {row.generated_tokens} tokens, "
                    f"{row.tok_per_s or 0:.1f} tok/s ({row.resolved_policy})")
         typer.echo(row.output_text or "")
+
+
+@app.command("list")
+def list_cmd(
+    db: DbOption = None,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, max=LIST_LIMIT, help="Newest N jobs.")] = 20,
+) -> None:
+    """Generation jobs, newest first: id, name, target, model, status, prompts done of total,
+    submitted."""
+    with open_store(db, read_only=True) as store:
+        jobs = store.list_generation_jobs(limit=limit)
+    if not jobs:
+        typer.echo("no generation jobs yet")
+    for j in jobs:
+        typer.echo(f"{j.id:<32} {j.name:<16} {j.host}/{j.engine}/{j.device}  {j.model}  "
+                   f"{j.status:<12} {j.counts.get('done', 0)}/{j.total_runs} done  "
+                   f"{j.submitted_at:%Y-%m-%d %H:%M}")
+
+
+@app.command("show")
+def show(job_id: JobIdArgument, db: DbOption = None) -> None:
+    """A stored generation job's replies, as `job generate` printed them, then its status."""
+    with open_store(db, read_only=True) as store:
+        job = store.get_generation_job(job_id)
+        _print_outputs(store, job_id)
+    ended = f", finished {job.finished_at:%Y-%m-%d %H:%M}" if job.finished_at else ""
+    typer.echo(f"job {job.id} ({job.name}): {job.status}; {counts_text(job.counts)}; "
+               f"{job.host}/{job.engine}/{job.device} {job.model}; submitted "
+               f"{job.submitted_at:%Y-%m-%d %H:%M}{ended}")
 
 
 @app.command("calibrate")

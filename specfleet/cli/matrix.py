@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from specfleet.cli.options import (
+    LIST_LIMIT,
     AddressOption,
     DbOption,
     EmbeddedOption,
@@ -23,6 +24,7 @@ from specfleet.cli.options import (
     NoProgressOption,
     RateOption,
     RequireQuietOption,
+    counts_text,
 )
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.cluster.reach import choose_fleet, open_fleet
@@ -315,7 +317,7 @@ def status(
         matrix = store.get_matrix(matrix_id)
         rows = store.runs(matrix=matrix_id)
     typer.echo(f"matrix {matrix.id} ({matrix.name}): {matrix.status}; "
-               f"{_counts_text(matrix.counts)}; submitted {matrix.submitted_at:%Y-%m-%d %H:%M}")
+               f"{counts_text(matrix.counts)}; submitted {matrix.submitted_at:%Y-%m-%d %H:%M}")
     per_host: dict[str, Counter] = defaultdict(Counter)
     for row in rows:
         per_host[f"{row.host}/{row.engine}/{row.device}"][row.status] += 1
@@ -323,7 +325,7 @@ def status(
         typer.echo(f"  driver {matrix.driver_id}, heartbeat lease until "
                    f"{matrix.lease_until:%H:%M:%S} UTC")
     for target, counts in sorted(per_host.items()):
-        typer.echo(f"  {target}: {_counts_text(counts)}")
+        typer.echo(f"  {target}: {counts_text(counts)}")
     for row in rows:
         if row.status in ("failed", "interrupted") and row.error:
             typer.echo(f"  {row.status} {row.run_key[:12]} {row.model} {row.prompt_name} "
@@ -331,8 +333,6 @@ def status(
     if matrix.status in ("interrupted", "failed"):
         typer.echo(f"resume with: specfleet matrix resume {matrix.id}")
 
-
-LIST_LIMIT = 1_000_000  # SQLite's LIMIT takes 64 bits; no store holds a million matrices
 
 
 @app.command("list")
@@ -402,9 +402,3 @@ def _check_models(spec: MatrixSpec, file: str, address: str | None, local: bool)
 def schema() -> None:
     """The JSON schema of a matrix file."""
     typer.echo(json.dumps(matrix_json_schema(), indent=2))
-
-
-def _counts_text(counts) -> str:
-    order = ("done", "running", "pending", "failed", "interrupted")
-    parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
-    return ", ".join(parts) or "no runs"

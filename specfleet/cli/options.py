@@ -75,9 +75,24 @@ def not_blank(expected: str) -> Callable[[typer.CallbackParam, str | None], str 
 
 MATRIX_ID = "a matrix id (`specfleet matrix list`)"
 
+# `matrix list` and `job list`: SQLite's LIMIT takes 64 bits; no store holds a million.
+LIST_LIMIT = 1_000_000
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """Runs per status, `3 done, 1 interrupted` (`matrix status`, `job show`)."""
+    order = ("done", "running", "pending", "failed", "interrupted")
+    parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
+    return ", ".join(parts) or "no runs"
+
+
 # A model the fleet resolves by alias (`job generate`, `job calibrate`, `history`).
 ModelAliasOption = Annotated[str, typer.Option(
     "--model", callback=not_blank("a model alias"), help="Model alias.")]
+
+# A stored generation job a command reads (`job show`).
+JobIdArgument = Annotated[str, typer.Argument(
+    callback=not_blank("a job id (`specfleet job list`)"), help="Job id (see `job list`).")]
 
 # A stored matrix a command reads (`matrix show/status/resume`, `report`).
 MatrixIdArgument = Annotated[str, typer.Argument(

@@ -11,7 +11,7 @@ from dataclasses import fields
 from datetime import datetime
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from specfleet.jobs.run import RunSpec
 from specfleet.store.base import StoreCore
@@ -94,16 +94,23 @@ class StoreQueries:
             return _matrix_row(matrix, _status_counts(session, [matrix_id])[matrix_id])
 
     def get_generation_job(self: StoreCore, job_id: str) -> JobRow:
-        """One generation job, its status as reads show it (`interrupted` once its driver's
-        lease ran out); UnknownMatrix if there is none."""
+        """One generation job with its run counts per status, its status as reads show it
+        (`interrupted` once its driver's lease ran out); UnknownMatrix if there is none."""
         with self._read() as session:
             job = session.get(GenerationJob, job_id)
             if job is None:
-                raise UnknownMatrix(f"no generation job {job_id!r} in {self.display_url}")
-            stored = {f.name: getattr(job, f.name) for f in fields(JobRow)}
-            if reads_interrupted(job.status, job.lease_until, utcnow()):
-                stored["status"] = "interrupted"  # its driver stopped renewing the lease
-            return JobRow(**stored)
+                raise UnknownMatrix(f"no generation job {job_id!r} in {self.display_url}; "
+                                    f"expected {_id_hint(session, job_id, GenerationJob)}")
+            return _job_row(job, _status_counts(session, [job_id], Run.job_id)[job_id])
+
+    def list_generation_jobs(self: StoreCore, limit: int | None = None) -> list[JobRow]:
+        """Generation jobs, newest first, with their run counts per status."""
+        with self._read() as session:
+            stmt = (select(GenerationJob)
+                    .order_by(GenerationJob.submitted_at.desc(), GenerationJob.id).limit(limit))
+            jobs = session.scalars(stmt).all()
+            counts = _status_counts(session, [j.id for j in jobs], Run.job_id)
+            return [_job_row(j, counts[j.id]) for j in jobs]
 
     def list_matrices(
         self: StoreCore, limit: int | None = None, offset: int = 0
@@ -219,38 +226,54 @@ class StoreQueries:
 MAX_ID_HINT_CHARS = 200  # matrix ids are ~30 characters; past this nothing begins so
 
 
-def _id_hint(session: Session, matrix_id: str) -> str:
-    """What an unknown matrix id should have been: the one stored id it begins (a short
-    prefix typed), else where the ids are listed."""
-    prefix = matrix_id.strip()
+def _id_hint(session: Session, given: str, table: type[Matrix | GenerationJob] = Matrix) -> str:
+    """What an unknown matrix (or generation job) id should have been: the one stored id it
+    begins (a short prefix typed), else where the ids are listed."""
+    prefix = given.strip()
     if 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
-        found = session.scalars(select(Matrix.id).where(
-            Matrix.id.startswith(prefix, autoescape=True)).limit(2)).all()
+        found = session.scalars(select(table.id).where(
+            table.id.startswith(prefix, autoescape=True)).limit(2)).all()
         if len(found) == 1:
             return f"a whole id (did you mean {found[0]!r}?)"
-    return "an id that `specfleet matrix list` shows"
+    lister = "matrix list" if table is Matrix else "job list"
+    return f"an id that `specfleet {lister}` shows"
 
 
-def _status_counts(session: Session, ids: list[str] | None) -> dict[str, dict[str, int]]:
-    """Run counts per status of the given matrices (None: all of them)."""
+def _status_counts(session: Session, ids: list[str] | None,
+                   owner: InstrumentedAttribute = Run.matrix_id) -> dict[str, dict[str, int]]:
+    """Run counts per status of the given matrices (None: all of them), or of the given
+    generation jobs with `owner=Run.job_id`."""
     counts: dict[str, dict[str, int]] = defaultdict(dict)
-    stmt = select(Run.matrix_id, Run.status, func.count()).group_by(Run.matrix_id, Run.status)
+    stmt = select(owner, Run.status, func.count()).group_by(owner, Run.status)
     if ids is not None:
-        stmt = stmt.where(Run.matrix_id.in_(ids))
-    for matrix_id, status, n in session.execute(stmt):
-        if matrix_id is not None:  # generation-job runs belong to no matrix
-            counts[matrix_id][status] = n
+        stmt = stmt.where(owner.in_(ids))
+    for owner_id, status, n in session.execute(stmt):
+        if owner_id is not None:  # a run belongs to a matrix or to a generation job
+            counts[owner_id][status] = n
     return counts
 
 
-def _matrix_row(matrix: Matrix, counts: dict[str, int]) -> MatrixRow:
-    status, counts = matrix.status, dict(counts)
-    if reads_interrupted(status, matrix.lease_until, utcnow()):
+def _status_read(status: str, lease_until: datetime | None,
+                 counts: dict[str, int]) -> tuple[str, dict[str, int]]:
+    """A matrix's or a job's status and run counts as reads show them."""
+    counts = dict(counts)
+    if reads_interrupted(status, lease_until, utcnow()):
         # Its driver stopped renewing the lease: what it had running is lost with it.
         status = "interrupted"
         lost = counts.pop("running", 0)
         if lost:
             counts["interrupted"] = counts.get("interrupted", 0) + lost
+    return status, counts
+
+
+def _job_row(job: GenerationJob, counts: dict[str, int]) -> JobRow:
+    stored = {f.name: getattr(job, f.name) for f in fields(JobRow) if f.name != "counts"}
+    stored["status"], stored["counts"] = _status_read(job.status, job.lease_until, counts)
+    return JobRow(**stored)
+
+
+def _matrix_row(matrix: Matrix, counts: dict[str, int]) -> MatrixRow:
+    status, counts = _status_read(matrix.status, matrix.lease_until, counts)
     return MatrixRow(
         id=matrix.id, name=matrix.name, spec=matrix.spec, spec_hash=matrix.spec_hash,
         submitted_at=matrix.submitted_at, finished_at=matrix.finished_at, status=status,

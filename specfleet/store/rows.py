@@ -90,6 +90,11 @@ class JobRow:
     specfleet_version: str
     driver_id: str | None = None  # the driver that runs (or last ran) it
     lease_until: datetime | None = None  # its heartbeat lease (naive UTC)
+    counts: dict[str, int] = field(default_factory=dict)  # its runs per status
+
+    @property
+    def total_runs(self) -> int:
+        return sum(self.counts.values())
 
 
 @dataclass(frozen=True)

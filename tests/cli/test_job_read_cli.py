@@ -1,0 +1,87 @@
+"""`specfleet job list` / `job show`: a stored generation job read back, as its statuses read.
+
+Before them a job's replies were printed once, at the end of `job generate`, and a job whose
+driver died could only be found through its runs in `results`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.store import open_store
+from tests.store.factory import HOST_B, result, spec
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _store_jobs(url: str) -> tuple[str, str]:
+    """A finished job (one reply done, one failed) and one whose driver died mid-run."""
+    with open_store(url) as store:
+        runs = [spec(f"d{i}", target=HOST_B, prompt=p) for i, p in enumerate(["edit_fn", "story"])]
+        done = store.create_generation_job("batch", HOST_B, "m1", runs)
+        store.record_result(result(runs[0], 42.0, text="def g(x):\n    return x"))
+        store.record_result(result(runs[1], status="failed").model_copy(
+            update={"error": "model ran out of memory"}))
+        store.finish_generation_job(done, "failed")
+        time.sleep(0.01)  # submitted later: listed first
+        cut = [spec("c0", target=HOST_B)]
+        dead = store.create_generation_job("night", HOST_B, "m1", cut, driver_id="gone",
+                                           lease_s=0.2)
+        store.mark_running("c0", "gone", 0.2)
+    time.sleep(0.3)  # both leases run out
+    return done, dead
+
+
+def test_job_list_shows_each_job_newest_first_with_its_status_as_read(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    done, dead = _store_jobs(url)
+    listed = _invoke("job", "list", "--db", url)
+    assert listed.exit_code == 0, listed.output
+    first, second = listed.stdout.splitlines()
+    assert first.startswith(dead) and "night" in first and "spark1/torch/cuda  m1" in first
+    assert " interrupted " in first and "0/1 done" in first  # its driver's lease ran out
+    assert second.startswith(done) and " failed " in second and "1/2 done" in second
+    only = _invoke("job", "list", "--db", url, "--limit", "1")
+    assert only.stdout.splitlines() == [first]
+
+
+def test_job_show_prints_the_replies_then_the_job(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    done, dead = _store_jobs(url)
+    shown = _invoke("job", "show", done, "--db", url)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[:4] == ["== edit_fn: 3 tokens, 42.0 tok/s (plain)", "def g(x):",
+                         "    return x", "== story: failed: model ran out of memory"]
+    assert lines[4].startswith(f"job {done} (batch): failed; 1 done, 1 failed; "
+                               "spark1/torch/cuda m1; submitted ")
+    assert ", finished " in lines[4]
+    cut = _invoke("job", "show", dead, "--db", url).stdout.splitlines()
+    assert cut[0] == "== edit_fn: interrupted: "
+    assert cut[1].startswith(f"job {dead} (night): interrupted; 1 interrupted; ")
+
+
+def test_an_unknown_or_short_job_id_is_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    done, _ = _store_jobs(url)
+    for given, said in [
+        ("nosuch", "expected an id that `specfleet job list` shows"),
+        (done[:10], f"expected a whole id (did you mean {done!r}?)"),
+    ]:
+        shown = _invoke("job", "show", given, "--db", url)
+        assert shown.exit_code == 2, shown.output
+        assert shown.stderr == f"error: no generation job {given!r} in {url}; {said}\n"
+
+
+def test_an_empty_store_has_no_jobs_and_a_read_makes_no_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    with open_store(url):
+        pass
+    assert _invoke("job", "list", "--db", url).stdout == "no generation jobs yet\n"
+    missing = _invoke("job", "list", "--db", f"sqlite:///{tmp_path}/none.db")
+    assert missing.exit_code != 0 and not (tmp_path / "none.db").exists()
