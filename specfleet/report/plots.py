@@ -71,7 +71,8 @@ def cell_label(cell) -> str:
 
 def heat_legend(cells) -> str:
     """The marks under a heatmap's title; `n=1` explained when a cell shows one."""
-    line = "▲ gain  ▼ loss  ~ within noise  ! spread>5%  L loop (grey)  ≠ diverged"
+    # Two lines: one would run into the colour bar's label on a two-prompt heatmap.
+    line = "▲ gain  ▼ loss  ~ within noise\n! spread>5%  L loop (grey)  ≠ diverged"
     few = sorted({c.no_verdict_n for c in cells if c.no_verdict_n is not None})
     if few:
         shown = ", ".join(f"n={n}" for n in few)

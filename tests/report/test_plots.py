@@ -109,7 +109,7 @@ def test_a_heatmap_cell_under_three_repeats_says_n_and_no_verdict(tmp_path, monk
     assert [(p.get_x(), p.get_hatch()) for p in heat.patches] == [(0.5, "//")]  # story only
     gain, single = (view.cell("h/toy/cpu", "m", p, "graded") for p in ("code", "story"))
     assert (plots.cell_label(gain), plots.cell_label(single)) == ("1.50x\n▲", "1.41x\nn=1")
-    assert plots.heat_legend([gain]) == ("▲ gain  ▼ loss  ~ within noise  ! spread>5%  "
+    assert plots.heat_legend([gain]) == ("▲ gain  ▼ loss  ~ within noise\n! spread>5%  "
                                          "L loop (grey)  ≠ diverged")
     assert plots.heat_legend([gain, single]).endswith(
         "\nn=1 (hatched): under 3 repeats a side, no verdict")
