@@ -18,29 +18,46 @@ DEFAULT_PORT = 8266  # next to Ray's dashboard (8265) on a head
 
 
 def check_free(host: str, port: int) -> None:
-    """Fail with one line before starting when the port is taken (uvicorn would log it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as sock:
-        try:
-            sock.bind((host, port))
-        except socket.gaierror as err:
-            raise UserError(f"--host {host!r}: cannot resolve it ({err.strerror}); expected an "
-                            "address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
-        except OSError as err:
-            if err.errno == errno.EADDRNOTAVAIL:
-                raise UserError(f"--host {host}: not an address of this machine "
-                                f"({err.strerror}); expected one of its addresses, e.g. "
-                                "127.0.0.1 or 0.0.0.0") from None
-            raise UserError(f"--port {port}: cannot listen on {host} ({err.strerror}); "
-                            "pick another with --port") from None
+    """Fail with one line before starting when the port is taken (uvicorn would log it).
+
+    Binds as asyncio's `create_server` (uvicorn's listener) does: every address `host`
+    resolves to, SO_REUSEADDR (a restart is not refused while the last run's connections
+    linger in TIME_WAIT), IPv6 sockets IPv6-only.
+    """
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise UserError(f"--host {host!r}: cannot resolve it ({err.strerror}); expected an "
+                        "address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
+    for family, kind, proto, _, address in found:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as err:
+                raise _bind_error(host, port, err) from None
+
+
+def _bind_error(host: str, port: int, err: OSError) -> UserError:
+    if err.errno in (errno.EADDRINUSE, errno.EACCES):
+        return UserError(f"--port {port}: cannot listen on {host} ({err.strerror}); pick "
+                         "another with --port")
+    return UserError(f"--host {host}: not an address of this machine ({err.strerror}); "
+                     "expected one of its addresses, e.g. 127.0.0.1 or 0.0.0.0")
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        pass
+    try:  # the IPv4 shorthands the socket layer binds too: 127.1 is 127.0.0.1
+        return ipaddress.ip_address(socket.inet_aton(host)).is_loopback
+    except OSError:
         return False
 
 
