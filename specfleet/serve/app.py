@@ -52,6 +52,16 @@ def _templates() -> Environment:
     return env
 
 
+def _query(request: Request, allowed: dict, required: tuple = ()) -> dict:
+    """The request's query parameters, checked (`params.parse`); a body is refused, as it
+    would be ignored without a word (e.g. `{"page": 2}` sent to /api/matrices)."""
+    length = request.headers.get("content-length", "0").strip().lstrip("0")
+    if length or "transfer-encoding" in request.headers:
+        raise params.BadParameter(f"{request.method} {request.url.path[:80]} takes no request "
+                                  "body; expected its parameters in the query string")
+    return params.parse(request.query_params, allowed, required)
+
+
 class Views:
     """The route handlers over one read-only store and (optionally) a fleet."""
 
@@ -66,7 +76,7 @@ class Views:
 
     async def _page(self, request: Request, build, template: str, allowed: dict,
                     required: tuple = (), **path) -> Response:
-        query = params.parse(request.query_params, allowed, required)
+        query = _query(request, allowed, required)
         as_json = request.url.path.startswith("/api/")
         built = await run_in_threadpool(build, **path, **query, as_json=as_json)
         return JSONResponse(built) if as_json else self.html(template, built)
@@ -92,7 +102,7 @@ class Views:
             "parity.html", {}, matrix_id=request.path_params["matrix_id"])
 
     async def progress(self, request: Request) -> Response:
-        params.parse(request.query_params, {})
+        _query(request, {})
         matrix_id = request.path_params["matrix_id"]
         matrix = await run_in_threadpool(self.store.get_matrix, matrix_id)
         return JSONResponse(pages.progress(matrix))
@@ -104,7 +114,7 @@ class Views:
             matrix_id=request.path_params["matrix_id"])
 
     async def download(self, request: Request) -> Response:
-        params.parse(request.query_params, {})
+        _query(request, {})
         matrix_id, fmt = request.path_params["matrix_id"], request.path_params["fmt"]
         if fmt not in FORMATS:
             raise NotFound(f"no download runs.{fmt[:40]}; expected "
@@ -122,7 +132,7 @@ class Views:
         return self.store.runs(matrix=matrix_id)
 
     async def spec(self, request: Request) -> Response:
-        params.parse(request.query_params, {})
+        _query(request, {})
         matrix = await run_in_threadpool(self.store.get_matrix, request.path_params["matrix_id"])
         return PlainTextResponse(pages.spec_yaml(matrix.spec),
                                  media_type="text/plain; charset=utf-8")
@@ -141,7 +151,7 @@ class Views:
             required=("a", "b"))
 
     async def home(self, request: Request) -> Response:
-        params.parse(request.query_params, {})
+        _query(request, {})
         return RedirectResponse("/matrices", status_code=307)
 
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from specfleet.errors import UserError, one_line
+from specfleet.serve import params
 
 COOKIE = "specfleet_view"
 LOGIN_PATH = "/login"
@@ -27,6 +28,7 @@ OPEN_PREFIX = "/static/"
 HOME = "/matrices"
 MIN_TOKEN_CHARS = 16
 MAX_FORM_BYTES = 4096  # the login form is two short fields
+FORM = "application/x-www-form-urlencoded"
 _LABEL = b"specfleet serve: a browser that logged in"
 REFUSED = ("this view needs a token: send `Authorization: Bearer TOKEN` or log in at "
            f"{LOGIN_PATH}")
@@ -64,11 +66,12 @@ def _same(given: str, expected: str) -> bool:
 
 
 def _bearer(headers: Headers) -> str | None:
-    """The bearer token sent, "" for another kind of Authorization, None for none."""
-    value = headers.get("authorization")
-    if value is None:
-        return None
-    scheme, _, credentials = value.partition(" ")
+    """The bearer token sent, "" for another kind of Authorization or more than one (else
+    the first would win without a word), None for none."""
+    values = headers.getlist("authorization")
+    if len(values) != 1:
+        return None if not values else ""
+    scheme, _, credentials = values[0].partition(" ")
     return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
@@ -142,12 +145,13 @@ class Login:
         return await (self.submit if request.method == "POST" else self.form)(request)
 
     async def form(self, request: Request) -> Response:
-        target = local_path(request.query_params.get("next"))
+        target = local_path(params.parse(request.query_params, {"next": str}).get("next"))
         if self.token is None:
             return RedirectResponse(target, status_code=303)
         return self.render("login.html", {"next": target, "error": None})
 
     async def submit(self, request: Request) -> Response:
+        params.parse(request.query_params, {})  # the form sends `next` in its body
         fields = await _form_fields(request)
         target = local_path(fields.get("next"))
         if self.token is None:
@@ -163,6 +167,9 @@ class Login:
 
 async def _form_fields(request: Request) -> dict[str, str]:
     """A small urlencoded form (the app has no multipart parser and needs none)."""
+    kind = request.headers.get("content-type", FORM).partition(";")[0].strip().lower()
+    if kind != FORM:  # else a right token sent as JSON would be "Wrong token."
+        raise HTTPException(415, f"the login form is sent as {FORM}; got {kind[:80]!r}")
     body = b""
     async for chunk in request.stream():
         body += chunk
@@ -172,4 +179,6 @@ async def _form_fields(request: Request) -> dict[str, str]:
         pairs = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
     except ValueError:
         raise HTTPException(400, "the login form has too many fields") from None
+    if twice := next((key for key, values in pairs.items() if len(values) > 1), None):
+        raise HTTPException(400, f"the login form has {twice[:80]!r} twice; expected it once")
     return {key: values[0] for key, values in pairs.items()}

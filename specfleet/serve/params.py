@@ -92,7 +92,7 @@ def parse(query: QueryParams, allowed: dict[str, Parser],
     for name in names:
         if name not in allowed:
             expected = ", ".join(allowed) or "none"
-            raise BadParameter(f"unknown query parameter {name!r}; expected {expected}")
+            raise BadParameter(f"unknown query parameter {name[:80]!r}; expected {expected}")
         if names.count(name) > 1:  # else the last one would win without a word
             raise BadParameter(f"query parameter {name!r} given twice; expected it once")
     for name in required:

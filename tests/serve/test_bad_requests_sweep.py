@@ -1,0 +1,84 @@
+"""Requests the web view must refuse in one line rather than answer wrongly: a body where the
+parameters belong in the query, an over-long parameter name, a login form or query that is
+not what the form sends, a second `Authorization` header."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+from specfleet.serve import create_app
+from specfleet.serve.auth import COOKIE
+from specfleet.store.readonly import open_read_only
+from tests.serve.seed import BASE
+
+TOKEN = "0123456789abcdef-the-right-token"
+WRONG = "0123456789abcdef-the-wrong-token"
+
+
+@pytest.fixture(scope="module")
+def guarded(seeded_url):
+    """A client of the view with a token; it shows redirects instead of following them."""
+    with (open_read_only(seeded_url) as store,
+          TestClient(create_app(store, token=TOKEN), follow_redirects=False) as web):
+        yield web
+
+
+@pytest.mark.parametrize("path", ["/api/matrices", "/matrices", f"/matrices/{BASE}/runs.csv",
+                                  f"/api/matrices/{BASE}/progress", "/"])
+def test_a_body_on_a_get_is_a_400_not_ignored(client, path):
+    response = client.request("GET", path, json={"page": 2})
+    assert response.status_code == 400, path
+    says = f"GET {path} takes no request body; expected its parameters in the query string"
+    assert says in (response.json()["error"] if path.startswith("/api/") else response.text)
+    assert client.request("GET", path, content=b"", follow_redirects=False).status_code in (
+        200, 307)
+
+
+def test_an_over_long_unknown_parameter_name_is_cut_in_the_error(client):
+    response = client.get("/api/matrices?" + "x" * 5000)
+    assert response.status_code == 400
+    assert response.json()["error"] == f"unknown query parameter {'x' * 80!r}; expected page"
+
+
+@pytest.mark.parametrize(("query", "says"), [
+    ("next=/fleet&next=/matrices", "query parameter 'next' given twice; expected it once"),
+    (f"token={TOKEN}", "unknown query parameter 'token'; expected next"),
+])
+def test_the_login_page_checks_its_query(guarded, query, says):
+    response = guarded.get(f"/login?{query}")
+    assert response.status_code == 400 and response.text == f"error: {says}\n"
+    assert TOKEN not in response.text
+
+
+def _post_login(web, query: str = "", **kwargs):
+    return web.post(f"/login{query}", **kwargs)
+
+
+def test_the_login_form_takes_no_query(guarded):
+    response = _post_login(guarded, "?next=/fleet", data={"token": TOKEN})
+    assert response.status_code == 400 and "set-cookie" not in response.headers
+    assert response.text == "error: unknown query parameter 'next'; expected none\n"
+
+
+def test_a_login_that_is_not_a_form_is_a_415_not_a_wrong_token(guarded):
+    response = _post_login(guarded, json={"token": TOKEN})
+    assert response.status_code == 415 and "set-cookie" not in response.headers
+    assert response.text == ("error: the login form is sent as "
+                             "application/x-www-form-urlencoded; got 'application/json'\n")
+
+
+@pytest.mark.parametrize("body", [f"token={WRONG}&token={TOKEN}", f"token={TOKEN}&token={WRONG}",
+                                  f"token={TOKEN}&next=/fleet&next=/matrices"])
+def test_a_login_field_given_twice_is_a_400(guarded, body):
+    response = _post_login(guarded, content=body.encode(),
+                           headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert response.status_code == 400 and COOKIE not in response.headers.get("set-cookie", "")
+    assert "twice; expected it once" in response.text
+
+
+@pytest.mark.parametrize("order", [(TOKEN, WRONG), (WRONG, TOKEN)])
+def test_two_authorization_headers_are_refused_whichever_comes_first(guarded, order):
+    headers = [("Authorization", f"Bearer {token}") for token in order]
+    response = guarded.get("/api/matrices", headers=headers)
+    assert response.status_code == 401 and "this view needs a token" in response.json()["error"]
