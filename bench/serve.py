@@ -115,7 +115,7 @@ def main() -> None:
     ensure_store(args.db, args.rebuild)
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
     load_before = os.getloadavg()[0]
-    with open_read_only(str(args.db)) as store, TestClient(create_app(store)) as client:
+    with open_read_only(str(args.db)) as store, TestClient(create_app(store), base_url="http://127.0.0.1:8266") as client:
         results = time_pages(client, args.repeats)
     print(f"| page | server median ms | server p95 ms | CPU median ms | size | "
           f"< {TARGET_MS:.0f} ms |")

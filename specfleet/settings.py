@@ -13,8 +13,10 @@ This module imports only the standard library and `specfleet.errors`: every laye
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +202,22 @@ def host_name_problem(text: str) -> str | None:
     if _HOST_NAME.fullmatch(text):
         return None
     return f"expected {HOST_NAME_EXPECTED}, got {text[:80]!r}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, no port) names this machine's loopback:
+    `localhost` in any case, 127.0.0.0/8 (the shorthands the socket layer binds too: 127.1)
+    or ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.inet_aton(host)).is_loopback
+    except (OSError, ValueError):  # ValueError: a NUL in it
+        return False
 
 
 @dataclass(frozen=True)

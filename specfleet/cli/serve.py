@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import socket
 from typing import Annotated
@@ -12,6 +11,7 @@ import typer
 
 from specfleet.cli.options import MATRIX_ID, DbOption, not_blank
 from specfleet.errors import UserError
+from specfleet.settings import is_loopback
 from specfleet.userfiles import given_path, read_text
 
 DEFAULT_PORT = 8266  # next to Ray's dashboard (8265) on a head
@@ -46,19 +46,6 @@ def _bind_error(host: str, port: int, err: OSError) -> UserError:
                          "another with --port")
     return UserError(f"--host {host}: not an address of this machine ({err.strerror}); "
                      "expected one of its addresses, e.g. 127.0.0.1 or 0.0.0.0")
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
-    try:  # the IPv4 shorthands the socket layer binds too: 127.1 is 127.0.0.1
-        return ipaddress.ip_address(socket.inet_aton(host)).is_loopback
-    except OSError:
-        return False
 
 
 def url_of(host: str, port: int, path: str = "/") -> str:

@@ -17,10 +17,11 @@ from urllib.parse import parse_qs, urlencode
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from specfleet.errors import UserError, one_line
 from specfleet.serve import params
+from specfleet.settings import is_loopback
 
 COOKIE = "specfleet_view"
 LOGIN_PATH = "/login"
@@ -89,10 +90,12 @@ def local_path(target: str | None) -> str:
 
 
 class TokenGate:
-    """ASGI middleware: lets a request through with the right bearer token or login cookie.
+    """ASGI middleware: lets a request through with the right bearer token or login cookie;
+    an open view (no token), one whose Host names a loopback address.
 
     A refused page is a 303 to the login page (which returns to it); a refused API call, or
-    any request with a wrong `Authorization` header, is a 401 with a JSON error.
+    any request with a wrong `Authorization` header, is a 401 with a JSON error; a foreign
+    Host, a 400.
     """
 
     def __init__(self, app, token: str | None):
@@ -101,11 +104,11 @@ class TokenGate:
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
-        if scope["type"] != "http" or self.token is None or is_open(path):
+        if scope["type"] != "http" or (self.token is not None and is_open(path)):
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        refused = self.refusal(request)
+        refused = self.refusal(request) if self.token is not None else _foreign_host(request)
         if refused is None:
             await self.app(scope, receive, send)
         else:
@@ -123,6 +126,29 @@ class TokenGate:
             return _unauthorized()
         asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"{LOGIN_PATH}?{urlencode({'next': asked})}", status_code=303)
+
+
+def _foreign_host(request: Request) -> Response | None:
+    """An open view's refusal of a Host that names no loopback address, else None: a web
+    page whose name a DNS server re-points at 127.0.0.1 (DNS rebinding) would otherwise read
+    the store from the browser of whoever runs the view."""
+    given = request.headers.get("host")
+    if given is None or is_loopback(_host_name(given)):
+        return None
+    message = (f"Host {given[:80]!r} names no loopback address; expected 127.0.0.1, ::1 or "
+               "localhost: an open view answers only there (behind a proxy, serve with "
+               "--token-file)")
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": message}, status_code=400)
+    return PlainTextResponse(f"error: {message}\n", status_code=400)
+
+
+def _host_name(host: str) -> str:
+    """A Host header's name without its port: `[::1]:8266` -> `::1`."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() else host
 
 
 def _unauthorized() -> Response:

@@ -10,8 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
-from specfleet.cli.serve import is_loopback, url_of
+from specfleet.cli.serve import url_of
+from specfleet.settings import is_loopback
 from specfleet.store import open_store
+from tests.serve.seed import LOOPBACK_URL
 
 runner = CliRunner()
 TOKEN = "5e1f0c3a9b7d4e2f8a6c1b3d5f7e9a0c"
@@ -155,7 +157,7 @@ def test_loopback_is_open_unless_a_token_file_is_given(tmp_path, empty_store, se
     assert stderr.splitlines()[0].endswith(f"; needs a token: the token in {token_file})")
     assert "note:" not in stderr
     (open_app, _), (guarded, _) = served
-    with TestClient(open_app) as web:
+    with TestClient(open_app, base_url=LOOPBACK_URL) as web:
         assert web.get("/api/matrices").status_code == 200
     with TestClient(guarded, follow_redirects=False) as web:
         assert web.get("/api/matrices").status_code == 401

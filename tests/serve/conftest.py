@@ -7,7 +7,7 @@ from starlette.testclient import TestClient
 
 from specfleet.serve import create_app
 from specfleet.store.readonly import open_read_only
-from tests.serve.seed import seed_store
+from tests.serve.seed import LOOPBACK_URL, seed_store
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +20,6 @@ def seeded_url(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def client(seeded_url):
     store = open_read_only(seeded_url)
-    with TestClient(create_app(store)) as test_client:
+    with TestClient(create_app(store), base_url=LOOPBACK_URL) as test_client:
         yield test_client
     store.close()

@@ -14,6 +14,8 @@ XSS_SCRIPT = "<script>window.__xss = 1</script>"
 XSS_IMG = '"><img src=x onerror="window.__xss = 2">'
 XSS_TEXT = f"tell me {XSS_SCRIPT} and {XSS_IMG} now"
 XSS_NAME = f"evil {XSS_SCRIPT}"
+# Where tests reach an open view: it answers only a Host that names loopback.
+LOOPBACK_URL = "http://127.0.0.1:8266"
 BASE, NEXT, EVIL, LIVE = "base-000001", "next-000002", "evil-000003", "live-000004"
 # graded is 1.5x plain in BASE and a clear slow-down (1.2x) in NEXT; plain is the same.
 RATES = {

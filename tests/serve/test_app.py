@@ -16,7 +16,16 @@ from specfleet.report.tables import render_matrix
 from specfleet.serve import create_app
 from specfleet.serve.svg import heatmap
 from specfleet.store.readonly import open_read_only
-from tests.serve.seed import BASE, EVIL, LIVE, NEXT, THROTTLE_REASON, XSS_IMG, XSS_SCRIPT
+from tests.serve.seed import (
+    BASE,
+    EVIL,
+    LIVE,
+    LOOPBACK_URL,
+    NEXT,
+    THROTTLE_REASON,
+    XSS_IMG,
+    XSS_SCRIPT,
+)
 
 HISTORY = "/history?model=m1&prompt=edit_fn&arm=graded"
 PAGES = [
@@ -243,7 +252,7 @@ def test_a_trailing_slash_redirects_by_path_only(client):
     asked = {f"/matrices/{BASE}/runs.json/": f"/matrices/{BASE}/runs.json",
              "/matrices/?page=1": "/matrices?page=1", "/api/fleet//": "/api/fleet"}
     for path, location in asked.items():
-        response = client.get(path, headers={"Host": "evil.example"}, follow_redirects=False)
+        response = client.get(path, headers={"Host": "localhost:1"}, follow_redirects=False)
         assert response.status_code == 307 and response.headers["location"] == location, path
     assert client.get("/nope/", follow_redirects=False).status_code == 404
 
@@ -286,7 +295,7 @@ def test_postgres_store_is_read_only(pg_url):
     seed_store(pg_url)
     store = open_read_only(pg_url)
     try:
-        with TestClient(create_app(store)) as pg_client:
+        with TestClient(create_app(store), base_url=LOOPBACK_URL) as pg_client:
             assert pg_client.get(f"/matrices/{BASE}").status_code == 200
         with store.engine.connect() as conn, pytest.raises(InternalError, match="read-only"):
             conn.execute(text("UPDATE matrices SET status = 'failed'"))

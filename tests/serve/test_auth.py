@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from specfleet.serve import create_app
 from specfleet.serve.auth import COOKIE, MAX_FORM_BYTES, session_value
 from specfleet.store.readonly import open_read_only
-from tests.serve.seed import BASE
+from tests.serve.seed import BASE, LOOPBACK_URL
 from tests.serve.test_app import OTHER, ROUTES
 
 TOKEN = "0123456789abcdef-the-right-token"
@@ -130,7 +130,7 @@ def test_stored_data_is_never_cached(web):
 
 def test_without_a_token_the_view_is_open_and_login_goes_back(seeded_url):
     with (open_read_only(seeded_url) as store,
-          TestClient(create_app(store), follow_redirects=False) as open_web):
+          TestClient(create_app(store), base_url=LOOPBACK_URL, follow_redirects=False) as open_web):
         for path in (f"/matrices/{BASE}", f"/api/matrices/{BASE}"):
             response = open_web.get(path)
             assert response.status_code == 200, path
@@ -139,6 +139,28 @@ def test_without_a_token_the_view_is_open_and_login_goes_back(seeded_url):
             f"/matrices/{BASE}"
         assert _login(open_web, "anything").headers["location"] == "/matrices"
         assert "set-cookie" not in _login(open_web, "anything").headers
+
+
+def test_an_open_view_answers_only_a_host_that_names_loopback(seeded_url):
+    # A page whose name a DNS server re-points at 127.0.0.1 (DNS rebinding) read the store
+    # from the browser of whoever ran the view: its Host was answered like any other.
+    with (open_read_only(seeded_url) as store,
+          TestClient(create_app(store), follow_redirects=False) as open_web):
+        for host in ("127.0.0.1:8266", "localhost", "LOCALHOST:1", "[::1]:8266", "127.1"):
+            assert open_web.get("/api/matrices", headers={"Host": host}).status_code == 200, host
+        for host in ("rebound.example:8266", "rebound.example", "127.0.0.1.rebound.example",
+                     "[::2]:8266", "10.0.0.1", "localhost.", ""):
+            for path in ("/api/matrices", f"/matrices/{BASE}", "/static/app.css", "/login"):
+                response = open_web.get(path, headers={"Host": host})
+                assert response.status_code == 400, (host, path)
+                error = response.json()["error"] if path.startswith("/api/") else response.text
+                assert f"Host {host!r} names no loopback address; expected 127.0.0.1, ::1 or " \
+                       "localhost" in error, (host, error)
+                assert "seeded.db" not in error and BASE not in response.text
+    with (open_read_only(seeded_url) as store,  # with a token, the token is the gate
+          TestClient(create_app(store, token="t" * 16), follow_redirects=False) as guarded):
+        asked = {"Host": "view.example", "Authorization": f"Bearer {'t' * 16}"}
+        assert guarded.get("/api/matrices", headers=asked).status_code == 200
 
 
 def test_a_missing_asset_shows_nothing_of_the_store(web):
