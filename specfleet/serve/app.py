@@ -113,6 +113,16 @@ class Views:
             "runs.html", {"page": params.page_number},
             matrix_id=request.path_params["matrix_id"])
 
+    async def jobs(self, request: Request) -> Response:
+        return await self._page(
+            request, partial(pages.jobs_page, self.store),
+            "jobs.html", {"page": params.page_number})
+
+    async def job(self, request: Request) -> Response:
+        return await self._page(
+            request, partial(pages.job_page, self.store),
+            "job.html", {"page": params.page_number}, job_id=request.path_params["job_id"])
+
     async def download(self, request: Request) -> Response:
         _query(request, {})
         matrix_id, fmt = request.path_params["matrix_id"], request.path_params["fmt"]
@@ -232,6 +242,10 @@ def create_app(store: Store, fleet: FleetReader | None = None,
         Route("/api/matrices/{matrix_id}/runs", v.runs, methods=get),
         Route("/matrices/{matrix_id}/runs.{fmt:str}", v.download, methods=get),
         Route("/matrices/{matrix_id}/spec.yaml", v.spec, methods=get),
+        Route("/jobs", v.jobs, methods=get),
+        Route("/api/jobs", v.jobs, methods=get),
+        Route("/jobs/{job_id}", v.job, methods=get),
+        Route("/api/jobs/{job_id}", v.job, methods=get),
         Route("/history", v.history, methods=get),
         Route("/api/history", v.history, methods=get),
         Route("/compare", v.compare, methods=get),

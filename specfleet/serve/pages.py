@@ -58,7 +58,8 @@ def _quoted(value: str) -> str:
 
 
 def progress(matrix) -> dict:
-    """A matrix's status and run counts per status (what the live updates poll)."""
+    """A matrix's (or a generation job's) status and run counts per status (what the live
+    updates poll)."""
     counts = {s: matrix.counts.get(s, 0) for s in PROGRESS_STATUSES}
     return {"id": matrix.id, "status": matrix.status, "total": matrix.total_runs, **counts,
             "finished_at": _time(matrix.finished_at)}
@@ -89,6 +90,32 @@ def matrices_page(store, page: int = 1, as_json: bool = False) -> dict:
     items = [{**progress(m), "name": m.name, "submitted_at": _time(m.submitted_at)}
              for m in rows]
     return {"matrices": items, "page": page, "pages": pages, "total": total}
+
+
+def jobs_page(store, page: int = 1, as_json: bool = False) -> dict:
+    """Every generation job (`specfleet job generate`), newest first, a page at a time."""
+    total = store.count_generation_jobs()
+    pages = last_page(page, total, MATRICES_PER_PAGE, "generation jobs")
+    rows = store.list_generation_jobs(limit=MATRICES_PER_PAGE,
+                                      offset=(page - 1) * MATRICES_PER_PAGE)
+    return {"jobs": [_job_record(j) for j in rows], "page": page, "pages": pages,
+            "total": total}
+
+
+def job_page(store, job_id: str, page: int = 1, as_json: bool = False) -> dict:
+    """A generation job and its replies in the batch's order, a page at a time."""
+    job = store.get_generation_job(job_id)
+    total = store.count_runs(job=job_id)
+    pages = last_page(page, total, RUNS_PER_PAGE, f"replies of {job_id}")
+    shown = store.runs(job=job_id, limit=RUNS_PER_PAGE, offset=(page - 1) * RUNS_PER_PAGE)
+    return {"job": {**_job_record(job), "params": job.params},
+            "runs": [_run_record(r) for r in shown], "page": page, "pages": pages,
+            "total": total}
+
+
+def _job_record(job) -> dict:
+    return {**progress(job), "name": job.name, "target": f"{job.host}/{job.engine}/{job.device}",
+            "model": job.model, "submitted_at": _time(job.submitted_at)}
 
 
 @dataclass(frozen=True)

@@ -103,11 +103,20 @@ class StoreQueries:
                                     f"expected {_id_hint(session, job_id, GenerationJob)}")
             return _job_row(job, _status_counts(session, [job_id], Run.job_id)[job_id])
 
-    def list_generation_jobs(self: StoreCore, limit: int | None = None) -> list[JobRow]:
-        """Generation jobs, newest first, with their run counts per status."""
+    def count_generation_jobs(self: StoreCore) -> int:
+        """How many generation jobs the store holds."""
+        with self._connect() as conn:
+            return conn.execute(select(func.count()).select_from(GenerationJob)).scalar_one()
+
+    def list_generation_jobs(
+        self: StoreCore, limit: int | None = None, offset: int = 0
+    ) -> list[JobRow]:
+        """Generation jobs, newest first, with their run counts per status (`offset` skips
+        the newest ones: pages of `limit`)."""
         with self._read() as session:
             stmt = (select(GenerationJob)
-                    .order_by(GenerationJob.submitted_at.desc(), GenerationJob.id).limit(limit))
+                    .order_by(GenerationJob.submitted_at.desc(), GenerationJob.id)
+                    .limit(limit).offset(offset or None))
             jobs = session.scalars(stmt).all()
             counts = _status_counts(session, [j.id for j in jobs], Run.job_id)
             return [_job_row(j, counts[j.id]) for j in jobs]

@@ -64,13 +64,32 @@ def _live(store) -> None:
     store.record_result(result(runs[0], 10.0))
 
 
+JOB = "gen-batch-000005"
+JOB_MODEL = "g1"  # no matrix's model: the history pages stay the matrices'
+
+
+def _job(store) -> None:
+    """A finished generation job of two replies, one of them failed, one trying HTML."""
+    runs = [RunSpec(run_key=f"job-{i}", matrix_id=None, target=HOST_A, model=JOB_MODEL,
+                    prompt_name=name, prompt_text=f"say {name}", arm="graded", max_tokens=8)
+            for i, name in enumerate(("hello", "line2"))]
+    store.create_generation_job("batch", HOST_A, JOB_MODEL, runs, params={"policy": "graded"},
+                                job_id=JOB)
+    store.record_result(result(runs[0], 20.0, text=f"hi {XSS_SCRIPT}"))
+    store.record_result(result(runs[1], status="failed").model_copy(
+        update={"error": f"worker lost {XSS_IMG}"}))
+    store.finish_generation_job(JOB, "failed")
+
+
 def seed_store(url: str) -> None:
-    """Fill an empty store at `url` with the four matrices and a load series."""
+    """Fill an empty store at `url` with the four matrices, a generation job and a load
+    series."""
     with open_store(url) as store:
         _matrix(store, BASE, RATES[BASE])
         _matrix(store, NEXT, RATES[NEXT])
         _evil(store)
         _live(store)
+        _job(store)
         t = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
         store.record_load_samples(HOST_A.host, [
             {"t": t, "load1": 0.5, "cpu_util": 12.0},

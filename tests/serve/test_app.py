@@ -19,6 +19,7 @@ from specfleet.store.readonly import open_read_only
 from tests.serve.seed import (
     BASE,
     EVIL,
+    JOB,
     LIVE,
     LOOPBACK_URL,
     NEXT,
@@ -34,6 +35,7 @@ PAGES = [
     f"/matrices/{BASE}/runs?page=1", HISTORY, f"{HISTORY}&target=mac1/mlx/metal",
     f"/compare?a={BASE}&b={NEXT}", f"/compare?a={BASE}&b={NEXT}&allow_mixed=1", "/fleet",
     f"/matrices/{EVIL}", f"/matrices/{EVIL}/runs", f"/matrices/{LIVE}",
+    "/jobs", "/jobs?page=1", f"/jobs/{JOB}", f"/jobs/{JOB}?page=1",
 ]
 OTHER = [f"/matrices/{BASE}/runs.csv", f"/matrices/{BASE}/runs.json",
          f"/matrices/{BASE}/spec.yaml", f"/api/matrices/{LIVE}/progress", "/static/app.css",
@@ -140,8 +142,27 @@ def test_matrices_page_lists_progress_for_live_updates(client):
     assert listed[BASE]["done"] == 12 and listed[LIVE]["total"] == 2
 
 
+def test_the_jobs_pages_list_each_job_and_show_its_replies(client):
+    # `job generate`'s outputs were in the store but on no page.
+    listed = client.get("/api/jobs").json()
+    assert listed["total"] == 1 and listed["pages"] == 1
+    (job,) = listed["jobs"]
+    assert (job["id"], job["name"], job["target"], job["model"], job["status"]) == (
+        JOB, "batch", "mac1/mlx/metal", "g1", "failed")
+    assert (job["done"], job["failed"], job["total"]) == (1, 1, 2)
+    page = client.get("/jobs").text
+    assert f'<a class="job-link" href="/jobs/{JOB}">{JOB}</a>' in page
+    shown = client.get(f"/api/jobs/{JOB}").json()
+    assert shown["job"]["params"] == {"policy": "graded"} and shown["total"] == 2
+    assert [(r["prompt"], r["status"], r["output_text"] is not None) for r in shown["runs"]] == [
+        ("hello", "done", True), ("line2", "failed", True)]
+    html = client.get(f"/jobs/{JOB}").text
+    assert "hello" in html and "line2" in html and "20.0" in html
+    assert '<a href="/jobs">Jobs</a>' in html  # every page's navigation names them
+
+
 def test_store_texts_are_escaped(client):
-    for path in (f"/matrices/{EVIL}", f"/matrices/{EVIL}/runs", "/matrices"):
+    for path in (f"/matrices/{EVIL}", f"/matrices/{EVIL}/runs", "/matrices", f"/jobs/{JOB}"):
         page = client.get(path).text
         assert XSS_SCRIPT not in page and XSS_IMG not in page, path
         assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page, path
@@ -165,7 +186,7 @@ def test_fleet_page_without_a_fleet_says_so(client):
 @pytest.mark.parametrize("path", [
     "/matrices/nope", "/matrices/nope/runs", "/matrices/nope/spec.yaml", "/matrices/nope/parity",
     "/matrices/nope/runs.csv", f"/compare?a={BASE}&b=nope",
-    "/history?model=m1&prompt=edit_fn&arm=gated", "/no/such/page",
+    "/history?model=m1&prompt=edit_fn&arm=gated", "/no/such/page", "/jobs/nope",
 ])
 def test_unknown_things_are_a_404_page_with_a_link_back(client, path):
     response = client.get(path)
@@ -181,7 +202,8 @@ def test_an_unknown_download_names_the_ones_there_are(client):
 
 
 @pytest.mark.parametrize("path", ["/matrices?page=2", "/matrices?page=1000000",
-                                  f"/matrices/{BASE}/runs?page=2"])
+                                  f"/matrices/{BASE}/runs?page=2", "/jobs?page=2",
+                                  f"/jobs/{JOB}?page=2"])
 def test_a_page_past_the_last_is_a_404_naming_the_last(client, path):
     response = client.get(path)
     assert response.status_code == 404 and "expected a page from 1 to 1" in response.text
@@ -190,7 +212,8 @@ def test_a_page_past_the_last_is_a_404_naming_the_last(client, path):
         f"page {path.rpartition('=')[2]} is past the last page of the ")
 
 
-@pytest.mark.parametrize("path", ["/api/matrices/nope", "/api/matrices/nope/progress"])
+@pytest.mark.parametrize("path", ["/api/matrices/nope", "/api/matrices/nope/progress",
+                                  "/api/jobs/nope"])
 def test_unknown_matrix_in_the_api_is_a_json_404(client, path):
     response = client.get(path)
     assert response.status_code == 404 and "nope" in response.json()["error"]

@@ -98,7 +98,8 @@ def _run(store, fleet, path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def db_url(fleet, bundled_model, tmp_path_factory):  # noqa: F811
-    """Two real matrices ("first", "second"), the HTML-injecting one and a running one."""
+    """Two real matrices ("first", "second"), the HTML-injecting one, a running one and a
+    generation job."""
     folder = tmp_path_factory.mktemp("store")
     url = f"sqlite:///{folder / 'serve.db'}"
     with open_store(url) as store:
@@ -107,6 +108,7 @@ def db_url(fleet, bundled_model, tmp_path_factory):  # noqa: F811
             _run(store, fleet, folder / f"{name}.yaml")
         seed._evil(store)
         seed._live(store)
+        seed._job(store)
     return url
 
 
@@ -235,7 +237,8 @@ def test_injected_texts_render_as_text(server, browser, tmp_path):
 
     base, _ = server
     bodies = {}
-    for path in (f"/matrices/{seed.EVIL}", "/matrices", f"/matrices/{seed.EVIL}/runs"):
+    for path in (f"/matrices/{seed.EVIL}", "/matrices", f"/matrices/{seed.EVIL}/runs",
+                 f"/jobs/{seed.JOB}"):
         browser.get(base + path)
         for details in browser.find_elements(By.TAG_NAME, "details"):
             details.click()  # open each output, so it is on the page and in the screenshot
@@ -247,6 +250,9 @@ def test_injected_texts_render_as_text(server, browser, tmp_path):
     runs = bodies[f"/matrices/{seed.EVIL}/runs"]
     assert f"reply {seed.XSS_IMG} {seed.XSS_SCRIPT}" in runs and "h<b>x</b>/toy/cpu" in runs
     full_page_screenshot(browser, tmp_path / "runs-injected.png")
+    replies = bodies[f"/jobs/{seed.JOB}"]
+    assert f"hi {seed.XSS_SCRIPT}" in replies and f"worker lost {seed.XSS_IMG}" in replies
+    full_page_screenshot(browser, tmp_path / "job.png")
 
 
 def test_progress_updates_without_a_reload(server, browser, db_url):
