@@ -17,12 +17,12 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.options import (
-    LIST_LIMIT,
     LOOKUP_FLAG_PREFIX,
     AddressOption,
     DbOption,
     EmbeddedOption,
     JobIdArgument,
+    ListLimitOption,
     MaxDraftOption,
     MaxWidthOption,
     ModelAliasOption,
@@ -179,8 +179,7 @@ def _print_outputs(store, job_id: str) -> None:
 @app.command("list")
 def list_cmd(
     db: DbOption = None,
-    limit: Annotated[int, typer.Option(
-        "--limit", min=1, max=LIST_LIMIT, help="Newest N jobs.")] = 20,
+    limit: ListLimitOption = 20,
 ) -> None:
     """Generation jobs, newest first: id, name, target, model, status, prompts done of total,
     submitted."""

@@ -15,11 +15,11 @@ from typing import Annotated
 import typer
 
 from specfleet.cli.options import (
-    LIST_LIMIT,
     AddressOption,
     DbOption,
     EmbeddedOption,
     FormatOption,
+    ListLimitOption,
     MatrixIdArgument,
     NoProgressOption,
     RateOption,
@@ -338,8 +338,7 @@ def status(
 @app.command("list")
 def list_cmd(
     db: DbOption = None,
-    limit: Annotated[int, typer.Option(
-        "--limit", min=1, max=LIST_LIMIT, help="Newest N matrices.")] = 20,
+    limit: ListLimitOption = 20,
 ) -> None:
     """Matrices, newest first: id, name, status, runs done of total, submitted."""
     with open_store(db, read_only=True) as store:

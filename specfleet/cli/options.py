@@ -77,6 +77,8 @@ MATRIX_ID = "a matrix id (`specfleet matrix list`)"
 
 # `matrix list` and `job list`: SQLite's LIMIT takes 64 bits; no store holds a million.
 LIST_LIMIT = 1_000_000
+ListLimitOption = Annotated[int, typer.Option(
+    "--limit", min=1, max=LIST_LIMIT, help="The newest N.")]
 
 
 def counts_text(counts: dict[str, int]) -> str:
