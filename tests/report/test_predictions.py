@@ -121,7 +121,8 @@ def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
 
 @pytest.mark.parametrize(("ratio", "said"), [
     (f"[1.0, {'9' * 400}]", "; ratio[1] is 99999"),  # float() overflowed: a traceback
-    ("[1.0, 1.0e300]", "; ratio[1] is '1.0e300'"),  # YAML 1.1 text: the value was not said
+    ("[1.0, 1e99999]", "; ratio[1] is inf"),  # past float's range: the value is said
+    ("[1.0, 1.0e3x]", "; ratio[1] is '1.0e3x'"),  # text: the value was not said
     ("[1.0]", ", got 1"),
 ])
 def test_a_cost_that_is_no_positive_float_is_named(tmp_path, ratio, said):
