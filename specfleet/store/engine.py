@@ -372,6 +372,10 @@ def _sqlite_error(low: str, first: str, path: str, source: str,
         return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
     if "not a database" in low or "malformed" in low or "corrupt" in low:
         return UserError(f"{source}: {path} is not a usable SQLite database ({first})")
+    if "no such table" in low or "no such column" in low:  # PostgreSQL: "does not exist"
+        return UserError(f"{source}: {path}: its tables do not match its schema revision "
+                         f"({first}); expected the store as specfleet left it (restore it from "
+                         "a backup)")
     if "disk is full" in low:
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}); "
                                 "expected free space on its disk")

@@ -153,8 +153,7 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None,
     try:
         yield
     except _CONNECTION_ERRORS as err:
-        if engine is not None:
-            engine.dispose()
+        _close_refused(engine, url)
         if isinstance(err, IntegrityError | sqlite3.IntegrityError):
             raise  # a constraint the caller broke, never a connection problem
         user_error = translate_error(err, url, source, reading)
@@ -162,17 +161,23 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None,
             raise
         raise user_error from None
     except ValueError as err:  # a JSON or datetime column the store did not write (hand-edited)
-        if engine is not None:
-            engine.dispose()
+        _close_refused(engine, url)
         if not _unreadable_value(err):
             raise
         raise UserError(f"{source} {display_url(url)}: a stored value cannot be read "
                         f"({one_line(str(err))}); expected the store as specfleet wrote it "
                         "(restore it from a backup)") from None
     except BaseException:
-        if engine is not None:
-            engine.dispose()
+        _close_refused(engine, url)
         raise
+
+
+def _close_refused(engine: Engine | None, url: URL) -> None:
+    """Close the engine of a store just refused, and the empty side files its read left: a
+    refused read (a newer or malformed store) leaves the folder as it found it."""
+    if engine is not None:
+        engine.dispose()
+        remove_empty_side_files(url)
 
 
 def _unreadable_value(err: ValueError) -> bool:
