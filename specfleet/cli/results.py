@@ -82,9 +82,9 @@ def results(
         filters = run_filters(store, host=host, kind=kind, engine=engine, device=device,
                               model=model, prompt=prompt, arm=arm, matrix=matrix,
                               version=version, since=since, until=until)
+        # A typo reads as "0 runs" alone, and beside a stored value it is dropped unsaid.
+        check_stored_values(store, filters)
         runs = store.runs(**filters)
-        if not runs:  # a typo reads as "0 runs" otherwise
-            check_stored_values(store, filters)
         wanted = set(filters.get("arm", []))
         if (cells or pivot) and wanted and "plain" not in wanted:
             # A speed-up is over plain on the same target, model and prompt: keep those too.

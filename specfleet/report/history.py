@@ -14,7 +14,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
 from specfleet.report.build import load_matrix
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.results import check_choices, check_not_blank
+from specfleet.report.results import check_choices, check_not_blank, check_stored_values
 from specfleet.report.tables import DASH, interval_text, pct
 from specfleet.settings import host_name_problem
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
@@ -72,6 +72,9 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
         where["matrix"] = store.newest_matrices(last, **{**where, "arm": arm})
     runs = store.runs(columns=HISTORY_FIELDS, **where)
     if not any(run.arm == arm and run.matrix_id is not None for run in runs):
+        # A model, prompt or host no run holds is a typo: say which, and what is stored.
+        check_stored_values(store, {name: [where[name]] for name in ("model", "prompt", "host")
+                                    if name in where}, flags={"host": "--target HOST"})
         on = f" on {target}" if target else ""
         raise UserError(f"no done runs of model {model!r}, prompt {prompt!r}, arm {arm!r}{on}")
     when = store.submitted_times(sorted({r.matrix_id for r in runs if r.matrix_id is not None}))

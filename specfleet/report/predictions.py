@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -196,21 +197,40 @@ def cost_source(spec: str):
 
 def stored_runs(store, ident: str) -> list:
     """The done greedy runs of a matrix, a generation job or one run key."""
-    from specfleet.store import UnknownMatrix
-
-    try:
-        store.get_matrix(ident)
-        runs = store.runs(matrix=ident)
-    except UnknownMatrix:
-        runs = store.runs(job=ident) or [r for r in store.runs() if r.run_key == ident]
+    kind = _stored_kind(store, ident)
+    if kind is None:
+        runs = [r for r in store.runs() if r.run_key == ident]
+    else:
+        runs = store.runs(**{"matrix" if kind == "matrix" else "job": ident})
     if not runs:
+        if kind is not None:  # it is stored: "no matrix ..." would send the user looking
+            raise UserError(f"RUN_OR_MATRIX {ident}: the {kind} holds no runs; expected one "
+                            "with done greedy runs")
         raise UserError(f"RUN_OR_MATRIX: no matrix, generation job or run {ident!r} in "
                         f"{store.display_url}")
     greedy = [r for r in runs if r.status == "done" and not r.temperature]
+    if not greedy:  # not "stored before replay existed": there is nothing done to replay
+        held = ", ".join(f"{n} {status}" + (" at temperature > 0" if status == "done" else "")
+                         for status, n in sorted(Counter(r.status for r in runs).items()))
+        raise UserError(f"RUN_OR_MATRIX {ident}: no done greedy run to replay (its runs: "
+                        f"{held}); expected done runs at temperature 0")
     if not any(r.prompt_token_ids for r in greedy):
         raise UserError(f"RUN_OR_MATRIX {ident}: no done greedy run keeps its prompt token ids "
                         "(runs stored before specfleet replay existed); run it again")
     return [r for r in greedy if r.prompt_token_ids and r.token_ids]
+
+
+def _stored_kind(store, ident: str) -> str | None:
+    """`matrix` or `generation job` when `ident` names one, else None (maybe a run key)."""
+    from specfleet.store import UnknownMatrix
+
+    for kind, get in (("matrix", store.get_matrix), ("generation job", store.get_generation_job)):
+        try:
+            get(ident)
+        except UnknownMatrix:
+            continue
+        return kind
+    return None
 
 
 def _cell(run) -> tuple[str, str, str, str, str]:

@@ -102,14 +102,20 @@ _FREE_TEXT_FILTERS = {"host": "--host", "kind": "--kind", "model": "--model",
                       "prompt": "--prompt", "specfleet_version": "--version"}
 
 
-def check_stored_values(store, filters: dict) -> None:
+def check_stored_values(store, filters: dict, flags: dict[str, str] | None = None) -> None:
     """Refuse a free-text filter value that no stored run holds: a typo (`--model
-    smollm2-135M`) would otherwise read as "0 runs", a query that merely matched nothing.
+    smollm2-135M`) would otherwise read as "0 runs", a query that merely matched nothing,
+    or beside a stored value (`--model a --model typo`) be dropped without a word.
+
+    Args:
+        filters: `Store.runs` keyword filters (`run_filters`).
+        flags: what names a filter in messages where a command's flag is not `results`'
+            (`{"host": "--target HOST"}`).
 
     Raises:
         UserError: naming the flag, the value and that nothing stored has it.
     """
-    for name, flag in _FREE_TEXT_FILTERS.items():
+    for name, flag in {**_FREE_TEXT_FILTERS, **(flags or {})}.items():
         wanted = filters.get(name) or []
         missing = sorted(set(wanted) - set(store.stored_values(name, wanted)))
         if missing:

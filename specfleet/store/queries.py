@@ -236,8 +236,13 @@ MAX_ID_HINT_CHARS = 200  # matrix ids are ~30 characters; past this nothing begi
 
 
 def _id_hint(session: Session, given: str, table: type[Matrix | GenerationJob] = Matrix) -> str:
-    """What an unknown matrix (or generation job) id should have been: the one stored id it
-    begins (a short prefix typed), else where the ids are listed."""
+    """What an unknown matrix (or generation job) id should have been: a matrix id, not a
+    generation job's (or the other way round), the one stored id it begins (a short prefix
+    typed), else where the ids are listed."""
+    if table is Matrix and session.get(GenerationJob, given) is not None:
+        return "a matrix id, not a generation job's (`specfleet job show` reads it)"
+    if table is GenerationJob and session.get(Matrix, given) is not None:
+        return "a generation job id, not a matrix's (`specfleet matrix show` reads it)"
     prefix = given.strip()
     if 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
         found = session.scalars(select(table.id).where(
