@@ -70,8 +70,12 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)} "
                         "or a SQLite file path")
     if "://" not in raw:
-        return _check_file_name(
-            URL.create("sqlite", database=str(expand_user(raw, source).resolve())), source)
+        try:
+            resolved = expand_user(raw, source).resolve()
+        except (RuntimeError, OSError) as err:  # a link loop: RuntimeError before Python 3.13
+            raise UserError(f"{source}: {display_raw(raw)}: cannot be followed ({err}); "
+                            "expected a SQLite file path") from None
+        return _check_file_name(URL.create("sqlite", database=str(resolved)), source)
     try:
         parsed = make_url(raw)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number

@@ -373,9 +373,9 @@ def test_bad_environment(world, case) -> None:
 
 
 def files(**entries: str):
-    """A call's own files: text, or "fifo" / "dir" / "huge" for a named pipe, a folder or
-    a (sparse) file past `MAX_TEXT_BYTES` of that name (`__` in a keyword stands for a dot);
-    the call's arguments come after."""
+    """A call's own files: text, or "fifo" / "dir" / "huge" / "loop" for a named pipe, a
+    folder, a (sparse) file past `MAX_TEXT_BYTES` or a link to itself of that name (`__` in a
+    keyword stands for a dot); the call's arguments come after."""
     def make(here: Path, args: list[str]) -> list[str]:
         here.mkdir(parents=True)
         for name, content in entries.items():
@@ -387,6 +387,8 @@ def files(**entries: str):
             elif content == "huge":
                 with path.open("wb") as out:
                     out.truncate(MAX_TEXT_BYTES + 1)
+            elif content == "loop":
+                path.symlink_to(path)
             else:
                 path.write_bytes(content.encode("latin-1"))
         return args
@@ -736,6 +738,11 @@ NAMED = {
     "db current: --db a folder": (
         {}, files(s__db="dir"), ["db", "current", "--db", "{here}/s.db"],
         ["--db: {here}/s.db is not a regular file; give a SQLite file path"]),
+    # Resolving the path raised RuntimeError("Symlink loop"): a traceback in every command.
+    "results: --db a link to itself": (
+        {}, files(s__db="loop"), ["results", "--db", "{here}/s.db"],
+        ["--db: {here}/s.db: cannot be followed (Symlink loop from '{here}/s.db'); expected a "
+         "SQLite file path"]),
     "db current: --db a character device": (
         {}, NO_FILES, ["db", "current", "--db", "/dev/null"],
         ["--db: /dev/null is not a regular file; give a SQLite file path"]),
