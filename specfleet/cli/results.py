@@ -66,6 +66,7 @@ def results(
     prompt: Annotated[Many, _many("--prompt", "Prompt name")] = None,
     arm: Annotated[Many, _many("--arm", choices_text(ARMS))] = None,
     matrix: Annotated[Many, _many("--matrix", "Matrix id")] = None,
+    job: Annotated[Many, _many("--job", "Generation job id (`specfleet job list`)")] = None,
     version: Annotated[Many, _many("--version", "specfleet version that ran it")] = None,
     since: Annotated[str | None, typer.Option(help="Finished at or after (ISO, UTC).")] = None,
     until: Annotated[str | None, typer.Option(help="Finished before (ISO, UTC).")] = None,
@@ -80,7 +81,7 @@ def results(
     check_pivot(pivot)
     with open_store(db, read_only=True) as store:
         filters = run_filters(store, host=host, kind=kind, engine=engine, device=device,
-                              model=model, prompt=prompt, arm=arm, matrix=matrix,
+                              model=model, prompt=prompt, arm=arm, matrix=matrix, job=job,
                               version=version, since=since, until=until)
         # A typo reads as "0 runs" alone, and beside a stored value it is dropped unsaid.
         check_stored_values(store, filters)

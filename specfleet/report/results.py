@@ -69,26 +69,29 @@ def check_not_blank(values: list[str] | None, flag: str) -> None:
 
 
 def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=None,
-                prompt=None, arm=None, matrix=None, version=None, since=None,
+                prompt=None, arm=None, matrix=None, job=None, version=None, since=None,
                 until=None) -> dict:
     """Validate CLI filters (lists of values, ISO times) into `Store.runs` keyword filters.
 
     Raises:
-        UserError: an unknown engine, device or arm, an unknown matrix id, a bad time.
+        UserError: an unknown engine, device or arm, an unknown matrix or job id, a bad time.
     """
     check_choices(engine, ENGINES, "--engine")
     check_choices(device, DEVICES, "--device")
     check_choices(arm, ARMS, "--arm")
     for flag, values in (("--host", host), ("--kind", kind), ("--model", model),
-                         ("--prompt", prompt), ("--matrix", matrix), ("--version", version)):
+                         ("--prompt", prompt), ("--matrix", matrix), ("--job", job),
+                         ("--version", version)):
         check_not_blank(values, flag)
     for matrix_id in matrix or []:
         store.get_matrix(matrix_id)
+    for job_id in job or []:
+        store.get_generation_job(job_id)
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     if start and end and start >= end:
         raise UserError(f"--since ({since}) must be before --until ({until})")
     given = dict(host=host, kind=kind, engine=engine, device=device, model=model,
-                 prompt=prompt, arm=arm, matrix=matrix, specfleet_version=version)
+                 prompt=prompt, arm=arm, matrix=matrix, job=job, specfleet_version=version)
     filters: dict[str, Any] = {name: list(value) for name, value in given.items() if value}
     if start:
         filters["since"] = start

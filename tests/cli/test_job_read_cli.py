@@ -5,6 +5,7 @@ driver died could only be found through its runs in `results`."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -85,3 +86,17 @@ def test_an_empty_store_has_no_jobs_and_a_read_makes_no_store(tmp_path: Path) ->
     assert _invoke("job", "list", "--db", url).stdout == "no generation jobs yet\n"
     missing = _invoke("job", "list", "--db", f"sqlite:///{tmp_path}/none.db")
     assert missing.exit_code != 0 and not (tmp_path / "none.db").exists()
+
+
+def test_results_filters_by_job(tmp_path: Path) -> None:
+    # `results` could filter by matrix only: a job's runs were mixed with every other's.
+    url = f"sqlite:///{tmp_path}/s.db"
+    done, dead = _store_jobs(url)
+    shown = _invoke("results", "--db", url, "--job", done, "-o", "json")
+    assert shown.exit_code == 0, shown.output
+    assert [(r["job_id"], r["run_key"]) for r in json.loads(shown.stdout)] == [
+        (done, "d0"), (done, "d1")]
+    both = _invoke("results", "--db", url, "--job", done, "--job", dead, "-o", "json")
+    assert sorted(r["run_key"] for r in json.loads(both.stdout)) == ["c0", "d0", "d1"]
+    typo = _invoke("results", "--db", url, "--job", "gen-nosuch")
+    assert typo.exit_code == 2 and typo.stderr.startswith("error: no generation job 'gen-nosuch'")
