@@ -196,10 +196,16 @@ def cost_source(spec: str):
 
 
 def stored_runs(store, ident: str) -> list:
-    """The done greedy runs of a matrix, a generation job or one run key."""
+    """The done greedy runs of a matrix, a generation job or one run key (with the plain
+    runs of its cell in its matrix or job: a prediction is a speed-up over plain)."""
     kind = _stored_kind(store, ident)
     if kind is None:
-        runs = [r for r in store.runs() if r.run_key == ident]
+        runs = store.runs(run_key=ident)
+        if runs and runs[0].arm != "plain":
+            (run,) = runs
+            runs += store.runs(matrix=run.matrix_id, job=run.job_id, host=run.host,
+                               engine=run.engine, device=run.device, model=run.model,
+                               prompt=run.prompt_name, arm="plain")
     else:
         runs = store.runs(**{"matrix" if kind == "matrix" else "job": ident})
     if not runs:

@@ -26,7 +26,7 @@ Many = str | Sequence[str] | None
 _EQ_FILTERS = {
     "host": Run.host, "engine": Run.engine, "device": Run.device, "model": Run.model,
     "prompt": Run.prompt_name, "arm": Run.arm, "matrix": Run.matrix_id, "job": Run.job_id,
-    "status": Run.status, "specfleet_version": Run.specfleet_version,
+    "status": Run.status, "specfleet_version": Run.specfleet_version, "run_key": Run.run_key,
 }
 
 
@@ -35,7 +35,7 @@ def run_conditions(
     model: Many = None, prompt: Many = None, arm: Many = None, matrix: Many = None,
     job: Many = None, status: Many = None, specfleet_version: Many = None,
     since: datetime | None = None, until: datetime | None = None,
-    matrix_id: Many = None, job_id: Many = None,
+    matrix_id: Many = None, job_id: Many = None, run_key: Many = None,
 ) -> list:
     """WHERE conditions for `runs`; each filter takes one value or a list of values.
 
@@ -46,7 +46,8 @@ def run_conditions(
     matrix = matrix if matrix is not None else matrix_id
     job = job if job is not None else job_id
     given = dict(host=host, engine=engine, device=device, model=model, prompt=prompt, arm=arm,
-                 matrix=matrix, job=job, status=status, specfleet_version=specfleet_version)
+                 matrix=matrix, job=job, status=status, specfleet_version=specfleet_version,
+                 run_key=run_key)
     conds = [_in(_filter_column(name, value), value) for name, value in given.items()
              if value is not None]
     if kind is not None:

@@ -102,6 +102,18 @@ def test_a_prediction_for_a_run_arm_has_that_runs_counters(db, tmp_path):
     assert here and all(p.measured is not None for p in here)
 
 
+def test_one_run_key_replays_that_run_beside_its_cells_plain_run(db):
+    # A lookup run's key was "no cell has a done greedy plain run to replay", after a read
+    # of every run in the store.
+    with open_store(db) as store:
+        assert [r.run_key for r in stored_runs(store, "copy-graded")] == ["copy-graded",
+                                                                           "copy-plain"]
+        assert [r.run_key for r in stored_runs(store, "prose-plain")] == ["prose-plain"]
+    result = invoke("replay", "copy-graded", "--costs", "apple-m4pro", "--db", db)
+    assert result.exit_code == 0, result.stderr
+    assert "1 stored lookup runs replayed, 0 differ" in result.stdout
+
+
 def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("ratio: [1.0]\n")
