@@ -82,12 +82,13 @@ def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
 def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> HistoryRow:
     values = tuple(r.tok_per_s for r in arms[arm])
     median = statistics.median(values)
-    plain = [r.tok_per_s for r in arms.get("plain", [])]
+    plain = statistics.median([r.tok_per_s for r in arms.get("plain", [])] or [0.0])
     loop = statistics.median(r.loop_share or 0.0 for r in arms[arm]) > LOOP_SHARE_FLAG
     return HistoryRow(
         target=label, matrix_id=matrix_id, submitted_at=submitted_at.strftime("%Y-%m-%d %H:%M"),
         values=values, median_tok_per_s=median, spread=relative_spread(values),
-        speedup=median / statistics.median(plain) if plain and arm != "plain" else None,
+        # No plain run, or one timed at 0 tok/s, gives no speed-up (a ZeroDivisionError).
+        speedup=median / plain if plain and arm != "plain" else None,
         loop=loop, change=change, differs=differs,
         throttled=any(getattr(r, "throttled", False) for r in arms[arm]),
     )

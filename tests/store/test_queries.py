@@ -117,6 +117,16 @@ def test_a_cell_history_across_matrices(store):
     assert history(store, "gated") == []
 
 
+def test_a_history_point_over_a_plain_timed_at_zero_has_no_speedup(store):
+    # A hand-edited or damaged store: the history page was a 500 (ZeroDivisionError).
+    runs = grid(repeats=1)
+    matrix_id = store.create_matrix("zero", {}, runs)
+    for run in runs:
+        store.record_result(result(run, 0.0 if run.arm == "plain" else 10.0))
+    (point,) = history(store, "graded")
+    assert (point.matrix_id, point.median_tok_per_s, point.speedup) == (matrix_id, 10.0, None)
+
+
 def test_compare_two_matrices_flags_regressions(store):
     first = seed(store, FIRST, "one")
     second = seed(store, SECOND, "two")
