@@ -462,10 +462,11 @@ def _host_news(ctx: _Ctx, host: HostState, status: str, reason: str) -> None:
 
 
 def _run_words(ctx: _Ctx, spec: RunSpec) -> str:
-    """`torch edit_fn graded rep 2` (repeats counted from 1), host and model when they vary."""
+    """`torch edit_fn graded rep 1` (the stored repeat, from 0, as `results` and `matrix
+    status` show it), host and model when they vary."""
     where = f"{spec.target.host}/{spec.target.engine}" if ctx.name_hosts else spec.target.engine
     model = f" {spec.model}" if ctx.name_models else ""
-    return f"{where}{model} {spec.prompt_name} {spec.arm} rep {spec.repeat + 1}"
+    return f"{where}{model} {spec.prompt_name} {spec.arm} rep {spec.repeat}"
 
 
 def _finish(writer: StoreWriter, matrix_id: str, tallies: dict[str, HostTally], wall_s: float,
