@@ -50,7 +50,7 @@ def _stdout_failed(err: OSError) -> bool:
     import traceback
 
     frames = traceback.extract_tb(err.__traceback__)
-    # `_write_buffer`: rich's Console, which writes every --help page
+    # `_write_buffer`: rich's Console, which writes the terminal tables
     return bool(frames) and frames[-1].name in {"write", "flush", "echo", "secho", "print",
                                                  "_write_buffer"}
 

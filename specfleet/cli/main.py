@@ -132,7 +132,18 @@ def _load_subcommands() -> None:
         if hasattr(module, "register"):
             module.register(app)
         else:
+            plain_help(module.app)
             app.add_typer(module.app, name=name.replace("_", "-"))
+
+
+def plain_help(group: typer.Typer) -> None:
+    """Click's help layout for `group`'s commands, not rich's boxes, which cut long option
+    names to fit 80 columns (`--prompt-lookup…` for five of `generate`'s) and wrapped the
+    text at its source lines."""
+    group.rich_markup_mode = None
+
+
+plain_help(app)
 
 
 _load_subcommands()

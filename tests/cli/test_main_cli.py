@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import click
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -32,6 +33,23 @@ def test_dash_h_works_on_every_command() -> None:
         result = CliRunner().invoke(app, [*path, "-h"])
         assert result.exit_code == 0, (path, result.output)
         assert "Usage: specfleet" in result.output and "--help" in result.output, path
+
+
+def test_every_option_name_is_whole_on_an_80_column_help_page(monkeypatch) -> None:
+    # Rich's boxes cut five of generate's options to `--prompt-lookup…` at 80 columns.
+    monkeypatch.setenv("COLUMNS", "80")
+    root = typer.main.get_command(app)
+    for path in _command_paths(root, []):
+        command = root
+        for name in path:
+            command = command.commands[name]
+        page = CliRunner().invoke(app, [*path, "-h"]).output
+        assert "…" not in page and max(map(len, page.splitlines())) <= 80, path
+        for option in getattr(command, "params", []):
+            if not isinstance(option, click.Option):
+                continue
+            for name in option.opts + option.secondary_opts:
+                assert name in page, (path, name)
 
 
 @pytest.mark.parametrize(("args", "line"), [
