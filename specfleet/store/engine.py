@@ -211,6 +211,10 @@ def check_readable(url: URL, source: str) -> None:
     assert url.database is not None  # resolve_url refuses a SQLite URL without a file
     path = Path(url.database)
     if not path.exists():
+        if path == default_db_path():  # the user named no store: `--db` is not to blame
+            raise UserError(f"nothing stored yet: the default store {path} does not exist; a "
+                            "writing command (`specfleet matrix run`, `bench`, `job generate`) "
+                            "creates it, or name another with --db or $SPECFLEET_DB")
         raise UserError(f"{source}: no store at {path}; `specfleet db upgrade --db {path}` or a "
                         "writing command (`specfleet matrix run`) creates one")
     if not path.is_file():

@@ -31,6 +31,18 @@ def test_a_missing_file_is_refused_and_not_created(tmp_path) -> None:
     assert not path.exists()
 
 
+def test_a_missing_default_store_is_nothing_stored_yet_not_a_bad_db_flag(
+        tmp_path, monkeypatch) -> None:
+    # `results` on a fresh machine blamed `--db`, which the user never gave.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECFLEET_DB", raising=False)
+    with pytest.raises(UserError) as err:
+        open_store(None, read_only=True)
+    assert str(err.value).startswith(f"nothing stored yet: the default store {tmp_path}/")
+    assert "name another with --db or $SPECFLEET_DB" in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("read_only", [True, False])
 def test_another_applications_database_is_left_untouched(tmp_path, read_only) -> None:
     path = tmp_path / "someapp.sqlite"
