@@ -8,6 +8,7 @@ machine joined) and where that is the embedded fleet, it says there is none.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from specfleet.cluster.reach import choose_fleet, connect_error
@@ -28,6 +29,11 @@ def fleet_address(address: str | None) -> str | None:
     return choose_fleet(address).address
 
 
+class _NoSigtermWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SIGTERM handler is not set")
+
+
 class _Connect(threading.Thread):
     """One `fleet.connect` in a daemon thread: a head that never answers holds neither a
     request nor the server's shutdown."""
@@ -40,6 +46,9 @@ class _Connect(threading.Thread):
     def run(self) -> None:
         from specfleet.cluster import fleet
 
+        # ray.init off the main thread warns on the console that it set no SIGTERM handler:
+        # the server's own handler stops it, so the line only alarms.
+        logging.getLogger("ray._private.worker").addFilter(_NoSigtermWarning())
         try:
             fleet.connect(self.address)
         except Exception as err:  # noqa: BLE001 - the fleet page says it

@@ -284,9 +284,11 @@ def test_progress_updates_without_a_reload(server, browser, db_url):
 def test_fleet_page_shows_the_fleet(server, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    base, _ = server
+    base, log = server
     browser.get(f"{base}/fleet")
     host = browser.find_element(By.CSS_SELECTOR, f'section.host[data-host="{HOST}"]')
+    # Ray's warning that its connect, off the main thread, set no SIGTERM handler.
+    assert "SIGTERM handler" not in log.read_text()
     assert "healthy" in host.text and f"{HOST}/torch/cpu" in host.text
     selftest = host.find_element(By.CSS_SELECTOR, "p.selftest").text
     assert selftest.startswith("self-test: torch/cpu ok (") and selftest.endswith(" s)"), selftest
