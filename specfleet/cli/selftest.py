@@ -46,9 +46,10 @@ def selftest_command(
                               break_rollback=break_rollback)
         verdict = "ok" if test.passed else "FAILED"
         typer.echo(f"{test.target}: {verdict} in {test.seconds:.1f} s")
+        column = max((len(o.family) for o in test.families), default=0) + 1
         for outcome in test.families:
             refed = f" (refed {outcome.refed_tokens} tokens)" if outcome.refed_tokens else ""
-            typer.echo(f"  {outcome.family:<14} {outcome.detail}{refed}")
+            typer.echo(f"  {outcome.family:<{column}} {outcome.detail}{refed}")
         if not test.passed:
             failed += 1
             typer.echo(f"  reason: {test.reason}")
