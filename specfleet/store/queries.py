@@ -234,6 +234,7 @@ class StoreQueries:
 
 
 MAX_ID_HINT_CHARS = 200  # matrix ids are ~30 characters; past this nothing begins so
+ID_HINTS = 3  # the ids an ambiguous prefix names
 
 
 def _id_hint(session: Session, given: str, table: type[Matrix | GenerationJob] = Matrix) -> str:
@@ -247,9 +248,14 @@ def _id_hint(session: Session, given: str, table: type[Matrix | GenerationJob] =
     prefix = given.strip()
     if 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
         found = session.scalars(select(table.id).where(
-            table.id.startswith(prefix, autoescape=True)).limit(2)).all()
+            table.id.startswith(prefix, autoescape=True)).order_by(table.id)
+            .limit(ID_HINTS + 1)).all()
         if len(found) == 1:
             return f"a whole id (did you mean {found[0]!r}?)"
+        if found:  # a prefix of several: name them, not only where ids are listed
+            named = ", ".join(repr(f) for f in found[:ID_HINTS])
+            more = ", ..." if len(found) > ID_HINTS else ""
+            return f"a whole id ({prefix!r} begins {named}{more})"
     lister = "matrix list" if table is Matrix else "job list"
     return f"an id that `specfleet {lister}` shows"
 

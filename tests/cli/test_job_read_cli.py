@@ -69,10 +69,11 @@ def test_job_show_prints_the_replies_then_the_job(tmp_path: Path) -> None:
 
 def test_an_unknown_or_short_job_id_is_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
-    done, _ = _store_jobs(url)
+    done, dead = _store_jobs(url)
     for given, said in [
         ("nosuch", "expected an id that `specfleet job list` shows"),
         (done[:10], f"expected a whole id (did you mean {done!r}?)"),
+        ("gen-", f"expected a whole id ('gen-' begins {done!r}, {dead!r})"),  # ambiguous
     ]:
         shown = _invoke("job", "show", given, "--db", url)
         assert shown.exit_code == 2, shown.output
