@@ -1,8 +1,9 @@
 """`specfleet parity MATRIX_ID` and `specfleet parity run FILE`: greedy parity with forensics.
 
 Exit status 0 when every reply is identical to plain or a near-tie flip; 1 when a suspect
-divergence or a regression against `--baseline` is found (or a divergence could not be
-replayed, unless `--allow-unverified`); 2 for a user mistake.
+divergence or a regression against `--baseline` is found, a planned pair was not compared
+or is missing from the baseline (or a divergence could not be replayed, unless
+`--allow-unverified`); 2 for a user mistake.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.spec_files import load_parity_spec
 from specfleet.report.history import same_matrix
 from specfleet.report.parity import check_parity
-from specfleet.report.parity_tables import render_parity
+from specfleet.report.parity_tables import baseline_gap_text, render_parity
 from specfleet.store.store import check_store_before_fleet, open_store
 
 
@@ -107,6 +108,8 @@ def report_parity(store, matrix_id: str, workers: dict | None, any_host: Any, *,
     if report.coverage is not None and not report.coverage.complete:
         typer.echo(f"parity: {report.coverage.text()}; a failed or missing run fails the "
                    "check", err=True)
+    if report.baseline_coverage is not None and not report.baseline_coverage.complete:
+        typer.echo(baseline_gap_text(report), err=True)
     if report.failed(allow_unverified):
         raise typer.Exit(1)
 
@@ -118,7 +121,7 @@ def parity(
                                                     "with one repeat.")] = None,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", callback=not_blank(MATRIX_ID),
-        help="Matrix whose identical replies must stay identical.")] = None,
+        help="Matrix whose identical replies must stay identical; it must hold every pair.")] = None,
     near_tie: Annotated[float, typer.Option(
         "--near-tie", help="Logit gap below which a divergence is a near-tie flip.")
     ] = NEAR_TIE_LOGIT_MARGIN,

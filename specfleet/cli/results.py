@@ -20,9 +20,9 @@ from specfleet.jobs.run import ARMS
 from specfleet.report.coverage import compare_coverage
 from specfleet.report.grid import check_format
 from specfleet.report.history import (
-    CHANGED_VERDICTS,
     cell_history,
     compare,
+    compare_gap_text,
     render_compare,
     render_history,
     same_matrix,
@@ -36,7 +36,7 @@ from specfleet.store.store import open_store
 Many = list[str] | None
 FailOn = Literal["regression", "none"]
 FailOnOption = Annotated[FailOn, typer.Option(
-    "--fail-on", help="Exit 1 when a regression is found (regression), or never (none).")]
+    "--fail-on", help="Exit 1 when a regression is found (regression), or not for one (none).")]
 
 
 def _factor(value: float) -> float:
@@ -147,15 +147,16 @@ def compare_cmd(
         raise UserError(refusal)
     with open_store(db, read_only=True) as store:
         rows = compare(store, a, b, allow_mixed, factor)
-        coverage = compare_coverage(store.runs(matrix=a), store.runs(matrix=b), len(rows))
-    shown = [r for r in rows if r.verdict in CHANGED_VERDICTS] if only_changed else rows
-    typer.echo(render_compare(shown, a, b, fmt, factor), nl=False)
+        runs_a, runs_b = store.runs(matrix=a), store.runs(matrix=b)
+    coverage = compare_coverage(runs_a, runs_b, len(rows))
+    typer.echo(render_compare(rows, a, b, fmt, factor, only_changed), nl=False)
     regressions = sum(r.verdict == "regression" for r in rows)
-    if regressions and fail_on == "regression":
+    failed = bool(regressions) and fail_on == "regression"
+    if failed:
         typer.echo(f"compare: {regressions} regressions ({b} against {a})", err=True)
-        raise typer.Exit(1)
     if not coverage.complete:  # no evidence is a failed check, never a pass
-        typer.echo(f"compare: {coverage.text()} (measured in both {a} and {b})", err=True)
+        typer.echo(compare_gap_text(runs_a, runs_b, a, b, coverage), err=True)
+    if failed or not coverage.complete:
         raise typer.Exit(1)
 
 

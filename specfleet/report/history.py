@@ -13,6 +13,7 @@ from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
 from specfleet.jobs.run import ARMS
 from specfleet.report.build import load_matrix
+from specfleet.report.coverage import Coverage, cell_keys
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.results import check_choices, check_not_blank, check_stored_values
 from specfleet.report.tables import DASH, interval_text, pct
@@ -159,18 +160,30 @@ def compare_verdict_text(row: CompareRow) -> str:
     return row.verdict.upper() if row.verdict == "regression" else row.verdict
 
 
-def compare_grid(rows: list[CompareRow], a: str, b: str,
-                 factor: float = DEFAULT_FACTOR) -> Grid:
-    """The compare table: ratio B/A per cell, the test, the verdict (mixed provenance named)."""
+CHANGED_VERDICTS = ("regression", "slower", "faster")
+
+
+def changed_cells(rows: list[CompareRow]) -> list[CompareRow]:
+    """The cells that changed beyond noise (`--only-changed`)."""
+    return [r for r in rows if r.verdict in CHANGED_VERDICTS]
+
+
+def compare_grid(rows: list[CompareRow], a: str, b: str, factor: float = DEFAULT_FACTOR,
+                 only_changed: bool = False) -> Grid:
+    """The compare table: ratio B/A per cell, the test, the verdict (mixed provenance named);
+    `only_changed` hides the other rows, never from the counts."""
+    shown = changed_cells(rows) if only_changed else rows
     lines = tuple(
         (r.target, r.model, r.prompt, r.arm, f"{r.median_a:.2f}", f"{r.median_b:.2f}",
          f"{r.ratio:.3f}", change_text(r.change), compare_verdict_text(r))
-        for r in rows
+        for r in shown
     )
     headers = ("target", "model", "prompt", "arm", f"{a} tok/s", f"{b} tok/s", "B/A", "test",
                "verdict")
     regressions = sum(r.verdict == "regression" for r in rows)
-    notes = (f"{regressions} regressions in {len(rows)} cells measured in both.", test_note(factor),
+    count = f"{regressions} regressions in {len(rows)} cells measured in both"
+    count += f"; showing the {len(shown)} that changed." if only_changed else "."
+    notes = (count, test_note(factor),
              "A slow-down is a regression only when the cells differ in nothing but code "
              "version (weights, prompt, engine config, host, library versions, power mode, "
              "clocks); "
@@ -179,16 +192,26 @@ def compare_grid(rows: list[CompareRow], a: str, b: str,
 
 
 def render_compare(rows: list[CompareRow], a: str, b: str, fmt: str = "table",
-                   factor: float = DEFAULT_FACTOR) -> str:
-    """Comparison rows as a table (ratio B/A, test, verdict), markdown, JSON or CSV."""
+                   factor: float = DEFAULT_FACTOR, only_changed: bool = False) -> str:
+    """Comparison rows as a table (ratio B/A, test, verdict), markdown, JSON or CSV;
+    `only_changed`: only the rows that changed (the table's counts still cover every row)."""
     check_format(fmt)
     if fmt in ("json", "csv"):
-        return _dump([asdict(r) for r in rows], fmt, [f.name for f in fields(CompareRow)])
-    grid = compare_grid(rows, a, b, factor)
+        shown = changed_cells(rows) if only_changed else rows
+        return _dump([asdict(r) for r in shown], fmt, [f.name for f in fields(CompareRow)])
+    grid = compare_grid(rows, a, b, factor, only_changed)
     return to_rich([grid]) if fmt == "table" else to_markdown([grid], level=2)
 
 
-CHANGED_VERDICTS = ("regression", "slower", "faster")
+def compare_gap_text(runs_a: list, runs_b: list, a: str, b: str, coverage: Coverage) -> str:
+    """Why `compare` fails when a cell was not compared: the count, and how many of the
+    cells planned in either matrix have no done run in each (any status in `runs_a`,
+    `runs_b`)."""
+    planned = cell_keys(runs_a) | cell_keys(runs_b)
+    lack_a = len(planned - cell_keys(r for r in runs_a if r.status == "done"))
+    lack_b = len(planned - cell_keys(r for r in runs_b if r.status == "done"))
+    return (f"compare: {coverage.text()}; exit 1: a cell measured on one side only is no "
+            f"evidence ({lack_a} not measured in {a}, {lack_b} not in {b})")
 
 
 def _flat(value):

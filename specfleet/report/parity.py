@@ -8,16 +8,18 @@ docs/engine.md "Parity and near-ties") or `suspect` (anything else). A divergenc
 `unverified`. Verdicts compare each cell's first repetition, as the reference record does.
 A peer arm (`engine/peers.py`: another library's decoding) that differs from our plain is
 `peer differs`: reported where it differs, never replayed, never a failure or a regression.
+Against a baseline, every pair must be found there (arm and plain done): a pair the baseline
+lacks (another target name, a cell it never ran) is no evidence, and fails the check.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, Replay, Replayer, classify
 from specfleet.engine.peers import is_peer
 from specfleet.report.build import done_runs, load_matrix
-from specfleet.report.coverage import Coverage, parity_coverage
+from specfleet.report.coverage import Coverage, cell_keys, parity_coverage
 from specfleet.stats.cells import cross_target_parity
 from specfleet.stats.runs import CellKey
 from specfleet.stats.view import PLAIN, group_runs, parity_of
@@ -75,16 +77,20 @@ class ParityReport:
     regressions: tuple[Regression, ...] = ()
     baseline_id: str | None = None
     coverage: Coverage | None = None  # arm-vs-plain pairs compared of those planned
+    baseline_coverage: Coverage | None = None  # of those pairs, found in the baseline
+    baseline_missing: tuple[CellKey, ...] = ()  # pairs the baseline lacks
+    baseline_targets: tuple[str, ...] = ()  # targets with done runs in the baseline
 
     def count(self, verdict: Verdict) -> int:
         return sum(a.verdict == verdict for a in self.arms)
 
     def failed(self, allow_unverified: bool = False) -> bool:
         """True when CI should fail: a suspect divergence, a regression, a planned pair
-        left uncompared (failed or missing arm or plain run), or (unless allowed) a
-        divergence nobody could replay."""
+        left uncompared (failed or missing arm or plain run) or missing from the baseline,
+        or (unless allowed) a divergence nobody could replay."""
         bad = self.count("suspect") + len(self.regressions)
-        if self.coverage is not None and not self.coverage.complete:
+        if any(c is not None and not c.complete
+               for c in (self.coverage, self.baseline_coverage)):
             return True
         return bad > 0 or (not allow_unverified and self.count("unverified") > 0)
 
@@ -140,6 +146,17 @@ def regressions(groups: dict[CellKey, list], baseline: dict[CellKey, list],
     return out
 
 
+def baseline_coverage(all_runs: list,
+                      baseline: dict[CellKey, list]) -> tuple[Coverage, list[CellKey]]:
+    """The matrix's arm-against-plain pairs found in the baseline (arm and plain both done
+    there), and those it lacks. A peer arm is never a regression: not counted."""
+    planned = sorted(CellKey(*key) for key in cell_keys(all_runs)
+                     if key[3] != PLAIN and not is_peer(key[3]))
+    missing = [key for key in planned
+               if not (baseline.get(key) and baseline.get(key.with_arm(PLAIN)))]
+    return Coverage(len(planned) - len(missing), len(planned), "pairs"), missing
+
+
 def check_parity(
     store,
     matrix_id: str,
@@ -153,7 +170,8 @@ def check_parity(
         store: an open `Store`.
         matrix_id: the matrix to check (unknown id: `UserError`).
         replayer: replays a divergence on its target; None marks divergences `unverified`.
-        baseline_id: a matrix whose identical replies must stay identical.
+        baseline_id: a matrix whose identical replies must stay identical; each pair of
+            this matrix not found there is counted in `baseline_coverage` (a failure).
         threshold: competing-token logit gap below which a divergence is a near-tie.
 
     Returns:
@@ -161,18 +179,23 @@ def check_parity(
     """
     load_matrix(store, matrix_id)
     runs = done_runs(store, matrix_id)
+    all_runs = store.runs(matrix=matrix_id)
     groups = group_runs(runs)
     arms = tuple(arm_parity(groups, replayer, threshold))
-    found: list[Regression] = []
-    if baseline_id is not None:
-        load_matrix(store, baseline_id)
-        found = regressions(groups, group_runs(done_runs(store, baseline_id)), baseline_id)
-    return ParityReport(
+    report = ParityReport(
         matrix_id=matrix_id,
         threshold=threshold,
         arms=arms,
         cross=tuple(cross_target(runs)),
-        regressions=tuple(found),
-        baseline_id=baseline_id,
-        coverage=parity_coverage(store.runs(matrix=matrix_id), len(arms)),
+        coverage=parity_coverage(all_runs, len(arms)),
+    )
+    if baseline_id is None:
+        return report
+    load_matrix(store, baseline_id)
+    baseline = group_runs(done_runs(store, baseline_id))
+    found, missing = baseline_coverage(all_runs, baseline)
+    return replace(
+        report, baseline_id=baseline_id, baseline_coverage=found, baseline_missing=tuple(missing),
+        regressions=tuple(regressions(groups, baseline, baseline_id)),
+        baseline_targets=tuple(sorted({key.target for key in baseline})),
     )

@@ -73,9 +73,32 @@ def summary_line(report: ParityReport) -> str:
     line = f"Parity of {report.matrix_id}: {counts}"
     if report.baseline_id is not None:
         line += f"; {len(report.regressions)} regressions against {report.baseline_id}"
+        if (found := report.baseline_coverage) is not None:
+            line += f" ({found.compared} of {found.planned} {found.unit} found in the baseline)"
     if report.coverage is not None:
         line += f"; {report.coverage.text()}"
     return line
+
+
+def baseline_gap_text(report: ParityReport) -> str:
+    """Why a baseline that lacks some pairs fails the check: the targets it never ran on
+    beside those it did (a host named otherwise), else the first pair it lacks."""
+    found = report.baseline_coverage
+    assert found is not None  # only asked of a report checked against a baseline
+    ran = set(report.baseline_targets)
+    absent = sorted({key.target for key in report.baseline_missing} - ran)
+    lacking = [key for key in report.baseline_missing if key.target in ran]
+    why = []
+    if absent:
+        only = f", only on {', '.join(report.baseline_targets)}" if ran else ""
+        why.append(f"the baseline has no done run on {', '.join(absent)}{only}")
+    if lacking:
+        more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
+        why.append(f"it lacks {' '.join(lacking[0])}{more}")
+    reason = f" ({'; '.join(why)})" if why else ""
+    return (f"parity: {found.compared} of {found.planned} {found.unit} found in the baseline "
+            f"{report.baseline_id}; exit 1: a pair missing from the baseline is no "
+            f"evidence{reason}")
 
 
 def render_parity(report: ParityReport, fmt: str = "table") -> str:

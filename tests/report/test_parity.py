@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import PathRow, Replay, RowMargins
 from specfleet.errors import UserError
-from specfleet.report.parity import check_parity
+from specfleet.report.coverage import Coverage
+from specfleet.report.parity import baseline_coverage, check_parity
 from specfleet.report.parity_tables import render_parity
+from specfleet.stats.runs import CellKey
 from tests.report.conftest import AFTER_ID, DEMO_ID
 
 
@@ -66,9 +69,23 @@ def test_baseline_regressions(store, worker) -> None:
         ("h1/toy/cpu", "copy", "gated", 5)
     ]
     assert report.failed()
+    assert report.baseline_coverage == Coverage(9, 9, "pairs") and not report.baseline_missing
     # h2 copy graded diverged in the demo and is identical now: an improvement, not a regression
     back = check_parity(store, DEMO_ID, replayer, baseline_id=AFTER_ID)
     assert [(r.target, r.arm) for r in back.regressions] == [("h2/toy/cpu", "graded")]
+
+
+def test_baseline_coverage_counts_our_pairs_found_there_not_peers() -> None:
+    def run(target: str, arm: str) -> SimpleNamespace:
+        return SimpleNamespace(target=target, model="m", prompt_name="p", arm=arm)
+
+    runs = [run("a/torch/cpu", arm) for arm in ("plain", "graded", "gated", "hf")]
+    both = {CellKey("a/torch/cpu", "m", "p", arm): [object()] for arm in ("plain", "graded")}
+    found, missing = baseline_coverage(runs, both)
+    # gated never ran there; hf, a peer arm, is never a regression and is not asked for
+    assert found == Coverage(1, 2, "pairs") and missing == [("a/torch/cpu", "m", "p", "gated")]
+    no_plain = {CellKey("a/torch/cpu", "m", "p", "graded"): [object()]}
+    assert baseline_coverage(runs, no_plain)[0] == Coverage(0, 2, "pairs")
 
 
 def test_unknown_baseline_is_a_user_error(store) -> None:
