@@ -151,17 +151,28 @@ def arms_help() -> str:
     return f"Arms: {', '.join(OWN_ARMS)}, or a peer engine's own generation: {peers}"
 
 
-def _many(flag: str, short: str | None, help_text: str) -> typer.models.OptionInfo:
+# What an omitted --model, --prompt or --arms stands for (shown in -h).
+DEFAULT_MODELS = ("smollm2-135m",)
+DEFAULT_PROMPTS = ("edit_fn", "story")
+DEFAULT_ARMS = ("plain", "auto")
+
+
+def _many(flag: str, short: str | None, help_text: str,
+          default: tuple[str, ...] = ()) -> typer.models.OptionInfo:
     names = (flag, short) if short else (flag,)
-    return typer.Option(*names, help=f"{help_text}; comma-separated or repeated.")
+    # As click shows a default ("[default: 3]"); its own form for a text reads "(plain,auto)".
+    shown = f"  [default: {','.join(default)}]" if default else ""
+    return typer.Option(*names, help=f"{help_text}; comma-separated or repeated.{shown}")
 
 
 def bench_command(
     model: Annotated[Many, _many(
-        "--model", "-m", "Model aliases (specfleet models list) or folders")] = None,
+        "--model", "-m", "Model aliases (specfleet models list) or folders",
+        DEFAULT_MODELS)] = None,
     prompt: Annotated[Many, _many(
-        "--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files")] = None,
-    arms: Annotated[Many, _many("--arms", "-a", arms_help())] = None,
+        "--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files",
+        DEFAULT_PROMPTS)] = None,
+    arms: Annotated[Many, _many("--arms", "-a", arms_help(), DEFAULT_ARMS)] = None,
     repeats: Annotated[int, typer.Option("--repeats", "-r", help="Repeats of every cell.")] = 3,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,
@@ -183,9 +194,9 @@ def bench_command(
     from specfleet.jobs.spec_files import parse_matrix_spec
     from specfleet.jobs.userinput import Problems, one_line_of
 
-    given = {"--model": split_list("--model", model or ["smollm2-135m"]),
-             "--prompt": split_list("--prompt", prompt or ["edit_fn", "story"]),
-             "--arms": split_list("--arms", arms or ["plain", "auto"]),
+    given = {"--model": split_list("--model", model or list(DEFAULT_MODELS)),
+             "--prompt": split_list("--prompt", prompt or list(DEFAULT_PROMPTS)),
+             "--arms": split_list("--arms", arms or list(DEFAULT_ARMS)),
              "--engine": split_list("--engine", engine)}
     data = bench_spec_data(given["--model"], given["--prompt"], given["--arms"], repeats,
                            max_tokens, given["--engine"])

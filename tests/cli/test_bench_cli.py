@@ -114,3 +114,16 @@ def test_bench_names_every_mistake_in_its_flags_terms() -> None:
     assert "; also --prompt -b: use letters" in line
     assert "; also --arms grded: expected one of 'plain'" in line
     assert line.endswith("; also --repeats: must be at most 100, got 500")
+
+
+def test_help_shows_what_an_omitted_list_flag_stands_for() -> None:
+    # -h showed no default for --model, --prompt and --arms, though each has one.
+    from specfleet.cli.bench import DEFAULT_ARMS, DEFAULT_MODELS, DEFAULT_PROMPTS
+
+    shown = " ".join(CliRunner().invoke(app, ["bench", "-h"], terminal_width=200).stdout.split())
+    for flag, default in (("--model", DEFAULT_MODELS), ("--prompt", DEFAULT_PROMPTS),
+                          ("--arms", DEFAULT_ARMS)):
+        start = shown.index(f"{flag} <list[str]>")
+        assert f"[default: {','.join(default)}]" in shown[start:shown.index(" -", start + 10)]
+    assert DEFAULT_MODELS == ("smollm2-135m",) and DEFAULT_ARMS == ("plain", "auto")
+    assert DEFAULT_PROMPTS == ("edit_fn", "story")
