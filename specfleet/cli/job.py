@@ -92,7 +92,8 @@ def generate(
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
                       embedded=embedded)
-    chosen = select_target(job.target, view.targets)
+    # Only the named host was asked for its targets: the others are named by host.
+    chosen = select_target(job.target, view.targets, fleet_hosts=view.fleet_hosts)
     if not here:  # asked of the host that would run it, before a job is stored
         refuse_model(job.model, chosen.engine, "--model", view, chosen.host)
     with open_store(db) as store:  # after the fleet: one that is not there makes no store

@@ -169,6 +169,8 @@ class FleetView:
         infos: host name -> the worker's `HostInfo` dict (for `Store.upsert_host`).
         suspects: asked-for hosts whose node is gone now but whose worker may come back
             (their handles are in `workers`; the scheduler waits for them, `--wait`).
+        fleet_hosts: every live host of the fleet, asked or not (a mistyped host name is
+            said with the hosts there are).
     """
 
     targets: list[Target]
@@ -177,6 +179,7 @@ class FleetView:
     machines: dict[str, str]
     infos: dict[str, dict]
     suspects: list[str] = field(default_factory=list)
+    fleet_hosts: list[str] = field(default_factory=list)
 
     def record_hosts(self, store) -> None:
         """Refresh every host of the view in the store's `hosts` table."""
@@ -305,7 +308,8 @@ def open_fleet(
     found = [h for h in every if wanted is None or h.host in wanted]
     handles = {h.host: actor.get_worker(h.host) or actor.start_worker(h.host) for h in found}
     refs = {name: handle.info.remote() for name, handle in handles.items()}
-    view = FleetView([], {h.host: h.kind for h in found}, {}, {}, {})
+    view = FleetView([], {h.host: h.kind for h in found}, {}, {}, {},
+                     fleet_hosts=[h.host for h in every])
     for name, ref in refs.items():
         try:
             info = ray.get(ref, timeout=INFO_TIMEOUT_S)

@@ -40,13 +40,16 @@ def parse_target_ref(text: str, flag: str = "--target") -> TargetRef:
         raise UserError(validation_message(flag, TargetRef, err)) from None
 
 
-def select_target(ref: TargetRef, targets: list[Target], flag: str = "--target") -> Target:
+def select_target(ref: TargetRef, targets: list[Target], flag: str = "--target",
+                  fleet_hosts: list[str] | None = None) -> Target:
     """The one target of the fleet that `ref` names.
 
     Args:
         ref: the user's reference.
-        targets: the fleet's targets.
+        targets: the targets of the hosts asked (`ref`'s host alone, or every host).
         flag: the flag named in error messages.
+        fleet_hosts: every host of the fleet, when `targets` are only some hosts': a host
+            not among them is said with the hosts there are.
 
     Returns:
         The matching target.
@@ -57,11 +60,15 @@ def select_target(ref: TargetRef, targets: list[Target], flag: str = "--target")
     found = [t for t in targets if ref.matches(t)]
     if len(found) == 1:
         return found[0]
+    if found:
+        raise UserError(f"{flag}: {_ref_label(ref)} names {len(found)} targets; add the device "
+                        f"({', '.join(sorted(t.label for t in found))})")
+    if fleet_hosts is not None and ref.host not in fleet_hosts:
+        raise UserError(f"{flag}: no host {ref.host} in the fleet (hosts: "
+                        f"{', '.join(sorted(fleet_hosts)) or 'none'}); `specfleet fleet status` "
+                        "lists their targets")
     known = ", ".join(sorted(t.label for t in targets)) or "none"
-    if not found:
-        raise UserError(f"{flag}: no target {_ref_label(ref)} in the fleet (targets: {known})")
-    raise UserError(f"{flag}: {_ref_label(ref)} names {len(found)} targets; add the device "
-                    f"({', '.join(sorted(t.label for t in found))})")
+    raise UserError(f"{flag}: no target {_ref_label(ref)} in the fleet (targets: {known})")
 
 
 def _ref_label(ref: TargetRef) -> str:

@@ -38,6 +38,16 @@ def test_unknown_or_ambiguous_target() -> None:
         select_target(parse_target_ref("a/mlx"), TARGETS)
 
 
+def test_a_host_not_in_the_fleet_is_said_with_the_hosts_there() -> None:
+    # Only the named host's targets are asked for: it read "(targets: none)".
+    with pytest.raises(UserError, match=r"^--target: no host b in the fleet \(hosts: a, c\); "
+                                        r"`specfleet fleet status` lists their targets$"):
+        select_target(parse_target_ref("b/mlx"), [], fleet_hosts=["c", "a"])
+    with pytest.raises(UserError, match=r"^--target: no target a/torch/cuda in the fleet "
+                                        r"\(targets: a/mlx/cpu, a/mlx/cuda, a/torch/cpu\)$"):
+        select_target(parse_target_ref("a/torch/cuda"), TARGETS, fleet_hosts=["a"])
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("", "b.jsonl: no prompts"),
     ('{"prompt": "x"}\nnot json\n', "b.jsonl: line 2: not JSON"),
