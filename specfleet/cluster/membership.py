@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -200,6 +201,7 @@ def fleet_up(
 ) -> Membership:
     """Start the head (token auth, dashboard on loopback) and this host's worker on it;
     `supervise`: leave a background supervisor (`supervisor.py`) watching the node."""
+    refuse_second_node(noderecord.load())
     opts = options or NodeOptions()
     check_worker_settings()  # this host's worker inherits them: said before the node starts
     info = detect_host(name)
@@ -211,7 +213,7 @@ def fleet_up(
     temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
     cmd = up_command(info.name, info.kind, port=port, num_cpus=opts.num_cpus, node_ip=node_ip,
                      temp_dir=temp_dir)
-    _ray_start(cmd)
+    _ray_start(cmd, noderecord.load())
     address = f"{node_ip or _this_ip()}:{port}"
     _remember(address, info.name, True, temp_dir, opts, port)
     try:
@@ -368,15 +370,53 @@ def _start_own_worker(address: str, host: str, engines: list[str] | None, comman
                         f"expected it to start: its log is under {logs}") from None
     finally:
         ray.shutdown()
-def _ray_start(cmd: list[str]) -> None:
+def refuse_second_node(record: noderecord.NodeRecord | None) -> None:
+    """`fleet up` where this machine's recorded node still runs: one line naming it (a second
+    head would orphan the first). A lost node (no raylet) is started again, as the
+    supervisor does."""
+    from specfleet.cluster.supervisor import node_alive
+
+    if record is not None and node_alive(record):
+        raise UserError(running_node_line(record))
+
+
+def running_node_line(record: noderecord.NodeRecord) -> str:
+    """What this machine already runs, and what to do instead of a second `fleet up`."""
+    if record.head:
+        return (f"this machine already runs the fleet head {record.host} ({record.address}); "
+                "`specfleet fleet status` shows it, `specfleet fleet leave` stops it before "
+                "a new `fleet up`")
+    return (f"this machine is already host {record.host} of the fleet at {record.address}; "
+            "`specfleet fleet status` shows it, `specfleet fleet leave` first to start a head "
+            "here")
+
+
+_ALREADY_RUNNING = re.compile(r"but is already running at (\S+?)\.?(?:\s|$)")
+
+
+def start_failure(cmd: list[str], output: str, record: noderecord.NodeRecord | None) -> str:
+    """One line for a `ray start` that failed: a head already running on this machine is said
+    in specfleet's terms (the recorded head, or another Ray there), else Ray's last line."""
+    running = _ALREADY_RUNNING.search(output)
+    if running and record is not None and record.head:
+        return running_node_line(record)
+    if running:
+        return (f"a Ray head already runs at {running[1]} on this machine, not one this "
+                "machine's `specfleet fleet up` recorded; `specfleet fleet status --address "
+                f"{running[1]}` shows it, or give --port another port")
+    tail = output.strip().splitlines()
+    return f"`{' '.join(cmd[:3])}` failed: {tail[-1] if tail else 'no output'}"
+
+
+def _ray_start(cmd: list[str], record: noderecord.NodeRecord | None = None) -> None:
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if ray_bin is None:
         raise UserError("the `ray` command is not installed: pip install 'ray[default]'")
     done = subprocess.run([ray_bin, *cmd[1:]], env=start_env(),
                           capture_output=True, text=True)
     if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()
-        raise UserError(f"`{' '.join(cmd[:3])}` failed: {tail[-1] if tail else done.returncode}")
+        raise UserError(start_failure(cmd, done.stderr or done.stdout or
+                                      f"exit status {done.returncode}", record))
 
 
 def _this_ip() -> str:

@@ -35,8 +35,10 @@ from specfleet.cluster.membership import (
     local_versions,
     read_head_versions,
     start_env,
+    start_failure,
     up_command,
 )
+from specfleet.cluster.noderecord import NodeRecord
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.workers.actor import get_worker, start_worker, stop_worker, wait_ready
@@ -292,6 +294,25 @@ def test_ray_start_command_lines() -> None:
     assert join[:3] == ["ray", "start", "--address=10.0.0.1:6379"] and "--num-cpus=20" in join
     assert start_env("darwin")["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1"
     assert start_env("linux")["RAY_AUTH_MODE"] == "token"
+
+
+def test_a_head_already_running_here_is_said_in_one_line_of_what_to_do() -> None:
+    # A second `fleet up` printed Ray's "ray start --head failed: ConnectionError: Ray is
+    # trying to start at ...:6379, but is already running ... use --port".
+    cmd = up_command("head1", "linux-cpu")
+    output = ("Local node IP: 10.0.0.1\nConnectionError: Ray is trying to start at "
+              "10.0.0.1:6379, but is already running at 10.0.0.1:6379. Please specify a "
+              "different port using the `--port` flag of `ray start` command.\n")
+    head = NodeRecord(address="10.0.0.1:6379", host="head1", head=True, temp_dir="/tmp/r")
+    assert start_failure(cmd, output, head) == (
+        "this machine already runs the fleet head head1 (10.0.0.1:6379); `specfleet fleet "
+        "status` shows it, `specfleet fleet leave` stops it before a new `fleet up`")
+    assert start_failure(cmd, output, None) == (
+        "a Ray head already runs at 10.0.0.1:6379 on this machine, not one this machine's "
+        "`specfleet fleet up` recorded; `specfleet fleet status --address 10.0.0.1:6379` "
+        "shows it, or give --port another port")
+    assert start_failure(cmd, "ValueError: bad\n", head) == (
+        "`ray start --head` failed: ValueError: bad")
 
 
 # ---- on the shared two-host cluster --------------------------------------------------------

@@ -62,6 +62,13 @@ def test_leave_stops_only_this_hosts_node(tmp_path: Path) -> None:
                   "127.0.0.1", "--port", str(free_port()), "--num-cpus", "1",
                   "--temp-dir", mine_dir], env)
         assert up.returncode == 0, up.stderr[-2000:]
+        # Again on the head: it was Ray's "ray start --head failed: ConnectionError: ...".
+        again_up = run([str(BIN / "specfleet"), "fleet", "up", "--name", "lv", "--node-ip",
+                        "127.0.0.1", "--port", str(free_port()), "--temp-dir", mine_dir], env)
+        assert again_up.returncode == 2, again_up.stderr[-2000:]
+        assert again_up.stderr.startswith("error: this machine already runs the fleet head lv "
+                                          "(127.0.0.1:"), again_up.stderr
+        assert again_up.stderr.count("\n") == 1
         # Someone else's Ray on the same machine, same user, started after ours.
         other = run([str(BIN / "ray"), "start", "--head", "--port", str(other_port),
                      "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
