@@ -40,12 +40,14 @@ $(LLAMACPP_STAMP): $(STAMP)
 	  $(BIN)/python -m pip install -q --no-compile $(PIP_CONSTRAINTS) -e ".[llamacpp]"
 	touch $(LLAMACPP_STAMP)
 
+# `matrix run` prints the tables on stdout and its progress, the matrix id and the report's
+# path on stderr (bars in a terminal); the newest stored matrix is the demo's.
 demo: venv
 	$(BIN)/python -c 'import specfleet.openblas as o; o.install()'
 	$(BIN)/specfleet models fetch smollm2-135m
 	mkdir -p reports
-	bash -o pipefail -c '$(BIN)/specfleet matrix run demo --report-dir reports | tee reports/.demo-run.txt'
-	@id=$$(sed -n 's/^matrix id: //p' reports/.demo-run.txt); \
+	$(BIN)/specfleet matrix run demo --report-dir reports
+	@id=$$($(BIN)/specfleet matrix list --limit 1 | cut -d' ' -f1); \
 	  echo "browse it: $(BIN)/specfleet serve --matrix $$id   (then open http://127.0.0.1:8266/matrices/$$id)"
 
 # MLX's CPU backend runs on Debian's OpenBLAS where it is installed (specfleet/openblas.py;

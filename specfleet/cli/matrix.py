@@ -30,8 +30,9 @@ from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import drop_sourceless, peer_skips, plan_runs, select_targets
+from specfleet.jobs.resolve import counted
 from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
-from specfleet.jobs.spec_files import check_matrix_file, load_matrix_spec
+from specfleet.jobs.spec_files import MatrixProblems, check_matrix_file, load_matrix_spec
 from specfleet.jobs.userinput import Problems
 from specfleet.report.tables import render_matrix
 from specfleet.settings import LEASE_S, STORE_RETRY_S
@@ -122,30 +123,34 @@ def _refuse_live_owner(store, matrix) -> None:
             and matrix.lease_until > utcnow():
         left = sum(n for status, n in matrix.counts.items() if status != "done")
         typer.echo(f"matrix {matrix.id}: driver {matrix.driver_id} still runs it (heartbeat "
-                   f"lease until {matrix.lease_until:%H:%M:%S} UTC); took 0 runs, skipped {left}")
+                   f"lease until {matrix.lease_until:%H:%M:%S} UTC); took 0 runs, skipped {left}",
+                   err=True)
         raise typer.Exit(1)
 
 
 def _print_outcome(store, outcome, fmt: str = "table", rate: Rate = "whole") -> None:
-    aside = fmt in ("json", "csv")  # stdout holds the data alone; the words go to stderr
+    """The tables on stdout, alone in every format (`> x.md` holds markdown only); what the
+    run says (its status, failures, how to resume, the matrix id) on stderr."""
     if outcome.owner is not None:
         typer.echo(f"matrix {outcome.matrix_id}: driver {outcome.owner} still runs it "
-                   f"(its heartbeat lease is live); took 0 runs, skipped {outcome.skipped}")
+                   f"(its heartbeat lease is live); took 0 runs, skipped {outcome.skipped}",
+                   err=True)
         return
     if outcome.skipped:
-        typer.echo(f"skipped {outcome.skipped} runs a live driver still runs", err=True)
+        typer.echo(f"skipped {counted(outcome.skipped, 'run')} a live driver still runs",
+                   err=True)
     typer.echo(
         f"matrix {outcome.matrix_id}: {outcome.status} ({outcome.done} done, "
         f"{outcome.failed} failed, {outcome.interrupted} interrupted, {outcome.pending} "
-        f"pending this call; {outcome.wall_s:.1f} s)", err=aside,
+        f"pending this call; {outcome.wall_s:.1f} s)", err=True,
     )
     if store.get_matrix(outcome.matrix_id).counts.get("done"):
         typer.echo(render_matrix(store, outcome.matrix_id, fmt, rate=rate), nl=False)
     for line in failure_lines(store.runs(matrix=outcome.matrix_id)):
-        typer.echo(line, err=aside)
+        typer.echo(line, err=True)
     if outcome.status != "done":
-        typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}", err=aside)
-    typer.echo(f"matrix id: {outcome.matrix_id}", err=aside)
+        typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}", err=True)
+    typer.echo(f"matrix id: {outcome.matrix_id}", err=True)
 
 
 def failure_lines(rows) -> list[str]:
@@ -199,7 +204,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         spec: the checked matrix.
         address, embedded, db, report_dir: as `matrix run`.
         options: the scheduler's options (`scheduler_options`).
-        fmt: the tables' format; with json or csv only the tables go to stdout.
+        fmt: the tables' format; only the tables go to stdout, the words to stderr.
         rate: the tok/s the tables' medians and speed-ups read ("whole" or "decode").
 
     Returns:
@@ -229,8 +234,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
             typer.echo(line, err=True)
         view.record_hosts(store)
         store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=matrix_id)
-        typer.echo(f"matrix {matrix_id}: {len(runs)} runs on "
-                   f"{len({r.target.label for r in runs})} targets", err=True)
+        typer.echo(planned_line(matrix_id, runs), err=True)
         from specfleet.cluster.scheduler import run_matrix
 
         waiting = say_waiting if not options.progress else None
@@ -242,12 +246,18 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     return outcome
 
 
+def planned_line(matrix_id: str, runs) -> str:
+    """`matrix ID: 6 runs on 1 target`: what a matrix was planned into."""
+    targets = len({run.target.label for run in runs})
+    return f"matrix {matrix_id}: {counted(len(runs), 'run')} on {counted(targets, 'target')}"
+
+
 def refuse_unrunnable_models(errors: list[str]) -> None:
     """A model a host cannot run (no such alias or folder, not fetched there, a context too
     short) is one line before anything is stored: each of its runs would only fail. Hosts
     that do not answer are left to the runs."""
     if errors:
-        more = f" (and {len(errors) - 1} more problems)"
+        more = f" (and {counted(len(errors) - 1, 'more problem')})"
         raise UserError(errors[0] + (more if len(errors) > 1 else ""))
 
 
@@ -255,7 +265,7 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
     from specfleet.report.record import write_record  # matplotlib: only when asked
 
     files = write_record(store, matrix_id, report_dir / matrix_id)
-    typer.echo(f"report: {files.markdown}")
+    typer.echo(f"report: {files.markdown}", err=True)
 
 
 def _say_written_back(store) -> None:
@@ -289,7 +299,8 @@ def resume_cmd(
         _refuse_live_owner(store, matrix)
         rows = store.runs(matrix=matrix_id, columns=("host", "status"))
         if rows and all(row.status == "done" for row in rows):  # no fleet to start for nothing
-            typer.echo(f"matrix {matrix_id}: all {len(rows)} runs are done; nothing to resume")
+            every = "its one run is" if len(rows) == 1 else f"all {len(rows)} runs are"
+            typer.echo(f"matrix {matrix_id}: {every} done; nothing to resume")
             return
         hosts = sorted({row.host for row in rows})
         view = open_fleet(address, hosts=hosts, embedded=embedded)
@@ -329,7 +340,7 @@ def status(
     for row in rows:
         if row.status in ("failed", "interrupted") and row.error:
             typer.echo(f"  {row.status} {row.run_key[:12]} {row.model} {row.prompt_name} "
-                       f"{row.arm} #{row.repeat}: {row.error}")
+                       f"{row.arm} rep {row.repeat}: {row.error}")
     if matrix.status in ("interrupted", "failed"):
         typer.echo(f"resume with: specfleet matrix resume {matrix.id}")
 
@@ -366,14 +377,26 @@ def validate(
 
     if local and address is not None:
         raise UserError("--local and --address: give one of them")
-    spec = check_matrix_file(file)  # every mistake in the file, one line each
+    try:
+        spec = check_matrix_file(file)  # every mistake in the file, one line each
+    except MatrixProblems as err:  # ... and those of the models it could read
+        if err.readable is None:
+            raise
+        report, _ = _check_models(err.readable, file, address, local)
+        raise Problems(file, err.with_model_lines(_model_errors(report, local))) from None
     report, where = _check_models(spec, file, address, local)
-    for line in report.unanswered + ([] if local else report.missing):
-        typer.echo(f"warning: {one_line(line)}", err=True)
-    errors = report.errors + (report.missing if local else [])
+    errors = _model_errors(report, local)
     if errors:
         raise Problems(file, errors)
     typer.echo(describe(spec, file, where))
+
+
+def _model_errors(report, local: bool) -> list[str]:
+    """The model checks' errors; their warnings said on stderr (a model missing here is an
+    error with --local)."""
+    for line in report.unanswered + ([] if local else report.missing):
+        typer.echo(f"warning: {one_line(line)}", err=True)
+    return report.errors + (report.missing if local else [])
 
 
 def _check_models(spec: MatrixSpec, file: str, address: str | None, local: bool):

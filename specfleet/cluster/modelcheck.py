@@ -117,12 +117,35 @@ def host_asks(spec: MatrixSpec, targets: list[Target],
             for host, cells in sorted(longest.items())}
 
 
-def host_lines(spec: MatrixSpec, label: str, asks: list[Ask], checks: list[ModelCheck],
-               host: str) -> list[str]:
-    """One line per model a host cannot run, naming the host and the engine."""
+def host_lines(spec: MatrixSpec, label: str, asks: Mapping[str, list[Ask]],
+               checks: Mapping[str, list[ModelCheck]]) -> list[str]:
+    """One line per model and problem: said once, without a host, when every host and engine
+    asked about the model found it (an alias no host knows), else naming where."""
     index = {model: i for i, model in enumerate(spec.models)}
-    return [f"{label}: models[{index[model]}]: host {host}, {engine}: {check.problem}"
-            for (model, engine, _), check in zip(asks, checks, strict=True) if check.problem]
+    asked: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    found: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for host, items in asks.items():
+        if host not in checks:
+            continue  # unanswered: said apart
+        for (model, engine, _), check in zip(items, checks[host], strict=True):
+            asked[model].append((host, engine))
+            if check.problem:
+                found[(model, check.problem)].append((host, engine))
+    return [f"{label}: models[{index[model]}]: {_where(where, asked[model])}{problem}"
+            for (model, problem), where in sorted(found.items(), key=lambda kv: index[kv[0][0]])]
+
+
+def _where(where: list[tuple[str, str]], asked: list[tuple[str, str]]) -> str:
+    """`host h1, torch: `; `host h1 (mlx, torch), host h2 (torch): `; nothing when it is
+    every (host, engine) asked about the model."""
+    if len(where) == 1:
+        return f"host {where[0][0]}, {where[0][1]}: "
+    if where == asked:
+        return ""
+    engines: dict[str, list[str]] = defaultdict(list)
+    for host, engine in where:
+        engines[host].append(engine)
+    return ", ".join(f"host {host} ({', '.join(names)})" for host, names in engines.items()) + ": "
 
 
 def check_on_hosts(spec: MatrixSpec, label: str, view: Any,
@@ -154,14 +177,15 @@ def check_on_hosts(spec: MatrixSpec, label: str, view: Any,
             report.unanswered.append(f"host {host}: its worker cannot check models (an older "
                                      "specfleet); update it with the fleet")
     deadline = time.monotonic() + timeout_s
+    checks: dict[str, list[ModelCheck]] = {}
     for host, ref in refs.items():
         try:
-            checks = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+            checks[host] = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
         except Exception as err:  # noqa: BLE001 - a host that cannot answer is named, not fatal
             report.unanswered.append(f"host {host}: no answer ({_first_line(err)})")
             continue
-        report.errors.extend(host_lines(spec, label, asks[host], checks, host))
         report.hosts.append(host)
+    report.errors.extend(host_lines(spec, label, asks, checks))
     return report
 
 

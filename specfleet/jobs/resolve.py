@@ -21,8 +21,8 @@ def describe(spec: MatrixSpec, file: str | Path, models: str) -> str:
         e.g. `demo: ok: 1 model x 2 prompts x 3 arms x 3 repeats: 18 runs per torch target,
         6 per mlx target (engines in [torch, mlx]); every model resolved`.
     """
-    counts = (f"{_count(len(spec.models), 'model')} x {_count(len(spec.prompts), 'prompt')} x "
-              f"{_count(len(spec.arms), 'arm')} x {_count(spec.repeats, 'repeat')}")
+    counts = (f"{counted(len(spec.models), 'model')} x {counted(len(spec.prompts), 'prompt')} x "
+              f"{counted(len(spec.arms), 'arm')} x {counted(spec.repeats, 'repeat')}")
     return f"{file}: ok: {counts}{_per_target(spec)} ({spec.targets.describe()}); {models}"
 
 
@@ -34,12 +34,13 @@ def _per_target(spec: MatrixSpec) -> str:
     if len(set(by_engine.values())) == 1:
         runs = next(iter(by_engine.values()))
         equals = " =" if runs == spec.most_runs_per_target() else ":"
-        return f"{equals} {upto}{_count(runs, 'run')} per target"
+        return f"{equals} {upto}{counted(runs, 'run')} per target"
     (first, runs), *rest = by_engine.items()
-    each = [f"{_count(runs, 'run')} per {first} target",
+    each = [f"{counted(runs, 'run')} per {first} target",
             *(f"{n} per {engine} target" for engine, n in rest)]
     return f": {upto}{', '.join(each)}"
 
 
-def _count(n: int, noun: str) -> str:
+def counted(n: int, noun: str) -> str:
+    """`1 run`, `6 runs`, `1 more problem`: a count with its noun in the right number."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

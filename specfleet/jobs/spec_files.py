@@ -101,8 +101,56 @@ def parse_matrix_spec(
     problems += matrix_problems(spec, label, directory, beside=base_dir if fallback else None,
                                 left_out=left_out)
     if problems:
-        raise Problems(label, _in_file_order(problems, label, data))
+        kept = _models_to_resolve(spec, label, problems, left_out)
+        readable = _models_alone(spec, [model for _, model in kept]) if kept else None
+        raise MatrixProblems(label, _in_file_order(problems, label, data), data, readable,
+                             tuple(place for place, _ in kept))
     return spec.model_copy(update={"prompt_dir": str(directory)})
+
+
+def _models_to_resolve(spec: MatrixSpec, label: str, problems: list[str],
+                       left_out: LeftOut) -> list[tuple[int, str]]:
+    """The models of a file with mistakes that can still be resolved, each with its place in
+    the file: not one already found wrong (blank, a duplicate), and none when the engines to
+    resolve them for are unknown (targets mistyped: the checks that read it are left out)."""
+    if "models" in left_out.fields or left_out.touches(("targets",)):
+        return []
+    at = re.compile(rf"{re.escape(label)}: models\[(\d+)\]")
+    said = {int(found[1]) for line in problems if (found := at.match(line))}
+    return [(place, model) for place, model in left_out.numbered(("models",), spec.models)
+            if place not in said]
+
+
+class MatrixProblems(Problems):
+    """A matrix file's mistakes, and what of it could still be read: `readable` (None: its
+    models could not be read) is a matrix of the models that parsed, on the file's targets,
+    with one inline prompt of a one-token reply and the plain arm, for `matrix validate` to
+    check them in the same run (aliases and folders; not their context, which reads the
+    prompts and token limits of a file still to be fixed)."""
+
+    def __init__(self, label: str, lines: list[str], data: dict[str, Any],
+                 readable: MatrixSpec | None, places: tuple[int, ...]) -> None:
+        super().__init__(label, lines)
+        self.data = data
+        self.readable = readable
+        self.places = places  # the file's index of each of `readable.models`
+
+    def with_model_lines(self, model_lines: list[str]) -> list[str]:
+        """The file's mistakes and the model checks' lines of `readable` (`models[i]` as
+        the file numbers them), in file order."""
+        at = re.compile(rf"^({re.escape(self.label)}: models\[)(\d+)\]")
+        placed = [at.sub(lambda m: f"{m[1]}{self.places[int(m[2])]}]", line)
+                  for line in model_lines]
+        return _in_file_order([*self.lines, *placed], self.label, self.data)
+
+
+def _models_alone(spec: MatrixSpec, models: list[str]) -> MatrixSpec | None:
+    try:
+        return MatrixSpec.model_validate({
+            "name": spec.name, "models": models, "targets": spec.targets,
+            "prompts": [{"name": "p", "text": "p"}], "arms": ["plain"], "max_tokens": 1})
+    except ValidationError:  # a check of the models' own (duplicates): said already
+        return None
 
 
 # What a required field that failed its type stands in for, so the checks of the other

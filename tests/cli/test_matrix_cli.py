@@ -74,8 +74,11 @@ def test_matrix_run_status_list_and_validate(fleet, tmp_path, db):
     result = invoke("matrix", "run", path, "--address", fleet.address, "--db", db,
                     "--no-progress")
     assert result.exit_code == 0, (result.stdout, result.stderr)
-    matrix_id = result.stdout.strip().splitlines()[-1].removeprefix("matrix id: ")
-    assert result.stdout.startswith(f"matrix {matrix_id}: done (8 done, 0 failed")
+    # The tables alone on stdout (`> tables.txt`), what the run says on stderr.
+    matrix_id = result.stderr.strip().splitlines()[-1].removeprefix("matrix id: ")
+    assert f"\nmatrix {matrix_id}: done (8 done, 0 failed" in result.stderr
+    assert result.stdout.lstrip().startswith(f"Matrix {matrix_id} (toy-cli)"), result.stdout
+    assert "matrix id" not in result.stdout and "done (8 done" not in result.stdout
     with open_store(db) as store:
         rows = store.runs(matrix=matrix_id)
     assert len(rows) == 8 and {r.status for r in rows} == {"done"}
@@ -110,7 +113,7 @@ def test_without_a_terminal_each_finished_run_is_one_line_and_failures_are_summe
     assert any(ln.startswith(("[1/16] alpha/toy ", "[1/16] beta/toy ")) for ln in lines[:1])
     assert sum(bool(re.search(r" fail code (plain|graded) rep [01]: failed: .*on purpose", ln))
                for ln in lines) == 8
-    summary = [ln for ln in result.stdout.splitlines() if " runs failed: " in ln]
+    summary = [ln for ln in result.stderr.splitlines() if " runs failed: " in ln]
     assert len(summary) == 1 and summary[0].startswith("8 runs failed: ")
     assert "toy model failed on purpose" in summary[0]
 
@@ -131,12 +134,11 @@ def test_validate_in_a_fleet_asks_the_hosts_its_runs_go_to(fleet, tmp_path, monk
     asked = invoke("matrix", "validate", three, "--address", fleet.address)
     lines = asked.stderr.splitlines()
     assert (asked.exit_code, lines[0]) == (2, f"fleet: {fleet.address} (2 hosts)"), asked.stderr
-    assert sorted(line.split(": ")[3] for line in lines[1:]) == [
-        "host alpha, torch", "host alpha, torch", "host beta, torch", "host beta, torch"]
-    assert sum(f"models[1]: host {h}, torch: max_tokens 12 leaves no room for the prompt in "
-               "the model's context of 8 tokens" in asked.stderr for h in ("alpha", "beta")) == 2
-    assert asked.stderr.count("models[2]: host ") == 2 and "models[0]" not in asked.stderr
-    assert "model 'mine' is neither an alias" in asked.stderr
+    # What both hosts found is said once, not once per host.
+    assert lines[1] == (f"error: {three}: models[1]: max_tokens 12 leaves no room for the "
+                        "prompt in the model's context of 8 tokens")
+    assert lines[2].startswith(f"error: {three}: models[2]: model 'mine' is neither an alias")
+    assert len(lines) == 3
     here = invoke("matrix", "validate", three, "--local")  # this machine knows `mine`
     assert here.exit_code == 2 and here.stderr.count("\n") == 1 and "models[1]" in here.stderr
     one = write(tmp_path, "one.yaml", matrix + f"[{big}]\n")
@@ -160,8 +162,25 @@ def test_bench_runs_a_sweep_given_on_the_command_line(fleet, db):
         assert matrix.name == "bench" and matrix.total_runs == 16  # 2 hosts x 2 x 2 x 2
     markdown = invoke("matrix", "show", body["matrix_id"], "-o", "md", "--db", db)
     assert markdown.stdout.startswith("## Matrix ")
+    ran = invoke("bench", "-m", "script:1ms", "-p", "story", "-r", "1", "-n", "8", "-e", "toy",
+                 "-o", "md", "--address", fleet.address, "--db", db)
+    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+    assert ran.stdout.startswith("## Matrix bench-")  # `> x.md` holds the markdown alone
+    assert "matrix id: " in ran.stderr and "matrix id" not in ran.stdout
+    assert ": done (" in ran.stderr and ": done (" not in ran.stdout
     bad = invoke("bench", "-p", "story,,edit_fn", "--db", db)
     assert bad.exit_code == 2 and bad.stderr.startswith("error: --prompt: an empty name")
+
+
+def test_job_generate_on_a_host_not_in_the_fleet_names_the_hosts_there(fleet, tmp_path, db):
+    # It read "no target spark1/toy/cpu in the fleet (targets: none)": only spark1 was asked.
+    batch = write(tmp_path, "b.jsonl", '{"prompt": "abc"}\n')
+    result = invoke("job", "generate", "--prompts", batch, "--target", "spark1/toy/cpu",
+                    "--model", "script:1ms", "--address", fleet.address, "--db", db)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr.splitlines()[-1] == (
+        "error: --target: no host spark1 in the fleet (hosts: alpha, beta); `specfleet fleet "
+        "status` lists their targets")
 
 
 def test_job_generate_and_calibrate(fleet, tmp_path, db):
@@ -257,7 +276,8 @@ def bad_calls(tmp_path: Path, address: str, db: str) -> dict[str, list[str]]:
         "bad db scheme": ["matrix", "run", good, "--db", "foo://bar"],
         "list limit 0": ["matrix", "list", "--limit", "0", "--db", db],
         "validate bad": ["matrix", "validate",
-                         write(tmp_path, "v.yaml", "name: m\nrepeats: 0\n" + GOOD_FIELDS)],
+                         write(tmp_path, "v.yaml", "name: m\nrepeats: 0\n"
+                               "targets: {engines: [toy]}\n" + GOOD_FIELDS)],
         "prompts not json": [*gen, "--prompts", not_json, "--target", "alpha/toy"],
         "target without engine": [*gen, "--prompts", ok_batch, "--target", "alpha"],
         "zero max tokens": [*gen, "--prompts", ok_batch, "--target", "alpha/toy",

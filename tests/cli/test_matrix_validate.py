@@ -92,7 +92,9 @@ def test_a_check_that_reads_a_mistyped_field_is_left_out(tmp_path: Path) -> None
     text = (GOOD.replace('["script:1ms"]', "[m1, m1]").replace("[plain, graded]", "[plain, hf]")
             .replace("[toy]", "[torch]") + "temperature: hot\n")
     path = write(tmp_path, text)
-    assert error_lines(invoke("matrix", "validate", path)) == [
+    unknown, *rest = error_lines(invoke("matrix", "validate", path))
+    assert unknown.startswith(f"error: {path}: models[0]: torch: model 'm1' is neither an alias")
+    assert rest == [
         f"error: {path}: models[1]: duplicate model 'm1' (list each once)",
         f"error: {path}: temperature: expected a number, got 'hot'",
     ]
@@ -110,7 +112,21 @@ def test_matrix_run_refuses_the_same_file_in_one_line(tmp_path: Path) -> None:
                     "repeats: must be at least 1, got 0; also seed: expected an integer, got "
                     f"'x' (+2 more; `specfleet matrix validate {many}` lists every one)")
     assert not (tmp_path / "s.db").exists()
-    assert len(error_lines(invoke("matrix", "validate", many))) == 5
+    # validate also names the model no engine knows (m1 is no toy model), once
+    assert len(error_lines(invoke("matrix", "validate", many))) == 6
+
+
+def test_an_unknown_model_is_named_beside_the_files_other_mistakes(tmp_path: Path) -> None:
+    # The misspelt alias was named only once the arm and the repeats were fixed.
+    path = write(tmp_path, "name: v\nmodels: [smolm2-135m, 4, ./nofolder]\nprompts: [story]\n"
+                 "arms: [plain, grded]\nrepeats: three\n")
+    lines = error_lines(invoke("matrix", "validate", path))
+    assert [line.split(": ")[2] for line in lines] == [
+        "models[0]", "models[1]", "models[2]", "arms[1].arm", "repeats"]
+    assert lines[0].startswith(f"error: {path}: models[0]: model 'smolm2-135m' is neither an "
+                               "alias in ")  # once, not per engine
+    assert lines[2].startswith(f"error: {path}: models[2]: model '{tmp_path}/nofolder' is "
+                               "neither an alias")
 
 
 def test_a_prompt_entry_with_two_problems_names_both(tmp_path: Path) -> None:

@@ -110,9 +110,27 @@ def test_each_host_is_asked_for_the_cells_its_runs_need() -> None:
     asks = host_asks(matrix, targets, {})
     assert asks == {"h1": [("a", "torch", 40), ("b", "torch", 40)],
                     "h2": [("a", "mlx", 90), ("b", "mlx", 90)]}
-    checks = [ModelCheck(), ModelCheck("model 'b': gone", missing=True)]
-    assert host_lines(matrix, "m.yaml", asks["h2"], checks, "h2") == [
+    checks = {"h1": [ModelCheck(), ModelCheck()],
+              "h2": [ModelCheck(), ModelCheck("model 'b': gone", missing=True)]}
+    assert host_lines(matrix, "m.yaml", asks, checks) == [
         "m.yaml: models[1]: host h2, mlx: model 'b': gone"]
+
+
+def test_a_problem_every_host_and_engine_shares_is_said_once() -> None:
+    # An unknown alias read "models[0]: host head1, mlx: ..." and again "... host head1, torch".
+    matrix = spec(["nope", "b"])
+    asks = {"h1": [("nope", "mlx", 12), ("nope", "torch", 12), ("b", "torch", 12)],
+            "h2": [("nope", "torch", 12), ("b", "torch", 12)]}
+    unknown = ModelCheck("model 'nope' is neither an alias")
+    checks = {"h1": [unknown, unknown, ModelCheck("no room")],
+              "h2": [unknown, ModelCheck("no room")]}
+    assert host_lines(matrix, "m.yaml", asks, checks) == [
+        "m.yaml: models[0]: model 'nope' is neither an alias",
+        "m.yaml: models[1]: no room"]
+    checks["h2"] = [ModelCheck(), ModelCheck()]  # where only some hosts find it, they are named
+    assert host_lines(matrix, "m.yaml", asks, checks) == [
+        "m.yaml: models[0]: host h1 (mlx, torch): model 'nope' is neither an alias",
+        "m.yaml: models[1]: host h1, torch: no room"]
 
 
 def test_without_a_fleet_a_model_missing_here_warns_and_local_refuses(here) -> None:

@@ -70,7 +70,7 @@ def test_a_matrix_on_the_head_runs_on_every_host_and_parity_runs_from_a_client(n
     matrix = write(nf, "h1", "real.yaml", REAL_MATRIX)
     done = ok(drive(nf, "h1", "matrix", "run", matrix, "--no-progress", timeout=600))
     assert f"fleet: {nf.address} (3 hosts)" in done.stderr.splitlines()
-    (matrix_id,) = [line.split()[-1] for line in done.stdout.splitlines()
+    (matrix_id,) = [line.split()[-1] for line in done.stderr.splitlines()
                     if line.startswith("matrix id:")]
     rows = sql(nf, "SELECT host, engine, status FROM runs WHERE matrix_id = %s", matrix_id)
     targets = sorted({f"{h}/{e}" for h, e, _ in rows})

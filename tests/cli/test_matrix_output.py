@@ -1,0 +1,86 @@
+"""What `matrix run`, `resume` and `bench` print when a matrix ends, on a real seeded store
+without a fleet: the tables alone on stdout in every format (`-o md > x.md`), the run's own
+words on stderr; and `matrix status`'s lines of an unfinished run."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from specfleet.cli.main import app
+from specfleet.cli.matrix import _print_outcome, planned_line, refuse_unrunnable_models
+from specfleet.errors import UserError
+from specfleet.jobs.run import RunSpec
+from specfleet.report.tables import render_matrix
+from specfleet.store.store import open_store
+from specfleet.workers.host import HostWorker
+from tests.report.seed import H1, H2, PLAIN_RATES, Seed, seed_matrix
+
+MATRIX_ID = "out-000001"
+UNFINISHED_ID = "left-000002"
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("store") / "specfleet.db"
+    worker = HostWorker("h1", sample_period_s=3600.0, quiet_threshold_per_core=1e9)
+    store = open_store(str(path))
+    try:
+        seed_matrix(store, worker, "out", [
+            Seed(H1, "script", "copy", "plain", tuple(PLAIN_RATES)),
+            Seed(H1, "script", "copy", "graded", (150.0, 152.0, 148.0))], MATRIX_ID)
+        left = RunSpec(run_key=f"{UNFINISHED_ID}/r", matrix_id=UNFINISHED_ID, target=H1,
+                       model="script", prompt_name="copy", prompt_text="hello hello",
+                       arm="graded", repeat=1, max_tokens=16)
+        store.create_matrix("left", {"name": "left"}, [left], matrix_id=UNFINISHED_ID)
+        store.mark_interrupted(left.run_key, "host h1 went away")
+        store.finish_matrix(UNFINISHED_ID, "interrupted")
+    finally:
+        store.close()
+        worker.close()
+    return path
+
+
+def outcome(status: str = "done") -> SimpleNamespace:
+    return SimpleNamespace(matrix_id=MATRIX_ID, status=status, done=6, failed=0, interrupted=0,
+                           pending=0, wall_s=1.5, skipped=0, owner=None)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv", "json"])
+def test_the_tables_alone_go_to_stdout_in_every_format(db_path, capsys, fmt) -> None:
+    # With -o md or csv stdout began "matrix out-...: done (...)" and ended "matrix id: ...".
+    with open_store(str(db_path)) as store:
+        _print_outcome(store, outcome("interrupted"), fmt)
+        tables = render_matrix(store, MATRIX_ID, fmt)
+    said = capsys.readouterr()
+    assert said.out == tables
+    assert said.err.splitlines() == [
+        f"matrix {MATRIX_ID}: interrupted (6 done, 0 failed, 0 interrupted, 0 pending this "
+        "call; 1.5 s)",
+        f"resume with: specfleet matrix resume {MATRIX_ID}",
+        f"matrix id: {MATRIX_ID}"]
+    if fmt == "json":
+        assert json.loads(said.out)["matrix_id"] == MATRIX_ID
+
+
+def test_status_names_an_unfinished_runs_repeat_as_the_progress_lines_do(db_path) -> None:
+    result = CliRunner().invoke(app, ["matrix", "status", UNFINISHED_ID, "--db", str(db_path)])
+    assert result.exit_code == 0, result.output
+    assert "  interrupted left-000002/ script copy graded rep 1: host h1 went away" \
+        in result.stdout.splitlines()  # it read "graded #1"
+
+
+def test_counts_read_in_the_singular_for_one() -> None:
+    # "6 runs on 1 targets", "(and 1 more problems)".
+    def runs(*targets) -> list[SimpleNamespace]:
+        return [SimpleNamespace(target=t) for t in targets]
+
+    assert planned_line("m-1", runs(H1)) == "matrix m-1: 1 run on 1 target"
+    assert planned_line("m-1", runs(H1, H1, H2)) == "matrix m-1: 3 runs on 2 targets"
+    with pytest.raises(UserError, match=r"^first \(and 1 more problem\)$"):
+        refuse_unrunnable_models(["first", "second"])
+    with pytest.raises(UserError, match=r"^first \(and 2 more problems\)$"):
+        refuse_unrunnable_models(["first", "second", "third"])
