@@ -374,9 +374,7 @@ def refuse_second_node(record: noderecord.NodeRecord | None) -> None:
     """`fleet up` where this machine's recorded node still runs: one line naming it (a second
     head would orphan the first). A lost node (no raylet) is started again, as the
     supervisor does."""
-    from specfleet.cluster.supervisor import node_alive
-
-    if record is not None and node_alive(record):
+    if record is not None and noderecord.node_alive(record):
         raise UserError(running_node_line(record))
 
 

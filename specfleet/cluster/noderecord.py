@@ -93,6 +93,18 @@ def node_processes(temp_dir: str) -> list[psutil.Process]:
     return found
 
 
+def node_alive(record: NodeRecord) -> bool:
+    """Whether this host's raylet (the node) still runs. A node the head declared dead after a
+    network cut exits by itself once it reaches the head again; then it counts as lost."""
+    for proc in node_processes(record.temp_dir):
+        try:
+            if proc.name() == "raylet":
+                return True
+        except Exception:  # noqa: BLE001 - a process that vanished is not our raylet
+            continue
+    return False
+
+
 def client_servers(head_address: str) -> list[psutil.Process]:
     """The Ray Client server `ray start --head` started for this head: its command line
     names the head's address but not the temp dir, and it outlives the `ray start` that

@@ -19,18 +19,6 @@ from specfleet.cluster.reach import connect_error, host_port
 CHECK_EVERY_S = 2.0
 
 
-def node_alive(record: noderecord.NodeRecord) -> bool:
-    """Whether this host's raylet (the node) still runs. A node the head declared dead after a
-    network cut exits by itself once it reaches the head again; then it counts as lost."""
-    for proc in noderecord.node_processes(record.temp_dir):
-        try:
-            if proc.name() == "raylet":
-                return True
-        except Exception:  # noqa: BLE001 - a process that vanished is not our raylet
-            continue
-    return False
-
-
 def head_answers(address: str, timeout_s: float = 2.0) -> bool:
     return connect_error(address, timeout_s) is None
 
@@ -62,7 +50,7 @@ def supervise(
         if record is None:
             say("supervisor: this host left the fleet; stopping")
             return
-        if head_answers(record.address) and not node_alive(record):
+        if head_answers(record.address) and not noderecord.node_alive(record):
             say(f"supervisor: node of {record.host} is gone and {record.address} answers; "
                 "starting it again")
             started = time.monotonic()
