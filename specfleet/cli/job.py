@@ -30,6 +30,7 @@ from specfleet.cli.options import (
     NgramMinOption,
     NoProgressOption,
     counts_text,
+    echo_rows,
     flag_given,
     lookup_given,
     with_policy_option_flags,
@@ -186,12 +187,9 @@ def list_cmd(
     submitted."""
     with open_store(db, read_only=True) as store:
         jobs = store.list_generation_jobs(limit=limit)
-    if not jobs:
-        typer.echo("no generation jobs yet")
-    for j in jobs:
-        typer.echo(f"{j.id:<32} {j.name:<16} {j.host}/{j.engine}/{j.device}  {j.model}  "
-                   f"{j.status:<12} {j.counts.get('done', 0)}/{j.total_runs} done  "
-                   f"{j.submitted_at:%Y-%m-%d %H:%M}")
+    echo_rows([(j.id, j.name, f"{j.host}/{j.engine}/{j.device}", j.model, j.status,
+                f"{j.counts.get('done', 0)}/{j.total_runs} done", f"{j.submitted_at:%Y-%m-%d %H:%M}")
+               for j in jobs], "no generation jobs yet")
 
 
 @app.command("show")

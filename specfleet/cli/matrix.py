@@ -25,6 +25,7 @@ from specfleet.cli.options import (
     RateOption,
     RequireQuietOption,
     counts_text,
+    echo_rows,
 )
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
 from specfleet.cluster.reach import choose_fleet, open_fleet
@@ -354,11 +355,8 @@ def list_cmd(
     """Matrices, newest first: id, name, status, runs done of total, submitted."""
     with open_store(db, read_only=True) as store:
         matrices = store.list_matrices(limit=limit)
-    if not matrices:
-        typer.echo("no matrices yet")
-    for m in matrices:
-        typer.echo(f"{m.id:<32} {m.name:<20} {m.status:<12} "
-                   f"{m.counts.get('done', 0)}/{m.total_runs} done  {m.submitted_at:%Y-%m-%d %H:%M}")
+    echo_rows([(m.id, m.name, m.status, f"{m.counts.get('done', 0)}/{m.total_runs} done",
+                f"{m.submitted_at:%Y-%m-%d %H:%M}") for m in matrices], "no matrices yet")
 
 
 @app.command("validate")

@@ -81,6 +81,16 @@ ListLimitOption = Annotated[int, typer.Option(
     "--limit", min=1, max=LIST_LIMIT, help="The newest N.")]
 
 
+def echo_rows(rows: list[tuple[str, ...]], empty: str) -> None:
+    """Rows of a listing (`matrix list`, `job list`), each column as wide as its widest
+    value, no header (the first field is the id a script cuts); `empty` when there are none."""
+    if not rows:
+        typer.echo(empty)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
+    for row in rows:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
 def counts_text(counts: dict[str, int]) -> str:
     """Runs per status, `3 done, 1 interrupted` (`matrix status`, `job show`)."""
     order = ("done", "running", "pending", "failed", "interrupted")
