@@ -155,7 +155,7 @@ def test_looping_cell_is_flagged_listed_apart_and_kept_out_of_the_headline(matri
                       if line.startswith("|") and "| graded |" in line)
     flags_col, story_col = [c.strip() for c in graded_row.strip("|").split("|")][2:4]
     assert "LOOP" in flags_col and "LOOP" not in story_col, graded_row
-    assert "Headline graded:" in markdown and "over 1 cells" in markdown
+    assert "Headline graded:" in markdown and "over 1 cell (" in markdown
     assert f"Kept out of the graded headline (replies loop): {MODEL}/flags" in markdown
     assert history and history[-1].loop
     assert "LOOP" in render_history(history, "flags graded")
@@ -357,6 +357,6 @@ def test_compare_calls_no_regression_across_weights_config_or_token_limit(tmp_pa
         (row,), table = _compare(url, "base", other)
         assert (row["verdict"], row["differs"]) == ("slower", [part]), row
         assert f"not called a regression, the cells differ in {part}" in table
-        assert "0 regressions in 1 cells" in table
+        assert "0 regressions in 1 cell measured" in table
         (row,), table = _compare(url, "base", other, "--allow-mixed")
         assert row["verdict"] == "regression" and f"differ in {part}" in table

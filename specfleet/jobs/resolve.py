@@ -41,6 +41,7 @@ def _per_target(spec: MatrixSpec) -> str:
     return f": {upto}{', '.join(each)}"
 
 
-def counted(n: int, noun: str) -> str:
-    """`1 run`, `6 runs`, `1 more problem`: a count with its noun in the right number."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 run`, `6 runs`, `1 more problem`, `2 losses` (with `plural`): a count with its noun
+    in the right number."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"

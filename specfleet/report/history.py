@@ -11,6 +11,7 @@ from dataclasses import asdict, fields
 
 from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import ARMS
 from specfleet.report.build import load_matrix
 from specfleet.report.coverage import Coverage, cell_keys
@@ -181,7 +182,8 @@ def compare_grid(rows: list[CompareRow], a: str, b: str, factor: float = DEFAULT
     headers = ("target", "model", "prompt", "arm", f"{a} tok/s", f"{b} tok/s", "B/A", "test",
                "verdict")
     regressions = sum(r.verdict == "regression" for r in rows)
-    count = f"{regressions} regressions in {len(rows)} cells measured in both"
+    count = (f"{counted(regressions, 'regression')} in {counted(len(rows), 'cell')} measured "
+             "in both")
     count += f"; showing the {len(shown)} that changed." if only_changed else "."
     notes = (count, test_note(factor),
              "A slow-down is a regression only when the cells differ in nothing but code "

@@ -17,6 +17,7 @@ from typing import Any
 
 from specfleet.engine.peers import is_peer
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
 from specfleet.stats.interval import RULE, no_verdict_text
@@ -183,7 +184,8 @@ def headline(view: MatrixView, target: str) -> list[str]:
         if item.geomean_speedup is not None:
             lines.append(
                 f"Headline {item.arm}: {item.geomean_speedup:.2f}x geometric mean over "
-                f"{item.cells} cells ({item.gains} gains, {item.losses} losses, "
+                f"{counted(item.cells, 'cell')} ({counted(item.gains, 'gain')}, "
+                f"{counted(item.losses, 'loss', 'losses')}, "
                 f"{item.within_noise} within noise{_no_verdict_count(item)})"
             )
         looped = [c for c in view.cells if c.target == target and c.arm == item.arm and c.loop

@@ -141,7 +141,7 @@ def test_history_fails_on_a_regression_at_the_newest_point(db_path) -> None:  # 
 def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None:  # noqa: F811
     same = invoke(db_path, "compare", DEMO_ID, AFTER_ID)
     assert same.exit_code == 1, same.output  # a regression fails the check
-    assert "REGRESSION" in same.output and "1 regressions in 14 cells" in same.output
+    assert "REGRESSION" in same.output and "1 regression in 14 cells" in same.output
     assert same.stderr.strip() == f"compare: 1 regressions ({AFTER_ID} against {DEMO_ID})"
     assert invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--fail-on", "none").exit_code == 0
     mixed = invoke(db_path, "compare", DEMO_ID, MIXED_ID, "--format", "json")
