@@ -25,7 +25,11 @@ def report(
     check_writable_dir(target, "--out")
     with open_store(db, read_only=True) as store:
         files = write_record(store, matrix_id, target)
+        done = store.get_matrix(matrix_id).counts.get("done", 0)
     typer.echo(f"record: {files.markdown}")
+    if not done:  # a record of failures: said, so empty tables are not read as a result
+        typer.echo(f"warning: matrix {matrix_id} has no done runs: the record's tables are "
+                   "empty; runs.csv holds each run's status and error", err=True)
     for path in (*files.plots, files.csv):
         typer.echo(f"  {path}")
 

@@ -93,3 +93,14 @@ def test_replay_of_runs_not_done_does_not_blame_their_age(db_path) -> None:
     assert_refused(invoke(db_path, "replay", PENDING_ID),
                    f"RUN_OR_MATRIX {PENDING_ID}: no done greedy run to replay (its runs: "
                    "1 pending)")
+
+
+def test_a_record_of_a_matrix_without_done_runs_says_its_tables_are_empty(db_path, tmp_path):
+    # It wrote a record of empty tables with exit 0 and not a word.
+    outcome = invoke(db_path, "report", PENDING_ID, "--out", str(tmp_path / "rec"))
+    assert outcome.exit_code == 0, outcome.output
+    assert outcome.stderr == (f"warning: matrix {PENDING_ID} has no done runs: the record's "
+                              "tables are empty; runs.csv holds each run's status and error\n")
+    assert (tmp_path / "rec" / "runs.csv").exists()
+    done = invoke(db_path, "report", MATRIX_ID, "--out", str(tmp_path / "done"))
+    assert done.exit_code == 0 and done.stderr == ""
