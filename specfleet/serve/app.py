@@ -9,6 +9,7 @@ Jinja's escaping. With a token, every page and API call needs it (`auth.py`).
 from __future__ import annotations
 
 import io
+import math
 import time
 from functools import partial
 from pathlib import Path
@@ -62,6 +63,24 @@ def _query(request: Request, allowed: dict, required: tuple = ()) -> dict:
     return params.parse(request.query_params, allowed, required)
 
 
+class FiniteJSON(JSONResponse):
+    """JSON with a non-finite float (a hand-edited store's `inf` tok/s) as null: Starlette's
+    refuses NaN and infinity, so the page was a 500."""
+
+    def render(self, content) -> bytes:
+        return super().render(_finite(content))
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
 class Views:
     """The route handlers over one read-only store and (optionally) a fleet."""
 
@@ -79,7 +98,7 @@ class Views:
         query = _query(request, allowed, required)
         as_json = request.url.path.startswith("/api/")
         built = await run_in_threadpool(build, **path, **query, as_json=as_json)
-        return JSONResponse(built) if as_json else self.html(template, built)
+        return FiniteJSON(built) if as_json else self.html(template, built)
 
     async def fleet_view(self, request: Request) -> Response:
         return await self._page(
@@ -105,7 +124,7 @@ class Views:
         _query(request, {})
         matrix_id = request.path_params["matrix_id"]
         matrix = await run_in_threadpool(self.store.get_matrix, matrix_id)
-        return JSONResponse(pages.progress(matrix))
+        return FiniteJSON(pages.progress(matrix))
 
     async def runs(self, request: Request) -> Response:
         return await self._page(

@@ -26,6 +26,7 @@ from tests.serve.seed import (
     THROTTLE_REASON,
     XSS_IMG,
     XSS_SCRIPT,
+    seed_store,
 )
 
 HISTORY = "/history?model=m1&prompt=edit_fn&arm=graded"
@@ -294,6 +295,25 @@ def test_no_route_writes_to_the_store(client, seeded_url):
             assert response.status_code == 405, (method, path)
         assert client.get(path).status_code == 200
     assert _dump(seeded_url) == before
+
+
+def test_a_non_finite_stored_rate_is_null_in_json_not_a_500(tmp_path):
+    # A hand-edited store's `inf` tok/s: Starlette's JSONResponse refused it, a 500 and a
+    # traceback on /api/matrices/ID, /runs, /history and /compare.
+    url = f"sqlite:///{tmp_path / 'inf.db'}"
+    seed_store(url)
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        conn.execute("update runs set tok_per_s = 1e999 where run_key = ?", (f"{BASE}-mac1-m1-"
+                                                                           "edit_fn-0-graded",))
+    with (open_read_only(url) as store,
+          TestClient(create_app(store), base_url=LOOPBACK_URL) as web):
+        runs = web.get(f"/api/matrices/{BASE}/runs")
+        assert runs.status_code == 200, runs.text
+        rates = {r["run_key"]: r["tok_per_s"] for r in runs.json()["runs"]}
+        assert rates[f"{BASE}-mac1-m1-edit_fn-0-graded"] is None
+        for path in (f"/api/matrices/{BASE}", f"{HISTORY.replace('/', '/api/', 1)}",
+                     f"/api/compare?a={BASE}&b={NEXT}"):
+            assert web.get(path).status_code == 200, path
 
 
 def test_the_app_store_refuses_writes_itself(seeded_url):
