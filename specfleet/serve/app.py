@@ -8,6 +8,7 @@ Jinja's escaping. With a token, every page and API call needs it (`auth.py`).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import time
@@ -273,10 +274,22 @@ def create_app(store: Store, fleet: FleetReader | None = None,
     ]
     # SecurityHeaders outermost: a refusal carries the same headers as a page.
     middleware = [Middleware(SecurityHeaders), Middleware(TokenGate, token=token)]
-    app = Starlette(routes=routes, exception_handlers=_error_handlers(v), middleware=middleware)
+    app = Starlette(routes=routes, exception_handlers=_error_handlers(v), middleware=middleware,
+                    lifespan=_lifespan(fleet))
     app.router.redirect_slashes = False
     app.router.default = _slash_redirect(app.router)
     return app
+
+
+def _lifespan(fleet: FleetReader | None):
+    """The server's start and stop: with a fleet, its signal handlers kept across connects."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        if fleet is not None:
+            await fleet.keep_signal_handlers()
+        yield
+
+    return lifespan
 
 
 class SecurityHeaders:

@@ -8,8 +8,11 @@ machine joined) and where that is the embedded fleet, it says there is none.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import threading
+from collections.abc import Callable
 
 from specfleet.cluster.reach import choose_fleet, connect_error
 
@@ -38,9 +41,9 @@ class _Connect(threading.Thread):
     """One `fleet.connect` in a daemon thread: a head that never answers holds neither a
     request nor the server's shutdown."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, after: Callable[[], None] | None = None):
         super().__init__(name=f"specfleet serve: connect {address}", daemon=True)
-        self.address = address
+        self.address, self.after = address, after
         self.error: Exception | None = None
 
     def run(self) -> None:
@@ -53,6 +56,8 @@ class _Connect(threading.Thread):
             fleet.connect(self.address)
         except Exception as err:  # noqa: BLE001 - the fleet page says it
             self.error = err
+        if self.after is not None:
+            self.after()
 
 
 class FleetReader:
@@ -62,6 +67,25 @@ class FleetReader:
         self.address = address
         self._lock = threading.Lock()
         self._connect: _Connect | None = None
+        self._keep_signals: Callable[[], None] | None = None
+
+    async def keep_signal_handlers(self) -> None:
+        """At the server's start (on its event loop, the main thread): put the server's own
+        SIGINT/SIGTERM handlers back after each connect. Ray's core installs a handler of
+        its own when it connects, which printed a stack dump on a SIGTERM (systemd's stop)
+        and skipped the server's shutdown."""
+        loop = asyncio.get_running_loop()
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def restore() -> None:
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+
+        def after_connect() -> None:  # in the connect's thread: restore runs on the loop
+            loop.call_soon_threadsafe(restore)
+
+        self._keep_signals = after_connect
 
     def rows(self) -> list[dict]:
         """`fleet_status()` rows.
@@ -77,7 +101,7 @@ class FleetReader:
             raise ConnectionError(f"no Ray head answers there ({err})")
         with self._lock:  # one connect at a time: Ray's driver API is not for concurrent ones
             if self._connect is None or self._connect.error is not None:
-                self._connect = _Connect(self.address)
+                self._connect = _Connect(self.address, self._keep_signals)
                 self._connect.start()
             connect = self._connect
         connect.join(CONNECT_WAIT_S)

@@ -15,10 +15,12 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -119,15 +121,17 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _serving(args: list[str], log: Path):
+def _serving(args: list[str], log: Path, started: list | None = None):
     """`specfleet serve ARGS` as a real process on a free loopback port, its stderr in `log`;
-    yields the base URL once it listens."""
+    yields the base URL once it listens (the process appended to `started`)."""
     port = _free_port()
     cli = Path(sys.executable).with_name("specfleet")
     with open(log, "w") as err:
         proc = subprocess.Popen(
             [str(cli), "serve", "--port", str(port), *args], stdout=subprocess.DEVNULL,
             stderr=err, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    if started is not None:
+        started.append(proc)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -293,6 +297,21 @@ def test_fleet_page_shows_the_fleet(server, browser, tmp_path):
     selftest = host.find_element(By.CSS_SELECTOR, "p.selftest").text
     assert selftest.startswith("self-test: torch/cpu ok (") and selftest.endswith(" s)"), selftest
     full_page_screenshot(browser, tmp_path / "fleet.png")
+
+
+def test_a_sigterm_after_the_fleet_page_stops_the_view_without_a_stack_dump(
+        fleet, seeded_url, tmp_path):
+    # Ray's core, connecting for the fleet page, replaced the server's SIGTERM handler with
+    # its own: systemd's stop printed "*** SIGTERM received ... epoll_wait" and a stack.
+    log, started = tmp_path / "serve.log", []
+    with _serving(["--db", seeded_url, "--address", fleet.address], log, started) as base:
+        with urllib.request.urlopen(f"{base}/api/fleet", timeout=60) as answer:
+            assert json.load(answer)["hosts"], "the fleet page read no host"
+        time.sleep(0.5)  # the connect's thread hands the handlers back on the server's loop
+        (proc,) = started
+        proc.terminate()
+        assert proc.wait(timeout=20) in (0, -signal.SIGTERM)  # the server shut down
+    assert "SIGTERM received" not in log.read_text() and "PC: @" not in log.read_text()
 
 
 def test_a_token_guarded_view_asks_for_it_once(guarded_server, browser, tmp_path):
