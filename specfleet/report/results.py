@@ -190,7 +190,8 @@ def cells_grid(layers: list[LimitLayer]) -> Grid:
     rows = []
     for limit, c in limit_cells(layers):
         median = f"{c.median_tok_per_s:.2f} {pct(c.spread)}" + ("!" if c.spread_flag else "")
-        rate = c.counters.acceptance_rate if c.arm != "plain" else None
+        # Nothing proposed has no rate (as a run's own row says), not 0.0000.
+        rate = c.counters.acceptance_rate if c.arm != "plain" and c.counters.proposed else None
         acc = DASH if rate is None else f"{rate:.4f}"
         rows.append((c.target, c.model, c.prompt, c.arm, str(limit), str(c.n), median,
                      speedup_text(c) if c.arm != "plain" else DASH, acc))

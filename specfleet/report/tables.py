@@ -255,7 +255,7 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
     base = f"{plain.median_tok_per_s:.1f} tok/s" if plain and plain.rates else DASH
     if cell is None:
         return f"{base} · {DASH}"
-    acc = cell.counters.acceptance_rate
+    acc = cell.counters.acceptance_rate if cell.counters.proposed else None
     return f"{base} · {speedup_text(cell)} · acc {DASH if acc is None else f'{acc:.2f}'}"
 
 

@@ -101,3 +101,4 @@ def test_results_filters_by_job(tmp_path: Path) -> None:
     assert sorted(r["run_key"] for r in json.loads(both.stdout)) == ["c0", "d0", "d1"]
     typo = _invoke("results", "--db", url, "--job", "gen-nosuch")
     assert typo.exit_code == 2 and typo.stderr.startswith("error: no generation job 'gen-nosuch'")
+

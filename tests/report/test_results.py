@@ -14,6 +14,7 @@ from specfleet.cli.main import app
 from specfleet.jobs.run import RunSpec
 from specfleet.store.store import open_store
 from tests.report.seed import H1, H2, PLAIN_RATES, PROMPTS
+from tests.store import factory
 
 SHORT_ID, LONG_ID = "short-000011", "long-000012"
 # (matrix, max_tokens, target, arm) -> the repeats' tok/s: a 16-token reply amortises its
@@ -107,3 +108,21 @@ def test_pivot_gives_each_token_limit_its_own_row(limits_db) -> None:
     flat = list(csv.DictReader(io.StringIO(results(limits_db, "--pivot", "target",
                                                    "--format", "csv"))))
     assert [(r["max_tokens"], r["h2/toy/cpu:speedup"]) for r in flat] == [("8", ""), ("16", "1.2")]
+
+
+def test_a_cell_that_proposed_nothing_has_no_acceptance_rate(tmp_path) -> None:
+    # `results --cells` said 0.0000 (the pivot `acc 0.00`) where each run's row says `–`.
+    url = f"sqlite:///{tmp_path}/s.db"
+    with open_store(url) as store:
+        runs = [factory.spec(f"r{i}", arm, target=factory.HOST_B, repeat=i // 2)
+                for i, arm in enumerate(["plain", "graded"] * 3)]
+        matrix = store.create_matrix("quiet", {}, runs)
+        for run in runs:
+            store.record_result(factory.result(run, 10.0).model_copy(update={"proposed": 0,
+                                                                      "accepted": 0}))
+    read = ["results", "--db", url, "--matrix", matrix]
+    cells = CliRunner().invoke(app, [*read, "--cells"]).stdout
+    (graded,) = [line for line in cells.splitlines() if " graded " in line]
+    assert graded.rstrip().endswith("–") and "0.0000" not in graded, graded
+    pivot = CliRunner().invoke(app, [*read, "--pivot", "target"]).stdout
+    assert "acc –" in pivot and "acc 0.00" not in pivot, pivot
