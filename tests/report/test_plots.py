@@ -77,33 +77,33 @@ def _runs(arm: str, rates: list[float], prompt: str = "code") -> list:
             for i, rate in enumerate(rates)]
 
 
-def test_a_heatmap_cell_says_its_verdict_not_only_its_colour(tmp_path, monkeypatch):
-    # A 0.99x loss and a 1.00x cell within noise were the same yellow; only `~` told them apart.
+def _heatmap(tmp_path, monkeypatch, **rates: tuple[list[float], list[float]]):
+    """The view of plain and graded runs at these rates per prompt, and its heatmap's axes."""
     import specfleet.report.plots as plots
     from specfleet.stats.view import view_of_runs
 
-    view = view_of_runs("x", "x", [*_runs("plain", [100.0, 100.2, 99.8]),
-                                   *_runs("graded", [99.0, 99.1, 98.9]),
-                                   *_runs("plain", [100.0, 101.0, 99.0], "story"),
-                                   *_runs("graded", [100.0, 102.0, 98.5], "story")])
+    runs = [run for prompt, (plain, graded) in rates.items()
+            for run in (*_runs("plain", plain, prompt), *_runs("graded", graded, prompt))]
+    view = view_of_runs("x", "x", runs)
     axes = _kept_axes(monkeypatch)
     plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
     (heat,) = axes
+    return view, heat
+
+
+def test_a_heatmap_cell_says_its_verdict_not_only_its_colour(tmp_path, monkeypatch):
+    # A 0.99x loss and a 1.00x cell within noise were the same yellow; only `~` told them apart.
+    _, heat = _heatmap(tmp_path, monkeypatch, code=([100.0, 100.2, 99.8], [99.0, 99.1, 98.9]),
+                       story=([100.0, 101.0, 99.0], [100.0, 102.0, 98.5]))
     assert [t.get_text() for t in heat.texts] == ["0.99x\n▼", "1.00x\n~"]
 
 
 def test_a_heatmap_cell_under_three_repeats_says_n_and_no_verdict(tmp_path, monkeypatch):
     # A speed-up from one run was drawn as unmarked as a 1.50x gain from three.
     import specfleet.report.plots as plots
-    from specfleet.stats.view import view_of_runs
 
-    view = view_of_runs("x", "x", [*_runs("plain", [100.0, 101.0, 99.0]),
-                                   *_runs("graded", [150.0, 152.0, 148.0]),
-                                   *_runs("plain", [100.0], "story"),
-                                   *_runs("graded", [140.0, 142.0], "story")])
-    axes = _kept_axes(monkeypatch)
-    plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
-    (heat,) = axes
+    view, heat = _heatmap(tmp_path, monkeypatch, code=([100.0, 101.0, 99.0], [150.0, 152.0, 148.0]),
+                          story=([100.0], [140.0, 142.0]))
     assert [t.get_text() for t in heat.texts] == ["1.50x\n▲", "1.41x\nn=1"]
     assert heat.get_title().endswith("n=1 (hatched): under 3 repeats a side, no verdict")
     assert [(p.get_x(), p.get_hatch()) for p in heat.patches] == [(0.5, "//")]  # story only
