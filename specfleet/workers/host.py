@@ -80,7 +80,7 @@ class HostWorker:
         info: a detected `HostInfo` to reuse (default: `detect_host(host)`).
         memory_budget_gb: loaded models' total size (default MODEL_MEMORY_SHARE of memory).
         sample_period_s: how often the load series is sampled while busy.
-        quiet_threshold_per_core: see `hardware.QUIET_BUSY_PER_CORE`.
+        quiet_threshold_per_core: see `quiet.QUIET_BUSY_PER_CORE`.
         machine_id: stand-in machine id (simulated hosts sharing one real machine).
         run_lock_path: the machine lock file (default: this machine id's lock in the
             private runtime directory, shared by every specfleet process of this user).
