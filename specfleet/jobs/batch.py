@@ -122,7 +122,8 @@ def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
     if not isinstance(data, dict):
         raise UserError(f'{where}: expected a JSON object like {{"prompt": "..."}}')
     check_plain_data(data, where)  # "\u0000" is valid JSON, yet no engine or store takes it
-    data.setdefault("name", f"line-{number}")
+    if data.get("name") is None:  # null is no name: unnamed, two lines shared one run key
+        data["name"] = f"line-{number}"
     try:
         return GeneratePrompt.model_validate(data)
     except ValidationError as err:

@@ -109,3 +109,17 @@ def test_a_lone_surrogate_escaped_in_a_prompt_is_named(tmp_path) -> None:
         with pytest.raises(UserError, match="half of a UTF-16 surrogate pair") as err:
             read_prompt_lines(path)
         assert said in str(err.value), str(err.value)
+
+
+def test_a_null_name_is_no_name(tmp_path: Path) -> None:
+    # `"name": null` passed as None: the reply was stored as "" and two such lines shared
+    # one run key, so one overwrote the other.
+    from specfleet.jobs.plan import plan_generate_runs
+
+    path = tmp_path / "b.jsonl"
+    path.write_text('{"prompt": "x", "name": null}\n{"prompt": "y", "name": null}\n')
+    job = load_generate_job(path, model="m", target="a/torch")
+    assert [p.name for p in job.prompts] == ["line-1", "line-2"]
+    runs = plan_generate_runs(job, TARGETS[0], "gen-b-000001")
+    assert len({r.run_key for r in runs}) == 2 and [r.prompt_name for r in runs] == [
+        "line-1", "line-2"]
