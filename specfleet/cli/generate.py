@@ -32,6 +32,7 @@ from specfleet.cli.options import (
     NoAdaptiveOption,
     flag_given,
     lookup_given,
+    ngram_min_past_default,
     not_blank,
     with_policy_option_flags,
 )
@@ -86,12 +87,7 @@ def lookup_config(
         return config.validate()
     except ConfigError as err:
         if config.ngram_max < config.ngram_min and "ngram_max" not in given:
-            # The bound names ngram-max, which was left at its default: blame the flag given.
-            raise UserError(
-                f"{LOOKUP_FLAG_PREFIX}ngram-min ({config.ngram_min}) must be <= ngram-max "
-                f"({config.ngram_max}, its default); expected {LOOKUP_FLAG_PREFIX}ngram-min "
-                f"{config.ngram_max} or less, or {LOOKUP_FLAG_PREFIX}ngram-max beside it"
-            ) from None
+            raise ngram_min_past_default(config.ngram_min, config.ngram_max) from None
         raise UserError(f"{LOOKUP_FLAG_PREFIX}{err}") from None  # it names the bound
 
 
@@ -447,8 +443,13 @@ def generate_command(
     runtime_dir()  # the machine lock's folder must be usable before the model loads
     loaded = load_model(model, engine, device)
     stream = None if as_json else ReplyStream(loaded.runner.decode)
-    result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace,
-                            stream=stream, announce=not as_json)
+    try:
+        result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace,
+                                stream=stream, announce=not as_json)
+    except BaseException:
+        if stream is not None:
+            stream.cut()
+        raise
     print_result(result, as_json=as_json, trace=trace, stream=stream)
 
 

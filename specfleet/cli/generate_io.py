@@ -7,6 +7,7 @@ The footer follows mlx-lm: the whole call as the reference prints it, then the p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -81,6 +82,13 @@ class ReplyStream:
         if text.startswith(self.printed) and len(text) > len(self.printed):
             self._write(text[len(self.printed):])
             self.printed = text
+
+    def cut(self) -> None:
+        """End the line of a reply cut short (Ctrl-C, a failure): else what stderr says next
+        (`interrupted`) lands on the reply's last line in a terminal."""
+        if self.printed and not self.printed.endswith("\n"):
+            with contextlib.suppress(OSError, ValueError):  # a closed or broken stdout
+                self._write("\n")
 
     def finish(self, text: str) -> None:
         """Print what the final text adds to what was streamed, then the newline."""

@@ -33,6 +33,7 @@ from specfleet.cli.options import (
     echo_rows,
     flag_given,
     lookup_given,
+    ngram_min_past_default,
     with_policy_option_flags,
 )
 from specfleet.cluster.modelcheck import refuse_model
@@ -81,6 +82,8 @@ def generate(
     given = lookup_given(ngram_min, ngram_max, max_draft, own)  # `fixed` is a policy here
     if policy == "plain":
         _refuse_lookup_flags(ctx, own)
+    if ngram_min > DEFAULT_NGRAM_MAX and not flag_given(ctx, "ngram_max"):
+        raise ngram_min_past_default(ngram_min, DEFAULT_NGRAM_MAX)
     options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
                                "lookup": options_for(policy, given)}
     if max_tokens is not None:
@@ -100,7 +103,7 @@ def generate(
     with open_store(db) as store:  # after the fleet: one that is not there makes no store
         job_id, status = _run_job(store, view, job, chosen, Path(prompts).stem, no_progress)
         _print_outputs(store, job_id)
-    typer.echo(f"job id: {job_id} ({status})")
+    typer.echo(f"job id: {job_id} ({status})", err=True)  # stdout holds the replies alone
     if status != "done":
         raise typer.Exit(1)
 

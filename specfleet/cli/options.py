@@ -126,6 +126,15 @@ MaxWidthOption = Annotated[int, typer.Option(
 # Prompt-lookup settings; `lookup_given` gathers them by `LookupOptions` field name. Bounds
 # are `PromptLookupConfig.validate`'s, whose errors name the flag (`LOOKUP_FLAG_PREFIX`).
 LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
+
+
+def ngram_min_past_default(ngram_min: int, ngram_max: int) -> UserError:
+    """`--prompt-lookup-ngram-min` above ngram-max's default (`ngram_max`), which was not
+    given: the bound would name `--prompt-lookup-ngram-max`, a flag the user never typed."""
+    return UserError(
+        f"{LOOKUP_FLAG_PREFIX}ngram-min ({ngram_min}) must be <= ngram-max ({ngram_max}, its "
+        f"default); expected {LOOKUP_FLAG_PREFIX}ngram-min {ngram_max} or less, or "
+        f"{LOOKUP_FLAG_PREFIX}ngram-max beside it")
 _OWN_PREFIX = "own_"  # a policy option flag's parameter name: never one of a command's own
 
 

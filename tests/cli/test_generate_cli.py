@@ -182,6 +182,22 @@ def test_standard_input_that_is_not_utf8_text_is_one_line(stdin, expected):
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+def test_a_reply_cut_by_ctrl_c_ends_its_line_before_interrupted(monkeypatch):
+    # The partial reply had no newline: a terminal showed "...companionshipinterrupted".
+    import specfleet.cli.generate as generate_cli
+
+    def cut_short(loaded, request, *, stream, **_):
+        stream([1, 2])
+        raise KeyboardInterrupt
+
+    loaded = SimpleNamespace(runner=SimpleNamespace(decode=lambda ids: "Cats are"))
+    monkeypatch.setattr(generate_cli, "load_model", lambda *args: loaded)
+    monkeypatch.setattr(generate_cli, "run_generation", cut_short)
+    result = invoke("generate", "-m", MODEL, "-p", "hi")
+    assert result.exit_code == 130, (result.exception, result.stderr)
+    assert (result.stdout, result.stderr) == ("Cats are\n", "interrupted\n")
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "expected"),
     [

@@ -102,3 +102,20 @@ def test_results_filters_by_job(tmp_path: Path) -> None:
     typo = _invoke("results", "--db", url, "--job", "gen-nosuch")
     assert typo.exit_code == 2 and typo.stderr.startswith("error: no generation job 'gen-nosuch'")
 
+
+
+def test_job_generate_blames_ngram_min_given_past_ngram_max_default(tmp_path: Path) -> None:
+    # It named --prompt-lookup-ngram-max, a flag not given ("ngram-max (3) must be >= ...").
+    batch = tmp_path / "b.jsonl"
+    batch.write_text('{"prompt": "x"}\n')
+    out = _invoke("job", "generate", "--prompts", str(batch), "--target", "a/torch",
+                  "--prompt-lookup-ngram-min", "5", "--db", f"sqlite:///{tmp_path}/s.db")
+    assert out.exit_code == 2 and out.stdout == "", out.output
+    assert out.stderr == ("error: --prompt-lookup-ngram-min (5) must be <= ngram-max (3, its "
+                          "default); expected --prompt-lookup-ngram-min 3 or less, or "
+                          "--prompt-lookup-ngram-max beside it\n")
+    given = _invoke("job", "generate", "--prompts", str(batch), "--target", "a/torch",
+                    "--prompt-lookup-ngram-min", "5", "--prompt-lookup-ngram-max", "4")
+    assert given.stderr.startswith("error: --prompt-lookup-ngram-max: ngram-max (4) must be"), \
+        given.output
+    assert not (tmp_path / "s.db").exists()

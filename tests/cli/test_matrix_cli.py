@@ -192,7 +192,8 @@ def test_job_generate_and_calibrate(fleet, tmp_path, db):
                     "--db", db, "--no-progress")
     assert result.exit_code == 0, (result.stdout, result.stderr)
     assert "== a: 9 tokens" in result.stdout and "== line-2: 5 tokens" in result.stdout
-    job_id = result.stdout.strip().splitlines()[-1].split()[2]
+    job_id = result.stderr.strip().splitlines()[-1].split()[2]  # the status goes to stderr
+    assert "job id" not in result.stdout
     with open_store(db) as store:
         rows = store.runs(job=job_id)
     assert [(r.prompt_name, r.host, r.status) for r in rows] == [
