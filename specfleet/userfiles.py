@@ -37,6 +37,7 @@ def kind_of(mode: int) -> str:
 
 
 MAX_TEXT_BYTES = 64 * 2**20  # a batch of 30000 prompts of 2 KB fits; more is a mistake
+STDIN = "-"  # a file name that means standard input (`generate -p -`, `job generate --prompts -`)
 MAX_DEPTH = 32  # a matrix nests 4 levels; anything far deeper is a mistake or an attack
 
 

@@ -16,9 +16,8 @@ from typing import Any, BinaryIO
 import typer
 
 from specfleet.errors import UserError
-from specfleet.userfiles import given_path, read_stream, read_text
+from specfleet.userfiles import STDIN, given_path, read_stream, read_text
 
-STDIN = "-"  # `-p -` / `--prompt-file -`: read the prompt from standard input
 _INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are not all in yet
 
 

@@ -45,6 +45,7 @@ from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.settings import host_name_problem
 from specfleet.store.leases import new_driver_id
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
+from specfleet.userfiles import STDIN
 
 app = typer.Typer(help="Generation batches (generate, list, show) and per-target calibration "
                   "on the fleet.",
@@ -58,7 +59,7 @@ CALIBRATE_TIMEOUT_S = 1800.0
 @with_policy_option_flags
 def generate(
     ctx: typer.Context,
-    prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line.")],
+    prompts: Annotated[str, typer.Option("--prompts", help="JSONL file: one {\"prompt\": ...} a line ('-': standard input).")],
     target: Annotated[str, typer.Option("--target", help="HOST/ENGINE or HOST/ENGINE/DEVICE.")],
     policy: Annotated[str, typer.Option("--policy", help=f"{choices_text(OWN_ARMS)}.")] = "auto",
     ngram_min: NgramMinOption = DEFAULT_NGRAM_MIN,
@@ -101,7 +102,7 @@ def generate(
     if not here:  # asked of the host that would run it, before a job is stored
         refuse_model(job.model, chosen.engine, "--model", view, chosen.host)
     with open_store(db) as store:  # after the fleet: one that is not there makes no store
-        job_id, status = _run_job(store, view, job, chosen, Path(prompts).stem, no_progress)
+        job_id, status = _run_job(store, view, job, chosen, _job_name(prompts), no_progress)
         _print_outputs(store, job_id)
     typer.echo(f"job id: {job_id} ({status})", err=True)  # stdout holds the replies alone
     if status != "done":
@@ -143,6 +144,11 @@ def _refuse_lookup_flags(ctx: typer.Context, own: dict[str, Any]) -> None:
         flag = LOOKUP_FLAG_PREFIX + named[0].removeprefix("own_").replace("_", "-")
         raise UserError(f"{flag} given with --policy plain, which drafts nothing; expected "
                         "a drafting --policy to use it (or no lookup flags)")
+
+
+def _job_name(prompts: str) -> str:
+    """The stored job's name: its prompt file's stem, or "stdin"."""
+    return "stdin" if prompts == STDIN else Path(prompts).stem
 
 
 def refuse_embedded_stranger(host: str | None, flag: str, address: str | None,

@@ -7,6 +7,7 @@ blank lines are skipped. Unnamed prompts are called `line-<n>` after their line 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
 from specfleet.jobs.userinput import check_plain_data, first_problem, validation_message
-from specfleet.userfiles import given_path, read_text, too_long_integer
+from specfleet.userfiles import STDIN, given_path, read_stream, read_text, too_long_integer
 
 
 def parse_target_ref(text: str, flag: str = "--target") -> TargetRef:
@@ -80,7 +81,12 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     label = str(path)
     expected = 'a JSONL file, one {"prompt": ...} a line'
     prompts: list[GeneratePrompt] = []
-    text = read_text(given_path(label, "--prompts", expected), label, expected=expected)
+    if label == STDIN:
+        stream = getattr(sys.stdin, "buffer", None)  # sys.stdin is None after `<&-`
+        label = f"--prompts {STDIN}"
+        text = read_stream(stream, label, expected)
+    else:
+        text = read_text(given_path(label, "--prompts", expected), label, expected=expected)
     # A line ends at "\n" only: a JSON string may hold U+2028 or U+0085 raw (splitlines).
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():

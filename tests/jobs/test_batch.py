@@ -123,3 +123,19 @@ def test_a_null_name_is_no_name(tmp_path: Path) -> None:
     runs = plan_generate_runs(job, TARGETS[0], "gen-b-000001")
     assert len({r.run_key for r in runs}) == 2 and [r.prompt_name for r in runs] == [
         "line-1", "line-2"]
+
+
+def test_prompts_dash_reads_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import types
+
+    piped = types.SimpleNamespace(buffer=io.BytesIO(b'{"prompt": "x"}\n{"name": "b", "prompt": "y"}\n'))
+    monkeypatch.setattr("sys.stdin", piped)
+    job = load_generate_job("-", model="m", target="a/torch")
+    assert [(p.name, p.prompt) for p in job.prompts] == [("line-1", "x"), ("b", "y")]
+    monkeypatch.setattr("sys.stdin", types.SimpleNamespace(buffer=io.BytesIO(b"{not json\n")))
+    with pytest.raises(UserError, match=r"^--prompts -: line 1: "):
+        load_generate_job("-", model="m", target="a/torch")
+    monkeypatch.setattr("sys.stdin", None)  # started with `<&-`
+    with pytest.raises(UserError, match=r"^--prompts -: standard input is closed; expected a JSONL"):
+        load_generate_job("-", model="m", target="a/torch")
