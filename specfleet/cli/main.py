@@ -22,8 +22,21 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
         where = err.ctx.command_path
     # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
     message = " ".join(err.format_message().split()).replace("Value error, ", "")
+    given = _rejected_input(err)
+    if given is not None and repr(given) not in message:  # a Literal's check names it
+        message += f"; got {given!r}"
     typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
     raise typer.Exit(2) from None
+
+
+def _rejected_input(err: _click.exceptions.UsageError) -> object | None:
+    """The value typer's pydantic check refused (`--limit x`), which its message leaves out;
+    None where the mistake is not one refused value."""
+    errors = getattr(err.__cause__, "errors", None)  # a pydantic ValidationError
+    if type(err.__cause__).__name__ != "ValidationError" or not callable(errors):
+        return None
+    found = errors()
+    return found[0].get("input") if len(found) == 1 else None
 
 
 class OneLineErrorsGroup(TyperGroup):

@@ -211,7 +211,8 @@ def test_calibrate_refuses_bad_counts_in_one_line(flag, value, expected):
     result = invoke("calibrate", "-m", MODEL, flag, value)
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        f"error: specfleet calibrate: Invalid value for '{flag}': Input should be {expected}"]
+        f"error: specfleet calibrate: Invalid value for '{flag}': Input should be {expected}; "
+        f"got '{value}'"]  # typer's message leaves the refused value out
 
 
 @pytest.mark.slow

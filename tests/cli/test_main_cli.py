@@ -62,6 +62,11 @@ def test_every_option_name_is_whole_on_an_80_column_help_page(monkeypatch) -> No
     # The root's own options: a usage line and a box of three more lines.
     (["--bogus", "matrix"], "specfleet: No such option: --bogus"),
     (["--version=3"], "specfleet: Option '--version' does not take a value."),
+    # typer's own checks leave the refused value out; a Literal's names it once.
+    (["matrix", "list", "--limit", "x"], "specfleet matrix list: Invalid value for '--limit': "
+     "Input should be a valid integer, unable to parse string as an integer; got 'x'"),
+    (["generate", "-m", "m", "--engine", "cobol"], "specfleet generate: Invalid value for "
+     "'--engine': 'cobol' is not one of 'mlx', 'torch'."),
 ])
 def test_an_option_mistake_is_one_line_naming_its_command(args, line) -> None:
     result = CliRunner().invoke(app, args)
