@@ -49,7 +49,9 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
         resolved = resolve_model(model, engine)
     except UserError as err:
         message = str(err)
-        raise UserError(message if message.startswith("--") else f"--model: {message}") from None
+        # A message naming its own flag or setting (`SPECFLEET_HOME: ...`) stands as it is.
+        named = message.startswith(("--", "SPECFLEET_"))
+        raise UserError(message if named else f"--model: {message}") from None
     if resolved.path is None or not Path(resolved.path).exists():
         raise UserError(
             f"--model {model}: not on disk; fetch it with `specfleet models fetch` "

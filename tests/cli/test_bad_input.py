@@ -465,6 +465,10 @@ NAMED = {
     "SPECFLEET_HOME: a file, list": (
         {"SPECFLEET_HOME": "{here}/home"}, files(home="not a folder"), ["models", "list"],
         ["SPECFLEET_HOME: {here}/home is a file, not a folder; expected a folder"]),
+    "SPECFLEET_HOME: a file, generate": (  # it said `--model: SPECFLEET_HOME: ...`
+        {"SPECFLEET_HOME": "{here}/home"}, files(home="not a folder"),
+        ["generate", "-m", "smollm2-135m", "-p", "hi"],
+        ["error: SPECFLEET_HOME: {here}/home is a file, not a folder; expected a folder"]),
     "SPECFLEET_HOME: cannot be made, fetch": (
         {"SPECFLEET_HOME": NOT_WRITABLE}, NO_FILES, ["models", "fetch", "smollm2-135m"],
         ["SPECFLEET_HOME: cannot create", "expected a folder you can write"]),
