@@ -61,7 +61,11 @@ def given_path(text: str, label: str, expected: str) -> Path:
     """
     if not text.strip():
         raise UserError(f"{label} {text!r} is blank; expected {expected}")
-    return Path(text)
+    path = Path(text)  # drops a trailing "/", which names a folder (`cat file/` fails)
+    if text.endswith(("/", os.sep)) and path.exists() and not path.is_dir():
+        raise UserError(f"{label} {text!r}: a trailing '/' names a folder, but {path} is "
+                        f"{kind_of(path.stat().st_mode)}; expected {expected}")
+    return path
 
 
 def read_text(path: Path, label: str, expected: str | None = None) -> str:

@@ -13,6 +13,7 @@ from specfleet.userfiles import (
     check_folder_path,
     check_output_file,
     check_writable_dir,
+    given_path,
     read_text,
 )
 
@@ -115,3 +116,13 @@ def test_an_output_file_name_taken_by_a_link_loop_or_a_dangling_link(tmp_path):
         f"{dangling}: is a dangling link; expected a file to replace or nothing"
     check_output_file(kept)
     check_output_file(tmp_path / "new.md")
+
+
+def test_a_trailing_slash_on_a_file_is_refused(tmp_path) -> None:
+    # Path() drops the slash, so `--prompt-file notes.txt/` read the file where `cat` fails.
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(UserError, match=r"^--prompt-file '.*notes.txt/': a trailing '/' names a "
+                                        r"folder, but .*notes.txt is a file; expected text$"):
+        given_path(f"{tmp_path}/notes.txt/", "--prompt-file", "text")
+    assert given_path(f"{tmp_path}/", "--out", "a folder") == tmp_path
+    assert given_path(f"{tmp_path}/new/", "--out", "a folder") == tmp_path / "new"

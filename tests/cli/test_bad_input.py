@@ -747,6 +747,10 @@ NAMED = {
         {}, files(s__db="loop"), ["results", "--db", "{here}/s.db"],
         ["--db: {here}/s.db: cannot be followed (Symlink loop from '{here}/s.db'); expected a "
          "SQLite file path"]),
+    "results: --db a file with a trailing slash": (  # Path() dropped it and read the file
+        {}, files(s__db="not a store"), ["results", "--db", "{here}/s.db/"],
+        ["--db: '{here}/s.db/' ends with '/', which names a folder; expected a SQLite file "
+         "path"]),
     "db current: --db a character device": (
         {}, NO_FILES, ["db", "current", "--db", "/dev/null"],
         ["--db: /dev/null is not a regular file; give a SQLite file path"]),
