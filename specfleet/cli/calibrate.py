@@ -81,9 +81,11 @@ def calibrate_command(
         start_s = time.perf_counter()
         costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
         measure_s = time.perf_counter() - start_s
-        print_table(loaded, costs, measure_s, as_json)  # first: a failed write loses nothing
-        if kept is not None:
-            say(f"calibrate: stored in {store_table(kept, loaded, costs, settings, measure_s)}")
+        try:
+            print_table(loaded, costs, measure_s, as_json)  # first: a failed store loses nothing
+        finally:  # and a closed or full stdout (`| less` quit early) loses no stored table
+            if kept is not None:
+                say(f"calibrate: stored in {store_table(kept, loaded, costs, settings, measure_s)}")
 
 
 def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool) -> None:
@@ -137,10 +139,13 @@ def check_context(settings: Any, model: str, engine: str) -> None:
         context = context_tokens(resolve_model(model, engine, measure=False).path)
     except UserError:
         return
-    # The prompt, the pipelined steps, then each verify block and the one token it keeps.
+    # The prompt, the pipelined steps, then each verify block and the one token it keeps:
+    # the blocks blame --reps while it can shrink, else --max-width (`--reps 1` cannot).
+    blocks = ("--reps", settings.reps) if settings.reps > 1 else \
+        ("--max-width", settings.max_width)
     parts = {"--prompt-len": (settings.prompt_len, settings.prompt_len),
              "--steps": (settings.steps, settings.steps),
-             "--reps": (settings.reps, settings.max_width * (settings.reps + 1))}
+             blocks[0]: (blocks[1], settings.max_width * (settings.reps + 1))}
     needed = sum(positions for _, positions in parts.values())
     if context is not None and needed > context:
         flag = max(parts, key=lambda name: parts[name][1])  # the flag taking most positions

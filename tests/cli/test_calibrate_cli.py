@@ -67,3 +67,31 @@ def test_the_table_is_printed_before_it_is_stored(measured, monkeypatch, tmp_pat
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines()[-1] == "error: --db: cannot reach the store"
     assert TABLE.format_table() in result.stdout  # a failed write does not lose the table
+
+
+def test_verify_blocks_past_the_context_blame_max_width_at_one_rep(measured, tmp_path):
+    """At --reps 1 (its least) the blocks only shrink with --max-width: it said 'expected a
+    smaller --reps' of `--reps 1`."""
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 256}')
+    result = CliRunner().invoke(app, ["calibrate", "-m", str(tmp_path), "--engine", "torch",
+                                      "--quick", "--max-width", "65"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: --max-width 65: a round needs 270 positions"), line
+    assert line.endswith("has a context of 256 tokens; expected a smaller --max-width"), line
+    assert measured == []
+
+
+def test_a_stdout_that_fails_loses_no_stored_table(measured, monkeypatch, tmp_path):
+    """`calibrate --store | less`, quit before the end: minutes of measuring, then the write
+    to stdout failed first and nothing was stored."""
+    stored: list = []
+
+    def closed(*_):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(calibrate, "print_table", closed)
+    monkeypatch.setattr(calibrate, "store_table", lambda *args: stored.append(args) or "c.db")
+    result = invoke("--quick", "--max-width", "2", "--store", "--db", str(tmp_path / "c.db"))
+    assert result.exit_code == 1, result.output  # click ends a broken pipe so
+    assert len(stored) == 1 and "calibrate: stored in c.db" in result.stderr
