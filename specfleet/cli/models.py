@@ -8,7 +8,7 @@ import typer
 
 from specfleet.errors import UserError
 from specfleet.models.bundled import BUNDLED, COMPLETE_MARKER, bundled_dir, fetch_bundled
-from specfleet.models.registry import bundled_source, list_models, load_registry
+from specfleet.models.registry import bundled_source, list_models, load_registry, local_path
 from specfleet.settings import HOME, MODELS
 from specfleet.userfiles import check_writable_dir
 
@@ -28,18 +28,31 @@ def fetch_command(
     sources = {v for k, v in registry[alias].items() if k != "description"}
     bundled = [bundled_source(source) for source in sources]
     if None in bundled:
-        repos = sorted(v.removeprefix("hf:") for v in sources if v.startswith("hf:"))
-        download = "; ".join(f"hf download {repo}" for repo in repos) or "hf download REPO"
-        raise UserError(
-            f"models fetch: {alias!r} is not bundled; specfleet never downloads it: fill the "
-            f"local Hugging Face cache ({download}) or point the alias at a folder in a "
-            f"models.yaml named by {MODELS.name}"
-        )
+        refuse_unbundled(alias, sources)
     for name in sorted({found[0].alias for found in bundled if found is not None}):
         target = bundled_dir(alias=name)
         if force or not (target / COMPLETE_MARKER).is_file():  # a finished fetch writes nothing
             check_writable_dir(target.parent, HOME.name)
         typer.echo(fetch_bundled(name, force=force).message)
+
+
+def refuse_unbundled(alias: str, sources: set[str]) -> None:
+    """One line for an alias with a source `models fetch` cannot fill: its Hugging Face repos
+    to download, or the local folders it names (read where they are: nothing to fetch)."""
+    repos = sorted(v.removeprefix("hf:") for v in sources if v.startswith("hf:"))
+    if not repos:  # a folder is read in place: pointing the alias at one is no answer
+        folders = sorted(str(local_path(v)) for v in sources if bundled_source(v) is None)
+        named, where = ("a local folder", "it is") if len(folders) == 1 else \
+            ("local folders", "they are")
+        raise UserError(f"models fetch: {alias!r} names {named} ({', '.join(folders)}), which "
+                        f"specfleet reads where {where} and never fetches; expected a bundled "
+                        f"alias ({', '.join(BUNDLED)})")
+    download = "; ".join(f"hf download {repo}" for repo in repos)
+    raise UserError(
+        f"models fetch: {alias!r} is not bundled; specfleet never downloads it: fill the "
+        f"local Hugging Face cache ({download}) or point the alias at a folder in a "
+        f"models.yaml named by {MODELS.name}"
+    )
 
 
 @app.command("list")

@@ -197,6 +197,10 @@ def resolve_model(
         source = alias_or_path
     elif (folder := expand_user(alias_or_path, "model")).is_dir():
         source = str(folder.resolve())  # from where the command runs, not models.yaml's folder
+    elif folder.exists():  # a GGUF or a weights file given for the folder holding it
+        raise UserError(f"model {alias_or_path!r} is a file, not a model folder; expected an "
+                        "alias (`specfleet models list`) or the folder holding the model's "
+                        "config.json")
     else:
         known = ", ".join(sorted(registry))
         raise UserError(
@@ -258,7 +262,7 @@ def _locate(alias: str, engine: str, source: str, measure: bool = True) -> Resol
         folder = _hf_cached(source[3:])
         present = folder is not None
     else:
-        folder = _local_path(source)
+        folder = local_path(source)
         present = (folder / "config.json").is_file()
     if not present:
         return ResolvedModel(alias, engine, folder, False, 0, None, source)
@@ -273,7 +277,8 @@ def _measured(model: ResolvedModel) -> ResolvedModel:
     return replace(model, size_bytes=folder_size(model.path), weights_hash=weights_hash(model.path))
 
 
-def _local_path(source: str) -> Path:
+def local_path(source: str) -> Path:
+    """The folder a models.yaml folder source names (relative: to the models.yaml's folder)."""
     path = expand_user(source, f"{registry_path()}: model source")
     return path if path.is_absolute() else registry_path().parent / path
 
@@ -300,7 +305,7 @@ def _missing_hint(alias: str, source: str) -> str:
             f"model {alias!r}: {source[3:]} is not in the local Hugging Face cache "
             f"(fill it with `hf download {source[3:]}` on a connected machine)"
         )
-    return f"model {alias!r}: {_local_path(source)} holds no model (expected a folder with config.json)"
+    return f"model {alias!r}: {local_path(source)} holds no model (expected a folder with config.json)"
 
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")

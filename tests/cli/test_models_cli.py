@@ -84,3 +84,13 @@ def test_fetch_of_an_already_fetched_model_does_nothing(alias, monkeypatch):
     result = invoke("models", "fetch", alias)
     assert result.exit_code == 0
     assert result.stdout.startswith(f"{alias} already fetched")
+
+
+def test_fetch_of_a_folder_alias_says_it_is_read_in_place(registry):
+    """It told the user to point the alias at a folder in a models.yaml, which it was."""
+    result = invoke("models", "fetch", "tiny")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"error: models fetch: 'tiny' names a local folder ({registry / 'tiny'}), which "
+        "specfleet reads where it is and never fetches; expected a bundled alias (smollm2-135m, "
+        "gemma3-270m)"]

@@ -146,3 +146,14 @@ def test_shipped_registry_names_the_reference_models(monkeypatch):
     assert table["gemma3-270m"]["torch"] == table["gemma3-270m"]["mlx"] == "bundled:gemma3-270m"
     assert table["qwen3-8b-4bit"]["mlx"] == "hf:mlx-community/Qwen3-8B-4bit"
     assert table["llama-3.1-8b-instruct-4bit"]["mlx"].endswith("Meta-Llama-3.1-8B-Instruct-4bit")
+
+
+def test_a_file_given_as_the_model_is_named_a_file(registry, tmp_path):
+    """A GGUF passed as -m read 'neither an alias ... nor an existing model folder'."""
+    gguf = tmp_path / "local-model" / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(UserError) as err:
+        resolve_model(str(gguf), "torch")
+    assert str(err.value) == (f"model {str(gguf)!r} is a file, not a model folder; expected an "
+                              "alias (`specfleet models list`) or the folder holding the "
+                              "model's config.json")
