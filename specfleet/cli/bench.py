@@ -27,7 +27,7 @@ from specfleet.cli.options import (
     RequireQuietOption,
 )
 from specfleet.configs import packaged_names, prompts_dir
-from specfleet.engine.kinds import MODEL_ENGINES
+from specfleet.engine.kinds import ENGINES, MODEL_ENGINES
 from specfleet.engine.peers import PEER_KINDS
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS
@@ -117,6 +117,8 @@ FLAG_OF_FIELD = {"models": "--model", "prompts": "--prompt", "arms": "--arms",
 _FIELD_AT = re.compile(rf"^(?:{BENCH_NAME}|matrix '{BENCH_NAME}'): "
                        rf"({'|'.join(map(re.escape, FLAG_OF_FIELD))})"
                        r"(?:\[(\d+)\])?(?:\.[\w.]+)?: ")
+# A setting's own mistake (a broken models.yaml) under a model's field, behind its engine.
+_SETTING_AT = re.compile(rf"(?:(?:{'|'.join(ENGINES)}): )?(SPECFLEET_[A-Z_]+[ :].*)", re.S)
 
 
 def in_flag_terms(message: str, given: dict[str, list[str]]) -> str:
@@ -130,6 +132,8 @@ def in_flag_terms(message: str, given: dict[str, list[str]]) -> str:
     found = _FIELD_AT.match(message)
     if found is None:
         return message  # a file's own message (it names the path) or no field at all
+    if setting := _SETTING_AT.match(message, found.end()):
+        return setting[1]  # `SPECFLEET_MODELS PATH: ...` is no mistake of --model's
     flag = FLAG_OF_FIELD[found[1]]
     items = given.get(flag, [])
     index = int(found[2]) if found[2] is not None else None

@@ -18,7 +18,8 @@ from specfleet.engine.kinds import MODEL_ENGINES, choices_text
 
 def selftest_command(
     engine: Annotated[list[str] | None, typer.Option(
-        "--engine", help=f"Only this engine ({choices_text(MODEL_ENGINES)}); repeatable.")] = None,
+        "--engine", help=f"Only these engines ({choices_text(MODEL_ENGINES)}); comma-separated "
+        "or repeated.")] = None,
     break_rollback: Annotated[bool, typer.Option(
         "--break-rollback", help="Fault injection: every tiny runner drops its rollbacks "
         "(shows what a broken engine looks like; the test must fail).")] = False,
@@ -29,9 +30,12 @@ def selftest_command(
     from specfleet.workers.hardware import detect_host
     from specfleet.workers.selftest import self_test_once
 
-    for name in engine or ():
+    # `--engine torch,mlx`, as `bench -e` takes it.
+    engine = [name.strip() for value in engine or () for name in value.split(",")]
+    for name in engine:
         if name not in MODEL_ENGINES:
-            raise UserError(f"--engine {name!r}: expected {choices_text(MODEL_ENGINES)}")
+            raise UserError(f"--engine {name!r}: expected {choices_text(MODEL_ENGINES)}, "
+                            "comma-separated or repeated")
     info = detect_host(full=True)
     targets = [t for t in info.targets() if not engine or t.engine in engine]
     if not targets:

@@ -3,6 +3,8 @@ before any fleet is started (`engine/peers.py`: a peer runs on its own engine on
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from typer.testing import CliRunner
 
@@ -127,3 +129,35 @@ def test_help_shows_what_an_omitted_list_flag_stands_for() -> None:
         assert f"[default: {','.join(default)}]" in shown[start:shown.index(" -", start + 10)]
     assert DEFAULT_MODELS == ("smollm2-135m",) and DEFAULT_ARMS == ("plain", "auto")
     assert DEFAULT_PROMPTS == ("edit_fn", "story")
+
+
+def test_selftest_engine_takes_a_comma_list_as_bench_does(monkeypatch) -> None:
+    """`selftest --engine torch,mlx` (bench's `-e` form) read as one unknown engine."""
+    from specfleet.workers import selftest
+
+    tested: list[str] = []
+
+    def once(engine, device, policy, break_rollback=False):
+        tested.append(engine)
+        return selftest.SelfTest(f"{engine}/{device}", True, 0.0)
+
+    monkeypatch.setattr(selftest, "self_test_once", once)
+    targets = [SimpleNamespace(engine=e, device="cpu") for e in ("mlx", "torch")]
+    monkeypatch.setattr("specfleet.workers.hardware.detect_host",
+                        lambda full=False: SimpleNamespace(targets=lambda: targets))
+    result = CliRunner().invoke(app, ["selftest", "--engine", "torch, mlx"])
+    assert result.exit_code == 0, result.output
+    assert sorted(tested) == ["mlx", "torch"]
+    assert one_line_error(["selftest", "--engine", "torch,gpu"]) == (
+        "error: --engine 'gpu': expected mlx or torch, comma-separated or repeated")
+
+
+def test_a_broken_models_file_is_the_settings_mistake_not_the_models(tmp_path, monkeypatch):
+    """It read `bench: --model smollm2-135m: torch: SPECFLEET_MODELS ...`: the model was fine."""
+    models = tmp_path / "m.yaml"
+    models.write_bytes(b"\xff\xfe models")
+    monkeypatch.setenv("SPECFLEET_MODELS", str(models))
+    line = one_line_error(["bench", "-m", "smollm2-135m", "-p", "story", "-e", "torch",
+                           "--embedded", "--db", str(tmp_path / "s.db")])
+    assert line.startswith(f"error: SPECFLEET_MODELS {models}: not UTF-8 text"), line
+    assert not (tmp_path / "s.db").exists()
