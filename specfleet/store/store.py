@@ -112,9 +112,18 @@ def check_store_before_fleet(url: str | None) -> None:
     fleet that is not there leaves no new empty store behind.
 
     Raises:
-        UserError: as `check_writable_store`, or a bad scheme or unparsable URL.
+        UserError: as `check_writable_store`, a bad scheme or unparsable URL, or a PostgreSQL
+            server that does not answer or refuses the credentials.
     """
-    check_writable_store(resolve_url(url), store_source(url))
+    resolved, source = resolve_url(url), store_source(url)
+    check_writable_store(resolved, source)
+    if resolved.get_backend_name() == "postgresql":
+        # One connection, nothing written: an unreachable server is said before the fleet
+        # starts (~20 s on the embedded one), not after.
+        engine = make_engine(resolved)
+        with connection_errors(resolved, source, engine):
+            engine.connect().close()
+        engine.dispose()
 
 
 def check_writable_store(url: URL, source: str) -> None:

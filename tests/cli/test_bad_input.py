@@ -718,6 +718,10 @@ NAMED = {
     "SPECFLEET_DB: a closed PostgreSQL port": (
         {"SPECFLEET_DB": "postgresql://u:s3cret@127.0.0.1:1/db"}, NO_FILES, ["matrix", "list"],
         ["SPECFLEET_DB: cannot reach PostgreSQL at postgresql+psycopg://u:***@127.0.0.1:1/db"]),
+    "bench: a closed PostgreSQL port": (  # said after the embedded fleet started (~20 s)
+        {}, NO_FILES, ["bench", "-m", "smollm2-135m", "-p", "story", "-a", "plain", "-r", "1",
+                       "-e", "torch", "--db", "postgresql://u:s3cret@127.0.0.1:1/db"],
+        ["--db: cannot reach PostgreSQL at postgresql+psycopg://u:***@127.0.0.1:1/db"]),
     "SPECFLEET_DB: a folder that does not exist, db upgrade": (
         {"SPECFLEET_DB": "{here}/no/x.db"}, NO_FILES, ["db", "upgrade"],
         ["SPECFLEET_DB: directory {here}/no does not exist"]),
