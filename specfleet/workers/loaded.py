@@ -164,6 +164,7 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
     from specfleet.models.registry import (
         ModelNotFetched,
         NoEngineSource,
+        bundled_source,
         context_tokens,
         resolve_model,
     )
@@ -176,6 +177,12 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
         return ModelCheck(str(err), no_source=True)
     except UserError as err:
         return ModelCheck(str(err))
+    if resolved.path is not None and bundled_source(resolved.source) is None:  # bundled: loads
+        from specfleet.engine.runners.folders import folder_problem
+
+        problem = folder_problem(resolved.path, engine)
+        if problem is not None:
+            return ModelCheck(problem)
     context = context_tokens(resolved.path)
     if context is not None and max_tokens >= context:
         return ModelCheck(f"max_tokens {max_tokens} leaves no room for the prompt in the "

@@ -122,6 +122,8 @@ def test_validate_in_a_fleet_asks_the_hosts_its_runs_go_to(fleet, tmp_path, monk
     def folder(name: str, context: int) -> str:
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(f'{{"max_position_embeddings": {context}}}')
+        (tmp_path / name / "model.safetensors").write_bytes(b"")  # what a load reads
+        (tmp_path / name / "tokenizer.json").write_text("{}")
         return str(tmp_path / name)
 
     big, small = folder("big", 4096), folder("small", 8)

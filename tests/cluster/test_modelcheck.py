@@ -19,9 +19,12 @@ from specfleet.workers.loaded import ModelCheck, check_model
 
 
 def model_folder(root: Path, context: int) -> Path:
-    """A folder that resolves as a model (its config.json says its context length)."""
+    """A folder that resolves as a model (its config.json says its context length) and
+    holds what a load reads (stand-ins: nothing here loads it)."""
     root.mkdir(parents=True)
     (root / "config.json").write_text(json.dumps({"max_position_embeddings": context}))
+    (root / "model.safetensors").write_bytes(b"")
+    (root / "tokenizer.json").write_text("{}")
     return root
 
 
@@ -147,3 +150,25 @@ def test_without_a_fleet_a_model_missing_here_warns_and_local_refuses(here) -> N
                                   "makes that an error)\n")
     refused = CliRunner().invoke(app, ["matrix", "validate", str(path), "--local"])
     assert (refused.exit_code, refused.stderr, refused.stdout) == (2, f"error: {line}\n", "")
+
+
+@pytest.mark.parametrize(("engine", "library"), [("torch", "transformers"), ("mlx", "mlx-lm")])
+def test_a_folder_no_engine_could_load_is_refused_before_any_run(here, engine, library) -> None:
+    # Each run of it failed after the fleet started, and the matrix of failures was stored.
+    folder = model_folder(here / "m", context=64)
+    assert check_model(str(folder), engine, 12) == ModelCheck()
+    (folder / "config.json").write_text('{"model_type": "wibble"}')
+    assert check_model(str(folder), engine, 12).problem == (
+        f"{folder}: model_type 'wibble' is an architecture the {engine} engine does not know; "
+        f"expected one its library ({library}) implements")
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    assert check_model(str(folder), engine, 12) == ModelCheck()
+    (folder / "tokenizer.json").unlink()
+    assert check_model(str(folder), engine, 12).problem == (
+        f"{folder} holds no tokenizer; expected tokenizer.json (or tokenizer.model) beside its "
+        "config.json")
+    (folder / "model.safetensors").unlink()
+    assert check_model(str(folder), engine, 12).problem.startswith(f"{folder} holds no weights")
+    report = check_here(spec([str(folder)], engines=[engine]), "m.yaml")
+    assert report.errors == [f"m.yaml: models[0]: {engine}: {folder} holds no weights; "
+                             "expected the model's *.safetensors beside its config.json"]

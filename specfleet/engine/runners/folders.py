@@ -1,0 +1,73 @@
+"""What a model folder needs before an engine can load it: the weights, a tokenizer and a
+`model_type` the engine's library knows, checked without loading anything. `matrix
+validate` and `matrix run` ask this before a fleet starts, so a folder no run could load is
+one line rather than a stored matrix of failed runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.npz")  # sharded files match too
+TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer.model", "vocab.json", "*.tiktoken")
+
+
+def folder_problem(folder: Path, engine: str) -> str | None:
+    """Why `engine` could not load the model folder `folder`, or None when it looks loadable.
+
+    Args:
+        folder: a folder holding config.json.
+        engine: "torch" or "mlx" (any other engine is not checked).
+
+    Returns:
+        One sentence naming what is missing and what is expected.
+    """
+    if engine not in ("torch", "mlx"):
+        return None
+    if not _holds(folder, WEIGHT_PATTERNS):
+        return (f"{folder} holds no weights; expected the model's *.safetensors beside its "
+                "config.json")
+    if not _holds(folder, TOKENIZER_PATTERNS):
+        return (f"{folder} holds no tokenizer; expected tokenizer.json (or tokenizer.model) "
+                "beside its config.json")
+    model_type = _model_type(folder)
+    if model_type is not None and not knows_model_type(engine, model_type):
+        return (f"{folder}: model_type {model_type!r} is an architecture the {engine} engine "
+                f"does not know; expected one its library ({_LIBRARY[engine]}) implements")
+    return None
+
+
+_LIBRARY = {"torch": "transformers", "mlx": "mlx-lm"}
+_MODULE = {"torch": "transformers", "mlx": "mlx_lm"}
+
+
+def knows_model_type(engine: str, model_type: str) -> bool:
+    """Whether the library behind `engine` has an implementation of `model_type` (True where
+    the library is not installed: the missing engine is said on its own)."""
+    if importlib.util.find_spec(_MODULE[engine]) is None:
+        return True
+    if engine == "torch":
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        return model_type in CONFIG_MAPPING_NAMES
+    from mlx_lm.utils import MODEL_REMAPPING  # as mlx-lm's loader names a model's module
+
+    module = MODEL_REMAPPING.get(model_type, model_type)
+    if not module.isidentifier():  # mlx-lm imports `mlx_lm.models.<model_type>`
+        return False
+    return importlib.util.find_spec(f"mlx_lm.models.{module}") is not None
+
+
+def _holds(folder: Path, patterns: tuple[str, ...]) -> bool:
+    return any(next(folder.glob(pattern), None) is not None for pattern in patterns)
+
+
+def _model_type(folder: Path) -> str | None:
+    """config.json's model_type when it is text (the registry refuses the other shapes)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    return model_type if isinstance(model_type, str) else None
