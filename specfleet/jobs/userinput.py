@@ -209,6 +209,7 @@ def one_line_of(label: str, lines: list[str], more: str = "", most: int = MAX_NA
     Returns:
         The line.
     """
+    lines = list(dict.fromkeys(lines))  # `-m a,a,a`: two duplicates read the same once flagged
     named = [lines[0], *(line.removeprefix(f"{label}: ") for line in lines[1:most])]
     text = "; also ".join(named)
     hidden = len(lines) - len(named)

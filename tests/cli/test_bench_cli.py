@@ -74,6 +74,8 @@ def test_bench_names_prompt_files_validly_and_uniquely(tmp_path, monkeypatch) ->
     (["-p", "story,-story"], "--prompt -story: use letters, digits, '_', '-' and '.' only, "
                              "starting with a letter or digit, got '-story'"),
     (["-p", "story,story"], "--prompt story: duplicate prompt 'story'"),
+    # The second and third items read the same in flag terms: said once, not twice.
+    (["-m", "a,a,a"], "--model a: duplicate model 'a' (list each once)"),
     (["-m", "m" * 300], "--model " + "m" * 300 + ": must be at most 256 characters, got "
                         "'mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm... (300 characters)"),
 ])
