@@ -59,6 +59,8 @@ def _marks(cell) -> str:
         marks.append("!")
     if cell.loop:
         marks.append("L")
+    if cell.throttled:  # the tables' THROTTLED
+        marks.append("T")
     if cell.parity == "diverged":
         marks.append("≠")
     return " ".join(marks)
@@ -73,11 +75,33 @@ def heat_legend(cells) -> str:
     """The marks under a heatmap's title; `n=1` explained when a cell shows one."""
     # Two lines: one would run into the colour bar's label on a two-prompt heatmap.
     line = "▲ gain  ▼ loss  ~ within noise\n! spread>5%  L loop (grey)  ≠ diverged"
+    cells = list(cells)
+    if any(c.throttled for c in cells):
+        line += "\nT throttled: a run of the cell or of its plain ran on a throttled host"
     few = sorted({c.no_verdict_n for c in cells if c.no_verdict_n is not None})
     if few:
         shown = ", ".join(f"n={n}" for n in few)
         line += f"\n{shown} (hatched): under {MIN_REPEATS} repeats a side, no verdict"
     return line
+
+
+_NICE_RATIOS = (1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+
+
+def bar_ticks(limit: float) -> list[float]:
+    """Round speed-ups for a colour bar spanning 2**-limit..2**limit, mirrored about 1x: the
+    largest round ratio inside it and one about halfway (in log) to it, never odd ends such
+    as 3.28x and 0.31x."""
+    top = max(r for r in _NICE_RATIOS if np.log2(r) <= limit + 1e-9 or r == _NICE_RATIOS[0])
+    middle = min(_NICE_RATIOS, key=lambda r: abs(np.log2(r) - np.log2(top) / 2))
+    inside = sorted({r for r in (middle, top) if r <= top})
+    return [1 / r for r in reversed(inside)] + [1.0] + inside
+
+
+def _text_in(texts, fontsize: float) -> float:
+    """About how many inches the longest line of `texts` takes at `fontsize` points."""
+    longest = max((len(line) for text in texts for line in text.split("\n")), default=0)
+    return longest * fontsize * 0.6 / 72  # DejaVu Sans averages ~0.6 em a character
 
 
 def _heat_data(view: MatrixView, target: str, rows: list[tuple[str, str]],
@@ -102,9 +126,14 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     data = _heat_data(view, target, rows, prompts)
     finite = data[np.isfinite(data)]
     limit = max(float(np.abs(finite).max()) if finite.size else 0.0, np.log2(1.1))
+    labels = [f"{m} · {a}" for m, a in rows]
+    # Columns as wide as their prompt's name and the row labels beside them: a fixed width
+    # let long model names squeeze the cells until the prompt names ran into each other.
+    column_in = max(1.4, _text_in(prompts, 10) + 0.3)
     plt = _pyplot()
-    fig, ax = plt.subplots(
-        figsize=(max(5.5, 2.4 + 1.4 * len(prompts)), 1.6 + 0.55 * len(rows)))
+    fig, ax = plt.subplots(figsize=(
+        max(5.5, _text_in(labels, 10) + 1.8 + column_in * len(prompts)),
+        max(2.6, 1.6 + 0.55 * len(rows))))
     ax.set_facecolor("#dddddd")
     image = ax.imshow(data, cmap="RdYlGn", vmin=-limit, vmax=limit, aspect="auto")
     shown = [(i, j, cell) for i, (model, arm) in enumerate(rows)
@@ -117,16 +146,20 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
                                        edgecolor="#00000033", linewidth=0))
     ax.set_xticks(range(len(prompts)), prompts)
-    ax.set_yticks(range(len(rows)), [f"{m} · {a}" for m, a in rows])
-    ax.set_title(f"Speed-up over plain — {target}\n{heat_legend(c for _, _, c in shown)}",
-                 fontsize=9)
-    bar = fig.colorbar(image, ax=ax, label="median arm / median plain tok/s")
-    ticks = np.linspace(-limit, limit, 5)
-    bar.set_ticks(ticks, labels=[f"{2 ** t:.2f}x" for t in ticks])
+    ax.set_yticks(range(len(rows)), labels)
+    ax.set_title(f"Speed-up over plain (median arm tok/s / median plain tok/s) — {target}\n"
+                 f"{heat_legend(c for _, _, c in shown)}", fontsize=9)
+    # A short label: the long one outgrew a one-row heatmap's colour bar and ran past it.
+    bar = fig.colorbar(image, ax=ax, label="speed-up (log scale)", fraction=0.046, pad=0.04)
+    ticks = bar_ticks(limit)
+    bar.set_ticks(np.log2(ticks), labels=[f"{t:.2f}x" if t < 1 else f"{t:g}x" for t in ticks])
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")  # the colour bar's label kept whole
     plt.close(fig)
     return path
+
+
+RUNS_KEY = "each dot one run (x: its replies loop), each bar the median of the arm's runs"
 
 
 def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
@@ -137,8 +170,12 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
     # Only the arms this target ran, so each group's tick sits under its middle.
     arms = [a for a in view.arms if any(view.cell(target, m, p, a) for m, p in groups)]
     width = 0.8 / max(len(arms), 1)
+    ticks = [f"{m}\n{p}" for m, p in groups]
+    # A group as wide as its label: at a fixed 1.1 in long model names ran into each other.
+    group_in = max(1.1, _text_in(ticks, 8) + 0.3)
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(5.5, 2.0 + 1.1 * len(groups)), 4.0))
+    legend_in = _text_in(arms, 8) + 0.6
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.2 + legend_in + group_in * len(groups)), 4.0))
     labelled: set[str] = set()
     for k, arm in enumerate(arms):
         for g, (model, prompt) in enumerate(groups):
@@ -148,17 +185,20 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
             x = g - 0.4 + width * (k + 0.5)
             xs = x + np.linspace(-width / 4, width / 4, len(cell.rates))
             ax.scatter(xs, cell.rates, s=14, color=arm_color(arm),
-                       label=None if arm in labelled else arm, marker="x" if cell.loop else "o")
-            labelled.add(arm)
+                       marker="x" if cell.loop else "o")
+            if arm not in labelled:  # a dot in the legend, even where the first cell loops
+                ax.scatter([], [], s=14, color=arm_color(arm), marker="o", label=arm)
+                labelled.add(arm)
             ax.hlines(cell.median_tok_per_s, x - width / 2.5, x + width / 2.5,
                       color=arm_color(arm))
-    ax.set_xticks(range(len(groups)), [f"{m}\n{p}" for m, p in groups], fontsize=8)
+    ax.set_xticks(range(len(groups)), ticks, fontsize=8)
     ax.set_ylabel("tok/s (whole call, prefill included)")
-    ax.set_title(f"Per-run tok/s by arm — {target} (x: replies loop)", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title(f"Per-run tok/s by arm — {target}\n{RUNS_KEY}", fontsize=9)
+    # Beside the axes, not "best" inside them: with many arms it hid a group's dots.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend beside the axes kept whole
     plt.close(fig)
     return path
 

@@ -49,7 +49,7 @@ def test_plots_of_a_target_show_only_the_prompts_and_arms_it_ran(tmp_path, monke
     def cell(rate):
         return SimpleNamespace(speedup=rate / 10, verdict="within noise", spread_flag=False,
                                loop=False, parity="identical", rates=[rate], median_tok_per_s=rate,
-                               no_verdict_n=None)
+                               no_verdict_n=None, throttled=False)
 
     ran = {("m", "story", "plain"): cell(10.0), ("m", "story", "calibrated"): cell(9.7)}
     view = SimpleNamespace(models=["m"], prompts=["story", "edit_fn"],
@@ -113,3 +113,99 @@ def test_a_heatmap_cell_under_three_repeats_says_n_and_no_verdict(tmp_path, monk
                                          "L loop (grey)  ≠ diverged")
     assert plots.heat_legend([gain, single]).endswith(
         "\nn=1 (hatched): under 3 repeats a side, no verdict")
+
+
+def test_a_throttled_cell_is_marked_on_the_heatmap_as_in_the_tables(tmp_path, monkeypatch):
+    # The tables read THROTTLED; the heatmap drew the same cell as an unmarked gain.
+    from dataclasses import replace
+
+    import specfleet.report.plots as plots
+
+    view, _ = _heatmap(tmp_path, monkeypatch, code=([100.0, 101.0, 99.0], [150.0, 152.0, 148.0]))
+    gain = view.cell("h/toy/cpu", "m", "code", "graded")
+    throttled = replace(gain, throttled=True)
+    assert plots.cell_label(throttled) == "1.50x\n▲ T"
+    assert plots.heat_legend([gain]).count("\n") == 1  # no T line where no cell is throttled
+    assert plots.heat_legend([gain, throttled]).endswith(
+        "\nT throttled: a run of the cell or of its plain ran on a throttled host")
+
+
+def test_colour_bar_ticks_are_round_speed_ups_mirrored_about_one():
+    # The ticks were the bar's ends and even steps between: 0.09x 0.31x 1.00x 3.28x 10.73x.
+    import numpy as np
+
+    from specfleet.report.plots import bar_ticks
+
+    assert [round(t, 2) for t in bar_ticks(np.log2(10.73))] == [0.1, 0.33, 1.0, 3.0, 10.0]
+    assert [round(t, 2) for t in bar_ticks(np.log2(3.04))] == [0.33, 0.67, 1.0, 1.5, 3.0]
+    assert [round(t, 2) for t in bar_ticks(np.log2(1.1))] == [0.91, 0.95, 1.0, 1.05, 1.1]
+
+
+def _long_named_view():
+    from types import SimpleNamespace
+
+    from specfleet.stats.view import view_of_runs
+
+    runs = [SimpleNamespace(host="h", engine="toy", device="cpu", model=model, prompt_name=prompt,
+                            arm=arm, repeat=i, status="done", tok_per_s=rate, token_ids=[1, 2])
+            for model in ("mlx-community/Qwen3-1.7B-4bit", "google/gemma-3-270m-it")
+            for prompt in ("edit_fn", "summary_of_a_long_report", "story")
+            for arm, base in (("plain", 100.0), ("calibrated", 150.0), ("llama.cpp-lookup", 120.0))
+            for i, rate in enumerate((base, base + 1, base - 1))]
+    return view_of_runs("x", "x", runs)
+
+
+def _overlaps(labels) -> list[tuple[str, str]]:
+    boxes = [(t.get_text(), t.get_window_extent()) for t in labels if t.get_text()]
+    pairs = zip(boxes, boxes[1:], strict=False)  # each label and the next
+    return [(a, b) for (a, box_a), (b, box_b) in pairs if box_a.overlaps(box_b)]
+
+
+def test_long_model_and_prompt_names_do_not_run_into_each_other(tmp_path, monkeypatch):
+    # Groups and columns had a fixed width: "mlx-community/Qwen3-1.7B-4bit" ran into the
+    # next group's name, and the heatmap's prompt names into each other.
+    import specfleet.report.plots as plots
+
+    view = _long_named_view()
+    axes = _kept_axes(monkeypatch)
+    plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
+    plots.run_scatter(view, "h/toy/cpu", tmp_path / "runs.png")
+    heat, runs = axes
+    assert _overlaps(heat.get_xticklabels()) == []
+    assert _overlaps(runs.get_xticklabels()) == []
+
+
+def test_the_runs_plot_says_what_a_bar_is_and_keeps_its_legend_off_the_dots(tmp_path,
+                                                                            monkeypatch):
+    # The legend sat inside the axes ("best") over a group's dots, the median bar was
+    # explained nowhere, and an arm whose first cell looped showed an x in the legend.
+    import specfleet.report.plots as plots
+
+    view = _long_named_view()
+    axes = _kept_axes(monkeypatch)
+    plots.run_scatter(view, "h/toy/cpu", tmp_path / "runs.png")
+    (runs,) = axes
+    assert "each bar the median" in runs.get_title()
+    legend = runs.get_legend()
+    assert legend.get_window_extent().x0 >= runs.get_window_extent().x1  # beside the axes
+    assert [t.get_text() for t in legend.get_texts()] == ["plain", "calibrated",
+                                                          "llama.cpp-lookup"]
+
+
+def test_the_legend_shows_a_dot_for_an_arm_whose_first_cell_loops(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import specfleet.report.plots as plots
+
+    def cell(rate, loop):
+        return SimpleNamespace(loop=loop, rates=[rate], median_tok_per_s=rate)
+
+    ran = {("m", "a", "plain"): cell(10.0, True), ("m", "b", "plain"): cell(10.0, False)}
+    view = SimpleNamespace(models=["m"], prompts=["a", "b"], arms=["plain"],
+                           cell=lambda target, m, p, a: ran.get((m, p, a)))
+    axes = _kept_axes(monkeypatch)
+    plots.run_scatter(view, "h/toy/cpu", tmp_path / "runs.png")
+    (runs,) = axes
+    (handle,) = runs.get_legend().legend_handles
+    dot = runs.scatter([], [], marker="o").get_paths()[0]
+    assert len(handle.get_paths()[0].vertices) == len(dot.vertices)  # a circle, not an x
