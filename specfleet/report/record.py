@@ -18,12 +18,12 @@ from specfleet.report.grid import Grid, to_markdown
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import cross_grid, where_text
 from specfleet.report.plots import plot_files, write_plots
-from specfleet.report.tables import DASH, grids_for
+from specfleet.report.tables import DASH, grids_for, interval_text
 from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
-from specfleet.stats.interval import RULE
+from specfleet.stats.interval import RULE, no_verdict_text
 from specfleet.stats.runs import target_label
-from specfleet.stats.view import view_of_runs
+from specfleet.stats.view import PLAIN, view_of_runs
 from specfleet.store.export import export_runs
 from specfleet.userfiles import check_output_file
 from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, HostConditions, summary
@@ -95,11 +95,15 @@ def load_grid(store, matrix_id: str, runs: list) -> Grid:
         series = [s.load1 for s in samples if s.host == host]
         readings = [r.load_before[0] for r in runs if r.host == host and r.load_before]
         readings += [r.load_after[0] for r in runs if r.host == host and r.load_after]
-        noisy = sum(bool(r.noisy) for r in runs if r.host == host)
-        rows.append((host, *_load_cols(series), *_load_cols(readings), str(noisy)))
+        mine = [r for r in runs if r.host == host]
+        noisy = sum(bool(r.noisy) for r in mine)
+        rows.append((host, *_load_cols(series), *_load_cols(readings), f"{noisy} of {len(mine)}"))
+    # "per-run n" read 48 beside 24 runs: each run gives two readings, before and after it.
+    note = ("Sampled: the worker's periodic readings while the matrix ran; per-run: each run's "
+            "reading just before and just after it (two a run).")
     return Grid("Load average over the run (1-minute)",
-                ("host", "sampled n", "sampled median", "sampled range", "per-run n",
-                 "per-run median", "per-run range", "runs flagged noisy"), tuple(rows))
+                ("host", "sampled n", "sampled median", "sampled range", "per-run readings",
+                 "per-run median", "per-run range", "runs flagged noisy"), tuple(rows), (note,))
 
 
 def _load_cols(values: list[float]) -> tuple[str, str, str]:
@@ -181,6 +185,28 @@ def parity_grid(store, matrix_id: str) -> list[Grid]:
     return grids + ([cross_grid(report)] if report.cross else [])
 
 
+def interval_grid(view) -> Grid:
+    """Each speed-up's 90% interval beside its verdict: the evidence the tables' `gain`,
+    `loss` and `within noise` rest on (`stats/interval.py`)."""
+    rows = []
+    in_order = (view.cell(t, m, p, a) for t in view.targets for m in view.models
+                for p in view.prompts for a in view.lookup_arms)  # the tables' order
+    for c in in_order:
+        if c is None or c.speedup is None:
+            continue
+        plain = view.cell(c.target, c.model, c.prompt, PLAIN)
+        interval = (interval_text(c.speedup_low, c.speedup_high, c.speedup_coverage)
+                    if c.speedup_low is not None and c.speedup_high is not None
+                    and c.speedup_coverage is not None else DASH)
+        verdict = no_verdict_text(c.no_verdict_n) if c.no_verdict_n is not None else c.verdict
+        rows.append((c.target, c.model, c.prompt, c.arm, f"{c.speedup:.2f}x", interval,
+                     (verdict or DASH) + (" LOOP" if c.loop else ""),
+                     f"{c.n}/{plain.n if plain else 0}"))
+    return Grid("Speed-up intervals", ("target", "model", "prompt", "arm", "speed-up",
+                                       "interval", "verdict", "repeats arm/plain"),
+                tuple(rows), (f"Verdicts: {RULE}.",), left_cols=4)
+
+
 def raw_grid(runs: list) -> Grid:
     """Every run: counters, timings, loop share, load."""
     rows = []
@@ -227,6 +253,7 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     ]
     body = [environment_grid(store, runs), prompts_grid(store, runs)]
     results = grids_for(view, None) + (grids_for(view, "target") if len(view.targets) > 1 else [])
+    results.append(interval_grid(view))
     ceiling = ceiling_grid(store, runs)
     tail = [*([ceiling] if ceiling else []), *parity_grid(store, matrix_id),
             load_grid(store, matrix_id, runs), conditions_grid(runs)]

@@ -43,7 +43,8 @@ def test_record_sections_plots_and_csv(store, tmp_path) -> None:
         assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 5000
     raw = list(csv.DictReader(files.csv.open()))
     assert len(raw) == 42 and {r["status"] for r in raw} == {"done"}
-    assert text.count("| h1/toy/cpu | script | copy | graded |") == 3 + 1  # raw rows + parity
+    # raw rows, parity, speed-up interval
+    assert text.count("| h1/toy/cpu | script | copy | graded |") == 3 + 1 + 1
 
 
 def test_unknown_matrix(store, tmp_path) -> None:
@@ -104,3 +105,19 @@ def test_a_folder_holding_another_matrixs_record_is_refused(db_path, tmp_path) -
         f"error: {out}: holds the record of matrix {DEMO_ID!r} (runs.csv, plots of the same "
         f"names); expected an empty folder or this matrix's own, e.g. {out / AFTER_ID}\n")
     assert {p.name: p.read_bytes() for p in out.iterdir()}.keys() == before.keys()
+
+
+def test_record_shows_each_verdicts_interval_and_reads_load_per_run(store, tmp_path) -> None:
+    # The record said "gain" without the interval behind it (the web view shows it on hover),
+    # and its load table's "per-run n" read 48 beside 24 runs: two readings a run.
+    text = write_record(store, DEMO_ID, tmp_path / "rec").markdown.read_text()
+    assert ("| h1/toy/cpu | script | copy | graded | 1.50x | 90% interval 1.47-1.54x | gain "
+            "| 3/3 |") in text
+    assert ("| h1/toy/cpu | constant | copy | graded | 4.00x | 90% interval 4.00-4.00x | "
+            "gain LOOP | 3/3 |") in text
+    assert text.index("### Speed-up intervals") < text.index("## Plots")
+    assert "| host | sampled n | sampled median | sampled range | per-run readings |" in text
+    assert "reading just before and just after it (two a run)" in text
+    load = text[text.index("## Load average"):text.index("## Host conditions")]
+    (h1,) = [line for line in load.splitlines() if line.startswith("| h1 | ")]
+    assert h1.split(" | ")[4] == "48" and h1.endswith(" | 0 of 24 |")  # 24 runs, 2 readings each
