@@ -179,6 +179,12 @@ def test_matrix_page_shows_host_conditions(client):
     assert "No host conditions stored" in client.get(f"/matrices/{EVIL}").text
 
 
+def test_matrix_page_says_its_finish_time_is_utc(client):
+    page = client.get(f"/matrices/{BASE}").text  # as its submit time is
+    finished = r'data-field="finished_at" data-suffix=" UTC">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC<'
+    assert re.search(finished, page), page[page.index("submitted"):][:200]
+
+
 def test_fleet_page_without_a_fleet_says_so(client):
     assert "No fleet" in client.get("/fleet").text
     assert client.get("/api/fleet").json()["hosts"] == []

@@ -11,7 +11,9 @@
     var status = el.querySelector('[data-field="status"]');
     if (status) status.textContent = p.status;
     var finished = el.querySelector('[data-field="finished_at"]');
-    if (finished) finished.textContent = p.finished_at || "\u2013";
+    // data-suffix: " UTC" where the time stands alone (a list's header says it instead)
+    if (finished) finished.textContent = p.finished_at ?
+      p.finished_at + (finished.getAttribute("data-suffix") || "") : "\u2013";
     el.setAttribute("data-status", p.status);
     var x = 0;
     STATUSES.forEach(function (s) {
