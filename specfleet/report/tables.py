@@ -254,7 +254,7 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
         return DASH
     base = f"{plain.median_tok_per_s:.1f} tok/s" if plain and plain.rates else DASH
     if cell is None:
-        return f"{base} · {DASH}"
+        return f"{base} · not run"  # the arm never ran here (a peer on another engine)
     acc = cell.counters.acceptance_rate if cell.counters.proposed else None
     return f"{base} · {speedup_text(cell)} · acc {DASH if acc is None else f'{acc:.2f}'}"
 

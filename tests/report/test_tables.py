@@ -105,6 +105,20 @@ def test_pivot_puts_targets_side_by_side(store) -> None:
     assert float(first["h1/toy/cpu:speedup"]) == pytest.approx(1.5)
 
 
+def test_pivot_says_an_arm_that_never_ran_on_a_target(tmp_path, worker) -> None:
+    # A peer skipped on the other engine read "7.3 tok/s · –", as if it had no speed-up.
+    from specfleet.store.store import open_store
+    from tests.report.seed import H1, H2, PLAIN_RATES, Seed, seed_matrix
+
+    with open_store(str(tmp_path / "s.db")) as store:
+        seed_matrix(store, worker, "one", [
+            Seed(H1, "script", "copy", "plain", tuple(PLAIN_RATES)),
+            Seed(H1, "script", "copy", "graded", (150.0, 152.0, 148.0)),
+            Seed(H2, "script", "copy", "plain", tuple(PLAIN_RATES))], "one-000001")
+        row = _line(render_matrix(store, "one-000001", pivot="target"), "script", "graded")
+    assert "100.0 tok/s · 1.50x" in row and row.rstrip().endswith("100.0 tok/s · not run")
+
+
 @pytest.mark.parametrize("kwargs", [{"fmt": "html"}, {"pivot": "model"}])
 def test_bad_format_or_pivot_is_a_user_error(store, kwargs) -> None:
     with pytest.raises(UserError):
