@@ -58,7 +58,22 @@ def show(
 ) -> None:
     """The speed-up tables of a matrix: plain tok/s, speed-ups over plain, counters, parity."""
     with open_store(db, read_only=True) as store:
+        matrix = store.get_matrix(matrix_id)
         typer.echo(render_matrix(store, matrix_id, fmt, pivot, rate), nl=False)
+    if (note := partial_note(matrix)) is not None:
+        typer.echo(note, err=True)
+
+
+def partial_note(matrix) -> str | None:
+    """Under the tables of a matrix not all done (running, failed, interrupted), on stderr:
+    the tables read its done runs only, and where the others are listed."""
+    done = matrix.counts.get("done", 0)
+    if done == matrix.total_runs:
+        return None
+    rest = counts_text({status: n for status, n in matrix.counts.items() if status != "done"})
+    return (f"matrix {matrix.id}: {matrix.status}; the tables read only its done runs, "
+            f"{done} of {matrix.total_runs} ({rest}; `specfleet matrix status {matrix.id}` "
+            "says more)")
 
 
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
@@ -96,6 +111,17 @@ def say_suspects(view, wait: str) -> None:
     if view.suspects:
         typer.echo(f"waiting up to {wait} for {', '.join(view.suspects)} (not in the fleet "
                    "now; their runs stay pending until they answer)", err=True)
+
+
+def say_absent(rows, view) -> None:
+    """A host that owns runs not done but has no worker in this fleet at all (not one that
+    went away for a while, which `say_suspects` names): its runs stay pending; say why."""
+    left = Counter(row.host for row in rows if row.status != "done")
+    for host in sorted(set(left) - set(view.workers)):
+        stay = "stays" if left[host] == 1 else "stay"
+        typer.echo(f"{host}: not in this fleet (hosts: {', '.join(view.fleet_hosts) or 'none'}); "
+                   f"its {counted(left[host], 'run')} not done {stay} pending until a resume "
+                   f"in a fleet that has {host}", err=True)
 
 
 def check_driver_settings(report_dir: Path | None = None) -> None:
@@ -308,6 +334,7 @@ def resume_cmd(
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
         view.record_hosts(store)
         say_suspects(view, wait)
+        say_absent(rows, view)
         from specfleet.cluster.scheduler import run_matrix
 
         outcome = run_matrix(store, matrix_id, view.workers,

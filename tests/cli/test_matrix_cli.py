@@ -326,3 +326,23 @@ def assert_one_line_error(result) -> None:
 def test_the_matrix_file_example_in_this_module_is_valid(tmp_path):
     path = write(tmp_path, "toy.yaml", textwrap.dedent(TOY_MATRIX))
     assert invoke("matrix", "validate", path).exit_code == 0
+
+
+def test_resume_says_which_host_of_the_matrix_is_not_in_the_fleet(fleet, db):
+    # It ended "interrupted (0 done, ... 1 pending this call; 0.0 s)" and "resume with: ..."
+    # without a word on why: the host its run belongs to is in no fleet this resume reached.
+    from specfleet.jobs.run import RunSpec, Target
+
+    spec = RunSpec(run_key="gone-000001/r", matrix_id="gone-000001",
+                   target=Target(host="gamma", engine="toy", device="cpu"), model="script",
+                   prompt_name="p", prompt_text="hello hello", arm="plain", max_tokens=8)
+    with open_store(db) as store:
+        store.create_matrix("gone", {"name": "gone"}, [spec], matrix_id="gone-000001")
+        store.finish_matrix("gone-000001", "interrupted")
+    result = invoke("matrix", "resume", "gone-000001", "--address", fleet.address, "--db", db,
+                    "--wait", "1s", "--no-progress")
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert ("gamma: not in this fleet (hosts: alpha, beta); its 1 run not done stays pending "
+            "until a resume in a fleet that has gamma") in result.stderr.splitlines()
+    with open_store(db) as store:
+        assert [r.status for r in store.runs(matrix="gone-000001")] == ["pending"]

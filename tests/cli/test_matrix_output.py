@@ -84,3 +84,19 @@ def test_counts_read_in_the_singular_for_one() -> None:
         refuse_unrunnable_models(["first", "second"])
     with pytest.raises(UserError, match=r"^first \(and 2 more problems\)$"):
         refuse_unrunnable_models(["first", "second", "third"])
+
+
+def test_show_of_a_matrix_not_all_done_says_its_tables_read_the_done_runs_only(
+        db_path) -> None:
+    # `matrix show` of a failed, interrupted or running matrix printed its tables and said
+    # nothing of the runs missing from them.
+    def show(matrix_id: str):
+        return CliRunner().invoke(app, ["matrix", "show", matrix_id, "--db", str(db_path)])
+
+    left = show(UNFINISHED_ID)
+    assert left.exit_code == 0, left.output
+    assert left.stderr == (f"matrix {UNFINISHED_ID}: interrupted; the tables read only its "
+                           f"done runs, 0 of 1 (1 interrupted; `specfleet matrix status "
+                           f"{UNFINISHED_ID}` says more)\n")
+    done = show(MATRIX_ID)
+    assert done.exit_code == 0 and done.stderr == ""
