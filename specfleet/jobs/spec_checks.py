@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,17 @@ from specfleet.engine.config import (
 from specfleet.engine.kinds import Engine
 from specfleet.engine.peers import PeerKind, peer_kind
 from specfleet.errors import UserError
-from specfleet.jobs.spec import ARM_OPTIONS, ArmSpec, MatrixSpec, TargetSelector
+from specfleet.jobs.spec import (
+    ARM_OPTIONS,
+    NAME_PATTERN,
+    ArmSpec,
+    MatrixSpec,
+    TargetSelector,
+)
 from specfleet.userfiles import kind_of, read_text
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
+MAX_LISTED = 20  # prompt names a "no prompt file" line lists at most
 
 Loc = tuple[str | int, ...]  # a place in the file: ("targets", "hosts", 3)
 T = TypeVar("T")
@@ -191,9 +199,21 @@ def _missing_prompt(prompt_dir: Path, name: str) -> str:
                 if os.path.exists(prompt_dir) else "does not exist")
         return (f"no prompt '{name}': prompt directory {prompt_dir} {what} "
                 "(set prompt_dir, or give {name, text} inline)")
-    known = sorted({p.stem for p in prompt_dir.iterdir() if p.is_file()})
-    listing = ", ".join(known) if known else "none"
-    return f"no prompt file '{name}.txt' in {prompt_dir} (available: {listing})"
+    known = sorted(_prompt_names(prompt_dir))
+    listing = ", ".join(known[:MAX_LISTED]) if known else "none"
+    more = f", ... ({len(known) - MAX_LISTED} more)" if len(known) > MAX_LISTED else ""
+    return f"no prompt file '{name}.txt' in {prompt_dir} (available: {listing}{more})"
+
+
+def _prompt_names(prompt_dir: Path) -> set[str]:
+    """The names a matrix may give to read a file of `prompt_dir` (`find_prompt_file`):
+    `a` for a.txt or a.md, `a.conf` for a.conf, and only names a prompt may have."""
+    names = set()
+    for path in prompt_dir.iterdir():
+        name = path.stem if path.suffix in PROMPT_SUFFIXES else path.name
+        if path.is_file() and re.fullmatch(NAME_PATTERN, name):
+            names.add(name)
+    return names
 
 
 def _check_arms(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:

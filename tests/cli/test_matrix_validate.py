@@ -326,3 +326,23 @@ def test_a_prompt_dir_too_long_to_look_up_does_not_exist(tmp_path: Path) -> None
     text = GOOD.replace('{name: p, text: "hello hello"}', "p") + f"prompt_dir: {'d' * 5000}\n"
     (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, text)))
     assert "prompts[0]: no prompt 'p': prompt directory" in line and "does not exist" in line
+
+
+def test_a_missing_prompt_lists_only_names_a_prompt_could_take_and_not_all_of_them(
+        tmp_path: Path) -> None:
+    # prompt_dir: /etc listed ".pwd, adduser, ..." (stems of .pwd.lock and adduser.conf,
+    # which no prompt name reads) and every one of its files in one line.
+    here = tmp_path / "here"
+    here.mkdir()
+    for name in ("a.txt", "b.md", "c.conf", ".hidden.lock", "plain"):
+        (here / name).write_text("a prompt\n")
+    (here / "sub.txt").mkdir()
+    (tmp_path / "many").mkdir()
+    for i in range(25):
+        (tmp_path / "many" / f"p{i:02d}.txt").write_text("a prompt\n")
+    text = GOOD.replace('[{name: p, text: "hello hello"}]', "[nosuch]")
+    few = error_lines(invoke("matrix", "validate", write(tmp_path, text + "prompt_dir: here\n")))
+    assert few[0].endswith("(available: a, b, c.conf, plain)"), few
+    many = error_lines(invoke("matrix", "validate", write(tmp_path, text + "prompt_dir: many\n")))
+    assert many[0].endswith(", p19, ... (5 more))"), many
+    assert "p20" not in many[0]
