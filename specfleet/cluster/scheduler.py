@@ -238,7 +238,9 @@ def dispatch_runs(
         try:
             _loop(ctx)
         except BaseException as err:  # Ctrl-C or a store fault: runs in flight are lost to us
-            _abandon(ctx, f"driver stopped: {type(err).__name__}")
+            why = ("interrupted (Ctrl-C or SIGTERM)" if isinstance(err, KeyboardInterrupt)
+                   else type(err).__name__)  # entry.main turns SIGTERM into KeyboardInterrupt
+            _abandon(ctx, f"driver stopped: {why}")
             raise
         finally:
             if ctx.leases is not None:

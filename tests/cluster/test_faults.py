@@ -143,7 +143,10 @@ def test_sigterm_marks_runs_interrupted_and_exits_130(fleet, tmp_path, run_log):
     assert f"resume with: specfleet matrix resume {matrix.id}" in text and "Traceback" not in text
     assert matrix.status == "interrupted" and not matrix.counts.get("running")
     with open_store(db) as store:  # in flight at the SIGTERM, cancelled at its next round
-        in_flight = {r.run_key for r in store.runs(matrix=matrix.id) if r.status == "interrupted"}
+        cut = [r for r in store.runs(matrix=matrix.id) if r.status == "interrupted"]
+    in_flight = {r.run_key for r in cut}
+    # It read "driver stopped: KeyboardInterrupt" (entry.main's SIGTERM handler raises it).
+    assert {r.error for r in cut} <= {"driver stopped: interrupted (Ctrl-C or SIGTERM)"}, cut
     assert wait_until(lambda: _idle(fleet), 30, 0.2)
     done = resume(fleet, matrix.id, db, env)  # the driver let go: no lease to wait for
     assert done.returncode == 0, done.stdout + done.stderr
