@@ -327,7 +327,7 @@ def resume_cmd(
         rows = store.runs(matrix=matrix_id, columns=("host", "status"))
         if rows and all(row.status == "done" for row in rows):  # no fleet to start for nothing
             every = "its one run is" if len(rows) == 1 else f"all {len(rows)} runs are"
-            typer.echo(f"matrix {matrix_id}: {every} done; nothing to resume")
+            typer.echo(f"matrix {matrix_id}: {every} done; nothing to resume", err=True)
             return
         hosts = sorted({row.host for row in rows})
         view = open_fleet(address, hosts=hosts, embedded=embedded)

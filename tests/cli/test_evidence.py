@@ -179,6 +179,8 @@ def test_resume_of_a_matrix_whose_runs_are_all_done_says_so_without_a_fleet(evid
     # No --address and no fleet here: had it gone on, it would have tried to find one.
     done = invoke(evidence_db, "matrix", "resume", OTHER_ID)
     assert done.exit_code == 0, done.output
-    assert done.stdout == f"matrix {OTHER_ID}: its one run is done; nothing to resume\n"
+    # A status, not a table: stderr, as every other status line of a run.
+    assert done.stderr == f"matrix {OTHER_ID}: its one run is done; nothing to resume\n"
+    assert done.stdout == ""
     failed = invoke(evidence_db, "matrix", "resume", FAILED_ARM_ID, "--address", "127.0.0.1:9")
     assert failed.exit_code == 2 and "nothing to resume" not in failed.output  # it goes on
