@@ -18,10 +18,10 @@ from typing import Any
 
 from specfleet.engine.kinds import MODEL_ENGINES, Engine
 from specfleet.errors import UserError
-from specfleet.jobs.plan import plan_runs
+from specfleet.jobs.plan import plan_runs, prompt_texts
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import MatrixSpec
-from specfleet.workers.loaded import ModelCheck, check_model
+from specfleet.workers.loaded import ModelCheck, check_model, model_context
 
 CHECK_TIMEOUT_S = 60.0  # for every host together: resolving reads folders, never weights
 
@@ -67,7 +67,34 @@ def check_here(spec: MatrixSpec, label: str) -> ModelReport:
         for engine, check in (list(failing.items())[:1] if shared else failing.items()):
             where = f"models[{i}]" if shared else f"models[{i}]: {engine}"
             _file(report, check, f"{label}: {where}: {check.problem}")
+    if not report.errors and not report.missing:
+        report.errors.extend(prompt_overruns(spec, label))
     return report
+
+
+def prompt_overruns(spec: MatrixSpec, label: str) -> list[str]:
+    """A prompt whose own tokens and its max_tokens pass a model's context on this machine:
+    every run of it would fail once the fleet started, and the matrix of failures stay
+    stored. Counted with the model's tokenizer.json before any chat template (a floor), so
+    only a sure overrun is refused; the run counts again exactly."""
+    try:
+        texts = prompt_texts(spec)
+    except UserError:
+        return []  # a missing prompt file is the spec checks' to say
+    over: dict[tuple[int, int, int, int, int], list[str]] = defaultdict(list)
+    for i, model in enumerate(spec.models):
+        for engine in list(spec.targets.engines) or list(MODEL_ENGINES):
+            context, count = model_context(model, engine)
+            if context is None or count is None:
+                continue
+            for j, prompt in enumerate(spec.prompts):
+                tokens, limit = count(texts[prompt.name]), spec.max_tokens_for(prompt, engine)
+                if tokens + limit > context:
+                    over[(j, i, tokens, limit, context)].append(engine)
+    return [f"{label}: prompts[{j}]: {tokens} tokens before any chat template and max_tokens "
+            f"{limit} pass the context of {spec.models[i]} ({context} tokens, "
+            f"{' and '.join(engines)}); expected a shorter prompt or a smaller max_tokens"
+            for (j, i, tokens, limit, context), engines in over.items()]
 
 
 def _missing_peer_libraries(spec: MatrixSpec, label: str) -> list[str]:

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -317,6 +318,22 @@ def overrun_context(folder: Path | str | None, prompt_tokens: int,
     (also when the config does not say): the one check `generate` and a worker's run make."""
     context = context_tokens(None if folder is None else Path(folder))
     return context if context is not None and prompt_tokens + max_tokens > context else None
+
+
+def token_counter(folder: Path | None) -> Callable[[str], int] | None:
+    """How many tokens the folder's tokenizer.json makes of a text, without special tokens
+    or a chat template (a floor on what a run feeds the model); None without that file or
+    the `tokenizers` package (the load says what is wrong with them)."""
+    path = None if folder is None else Path(folder) / "tokenizer.json"
+    if path is None or not path.is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception:  # noqa: BLE001 - ImportError, or a file it cannot read: no floor then
+        return None
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def context_tokens(folder: Path | None) -> int | None:

@@ -190,6 +190,20 @@ def check_model(model: str, engine: str, max_tokens: int) -> ModelCheck:
     return ModelCheck()
 
 
+def model_context(model: str, engine: str) -> tuple[int | None, Any]:
+    """(context length, token counter) of `model` for `engine` on this machine, either None
+    where unknown (a toy model, no config field, no tokenizer.json, not resolvable here)."""
+    from specfleet.models.registry import context_tokens, resolve_model, token_counter
+
+    if engine not in ("torch", "mlx"):
+        return None, None
+    try:
+        path = resolve_model(model, engine, measure=False).path
+    except UserError:
+        return None, None
+    return context_tokens(path), token_counter(path)
+
+
 def check_context(folder: str, spec: Any, prompt_tokens: int) -> None:
     """Fail a run (`RunSpec`) whose prompt and reply overrun the model's context: past it the
     positions are ones the model never saw, and the run would be stored as done all the same."""

@@ -172,3 +172,25 @@ def test_a_folder_no_engine_could_load_is_refused_before_any_run(here, engine, l
     report = check_here(spec([str(folder)], engines=[engine]), "m.yaml")
     assert report.errors == [f"m.yaml: models[0]: {engine}: {folder} holds no weights; "
                              "expected the model's *.safetensors beside its config.json"]
+
+
+def test_a_prompt_past_the_context_is_refused_before_any_run(here) -> None:
+    # Each run of it failed once the fleet started, and the matrix of failures was stored.
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = model_folder(here / "m", context=64)
+    tokenizer = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+    def matrix(max_tokens: int) -> MatrixSpec:
+        return MatrixSpec.model_validate({
+            "name": "m", "models": [str(folder)], "arms": ["plain"], "max_tokens": max_tokens,
+            "prompts": [{"name": "short", "text": "a a"}, {"name": "long", "text": "a " * 60}],
+            "targets": {"engines": ["torch", "mlx"]}})
+
+    assert check_here(matrix(4), "m.yaml").errors == []  # 60 + 4 fits in 64
+    assert check_here(matrix(5), "m.yaml").errors == [
+        f"m.yaml: prompts[1]: 60 tokens before any chat template and max_tokens 5 pass the "
+        f"context of {folder} (64 tokens, torch and mlx); expected a shorter prompt or a "
+        "smaller max_tokens"]
