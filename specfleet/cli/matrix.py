@@ -243,6 +243,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     here = choose_fleet(address, embedded).embedded
     no_source: list[tuple[str, str]] = []
     if here:  # this machine alone: said before Ray starts or a store is made
+        refuse_other_hosts(spec, label)
         found = check_here(spec, label)
         refuse_unrunnable_models(found.errors + found.missing)
         no_source = found.no_source
@@ -271,6 +272,18 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
     return outcome
+
+
+def refuse_other_hosts(spec: MatrixSpec, label: str) -> None:
+    """On the embedded fleet (this machine alone) `targets.hosts` without this machine
+    matches nothing: one line before Ray starts (~20 s), not after."""
+    from specfleet.workers.hardware import default_host_name
+
+    here = default_host_name()
+    if spec.targets.hosts and here not in spec.targets.hosts:
+        raise UserError(f"{label}: targets: hosts {', '.join(spec.targets.hosts)}: none is in "
+                        f"the embedded fleet, which is this machine alone ({here}); expected "
+                        f"{here} among them, or a fleet's --address")
 
 
 def planned_line(matrix_id: str, runs) -> str:

@@ -933,6 +933,12 @@ NAMED = {
         ["'--reps': Input should be less than or equal to 100"]),
     # On the embedded fleet a model this machine cannot run is refused before Ray starts:
     # each run would fail, and the matrix of failures would stay in the store.
+    "run: a hosts selector the embedded fleet lacks": (  # said after ~20 s of Ray starting
+        {"SPECFLEET_HOST": "here1"},
+        files(m__yaml=matrix(targets="{engines: [toy], hosts: [spark1, mac1]}")),
+        run_args("{here}/m.yaml"),
+        ["matrix 'good': targets: hosts spark1, mac1: none is in the embedded fleet, which is "
+         "this machine alone (here1); expected here1 among them, or a fleet's --address"]),
     "run: an unknown model": (
         {}, files(m__yaml=matrix(models="[no-such-model]", targets="{engines: [torch]}")),
         run_args("{here}/m.yaml"),
