@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -19,7 +20,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
-from specfleet.errors import UserError
+from specfleet.errors import UserError, describe_value
 
 _KINDS = (
     (stat.S_ISREG, "a file"),
@@ -62,10 +63,28 @@ def given_path(text: str, label: str, expected: str) -> Path:
     if not text.strip():
         raise UserError(f"{label} {text!r} is blank; expected {expected}")
     path = Path(text)  # drops a trailing "/", which names a folder (`cat file/` fails)
-    if text.endswith(("/", os.sep)) and path.exists() and not path.is_dir():
-        raise UserError(f"{label} {text!r}: a trailing '/' names a folder, but {path} is "
-                        f"{kind_of(path.stat().st_mode)}; expected {expected}")
+    refuse_too_long(path, label)
+    if text.endswith(("/", os.sep)):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # not there or not readable: the reader says which
+            return path
+        if not stat.S_ISDIR(mode):
+            raise UserError(f"{label} {text!r}: a trailing '/' names a folder, but {path} is "
+                            f"{kind_of(mode)}; expected {expected}")
     return path
+
+
+def refuse_too_long(path: Path, label: str) -> None:
+    """One line for a path the system refuses as too long (a name past 255 bytes): pathlib's
+    checks raise it (ENAMETOOLONG) where they return False for a missing file."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise UserError(f"{label}: {describe_value(str(path))}: the name is too long "
+                            "(ENAMETOOLONG); expected a path of names up to 255 bytes each"
+                            ) from None
 
 
 def read_text(path: Path, label: str, expected: str | None = None) -> str:
@@ -103,6 +122,11 @@ def read_text(path: Path, label: str, expected: str | None = None) -> str:
     except OSError as err:
         raise UserError(f"{label}: cannot read ({err.strerror}){want}") from None
     return _decode(data, label, want)
+
+
+def standard_input() -> BinaryIO | None:
+    """This process's standard input as bytes; None where it started without one (`<&-`)."""
+    return getattr(sys.stdin, "buffer", None)
 
 
 def read_stream(stream: BinaryIO | None, label: str, expected: str | None = None) -> str:
@@ -158,6 +182,7 @@ def check_folder_path(path: Path, label: str) -> Path:
     Returns:
         The nearest part of `path` that exists (`path` itself when it exists).
     """
+    refuse_too_long(path, label)
     probe = path
     while not os.path.exists(probe):  # False, not an error, where a parent is unreadable
         if probe.is_symlink():

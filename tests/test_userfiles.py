@@ -126,3 +126,13 @@ def test_a_trailing_slash_on_a_file_is_refused(tmp_path) -> None:
         given_path(f"{tmp_path}/notes.txt/", "--prompt-file", "text")
     assert given_path(f"{tmp_path}/", "--out", "a folder") == tmp_path
     assert given_path(f"{tmp_path}/new/", "--out", "a folder") == tmp_path / "new"
+
+
+def test_a_name_too_long_is_one_line_not_a_traceback(tmp_path) -> None:
+    # pathlib's exists/is_file/is_symlink raise ENAMETOOLONG on Python 3.11.
+    long = f"{tmp_path}/{'a' * 300}"
+    for text in (long, f"{long}/", f"{long}.txt"):
+        with pytest.raises(UserError, match=r"^--out: '.*\.\.\.: the name is too long "):
+            given_path(text, "--out", "a folder")
+    with pytest.raises(UserError, match=r"^--out: .* the name is too long"):
+        check_folder_path(Path(long) / "x", "--out")

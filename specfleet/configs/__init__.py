@@ -8,6 +8,7 @@ anything that looks like a path stays a path.
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
 
@@ -59,19 +60,19 @@ def matrix_path(text: str | Path) -> Path:
         The path to read; a missing one is returned unchanged (the loader names it).
     """
     path = Path(text)
-    if path.exists() or not is_bare_name(str(text)):
+    if os.path.exists(path) or not is_bare_name(str(text)):  # a name too long: False
         return path
     packaged = matrices_dir() / f"{text}.yaml"
-    return packaged if packaged.is_file() else path
+    return packaged if os.path.isfile(packaged) else path
 
 
 def prompt_path(text: str | Path) -> Path:
     """The prompt file meant by `text`: an existing path, else the packaged `<text>.txt`."""
     path = Path(text)
-    if path.exists() or not is_bare_name(str(text)):
+    if os.path.exists(path) or not is_bare_name(str(text)):  # a name too long: False
         return path
     for suffix in PROMPT_SUFFIXES:
         packaged = prompts_dir() / f"{text}{suffix}"
-        if packaged.is_file():
+        if os.path.isfile(packaged):  # False for a name too long, where is_file raises
             return packaged
     return path

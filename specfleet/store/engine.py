@@ -71,8 +71,8 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
                         "or a SQLite file path")
     if "://" not in raw:
         if raw.endswith("/"):  # Path() drops it: `x.db/` read or made the file x.db
-            raise UserError(f"{source}: {display_raw(raw)!r} ends with '/', which names a "
-                            "folder; expected a SQLite file path")
+            raise UserError(f"{source} {display_raw(raw)!r}: a trailing '/' names a folder; "
+                            "expected a SQLite file path")
         try:
             resolved = expand_user(raw, source).resolve()
         except (RuntimeError, OSError) as err:  # a link loop: RuntimeError before Python 3.13
