@@ -127,8 +127,8 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     finite = data[np.isfinite(data)]
     limit = max(float(np.abs(finite).max()) if finite.size else 0.0, np.log2(1.1))
     labels = [f"{m} · {a}" for m, a in rows]
-    # Columns as wide as their prompt's name and the row labels beside them: a fixed width
-    # let long model names squeeze the cells until the prompt names ran into each other.
+    # Columns as wide as their prompt's name and the row labels beside them, so long names
+    # never squeeze the cells into each other.
     column_in = max(1.4, _text_in(prompts, 10) + 0.3)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(
@@ -149,7 +149,7 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     ax.set_yticks(range(len(rows)), labels)
     ax.set_title(f"Speed-up over plain (median arm tok/s / median plain tok/s) — {target}\n"
                  f"{heat_legend(c for _, _, c in shown)}", fontsize=9)
-    # A short label: the long one outgrew a one-row heatmap's colour bar and ran past it.
+    # A short label: it must fit beside a one-row heatmap's colour bar.
     bar = fig.colorbar(image, ax=ax, label="speed-up (log scale)", fraction=0.046, pad=0.04)
     ticks = bar_ticks(limit)
     bar.set_ticks(np.log2(ticks), labels=[f"{t:.2f}x" if t < 1 else f"{t:g}x" for t in ticks])
@@ -171,7 +171,7 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
     arms = [a for a in view.arms if any(view.cell(target, m, p, a) for m, p in groups)]
     width = 0.8 / max(len(arms), 1)
     ticks = [f"{m}\n{p}" for m, p in groups]
-    # A group as wide as its label: at a fixed 1.1 in long model names ran into each other.
+    # A group as wide as its label, so long model names never run into each other.
     group_in = max(1.1, _text_in(ticks, 8) + 0.3)
     plt = _pyplot()
     legend_in = _text_in(arms, 8) + 0.6
@@ -194,7 +194,7 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
     ax.set_xticks(range(len(groups)), ticks, fontsize=8)
     ax.set_ylabel("tok/s (whole call, prefill included)")
     ax.set_title(f"Per-run tok/s by arm — {target}\n{RUNS_KEY}", fontsize=9)
-    # Beside the axes, not "best" inside them: with many arms it hid a group's dots.
+    # Beside the axes, not "best" inside them: inside, many arms would hide a group's dots.
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

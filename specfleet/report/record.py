@@ -18,7 +18,7 @@ from specfleet.report.grid import Grid, to_markdown
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import cross_grid, where_text
 from specfleet.report.plots import plot_files, write_plots
-from specfleet.report.tables import DASH, grids_for, interval_text
+from specfleet.report.tables import DASH, grids_for, interval_text, verdict_marks
 from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
 from specfleet.stats.interval import RULE, no_verdict_text
@@ -98,7 +98,7 @@ def load_grid(store, matrix_id: str, runs: list) -> Grid:
         mine = [r for r in runs if r.host == host]
         noisy = sum(bool(r.noisy) for r in mine)
         rows.append((host, *_load_cols(series), *_load_cols(readings), f"{noisy} of {len(mine)}"))
-    # "per-run n" read 48 beside 24 runs: each run gives two readings, before and after it.
+    # Each run gives two readings, before and after it: twice as many as runs.
     note = ("Sampled: the worker's periodic readings while the matrix ran; per-run: each run's "
             "reading just before and just after it (two a run).")
     return Grid("Load average over the run (1-minute)",
@@ -198,10 +198,11 @@ def interval_grid(view) -> Grid:
         interval = (interval_text(c.speedup_low, c.speedup_high, c.speedup_coverage)
                     if c.speedup_low is not None and c.speedup_high is not None
                     and c.speedup_coverage is not None else DASH)
-        verdict = no_verdict_text(c.no_verdict_n) if c.no_verdict_n is not None else c.verdict
+        marks = verdict_marks(c)
+        if c.no_verdict_n is not None:
+            marks = [no_verdict_text(c.no_verdict_n), *marks]
         rows.append((c.target, c.model, c.prompt, c.arm, f"{c.speedup:.2f}x", interval,
-                     (verdict or DASH) + (" LOOP" if c.loop else ""),
-                     f"{c.n}/{plain.n if plain else 0}"))
+                     " ".join(marks) or DASH, f"{c.n}/{plain.n if plain else 0}"))
     return Grid("Speed-up intervals", ("target", "model", "prompt", "arm", "speed-up",
                                        "interval", "verdict", "repeats arm/plain"),
                 tuple(rows), (f"Verdicts: {RULE}.",), left_cols=4)

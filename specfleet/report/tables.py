@@ -55,16 +55,20 @@ def speedup_text(cell: CellView | None) -> str:
         return f"1.00x {spread_text(cell)}" + _throttled(cell)
     if cell.speedup is None:
         return DASH
-    parts = [f"{cell.speedup:.2f}x", spread_text(cell)]
-    if cell.verdict in ("gain", "loss", "within noise"):  # each said: 0.97x may be a loss
-        parts.append(cell.verdict)
-    if cell.loop:
-        parts.append("LOOP")
-    if cell.throttled:
-        parts.append("THROTTLED")
+    parts = [f"{cell.speedup:.2f}x", spread_text(cell), *verdict_marks(cell)]
     if cell.parity:
         parts.append("=" if cell.parity == "identical" else "≠")
     return " ".join(parts)
+
+
+def verdict_marks(cell: CellView) -> list[str]:
+    """The verdict and the marks beside it (`gain LOOP THROTTLED`), as every table says them."""
+    marks = [cell.verdict] if cell.verdict in ("gain", "loss", "within noise") else []
+    if cell.loop:  # each verdict said: 0.97x may be a loss
+        marks.append("LOOP")
+    if cell.throttled:
+        marks.append("THROTTLED")
+    return marks
 
 
 def _throttled(cell: CellView | None) -> str:
@@ -254,7 +258,7 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
         return DASH
     base = f"{plain.median_tok_per_s:.1f} tok/s" if plain and plain.rates else DASH
     if cell is None:
-        return f"{base} · not run"  # the arm never ran here (a peer on another engine)
+        return f"{base} · no done run"  # never ran here (a peer on another engine), or failed
     acc = cell.counters.acceptance_rate if cell.counters.proposed else None
     return f"{base} · {speedup_text(cell)} · acc {DASH if acc is None else f'{acc:.2f}'}"
 

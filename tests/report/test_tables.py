@@ -116,7 +116,7 @@ def test_pivot_says_an_arm_that_never_ran_on_a_target(tmp_path, worker) -> None:
             Seed(H1, "script", "copy", "graded", (150.0, 152.0, 148.0)),
             Seed(H2, "script", "copy", "plain", tuple(PLAIN_RATES))], "one-000001")
         row = _line(render_matrix(store, "one-000001", pivot="target"), "script", "graded")
-    assert "100.0 tok/s · 1.50x" in row and row.rstrip().endswith("100.0 tok/s · not run")
+    assert "100.0 tok/s · 1.50x" in row and row.rstrip().endswith("100.0 tok/s · no done run")
 
 
 @pytest.mark.parametrize("kwargs", [{"fmt": "html"}, {"pivot": "model"}])
