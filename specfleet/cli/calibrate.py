@@ -139,19 +139,36 @@ def check_context(settings: Any, model: str, engine: str) -> None:
         context = context_tokens(resolve_model(model, engine, measure=False).path)
     except UserError:
         return
-    # The prompt, the pipelined steps, then each verify block and the one token it keeps:
-    # the blocks blame --reps while it can shrink, else --max-width (`--reps 1` cannot).
-    blocks = ("--reps", settings.reps) if settings.reps > 1 else \
-        ("--max-width", settings.max_width)
-    parts = {"--prompt-len": (settings.prompt_len, settings.prompt_len),
-             "--steps": (settings.steps, settings.steps),
-             blocks[0]: (blocks[1], settings.max_width * (settings.reps + 1))}
-    needed = sum(positions for _, positions in parts.values())
-    if context is not None and needed > context:
-        flag = max(parts, key=lambda name: parts[name][1])  # the flag taking most positions
-        raise UserError(f"{flag} {parts[flag][0]}: a round needs {needed} positions "
-                        f"(prompt, steps, verify blocks) but {model} has a context of "
-                        f"{context} tokens; expected a smaller {flag}")
+    if context is None:
+        return
+    needed, flag = _round_positions(settings), _blamed_flag(settings, context)
+    if needed > context:
+        raise UserError(f"{flag} {getattr(settings, flag[2:].replace('-', '_'))}: a round needs "
+                        f"{needed} positions (prompt, steps, verify blocks) but {model} has a "
+                        f"context of {context} tokens; expected a smaller {flag}")
+
+
+def _round_positions(settings: Any, **lowered: int) -> int:
+    """Positions a round fills: the prompt, the pipelined steps, then each verify block and
+    the one token it keeps (`lowered`: settings taken at another value)."""
+    value = {**dataclasses.asdict(settings), **lowered}
+    return (value["prompt_len"] + value["steps"]
+            + value["max_width"] * (value["reps"] + 1))
+
+
+def _blamed_flag(settings: Any, context: int) -> str:
+    """The flag a round too long for the context is said against: of those that alone, at
+    their least, would make it fit, the one taking the most positions; else the one taking
+    the most. The verify blocks are --reps's while it is above 1 (a tie goes to it)."""
+    blocks = settings.max_width * (settings.reps + 1)
+    taken = {"--prompt-len": settings.prompt_len, "--steps": settings.steps,
+             "--reps": blocks if settings.reps > 1 else 0, "--max-width": blocks}
+    least = {"--prompt-len": _round_positions(settings, prompt_len=1),
+             "--steps": _round_positions(settings, steps=2),
+             "--reps": _round_positions(settings, reps=1),
+             "--max-width": _round_positions(settings, max_width=1)}
+    fixing = [flag for flag in taken if taken[flag] and least[flag] <= context]
+    return max(fixing or list(taken), key=lambda flag: (taken[flag], flag == "--reps"))
 
 
 def register(app: typer.Typer) -> None:

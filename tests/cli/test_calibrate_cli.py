@@ -79,6 +79,13 @@ def test_verify_blocks_past_the_context_blame_max_width_at_one_rep(measured, tmp
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: --max-width 65: a round needs 270 positions"), line
     assert line.endswith("has a context of 256 tokens; expected a smaller --max-width"), line
+    # At --reps 2 a round too long even at one rep blamed --reps, then --max-width at 1.
+    again = CliRunner().invoke(app, ["calibrate", "-m", str(tmp_path), "--engine", "torch",
+                                     "--reps", "2", "--max-width", "65", "--prompt-len", "100"])
+    assert again.exit_code == 2 and "expected a smaller --max-width" in again.stderr, again.output
+    fits = CliRunner().invoke(app, ["calibrate", "-m", str(tmp_path), "--engine", "torch",
+                                    "--reps", "3", "--max-width", "60", "--prompt-len", "20"])
+    assert "error: --reps 3: a round needs 292 positions" in fits.stderr, fits.output
     assert measured == []
 
 
