@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -36,7 +36,7 @@ def fetch_command(
         typer.echo(fetch_bundled(name, force=force).message)
 
 
-def refuse_unbundled(alias: str, sources: set[str]) -> None:
+def refuse_unbundled(alias: str, sources: set[str]) -> NoReturn:
     """One line for an alias with a source `models fetch` cannot fill: its Hugging Face repos
     to download, or the local folders it names (read where they are: nothing to fetch)."""
     repos = sorted(v.removeprefix("hf:") for v in sources if v.startswith("hf:"))

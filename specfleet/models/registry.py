@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS, expand_user
-from specfleet.userfiles import read_text, read_yaml, too_long_integer
+from specfleet.userfiles import kind_of, read_text, read_yaml, too_long_integer
 
 HASH_FILE = ".specfleet-weights.json"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
@@ -198,10 +199,10 @@ def resolve_model(
         source = alias_or_path
     elif (folder := expand_user(alias_or_path, "model")).is_dir():
         source = str(folder.resolve())  # from where the command runs, not models.yaml's folder
-    elif folder.exists():  # a GGUF or a weights file given for the folder holding it
-        raise UserError(f"model {alias_or_path!r} is a file, not a model folder; expected an "
-                        "alias (`specfleet models list`) or the folder holding the model's "
-                        "config.json")
+    elif os.path.exists(folder):  # a GGUF or a weights file given for the folder holding it
+        raise UserError(f"model {alias_or_path!r} is {kind_of(os.stat(folder).st_mode)}, not a "
+                        "model folder; expected an alias (`specfleet models list`) or the "
+                        "folder holding the model's config.json")
     else:
         known = ", ".join(sorted(registry))
         raise UserError(

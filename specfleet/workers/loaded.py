@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from specfleet import openblas
+from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.engine.peers import PeerCall, warm_up_peer
 from specfleet.errors import UserError, one_line
 from specfleet.settings import THREADS
@@ -195,7 +196,7 @@ def model_context(model: str, engine: str) -> tuple[int | None, Any]:
     where unknown (a toy model, no config field, no tokenizer.json, not resolvable here)."""
     from specfleet.models.registry import context_tokens, resolve_model, token_counter
 
-    if engine not in ("torch", "mlx"):
+    if engine not in MODEL_ENGINES:
         return None, None
     try:
         path = resolve_model(model, engine, measure=False).path

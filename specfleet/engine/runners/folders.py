@@ -9,8 +9,13 @@ import importlib.util
 import json
 from pathlib import Path
 
+from specfleet.engine.kinds import MODEL_ENGINES
+
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.npz")  # sharded files match too
-TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer.model", "vocab.json", "*.tiktoken")
+# Any file a Hugging Face tokenizer loads from (sentencepiece models, BPE and WordPiece
+# vocabularies, tiktoken ranks), or its config: a folder is refused only when it has none.
+TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer_config.json", "*.model", "vocab.json",
+                      "vocab.txt", "*.tiktoken")
 
 
 def folder_problem(folder: Path, engine: str) -> str | None:
@@ -23,7 +28,7 @@ def folder_problem(folder: Path, engine: str) -> str | None:
     Returns:
         One sentence naming what is missing and what is expected.
     """
-    if engine not in ("torch", "mlx"):
+    if engine not in MODEL_ENGINES:
         return None
     if not _holds(folder, WEIGHT_PATTERNS):
         return (f"{folder} holds no weights; expected the model's *.safetensors beside its "

@@ -1,0 +1,38 @@
+"""What a model folder needs before an engine loads it, checked without loading."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specfleet.engine.runners.folders import folder_problem, knows_model_type
+
+
+def folder(tmp_path, *files: str, model_type: str | None = "llama"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    for name in files:
+        (tmp_path / name).write_bytes(b"")
+    return tmp_path
+
+
+@pytest.mark.parametrize("tokenizer", ["tokenizer.json", "tokenizer.model", "spiece.model",
+                                       "vocab.txt", "tokenizer_config.json", "x.tiktoken"])
+def test_any_tokenizer_file_a_library_loads_from_will_do(tmp_path, tokenizer) -> None:
+    assert folder_problem(folder(tmp_path, "model.safetensors", tokenizer), "torch") is None
+
+
+def test_what_is_missing_is_named(tmp_path) -> None:
+    bare = folder(tmp_path, model_type=None)
+    assert folder_problem(bare, "torch") == (
+        f"{bare} holds no weights; expected the model's *.safetensors beside its config.json")
+    (bare / "model-00001-of-00002.safetensors").write_bytes(b"")  # sharded weights count
+    assert "holds no tokenizer" in folder_problem(bare, "mlx")
+    assert folder_problem(bare, "toy") is None  # not a folder engine: nothing to check
+
+
+def test_an_architecture_is_known_by_the_engines_own_library() -> None:
+    assert knows_model_type("torch", "llama") and knows_model_type("mlx", "llama")
+    assert knows_model_type("mlx", "mistral")  # mlx-lm maps it onto its llama module
+    assert not knows_model_type("torch", "wibble") and not knows_model_type("mlx", "wibble")
+    assert not knows_model_type("mlx", "xlm-roberta")  # no module name has a hyphen
