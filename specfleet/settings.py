@@ -308,3 +308,9 @@ VARIABLES: tuple[Variable, ...] = (
     ADDRESS, CONDITIONS_ROOT, DB, FORCE_SYNC, HOME, HOST, JOURNAL_DIR, LEASE_S, MODELS,
     OPENBLAS, RUNTIME_DIR, SELFTEST, STORE_RETRY_S, THREADS, TOY_RUN_LOG,
 )
+
+
+def names_a_setting(message: str) -> bool:
+    """Whether `message` starts with a setting's name (`SPECFLEET_HOME: ...`): a mistake in
+    the environment, not in the flag or field it was met under."""
+    return any(message.startswith((f"{v.name}:", f"{v.name} ")) for v in VARIABLES)

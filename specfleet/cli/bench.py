@@ -25,24 +25,17 @@ from specfleet.cli.options import (
     NoProgressOption,
     RateOption,
     RequireQuietOption,
+    split_list,
 )
 from specfleet.configs import packaged_names, prompts_dir
 from specfleet.engine.kinds import ENGINES, MODEL_ENGINES
 from specfleet.engine.peers import PEER_KINDS
 from specfleet.errors import UserError
 from specfleet.jobs.run import OWN_ARMS
+from specfleet.settings import names_a_setting
 
 BENCH_NAME = "bench"
 DEFAULT_MAX_TOKENS = 128
-
-
-def split_list(flag: str, values: list[str] | None) -> list[str]:
-    """`-p a,b -p c` -> [a, b, c]; an empty item is a one-line mistake naming the flag."""
-    items = [item.strip() for value in values or [] for item in value.split(",")]
-    if any(not item for item in items):
-        raise UserError(f"{flag}: an empty name in {','.join(values or [])!r}; expected "
-                        "comma-separated names")
-    return items
 
 
 def _is_file(item: str) -> bool:
@@ -117,8 +110,8 @@ FLAG_OF_FIELD = {"models": "--model", "prompts": "--prompt", "arms": "--arms",
 _FIELD_AT = re.compile(rf"^(?:{BENCH_NAME}|matrix '{BENCH_NAME}'): "
                        rf"({'|'.join(map(re.escape, FLAG_OF_FIELD))})"
                        r"(?:\[(\d+)\])?(?:\.[\w.]+)?: ")
-# A setting's own mistake (a broken models.yaml) under a model's field, behind its engine.
-_SETTING_AT = re.compile(rf"(?:(?:{'|'.join(ENGINES)}): )?(SPECFLEET_[A-Z_]+[ :].*)", re.S)
+# What follows a field may begin with the engine it was met on (`torch: ...`).
+_ENGINE_AT = re.compile(rf"(?:{'|'.join(map(re.escape, ENGINES))}): ")
 
 
 def in_flag_terms(message: str, given: dict[str, list[str]]) -> str:
@@ -132,8 +125,10 @@ def in_flag_terms(message: str, given: dict[str, list[str]]) -> str:
     found = _FIELD_AT.match(message)
     if found is None:
         return message  # a file's own message (it names the path) or no field at all
-    if setting := _SETTING_AT.match(message, found.end()):
-        return setting[1]  # `SPECFLEET_MODELS PATH: ...` is no mistake of --model's
+    rest = message[found.end():]
+    rest = rest[engine.end():] if (engine := _ENGINE_AT.match(rest)) else rest
+    if names_a_setting(rest):
+        return rest  # `SPECFLEET_MODELS PATH: ...` (a broken models.yaml) is no mistake of --model's
     flag = FLAG_OF_FIELD[found[1]]
     items = given.get(flag, [])
     index = int(found[2]) if found[2] is not None else None

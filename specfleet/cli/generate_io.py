@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import typer
 
 from specfleet.errors import UserError
-from specfleet.userfiles import STDIN, given_path, read_stream, read_text
+from specfleet.userfiles import STDIN, given_path, read_stream, read_text, standard_input
 
 _INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are not all in yet
 
@@ -37,8 +37,7 @@ def read_prompt(prompt: str | None, prompt_file: str | None,
         raise UserError("--prompt and --prompt-file: give one, not both")
     flag = "--prompt-file" if prompt_file is not None else "--prompt"
     if prompt == STDIN or prompt_file == STDIN:
-        stream = stdin or getattr(sys.stdin, "buffer", None)  # sys.stdin is None after `<&-`
-        prompt = read_stream(stream, f"{flag} {STDIN}", "UTF-8 text")
+        prompt = read_stream(stdin or standard_input(), f"{flag} {STDIN}", "UTF-8 text")
     elif prompt_file is not None:
         prompt = _read_prompt_file(prompt_file)
     if prompt is None:

@@ -34,6 +34,7 @@ from specfleet.cli.options import (
     flag_given,
     lookup_given,
     ngram_min_past_default,
+    refuse_hosts_outside_embedded,
     with_policy_option_flags,
 )
 from specfleet.cluster.modelcheck import refuse_model
@@ -153,16 +154,9 @@ def _job_name(prompts: str) -> str:
 
 def refuse_embedded_stranger(host: str | None, flag: str, address: str | None,
                              embedded: bool) -> None:
-    """On the embedded fleet (this machine alone) a host other than this one is one line
-    before Ray starts; a real fleet's hosts are known only once it answers."""
-    from specfleet.workers.hardware import default_host_name
-
-    if host is None or not choose_fleet(address, embedded).embedded:
-        return
-    here = default_host_name()
-    if host != here:
-        raise UserError(f"{flag}: no host {host!r} in the embedded fleet, which is this "
-                        f"machine alone ({here}); expected {here} or a fleet's --address")
+    """A `--target` or `--host` other than this machine, on the embedded fleet."""
+    if host is not None and choose_fleet(address, embedded).embedded:
+        refuse_hosts_outside_embedded([host], flag)
 
 
 def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:

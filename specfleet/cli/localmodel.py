@@ -16,7 +16,7 @@ import typer
 
 from specfleet.engine.kinds import ENGINE_DEVICES, DeviceChoice, ModelEngine, choices_text
 from specfleet.errors import UserError
-from specfleet.settings import THREADS
+from specfleet.settings import THREADS, names_a_setting
 from specfleet.workers.loaded import LoadedModel
 
 
@@ -50,7 +50,7 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
     except UserError as err:
         message = str(err)
         # A message naming its own flag or setting (`SPECFLEET_HOME: ...`) stands as it is.
-        named = message.startswith(("--", "SPECFLEET_"))
+        named = message.startswith("--") or names_a_setting(message)
         raise UserError(message if named else f"--model: {message}") from None
     if resolved.path is None or not Path(resolved.path).exists():
         raise UserError(

@@ -10,7 +10,7 @@ from typer import _click  # typer 0.29 vendors click: parsing raises its own Usa
 from typer.core import TyperGroup
 
 from specfleet.engine.config import ConfigError
-from specfleet.errors import INTERRUPTED_EXIT, UserError, is_utf8, one_line
+from specfleet.errors import INTERRUPTED_EXIT, UserError, describe_value, is_utf8, one_line
 
 
 def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
@@ -24,7 +24,7 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
     message = " ".join(err.format_message().split()).replace("Value error, ", "")
     given = _rejected_input(err)
     if given is not None and repr(given) not in message:  # a Literal's check names it
-        message += f"; got {given!r}"
+        message += f"; got {describe_value(given)}"
     typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
     raise typer.Exit(2) from None
 
@@ -32,10 +32,11 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
 def _rejected_input(err: _click.exceptions.UsageError) -> object | None:
     """The value typer's pydantic check refused (`--limit x`), which its message leaves out;
     None where the mistake is not one refused value."""
-    errors = getattr(err.__cause__, "errors", None)  # a pydantic ValidationError
-    if type(err.__cause__).__name__ != "ValidationError" or not callable(errors):
+    from pydantic import ValidationError
+
+    if not isinstance(err.__cause__, ValidationError):
         return None
-    found = errors()
+    found = err.__cause__.errors()
     return found[0].get("input") if len(found) == 1 else None
 
 

@@ -26,9 +26,10 @@ from specfleet.cli.options import (
     RequireQuietOption,
     counts_text,
     echo_rows,
+    refuse_hosts_outside_embedded,
 )
 from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
-from specfleet.cluster.reach import choose_fleet, open_fleet
+from specfleet.cluster.reach import FleetView, choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import drop_sourceless, peer_skips, plan_runs, select_targets
 from specfleet.jobs.resolve import counted
@@ -38,6 +39,7 @@ from specfleet.jobs.userinput import Problems
 from specfleet.report.tables import render_matrix
 from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
+from specfleet.store.rows import MatrixRow
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 from specfleet.store.values import utcnow
 from specfleet.userfiles import check_writable_dir, given_path
@@ -64,7 +66,7 @@ def show(
         typer.echo(note, err=True)
 
 
-def partial_note(matrix) -> str | None:
+def partial_note(matrix: MatrixRow) -> str | None:
     """Under the tables of a matrix not all done (running, failed, interrupted), on stderr:
     the tables read its done runs only, and where the others are listed."""
     done = matrix.counts.get("done", 0)
@@ -113,11 +115,11 @@ def say_suspects(view, wait: str) -> None:
                    "now; their runs stay pending until they answer)", err=True)
 
 
-def say_absent(rows, view) -> None:
-    """A host that owns runs not done but has no worker in this fleet at all (not one that
-    went away for a while, which `say_suspects` names): its runs stay pending; say why."""
+def say_absent(rows: list, view: FleetView) -> None:
+    """A host that owns runs not done but is not in this fleet at all (not one whose worker
+    went quiet, which `say_suspects` names): its runs stay pending; say why."""
     left = Counter(row.host for row in rows if row.status != "done")
-    for host in sorted(set(left) - set(view.workers)):
+    for host in sorted(set(left) - set(view.fleet_hosts)):
         stay = "stays" if left[host] == 1 else "stay"
         typer.echo(f"{host}: not in this fleet (hosts: {', '.join(view.fleet_hosts) or 'none'}); "
                    f"its {counted(left[host], 'run')} not done {stay} pending until a resume "
@@ -243,7 +245,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     here = choose_fleet(address, embedded).embedded
     no_source: list[tuple[str, str]] = []
     if here:  # this machine alone: said before Ray starts or a store is made
-        refuse_other_hosts(spec, label)
+        refuse_hosts_outside_embedded(spec.targets.hosts, f"{label}: targets.hosts")
         found = check_here(spec, label)
         refuse_unrunnable_models(found.errors + found.missing)
         no_source = found.no_source
@@ -272,18 +274,6 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
     return outcome
-
-
-def refuse_other_hosts(spec: MatrixSpec, label: str) -> None:
-    """On the embedded fleet (this machine alone) `targets.hosts` without this machine
-    matches nothing: one line before Ray starts (~20 s), not after."""
-    from specfleet.workers.hardware import default_host_name
-
-    here = default_host_name()
-    if spec.targets.hosts and here not in spec.targets.hosts:
-        raise UserError(f"{label}: targets: hosts {', '.join(spec.targets.hosts)}: none is in "
-                        f"the embedded fleet, which is this machine alone ({here}); expected "
-                        f"{here} among them, or a fleet's --address")
 
 
 def planned_line(matrix_id: str, runs) -> str:

@@ -126,15 +126,6 @@ MaxWidthOption = Annotated[int, typer.Option(
 # Prompt-lookup settings; `lookup_given` gathers them by `LookupOptions` field name. Bounds
 # are `PromptLookupConfig.validate`'s, whose errors name the flag (`LOOKUP_FLAG_PREFIX`).
 LOOKUP_FLAG_PREFIX = "--prompt-lookup-"
-
-
-def ngram_min_past_default(ngram_min: int, ngram_max: int) -> UserError:
-    """`--prompt-lookup-ngram-min` above ngram-max's default (`ngram_max`), which was not
-    given: the bound would name `--prompt-lookup-ngram-max`, a flag the user never typed."""
-    return UserError(
-        f"{LOOKUP_FLAG_PREFIX}ngram-min ({ngram_min}) must be <= ngram-max ({ngram_max}, its "
-        f"default); expected {LOOKUP_FLAG_PREFIX}ngram-min {ngram_max} or less, or "
-        f"{LOOKUP_FLAG_PREFIX}ngram-max beside it")
 _OWN_PREFIX = "own_"  # a policy option flag's parameter name: never one of a command's own
 
 
@@ -174,6 +165,29 @@ def with_policy_option_flags(command: Callable[..., None]) -> Callable[..., None
     return command
 
 
+def split_list(flag: str, values: list[str] | None) -> list[str]:
+    """`-p a,b -p c` -> [a, b, c]; an empty item is a one-line mistake naming the flag."""
+    items = [item.strip() for value in values or [] for item in value.split(",")]
+    if any(not item for item in items):
+        raise UserError(f"{flag}: an empty name in {','.join(values or [])!r}; expected "
+                        "comma-separated names")
+    return items
+
+
+def refuse_hosts_outside_embedded(hosts: list[str], label: str) -> None:
+    """On the embedded fleet (this machine alone) `hosts` without this machine match
+    nothing: one line before Ray starts (~20 s), not after. A real fleet's hosts are known
+    only once it answers."""
+    from specfleet.workers.hardware import default_host_name
+
+    here = default_host_name()
+    if hosts and here not in hosts:
+        named = ", ".join(hosts)
+        raise UserError(f"{label}: {named} {'is' if len(hosts) == 1 else 'are'} not in the "
+                        f"embedded fleet, which is this machine alone ({here}); expected "
+                        f"{here} or a fleet's --address")
+
+
 def flag_given(ctx: typer.Context, name: str) -> bool:
     """Whether the parameter `name` was given, even at its default value."""
     source = ctx.get_parameter_source(name)
@@ -192,6 +206,15 @@ def lookup_given(ngram_min: int, ngram_max: int, max_draft: int | None,
     given.update({name.removeprefix(_OWN_PREFIX): value for name, value in own.items()
                   if value is not None})
     return given
+
+
+def ngram_min_past_default(ngram_min: int, ngram_max: int) -> UserError:
+    """`--prompt-lookup-ngram-min` above ngram-max's default (`ngram_max`), which was not
+    given: the bound would name `--prompt-lookup-ngram-max`, a flag the user never typed."""
+    return UserError(
+        f"{LOOKUP_FLAG_PREFIX}ngram-min ({ngram_min}) must be <= ngram-max ({ngram_max}, its "
+        f"default); expected {LOOKUP_FLAG_PREFIX}ngram-min {ngram_max} or less, or "
+        f"{LOOKUP_FLAG_PREFIX}ngram-max beside it")
 
 
 FORMAT_ALIASES = {"md": "markdown"}  # llama-bench's `-o md`

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from specfleet.cli.options import split_list
 from specfleet.engine.kinds import MODEL_ENGINES, choices_text
 
 
@@ -30,8 +31,7 @@ def selftest_command(
     from specfleet.workers.hardware import detect_host
     from specfleet.workers.selftest import self_test_once
 
-    # `--engine torch,mlx`, as `bench -e` takes it.
-    engine = [name.strip() for value in engine or () for name in value.split(",")]
+    engine = split_list("--engine", engine)  # `--engine torch,mlx`, as `bench -e` takes it
     for name in engine:
         if name not in MODEL_ENGINES:
             raise UserError(f"--engine {name!r}: expected {choices_text(MODEL_ENGINES)}, "

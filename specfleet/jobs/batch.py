@@ -7,7 +7,6 @@ blank lines are skipped. Unnamed prompts are called `line-<n>` after their line 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,14 @@ from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
 from specfleet.jobs.userinput import check_plain_data, first_problem, validation_message
-from specfleet.userfiles import STDIN, given_path, read_stream, read_text, too_long_integer
+from specfleet.userfiles import (
+    STDIN,
+    given_path,
+    read_stream,
+    read_text,
+    standard_input,
+    too_long_integer,
+)
 
 
 def parse_target_ref(text: str, flag: str = "--target") -> TargetRef:
@@ -82,9 +88,8 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     expected = 'a JSONL file, one {"prompt": ...} a line'
     prompts: list[GeneratePrompt] = []
     if label == STDIN:
-        stream = getattr(sys.stdin, "buffer", None)  # sys.stdin is None after `<&-`
         label = f"--prompts {STDIN}"
-        text = read_stream(stream, label, expected)
+        text = read_stream(standard_input(), label, expected)
     else:
         text = read_text(given_path(label, "--prompts", expected), label, expected=expected)
     # A line ends at "\n" only: a JSON string may hold U+2028 or U+0085 raw (splitlines).

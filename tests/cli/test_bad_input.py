@@ -753,8 +753,7 @@ NAMED = {
          "SQLite file path"]),
     "results: --db a file with a trailing slash": (  # Path() dropped it and read the file
         {}, files(s__db="not a store"), ["results", "--db", "{here}/s.db/"],
-        ["--db: '{here}/s.db/' ends with '/', which names a folder; expected a SQLite file "
-         "path"]),
+        ["--db '{here}/s.db/': a trailing '/' names a folder; expected a SQLite file path"]),
     "db current: --db a character device": (
         {}, NO_FILES, ["db", "current", "--db", "/dev/null"],
         ["--db: /dev/null is not a regular file; give a SQLite file path"]),
@@ -937,8 +936,8 @@ NAMED = {
         {"SPECFLEET_HOST": "here1"},
         files(m__yaml=matrix(targets="{engines: [toy], hosts: [spark1, mac1]}")),
         run_args("{here}/m.yaml"),
-        ["matrix 'good': targets: hosts spark1, mac1: none is in the embedded fleet, which is "
-         "this machine alone (here1); expected here1 among them, or a fleet's --address"]),
+        ["matrix 'good': targets.hosts: spark1, mac1 are not in the embedded fleet, which is "
+         "this machine alone (here1); expected here1 or a fleet's --address"]),
     "run: an unknown model": (
         {}, files(m__yaml=matrix(models="[no-such-model]", targets="{engines: [torch]}")),
         run_args("{here}/m.yaml"),
@@ -962,12 +961,12 @@ NAMED = {
         {"SPECFLEET_HOST": "here1"}, files(p__jsonl='{"prompt": "hi"}\n'),
         ["job", "generate", "--prompts", "{here}/p.jsonl", "--target", "nohost/toy", "--model",
          "script:1ms", "--embedded", "--db", "{db}"],
-        ["--target: no host 'nohost' in the embedded fleet", "expected here1"]),
+        ["--target: nohost is not in the embedded fleet", "expected here1"]),
     "job calibrate: a host the embedded fleet lacks": (
         {"SPECFLEET_HOST": "here1"}, NO_FILES,
         ["job", "calibrate", "--model", "smollm2-135m", "--host", "otherhost", "--embedded",
          "--db", "{db}"],
-        ["--host: no host 'otherhost' in the embedded fleet", "expected here1"]),
+        ["--host: otherhost is not in the embedded fleet", "expected here1"]),
     # `results` refused these; `history` searched for them and said "no done runs".
     "history: an unknown --arm": (
         {}, NO_FILES, ["history", "--model", "m", "--prompt", "p", "--arm", "turbo", "--db",

@@ -103,7 +103,6 @@ def test_results_filters_by_job(tmp_path: Path) -> None:
     assert typo.exit_code == 2 and typo.stderr.startswith("error: no generation job 'gen-nosuch'")
 
 
-
 def test_job_generate_blames_ngram_min_given_past_ngram_max_default(tmp_path: Path) -> None:
     # It named --prompt-lookup-ngram-max, a flag not given ("ngram-max (3) must be >= ...").
     batch = tmp_path / "b.jsonl"
@@ -119,3 +118,9 @@ def test_job_generate_blames_ngram_min_given_past_ngram_max_default(tmp_path: Pa
     assert given.stderr.startswith("error: --prompt-lookup-ngram-max: ngram-max (4) must be"), \
         given.output
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_batch_from_standard_input_is_a_job_named_stdin() -> None:
+    from specfleet.cli.job import _job_name
+
+    assert (_job_name("-"), _job_name("/x/batch.jsonl")) == ("stdin", "batch")
