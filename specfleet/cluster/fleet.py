@@ -192,7 +192,7 @@ def connect(
         ensure_token(create=False)
         if sys.platform == "darwin":
             _set_multinode(True)  # else a Mac driver advertises 127.0.0.1 to remote hosts
-        with signals_held_while_ray_starts():
+        with ray_connecting():
             ray.init(address=address, **DRIVER_OPTIONS)
         return FleetConnection(ray.get_runtime_context().gcs_address, embedded=False)
     return _start_embedded(num_cpus, host, worker_kwargs)
@@ -206,7 +206,7 @@ def _start_embedded(
     info = detect_host(host)
     from specfleet.dirs import runtime_dir
 
-    with stop_what_a_cut_short_init_started(), signals_held_while_ray_starts():
+    with stop_what_a_cut_short_init_started(), ray_connecting():
         _init_embedded(info, num_cpus, _private_ray_dir(runtime_dir() / "ray"))
     wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
@@ -251,6 +251,34 @@ def stop_what_a_cut_short_init_started() -> Iterator[None]:
             with contextlib.suppress(psutil.Error):
                 process.kill()
         raise
+
+
+@contextlib.contextmanager
+def ray_connecting() -> Iterator[None]:
+    """What every `ray.init` of ours runs inside: signals held (`signals_held_while_ray_starts`)
+    and the driver standing in a folder that shadows no package (`cwd_for_workers`)."""
+    with signals_held_while_ray_starts(), cwd_for_workers():
+        yield
+
+
+@contextlib.contextmanager
+def cwd_for_workers() -> Iterator[None]:
+    """Stand in this user's runtime dir while `ray.init` runs: Ray puts the driver's current
+    folder on every worker's sys.path, where a folder named `specfleet` (a clone, seen from
+    the folder above it) shadows the installed package and every worker dies starting."""
+    from specfleet.dirs import runtime_dir
+
+    try:
+        here: str | None = os.getcwd()
+    except OSError:  # the folder was removed under us: nothing to go back to
+        here = None
+    os.chdir(runtime_dir())
+    try:
+        yield
+    finally:
+        if here is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(here)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import (
     enable_token_auth,
     ensure_token,
-    signals_held_while_ray_starts,
+    ray_connecting,
 )
 from specfleet.cluster.reach import connect_error, head_client, host_port
 from specfleet.errors import UserError
@@ -335,7 +335,7 @@ def _stop_own_worker(address: str, host: str) -> None:
     """Kill this host's worker for good (best effort: an unreachable head is no error)."""
     try:
         _check_reachable(address, timeout_s=2.0)
-        with signals_held_while_ray_starts():
+        with ray_connecting():
             ray.init(address=address, **DRIVER_OPTIONS)
         stop_worker(host)
     except (ConnectionError, UserError):
@@ -352,7 +352,7 @@ def _start_own_worker(address: str, host: str, engines: list[str] | None, comman
         UserError: one line when it does not answer within WORKER_READY_S or dies starting,
             naming `command`, the host and where its log is.
     """
-    with signals_held_while_ray_starts():
+    with ray_connecting():
         ray.init(address=address, **DRIVER_OPTIONS)
     logs = f"{temp_dir}/session_latest/logs"
     try:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -533,3 +534,16 @@ def test_a_silent_worker_is_unreachable_only_when_its_node_takes_no_connection(m
 
     monkeypatch.setattr(fleet_mod.socket, "create_connection", no_route)
     assert fleet_mod.probe_node("10.0.0.9", 1) == "is unreachable: no route to host"
+
+
+def test_workers_start_from_a_folder_holding_a_specfleet_folder(tmp_path) -> None:
+    # Ray puts the driver's current folder on the workers' sys.path: run from the folder
+    # above a clone, its `specfleet/` shadowed the install and every worker died starting
+    # (`module 'specfleet' has no attribute '__version__'`, a 60-line traceback).
+    (tmp_path / "specfleet").mkdir()
+    command = [str(Path(sys.executable).parent / "specfleet"), "bench", "-m", "script:1ms",
+               "-p", "story", "-a", "plain", "-r", "1", "-n", "4", "-e", "toy", "--embedded",
+               "--no-progress", "--db", str(tmp_path / "s.db")]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
