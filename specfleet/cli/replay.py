@@ -17,6 +17,7 @@ from specfleet.configs import costs_dir, packaged_names
 from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.engine.governor import Policy
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 
 # Listed once, at import: Typer rebuilds the command, and so its help, on every invocation.
 COSTS_HELP = ("A host with a stored calibration, a YAML file, or a packaged table "
@@ -77,7 +78,7 @@ def replay_command(
     checked = sum(1 for r in runs if stored_lookup(r) is not None) - earlier  # no plain, peer
     older = (f"; {earlier} made by an earlier revision of their policy, not compared"
              if earlier else "")
-    typer.echo(f"\ncounters: {checked} stored lookup runs replayed, "
+    typer.echo(f"\ncounters: {counted(checked, 'stored lookup run')} replayed, "
                f"{len(mismatches)} differ from the stored counters{older}")
     for line in mismatches:
         typer.echo(line, err=True)

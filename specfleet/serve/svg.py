@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specfleet.jobs.resolve import counted
 from specfleet.report.history import HistoryRow, change_text
 from specfleet.report.tables import interval_text, speedup_text
 from specfleet.stats.view import PLAIN, CellView, MatrixView
@@ -60,7 +61,7 @@ def _cell_title(cell: CellView) -> str:
     if low is not None and high is not None and coverage is not None:
         parts.append(f"{cell.verdict}: speed-up {interval_text(low, high, coverage)}")
     if cell.noisy_runs:
-        parts.append(f"{cell.noisy_runs} noisy runs")
+        parts.append(counted(cell.noisy_runs, "noisy run"))
     return "; ".join(parts)
 
 

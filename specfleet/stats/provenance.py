@@ -19,8 +19,10 @@ PROVENANCE_FIELDS: tuple[str, ...] = (
 )
 # engine_config keys that are measurements or code, not settings (a policy's new revision
 # that runs slower is a regression, as any code change is; so is a loop that stops pipelining)
+# `costs_source` says whether the run measured its cost table or read it from the store;
+# the table itself is compared.
 _MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes", "read_gb_per_s", "policy_revision",
-                         "pipelines")
+                         "pipelines", "costs_source")
 
 
 def _canonical(value) -> str:

@@ -111,7 +111,7 @@ def test_one_run_key_replays_that_run_beside_its_cells_plain_run(db):
         assert [r.run_key for r in stored_runs(store, "prose-plain")] == ["prose-plain"]
     result = invoke("replay", "copy-graded", "--costs", "apple-m4pro", "--db", db)
     assert result.exit_code == 0, result.stderr
-    assert "1 stored lookup runs replayed, 0 differ" in result.stdout
+    assert "1 stored lookup run replayed, 0 differ" in result.stdout
 
 
 def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
