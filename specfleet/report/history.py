@@ -158,6 +158,8 @@ def compare_verdict_text(row: CompareRow) -> str:
         return f"slower; not called a regression, the cells differ in {', '.join(row.differs)}"
     if row.verdict == "regression" and row.differs:
         return f"REGRESSION (--allow-mixed; the cells differ in {', '.join(row.differs)})"
+    if row.verdict == "faster" and row.differs:  # a longer reply alone reads faster
+        return f"faster; the cells differ in {', '.join(row.differs)}"
     return row.verdict.upper() if row.verdict == "regression" else row.verdict
 
 

@@ -126,3 +126,19 @@ def test_a_cell_that_proposed_nothing_has_no_acceptance_rate(tmp_path) -> None:
     assert graded.rstrip().endswith("–") and "0.0000" not in graded, graded
     pivot = CliRunner().invoke(app, [*read, "--pivot", "target"]).stdout
     assert "acc –" in pivot and "acc 0.00" not in pivot, pivot
+
+
+def test_compare_says_what_else_differs_beside_a_faster_cell() -> None:
+    # A cell run at a longer token limit read "faster" alone: tok/s grows with the reply.
+    from types import SimpleNamespace
+
+    from specfleet.report.history import compare_verdict_text
+
+    def row(verdict: str, differs: tuple[str, ...]) -> SimpleNamespace:
+        return SimpleNamespace(verdict=verdict, differs=differs)
+
+    assert compare_verdict_text(row("faster", ("token limit",))) == (
+        "faster; the cells differ in token limit")
+    assert compare_verdict_text(row("faster", ())) == "faster"
+    assert compare_verdict_text(row("slower", ("weights hash",))).startswith(
+        "slower; not called a regression")
