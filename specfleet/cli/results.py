@@ -114,7 +114,8 @@ def history(
         rows = cell_history(store, model, prompt, arm, target, factor)
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
     shown = changed_only(rows) if only_changed else rows
-    typer.echo(render_history(shown, title, fmt, factor), nl=False)
+    typer.echo(render_history(shown, title, fmt, factor, len(rows) if only_changed else None),
+               nl=False)
     regressions = history_regressions(rows)
     if regressions and fail_on == "regression":
         # A regression always has a change; the filter only narrows it for the type checker.

@@ -105,8 +105,10 @@ def _differs_text(row: HistoryRow) -> str:
     return text + ("; THROTTLED" if row.throttled else "")
 
 
-def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FACTOR) -> Grid:
-    """The history table: one line per point, the change from the previous one, the test."""
+def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FACTOR,
+                 of_total: int | None = None) -> Grid:
+    """The history table: one line per point, the change from the previous one, the test;
+    `of_total`: the points before `--only-changed` kept `rows` (said under the table)."""
     lines = tuple(
         (r.target, r.matrix_id, r.submitted_at, str(len(r.values)),
          f"{r.median_tok_per_s:.2f} {pct(r.spread)}",
@@ -116,17 +118,20 @@ def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FAC
     )
     headers = ("target", "matrix", "submitted (UTC)", "n", "median tok/s", "speed-up",
                "change vs previous")
-    return Grid(title, headers, lines, (test_note(factor),), left_cols=3)
+    shown = () if of_total is None else (
+        f"Showing the {len(rows)} of {counted(of_total, 'point')} that changed.",)
+    return Grid(title, headers, lines, (*shown, test_note(factor)), left_cols=3)
 
 
 def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
-                   factor: float = DEFAULT_FACTOR) -> str:
-    """History rows as a table (change flags and the test named), markdown, JSON or CSV."""
+                   factor: float = DEFAULT_FACTOR, of_total: int | None = None) -> str:
+    """History rows as a table (change flags and the test named), markdown, JSON or CSV;
+    `of_total` as `history_grid`'s."""
     check_format(fmt)
     if fmt in ("json", "csv"):
         return _dump([{**asdict(r), "n": len(r.values)} for r in rows], fmt,
                      [*(f.name for f in fields(HistoryRow)), "n"])
-    grid = history_grid(rows, title, factor)
+    grid = history_grid(rows, title, factor, of_total)
     return to_rich([grid]) if fmt == "table" else to_markdown([grid], level=2)
 
 

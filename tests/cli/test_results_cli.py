@@ -136,6 +136,10 @@ def test_history_fails_on_a_regression_at_the_newest_point(db_path) -> None:  # 
     assert all(r["n"] == len(r["values"]) for r in body)
     changed = json.loads(invoke(db_path, *args, "--only-changed", "--fail-on", "none").stdout)
     assert changed and all(r["change"]["changed"] for r in changed)
+    # The table says how many points it left out (an empty one said nothing).
+    table = invoke(db_path, *args[:-2], "--only-changed", "--fail-on", "none").stdout
+    assert f"Showing the {len(changed)} of {len(body)} points that changed." in " ".join(
+        table.split()), table
 
 
 def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None:  # noqa: F811
