@@ -129,6 +129,15 @@ def speedup_grid(view: MatrixView, target: str) -> Grid:
     )
 
 
+COUNTERS_LEGEND = (
+    "tok = tokens generated; rounds/drafted/paused = decode-loop rounds / those that verified "
+    "a draft / those the policy drafted nothing in; prop/acc = draft tokens proposed / "
+    "accepted; tpf = tokens per decode forward; shadow conf. = a paused loop's probes that "
+    "came true (its way back to drafting); vs plain = the reply identical to plain's or "
+    "where it diverges; median [rates] = median tok/s [each repeat's]; decode / prompt tok/s "
+    "= after the first token / the prefill.")
+
+
 def counters_grid(view: MatrixView, target: str) -> Grid:
     """Counters of the first repetition and parity, one row per model, prompt and arm."""
     headers = ("Model / prompt", "arm", "tok", "rounds/drafted/paused", "prop/acc", "acc rate",
@@ -144,7 +153,8 @@ def counters_grid(view: MatrixView, target: str) -> Grid:
                 rows.append((f"{model} {prompt}" if first else "", arm, *_counter_cols(cell),
                              _beside_text(cell)))
                 first = False
-    return Grid(f"Counters and parity (first repetition) — {target}", headers, tuple(rows))
+    return Grid(f"Counters and parity (first repetition) — {target}", headers, tuple(rows),
+                (COUNTERS_LEGEND,))
 
 
 def _counter_cols(cell: CellView) -> tuple[str, ...]:
