@@ -29,6 +29,7 @@ from specfleet.cli.options import (
 from specfleet.engine.widthcosts import MAX_REPS, MAX_ROUNDS, MAX_STEPS
 from specfleet.errors import UserError
 from specfleet.jobs.spec import MAX_TOKENS_LIMIT
+from specfleet.workers.quiet import ForeignCpuMeter
 
 
 def calibrate_command(
@@ -78,9 +79,13 @@ def calibrate_command(
     loaded = load_model(model, engine, device)
     # Opened (a server reached) before minutes of measuring for it.
     with open_store(db) if store else nullcontext() as kept:
-        start_s = time.perf_counter()
+        start_s, others = time.perf_counter(), ForeignCpuMeter()
         costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
         measure_s = time.perf_counter() - start_s
+        busy = others.check(fresh=True)  # over the whole measurement
+        if not busy.quiet:  # ratios of busy steps misprice widths, and runs read a stored table
+            say(f"calibrate: warning: measured on a busy host ({busy.reason}); measure again "
+                "when it is quiet")
         try:
             print_table(loaded, costs, measure_s, as_json)  # first: a failed store loses nothing
         finally:  # and a closed or full stdout (`| less` quit early) loses no stored table

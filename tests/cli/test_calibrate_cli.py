@@ -102,3 +102,21 @@ def test_a_stdout_that_fails_loses_no_stored_table(measured, monkeypatch, tmp_pa
     result = invoke("--quick", "--max-width", "2", "--store", "--db", str(tmp_path / "c.db"))
     assert result.exit_code == 1, result.output  # click ends a broken pipe so
     assert len(stored) == 1 and "calibrate: stored in c.db" in result.stderr
+
+
+def test_a_table_measured_on_a_busy_host_is_flagged(measured, monkeypatch):
+    # A busy box's table (a pipelined step of 154 ms against 60 ms decoding) was stored and
+    # read by later runs without a word.
+    from specfleet.workers.quiet import QuietCheck
+
+    def busy(self, threshold_per_core=0.25, fresh=False):
+        return QuietCheck(False, 1.4, 0.5, "other processes keep 1.40 cores busy (limit 0.50)")
+
+    monkeypatch.setattr(calibrate.ForeignCpuMeter, "check", busy)
+    result = invoke("--quick", "--max-width", "2")
+    assert result.exit_code == 0, result.output
+    assert ("calibrate: warning: measured on a busy host (other processes keep 1.40 cores busy "
+            "(limit 0.50)); measure again when it is quiet") in result.stderr
+    monkeypatch.setattr(calibrate.ForeignCpuMeter, "check",
+                        lambda *_, **__: QuietCheck(True, 0.0, 0.5, ""))
+    assert "busy host" not in invoke("--quick", "--max-width", "2").stderr
