@@ -213,7 +213,7 @@ def stored_runs(store, ident: str) -> list:
             raise UserError(f"RUN_OR_MATRIX {ident}: the {kind} holds no runs; expected one "
                             "with done greedy runs")
         raise UserError(f"RUN_OR_MATRIX: no matrix, generation job or run {ident!r} in "
-                        f"{store.display_url}")
+                        f"{store.display_url}; expected {store.stored_id_hint(ident)}")
     greedy = [r for r in runs if r.status == "done" and not r.temperature]
     if not greedy:  # not "stored before replay existed": there is nothing done to replay
         held = ", ".join(f"{n} {status}" + (" at temperature > 0" if status == "done" else "")

@@ -94,6 +94,16 @@ class StoreQueries:
                                     f"expected {_id_hint(session, matrix_id)}")
             return _matrix_row(matrix, _status_counts(session, [matrix_id])[matrix_id])
 
+    def stored_id_hint(self: StoreCore, given: str) -> str:
+        """What `given`, neither a stored matrix nor a generation job id, should have been:
+        the matrix id it begins, else the job id it begins, else where ids are listed."""
+        with self._read() as session:
+            for table in (Matrix, GenerationJob):
+                hint = _id_hint(session, given, table)
+                if hint.startswith("a whole id"):  # a prefix of stored ids
+                    return hint
+            return _id_hint(session, given)
+
     def get_generation_job(self: StoreCore, job_id: str) -> JobRow:
         """One generation job with its run counts per status, its status as reads show it
         (`interrupted` once its driver's lease ran out); UnknownMatrix if there is none."""

@@ -129,6 +129,9 @@ def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
         assert len(result.stderr.splitlines()) == 1 and expected in result.stderr
     missing = invoke("replay", "nosuch", "--costs", "apple-m4pro", "--db", db)
     assert missing.exit_code == 2 and "no matrix, generation job or run" in missing.stderr
+    assert missing.stderr.rstrip().endswith("expected an id that `specfleet matrix list` shows")
+    short = invoke("replay", matrix_id(db)[:-1], "--costs", "apple-m4pro", "--db", db)
+    assert f"(did you mean {matrix_id(db)!r}?)" in short.stderr, short.stderr  # as show says
 
 
 @pytest.mark.parametrize(("ratio", "said"), [
