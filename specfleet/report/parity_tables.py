@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.parity import PEER_DIFFERS, ArmParity, ParityReport
 
@@ -72,7 +73,7 @@ def summary_line(report: ParityReport) -> str:
         counts += f", {report.count(PEER_DIFFERS)} {PEER_DIFFERS} (a peer arm; passes)"
     line = f"Parity of {report.matrix_id}: {counts}"
     if report.baseline_id is not None:
-        line += f"; {len(report.regressions)} regressions against {report.baseline_id}"
+        line += f"; {counted(len(report.regressions), 'regression')} against {report.baseline_id}"
         if (found := report.baseline_coverage) is not None:
             line += f" ({found.compared} of {found.planned} {found.unit} found in the baseline)"
     if report.coverage is not None:
@@ -115,7 +116,7 @@ def render_parity(report: ParityReport, fmt: str = "table") -> str:
     grids = [arm_grid(report)]
     if report.cross:
         grids.append(cross_grid(report))
-    if report.baseline_id is not None:
+    if report.regressions:  # none is said by the summary line, not by an empty table
         grids.append(regression_grid(report))
     heading = f"Parity — matrix {report.matrix_id}"
     return to_rich(grids, heading) if fmt == "table" else to_markdown(grids, f"## {heading}")

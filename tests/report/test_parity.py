@@ -97,9 +97,14 @@ def test_render_table_and_json(store, worker) -> None:
     report = check_parity(store, AFTER_ID, worker_replayer(store, {}, worker), DEMO_ID)
     text = render_parity(report)
     assert "Parity of after-000002: 8 identical, 0 near-tie, 1 suspect, 0 unverified; " \
-           "1 regressions against demo-000001" in text
+           "1 regression against demo-000001" in text
     assert "plain ' ' vs gated 'Q'; gap +10.0000" in text
     assert "Regressions against baseline demo-000001" in text
+    # Against itself nothing regressed: the summary says 0, with no empty table below it.
+    clean = render_parity(check_parity(store, DEMO_ID, worker_replayer(store, {}, worker),
+                                       DEMO_ID))
+    assert "0 regressions against demo-000001" in clean
+    assert "Regressions against baseline" not in clean
     body = json.loads(render_parity(report, "json"))
     assert body["regressions"][0]["arm"] == "gated"
     assert render_parity(report, "markdown").startswith("## Parity")
