@@ -273,8 +273,10 @@ def warm_verify_widths(loaded: LoadedModel, prompt_ids: list[int],
                      f"{loaded.runner.engine})"):
         warmup_s = loaded.warm(prompt_ids, max_draft)
     if announce and warmup_s > 0:
-        typer.echo(f"[Warm-up] verify widths {widths} in {warmup_s:.3f} s "
-                   "(not in the figures below)", err=True)
+        # Plain decoding verifies nothing: its warm-up is the model's first forwards.
+        what = f"verify widths {widths}" if lookup is not None else f"first forwards (widths {widths})"
+        typer.echo(f"[Warm-up] {what} in {warmup_s:.3f} s (not in the figures below)",
+                   err=True)
     return warmup_s
 
 

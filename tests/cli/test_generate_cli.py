@@ -398,3 +398,12 @@ def test_a_model_whose_cache_cannot_be_rolled_back_is_one_clean_refusal(bundled_
         by_lookup, plain = (json.loads(replies["mamba", way].stdout) for way in ("lookup", "plain"))
         assert by_lookup["token_ids"] == plain["token_ids"] and plain["generated_tokens"] == 6
         assert by_lookup["prompt_lookup"], by_lookup
+
+
+@pytest.mark.torch
+def test_plain_says_its_warm_up_is_the_first_forwards(bundled_model):
+    # Plain decoding verifies nothing, yet its warm-up line read "verify widths 2..8".
+    plain = invoke("generate", "-m", MODEL, "--engine", "torch", "-p", "hi", "-n", "2")
+    assert plain.exit_code == 0, plain.stderr
+    assert re.search(r"^\[Warm-up\] first forwards \(widths 2\.\.8\) in \d+\.\d{3} s ",
+                     plain.stderr, re.M), plain.stderr
