@@ -32,8 +32,8 @@ from specfleet.cli.options import (
     NoAdaptiveOption,
     flag_given,
     lookup_given,
-    ngram_min_past_default,
     not_blank,
+    refuse_ngram_min_past_default,
     with_policy_option_flags,
 )
 from specfleet.engine.config import (
@@ -86,8 +86,7 @@ def lookup_config(
             return config
         return config.validate()
     except ConfigError as err:
-        if config.ngram_max < config.ngram_min and "ngram_max" not in given:
-            raise ngram_min_past_default(config.ngram_min, config.ngram_max) from None
+        refuse_ngram_min_past_default(config.ngram_min, config.ngram_max, "ngram_max" in given)
         raise UserError(f"{LOOKUP_FLAG_PREFIX}{err}") from None  # it names the bound
 
 

@@ -33,8 +33,8 @@ from specfleet.cli.options import (
     echo_rows,
     flag_given,
     lookup_given,
-    ngram_min_past_default,
     refuse_hosts_outside_embedded,
+    refuse_ngram_min_past_default,
     with_policy_option_flags,
 )
 from specfleet.cluster.modelcheck import refuse_model
@@ -84,8 +84,7 @@ def generate(
     given = lookup_given(ngram_min, ngram_max, max_draft, own)  # `fixed` is a policy here
     if policy == "plain":
         _refuse_lookup_flags(ctx, own)
-    if ngram_min > DEFAULT_NGRAM_MAX and not flag_given(ctx, "ngram_max"):
-        raise ngram_min_past_default(ngram_min, DEFAULT_NGRAM_MAX)
+    refuse_ngram_min_past_default(ngram_min, ngram_max, flag_given(ctx, "ngram_max"))
     options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
                                "lookup": options_for(policy, given)}
     if max_tokens is not None:

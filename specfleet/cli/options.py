@@ -208,13 +208,14 @@ def lookup_given(ngram_min: int, ngram_max: int, max_draft: int | None,
     return given
 
 
-def ngram_min_past_default(ngram_min: int, ngram_max: int) -> UserError:
-    """`--prompt-lookup-ngram-min` above ngram-max's default (`ngram_max`), which was not
-    given: the bound would name `--prompt-lookup-ngram-max`, a flag the user never typed."""
-    return UserError(
-        f"{LOOKUP_FLAG_PREFIX}ngram-min ({ngram_min}) must be <= ngram-max ({ngram_max}, its "
-        f"default); expected {LOOKUP_FLAG_PREFIX}ngram-min {ngram_max} or less, or "
-        f"{LOOKUP_FLAG_PREFIX}ngram-max beside it")
+def refuse_ngram_min_past_default(ngram_min: int, ngram_max: int, max_given: bool) -> None:
+    """`--prompt-lookup-ngram-min` above ngram-max left at its default: the bound would name
+    `--prompt-lookup-ngram-max`, a flag the user never typed, so this names the one given."""
+    if ngram_min > ngram_max and not max_given:
+        raise UserError(
+            f"{LOOKUP_FLAG_PREFIX}ngram-min ({ngram_min}) must be <= ngram-max ({ngram_max}, "
+            f"its default); expected {LOOKUP_FLAG_PREFIX}ngram-min {ngram_max} or less, or "
+            f"{LOOKUP_FLAG_PREFIX}ngram-max beside it")
 
 
 FORMAT_ALIASES = {"md": "markdown"}  # llama-bench's `-o md`
