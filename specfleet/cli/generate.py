@@ -365,55 +365,54 @@ def print_result(
         typer.echo("[Loop guard] the reply repeated itself; stopped", err=True)
 
 
+# `generate`'s own options (the --prompt-lookup-* ones are shared: cli/options.py).
+PromptOption = Annotated[str | None, typer.Option(
+    "--prompt", "-p", help="Prompt text; - reads standard input.")]
+PromptFileOption = Annotated[str | None, typer.Option(
+    "--prompt-file",
+    help="Read the prompt from a file, a packaged prompt by name (story), or - (stdin).")]
+SystemPromptOption = Annotated[str | None, typer.Option(
+    "--system-prompt", callback=not_blank("the system turn's text"),
+    help="A system turn before the prompt (chat template).")]
+MaxTokensOption = Annotated[int, typer.Option(
+    "--max-tokens", "-n", min=1, max=MAX_TOKENS_LIMIT, help="Most tokens to generate.")]
+SeedOption = Annotated[int | None, typer.Option(
+    "--seed", min=SEED_RANGE[0], max=SEED_RANGE[1], help="Sampler seed.")]
+PolicyOption = Annotated[PolicyChoice, typer.Option(
+    "--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")]
+ChatOption = Annotated[bool | None, typer.Option(
+    "--chat/--no-chat", help="Apply the chat template (default: where there is one).")]
+LoopGuardOption = Annotated[str | None, typer.Option(
+    "--loop-guard", help="MIN,MAX,REPEATS: stop a reply that repeats one period.")]
+WarmUpOption = Annotated[bool, typer.Option(
+    "--warm-up/--no-warm-up", help="Run every verify width once before timing.")]
+
+
 @with_policy_option_flags
 def generate_command(
     ctx: typer.Context,
     model: LocalModelOption,
-    prompt: Annotated[str | None, typer.Option(
-        "--prompt", "-p", help="Prompt text; - reads standard input.")] = None,
-    prompt_file: Annotated[
-        str | None, typer.Option(
-            "--prompt-file",
-            help="Read the prompt from a file, a packaged prompt by name (story), or - (stdin).")
-    ] = None,
-    system_prompt: Annotated[str | None, typer.Option(
-        "--system-prompt", callback=not_blank("the system turn's text"),
-        help="A system turn before the prompt (chat template).")] = None,
-    max_tokens: Annotated[int, typer.Option(
-        "--max-tokens", "-n", min=1, max=MAX_TOKENS_LIMIT, help="Most tokens to generate.")
-    ] = 256,
+    prompt: PromptOption = None,
+    prompt_file: PromptFileOption = None,
+    system_prompt: SystemPromptOption = None,
+    max_tokens: MaxTokensOption = 256,
     temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
-    seed: Annotated[int | None, typer.Option(
-        "--seed", min=SEED_RANGE[0], max=SEED_RANGE[1], help="Sampler seed.")] = None,
+    seed: SeedOption = None,
     engine: EngineOption = DEFAULT_ENGINE,
     device: DeviceOption = "auto",
     prompt_lookup: Annotated[
-        bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup.")
-    ] = False,
-    policy: Annotated[
-        PolicyChoice, typer.Option("--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")
-    ] = "auto",
+        bool, typer.Option("--prompt-lookup", help="Draft by n-gram lookup.")] = False,
+    policy: PolicyOption = "auto",
     ngram_min: NgramMinOption = DEFAULT_NGRAM_MIN,
     ngram_max: NgramMaxOption = DEFAULT_NGRAM_MAX,
     max_draft: MaxDraftOption = None,
     no_adaptive: NoAdaptiveOption = False,
-    chat: Annotated[
-        bool | None,
-        typer.Option(
-            "--chat/--no-chat", help="Apply the chat template (default: where there is one)."
-        ),
-    ] = None,
-    loop_guard: Annotated[
-        str | None,
-        typer.Option("--loop-guard", help="MIN,MAX,REPEATS: stop a reply that repeats one period."),
-    ] = None,
+    chat: ChatOption = None,
+    loop_guard: LoopGuardOption = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="One JSON object on stdout (whole, not streamed).")] = False,
     trace: Annotated[bool, typer.Option("--trace", help="Print the round-by-round trace.")] = False,
-    warm_up: Annotated[
-        bool,
-        typer.Option("--warm-up/--no-warm-up", help="Run every verify width once before timing."),
-    ] = True,
+    warm_up: WarmUpOption = True,
     **own: int | None,
 ) -> None:
     """Generate one reply, with or without prompt lookup, and print its speed.
@@ -442,7 +441,14 @@ def generate_command(
     from specfleet.dirs import runtime_dir
 
     runtime_dir()  # the machine lock's folder must be usable before the model loads
-    loaded = load_model(model, engine, device)
+    reply(load_model(model, engine, device), request, chat=chat, warm_up=warm_up, trace=trace,
+          as_json=as_json)
+
+
+def reply(loaded: LoadedModel, request: GenerateRequest, *, chat: bool | None, warm_up: bool,
+          trace: bool, as_json: bool) -> None:
+    """Generate the reply, streaming it to stdout as its tokens are decided (whole with
+    `as_json`), then its footer; a reply cut short ends its line first."""
     stream = None if as_json else ReplyStream(loaded.runner.decode)
     try:
         result = run_generation(loaded, request, chat=chat, warm_up=warm_up, trace=trace,
