@@ -552,7 +552,70 @@ def prompt_prior(weight: float, depth0_only: bool = False
     return patched(Governor, "__init__", new_init)
 
 
+def decayed_when(per_round: Callable[[int, bool], float]) -> contextlib.AbstractContextManager[None]:
+    """Evidence fades by `per_round(landed, missed)` per drafted round (shipped: DECAY each)."""
+
+    def count(self, run: int, landed: int, missed: bool) -> None:
+        factor = per_round(landed, missed)
+        self.tried = [factor * n for n in self.tried]
+        self.landed = [factor * n for n in self.landed]
+        for depth in range(run, run + landed + missed):
+            self.tried[cal.depth_bucket(depth)] += 1.0
+        for depth in range(run, run + landed):
+            self.landed[cal.depth_bucket(depth)] += 1.0
+
+    return patched(Governor, "_count", count)
+
+
+def line_tokens() -> frozenset[int]:
+    """The bundled model's token ids whose text holds a newline."""
+    from tokenizers import Tokenizer
+
+    from specfleet.models.registry import resolve_model
+
+    folder = resolve_model("smollm2-135m", "torch", measure=False).path
+    tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    return frozenset(i for i in range(tokenizer.get_vocab_size()) if "\n" in tokenizer.decode([i]))
+
+
+def line_boundary(factor: float, on_newline: bool, after_newline: bool
+                  ) -> contextlib.AbstractContextManager[None]:
+    """A proposal that is (`on_newline`) or follows (`after_newline`) a newline token misses
+    `factor` times as often as its depth's hazard says: copies break at line ends."""
+    newline = line_tokens()
+
+    def size(self, proposal: Sequence[int], ngram: int) -> int:
+        if not proposal:
+            self.run = 0
+            return 0
+        hazards, alive, out = self.hazards(), 1.0, []
+        before = Reply.context[-1] if Reply.context else -1
+        for j, token in enumerate(proposal):
+            hazard = hazards[cal.depth_bucket(self.run + j)]
+            if (on_newline and token in newline) or (after_newline and before in newline):
+                hazard = max(0.0, 1.0 - factor * (1.0 - hazard))
+            alive *= hazard
+            out.append(alive)
+            before = token
+        return cal.saving_draft(out, self.costs, self.refeeds)
+
+    return patched(Governor, "size", size)
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "evidence decays only when a draft misses (0.8)": lambda: decayed_when(
+        lambda landed, missed: 0.8 if missed else 1.0),
+    "evidence decays only when a draft misses (0.6)": lambda: decayed_when(
+        lambda landed, missed: 0.6 if missed else 1.0),
+    "evidence decays per emitted token (0.9)": lambda: decayed_when(
+        lambda landed, missed: 0.9 ** (landed + 1)),
+    "evidence decays per emitted token (0.95)": lambda: decayed_when(
+        lambda landed, missed: 0.95 ** (landed + 1)),
+    "a newline proposal misses 2x as often": lambda: line_boundary(2.0, True, False),
+    "a proposal after a newline misses 2x as often": lambda: line_boundary(2.0, False, True),
+    "a proposal after a newline misses 4x as often": lambda: line_boundary(4.0, False, True),
+    "a proposal after a newline misses 8x as often": lambda: line_boundary(8.0, False, True),
+    "a newline proposal or the one after misses 4x as often": lambda: line_boundary(4.0, True, True),
     "prompt-learned hazards (weight 1)": lambda: prompt_prior(1.0),
     "prompt-learned hazards (weight 2)": lambda: prompt_prior(2.0),
     "prompt-learned hazards (weight 4)": lambda: prompt_prior(4.0),
