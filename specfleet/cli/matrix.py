@@ -241,7 +241,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     """
     from specfleet.cluster.modelcheck import check_here, check_on_hosts
 
-    label = f"matrix '{spec.name}'"
+    label = spec.label
     here = choose_fleet(address, embedded).embedded
     no_source: list[tuple[str, str]] = []
     if here:  # this machine alone: said before Ray starts or a store is made

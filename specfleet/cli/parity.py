@@ -186,7 +186,7 @@ def run_parity_matrix(store, spec, view, progress: bool = True) -> str:
     for line in peer_skips(spec, select_targets(spec, view.targets, view.kinds)):
         typer.echo(line, err=True)
     if not runs:
-        raise UserError(f"matrix '{spec.name}': no target of the fleet matches its targets")
+        raise UserError(f"{spec.label}: no target of the fleet matches its targets")
     for change in getattr(spec, "overridden", []):
         typer.echo(f"parity: {change}", err=True)
     store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id)

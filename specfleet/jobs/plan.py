@@ -77,7 +77,7 @@ def select_targets(
     chosen = {t.label: t for t in targets if spec.targets.matches(t, kinds.get(t.host))}
     if not chosen:
         known = ", ".join(sorted(t.label for t in targets)) or "none"
-        raise UserError(f"matrix '{spec.name}': targets: no target matches "
+        raise UserError(f"{spec.label}: targets: no target matches "
                         f"({spec.targets.describe()}); the fleet has: {known}")
     return [chosen[label] for label in sorted(chosen)]
 
@@ -188,7 +188,7 @@ def peer_skips(spec: MatrixSpec, targets: list[Target]) -> list[str]:
             continue
         left = [t.label for t in targets if not fits(arm.arm, t)]
         if len(left) == len(targets):
-            raise UserError(f"matrix '{spec.name}': arms[{i}]: {arm.arm} runs on "
+            raise UserError(f"{spec.label}: arms[{i}]: {arm.arm} runs on "
                             f"{kind.runs_on} targets only, and none is selected ({', '.join(left)})")
         if left:
             lines.append(f"arm {arm.arm} runs on {kind.runs_on} targets only: skipped on "

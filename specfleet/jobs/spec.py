@@ -20,7 +20,15 @@ import re
 from dataclasses import asdict
 from typing import Annotated, Any, get_type_hints
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    create_model,
+)
 
 from specfleet.engine.config import POLICY_OPTIONS, ConfigError, LookupOptions, options_for
 from specfleet.engine.kinds import Device, Engine
@@ -275,6 +283,20 @@ class MatrixSpec(_Strict):
     prompt_dir: Annotated[str, AfterValidator(_folder_path)] | None = Field(
         None, description="Prompt folder relative to this file; default ../prompts.")
 
+    # Where the matrix was read from (its file), for messages; not stored with the matrix.
+    _source: str | None = PrivateAttr(None)
+
+    def from_source(self, source: str) -> MatrixSpec:
+        """This spec, its messages naming `source` (the file it was read from)."""
+        copy = self.model_copy()
+        copy._source = source
+        return copy
+
+    @property
+    def label(self) -> str:
+        """What a message about this matrix names: its file, else `matrix 'NAME'`."""
+        return self._source or f"matrix '{self.name}'"
+
     def arm_names(self) -> list[str]:
         return [a.arm for a in self.arms]
 
@@ -285,7 +307,7 @@ class MatrixSpec(_Strict):
             return own
         limit = self.max_tokens.for_engine(engine)
         if limit is None:
-            raise UserError(f"matrix '{self.name}': max_tokens: no limit for engine '{engine}'")
+            raise UserError(f"{self.label}: max_tokens: no limit for engine '{engine}'")
         return limit
 
     def most_runs_per_target(self) -> int:

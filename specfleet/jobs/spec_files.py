@@ -105,7 +105,7 @@ def parse_matrix_spec(
         readable = _models_alone(spec, [model for _, model in kept]) if kept else None
         raise MatrixProblems(label, _in_file_order(problems, label, data), data, readable,
                              tuple(place for place, _ in kept))
-    return spec.model_copy(update={"prompt_dir": str(directory)})
+    return spec.model_copy(update={"prompt_dir": str(directory)}).from_source(label)
 
 
 def _models_to_resolve(spec: MatrixSpec, label: str, problems: list[str],

@@ -936,15 +936,15 @@ NAMED = {
         {"SPECFLEET_HOST": "here1"},
         files(m__yaml=matrix(targets="{engines: [toy], hosts: [spark1, mac1]}")),
         run_args("{here}/m.yaml"),
-        ["matrix 'good': targets.hosts: spark1, mac1 are not in the embedded fleet, which is "
+        ["{here}/m.yaml: targets.hosts: spark1, mac1 are not in the embedded fleet, which is "
          "this machine alone (here1); expected here1 or a fleet's --address"]),
     "run: an unknown model": (
         {}, files(m__yaml=matrix(models="[no-such-model]", targets="{engines: [torch]}")),
         run_args("{here}/m.yaml"),
-        ["matrix 'good': models[0]: torch: model 'no-such-model' is neither an alias"]),
+        ["{here}/m.yaml: models[0]: torch: model 'no-such-model' is neither an alias"]),
     "run: not a toy model's name": (
         {}, files(m__yaml=matrix(models="['nokind:1ms']")), run_args("{here}/m.yaml"),
-        ["matrix 'good': models[0]: toy: model 'nokind:1ms': a toy model is"]),
+        ["{here}/m.yaml: models[0]: toy: model 'nokind:1ms': a toy model is"]),
     "bench: an unknown model": (
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{db}", "--embedded", "--no-progress"],

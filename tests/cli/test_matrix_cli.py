@@ -259,6 +259,8 @@ def test_a_malformed_matrix_file_is_one_line_exit_2_store_untouched(fleet, tmp_p
     result = invoke("matrix", "run", path, "--address", fleet.address, "--db", db,
                     "--no-progress")
     assert_one_line_error(result)
+    # The file, not the matrix's name: also for what is found once the fleet answers.
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {path}: "), result.stderr
     assert row_counts(db) == before
 
 
