@@ -552,6 +552,38 @@ def prompt_prior(weight: float, depth0_only: bool = False
     return patched(Governor, "__init__", new_init)
 
 
+class AgreementIndex(NgramIndex):
+    """The shipped index; each match also notes how many tokens before the matched n-gram
+    agree with the context's (`shared_before`), in `agreement`."""
+
+    agreement = 0
+
+    def match(self, context: Sequence[int], max_draft: int,
+              cyclic: bool = False) -> tuple[list[int], int]:
+        proposal, ngram = super().match(context, max_draft, cyclic)
+        AgreementIndex.agreement = 0
+        if ngram:
+            start = self._maps[ngram][tuple(context[len(context) - ngram :])]
+            AgreementIndex.agreement = shared_before(context, start, len(context) - ngram)
+        return proposal, ngram
+
+
+def agreement_held(least: int) -> contextlib.AbstractContextManager[None]:
+    """A match whose context agrees for `least` or more tokens before its n-gram counts
+    that many tokens as held (its run), as if it had been drafted through them."""
+    size = Governor.size
+
+    def new_size(self, proposal: Sequence[int], ngram: int) -> int:
+        if proposal and AgreementIndex.agreement >= least:
+            self.run = max(self.run, AgreementIndex.agreement)
+        return size(self, proposal, ngram)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(loop, "NgramIndex", AgreementIndex))
+    stack.enter_context(patched(Governor, "size", new_size))
+    return stack
+
+
 def decayed_when(per_round: Callable[[int, bool], float]) -> contextlib.AbstractContextManager[None]:
     """Evidence fades by `per_round(landed, missed)` per drafted round (shipped: DECAY each)."""
 
@@ -603,6 +635,8 @@ def line_boundary(factor: float, on_newline: bool, after_newline: bool
 
 
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "agreement before the n-gram counts as held (1 or more)": lambda: agreement_held(1),
+    "agreement before the n-gram counts as held (3 or more)": lambda: agreement_held(3),
     "evidence decays only when a draft misses (0.8)": lambda: decayed_when(
         lambda landed, missed: 0.8 if missed else 1.0),
     "evidence decays only when a draft misses (0.6)": lambda: decayed_when(
