@@ -61,9 +61,8 @@ def check_engines(engines: str | None) -> list[str] | None:
     from specfleet.engine.kinds import MODEL_ENGINES
     from specfleet.workers.hardware import detect_host
 
-    wanted = [e.strip() for e in engines.split(",") if e.strip()]
-    unknown = [e for e in wanted if e not in MODEL_ENGINES]
-    if not wanted or unknown:
+    wanted = [e.strip() for e in engines.split(",")]
+    if any(e not in MODEL_ENGINES for e in wanted):  # an empty one too: `torch,,mlx` a typo
         raise UserError(f"--engines {engines!r}: expected a comma-separated subset of "
                         f"{', '.join(MODEL_ENGINES)}")
     present = detect_host().engines

@@ -12,7 +12,8 @@ from specfleet.models.registry import bundled_source, list_models, load_registry
 from specfleet.settings import HOME, MODELS
 from specfleet.userfiles import check_writable_dir
 
-app = typer.Typer(help="Model aliases: fetch a bundled model, list what resolves where.")
+app = typer.Typer(help="Model aliases: fetch a bundled model, list what resolves where.",
+                  no_args_is_help=True)
 
 
 @app.command("fetch")

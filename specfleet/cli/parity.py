@@ -153,6 +153,10 @@ def parity(
     report = functools.partial(report_parity, baseline=baseline, near_tie=near_tie, fmt=fmt,
                                allow_unverified=allow_unverified)
     if what != "run":
+        if not replay and (address is not None or embedded):  # the fleet only replays here
+            flag = "--address" if address is not None else "--embedded"
+            raise UserError(f"{flag} picks the fleet that replays divergences, and --no-replay "
+                            "replays none; expected one of them")
         if baseline is not None and (same := same_matrix(baseline, what,
                                                          names="--baseline and ID")):
             raise UserError(same)  # no divergence can be new against itself

@@ -29,6 +29,10 @@ def check_free(host: str, port: int) -> None:
     except socket.gaierror as err:
         raise UserError(f"--host {host!r}: cannot resolve it ({err.strerror}); expected an "
                         "address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
+    except UnicodeError:  # the resolver's IDNA codec: a dot-separated label empty or over 63
+        raise UserError(f"--host {host!r}: not a host name (a label between dots is empty or "
+                        "over 63 characters); expected an address of this machine, e.g. "
+                        "127.0.0.1 or 0.0.0.0") from None
     for family, kind, proto, _, address in found:
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -202,6 +202,7 @@ def fleet_up(
     """Start the head (token auth, dashboard on loopback) and this host's worker on it;
     `supervise`: leave a background supervisor (`supervisor.py`) watching the node."""
     refuse_second_node(noderecord.load())
+    check_port_free(port)
     opts = options or NodeOptions()
     check_worker_settings()  # this host's worker inherits them: said before the node starts
     info = detect_host(name)
@@ -231,8 +232,10 @@ def fleet_join(
     leave a background supervisor (`supervisor.py`) that brings a lost node back.
 
     Raises:
-        UserError: no token, the head unreachable, or Python / Ray differ from the head's.
+        UserError: this machine runs the head or another host's node, no token, the head
+            unreachable, or Python / Ray differ from the head's.
     """
+    refuse_other_node(noderecord.load(), name)
     opts = options or NodeOptions()
     check_worker_settings()
     info = detect_host(name)
@@ -312,7 +315,8 @@ def fleet_leave(name: str | None = None, address: str | None = None) -> str:
     the node's own temp dir) are stopped; other Ray clusters of this user keep running.
 
     Raises:
-        UserError: this machine has no node started by `fleet up` / `fleet join`.
+        UserError: this machine has no node started by `fleet up` / `fleet join`, or `name`
+            is not the host it recorded.
     """
     record = noderecord.load()
     if record is None:
@@ -320,7 +324,11 @@ def fleet_leave(name: str | None = None, address: str | None = None) -> str:
             "this machine has not joined a fleet with `specfleet fleet up` / `fleet join` "
             "(nothing to leave)"
         )
-    host = name or record.host
+    if name is not None and name != record.host:  # it would kill that host's worker
+        raise UserError(f"--name {name}: this machine is host {record.host} of the fleet at "
+                        f"{record.address}, and leave stops only this host's own worker and "
+                        f"node; expected --name {record.host}, or no --name")
+    host = record.host
     noderecord.stop_supervisor(record)
     enable_token_auth()
     try:
@@ -378,15 +386,40 @@ def refuse_second_node(record: noderecord.NodeRecord | None) -> None:
         raise UserError(running_node_line(record))
 
 
-def running_node_line(record: noderecord.NodeRecord) -> str:
-    """What this machine already runs, and what to do instead of a second `fleet up`."""
+def check_port_free(port: int) -> None:
+    """Refuse a GCS port something here already listens on, before `ray start --head`: the
+    head's GCS (every address, SO_REUSEADDR, as bound here) failed on it after ~40 s, in a
+    line that named neither the port nor why."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as err:
+            raise UserError(f"--port {port}: the head's GCS cannot listen there "
+                            f"({err.strerror}); expected a port that no Ray head or other "
+                            "program here listens on") from None
+
+
+def refuse_other_node(record: noderecord.NodeRecord | None, host: str) -> None:
+    """`fleet join` as `host` where this machine's recorded node still runs as the head or
+    as another host: its record would be replaced, that node (a head: the whole fleet) left
+    running with nothing to stop it. A rejoin as the same host replaces its node
+    (`_stop_stale_node`); a lost node is started again, as the supervisor does."""
+    if record is not None and (record.head or record.host != host) \
+            and noderecord.node_alive(record):
+        raise UserError(running_node_line(record, f"`fleet join` as {host}", f"join as {host}"))
+
+
+def running_node_line(record: noderecord.NodeRecord, before: str = "a new `fleet up`",
+                      to: str = "start a head here") -> str:
+    """What this machine already runs, and that `fleet leave` comes first: `before` a new
+    node where it runs the head, `to` start one where it is another fleet's host."""
     if record.head:
         return (f"this machine already runs the fleet head {record.host} ({record.address}); "
                 "`specfleet fleet status` shows it, `specfleet fleet leave` stops it before "
-                "a new `fleet up`")
+                f"{before}")
     return (f"this machine is already host {record.host} of the fleet at {record.address}; "
-            "`specfleet fleet status` shows it, `specfleet fleet leave` first to start a head "
-            "here")
+            f"`specfleet fleet status` shows it, `specfleet fleet leave` first to {to}")
 
 
 _ALREADY_RUNNING = re.compile(r"but is already running at (\S+?)\.?(?:\s|$)")

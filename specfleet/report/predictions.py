@@ -93,6 +93,9 @@ class Prediction:
 COSTS_EXPECTED = "a YAML width-cost table (name, ratio: [cost of width 1, 2, ...])"
 # What `calibrate` and the packaged tables write; `ratio` alone is required.
 COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
+# A verify of the widest block (65 tokens) costs at most ~65 one-token steps on any host;
+# past this bound a cost is no measurement, and its sums print 300 digits or overflow to inf.
+MAX_COST_STEPS = 1000.0
 
 
 def load_cost_file(path: Path) -> CostTable:
@@ -108,7 +111,8 @@ def load_cost_file(path: Path) -> CostTable:
     if unknown:
         raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
                         f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")
-    costs = [_positive(r) for r in ratio] if isinstance(ratio, list) else []
+    costs = [c if c is None or c <= MAX_COST_STEPS else None
+             for c in map(_positive, ratio)] if isinstance(ratio, list) else []
     if len(costs) < 2 or None in costs:
         if not isinstance(ratio, list):
             bad = f", got {describe_value(ratio)}"
@@ -117,7 +121,8 @@ def load_cost_file(path: Path) -> CostTable:
         else:
             bad = f"; ratio[{costs.index(None)}] is {describe_value(ratio[costs.index(None)])}"
         raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
-                        f"costs (widths 1, 2, ... in pipelined steps){bad}")
+                        f"costs (widths 1, 2, ... in pipelined steps, each at most "
+                        f"{MAX_COST_STEPS:g}){bad}")
     for field in ("name", "host", "engine", "device"):  # the name is shown in the title
         if field in data and not isinstance(data[field], str):
             raise UserError(f"--costs {path}: field {field!r} must be text, got "

@@ -74,7 +74,8 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
     """Validate CLI filters (lists of values, ISO times) into `Store.runs` keyword filters.
 
     Raises:
-        UserError: an unknown engine, device or arm, an unknown matrix or job id, a bad time.
+        UserError: an unknown engine, device or arm, an unknown matrix or job id (or both
+            given: no run is in both), a bad time.
     """
     check_choices(engine, ENGINES, "--engine")
     check_choices(device, DEVICES, "--device")
@@ -87,6 +88,9 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
         store.get_matrix(matrix_id)
     for job_id in job or []:
         store.get_generation_job(job_id)
+    if matrix and job:  # the filters are ANDed: together they read as "0 runs"
+        raise UserError("--matrix and --job: a run belongs to a matrix or to a generation job, "
+                        "never both; expected one of them")
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     if start and end and start >= end:
         raise UserError(f"--since ({since}) must be before --until ({until})")

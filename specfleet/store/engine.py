@@ -146,7 +146,14 @@ def _check_pg_parts(url: URL, source: str) -> None:
     where = display_url(url)
     if not url.host and "host" not in url.query:
         raise UserError(f"{source}: {where}: no host; expected {_SCHEMES[1]}")
-    bad = [h for h in url.host.split(",") if not _is_host(h)] if url.host else []
+    try:  # the hosts as libpq gets them, ?host=H1:P1&host=H2:P2 and ?host=H1,H2 included
+        pg = url.set(drivername="postgresql+psycopg")
+        params = pg.get_dialect()().create_connect_args(pg)[1]
+    except (ArgumentError, ValueError) as err:  # ?port=x, or more ports than hosts
+        raise UserError(f"{source}: {where}: {err}; expected {_SCHEMES[1]} (several hosts: "
+                        "?host=H1,H2&port=P1,P2)") from None
+    hosts = str(params.get("host") or "")
+    bad = [h for h in hosts.split(",") if not _is_host(h)] if hosts else []
     if bad:
         raise UserError(f"{source}: {where}: host {bad[0]!r} is neither a host name nor an IP "
                         f"address; expected {_SCHEMES[1]} (an IPv6 address in brackets: [::1])")
@@ -158,13 +165,20 @@ def _check_pg_parts(url: URL, source: str) -> None:
 
 def _is_host(text: str) -> bool:
     """A host name, an IP address, or a Unix socket folder (libpq takes a comma list)."""
-    if text.startswith("/") or _HOST_NAME.fullmatch(text):
+    if text.startswith("/") or (_HOST_NAME.fullmatch(text) and _dns_sized(text)):
         return True
     try:
         ipaddress.ip_address(text)
     except ValueError:
         return False
     return True
+
+
+def _dns_sized(name: str) -> bool:
+    """Labels of 1-63 characters, 253 in all (a trailing dot allowed): past that the
+    resolver's IDNA codec raises UnicodeError where a connection would fail."""
+    name = name.removesuffix(".")
+    return len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
 
 
 def check_store_folder(url: URL, source: str) -> None:
@@ -179,7 +193,8 @@ def check_store_folder(url: URL, source: str) -> None:
     folder = Path(url.database or "").parent
     if not folder.is_dir():
         check_folder_path(folder, source)  # a file in the way says so
-        raise UserError(f"{source}: directory {folder} does not exist")
+        raise UserError(f"{source}: directory {folder} does not exist; expected a store in "
+                        "an existing folder (make it first)")
 
 
 def check_writable(url: URL, source: str) -> None:

@@ -436,6 +436,18 @@ NAMED = {
         {}, NO_FILES, ["db", "current", "--db", "postgresql+psycopg://u:s3cret@[zz/x"],
         ["--db: postgresql+psycopg://u:***@", "host '[zz'",
          "expected postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"]),
+    # The resolver's IDNA codec raised UnicodeError ("label too long"), and SQLAlchemy an
+    # ArgumentError on ports that do not pair with hosts: each a traceback as it connected.
+    "results: --db a PostgreSQL host with a label of 64 characters": (
+        {}, NO_FILES, ["results", "--db", f"postgresql://u:s3cret@{'h' * 64}:1/db"],
+        [f"--db: postgresql://u:***@{'h' * 64}:1/db: host '{'h' * 64}' is neither a host name "
+         "nor an IP address"]),
+    "matrix list: --db a PostgreSQL ?host= with an empty label": (
+        {}, NO_FILES, ["matrix", "list", "--db", "postgresql://u@/db?host=127.0.0.1&host=a..b"],
+        ["host 'a..b' is neither a host name nor an IP address"]),
+    "job list: --db a PostgreSQL URL with more ports than hosts": (
+        {}, NO_FILES, ["job", "list", "--db", "postgresql://u@/db?host=127.0.0.1&port=1&port=2"],
+        ["number of hosts and ports don't match; expected postgresql+psycopg://"]),
     "generate: -m hf: with no repo": (  # "'hf:':  is not in the local Hugging Face cache"
         {}, NO_FILES, ["generate", "-m", "hf:", "-p", "hi"],
         ["--model: model 'hf:' is no Hugging Face repo id; expected hf:ORG/NAME"]),
@@ -643,6 +655,9 @@ NAMED = {
     "fleet up: --node-ip a scoped link-local address not here": (  # Ray started, then hung
         {}, NO_FILES, ["fleet", "up", "--node-ip", "fe80::1%lo"],
         ["--node-ip fe80::1%lo: not an address of this machine"]),
+    "fleet join: --engines with an empty name": (  # dropped: `torch,,mlx` read as torch,mlx
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--engines", "torch,,mlx"],
+        ["--engines 'torch,,mlx': expected a comma-separated subset of mlx, torch"]),
     "fleet join: --node-ip the wildcard": (
         {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--node-ip", "0.0.0.0"],
         ["--node-ip 0.0.0.0: not one host's address"]),
@@ -660,7 +675,7 @@ NAMED = {
         ["--version: expected a value, got a blank one"]),
     "db current: a store in a folder that does not exist": (  # said 'db upgrade creates it'
         {}, NO_FILES, ["db", "current", "--db", "sqlite:///{here}/nope/x.db"],
-        ["--db: directory {here}/nope does not exist"]),
+        ["--db: directory {here}/nope does not exist; expected a store in an existing folder"]),
     "db current: a file name too long for the file system": (
         {}, NO_FILES, ["db", "current", "--db", f"{{here}}/{LONG_NAME}.db"],
         [f"--db: {{here}}/{LONG_NAME}.db: the path or one of its names is too long"]),
@@ -1084,6 +1099,10 @@ NAMED = {
         {}, files(c__yaml="pipelined_ms: -1\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'pipelined_ms' must be a positive number of "
          "milliseconds, got -1"]),
+    "replay: --costs with a cost of 1e308": (  # its sums overflowed: "inf / 15.0", 0.000x
+        {}, files(c__yaml="ratio: [1.0, 1e308]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'ratio' must be a list of at least two positive costs",
+         "each at most 1000); ratio[1] is 1e+308"]),
     "replay: --costs of an engine nobody runs": (  # taken and shown as if it were one
         {}, files(c__yaml="engine: foo\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
         ["--costs {here}/c.yaml: field 'engine' is 'foo'; expected one of mlx, torch"]),
@@ -1172,6 +1191,14 @@ NAMED = {
     "parity: --baseline is the matrix itself": (  # a check that could never fail
         {}, NO_FILES, ["parity", "{mid}", "--baseline", "{mid}", "--no-replay", "--db", "{db}"],
         ["--baseline and ID are both", "expected two different matrix ids"]),
+    # Each ran with exit status 0, the fleet flags unread (a malformed one, both at once).
+    "parity: --address with --no-replay": (
+        {}, NO_FILES, ["parity", "{mid}", "--no-replay", "--address", "bad", "--db", "{db}"],
+        ["--address picks the fleet that replays divergences, and --no-replay replays none; "
+         "expected one of them"]),
+    "parity: --embedded with --no-replay": (
+        {}, NO_FILES, ["parity", "{mid}", "--no-replay", "--embedded", "--db", "{db}"],
+        ["--embedded picks the fleet that replays divergences"]),
     "results: a model no stored run has": (  # a typo read as "0 runs"
         {}, NO_FILES, ["results", "--model", "Smollm2", "--db", "{db}"],
         ["--model: no stored run has 'Smollm2'", "expected one of the stored values: "]),

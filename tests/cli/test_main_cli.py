@@ -35,6 +35,17 @@ def test_dash_h_works_on_every_command() -> None:
         assert "Usage: specfleet" in result.output and "--help" in result.output, path
 
 
+def test_a_group_without_its_command_shows_its_commands() -> None:
+    # `specfleet models` said only "error: specfleet models: Missing command.", naming none.
+    root = typer.main.get_command(app)
+    groups = [name for name, command in root.commands.items() if getattr(command, "commands", {})]
+    assert "models" in groups and "fleet" in groups
+    for name in groups:
+        result = CliRunner().invoke(app, [name])
+        assert result.exit_code == 2, (name, result.output)
+        assert "Commands:" in result.output and "Missing command" not in result.output, name
+
+
 def test_every_option_name_is_whole_on_an_80_column_help_page(monkeypatch) -> None:
     # Rich's boxes cut five of generate's options to `--prompt-lookup…` at 80 columns.
     monkeypatch.setenv("COLUMNS", "80")

@@ -81,6 +81,13 @@ def test_a_generation_job_id_where_a_matrix_id_is_expected_is_named(db_path) -> 
                    "expected a generation job id, not a matrix's")
 
 
+def test_results_refuses_a_matrix_and_a_job_together(db_path) -> None:
+    # The filters are ANDed and a run is in one or the other: it printed "0 runs", exit 0.
+    assert_refused(invoke(db_path, "results", "--matrix", MATRIX_ID, "--job", JOB_ID),
+                   "--matrix and --job: a run belongs to a matrix or to a generation job, "
+                   "never both; expected one of them")
+
+
 def test_replay_of_a_stored_matrix_without_runs_says_so(db_path) -> None:
     # It said "no matrix, generation job or run" of a matrix `matrix list` shows.
     assert_refused(invoke(db_path, "replay", EMPTY_ID),

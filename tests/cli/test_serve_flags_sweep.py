@@ -76,3 +76,17 @@ def test_loopback_shorthands_are_open_as_loopback(store_path, served, host):
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines()[0].endswith("; open: loopback only)")
     assert "note:" not in result.stderr and served
+
+
+@pytest.mark.parametrize("host", ["a..b", "h" * 64, "."])
+def test_a_host_name_the_resolver_cannot_encode_is_one_line_naming_host(tmp_path, store_path,
+                                                                        served, host):
+    # The resolver's IDNA codec raised a UnicodeError: a traceback.
+    token_file = tmp_path / "view.token"
+    token_file.write_text("5e1f0c3a9b7d4e2f8a6c1b3d5f7e9a0c\n")
+    result = runner.invoke(app, ["serve", "--db", store_path, "--host", host, "--port", "8266",
+                                 "--token-file", str(token_file)])
+    assert result.exit_code == 2 and not served, result.output
+    assert result.stderr.splitlines() == [
+        f"error: --host {host!r}: not a host name (a label between dots is empty or over 63 "
+        "characters); expected an address of this machine, e.g. 127.0.0.1 or 0.0.0.0"]

@@ -1,15 +1,20 @@
 """`fleet up` / `fleet join` when this host's worker does not start: one line, never Ray's
-traceback (a loaded box's first start timed out at 120 s and printed one, 2026-12-05).
+traceback (a loaded box's first start timed out at 120 s and printed one, 2026-12-05); and
+`fleet up` on a taken port, `fleet join` / `fleet leave` over another node: refused before
+they start or stop anything.
 
-Ray is replaced here by stand-ins for the three calls the wait makes: the point is what the
-user reads; tests/cluster/test_fleet.py starts real workers."""
+Ray is replaced here by stand-ins for the calls made: the point is what the user reads and
+what is left running; tests/cluster/test_fleet.py starts real workers."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from specfleet.cluster import membership
+from specfleet.cluster import membership, noderecord
+from specfleet.cluster.noderecord import NodeRecord
 from specfleet.errors import UserError
 
 
@@ -55,3 +60,69 @@ def test_a_worker_that_dies_starting_says_why_in_one_line(worker_start):
     assert message.startswith("fleet join: the worker of host h1 died while starting "
                               "(ImportError: no module named mlx)")
     assert "\n" not in message
+
+
+HEAD1 = NodeRecord(address="127.0.0.1:6379", host="head1", head=True, temp_dir="/tmp/r")
+BOX1 = NodeRecord(address="127.0.0.1:6379", host="box1", head=False, temp_dir="/tmp/r")
+RUNS_HEAD1 = ("this machine already runs the fleet head head1 (127.0.0.1:6379); `specfleet fleet "
+              "status` shows it, `specfleet fleet leave` stops it before `fleet join` as ")
+
+
+@pytest.mark.parametrize(("recorded", "name", "said"), [
+    (HEAD1, "head1", RUNS_HEAD1 + "head1"),
+    (HEAD1, "box2", RUNS_HEAD1 + "box2"),
+    (BOX1, "box2", "this machine is already host box1 of the fleet at 127.0.0.1:6379; "
+     "`specfleet fleet status` shows it, `specfleet fleet leave` first to join as box2"),
+])
+def test_join_beside_a_running_head_or_other_host_is_refused_before_anything_starts(
+        tmp_path, monkeypatch, recorded, name, said) -> None:
+    # It started a second node and overwrote the record: the first node (a head: the whole
+    # fleet) kept running with nothing left to stop it; `fleet leave` stopped only the new one.
+    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
+    noderecord.save(recorded)
+    monkeypatch.setattr(noderecord, "node_alive", lambda record: True)
+    monkeypatch.setattr(membership, "read_head_versions", lambda head: pytest.fail("reached"))
+    monkeypatch.setattr(membership, "_ray_start", lambda *a: pytest.fail("ray start ran"))
+    with pytest.raises(UserError) as err:
+        membership.fleet_join("127.0.0.1:6379", name)
+    assert str(err.value) == said
+    assert noderecord.load() == recorded
+    membership.refuse_other_node(BOX1, "box1")  # a rejoin as the same host replaces its node
+    monkeypatch.setattr(noderecord, "node_alive", lambda record: False)
+    membership.refuse_other_node(recorded, name)  # a lost node: its record is no longer live
+
+
+def test_leave_with_another_hosts_name_is_refused_before_anything_stops(tmp_path,
+                                                                         monkeypatch) -> None:
+    # `fleet leave --name h2` on h1 killed h2's worker for good, stopped h1's node and said
+    # "host h2 left the fleet".
+    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
+    recorded = NodeRecord(address="127.0.0.1:6379", host="h1", head=False, temp_dir="/tmp/r")
+    noderecord.save(recorded)
+    monkeypatch.setattr(membership, "_stop_own_worker", lambda *a: pytest.fail("stopped"))
+    monkeypatch.setattr(noderecord, "stop_processes", lambda *a: pytest.fail("stopped"))
+    with pytest.raises(UserError) as err:
+        membership.fleet_leave("h2")
+    assert str(err.value) == (
+        "--name h2: this machine is host h1 of the fleet at 127.0.0.1:6379, and leave stops "
+        "only this host's own worker and node; expected --name h1, or no --name")
+    assert noderecord.load() == recorded
+
+
+def test_up_on_a_port_something_listens_on_is_refused_before_ray_starts(tmp_path,
+                                                                         monkeypatch) -> None:
+    # `ray start --head` ran and failed ~40 s later: "`ray start --head` failed: .Please check
+    # .../gcs_server.out for details. Last connection error: None".
+    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))  # never the real one
+    monkeypatch.setattr(membership, "_ray_start", lambda *a: pytest.fail("ray start ran"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError) as err:
+            membership.fleet_up("h1", port=port)
+    assert str(err.value) == (
+        f"--port {port}: the head's GCS cannot listen there (Address already in use); expected "
+        "a port that no Ray head or other program here listens on")
+    assert noderecord.load() is None
