@@ -135,7 +135,7 @@ def up_command(
 
 @app.command("join")
 def join_command(
-    head: Annotated[str, typer.Argument(help="The head's address HOST:PORT.")],
+    head: Annotated[str, typer.Argument(metavar="HEAD", help="The head's address HOST:PORT.")],
     name: NameOption = None,
     num_cpus: CpusOption = None,
     node_ip: NodeIpOption = None,

@@ -22,11 +22,28 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
         where = err.ctx.command_path
     # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
     message = " ".join(err.format_message().split()).replace("Value error, ", "")
+    if isinstance(err, _click.exceptions.MissingParameter):
+        message = _missing_text(err) or message
     given = _rejected_input(err)
     if given is not None and repr(given) not in message:  # a Literal's check names it
         message += f"; got {describe_value(given)}"
     typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
     raise typer.Exit(2) from None
+
+
+def _missing_text(err: _click.exceptions.MissingParameter) -> str | None:
+    """A missing argument or option named as the usage line names it, with its help and the
+    command's usage: click says only "Missing argument 'b'"."""
+    param, ctx = err.param, err.ctx
+    if param is None or ctx is None:
+        return None
+    what = (getattr(param, "help", None) or "").rstrip(".")
+    if param.param_type_name == "argument":
+        name = param.metavar or (param.name or "").upper()
+        usage = " ".join([ctx.command_path, *ctx.command.collect_usage_pieces(ctx)])
+        return f"missing argument {name}" + (f" ({what})" if what else "") + f"; expected {usage}"
+    flag = max(getattr(param, "opts", None) or [f"--{param.name}"], key=len)
+    return f"missing option {flag}" + (f" ({what})" if what else "") + f"; expected {flag} VALUE"
 
 
 def _rejected_input(err: _click.exceptions.UsageError) -> object | None:

@@ -198,7 +198,7 @@ WaitOption = Annotated[str, typer.Option(
 
 @app.command("run")
 def run(
-    file: Annotated[str, typer.Argument(help="Matrix YAML file.")],
+    file: Annotated[str, typer.Argument(metavar="FILE", help="Matrix YAML file.")],
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
     db: DbOption = None,
@@ -391,7 +391,7 @@ def list_cmd(
 
 @app.command("validate")
 def validate(
-    file: Annotated[str, typer.Argument(help="Matrix YAML file.")],
+    file: Annotated[str, typer.Argument(metavar="FILE", help="Matrix YAML file.")],
     address: AddressOption = None,
     local: Annotated[bool, typer.Option(
         "--local", help="Resolve the models on this machine only, even in a fleet; a model "

@@ -19,7 +19,7 @@ app = typer.Typer(help="Model aliases: fetch a bundled model, list what resolves
 @app.command("fetch")
 def fetch_command(
     alias: Annotated[str, typer.Argument(
-        help=f"An alias with a bundled source ({', '.join(BUNDLED)}, ...).")],
+        metavar="ALIAS", help=f"An alias with a bundled source ({', '.join(BUNDLED)}, ...).")],
     force: Annotated[bool, typer.Option("--force", help="Download and convert again.")] = False,
 ) -> None:
     """Download and convert a bundled model into the user cache dir (once)."""

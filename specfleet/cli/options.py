@@ -104,11 +104,11 @@ ModelAliasOption = Annotated[str, typer.Option(
 
 # A stored generation job a command reads (`job show`).
 JobIdArgument = Annotated[str, typer.Argument(
-    callback=not_blank("a job id (`specfleet job list`)"), help="Job id (see `job list`).")]
+    metavar="JOB_ID", callback=not_blank("a job id (`specfleet job list`)"), help="Job id (see `job list`).")]
 
 # A stored matrix a command reads (`matrix show/status/resume`, `report`).
 MatrixIdArgument = Annotated[str, typer.Argument(
-    callback=not_blank(MATRIX_ID), help="Matrix id (see `matrix list`).")]
+    metavar="MATRIX_ID", callback=not_blank(MATRIX_ID), help="Matrix id (see `matrix list`).")]
 
 # The model `generate` and `calibrate` load on this machine (`localmodel.load_model`).
 LocalModelOption = Annotated[str, typer.Option(

@@ -115,9 +115,9 @@ def report_parity(store, matrix_id: str, workers: dict | None, any_host: Any, *,
 
 
 def parity(
-    what: Annotated[str, typer.Argument(callback=not_blank(f"{MATRIX_ID} or `run FILE`"),
+    what: Annotated[str, typer.Argument(metavar="MATRIX_ID|run", callback=not_blank(f"{MATRIX_ID} or `run FILE`"),
                                         help="A matrix id, or `run` followed by a file.")],
-    file: Annotated[str | None, typer.Argument(help="With `run`: a matrix YAML, run greedy "
+    file: Annotated[str | None, typer.Argument(metavar="FILE", help="With `run`: a matrix YAML, run greedy "
                                                     "with one repeat.")] = None,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", callback=not_blank(MATRIX_ID),

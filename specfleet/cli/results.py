@@ -126,9 +126,9 @@ def history(
 
 
 def compare_cmd(
-    a: Annotated[str, typer.Argument(callback=not_blank(MATRIX_ID),
+    a: Annotated[str, typer.Argument(metavar="A", callback=not_blank(MATRIX_ID),
                                      help="Baseline matrix id.")],
-    b: Annotated[str, typer.Argument(callback=not_blank(MATRIX_ID),
+    b: Annotated[str, typer.Argument(metavar="B", callback=not_blank(MATRIX_ID),
                                      help="Matrix id compared with the baseline.")],
     allow_mixed: Annotated[bool, typer.Option(
         "--allow-mixed", help="Call slow-downs regressions even when weights, prompt, engine "

@@ -46,6 +46,33 @@ def test_a_group_without_its_command_shows_its_commands() -> None:
         assert "Commands:" in result.output and "Missing command" not in result.output, name
 
 
+def test_a_missing_argument_or_option_is_named_with_its_help_and_the_usage() -> None:
+    # click said "Missing argument 'b'." (compare), naming neither what B is nor the usage.
+    root = typer.main.get_command(app)
+    checked = 0
+    for path in _command_paths(root, []):
+        command = root
+        for name in path:
+            command = command.commands[name]
+        first = next((p for p in getattr(command, "params", []) if p.required), None)
+        if first is None or getattr(command, "commands", {}):
+            continue
+        result = CliRunner().invoke(app, path)
+        line = result.output.strip()
+        assert result.exit_code == 2 and "\n" not in line, (path, result.output)
+        help_text = first.help.rstrip(".")
+        if first.param_type_name == "argument":
+            usage = " ".join(["specfleet", *path, "[OPTIONS]"])
+            assert line.startswith(f"error: specfleet {' '.join(path)}: missing argument "
+                                   f"{first.metavar} ({help_text}); expected {usage}"), line
+        else:
+            flag = max(first.opts, key=len)
+            assert line == (f"error: specfleet {' '.join(path)}: missing option {flag} "
+                            f"({help_text}); expected {flag} VALUE"), line
+        checked += 1
+    assert checked >= 15
+
+
 def test_every_option_name_is_whole_on_an_80_column_help_page(monkeypatch) -> None:
     # Rich's boxes cut five of generate's options to `--prompt-lookup…` at 80 columns.
     monkeypatch.setenv("COLUMNS", "80")
