@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Annotated, NoReturn
 
 import typer
@@ -24,6 +25,9 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
     message = " ".join(err.format_message().split()).replace("Value error, ", "")
     if isinstance(err, _click.exceptions.MissingParameter):
         message = _missing_text(err) or message
+    elif not re.search(r"\bexpected\b", message) and (more := _expected_instead(err, message,
+                                                                                 where)):
+        message = message.rstrip(".") + more
     given = _rejected_input(err)
     if given is not None and repr(given) not in message:  # a Literal's check names it
         message += f"; got {describe_value(given)}"
@@ -44,6 +48,23 @@ def _missing_text(err: _click.exceptions.MissingParameter) -> str | None:
         return f"missing argument {name}" + (f" ({what})" if what else "") + f"; expected {usage}"
     flag = max(getattr(param, "opts", None) or [f"--{param.name}"], key=len)
     return f"missing option {flag}" + (f" ({what})" if what else "") + f"; expected {flag} VALUE"
+
+
+def _expected_instead(err: _click.exceptions.UsageError, message: str, where: str) -> str:
+    """What click's own usage messages leave out: what is expected instead, where the
+    message names no suggestion of its own ("Did you mean", "Possible options")."""
+    help_page = f"`{where} -h`"
+    if isinstance(err, _click.exceptions.NoSuchOption):
+        return "" if err.possibilities else f"; expected an option that {help_page} lists"
+    if isinstance(err, _click.exceptions.BadOptionUsage) and "requires an argument" in message:
+        return f"; expected a value after {err.option_name} ({help_page} says which)"
+    if isinstance(err, _click.exceptions.BadOptionUsage) and "does not take a value" in message:
+        return f"; expected {err.option_name} alone (a switch)"
+    if message.startswith("Got unexpected extra argument"):
+        return f"; expected the arguments that {help_page} shows, no more"
+    if message.startswith("No such command") and "Did you mean" not in message:
+        return f"; expected a command that {help_page} lists"
+    return ""
 
 
 def _rejected_input(err: _click.exceptions.UsageError) -> object | None:

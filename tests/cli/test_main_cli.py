@@ -93,13 +93,22 @@ def test_every_option_name_is_whole_on_an_80_column_help_page(monkeypatch) -> No
 @pytest.mark.parametrize(("args", "line"), [
     # click raises these without the command's context: the line named only `specfleet`.
     (["matrix", "list", "--limit"], "specfleet matrix list: Option '--limit' requires an "
-                                    "argument."),
-    (["results", "--cells=yes"], "specfleet results: Option '--cells' does not take a value."),
+     "argument; expected a value after --limit (`specfleet matrix list -h` says which)"),
+    (["results", "--cells=yes"], "specfleet results: Option '--cells' does not take a value; "
+     "expected --cells alone (a switch)"),
     (["job", "generate", "--prompts"], "specfleet job generate: Option '--prompts' requires "
-                                       "an argument."),
+     "an argument; expected a value after --prompts (`specfleet job generate -h` says which)"),
     # The root's own options: a usage line and a box of three more lines.
-    (["--bogus", "matrix"], "specfleet: No such option: --bogus"),
-    (["--version=3"], "specfleet: Option '--version' does not take a value."),
+    (["--bogus", "matrix"], "specfleet: No such option: --bogus; expected an option that "
+     "`specfleet -h` lists"),
+    (["--version=3"], "specfleet: Option '--version' does not take a value; expected "
+     "--version alone (a switch)"),
+    # click names neither what is expected nor where to look.
+    (["compare", "a", "b", "c"], "specfleet compare: Got unexpected extra argument(s) (c); "
+     "expected the arguments that `specfleet compare -h` shows, no more"),
+    (["matrix", "wibble"], "specfleet matrix: No such command 'wibble'; expected a command "
+     "that `specfleet matrix -h` lists"),
+    (["matrix", "shw"], "specfleet matrix: No such command 'shw'. Did you mean 'show'?"),
     # typer's own checks leave the refused value out; a Literal's names it once.
     (["matrix", "list", "--limit", "x"], "specfleet matrix list: Invalid value for '--limit': "
      "Input should be a valid integer, unable to parse string as an integer; got 'x'"),
