@@ -28,7 +28,7 @@ def replay_command(
     ident: Annotated[str, typer.Argument(
         metavar="RUN_OR_MATRIX", callback=not_blank(f"{MATRIX_ID}, a generation job id or a "
                                                      "run key"),
-        help="A matrix id, a generation job id or a run key.")],
+        help="A matrix id, a generation job id or a run key (or its first 8+ characters).")],
     policy: Annotated[str, typer.Option(
         "--policy", help="Comma-separated policies to replay.")] = "graded,gated,calibrated",
     costs: Annotated[str | None, typer.Option("--costs", help=COSTS_HELP)] = None,

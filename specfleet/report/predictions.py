@@ -96,6 +96,8 @@ COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
 # A verify of the widest block (65 tokens) costs at most ~65 one-token steps on any host;
 # past this bound a cost is no measurement, and its sums print 300 digits or overflow to inf.
 MAX_COST_STEPS = 1000.0
+# The shortest prefix of a run key (32 hex digits) replay reads as the whole key.
+MIN_RUN_KEY_PREFIX = 8
 
 
 def load_cost_file(path: Path) -> CostTable:
@@ -205,6 +207,7 @@ def stored_runs(store, ident: str) -> list:
     runs of its cell in its matrix or job: a prediction is a speed-up over plain)."""
     kind = _stored_kind(store, ident)
     if kind is None:
+        ident = whole_run_key(store, ident)
         runs = store.runs(run_key=ident)
         if runs and runs[0].arm != "plain":
             (run,) = runs
@@ -229,6 +232,19 @@ def stored_runs(store, ident: str) -> list:
         raise UserError(f"RUN_OR_MATRIX {ident}: no done greedy run keeps its prompt token ids "
                         "(runs stored before specfleet replay existed); run it again")
     return [r for r in greedy if r.prompt_token_ids and r.token_ids]
+
+
+def whole_run_key(store, ident: str) -> str:
+    """The run key `ident` begins, when it begins exactly one (`matrix status` shows 12
+    characters of a key); `ident` itself when it is whole or begins none."""
+    if len(ident) < MIN_RUN_KEY_PREFIX or store.runs(run_key=ident, columns=["run_key"]):
+        return ident
+    keys = store.run_keys_beginning(ident, most=3)
+    if len(keys) > 1:
+        named = ", ".join(keys[:2]) + (", ..." if len(keys) > 2 else "")
+        raise UserError(f"RUN_OR_MATRIX {ident}: it begins several run keys ({named}); "
+                        "expected more of the key")
+    return keys[0] if keys else ident
 
 
 def _stored_kind(store, ident: str) -> str | None:

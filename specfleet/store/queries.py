@@ -195,6 +195,16 @@ class StoreQueries:
         with self._connect() as conn:
             return [row_type(*row) for row in conn.execute(stmt)]
 
+    def run_keys_beginning(self: StoreCore, prefix: str, most: int = 2) -> list[str]:
+        """Up to `most` stored run keys that begin with `prefix` (`matrix status` shows 12
+        characters of a key), in key order."""
+        if not 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
+            return []
+        stmt = (select(Run.run_key).where(Run.run_key.startswith(prefix, autoescape=True))
+                .order_by(Run.run_key).limit(most))
+        with self._read() as session:
+            return list(session.scalars(stmt))
+
     def run_spec(self: StoreCore, run_key: str) -> RunSpec:
         """The RunSpec of a stored run, prompt text included (to run or replay it again).
 

@@ -11,7 +11,13 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
-from specfleet.report.predictions import cost_source, load_cost_file, predict, stored_runs
+from specfleet.report.predictions import (
+    cost_source,
+    load_cost_file,
+    predict,
+    stored_runs,
+    whole_run_key,
+)
 from specfleet.store.store import open_store
 from specfleet.workers.hardware import detect_host
 from specfleet.workers.host import HostWorker
@@ -112,6 +118,28 @@ def test_one_run_key_replays_that_run_beside_its_cells_plain_run(db):
     result = invoke("replay", "copy-graded", "--costs", "apple-m4pro", "--db", db)
     assert result.exit_code == 0, result.stderr
     assert "1 stored lookup run replayed, 0 differ" in result.stdout
+
+
+def test_a_run_key_prefix_replays_the_one_run_it_begins(db):
+    # `matrix status` shows 12 characters of a run key; replay took only the whole key.
+    with open_store(db) as store:
+        assert [r.run_key for r in stored_runs(store, "copy-gra")] == ["copy-graded",
+                                                                        "copy-plain"]
+        with pytest.raises(UserError, match="no matrix, generation job or run 'copy-gr'"):
+            stored_runs(store, "copy-gr")  # shorter than MIN_RUN_KEY_PREFIX: no guess
+
+
+def test_a_run_key_prefix_of_several_runs_asks_for_more():
+    class Store:
+        def runs(self, **filters):
+            return []
+
+        def run_keys_beginning(self, prefix, most):
+            return ["abcdef12aa", "abcdef12bb", "abcdef12cc"][:most]
+
+    with pytest.raises(UserError, match=r"^RUN_OR_MATRIX abcdef12: it begins several run keys "
+                                        r"\(abcdef12aa, abcdef12bb, \.\.\.\); expected more"):
+        whole_run_key(Store(), "abcdef12")
 
 
 def test_bad_policy_costs_and_ident_are_one_line_errors(db, tmp_path):
