@@ -78,7 +78,15 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
         check_stored_values(store, {name: [where[name]] for name in ("model", "prompt", "host")
                                     if name in where}, flags={"host": "--target HOST"})
         on = f" on {target}" if target else ""
-        raise UserError(f"no done runs of model {model!r}, prompt {prompt!r}, arm {arm!r}{on}")
+        cell = f"model {model!r}, prompt {prompt!r}, arm {arm!r}{on}"
+        listed = f"`specfleet results --model {model} --prompt {prompt} --arm {arm}`"
+        in_jobs = sum(1 for run in runs if run.arm == arm and run.matrix_id is None)
+        if in_jobs:  # history follows matrices; a job's runs read "no done runs" before
+            raise UserError(f"no matrix measured {cell}: its {in_jobs} done run(s) belong to "
+                            f"generation jobs, which history does not follow ({listed} shows "
+                            "them); expected a cell some matrix measured")
+        raise UserError(f"no done runs of {cell}; expected a cell some matrix measured "
+                        f"({listed} shows its runs in any status)")
     when = store.submitted_times(sorted({r.matrix_id for r in runs if r.matrix_id is not None}))
     return history_rows(runs, arm, when, factor)
 

@@ -32,8 +32,10 @@ def db_path(tmp_path_factory) -> Path:
         store.create_matrix("pending", {}, [spec(f"{PENDING_ID}/plain", matrix_id=PENDING_ID)],
                             matrix_id=PENDING_ID)
         store.create_matrix("empty", {}, [], matrix_id=EMPTY_ID)
-        job_run = spec(f"{JOB_ID}/0").model_copy(update={"job_id": JOB_ID})
-        store.create_generation_job("j", HOST_A, "m1", [job_run], job_id=JOB_ID)
+        job_runs = [spec(f"{JOB_ID}/{i}", arm).model_copy(update={"job_id": JOB_ID})
+                    for i, arm in enumerate(("plain", "calibrated"))]
+        store.create_generation_job("j", HOST_A, "m1", job_runs, job_id=JOB_ID)
+        store.record_result(result(job_runs[1]))  # a cell no matrix measured
     return path
 
 
@@ -70,6 +72,20 @@ def test_history_names_the_filter_no_stored_run_holds(db_path, flags, said) -> N
     # It said "no done runs of model ..., prompt ..., arm ...", not which one is not stored.
     assert_refused(invoke(db_path, "history", *flags, "--arm", "graded"), said,
                    "expected one of the stored values")
+
+
+def test_history_of_a_cell_only_a_generation_job_ran_says_so(db_path) -> None:
+    # It said "no done runs of model 'm1', ...", where `results` showed the job's done run.
+    assert_refused(invoke(db_path, "history", "--model", "m1", "--prompt", "edit_fn", "--arm",
+                          "calibrated"),
+                   "no matrix measured model 'm1', prompt 'edit_fn', arm 'calibrated': its 1 "
+                   "done run(s) belong to generation jobs, which history does not follow "
+                   "(`specfleet results --model m1 --prompt edit_fn --arm calibrated` shows "
+                   "them); expected a cell some matrix measured")
+    assert_refused(invoke(db_path, "history", "--model", "m1", "--prompt", "edit_fn", "--arm",
+                          "gated"),
+                   "no done runs of model 'm1', prompt 'edit_fn', arm 'gated'; expected a cell "
+                   "some matrix measured")
 
 
 def test_a_generation_job_id_where_a_matrix_id_is_expected_is_named(db_path) -> None:
