@@ -87,7 +87,10 @@ def read_head_versions(address: str) -> dict[str, str]:
 def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
     err = connect_error(address, timeout_s)
     if err is not None:
-        raise UserError(f"cannot reach the head at {address}: {_line(err)}") from None
+        waited = f" (no answer in {timeout_s:g} s)" if isinstance(err, TimeoutError) else ""
+        raise UserError(f"cannot reach the head at {address}: {_line(err)}{waited}; expected "
+                        "the HOST:PORT `specfleet fleet up` printed on the head, reachable from "
+                        "here") from None
 
 
 def check_versions(head: dict[str, str], local: dict[str, str]) -> None:

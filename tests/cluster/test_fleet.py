@@ -148,6 +148,8 @@ def test_join_of_an_unreachable_head_is_one_line_at_once() -> None:
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: cannot reach the head at 127.0.0.1:1: ")
+    assert line.endswith("; expected the HOST:PORT `specfleet fleet up` printed on the head, "
+                         "reachable from here")
     assert time.monotonic() - start < 30
 
 
