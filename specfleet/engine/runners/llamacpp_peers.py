@@ -18,6 +18,7 @@ the call, rounded up to `CONTEXT_STEP`.
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Sequence, Set
 from importlib.metadata import version
 from pathlib import Path
@@ -32,6 +33,14 @@ INSTALL_HINT = ("pip install -e '.[llamacpp]' in a checkout (it builds llama.cpp
                 "per backend)")
 
 _llamas: dict[tuple[str, int, int | None, int | None, int | None, bool], Any] = {}
+
+
+@atexit.register
+def _close_llamas() -> None:
+    """Free the cached models while llama_cpp can: left to `Llama.__del__` at interpreter
+    shutdown, each printed a TypeError traceback (its C bindings already torn down)."""
+    while _llamas:
+        _llamas.popitem()[1].close()
 
 
 def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call: PeerCall,
