@@ -40,6 +40,7 @@ def kind_of(mode: int) -> str:
 MAX_TEXT_BYTES = 64 * 2**20  # a batch of 30000 prompts of 2 KB fits; more is a mistake
 STDIN = "-"  # a file name that means standard input (`generate -p -`, `job generate --prompts -`)
 MAX_DEPTH = 32  # a matrix nests 4 levels; anything far deeper is a mistake or an attack
+MAX_NODES = 100_000  # values in one file: YAML aliases can make a small file expand to billions
 
 
 def too_long_integer() -> str:
@@ -106,6 +107,9 @@ def read_text(path: Path, label: str, expected: str | None = None) -> str:
     try:
         kind = kind_of(path.stat().st_mode)
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise UserError(f"{label}: is a dangling link{want or '; expected a regular file'}"
+                            ) from None
         raise UserError(f"{label}: no such file{want}") from None
     except OSError as err:
         raise UserError(f"{label}: cannot read ({err.strerror}){want}") from None
@@ -240,9 +244,28 @@ def check_output_file(path: Path) -> None:
         raise UserError(f"{path}: is read-only; expected a file to replace or nothing")
 
 
+class _TooManyValues(yaml.YAMLError):
+    def __init__(self, mark: yaml.Mark) -> None:
+        super().__init__()
+        self.mark = mark
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping, and an integer too long
-    for Python to read (`sys.get_int_max_str_digits`). Merge keys (`<<: *base`) work."""
+    """SafeLoader that refuses a key given twice in one mapping, an integer too long for
+    Python to read (`sys.get_int_max_str_digits`), and a file of more than `MAX_NODES`
+    values as it reads it. Merge keys (`<<: *base`) work."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        # Counted while composing: 50 MB of list items took minutes and gigabytes to read
+        # before the values were counted. A key and its value each count, hence twice.
+        self.nodes += 1
+        if self.nodes > 2 * MAX_NODES:
+            raise _TooManyValues(self.peek_event().start_mark)
+        return super().compose_node(parent, index)
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -357,6 +380,9 @@ def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except RecursionError:
         raise UserError(f"{label}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    except _TooManyValues as err:
+        raise UserError(f"{label}: more than {MAX_NODES} values by line {err.mark.line + 1}; "
+                        "expected a far shorter file") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

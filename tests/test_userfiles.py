@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specfleet import userfiles
 from specfleet.errors import UserError
 from specfleet.userfiles import (
     MAX_TEXT_BYTES,
@@ -15,6 +16,7 @@ from specfleet.userfiles import (
     check_writable_dir,
     given_path,
     read_text,
+    read_yaml,
 )
 
 
@@ -78,6 +80,18 @@ def test_read_text_reads_a_bounded_amount(tmp_path):
     assert refusal(read_text, path, "huge.yaml") == \
         "huge.yaml: larger than 64 MiB, more than specfleet reads; expected a file of at " \
         "most 64 MiB"
+
+
+def test_read_yaml_counts_values_as_it_reads(tmp_path, monkeypatch):
+    # 50 MB of list items took 4 minutes and ended in a MemoryError traceback: the values
+    # were counted only once the whole file was read.
+    monkeypatch.setattr(userfiles, "MAX_NODES", 10)
+    path = tmp_path / "m.yaml"
+    path.write_text("name: x\nitems:\n" + "- a\n" * 30)
+    assert refusal(read_yaml, path, "m.yaml") == (
+        "m.yaml: more than 10 values by line 18; expected a far shorter file")
+    path.write_text("name: x\nitems: [a, b, c]\n")
+    assert read_yaml(path, "m.yaml") == {"name": "x", "items": ["a", "b", "c"]}
 
 
 def test_folder_path_under_a_file_is_refused(tmp_path):

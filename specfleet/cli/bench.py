@@ -43,7 +43,8 @@ def _is_file(item: str) -> bool:
     # wrong (a missing file was "prompts[0].name: use letters, digits ...").
     # `notes.md` is a file too: a packaged prompt is named without its suffix.
     path = Path(item)
-    if path.is_file() or "/" in item or os.sep in item or path.suffix in (".txt", ".md"):
+    # os.path's isfile: False, not an OSError, for a name too long to look up.
+    if os.path.isfile(path) or "/" in item or os.sep in item or path.suffix in (".txt", ".md"):
         return True
     # Something of that name here (a folder, a FIFO, a link loop) and no packaged prompt: its
     # reader says what it is, not "no prompt file 'adir.txt' in the packaged prompts".

@@ -146,14 +146,14 @@ def check_context(settings: Any, model: str, engine: str) -> None:
         return
     if context is None:
         return
-    needed, flag = _round_positions(settings), _blamed_flag(settings, context)
+    needed, flag = round_positions(settings), _blamed_flag(settings, context)
     if needed > context:
         raise UserError(f"{flag} {getattr(settings, flag[2:].replace('-', '_'))}: a round needs "
                         f"{needed} positions (prompt, steps, verify blocks) but {model} has a "
                         f"context of {context} tokens; expected a smaller {flag}")
 
 
-def _round_positions(settings: Any, **lowered: int) -> int:
+def round_positions(settings: Any, **lowered: int) -> int:
     """Positions a round fills: the prompt, the pipelined steps, then each verify block and
     the one token it keeps (`lowered`: settings taken at another value)."""
     value = {**dataclasses.asdict(settings), **lowered}
@@ -168,10 +168,10 @@ def _blamed_flag(settings: Any, context: int) -> str:
     blocks = settings.max_width * (settings.reps + 1)
     taken = {"--prompt-len": settings.prompt_len, "--steps": settings.steps,
              "--reps": blocks if settings.reps > 1 else 0, "--max-width": blocks}
-    least = {"--prompt-len": _round_positions(settings, prompt_len=1),
-             "--steps": _round_positions(settings, steps=2),
-             "--reps": _round_positions(settings, reps=1),
-             "--max-width": _round_positions(settings, max_width=1)}
+    least = {"--prompt-len": round_positions(settings, prompt_len=1),
+             "--steps": round_positions(settings, steps=2),
+             "--reps": round_positions(settings, reps=1),
+             "--max-width": round_positions(settings, max_width=1)}
     fixing = [flag for flag in taken if taken[flag] and least[flag] <= context]
     return max(fixing or list(taken), key=lambda flag: (taken[flag], flag == "--reps"))
 

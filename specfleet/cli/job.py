@@ -94,6 +94,8 @@ def generate(
     here = choose_fleet(address, embedded).embedded
     if here:  # this machine alone: an unknown model is said before Ray starts
         refuse_model(job.model, job.target.engine, "--model")
+        _refuse_overruns(job, f"--prompts {STDIN}" if prompts == STDIN else prompts,
+                         max_tokens is not None)
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
                       embedded=embedded)
@@ -144,6 +146,26 @@ def _refuse_lookup_flags(ctx: typer.Context, own: dict[str, Any]) -> None:
         flag = LOOKUP_FLAG_PREFIX + named[0].removeprefix("own_").replace("_", "-")
         raise UserError(f"{flag} given with --policy plain, which drafts nothing; expected "
                         "a drafting --policy to use it (or no lookup flags)")
+
+
+def _refuse_overruns(job: Any, label: str, flag_given: bool) -> None:
+    """A prompt whose own tokens and max_tokens pass the model's context on this machine:
+    its run would fail once the fleet started, and the failed job stay stored. Counted with
+    the model's tokenizer.json before any chat template (a floor), as `matrix run` counts."""
+    from specfleet.workers.loaded import model_context
+
+    context, count = model_context(job.model, job.target.engine)
+    if context is None or count is None:
+        return
+    for prompt in job.prompts:
+        tokens, limit = count(prompt.prompt), prompt.max_tokens or job.max_tokens
+        if tokens + limit > context:
+            where = ("the line's" if prompt.max_tokens else
+                     "--max-tokens" if flag_given else "the default of --max-tokens")
+            raise UserError(f"{label}: prompt {prompt.name!r}: {tokens} tokens before any chat "
+                            f"template and max_tokens {limit} ({where}) pass the context of "
+                            f"{job.model} ({context} tokens); expected a shorter prompt or a "
+                            "smaller max_tokens")
 
 
 def _job_name(prompts: str) -> str:
@@ -226,8 +248,10 @@ def calibrate(
     if host is not None and (problem := host_name_problem(host)):  # --target's: TargetRef
         raise UserError(f"--host: {problem}")
     refuse_embedded_stranger(host, "--host", address, embedded)
-    if engine is not None and choose_fleet(address, embedded).embedded:
-        refuse_model(model, engine, "--model")  # this machine alone: before Ray starts
+    if choose_fleet(address, embedded).embedded:  # this machine alone: before Ray starts
+        if engine is not None:
+            refuse_model(model, engine, "--model")
+        _refuse_long_rounds(model, engine, max_width, quick)
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=engine == "toy",
                       hosts=[host] if host is not None else None, embedded=embedded)
@@ -242,6 +266,29 @@ def calibrate(
         failures = _calibrate_all(store, view, targets, model, max_width, quick)
     if failures:
         raise typer.Exit(1)
+
+
+def _refuse_long_rounds(model: str, engine: str | None, max_width: int, quick: bool) -> None:
+    """A round past the model's context on this machine: its calibration failed once the fleet
+    started ('index out of range in self' where positions are learned), as `calibrate`
+    refuses it before loading."""
+    from dataclasses import replace
+
+    from specfleet.cli.calibrate import round_positions
+    from specfleet.engine.kinds import MODEL_ENGINES
+    from specfleet.engine.widthcosts import QUICK, CalibrationSettings
+    from specfleet.workers.loaded import model_context
+
+    settings = replace(QUICK if quick else CalibrationSettings(), max_width=max_width)
+    for name in [engine] if engine is not None else MODEL_ENGINES:
+        context, _ = model_context(model, name)
+        if context is not None and round_positions(settings) > context:
+            fits = round_positions(settings, max_width=1) <= context
+            raise UserError(f"--model {model}: a calibration round{' (--quick)' * quick} needs "
+                            f"{round_positions(settings)} positions (prompt, steps, verify "
+                            f"blocks), past its context of {context} tokens; expected "
+                            + ("a smaller --max-width" if fits else "a model of a longer "
+                               "context (`specfleet calibrate` takes a shorter --prompt-len)"))
 
 
 def _calibrate_all(

@@ -251,16 +251,16 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         no_source = found.no_source
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
-    with open_store(db) as store:  # after the fleet: one that is not there makes no store
+    matrix_id = new_matrix_id(spec.name)
+    runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+    if not here:
+        refuse_unrunnable_models(check_on_hosts(spec, label, view).errors)
+    skips = peer_skips(spec, select_targets(spec, view.targets, view.kinds))
+    runs, sourceless = drop_sourceless(runs, no_source, label)
+    # After the fleet and the plan: a fleet not there or a plan refused makes no store.
+    with open_store(db) as store:
         _say_written_back(store)
-        matrix_id = new_matrix_id(spec.name)
-        runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
-        if not here:
-            refuse_unrunnable_models(check_on_hosts(spec, label, view).errors)
-        for line in peer_skips(spec, select_targets(spec, view.targets, view.kinds)):
-            typer.echo(line, err=True)
-        runs, skips = drop_sourceless(runs, no_source, label)
-        for line in skips:
+        for line in [*skips, *sourceless]:
             typer.echo(line, err=True)
         view.record_hosts(store)
         store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=matrix_id)

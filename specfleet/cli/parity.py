@@ -172,16 +172,17 @@ def parity(
     if baseline is not None:  # an unknown baseline (or store) fails before anything runs
         with open_store(db, read_only=True) as store:
             store.get_matrix(baseline)
-    # The store after the fleet: a fleet that is not there makes no store.
-    with fleet_view(address, "toy" in spec.targets.engines, embedded) as view, \
-            open_store(db) as store:
-        matrix_id = run_parity_matrix(store, spec, view, progress)
-        report(store, matrix_id, view.workers if replay else None, None)
+    with fleet_view(address, "toy" in spec.targets.engines, embedded) as view:
+        matrix_id, runs = plan_parity(spec, view)
+        # The store after the fleet and the plan: a fleet not there or a plan refused makes
+        # no store.
+        with open_store(db) as store:
+            run_parity_matrix(store, spec, view, matrix_id, runs, progress)
+            report(store, matrix_id, view.workers if replay else None, None)
 
 
-def run_parity_matrix(store, spec, view, progress: bool = True) -> str:
-    """Plan a parity spec on the fleet, store it and run it; return the matrix id."""
-    from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
+def plan_parity(spec, view) -> tuple[str, list]:
+    """The parity spec's matrix id and runs on the fleet `view` shows (its peer skips said)."""
     from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
     from specfleet.store.store import new_matrix_id
 
@@ -191,13 +192,20 @@ def run_parity_matrix(store, spec, view, progress: bool = True) -> str:
         typer.echo(line, err=True)
     if not runs:
         raise UserError(f"{spec.label}: no target of the fleet matches its targets")
+    return matrix_id, runs
+
+
+def run_parity_matrix(store, spec, view, matrix_id: str, runs: list,
+                      progress: bool = True) -> None:
+    """Store the planned parity matrix and run it."""
+    from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
+
     for change in getattr(spec, "overridden", []):
         typer.echo(f"parity: {change}", err=True)
     store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id)
     typer.echo(f"parity matrix {matrix_id}: {len(runs)} runs", err=True)
     run_matrix(store, matrix_id, view.workers, options=SchedulerOptions(progress=progress),
                machines=view.machines)
-    return matrix_id
 
 
 def register(app: typer.Typer) -> None:

@@ -60,7 +60,9 @@ def matrix_path(text: str | Path) -> Path:
         The path to read; a missing one is returned unchanged (the loader names it).
     """
     path = Path(text)
-    if os.path.exists(path) or not is_bare_name(str(text)):  # a name too long: False
+    # lexists: a link here named `demo` that leads nowhere is the user's, not the packaged
+    # demo; False for a name too long.
+    if os.path.lexists(path) or not is_bare_name(str(text)):
         return path
     packaged = matrices_dir() / f"{text}.yaml"
     return packaged if os.path.isfile(packaged) else path

@@ -33,13 +33,25 @@ def cold_widths(runner: Runner, max_draft: int) -> list[int]:
     return [width for width in verify_widths(max_draft) if width not in done]
 
 
-def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int) -> float:
+def fitting_draft(max_draft: int, context_tokens: int | None) -> int:
+    """`max_draft`, or less where its warm-up would run past a model context of
+    `context_tokens` (learned positions, as GPT-2's, fail there): each width keeps one token
+    cached, so width w ends at position WARM_CONTEXT_TOKENS + 2w - 3."""
+    if context_tokens is None:
+        return max_draft
+    return max(1, min(max_draft, (context_tokens - WARM_CONTEXT_TOKENS) // 2))
+
+
+def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int,
+                          context_tokens: int | None = None) -> float:
     """Run each cold verify width once over a short prefix of `prompt` and roll it back.
 
     Args:
         runner: the model; its caches are reset and left empty (`generate` prefills anew).
         prompt: the prompt (not empty); its first `WARM_CONTEXT_TOKENS` tokens are prefilled.
         max_draft: widths 2..max_draft+1 are executed, each once per runner per process.
+        context_tokens: the model's context, where known: widths that would run past it
+            are left out (`fitting_draft`).
 
     Returns:
         Seconds spent; 0.0 when every width was already warm.
@@ -47,7 +59,7 @@ def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int)
     if not prompt:
         raise ValueError("the warm-up prompt is empty")
     runner.reset()
-    widths = cold_widths(runner, max_draft)
+    widths = cold_widths(runner, fitting_draft(max_draft, context_tokens))
     if not widths:
         return 0.0
     start = time.perf_counter()

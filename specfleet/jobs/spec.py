@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, Self, get_type_hints
 
 from pydantic import (
     AfterValidator,
@@ -40,7 +40,7 @@ from specfleet.engine.peers import (
     is_peer,
     peer_kind,
 )
-from specfleet.engine.stats import LoopGuardConfig
+from specfleet.engine.stats import LOOP_GUARD_MAX, LoopGuardConfig
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.run import ARMS, OWN_ARMS, Arm, LoopGuard, OwnArm, Target
 from specfleet.settings import host_name_problem
@@ -244,11 +244,24 @@ def _parse_loop_guard(value: Any) -> Any:
         guard = LoopGuardConfig.parse(value)
     except ConfigError as err:
         raise ValueError(str(err)) from None
+    # parse reads a number past the bound as the bound + 1: say the one written.
+    for (name, number), text in zip(asdict(guard).items(), value.split(","), strict=True):
+        if number > LOOP_GUARD_MAX:
+            written = text.strip()
+            shown = written if len(written) <= 20 else f"{written[:17]}..."
+            raise ValueError(f"{name} must be at most {LOOP_GUARD_MAX}, got {shown}")
     return asdict(guard)  # the field's own bounds and spec_checks validate it
 
 
+class LoopGuardSpec(LoopGuard):
+    __doc__ = LoopGuard.__doc__
+    # Strict as every matrix field ("4" or 4.0 for a count is a mistake worth naming); a
+    # run carries it as the `LoopGuard` it is.
+    model_config = ConfigDict(strict=True, title="LoopGuard")
+
+
 LoopGuardField = Annotated[
-    LoopGuard, BeforeValidator(_parse_loop_guard, json_schema_input_type=str | LoopGuard)
+    LoopGuardSpec, BeforeValidator(_parse_loop_guard, json_schema_input_type=str | LoopGuardSpec)
 ]
 
 
@@ -286,7 +299,7 @@ class MatrixSpec(_Strict):
     # Where the matrix was read from (its file), for messages; not stored with the matrix.
     _source: str | None = PrivateAttr(None)
 
-    def from_source(self, source: str) -> MatrixSpec:
+    def from_source(self, source: str) -> Self:
         """This spec, its messages naming `source` (the file it was read from)."""
         copy = self.model_copy()
         copy._source = source

@@ -24,9 +24,10 @@ from specfleet.engine.config import (
 )
 from specfleet.engine.kinds import Engine
 from specfleet.engine.peers import PeerKind, peer_kind
-from specfleet.errors import UserError
+from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import (
     ARM_OPTIONS,
+    MAX_MODEL_LEN,
     NAME_PATTERN,
     ArmSpec,
     MatrixSpec,
@@ -84,6 +85,7 @@ def matrix_problems(spec: MatrixSpec, label: str, prompt_dir: Path,
         (("arms",), lambda: _check_arms(spec, label, left_out)),
         (("max_tokens",), lambda: _check_max_tokens(spec, label, left_out)),
         (("loop_guard",), lambda: _check_loop_guard(spec, label)),
+        (("seed", "temperature"), lambda: _check_seed(spec, label)),
         (("targets",), lambda: _check_targets(spec.targets, f"{label}: targets", ("targets",),
                                               left_out)),
         (("prompt_suffix",), lambda: _check_prompt_suffix(spec, label, left_out)),
@@ -107,6 +109,9 @@ def _check_models(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[s
     for i, model in models:
         if not model.strip():
             yield f"{label}: models[{i}]: must not be blank"
+        elif len(model) > MAX_MODEL_LEN:  # a relative folder, read from the file's folder
+            yield (f"{label}: models[{i}]: must be at most {MAX_MODEL_LEN} characters as an "
+                   f"absolute path, got {describe_value(model)} ({len(model)} characters)")
     yield from _twice(models, f"{label}: models", "model")
 
 
@@ -306,6 +311,12 @@ def _check_loop_guard(spec: MatrixSpec, label: str) -> Iterator[str]:
     if guard is not None and guard.max_period < guard.min_period:
         yield (f"{label}: loop_guard.max_period: must be >= min_period "
                f"({guard.min_period}), got {guard.max_period}")
+
+
+def _check_seed(spec: MatrixSpec, label: str) -> Iterator[str]:
+    if spec.seed is not None and spec.temperature == 0.0:  # as `generate --seed` says it
+        yield (f"{label}: seed: given with temperature 0 (greedy: nothing is drawn at "
+               "random); expected a temperature above 0 to sample with it (or no seed)")
 
 
 def _check_prompt_suffix(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:

@@ -11,6 +11,7 @@ file of that name.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import replace
@@ -72,7 +73,7 @@ def check_matrix_file(path: str | Path, prompt_dir: str | Path | None = None) ->
     names = ", ".join(packaged_names(matrices_dir()))
     given_path(label, "matrix file", f"a YAML file or a packaged matrix ({names})")
     resolved = matrix_path(path)
-    if not resolved.exists() and is_bare_name(label):
+    if not os.path.lexists(resolved) and is_bare_name(label):
         raise UserError(f"{label}: no such file, nor a packaged matrix (packaged: {names})")
     data = read_yaml(resolved, label)
     return parse_matrix_spec(data, label, resolved.resolve().parent, prompt_dir)
@@ -289,4 +290,4 @@ def load_parity_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
     if spec.temperature != 0.0:
         forced.append(f"temperature {spec.temperature} -> 0")
     fields = spec.model_dump(exclude={"repeats", "temperature"})
-    return ParitySpec.model_validate({**fields, "overridden": forced})
+    return ParitySpec.model_validate({**fields, "overridden": forced}).from_source(str(path))

@@ -18,9 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from specfleet.errors import UserError, describe_value, is_utf8
-from specfleet.userfiles import MAX_DEPTH
-
-MAX_NODES = 100_000  # YAML aliases can make a small file expand to billions of nodes
+from specfleet.userfiles import MAX_DEPTH, MAX_NODES
 
 
 def check_plain_data(data: Any, label: str) -> None:

@@ -141,9 +141,10 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
 
 
 _SOURCE_EXPECTED = "bundled, hf:ORG/NAME or a model folder"
-# A Hugging Face repo id: ORG/NAME of letters, digits, '-', '_' and '.', neither starting
-# with '.' nor holding '..' (a path such as `hf:../../etc` is no repo).
-_HF_ID = re.compile(r"hf:(?!\.)(?!.*\.\.)[\w.-]+/(?!\.)[\w.-]+")
+# A Hugging Face repo id: ORG/NAME of letters, digits, '-', '_' and '.', each starting and
+# ending with a letter, digit or '_', holding neither '..' nor '--' (huggingface_hub's rule: a
+# path such as `hf:../../etc` is no repo, and `hf download -org/x` would read an option).
+_HF_ID = re.compile(r"hf:(?!.*(?:\.\.|--))\w(?:[\w.-]*\w)?/\w(?:[\w.-]*\w)?")
 
 
 def check_hf_id(source: str, where: str) -> None:

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -68,8 +69,11 @@ class LoadedModel:
         if max_draft in self.warmed_drafts:
             return 0.0
         from specfleet.engine.warmup import warm_up_verify_widths
+        from specfleet.models.registry import context_tokens
 
-        self.warmed_drafts[max_draft] = warm_up_verify_widths(self.runner, prompt_ids, max_draft)
+        context = context_tokens(Path(self.path)) if self.key[0] in MODEL_ENGINES else None
+        self.warmed_drafts[max_draft] = warm_up_verify_widths(self.runner, prompt_ids,
+                                                              max_draft, context)
         self.runner.reset()
         return self.warmed_drafts[max_draft]
 
@@ -247,7 +251,11 @@ def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
         UnsupportedModelError: the runner refuses the model or the device.
     """
     from specfleet.engine.runners.base import UnsupportedModelError
+    from specfleet.engine.runners.folders import json_files_problem
 
+    problem = None if resolved.path is None else json_files_problem(Path(resolved.path))
+    if problem is not None:  # else a TypeError from inside the library's loader
+        raise UnsupportedModelError(problem)
     start = time.perf_counter()
     try:
         # The runner resolves "auto" and refuses a device this host lacks.

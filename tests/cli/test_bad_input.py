@@ -61,6 +61,8 @@ FILES: dict[str, str | bytes] = {
     "seed of 5000 digits": matrix(seed="9" * 5000),  # int() refuses past 4300: a traceback
     "seed -1": matrix(seed="-1"),
     "seed as text": matrix(seed="'7'"),
+    # It ran greedy where the seed said sampling was meant; `generate --seed` refuses it.
+    "seed with greedy decoding": matrix(seed="5"),
     "NUL in prompt text": matrix(prompts='[{name: p, text: "a\\0b"}]'),
     "NUL in a model name": matrix(models='["m\\0"]'),
     "NUL in prompt_suffix": matrix(prompt_suffix='{"script:1ms": "x\\0"}'),
@@ -421,6 +423,11 @@ NO_FILES = files()
 HERE = default_host_name()  # the embedded fleet's one host
 BLANK_MATRIX = "expected a matrix id (`specfleet matrix list`)"
 LONG_NAME = "n" * 300
+# A tokenizer.json of whole words (`tokenizers` reads it; "hi" is one token).
+WORD_TOKENIZER = ('{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], '
+                  '"normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, '
+                  '"post_processor": null, "decoder": null, "model": {"type": "WordLevel", '
+                  '"vocab": {"hi": 0, "[UNK]": 1}, "unk_token": "[UNK]"}}')
 NO_USER = "specfleet-no-such-user"  # ~NO_USER names no home folder  # a file name is at most 255 bytes on Linux and macOS
 
 # case -> (environment, files, arguments, what the one line names); `{here}` is the case's
@@ -451,6 +458,9 @@ NAMED = {
     "generate: -m hf: with no repo": (  # "'hf:':  is not in the local Hugging Face cache"
         {}, NO_FILES, ["generate", "-m", "hf:", "-p", "hi"],
         ["--model: model 'hf:' is no Hugging Face repo id; expected hf:ORG/NAME"]),
+    "generate: -m hf: with an org starting with '-'": (  # its hint said `hf download -org/x`
+        {}, NO_FILES, ["generate", "-m", "hf:-org/x", "-p", "hi"],
+        ["--model: model 'hf:-org/x' is no Hugging Face repo id; expected hf:ORG/NAME"]),
     "SPECFLEET_MODELS: an hf: source that is a path": (  # its hint said `hf download ../../etc`
         {"SPECFLEET_MODELS": "{here}/models.yaml"},
         files(models__yaml='models:\n  x:\n    torch: "hf:../../etc"\n'), ["models", "list"],
@@ -817,7 +827,7 @@ NAMED = {
         [f"--baseline: {BLANK_MATRIX}, got a blank one"]),
     "parity: a blank matrix id": (
         {}, NO_FILES, ["parity", " ", "--db", "{db}"],
-        [f"WHAT: {BLANK_MATRIX} or `run FILE`, got a blank one"]),
+        [f"MATRIX_ID|run: {BLANK_MATRIX} or `run FILE`, got a blank one"]),
     "compare: an empty baseline id": (
         {}, NO_FILES, ["compare", "", "{mid}", "--db", "{db}"], [f"A: {BLANK_MATRIX}"]),
     "compare: an empty second id": (
@@ -935,6 +945,33 @@ NAMED = {
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
         ["the torch engine cannot load this folder (Validation error for field "
          "'max_position_embeddings': TypeError: Field 'max_position_embeddings' expected int"]),
+    # Each a TypeError traceback from inside the library's loader (a list, null or number
+    # where it reads a JSON object); the file is named.
+    "generate: a tokenizer.json that is a list (mlx)": (
+        {}, files(config__json='{"model_type": "llama"}', tokenizer__json="[]"),
+        ["generate", "-m", "{here}", "-p", "hi", "--engine", "mlx"],
+        ["--model {here}: {here}/tokenizer.json: expected a JSON object, got a list"]),
+    "generate: a generation_config.json that is null (torch)": (
+        {}, files(config__json='{"model_type": "llama"}', generation_config__json="null"),
+        ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
+        ["{here}/generation_config.json: expected a JSON object, got nothing (null)"]),
+    # Every run failed once the embedded fleet had started, the failed job stored.
+    "job generate: max_tokens past the model's context, embedded": (
+        {}, files(config__json='{"model_type": "llama", "max_position_embeddings": 64}',
+                  w__safetensors="", tokenizer__json=WORD_TOKENIZER,
+                  b__jsonl='{"prompt": "hi hi"}\n{"prompt": "hi", "max_tokens": 64}\n'),
+        ["job", "generate", "--prompts", "{here}/b.jsonl", "--target", f"{HERE}/torch",
+         "--model", "{here}", "--embedded", "--max-tokens", "8", "--db", "{db}"],
+        ["{here}/b.jsonl: prompt 'line-2': 1 tokens before any chat template and max_tokens 64 "
+         "(the line's) pass the context of {here} (64 tokens); expected a shorter prompt or a "
+         "smaller max_tokens"]),
+    "job generate: a model folder whose tokenizer_config.json is not JSON, embedded": (
+        {}, files(config__json='{"model_type": "llama"}', w__safetensors="",
+                  tokenizer_config__json="{", b__jsonl='{"prompt": "hi"}\n'),
+        ["job", "generate", "--prompts", "{here}/b.jsonl", "--target", f"{HERE}/torch",
+         "--model", "{here}", "--embedded", "--db", "{db}"],
+        ["--model: torch: {here}/tokenizer_config.json: not JSON (Expecting property name "
+         "enclosed in double quotes at line 1 column 2); expected a JSON object"]),
     # A model whose context is not known: a huge value ran for hours.
     "calibrate: --rounds past its bound": (
         {}, files(config__json="{}"), ["calibrate", "-m", "{here}", "--rounds", "5000"],
@@ -968,6 +1005,14 @@ NAMED = {
         {}, NO_FILES, ["bench", "-m", "script:1ms", "-p", "{here}/p.txt", "-e", "toy",
                        "--address", "127.0.0.1:1", "--db", "{db}"],
         ["{here}/p.txt: no such file; expected a prompt text file"]),
+    "bench: --prompt a name too long for the file system": (  # an OSError traceback
+        {}, NO_FILES, ["bench", "-m", "script:1ms", "-p", "x" * 300, "-e", "toy",
+                       "--address", "127.0.0.1:1", "--db", "{db}"],
+        ["bench: --prompt xxxx", "must be at most 128 characters"]),
+    "bench: --prompt a file name too long for the file system": (  # an OSError traceback
+        {}, NO_FILES, ["bench", "-m", "script:1ms", "-p", "{here}/" + "x" * 300 + ".txt",
+                       "-e", "toy", "--address", "127.0.0.1:1", "--db", "{db}"],
+        ["cannot read (File name too long); expected a prompt text file"]),
     "bench: an unknown model, --db a new store": (  # the store was made, then refused
         {}, NO_FILES, ["bench", "-m", "no-such-model", "-p", "story", "-e", "torch", "--db",
                        "{here}/new.db", "--embedded", "--no-progress"],
@@ -1052,6 +1097,12 @@ NAMED = {
         {}, files(m__yaml=matrix(targets="{engines: [toy], hosts: ['bad host']}")),
         ["matrix", "validate", "{here}/m.yaml"],
         ["targets.hosts[0]: expected a host name of letters, digits", "got 'bad host'"]),
+    # Its calibration failed once the embedded fleet started: "index out of range in self".
+    "job calibrate: a round past the model's context, embedded": (
+        {}, files(config__json='{"model_type": "gpt2", "n_positions": 48}'),
+        ["job", "calibrate", "--model", "{here}", "--quick", "--embedded", "--db", "{db}"],
+        ["--model {here}: a calibration round (--quick) needs 206 positions (prompt, steps, "
+         "verify blocks), past its context of 48 tokens; expected a model of a longer context"]),
     "job calibrate: a host no fleet could have": (
         {}, NO_FILES, ["job", "calibrate", "--model", "smollm2-135m", "--host", "bad host",
                        "--address", "127.0.0.1:1", "--db", "{db}"],
@@ -1282,6 +1333,21 @@ def test_a_damaged_weights_file_is_one_line(tmp_path, engine, said) -> None:
     assert result.exit_code == 2, (result.exception, result.stderr)
     (line,) = result.stderr.splitlines()
     assert f"{tmp_path}: the {engine} engine cannot load this folder {said}" in line, line
+
+
+def test_a_config_without_the_fields_mlx_lm_requires_is_one_line(tmp_path) -> None:
+    # mlx-lm's ModelArgs raised a TypeError traceback (GPT-2 saved by transformers 5 has no
+    # n_ctx). Weights of one tensor: they are read before the config's fields are.
+    header = b'{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    (tmp_path / "model.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + bytes(4))
+    result = CliRunner().invoke(app, ["generate", "-m", str(tmp_path), "-p", "hi", "--engine",
+                                      "mlx"])
+    assert result.exit_code == 2, (result.exception, result.stderr)
+    (line,) = result.stderr.splitlines()
+    assert (f"{tmp_path}: the mlx engine cannot load this folder (ModelArgs.__init__() missing "
+            "7 required positional arguments: 'n_ctx', ") in line, line
 
 
 @pytest.mark.parametrize("args", [

@@ -407,3 +407,19 @@ def test_plain_says_its_warm_up_is_the_first_forwards(bundled_model):
     assert plain.exit_code == 0, plain.stderr
     assert re.search(r"^\[Warm-up\] first forwards \(widths 2\.\.8\) in \d+\.\d{3} s ",
                      plain.stderr, re.M), plain.stderr
+
+
+@pytest.mark.torch
+def test_the_warm_up_stays_inside_a_short_context_of_learned_positions(bundled_model, tmp_path):
+    # Verify width 65 of --prompt-lookup-max-draft 64 ran past GPT-2's 48 positions in the
+    # warm-up: an IndexError traceback, though the prompt and reply fitted.
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.for_model("gpt2", vocab_size=49152, n_positions=48, n_embd=16,
+                                  n_layer=1, n_head=2)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(bundled_model).save_pretrained(tmp_path)
+    result = invoke("generate", "-m", str(tmp_path), "--engine", "torch", "-p", "hi", "-n", "4",
+                    "--prompt-lookup", "--prompt-lookup-max-draft", "64", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["generated_tokens"] == 4

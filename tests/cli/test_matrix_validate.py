@@ -10,6 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
+from specfleet.errors import describe_value
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec_files import load_matrix_spec
@@ -127,6 +128,21 @@ def test_an_unknown_model_is_named_beside_the_files_other_mistakes(tmp_path: Pat
                                "alias in ")  # once, not per engine
     assert lines[2].startswith(f"error: {path}: models[2]: model '{tmp_path}/nofolder' is "
                                "neither an alias")
+
+
+def test_a_model_folder_too_long_once_read_from_the_files_folder(tmp_path: Path) -> None:
+    # `./` + 250 characters is 256 as written, longer than the store's column once read from
+    # the file's folder: it passed, and hid every other model's mistake from validate.
+    far = "./" + "m" * 250
+    path = write(tmp_path, f"name: v\nmodels: ['{far}', nosuch]\nprompts: [story]\n"
+                 "arms: [plain]\nrepeats: 0\ntargets: {engines: [torch]}\n")
+    lines = error_lines(invoke("matrix", "validate", path))
+    assert [line.split(": ")[2] for line in lines] == ["models[0]", "models[1]", "repeats"]
+    anchored = tmp_path / far[2:]
+    assert lines[0] == (f"error: {path}: models[0]: must be at most 256 characters as an "
+                        f"absolute path, got {describe_value(str(anchored))} "
+                        f"({len(str(anchored))} characters)")
+    assert lines[1].startswith(f"error: {path}: models[1]: torch: model 'nosuch' is neither")
 
 
 def test_a_prompt_entry_with_two_problems_names_both(tmp_path: Path) -> None:
@@ -298,6 +314,21 @@ def test_numbers_yaml_11_and_a_reader_disagree_on_are_refused(tmp_path: Path) ->
         assert said in line, line
 
 
+def test_a_loop_guard_is_read_as_strictly_as_every_field(tmp_path: Path) -> None:
+    # The mapping took '1', 32.0 and true for counts; a count past the bound was said as
+    # "got 100001", whatever was written.
+    for field, said in [
+        ("loop_guard: {min_period: '1'}", "loop_guard.min_period: expected an integer, got '1'"),
+        ("loop_guard: {max_period: 32.0}", "loop_guard.max_period: expected an integer, got "
+         "32.0"),
+        ("loop_guard: {repeats: true}", "loop_guard.repeats: expected an integer, got true"),
+        ("loop_guard: '1,1000000,4'", "loop_guard: max_period must be at most 100000, got "
+         "1000000"),
+    ]:
+        (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, GOOD + field)))
+        assert line.endswith(said), line
+
+
 def test_yaml_12_exponents_read_as_numbers(tmp_path: Path) -> None:
     # YAML 1.1 read `1e3` as text ("expected an integer, got '1e3'"); a zero stays a zero.
     spec = load_matrix_spec(write(tmp_path, GOOD + "temperature: 5e-1\nseed: 00\n"))
@@ -326,6 +357,17 @@ def test_a_prompt_dir_too_long_to_look_up_does_not_exist(tmp_path: Path) -> None
     text = GOOD.replace('{name: p, text: "hello hello"}', "p") + f"prompt_dir: {'d' * 5000}\n"
     (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, text)))
     assert "prompts[0]: no prompt 'p': prompt directory" in line and "does not exist" in line
+
+
+def test_a_link_named_like_a_packaged_matrix_is_the_users(tmp_path: Path, monkeypatch) -> None:
+    # A link named `demo` that leads nowhere (or to itself): the packaged demo was read instead.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").symlink_to(tmp_path / "gone.yaml")
+    assert error_lines(invoke("matrix", "validate", "demo")) == [
+        "error: demo: is a dangling link; expected a regular file"]
+    (tmp_path / "full").symlink_to("full")
+    assert error_lines(invoke("matrix", "validate", "full")) == [
+        "error: full: cannot read (Too many levels of symbolic links)"]
 
 
 def test_a_missing_prompt_lists_only_names_a_prompt_could_take_and_not_all_of_them(

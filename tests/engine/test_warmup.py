@@ -7,7 +7,7 @@ import pytest
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.loop import generate, warm_up_verify_widths
 from specfleet.engine.runners.toy import InductionModel, WidthRecordingModel
-from specfleet.engine.warmup import WARM_CONTEXT_TOKENS, cold_widths
+from specfleet.engine.warmup import WARM_CONTEXT_TOKENS, cold_widths, fitting_draft
 
 
 def test_warmup_runs_every_verify_width_and_rolls_each_back():
@@ -23,6 +23,18 @@ def test_warmup_runs_every_verify_width_and_rolls_each_back():
     assert seconds >= 0.0
     with pytest.raises(ValueError):
         warm_up_verify_widths(model, [], 4)
+
+
+def test_warmup_stays_inside_a_short_context():
+    # Width 65 of max draft 64 ran past a 48-token context: with learned positions (GPT-2)
+    # an IndexError traceback out of `generate`, whose reply itself fitted.
+    model = WidthRecordingModel()
+    warm_up_verify_widths(model, list(range(1, 40)), 64, context_tokens=48)
+    widths = model.forward_widths[1:]  # after the prefill
+    assert widths == list(range(2, fitting_draft(64, 48) + 2)) and widths[-1] == 23
+    # Each width keeps one token: the widest ends at position 4 + 21 + 23 - 1 = 47.
+    assert WARM_CONTEXT_TOKENS + len(widths) - 1 + widths[-1] - 1 == 47
+    assert fitting_draft(8, 48) == 8 and fitting_draft(8, None) == 8 and fitting_draft(8, 3) == 1
 
 
 def test_warmup_happens_once_per_loaded_model_and_width():

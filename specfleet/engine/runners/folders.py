@@ -10,12 +10,18 @@ import json
 from pathlib import Path
 
 from specfleet.engine.kinds import MODEL_ENGINES
+from specfleet.errors import describe_value
+from specfleet.userfiles import too_long_integer
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.npz")  # sharded files match too
 # Any file a Hugging Face tokenizer loads from (sentencepiece models, BPE and WordPiece
 # vocabularies, tiktoken ranks), or its config: a folder is refused only when it has none.
 TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer_config.json", "*.model", "vocab.json",
                       "vocab.txt", "*.tiktoken")
+# The JSON files beside config.json that transformers and mlx-lm read as objects: a list,
+# number or null in one was a TypeError traceback from inside the library.
+JSON_OBJECT_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                     "special_tokens_map.json", "added_tokens.json")
 
 
 def folder_problem(folder: Path, engine: str) -> str | None:
@@ -40,6 +46,31 @@ def folder_problem(folder: Path, engine: str) -> str | None:
     if model_type is not None and not knows_model_type(engine, model_type):
         return (f"{folder}: model_type {model_type!r} is an architecture the {engine} engine "
                 f"does not know; expected one its library ({_LIBRARY[engine]}) implements")
+    return json_files_problem(folder)
+
+
+def json_files_problem(folder: Path) -> str | None:
+    """Why one of the folder's `JSON_OBJECT_FILES` is no JSON object, naming it; None when
+    each one there is."""
+    for name in JSON_OBJECT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_bytes())
+        except json.JSONDecodeError as err:
+            return (f"{path}: not JSON ({err.msg} at line {err.lineno} column {err.colno}); "
+                    "expected a JSON object")
+        except UnicodeDecodeError as err:
+            return f"{path}: not UTF-8 text (byte {err.start}); expected a JSON object"
+        except RecursionError:
+            return f"{path}: nested too deeply; expected a JSON object"
+        except ValueError:  # int() of 4300+ digits
+            return f"{path}: {too_long_integer()}; expected a JSON object"
+        except OSError as err:
+            return f"{path}: cannot read ({err.strerror}); expected a JSON object"
+        if not isinstance(data, dict):
+            return f"{path}: expected a JSON object, got {describe_value(data)}"
     return None
 
 

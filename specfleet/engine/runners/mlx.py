@@ -114,8 +114,9 @@ class MlxRunner(TokenizerText):
         try:
             model, tokenizer = mlx_load(str(path))
         # MLX's reader refusing a damaged weights file; a config field mlx-lm or transformers
-        # cannot use (no heads, a vocabulary past int32, an unknown dtype).
-        except (RuntimeError, ArithmeticError, AttributeError) as err:
+        # cannot use (no heads, a vocabulary past int32, an unknown dtype) or one its
+        # ModelArgs requires and config.json lacks (a TypeError).
+        except (RuntimeError, ArithmeticError, AttributeError, TypeError) as err:
             raise ValueError(" ".join(str(err).split()) or type(err).__name__) from None
         check_chat_template(tokenizer)
         if resolved == "cpu":

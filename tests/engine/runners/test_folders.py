@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from specfleet.engine.runners.folders import folder_problem, knows_model_type
+from specfleet.engine.runners.folders import folder_problem, json_files_problem, knows_model_type
 
 
 def folder(tmp_path, *files: str, model_type: str | None = "llama"):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
-    for name in files:
-        (tmp_path / name).write_bytes(b"")
+    for name in files:  # a JSON file holds an object (`json_files_problem` reads it)
+        (tmp_path / name).write_bytes(b"{}" if name.endswith(".json") else b"")
     return tmp_path
 
 
@@ -20,6 +20,23 @@ def folder(tmp_path, *files: str, model_type: str | None = "llama"):
                                        "vocab.txt", "tokenizer_config.json", "x.tiktoken"])
 def test_any_tokenizer_file_a_library_loads_from_will_do(tmp_path, tokenizer) -> None:
     assert folder_problem(folder(tmp_path, "model.safetensors", tokenizer), "torch") is None
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (b"[]", "tokenizer.json: expected a JSON object, got a list"),
+    (b"null", "tokenizer.json: expected a JSON object, got nothing (null)"),
+    (b"{", "tokenizer.json: not JSON (Expecting property name enclosed in double quotes at line "
+           "1 column 2); expected a JSON object"),
+    (b'{"a": "\xff"}', "tokenizer.json: not UTF-8 text (byte 7); expected a JSON object"),
+    (b"[" * 100_000 + b"]" * 100_000, "tokenizer.json: nested too deeply"),
+])
+def test_a_json_file_the_loaders_read_as_an_object_is_named(tmp_path, content, said) -> None:
+    # A list or null there was a TypeError traceback from inside transformers or mlx-lm.
+    tmp = folder(tmp_path, "model.safetensors", "tokenizer.json")
+    assert json_files_problem(tmp) is None
+    (tmp / "tokenizer.json").write_bytes(content)
+    assert folder_problem(tmp, "torch") == json_files_problem(tmp)
+    assert json_files_problem(tmp).startswith(f"{tmp}/{said}"), json_files_problem(tmp)
 
 
 def test_what_is_missing_is_named(tmp_path) -> None:
