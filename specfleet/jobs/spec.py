@@ -283,7 +283,8 @@ class MatrixSpec(_Strict):
         TokenLimit(default=256), description="New-token limit: N or {default, mlx, torch}.")
     temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False,
                                description="0 = greedy.")
-    seed: SeedField = Field(None, description="Sampling seed 0..2^31-1 (same every repeat).")
+    seed: SeedField = Field(None, description="Sampling seed 0..2^31-1 (same every repeat; "
+                            "with temperature > 0).")
     chat: bool = Field(True, description="Wrap prompts in the model's chat template.")
     loop_guard: LoopGuardField | None = Field(
         None, description="Stop looping replies: 'min,max,repeats' or a mapping (docs/engine.md, 'Loop guard').")
