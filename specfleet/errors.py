@@ -6,6 +6,7 @@ as one line on stderr and exits with status 2. Anything else is a bug and keeps 
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 INTERRUPTED_EXIT = 130  # the shell's status for a command stopped by SIGINT (or our SIGTERM)
@@ -65,5 +66,7 @@ def describe_value(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
+    if isinstance(value, date):  # YAML reads an unquoted 2024-01-01 so, not as text
+        return f"a date ({value.isoformat()}; quote it for text)"
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -388,3 +388,10 @@ def test_a_missing_prompt_lists_only_names_a_prompt_could_take_and_not_all_of_th
     many = error_lines(invoke("matrix", "validate", write(tmp_path, text + "prompt_dir: many\n")))
     assert many[0].endswith(", p19, ... (5 more))"), many
     assert "p20" not in many[0]
+
+
+def test_an_unquoted_date_is_named_as_a_date_with_the_fix(tmp_path: Path) -> None:
+    # It said "got datetime.date(2024, 1, 1)": Python's repr of what YAML read.
+    path = write(tmp_path, "name: 2024-01-01\n" + GOOD.split("\n", 1)[1])
+    assert error_lines(invoke("matrix", "validate", path)) == [
+        f"error: {path}: name: expected a string, got a date (2024-01-01; quote it for text)"]
