@@ -71,7 +71,9 @@ def matrix_path(text: str | Path) -> Path:
 def prompt_path(text: str | Path) -> Path:
     """The prompt file meant by `text`: an existing path, else the packaged `<text>.txt`."""
     path = Path(text)
-    if os.path.exists(path) or not is_bare_name(str(text)):  # a name too long: False
+    # lexists: a link here named `story` that leads nowhere is the user's, not the packaged
+    # story; False for a name too long.
+    if os.path.lexists(path) or not is_bare_name(str(text)):
         return path
     for suffix in PROMPT_SUFFIXES:
         packaged = prompts_dir() / f"{text}{suffix}"

@@ -27,6 +27,15 @@ def test_prompt_from_stdin_file_or_packaged_name(tmp_path: Path, monkeypatch) ->
         read_prompt(None, "-", io.BytesIO(b"  \n"))
 
 
+def test_a_dangling_link_named_like_a_packaged_prompt_is_the_users(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    # It read the packaged story in place of the user's link that leads nowhere.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "story").symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(UserError, match=r"^--prompt-file story: is a dangling link; expected"):
+        read_prompt(None, "story")
+
+
 def test_a_closed_standard_input_is_one_line(monkeypatch) -> None:
     monkeypatch.setattr(sys, "stdin", None)  # as Python starts with fd 0 closed (`<&-`)
     with pytest.raises(UserError, match=r"^--prompt -: standard input is closed; expected UTF-8"):
