@@ -204,6 +204,10 @@ def resolve_model(
         raise UserError(f"model {alias_or_path!r} is {kind_of(os.stat(folder).st_mode)}, not a "
                         "model folder; expected an alias (`specfleet models list`) or the "
                         "folder holding the model's config.json")
+    elif os.path.islink(folder):  # it exists as a link: "no such folder" would misdirect
+        raise UserError(f"model {alias_or_path!r} is a link that leads to no folder (to "
+                        f"{os.readlink(folder)}); expected the folder holding the model's "
+                        "config.json, or an alias (`specfleet models list`)")
     else:
         known = ", ".join(sorted(registry))
         raise UserError(

@@ -157,3 +157,14 @@ def test_a_file_given_as_the_model_is_named_a_file(registry, tmp_path):
     assert str(err.value) == (f"model {str(gguf)!r} is a file, not a model folder; expected an "
                               "alias (`specfleet models list`) or the folder holding the "
                               "model's config.json")
+
+
+def test_a_link_to_no_folder_given_as_the_model_is_named_a_link(registry, tmp_path):
+    """A dangling link read 'neither an alias ... nor an existing model folder'."""
+    link = tmp_path / "model"
+    link.symlink_to(tmp_path / "moved-away")
+    with pytest.raises(UserError) as err:
+        resolve_model(str(link), "torch")
+    assert str(err.value) == (f"model {str(link)!r} is a link that leads to no folder (to "
+                              f"{tmp_path / 'moved-away'}); expected the folder holding the "
+                              "model's config.json, or an alias (`specfleet models list`)")
