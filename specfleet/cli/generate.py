@@ -267,7 +267,7 @@ def warm_verify_widths(loaded: LoadedModel, prompt_ids: list[int],
                        lookup: PromptLookupConfig | None, announce: bool) -> float:
     """Warm the widths the reply may verify behind a status line; their time, said apart."""
     max_draft = lookup.max_draft if lookup is not None else DEFAULT_MAX_DRAFT
-    widths = f"2..{max_draft + 1}"
+    widths = f"2..{loaded.warm_draft(max_draft) + 1}"  # fewer where the context is short
     with status_line(f"warming up verify widths {widths} ({loaded.alias}, "
                      f"{loaded.runner.engine})"):
         warmup_s = loaded.warm(prompt_ids, max_draft)

@@ -42,16 +42,14 @@ def fitting_draft(max_draft: int, context_tokens: int | None) -> int:
     return max(1, min(max_draft, (context_tokens - WARM_CONTEXT_TOKENS) // 2))
 
 
-def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int,
-                          context_tokens: int | None = None) -> float:
+def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int) -> float:
     """Run each cold verify width once over a short prefix of `prompt` and roll it back.
 
     Args:
         runner: the model; its caches are reset and left empty (`generate` prefills anew).
         prompt: the prompt (not empty); its first `WARM_CONTEXT_TOKENS` tokens are prefilled.
-        max_draft: widths 2..max_draft+1 are executed, each once per runner per process.
-        context_tokens: the model's context, where known: widths that would run past it
-            are left out (`fitting_draft`).
+        max_draft: widths 2..max_draft+1 are executed, each once per runner per process
+            (`fitting_draft` gives the widest a short context holds).
 
     Returns:
         Seconds spent; 0.0 when every width was already warm.
@@ -59,7 +57,7 @@ def warm_up_verify_widths(runner: Runner, prompt: Sequence[int], max_draft: int,
     if not prompt:
         raise ValueError("the warm-up prompt is empty")
     runner.reset()
-    widths = cold_widths(runner, fitting_draft(max_draft, context_tokens))
+    widths = cold_widths(runner, max_draft)
     if not widths:
         return 0.0
     start = time.perf_counter()

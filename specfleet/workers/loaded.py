@@ -63,17 +63,25 @@ class LoadedModel:
     def path(self) -> str:
         return self.key[2]
 
-    def warm(self, prompt_ids: Sequence[int], max_draft: int) -> float:
-        """Run every verify width up to `max_draft + 1` once per max draft (the engine also
-        keeps it once per runner per process); 0.0 when already warm. Leaves the caches empty."""
-        if max_draft in self.warmed_drafts:
-            return 0.0
-        from specfleet.engine.warmup import warm_up_verify_widths
+    def warm_draft(self, max_draft: int) -> int:
+        """The widest draft `warm` runs for `max_draft`: less where the model's context is
+        too short for the warm-up of every width (`engine.warmup.fitting_draft`)."""
+        from specfleet.engine.warmup import fitting_draft
         from specfleet.models.registry import context_tokens
 
         context = context_tokens(Path(self.path)) if self.key[0] in MODEL_ENGINES else None
+        return fitting_draft(max_draft, context)
+
+    def warm(self, prompt_ids: Sequence[int], max_draft: int) -> float:
+        """Run every verify width up to `warm_draft(max_draft) + 1` once per max draft (the
+        engine also keeps it once per runner per process); 0.0 when already warm. Leaves the
+        caches empty."""
+        if max_draft in self.warmed_drafts:
+            return 0.0
+        from specfleet.engine.warmup import warm_up_verify_widths
+
         self.warmed_drafts[max_draft] = warm_up_verify_widths(self.runner, prompt_ids,
-                                                              max_draft, context)
+                                                              self.warm_draft(max_draft))
         self.runner.reset()
         return self.warmed_drafts[max_draft]
 

@@ -29,7 +29,7 @@ def test_warmup_stays_inside_a_short_context():
     # Width 65 of max draft 64 ran past a 48-token context: with learned positions (GPT-2)
     # an IndexError traceback out of `generate`, whose reply itself fitted.
     model = WidthRecordingModel()
-    warm_up_verify_widths(model, list(range(1, 40)), 64, context_tokens=48)
+    warm_up_verify_widths(model, list(range(1, 40)), fitting_draft(64, 48))
     widths = model.forward_widths[1:]  # after the prefill
     assert widths == list(range(2, fitting_draft(64, 48) + 2)) and widths[-1] == 23
     # Each width keeps one token: the widest ends at position 4 + 21 + 23 - 1 = 47.
