@@ -64,6 +64,10 @@ def _query(request: Request, allowed: dict, required: tuple = ()) -> dict:
     return params.parse(request.query_params, allowed, required)
 
 
+def _matrix_id(request: Request) -> str:
+    return params.stored_id(request.path_params["matrix_id"], "matrix", "matrix list")
+
+
 class FiniteJSON(JSONResponse):
     """JSON with a non-finite float (a hand-edited store's `inf` tok/s) as null: Starlette's
     refuses NaN and infinity, so the page was a 500."""
@@ -114,24 +118,22 @@ class Views:
     async def matrix(self, request: Request) -> Response:
         return await self._page(
             request, partial(pages.matrix_page, self.store),
-            "matrix.html", {}, matrix_id=request.path_params["matrix_id"])
+            "matrix.html", {}, matrix_id=_matrix_id(request))
 
     async def parity(self, request: Request) -> Response:
         return await self._page(
             request, partial(pages.parity_page, self.store),
-            "parity.html", {}, matrix_id=request.path_params["matrix_id"])
+            "parity.html", {}, matrix_id=_matrix_id(request))
 
     async def progress(self, request: Request) -> Response:
         _query(request, {})
-        matrix_id = request.path_params["matrix_id"]
-        matrix = await run_in_threadpool(self.store.get_matrix, matrix_id)
+        matrix = await run_in_threadpool(self.store.get_matrix, _matrix_id(request))
         return FiniteJSON(pages.progress(matrix))
 
     async def runs(self, request: Request) -> Response:
         return await self._page(
             request, partial(pages.runs_page, self.store),
-            "runs.html", {"page": params.page_number},
-            matrix_id=request.path_params["matrix_id"])
+            "runs.html", {"page": params.page_number}, matrix_id=_matrix_id(request))
 
     async def jobs(self, request: Request) -> Response:
         return await self._page(
@@ -141,11 +143,12 @@ class Views:
     async def job(self, request: Request) -> Response:
         return await self._page(
             request, partial(pages.job_page, self.store),
-            "job.html", {"page": params.page_number}, job_id=request.path_params["job_id"])
+            "job.html", {"page": params.page_number},
+            job_id=params.stored_id(request.path_params["job_id"], "generation job", "job list"))
 
     async def download(self, request: Request) -> Response:
         _query(request, {})
-        matrix_id, fmt = request.path_params["matrix_id"], request.path_params["fmt"]
+        matrix_id, fmt = _matrix_id(request), request.path_params["fmt"]
         if fmt not in FORMATS:
             raise NotFound(f"no download runs.{fmt[:40]}; expected "
                            f"{' or '.join('runs.' + f for f in FORMATS)}")
@@ -163,7 +166,7 @@ class Views:
 
     async def spec(self, request: Request) -> Response:
         _query(request, {})
-        matrix = await run_in_threadpool(self.store.get_matrix, request.path_params["matrix_id"])
+        matrix = await run_in_threadpool(self.store.get_matrix, _matrix_id(request))
         return PlainTextResponse(pages.spec_yaml(matrix.spec),
                                  media_type="text/plain; charset=utf-8")
 

@@ -17,6 +17,7 @@ from urllib.parse import quote_plus, urlencode
 
 import yaml
 
+from specfleet.errors import UserError
 from specfleet.report.build import done_runs
 from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import (
@@ -30,6 +31,7 @@ from specfleet.report.history import (
 )
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
+from specfleet.report.results import check_stored_values
 from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
 from specfleet.serve.params import BadParameter, NotFound
@@ -39,6 +41,9 @@ from specfleet.stats.view import view_of_runs
 MATRICES_PER_PAGE = 50
 RUNS_PER_PAGE = 100
 HISTORY_LAST = 50  # newest matrices a history page shows unless ?last= says otherwise
+# What a history page's refusal calls a filter `check_stored_values` would name by its flag.
+QUERY_NAMES = {"model": "query parameter model", "prompt": "query parameter prompt",
+               "host": "query parameter target's HOST"}
 PROGRESS_STATUSES = ("done", "running", "pending", "failed", "interrupted")
 COVERAGE_FIELDS = ("host", "engine", "device", "model", "prompt_name", "arm")  # a run's cell
 # What `conditions_by_host` reads of a run besides its cell.
@@ -240,7 +245,14 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
                  last: int | None = HISTORY_LAST, as_json: bool = False) -> dict:
     """One cell over time (the newest `last` matrices, None: all): per target a tok/s plot
     and a speed-up plot, and the table."""
-    rows = cell_history(store, model, prompt, arm, target, last=last)
+    try:
+        rows = cell_history(store, model, prompt, arm, target, last=last)
+    except UserError:
+        # It names `history`'s flags (--model); here they are query parameters.
+        where = {"model": [model], "prompt": [prompt]}
+        check_stored_values(store, {**where, "host": [target.split("/")[0]]} if target
+                            else where, flags=QUERY_NAMES)
+        raise
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
     if as_json:
         return {"title": title, "last": last,

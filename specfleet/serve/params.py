@@ -28,6 +28,7 @@ class NotFound(Exception):
 # Past this a page's OFFSET overflows SQLite's 64-bit integer (a 500, not a 400).
 MAX_PAGE = 1_000_000
 MAX_COUNT = 100_000  # rows a page may ask for
+MAX_ID_CHARS = 64  # the width of the matrix and job id columns (store/tables.py)
 
 
 def page_number(value: str) -> int:
@@ -59,8 +60,23 @@ def arm(value: str) -> str:
 
 
 def text(value: str) -> str:
-    if not value or len(value) > 256:
-        raise ValueError("expected 1 to 256 characters")
+    # PostgreSQL refuses to compare a NUL (a 500); no stored name or id holds one.
+    if not value or len(value) > 256 or "\x00" in value:
+        raise ValueError("expected 1 to 256 characters, none of them NUL")
+    return value
+
+
+def stored_id(value: str, what: str, lister: str) -> str:
+    """A matrix or job id from a path, when the store could hold it.
+
+    Raises:
+        NotFound: an id past the id columns' width (cut in the line, not echoed whole) or
+            with a NUL (PostgreSQL refuses to compare one: a 500).
+    """
+    if len(value) > MAX_ID_CHARS or "\x00" in value:
+        cut = "..." if len(value) > MAX_ID_CHARS else ""
+        raise NotFound(f"no {what} {value[:MAX_ID_CHARS]!r}{cut}; expected an id of at most "
+                       f"{MAX_ID_CHARS} characters without NUL, as `specfleet {lister}` shows")
     return value
 
 

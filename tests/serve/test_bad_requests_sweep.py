@@ -1,6 +1,7 @@
 """Requests the web view must refuse in one line rather than answer wrongly: a body where the
-parameters belong in the query, an over-long parameter name, a login form or query that is
-not what the form sends, a second `Authorization` header."""
+parameters belong in the query, an over-long parameter name or id, a NUL where PostgreSQL
+cannot compare one, a login form or query that is not what the form sends, a second
+`Authorization` header."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from starlette.testclient import TestClient
 from specfleet.serve import create_app
 from specfleet.serve.auth import COOKIE
 from specfleet.store.readonly import open_read_only
-from tests.serve.seed import BASE
+from tests.serve.seed import BASE, JOB, LOOPBACK_URL, seed_store
 
 TOKEN = "0123456789abcdef-the-right-token"
 WRONG = "0123456789abcdef-the-wrong-token"
@@ -39,6 +40,61 @@ def test_an_over_long_unknown_parameter_name_is_cut_in_the_error(client):
     response = client.get("/api/matrices?" + "x" * 5000)
     assert response.status_code == 400
     assert response.json()["error"] == f"unknown query parameter {'x' * 80!r}; expected page"
+
+
+@pytest.mark.parametrize("path", ["/matrices/{}", "/api/matrices/{}/progress",
+                                  "/matrices/{}/runs.csv", "/matrices/{}/spec.yaml",
+                                  "/api/jobs/{}"])
+def test_an_over_long_id_is_cut_in_the_404(client, path):
+    # Echoed whole before: a 50,000-character id made a 50 KB error line.
+    response = client.get(path.format("x" * 50_000))
+    error = response.json()["error"] if "/api/" in path else response.text
+    assert response.status_code == 404 and len(error) < 5000
+    assert f"{'x' * 64!r}...; expected an id of at most 64 characters" in error.replace(
+        "&#39;", "'")
+
+
+NUL_REQUESTS = ["/api/matrices/a%00b", "/api/matrices/%00/progress", "/api/matrices/%00/runs",
+                "/api/matrices/%00/parity", "/matrices/%00/runs.csv", "/matrices/%00/spec.yaml",
+                "/api/jobs/%00", f"/api/compare?a={BASE}&b=%00",
+                "/api/history?model=%00&prompt=edit_fn&arm=graded",
+                "/api/history?model=m1&prompt=a%00&arm=graded"]
+
+
+def _refuses_nul(web, path):
+    response = web.get(path)
+    error = response.json()["error"] if path.startswith("/api/") else response.text
+    assert "NUL" in error, (path, error)
+    assert response.status_code == (400 if "?" in path else 404), path
+
+
+@pytest.mark.parametrize("path", NUL_REQUESTS)
+def test_a_nul_in_an_id_or_name_is_refused_before_the_store(client, path):
+    _refuses_nul(client, path)
+
+
+@pytest.mark.postgres
+def test_a_nul_is_no_500_on_postgres(pg_url):
+    # PostgreSQL refuses to compare a string holding a NUL: every one of these was a 500.
+    seed_store(pg_url)
+    with (open_read_only(pg_url) as store,
+          TestClient(create_app(store), base_url=LOOPBACK_URL,
+                     raise_server_exceptions=False) as web):
+        for path in NUL_REQUESTS:
+            _refuses_nul(web, path)
+        assert web.get(f"/api/jobs/{JOB}").status_code == 200
+
+
+@pytest.mark.parametrize(("query", "says"), [
+    ("model=nope&prompt=edit_fn", "query parameter model: no stored run has 'nope'"),
+    ("model=m1&prompt=nope", "query parameter prompt: no stored run has 'nope'"),
+    ("model=m1&prompt=edit_fn&target=nosuch",
+     "query parameter target's HOST: no stored run has 'nosuch'"),
+])
+def test_a_history_of_nothing_stored_names_the_query_parameter_not_a_flag(client, query, says):
+    response = client.get(f"/api/history?{query}&arm=graded")
+    assert response.status_code == 404
+    assert response.json()["error"].startswith(says) and "--" not in response.json()["error"]
 
 
 @pytest.mark.parametrize(("query", "says"), [
