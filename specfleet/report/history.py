@@ -80,6 +80,9 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
         on = f" on {target}" if target else ""
         cell = f"model {model!r}, prompt {prompt!r}, arm {arm!r}{on}"
         listed = f"`specfleet results --model {model} --prompt {prompt} --arm {arm}`"
+        if last is not None:  # `where` kept the newest matrices' runs: a job's were left out
+            runs = store.runs(columns=HISTORY_FIELDS,
+                              **{k: v for k, v in where.items() if k != "matrix"})
         in_jobs = sum(1 for run in runs if run.arm == arm and run.matrix_id is None)
         if in_jobs:  # history follows matrices; a job's runs read "no done runs" before
             raise UserError(f"no matrix measured {cell}: its {in_jobs} done run(s) belong to "

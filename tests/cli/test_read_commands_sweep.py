@@ -10,6 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
+from specfleet.errors import UserError
+from specfleet.report.history import cell_history
 from specfleet.store import open_store
 from tests.store.factory import HOST_A, result, spec
 
@@ -82,6 +84,10 @@ def test_history_of_a_cell_only_a_generation_job_ran_says_so(db_path) -> None:
                    "done run(s) belong to generation jobs, which history does not follow "
                    "(`specfleet results --model m1 --prompt edit_fn --arm calibrated` shows "
                    "them); expected a cell some matrix measured")
+    with open_store(str(db_path), read_only=True) as store, pytest.raises(  # the web view's
+            UserError, match="^no matrix measured model 'm1', prompt 'edit_fn', arm "  # ?last=
+                             "'calibrated': its 1 done"):
+        cell_history(store, "m1", "edit_fn", "calibrated", last=3)
     assert_refused(invoke(db_path, "history", "--model", "m1", "--prompt", "edit_fn", "--arm",
                           "gated"),
                    "no done runs of model 'm1', prompt 'edit_fn', arm 'gated'; expected a cell "
