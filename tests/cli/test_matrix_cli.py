@@ -264,25 +264,14 @@ def test_a_malformed_matrix_file_is_one_line_exit_2_store_untouched(fleet, tmp_p
     assert row_counts(db) == before
 
 
-def test_a_plan_the_fleet_refuses_makes_no_new_store(fleet, tmp_path):
+@pytest.mark.parametrize("command", [["matrix", "run"], ["parity", "run"]])
+def test_a_plan_the_fleet_refuses_makes_no_new_store(fleet, tmp_path, command):
     # The store was made once the fleet answered, then the plan found no target.
     path = write(tmp_path, "m.yaml", "name: m\ntargets: {hosts: [nowhere], engines: [toy]}\n"
                  + GOOD_FIELDS)
     new = tmp_path / "new.db"
-    result = invoke("matrix", "run", path, "--address", fleet.address, "--db",
-                    f"sqlite:///{new}", "--no-progress")
-    assert_one_line_error(result)
-    assert f"error: {path}: targets: no target matches" in result.stderr, result.stderr
-    assert not new.exists()
-
-
-def test_a_parity_plan_the_fleet_refuses_makes_no_new_store(fleet, tmp_path):
-    # As `matrix run`: parity run opened the store, then planned and found no target.
-    path = write(tmp_path, "m.yaml", "name: m\ntargets: {hosts: [nowhere], engines: [toy]}\n"
-                 + GOOD_FIELDS)
-    new = tmp_path / "new.db"
-    result = invoke("parity", "run", path, "--address", fleet.address, "--db",
-                    f"sqlite:///{new}", "--no-replay")
+    result = invoke(*command, path, "--address", fleet.address, "--db", f"sqlite:///{new}",
+                    "--no-progress")
     assert_one_line_error(result)
     assert f"error: {path}: targets: no target matches" in result.stderr, result.stderr
     assert not new.exists()

@@ -52,16 +52,21 @@ def test_a_port_whose_connections_linger_in_time_wait_is_free():
     check_free("127.0.0.1", _port_in_time_wait())  # uvicorn listens there: so may we
 
 
-@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 on this machine")
-@pytest.mark.parametrize("host", ["::ffff:127.0.0.1", "fe80::1"])
-def test_a_host_the_listener_cannot_bind_is_one_line_naming_host(tmp_path, store_path, served,
-                                                                host):
+def refused_host(tmp_path, store_path: str, host: str, served: list) -> list[str]:
+    """The lines `serve --host HOST` (shared, with a token file) refuses it with."""
     token_file = tmp_path / "view.token"
     token_file.write_text("5e1f0c3a9b7d4e2f8a6c1b3d5f7e9a0c\n")
     result = runner.invoke(app, ["serve", "--db", store_path, "--host", host, "--port", "8266",
                                  "--token-file", str(token_file)])
     assert result.exit_code == 2 and not served, result.output
-    assert result.stderr.splitlines() == [
+    return result.stderr.splitlines()
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 on this machine")
+@pytest.mark.parametrize("host", ["::ffff:127.0.0.1", "fe80::1"])
+def test_a_host_the_listener_cannot_bind_is_one_line_naming_host(tmp_path, store_path, served,
+                                                                host):
+    assert refused_host(tmp_path, store_path, host, served) == [
         f"error: --host {host}: not an address of this machine (Invalid argument); expected "
         "one of its addresses, e.g. 127.0.0.1 or 0.0.0.0"]
 
@@ -82,11 +87,6 @@ def test_loopback_shorthands_are_open_as_loopback(store_path, served, host):
 def test_a_host_name_the_resolver_cannot_encode_is_one_line_naming_host(tmp_path, store_path,
                                                                         served, host):
     # The resolver's IDNA codec raised a UnicodeError: a traceback.
-    token_file = tmp_path / "view.token"
-    token_file.write_text("5e1f0c3a9b7d4e2f8a6c1b3d5f7e9a0c\n")
-    result = runner.invoke(app, ["serve", "--db", store_path, "--host", host, "--port", "8266",
-                                 "--token-file", str(token_file)])
-    assert result.exit_code == 2 and not served, result.output
-    assert result.stderr.splitlines() == [
+    assert refused_host(tmp_path, store_path, host, served) == [
         f"error: --host {host!r}: not a host name (a label between dots is empty or over 63 "
         "characters); expected an address of this machine, e.g. 127.0.0.1 or 0.0.0.0"]
