@@ -38,6 +38,7 @@ from specfleet.serve import pages, params
 from specfleet.serve.auth import OPEN_PREFIX, Login, TokenGate, is_open
 from specfleet.serve.fleetpage import FleetReader, fleet_page
 from specfleet.serve.params import NotFound
+from specfleet.store.errors import StoreDamaged, StoreUnreachable
 from specfleet.store.export import FORMATS, export_runs
 from specfleet.store.store import Store
 
@@ -207,6 +208,10 @@ def _error_handlers(views: Views) -> dict:
     async def missing(request: Request, err: Exception) -> Response:
         return answer(request, 404, str(err))
 
+    async def store_unavailable(request: Request, err: Exception) -> Response:
+        # The store's fault, not the visitor's: a 404 "Not found" page sent them looking.
+        return answer(request, 503, str(err))
+
     async def http_error(request: Request, err: HTTPException) -> Response:
         headers = dict(err.headers or {})
         if err.status_code == 405:
@@ -217,6 +222,7 @@ def _error_handlers(views: Views) -> dict:
         return answer(request, err.status_code, message, headers)
 
     return {params.BadParameter: bad_parameter, UserError: missing, NotFound: missing,
+            StoreUnreachable: store_unavailable, StoreDamaged: store_unavailable,
             HTTPException: http_error}
 
 

@@ -24,7 +24,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
 from specfleet.settings import DB, expand_user
-from specfleet.store.errors import StoreUnreachable
+from specfleet.store.errors import StoreDamaged, StoreUnreachable
 from specfleet.userfiles import check_folder_path
 
 BUSY_TIMEOUT_S = 60.0
@@ -397,9 +397,9 @@ def _sqlite_error(low: str, first: str, path: str, source: str,
                              "it and any -wal and -shm file beside it readable by this user")
         return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
     if "not a database" in low or "malformed" in low or "corrupt" in low:
-        return UserError(f"{source}: {path} is not a usable SQLite database ({first})")
+        return StoreDamaged(f"{source}: {path} is not a usable SQLite database ({first})")
     if "no such table" in low or "no such column" in low:  # PostgreSQL: "does not exist"
-        return UserError(f"{source}: {path}: its tables do not match its schema revision "
+        return StoreDamaged(f"{source}: {path}: its tables do not match its schema revision "
                          f"({first}); expected the store as specfleet left it (restore it from "
                          "a backup)")
     if "disk is full" in low:

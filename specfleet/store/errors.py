@@ -23,3 +23,8 @@ class UnknownMatrix(UserError):
 
 class StoreUnreachable(UserError):
     """The store cannot be reached right now (server down, network, disk I/O): worth a retry."""
+
+
+class StoreDamaged(UserError):
+    """The store is not what specfleet left (not a database, tables not of its revision):
+    restored from a backup, not retried."""

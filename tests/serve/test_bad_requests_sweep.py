@@ -138,3 +138,19 @@ def test_two_authorization_headers_are_refused_whichever_comes_first(guarded, or
     headers = [("Authorization", f"Bearer {token}") for token in order]
     response = guarded.get("/api/matrices", headers=headers)
     assert response.status_code == 401 and "this view needs a token" in response.json()["error"]
+
+
+def test_a_store_whose_tables_are_gone_is_a_503_not_a_404(tmp_path):
+    # A table renamed under a running view: every page said 404 "Not found", as if the
+    # visitor had asked for something that was not there.
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'broken.db'}"
+    seed_store(url)
+    with (open_read_only(url) as store,
+          TestClient(create_app(store), base_url=LOOPBACK_URL) as web):
+        with sqlite3.connect(tmp_path / "broken.db") as db:
+            db.execute("ALTER TABLE runs RENAME TO runs_gone")
+        page, api = web.get(f"/matrices/{BASE}"), web.get(f"/api/matrices/{BASE}")
+    assert page.status_code == api.status_code == 503, (page.text, api.text)
+    assert "its tables do not match its schema revision" in api.json()["error"]
