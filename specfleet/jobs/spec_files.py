@@ -289,5 +289,7 @@ def load_parity_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
         forced.append(f"repeats {spec.repeats} -> 1")
     if spec.temperature != 0.0:
         forced.append(f"temperature {spec.temperature} -> 0")
-    fields = spec.model_dump(exclude={"repeats", "temperature"})
+    if spec.seed is not None:  # greedy draws nothing: a seed there is refused in a file
+        forced.append(f"seed {spec.seed} -> none")
+    fields = spec.model_dump(exclude={"repeats", "temperature", "seed"})
     return ParitySpec.model_validate({**fields, "overridden": forced}).from_source(str(path))

@@ -236,10 +236,11 @@ def test_past_three_problems_the_line_counts_the_rest_and_says_where_to_see_them
 
 
 def test_parity_spec_forces_greedy_single_repeat(configs: Path) -> None:
-    spec = load_parity_spec(write(configs, GOOD + "temperature: 0.7\n"))
-    assert (spec.repeats, spec.temperature) == (1, 0.0)
-    assert spec.overridden == ["repeats 3 -> 1", "temperature 0.7 -> 0"]
-    assert isinstance(spec, MatrixSpec)
+    path = write(configs, GOOD + "temperature: 0.7\nseed: 5\n")
+    spec = load_parity_spec(path)
+    assert (spec.repeats, spec.temperature, spec.seed) == (1, 0.0, None)
+    assert spec.overridden == ["repeats 3 -> 1", "temperature 0.7 -> 0", "seed 5 -> none"]
+    assert isinstance(spec, MatrixSpec) and spec.label == str(path)  # messages name the file
 
 
 def test_parity_spec_needs_plain_even_without_speedups(configs: Path) -> None:
