@@ -9,7 +9,6 @@ weights hash; `generate --prompt-lookup-policy calibrated` reads it back
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from contextlib import nullcontext
 from dataclasses import replace
@@ -17,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from specfleet import jsontext
 from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, say, store_table
 from specfleet.cli.options import (
     MAX_WIDTH_LIMIT,
@@ -95,7 +95,7 @@ def calibrate_command(
 
 def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps({"model": loaded.alias, **dataclasses.asdict(costs)}))
+        typer.echo(jsontext.dumps({"model": loaded.alias, **dataclasses.asdict(costs)}))
         return
     typer.echo(f"model={loaded.alias} path={loaded.path} measured in {measure_s:.1f} s")
     typer.echo(costs.format_table())

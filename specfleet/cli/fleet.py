@@ -6,12 +6,12 @@ See docs/fleet.md for the ports to open and the security model.
 from __future__ import annotations
 
 import ipaddress
-import json
 import socket
 from typing import Annotated
 
 import typer
 
+from specfleet import jsontext
 from specfleet.cli.options import AddressOption, EmbeddedOption
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
@@ -173,7 +173,7 @@ def status_command(
     finally:
         disconnect()
     say_fleet(choice, sum(1 for row in rows if row["node_alive"]))
-    typer.echo(json.dumps(rows, indent=1) if as_json else render_status(rows))
+    typer.echo(jsontext.dumps(rows, indent=1) if as_json else render_status(rows))
 
 
 @app.command("leave")

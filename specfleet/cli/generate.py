@@ -10,7 +10,6 @@ shared with `calibrate.py` (`localmodel.py`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from specfleet import jsontext
 from specfleet.cli.generate_io import ReplyStream, footer_lines, read_prompt
 from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, stored_or_measured_costs
 from specfleet.cli.options import (
@@ -348,7 +348,7 @@ def print_result(
     if as_json:
         if not trace:
             result = {key: value for key, value in result.items() if key != "trace"}
-        typer.echo(json.dumps(result))
+        typer.echo(jsontext.dumps(result))
         return
     if stream is not None:
         stream.finish(result["text"])

@@ -62,7 +62,9 @@ def to_rich(grids: list[Grid], heading: str = "") -> str:
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    # A line break would end the table row: a model folder's path may hold one.
+    return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>").replace(
+        "\r", "<br>")
 
 
 def to_markdown(grids: list[Grid], heading: str = "", level: int = 3) -> str:

@@ -6,9 +6,9 @@ This module reads the runs from the store and renders them; the figures come fro
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, fields
 
+from specfleet import jsontext
 from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
@@ -235,11 +235,11 @@ def compare_gap_text(runs_a: list, runs_b: list, a: str, b: str, coverage: Cover
 
 
 def _flat(value):
-    return json.dumps(value, default=str) if isinstance(value, dict | list | tuple) else value
+    return jsontext.dumps(value, default=str) if isinstance(value, dict | list | tuple) else value
 
 
 def _dump(records: list[dict], fmt: str, headers: list[str]) -> str:
     """JSON or CSV of the rows; CSV has its header line even with no rows."""
     if fmt == "json":
-        return json.dumps(records, indent=2, default=str) + "\n"
+        return jsontext.dumps(records, indent=2, default=str) + "\n"
     return to_csv(headers, [[_flat(r[h]) for h in headers] for r in records])

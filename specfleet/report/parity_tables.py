@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
+from specfleet import jsontext
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.parity import PEER_DIFFERS, ArmParity, ParityReport
@@ -112,7 +112,7 @@ def render_parity(report: ParityReport, fmt: str = "table") -> str:
     if fmt == "json":
         body = asdict(report)
         body["summary"] = summary_line(report)
-        return json.dumps(body, indent=2) + "\n"
+        return jsontext.dumps(body, indent=2) + "\n"
     grids = [arm_grid(report)]
     if report.cross:
         grids.append(cross_grid(report))

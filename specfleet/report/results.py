@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import io
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from specfleet import jsontext
 from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
@@ -257,10 +257,10 @@ def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Ra
             return pivot_csv(targets, records, ("model", "prompt", "arm", "max_tokens"))
         body = {"matrix_id": "results", "name": "filtered runs", "targets": list(targets),
                 "rate": rate, "rows": records}
-        return json.dumps(body, indent=2, default=str) + "\n"
+        return jsontext.dumps(body, indent=2, default=str) + "\n"
     records = cell_records(layers)
     if fmt == "json":
-        return json.dumps(records, indent=2) + "\n"
+        return jsontext.dumps(records, indent=2) + "\n"
     headers = list(records[0]) if records else ["target", "model", "prompt", "arm", "max_tokens"]
     return to_csv(headers, [[csv_value(r[h]) for h in headers] for r in records])
 

@@ -10,11 +10,11 @@ of the headline), `THROTTLED` a run of the cell or of its plain ran on a throttl
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
+from specfleet import jsontext
 from specfleet.engine.peers import is_peer
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
@@ -388,7 +388,7 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
         return to_markdown(grids_for(view, pivot), f"## {heading}")
     if fmt == "csv":
         return _csv(view, pivot)
-    return json.dumps(view_body(view, pivot), indent=2, default=str) + "\n"
+    return jsontext.dumps(view_body(view, pivot), indent=2, default=str) + "\n"
 
 
 def view_body(view: MatrixView, pivot: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import time
 from functools import partial
 from pathlib import Path
@@ -33,6 +32,7 @@ from starlette.responses import (
 from starlette.routing import Match, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 
+from specfleet import jsontext
 from specfleet.errors import UserError
 from specfleet.serve import pages, params
 from specfleet.serve.auth import OPEN_PREFIX, Login, TokenGate, is_open
@@ -74,17 +74,7 @@ class FiniteJSON(JSONResponse):
     refuses NaN and infinity, so the page was a 500."""
 
     def render(self, content) -> bytes:
-        return super().render(_finite(content))
-
-
-def _finite(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
+        return super().render(jsontext.finite(content))
 
 
 class Views:

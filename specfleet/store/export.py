@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from specfleet import jsontext
 from specfleet.errors import UserError
 from specfleet.store.rows import RunRow
 
@@ -48,7 +48,7 @@ def _record(row: Any) -> dict[str, Any]:
 
 def _write(records: Sequence[dict[str, Any]], fmt: str, handle: TextIO) -> None:
     if fmt == "json":
-        json.dump(records, handle, indent=1, default=_json_default)
+        handle.write(jsontext.dumps(records, indent=1, default=_json_default))
         handle.write("\n")
         return
     # No runs still gets the header, so a script reading the columns finds them.
@@ -69,5 +69,5 @@ def _csv_value(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, list | dict | tuple):
-        return json.dumps(value, separators=(",", ":"))
+        return jsontext.dumps(value, separators=(",", ":"))
     return value

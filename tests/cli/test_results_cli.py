@@ -237,3 +237,30 @@ def test_a_slow_down_timed_on_a_busy_host_is_no_regression(db_path, tmp_path) ->
     history = json.loads(invoke(busy, "history", "--model", "script", "--prompt", "copy", "--arm",
                                 "graded", "--target", "h1/toy/cpu", "--format", "json").stdout)
     assert "host load (noisy runs)" in history[-1]["differs"]
+
+
+def test_json_stays_strict_json_with_a_zero_median_or_an_inf_rate(db_path, tmp_path) -> None:  # noqa: F811
+    # json.dumps wrote `Infinity` (not JSON: jq and JSON.parse refuse the document) for the
+    # ratio over a zero median and for a hand-edited store's `inf` tok/s.
+    import shutil
+    import sqlite3
+
+    odd = tmp_path / "odd.db"
+    shutil.copy(db_path, odd)
+    with sqlite3.connect(odd) as conn:
+        conn.execute("UPDATE runs SET tok_per_s = 0 WHERE matrix_id = ? AND arm = 'plain'",
+                     (DEMO_ID,))
+        conn.execute("UPDATE runs SET tok_per_s = 1e999 WHERE matrix_id = ? AND rowid = "
+                     "(SELECT min(rowid) FROM runs WHERE matrix_id = ?)", (AFTER_ID, AFTER_ID))
+    cell = ("--model", "script", "--prompt", "copy", "--arm", "plain", "--fail-on", "none")
+    for args in (["results"], ["results", "--cells"], ["results", "--cells", "--pivot", "target"],
+                 ["matrix", "show", AFTER_ID], ["matrix", "show", AFTER_ID, "--pivot", "target"],
+                 ["compare", DEMO_ID, AFTER_ID, "--fail-on", "none"], ["history", *cell]):
+        result = invoke(odd, *args, "--format", "json")
+        assert result.exit_code == 0, (args, result.output)
+        json.loads(result.stdout, parse_constant=pytest.fail)  # fails naming `Infinity`
+    runs = json.loads(invoke(odd, "results", "--matrix", AFTER_ID, "--format", "json").stdout)
+    assert runs[0]["tok_per_s"] is None
+    compared = json.loads(invoke(odd, "compare", DEMO_ID, AFTER_ID, "--format", "json",
+                                 "--fail-on", "none").stdout)
+    assert None in [r["ratio"] for r in compared if r["arm"] == "plain"]

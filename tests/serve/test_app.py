@@ -320,6 +320,10 @@ def test_a_non_finite_stored_rate_is_null_in_json_not_a_500(tmp_path):
         for path in (f"/api/matrices/{BASE}", f"{HISTORY.replace('/', '/api/', 1)}",
                      f"/api/compare?a={BASE}&b={NEXT}"):
             assert web.get(path).status_code == 200, path
+        # The runs.json download wrote `Infinity`, which no strict JSON parser reads.
+        download = json.loads(web.get(f"/matrices/{BASE}/runs.json").text,
+                              parse_constant=lambda name: pytest.fail(f"runs.json: {name}"))
+        assert {r["run_key"]: r["tok_per_s"] for r in download} == rates
 
 
 def test_the_app_store_refuses_writes_itself(seeded_url):
