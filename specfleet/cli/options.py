@@ -104,7 +104,8 @@ ModelAliasOption = Annotated[str, typer.Option(
 
 # A stored generation job a command reads (`job show`).
 JobIdArgument = Annotated[str, typer.Argument(
-    metavar="JOB_ID", callback=not_blank("a job id (`specfleet job list`)"), help="Job id (see `job list`).")]
+    metavar="JOB_ID", callback=not_blank("a job id (`specfleet job list`)"),
+    help="Job id (see `job list`).")]
 
 # A stored matrix a command reads (`matrix show/status/resume`, `report`).
 MatrixIdArgument = Annotated[str, typer.Argument(

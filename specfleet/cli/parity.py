@@ -115,10 +115,11 @@ def report_parity(store, matrix_id: str, workers: dict | None, any_host: Any, *,
 
 
 def parity(
-    what: Annotated[str, typer.Argument(metavar="MATRIX_ID|run", callback=not_blank(f"{MATRIX_ID} or `run FILE`"),
-                                        help="A matrix id, or `run` followed by a file.")],
-    file: Annotated[str | None, typer.Argument(metavar="FILE", help="With `run`: a matrix YAML, run greedy "
-                                                    "with one repeat.")] = None,
+    what: Annotated[str, typer.Argument(
+        metavar="MATRIX_ID|run", callback=not_blank(f"{MATRIX_ID} or `run FILE`"),
+        help="A matrix id, or `run` followed by a file.")],
+    file: Annotated[str | None, typer.Argument(
+        metavar="FILE", help="With `run`: a matrix YAML, run greedy with one repeat.")] = None,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", callback=not_blank(MATRIX_ID),
         help="Matrix whose identical replies must stay identical; it must hold every pair.")] = None,
@@ -144,29 +145,49 @@ def parity(
     `parity ID` checks a stored matrix; `parity run FILE` runs FILE greedy with one repeat
     first. Each divergence is replayed on its target and called near-tie or suspect.
     """
+    _check_arguments(what, file, near_tie)
+    report = functools.partial(report_parity, baseline=baseline, near_tie=near_tie, fmt=fmt,
+                               allow_unverified=allow_unverified)
+    if what != "run":
+        _check_stored(what, report, baseline=baseline, address=address, embedded=embedded,
+                      replay=replay, db=db)
+        return
+    assert file is not None  # `parity run` without FILE was refused above
+    _run_then_check(file, report, baseline=baseline, address=address, embedded=embedded,
+                    replay=replay, progress=progress, db=db)
+
+
+def _check_arguments(what: str, file: str | None, near_tie: float) -> None:
+    """Refuse a near-tie margin that is no positive number and a FILE without `run` (or
+    `run` without one)."""
     if not 0 < near_tie < float("inf"):  # also refuses nan
         raise UserError(f"--near-tie: expected a positive logit margin, got {near_tie}")
     if what != "run" and file is not None:
         raise UserError(f"parity: unexpected extra argument {file!r} (use `parity run FILE`)")
     if what == "run" and file is None:
         raise UserError("parity run: missing FILE (a matrix YAML)")
-    report = functools.partial(report_parity, baseline=baseline, near_tie=near_tie, fmt=fmt,
-                               allow_unverified=allow_unverified)
-    if what != "run":
-        if not replay and (address is not None or embedded):  # the fleet only replays here
-            flag = "--address" if address is not None else "--embedded"
-            raise UserError(f"{flag} picks the fleet that replays divergences, and --no-replay "
-                            "replays none; expected one of them")
-        if baseline is not None and (same := same_matrix(baseline, what,
-                                                         names="--baseline and ID")):
-            raise UserError(same)  # no divergence can be new against itself
-        with open_store(db, read_only=True) as store:
-            if baseline is not None:
-                store.get_matrix(baseline)  # an unknown baseline fails before any replay
-            with replay_workers(address, replay, embedded) as (workers, any_host):
-                report(store, what, workers if replay else None, any_host)
-        return
-    assert file is not None  # `parity run` without FILE was refused above
+
+
+def _check_stored(matrix_id: str, report, *, baseline: str | None, address: str | None,
+                  embedded: bool, replay: bool, db: str | None) -> None:
+    """`parity ID`: the verdicts of a stored matrix, its divergences replayed on a fleet."""
+    if not replay and (address is not None or embedded):  # the fleet only replays here
+        flag = "--address" if address is not None else "--embedded"
+        raise UserError(f"{flag} picks the fleet that replays divergences, and --no-replay "
+                        "replays none; expected one of them")
+    if baseline is not None and (same := same_matrix(baseline, matrix_id,
+                                                     names="--baseline and ID")):
+        raise UserError(same)  # no divergence can be new against itself
+    with open_store(db, read_only=True) as store:
+        if baseline is not None:
+            store.get_matrix(baseline)  # an unknown baseline fails before any replay
+        with replay_workers(address, replay, embedded) as (workers, any_host):
+            report(store, matrix_id, workers if replay else None, any_host)
+
+
+def _run_then_check(file: str, report, *, baseline: str | None, address: str | None,
+                    embedded: bool, replay: bool, progress: bool, db: str | None) -> None:
+    """`parity run FILE`: run the file greedy with one repeat, then its verdicts."""
     spec = load_parity_spec(file)  # before a store is made
     check_store_before_fleet(db)
     if baseline is not None:  # an unknown baseline (or store) fails before anything runs
