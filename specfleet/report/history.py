@@ -54,13 +54,16 @@ def _target_filters(target: str | None) -> dict:
 
 
 def cell_history(store, model: str, prompt: str, arm: str, target: str | None = None,
-                 factor: float = DEFAULT_FACTOR, last: int | None = None) -> list[HistoryRow]:
+                 factor: float = DEFAULT_FACTOR, last: int | None = None,
+                 flags: dict[str, str] | None = None) -> list[HistoryRow]:
     """Every matrix's measurement of one cell, per target in time order, with the change
     from the previous point.
 
     Args:
         last: only the newest `last` matrices that measured the cell (None: all); the first
             point shown then has no previous one.
+        flags: what names the model, prompt and host filters in a refusal
+            (`check_stored_values`; default: the `history` command's flags).
 
     Raises:
         UserError: an unknown arm, a malformed target, or no done run of this cell.
@@ -76,7 +79,7 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
     if not any(run.arm == arm and run.matrix_id is not None for run in runs):
         # A model, prompt or host no run holds is a typo: say which, and what is stored.
         check_stored_values(store, {name: [where[name]] for name in ("model", "prompt", "host")
-                                    if name in where}, flags={"host": "--target HOST"})
+                                    if name in where}, flags=flags or {"host": "--target HOST"})
         on = f" on {target}" if target else ""
         cell = f"model {model!r}, prompt {prompt!r}, arm {arm!r}{on}"
         listed = f"`specfleet results --model {model} --prompt {prompt} --arm {arm}`"

@@ -17,7 +17,6 @@ from urllib.parse import quote_plus, urlencode
 
 import yaml
 
-from specfleet.errors import UserError
 from specfleet.report.build import done_runs
 from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import (
@@ -31,7 +30,6 @@ from specfleet.report.history import (
 )
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
-from specfleet.report.results import check_stored_values
 from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
 from specfleet.serve.params import BadParameter, NotFound
@@ -245,14 +243,7 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
                  last: int | None = HISTORY_LAST, as_json: bool = False) -> dict:
     """One cell over time (the newest `last` matrices, None: all): per target a tok/s plot
     and a speed-up plot, and the table."""
-    try:
-        rows = cell_history(store, model, prompt, arm, target, last=last)
-    except UserError:
-        # It names `history`'s flags (--model); here they are query parameters.
-        where = {"model": [model], "prompt": [prompt]}
-        check_stored_values(store, {**where, "host": [target.split("/")[0]]} if target
-                            else where, flags=QUERY_NAMES)
-        raise
+    rows = cell_history(store, model, prompt, arm, target, last=last, flags=QUERY_NAMES)
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
     if as_json:
         return {"title": title, "last": last,
