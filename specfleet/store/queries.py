@@ -198,12 +198,8 @@ class StoreQueries:
     def run_keys_beginning(self: StoreCore, prefix: str, most: int = 2) -> list[str]:
         """Up to `most` stored run keys that begin with `prefix` (`matrix status` shows 12
         characters of a key), in key order."""
-        if not 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
-            return []
-        stmt = (select(Run.run_key).where(Run.run_key.startswith(prefix, autoescape=True))
-                .order_by(Run.run_key).limit(most))
         with self._read() as session:
-            return list(session.scalars(stmt))
+            return _beginning(session, Run.run_key, prefix, most)
 
     def run_spec(self: StoreCore, run_key: str) -> RunSpec:
         """The RunSpec of a stored run, prompt text included (to run or replay it again).
@@ -266,18 +262,24 @@ def _id_hint(session: Session, given: str, table: type[Matrix | GenerationJob] =
     if table is GenerationJob and session.get(Matrix, given) is not None:
         return "a generation job id, not a matrix's (`specfleet matrix show` reads it)"
     prefix = given.strip()
-    if 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
-        found = session.scalars(select(table.id).where(
-            table.id.startswith(prefix, autoescape=True)).order_by(table.id)
-            .limit(ID_HINTS + 1)).all()
-        if len(found) == 1:
-            return f"a whole id (did you mean {found[0]!r}?)"
-        if found:  # a prefix of several: name them, not only where ids are listed
-            named = ", ".join(repr(f) for f in found[:ID_HINTS])
-            more = ", ..." if len(found) > ID_HINTS else ""
-            return f"a whole id ({prefix!r} begins {named}{more})"
+    found = _beginning(session, table.id, prefix, ID_HINTS + 1)
+    if len(found) == 1:
+        return f"a whole id (did you mean {found[0]!r}?)"
+    if found:  # a prefix of several: name them, not only where ids are listed
+        named = ", ".join(repr(f) for f in found[:ID_HINTS])
+        more = ", ..." if len(found) > ID_HINTS else ""
+        return f"a whole id ({prefix!r} begins {named}{more})"
     lister = "matrix list" if table is Matrix else "job list"
     return f"an id that `specfleet {lister}` shows"
+
+
+def _beginning(session: Session, column: InstrumentedAttribute, prefix: str,
+               most: int) -> list[str]:
+    """Up to `most` stored values of `column` that begin with `prefix`, in order."""
+    if not 0 < len(prefix) <= MAX_ID_HINT_CHARS:  # SQLite refuses a LIKE pattern past ~50 KB
+        return []
+    return list(session.scalars(select(column).where(column.startswith(prefix, autoescape=True))
+                                .order_by(column).limit(most)))
 
 
 def _status_counts(session: Session, ids: list[str] | None,
