@@ -158,11 +158,17 @@ class LoopGuardConfig:
     def parse(cls, text: str) -> LoopGuardConfig:
         """The guard written `MIN,MAX,REPEATS` (`--loop-guard`, a matrix's `loop_guard`), not
         yet validated. Raises `ConfigError` when it is not three whole numbers."""
-        numbers = [whole_number(part.strip(), LOOP_GUARD_MAX) for part in text.split(",")]
-        whole = [n for n in numbers if n is not None]  # one past the bound: `validate` says so
+        parts = [part.strip() for part in text.split(",")]
+        numbers = [whole_number(part, LOOP_GUARD_MAX) for part in parts]
+        whole = [n for n in numbers if n is not None]
         if len(whole) != 3 or len(numbers) != 3:
             raise ConfigError(
                 f"expected 'min_period,max_period,repeats' (e.g. 1,64,8), got {text!r}")
+        for name, number, part in zip(("min_period", "max_period", "repeats"), whole, parts,
+                                      strict=True):
+            if number > LOOP_GUARD_MAX:  # whole_number reads a longer one as the bound + 1
+                shown = part if len(part) <= 20 else f"{part[:17]}..."
+                raise ConfigError(f"{name} must be at most {LOOP_GUARD_MAX}, got {shown}")
         return cls(*whole)
 
     def validate(self) -> LoopGuardConfig:
