@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specfleet.engine.kinds import MODEL_ENGINES
+from specfleet.engine.runners.folders import WEIGHT_SUFFIXES
 from specfleet.errors import UserError, describe_value
 from specfleet.models.bundled import (
     BUNDLED,
@@ -35,7 +36,6 @@ from specfleet.settings import MODELS, expand_user
 from specfleet.userfiles import kind_of, read_text, read_yaml, too_long_integer
 
 HASH_FILE = ".specfleet-weights.json"
-WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
 
 
 @dataclass(frozen=True)

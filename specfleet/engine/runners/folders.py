@@ -13,7 +13,10 @@ from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.errors import describe_value
 from specfleet.userfiles import too_long_integer
 
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.npz")  # sharded files match too
+# What a model's weights are stored in (the registry sizes and hashes these files).
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
+# What an engine loads a folder's weights from (sharded files match too): not a GGUF.
+WEIGHT_PATTERNS = tuple(f"*{suffix}" for suffix in WEIGHT_SUFFIXES if suffix != ".gguf")
 # Any file a Hugging Face tokenizer loads from (sentencepiece models, BPE and WordPiece
 # vocabularies, tiktoken ranks), or its config: a folder is refused only when it has none.
 TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer_config.json", "*.model", "vocab.json",
