@@ -90,9 +90,9 @@ def generate(
     if max_tokens is not None:
         options["max_tokens"] = max_tokens
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
-    refuse_embedded_stranger(job.target.host, "--target", address, embedded)
     here = choose_fleet(address, embedded).embedded
     if here:  # this machine alone: an unknown model is said before Ray starts
+        refuse_hosts_outside_embedded([job.target.host], "--target")
         refuse_model(job.model, job.target.engine, "--model")
         _refuse_overruns(job, f"--prompts {STDIN}" if prompts == STDIN else prompts,
                          max_tokens is not None)
@@ -173,13 +173,6 @@ def _job_name(prompts: str) -> str:
     return "stdin" if prompts == STDIN else Path(prompts).stem
 
 
-def refuse_embedded_stranger(host: str | None, flag: str, address: str | None,
-                             embedded: bool) -> None:
-    """A `--target` or `--host` other than this machine, on the embedded fleet."""
-    if host is not None and choose_fleet(address, embedded).embedded:
-        refuse_hosts_outside_embedded([host], flag)
-
-
 def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:
     from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
 
@@ -247,8 +240,9 @@ def calibrate(
     """
     if host is not None and (problem := host_name_problem(host)):  # --target's: TargetRef
         raise UserError(f"--host: {problem}")
-    refuse_embedded_stranger(host, "--host", address, embedded)
     if choose_fleet(address, embedded).embedded:  # this machine alone: before Ray starts
+        if host is not None:
+            refuse_hosts_outside_embedded([host], "--host")
         if engine is not None:
             refuse_model(model, engine, "--model")
         _refuse_long_rounds(model, engine, max_width, quick)
