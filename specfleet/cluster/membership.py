@@ -204,7 +204,7 @@ def fleet_up(
 ) -> Membership:
     """Start the head (token auth, dashboard on loopback) and this host's worker on it;
     `supervise`: leave a background supervisor (`supervisor.py`) watching the node."""
-    refuse_second_node(noderecord.load())
+    refuse_running_node(noderecord.load())
     check_port_free(port)
     opts = options or NodeOptions()
     check_worker_settings()  # this host's worker inherits them: said before the node starts
@@ -238,7 +238,7 @@ def fleet_join(
         UserError: this machine runs the head or another host's node, no token, the head
             unreachable, or Python / Ray differ from the head's.
     """
-    refuse_other_node(noderecord.load(), name)
+    refuse_running_node(noderecord.load(), joining_as=name)
     opts = options or NodeOptions()
     check_worker_settings()
     info = detect_host(name)
@@ -381,12 +381,22 @@ def _start_own_worker(address: str, host: str, engines: list[str] | None, comman
                         f"expected it to start: its log is under {logs}") from None
     finally:
         ray.shutdown()
-def refuse_second_node(record: noderecord.NodeRecord | None) -> None:
-    """`fleet up` where this machine's recorded node still runs: one line naming it (a second
-    head would orphan the first). A lost node (no raylet) is started again, as the
-    supervisor does."""
-    if record is not None and noderecord.node_alive(record):
+
+
+def refuse_running_node(record: noderecord.NodeRecord | None,
+                        joining_as: str | None = None) -> None:
+    """Refuse a new node where this machine's recorded node still runs: any for `fleet up`
+    (a second head would orphan the first); for `fleet join` as `joining_as`, one running as
+    the head or as another host (its record replaced, that node left running with nothing to
+    stop it). A rejoin as the same host replaces its node (`_stop_stale_node`); a lost node
+    (no raylet) is started again, as the supervisor does."""
+    if record is None or not noderecord.node_alive(record):
+        return
+    if joining_as is None:
         raise UserError(running_node_line(record))
+    if record.head or record.host != joining_as:
+        raise UserError(running_node_line(record, f"`fleet join` as {joining_as}",
+                                          f"join as {joining_as}"))
 
 
 def check_port_free(port: int) -> None:
@@ -401,16 +411,6 @@ def check_port_free(port: int) -> None:
             raise UserError(f"--port {port}: the head's GCS cannot listen there "
                             f"({err.strerror}); expected a port that no Ray head or other "
                             "program here listens on") from None
-
-
-def refuse_other_node(record: noderecord.NodeRecord | None, host: str) -> None:
-    """`fleet join` as `host` where this machine's recorded node still runs as the head or
-    as another host: its record would be replaced, that node (a head: the whole fleet) left
-    running with nothing to stop it. A rejoin as the same host replaces its node
-    (`_stop_stale_node`); a lost node is started again, as the supervisor does."""
-    if record is not None and (record.head or record.host != host) \
-            and noderecord.node_alive(record):
-        raise UserError(running_node_line(record, f"`fleet join` as {host}", f"join as {host}"))
 
 
 def running_node_line(record: noderecord.NodeRecord, before: str = "a new `fleet up`",

@@ -87,9 +87,9 @@ def test_join_beside_a_running_head_or_other_host_is_refused_before_anything_sta
         membership.fleet_join("127.0.0.1:6379", name)
     assert str(err.value) == said
     assert noderecord.load() == recorded
-    membership.refuse_other_node(BOX1, "box1")  # a rejoin as the same host replaces its node
+    membership.refuse_running_node(BOX1, joining_as="box1")  # a rejoin as the same host replaces its node
     monkeypatch.setattr(noderecord, "node_alive", lambda record: False)
-    membership.refuse_other_node(recorded, name)  # a lost node: its record is no longer live
+    membership.refuse_running_node(recorded, joining_as=name)  # a lost node: its record is no longer live
 
 
 def test_leave_with_another_hosts_name_is_refused_before_anything_stops(tmp_path,
