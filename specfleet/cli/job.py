@@ -148,24 +148,23 @@ def _refuse_lookup_flags(ctx: typer.Context, own: dict[str, Any]) -> None:
                         "a drafting --policy to use it (or no lookup flags)")
 
 
-def _refuse_overruns(job: Any, label: str, flag_given: bool) -> None:
+def _refuse_overruns(job: Any, label: str, limit_given: bool) -> None:
     """A prompt whose own tokens and max_tokens pass the model's context on this machine:
     its run would fail once the fleet started, and the failed job stay stored. Counted with
     the model's tokenizer.json before any chat template (a floor), as `matrix run` counts."""
-    from specfleet.workers.loaded import model_context
+    from specfleet.workers.loaded import sure_overruns
 
-    context, count = model_context(job.model, job.target.engine)
-    if context is None or count is None:
-        return
-    for prompt in job.prompts:
-        tokens, limit = count(prompt.prompt), prompt.max_tokens or job.max_tokens
-        if tokens + limit > context:
-            where = ("the line's" if prompt.max_tokens else
-                     "--max-tokens" if flag_given else "the default of --max-tokens")
-            raise UserError(f"{label}: prompt {prompt.name!r}: {tokens} tokens before any chat "
-                            f"template and max_tokens {limit} ({where}) pass the context of "
-                            f"{job.model} ({context} tokens); expected a shorter prompt or a "
-                            "smaller max_tokens")
+    wanted = [(p.prompt, p.max_tokens or job.max_tokens) for p in job.prompts]
+    overruns = sure_overruns(job.model, job.target.engine, wanted)
+    if overruns:  # the first one
+        i, tokens, limit, context = overruns[0]
+        prompt = job.prompts[i]
+        where = ("the line's" if prompt.max_tokens else
+                 "--max-tokens" if limit_given else "the default of --max-tokens")
+        raise UserError(f"{label}: prompt {prompt.name!r}: {tokens} tokens before any chat "
+                        f"template and max_tokens {limit} ({where}) pass the context of "
+                        f"{job.model} ({context} tokens); expected a shorter prompt or a "
+                        "smaller max_tokens")
 
 
 def _job_name(prompts: str) -> str:

@@ -21,7 +21,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs, prompt_texts
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import MatrixSpec
-from specfleet.workers.loaded import ModelCheck, check_model, model_context
+from specfleet.workers.loaded import ModelCheck, check_model, sure_overruns
 
 CHECK_TIMEOUT_S = 60.0  # for every host together: resolving reads folders, never weights
 
@@ -84,13 +84,9 @@ def prompt_overruns(spec: MatrixSpec, label: str) -> list[str]:
     over: dict[tuple[int, int, int, int, int], list[str]] = defaultdict(list)
     for i, model in enumerate(spec.models):
         for engine in list(spec.targets.engines) or list(MODEL_ENGINES):
-            context, count = model_context(model, engine)
-            if context is None or count is None:
-                continue
-            for j, prompt in enumerate(spec.prompts):
-                tokens, limit = count(texts[prompt.name]), spec.max_tokens_for(prompt, engine)
-                if tokens + limit > context:
-                    over[(j, i, tokens, limit, context)].append(engine)
+            wanted = [(texts[p.name], spec.max_tokens_for(p, engine)) for p in spec.prompts]
+            for j, tokens, limit, context in sure_overruns(model, engine, wanted):
+                over[(j, i, tokens, limit, context)].append(engine)
     return [f"{label}: prompts[{j}]: {tokens} tokens before any chat template and max_tokens "
             f"{limit} pass the context of {spec.models[i]} ({context} tokens, "
             f"{' and '.join(engines)}); expected a shorter prompt or a smaller max_tokens"

@@ -217,6 +217,19 @@ def model_context(model: str, engine: str) -> tuple[int | None, Any]:
     return context_tokens(path), token_counter(path)
 
 
+def sure_overruns(model: str, engine: str, prompts: Sequence[tuple[str, int]]
+                  ) -> list[tuple[int, int, int, int]]:
+    """The prompts (text, max_tokens) whose tokens and max_tokens surely pass the context of
+    `model` on this machine, as (index, tokens, max_tokens, context): counted with its
+    tokenizer.json before any chat template, a floor, so a run counts again exactly. None
+    where the context or the tokenizer is unknown here."""
+    context, count = model_context(model, engine)
+    if context is None or count is None:
+        return []
+    return [(i, tokens, limit, context) for i, (text, limit) in enumerate(prompts)
+            if (tokens := count(text)) + limit > context]
+
+
 def check_context(folder: str, spec: Any, prompt_tokens: int) -> None:
     """Fail a run (`RunSpec`) whose prompt and reply overrun the model's context: past it the
     positions are ones the model never saw, and the run would be stored as done all the same."""
