@@ -11,6 +11,7 @@ from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import whole_number
 from specfleet.jobs.run import Arm
 from specfleet.settings import host_name_problem
+from specfleet.store.tables import ID_CHARS
 
 ARMS = get_args(Arm)
 TARGET_EXPECTED = (f"expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE with ENGINE one of "
@@ -28,7 +29,7 @@ class NotFound(Exception):
 # Past this a page's OFFSET overflows SQLite's 64-bit integer (a 500, not a 400).
 MAX_PAGE = 1_000_000
 MAX_COUNT = 100_000  # rows a page may ask for
-MAX_ID_CHARS = 64  # the width of the matrix and job id columns (store/tables.py)
+MAX_ID_CHARS = ID_CHARS  # no stored matrix or job id is longer
 
 
 def page_number(value: str) -> int:

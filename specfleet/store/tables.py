@@ -59,10 +59,13 @@ class Host(Base):
     last_seen_at: Mapped[datetime]
 
 
+ID_CHARS = 64  # the width of a matrix's and a generation job's id
+
+
 class Matrix(Base):
     __tablename__ = "matrices"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(ID_CHARS), primary_key=True)
     name: Mapped[str] = mapped_column(String(256))
     spec: Mapped[dict[str, Any]]
     spec_hash: Mapped[str] = mapped_column(String(64))
@@ -80,7 +83,7 @@ class GenerationJob(Base):
 
     __tablename__ = "generation_jobs"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(ID_CHARS), primary_key=True)
     name: Mapped[str] = mapped_column(String(256))
     host: Mapped[str] = mapped_column(String(128))
     engine: Mapped[str] = mapped_column(String(16))
