@@ -634,7 +634,53 @@ def line_boundary(factor: float, on_newline: bool, after_newline: bool
     return patched(Governor, "size", size)
 
 
+def token_breaks(weight: float, least_depth: int = 0) -> contextlib.AbstractContextManager[None]:
+    """A proposal of a token this reply's drafts broke at before lands as often as that
+    token did: per token id, its landings and misses (a miss counted only where the match
+    had held `least_depth` tokens) update its depth's hazard as a Beta worth `weight`
+    proposals. A renamed identifier, a separator the reply rewrites: an edit that recurs."""
+    init, size, record = Governor.__init__, Governor.size, Governor.record
+    tried: dict[int, float] = {}
+    landed: dict[int, float] = {}
+    last: list[int] = []
+
+    def new_init(self: Governor, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        tried.clear(), landed.clear()  # one governor per replayed reply
+
+    def new_size(self: Governor, proposal: Sequence[int], ngram: int) -> int:
+        last[:] = proposal
+        if not proposal:
+            return size(self, proposal, ngram)
+        hazards, alive, out = self.hazards(), 1.0, []
+        for j, token in enumerate(proposal):
+            hazard = hazards[cal.depth_bucket(self.run + j)]
+            if token in tried:
+                hazard = (landed.get(token, 0.0) + weight * hazard) / (tried[token] + weight)
+            alive *= hazard
+            out.append(alive)
+        return cal.saving_draft(out, self.costs, self.refeeds)
+
+    def new_record(self: Governor, accepted: int, proposed: int) -> None:
+        for token in last[:accepted]:
+            tried[token] = tried.get(token, 0.0) + 1.0
+            landed[token] = landed.get(token, 0.0) + 1.0
+        if accepted < proposed and self.run + accepted >= least_depth:
+            tried[last[accepted]] = tried.get(last[accepted], 0.0) + 1.0
+        record(self, accepted, proposed)
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(Governor, "__init__", new_init))
+    stack.enter_context(patched(Governor, "size", new_size))
+    stack.enter_context(patched(Governor, "record", new_record))
+    return stack
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "a token the drafts broke at (weight 2)": lambda: token_breaks(2.0),
+    "a token the drafts broke at (weight 1)": lambda: token_breaks(1.0),
+    "a token the drafts broke at past depth 2 (weight 2)": lambda: token_breaks(2.0, 2),
+    "a token the drafts broke at past depth 8 (weight 2)": lambda: token_breaks(2.0, 8),
     "agreement before the n-gram counts as held (1 or more)": lambda: agreement_held(1),
     "agreement before the n-gram counts as held (3 or more)": lambda: agreement_held(3),
     "evidence decays only when a draft misses (0.8)": lambda: decayed_when(
