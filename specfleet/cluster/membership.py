@@ -173,7 +173,8 @@ def start_env(os_name: str | None = None) -> dict[str, str]:
 def node_ip_towards(head: str) -> str:
     """This host's address on the route to the head (no packet is sent)."""
     host = host_port(head)[0]
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
         probe.connect((host, DEFAULT_PORT))
         return probe.getsockname()[0]
 

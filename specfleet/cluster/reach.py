@@ -16,6 +16,7 @@ the planner gets (host, engine, device) targets.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import socket
@@ -35,7 +36,8 @@ RAY_AUTO = "auto"  # Ray's word for the cluster `ray start` last started on this
 EMBEDDED = "embedded"
 JOINED = "the fleet this machine joined"
 INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
-_ADDRESS = re.compile(r"^[A-Za-z0-9_.:-]+:[0-9]{1,5}$")  # \d takes any script's digits
+# A name or IPv4 address, or an IPv6 one in brackets (Ray's form), then the port.
+_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$")  # \d: any digits
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ class FleetChoice:
 
 
 def check_address(address: str | None, flag: str = "--address") -> str | None:
-    """HOST:PORT with a port in 1..65535 (`flag` names where the value came from)."""
+    """HOST:PORT with a port in 1..65535, an IPv6 host in brackets (`flag` names where the
+    value came from)."""
     if address is None:
         return None
     scheme = address.partition("://")[0].lower() if "://" in address else None
@@ -61,10 +64,25 @@ def check_address(address: str | None, flag: str = "--address") -> str | None:
         raise UserError(f"{flag} {address!r}: {what}, which specfleet does not use; expected "
                         "the head's HOST:PORT (its GCS port, 6379 by default), e.g. "
                         "192.168.1.10:6379")
+    if address.count(":") > 1 and not address.startswith("["):
+        # Ray splits an address at its last colon only after brackets: "::1:6379" is malformed
+        raise UserError(f"{flag} {address!r}: an IPv6 address goes in brackets; expected "
+                        "[HOST]:PORT, e.g. [fd00::10]:6379")
     if (not _ADDRESS.match(address) or not 0 < host_port(address)[1] < 65536
-            or not _dns_sized(host_port(address)[0])):
+            or not _host_valid(address)):
         raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. 192.168.1.10:6379")
     return address
+
+
+def _host_valid(address: str) -> bool:
+    """A bracketed host is an IPv6 address; any other is a name the resolver can take."""
+    host = host_port(address)[0]
+    if address.startswith("["):
+        try:
+            return ipaddress.ip_address(host).version == 6
+        except ValueError:
+            return False
+    return _dns_sized(host)
 
 
 def _dns_sized(host: str) -> bool:
@@ -75,9 +93,10 @@ def _dns_sized(host: str) -> bool:
 
 
 def host_port(address: str) -> tuple[str, int]:
-    """HOST:PORT split at its last colon (check it first with `check_address`)."""
+    """HOST:PORT split at its last colon, an IPv6 host's brackets removed (check it first
+    with `check_address`)."""
     host, _, port = address.rpartition(":")
-    return host, int(port)
+    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 def connect_error(address: str, timeout_s: float) -> OSError | None:

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.reach import EMBEDDED, JOINED, announce, choose_fleet, ray_cluster_file
+from specfleet.cluster.reach import (
+    EMBEDDED,
+    JOINED,
+    announce,
+    check_address,
+    choose_fleet,
+    connect_error,
+    host_port,
+    ray_cluster_file,
+)
 from specfleet.errors import UserError
 
 BOTH = {"SPECFLEET_ADDRESS": "10.0.0.2:6379", "RAY_ADDRESS": "10.0.0.3:6379"}
@@ -55,6 +65,40 @@ def test_ray_address_auto_is_the_cluster_ray_start_recorded_here(tmp_path) -> No
     with pytest.raises(UserError, match=r"auto via .*ray_current_cluster 'gibberish': expected "
                                         r"HOST:PORT"):
         choose_fleet(None, env=env, joined=None)
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1:6379", "head-1.lan:6380", "[::1]:6379",
+                                     "[fd00::10]:6379", "[::ffff:10.0.0.1]:6379"])
+def test_an_address_is_split_as_ray_splits_it(address) -> None:
+    from ray._common.network_utils import parse_address
+
+    assert check_address(address) == address
+    host, port = parse_address(address)  # what `ray.init(address=...)` will connect to
+    assert host_port(address) == (host, int(port))
+
+
+@pytest.mark.parametrize("address", ["::1:6379", "fd00::10:6379"])
+def test_an_ipv6_address_without_brackets_is_refused(address) -> None:
+    with pytest.raises(UserError, match=rf"^--address '{address}': an IPv6 address goes in "
+                                        r"brackets; expected \[HOST\]:PORT, e.g. \[fd00::10\]:6379$"):
+        check_address(address)
+
+
+@pytest.mark.parametrize("address", ["[::1]", "[nothex]:6379", "[10.0.0.1]:6379", "[::1]x:1",
+                                     "[::1]:0", "[]:6379"])
+def test_a_malformed_bracketed_address_is_refused(address) -> None:
+    with pytest.raises(UserError, match=r"expected HOST:PORT, e.g. 192.168.1.10:6379$"):
+        check_address(address)
+
+
+def test_a_bracketed_address_reaches_an_ipv6_listener() -> None:
+    try:
+        listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    with listener:
+        port = listener.getsockname()[1]
+        assert connect_error(f"[::1]:{port}", 2.0) is None
 
 
 @pytest.mark.parametrize(("address", "what"), [
