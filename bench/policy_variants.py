@@ -26,6 +26,7 @@ import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -425,6 +426,49 @@ def pipeline_when_sync_costs_more(scale: float = 1.0) -> contextlib.AbstractCont
     return patched(loop, "_may_start_pipeline", rule)
 
 
+def sync_while_matches_land(decay: float, margin: float = 0.0) -> contextlib.AbstractContextManager[None]:
+    """An empty round stays synchronous while fresh matches whose first proposal lands come
+    often enough to pay for it: over this reply's positions outside a copy (the proposal
+    before missed or was none), the decayed rate of those where the index's proposal landed
+    its first token, x what drafting a step earlier saves (1 - a row's cost past width 8),
+    above cost(1) - 1 + `margin`. A match seen while a step is in flight is verified a step
+    late; one seen from a synchronous position is drafted at once."""
+    shipped = loop._may_start_pipeline
+    state: dict[str, Any] = {"reply": None}
+
+    def rate() -> float:
+        if state["reply"] is not Reply.tokens:
+            state.update(reply=Reply.tokens, seen=1, landed=0.0, fresh=0.0)
+        at, tokens = Reply.proposals, Reply.tokens
+        for p in range(state["seen"], min(Reply.position(), len(tokens))):
+            if not at[p - 1] or at[p - 1][0] != tokens[p - 1]:  # outside a copy
+                state["landed"] = decay * state["landed"] + float(bool(at[p]) and at[p][0] == tokens[p])
+                state["fresh"] = decay * state["fresh"] + 1.0
+        state["seen"] = max(state["seen"], Reply.position())
+        return state["landed"] / (state["fresh"] + 2.0)
+
+    def rule(pipeline: bool, remaining: int, streak: int, governor) -> bool:
+        if isinstance(governor, Governor) and pipeline and remaining > 1:
+            costs = governor.costs
+            row = cal.width_cost(costs, 9) - cal.width_cost(costs, 8)
+            if rate() * (1.0 - row) > costs[0] - 1.0 + margin:
+                return False
+        return shipped(pipeline, remaining, streak, governor)
+
+    stack = reading_the_reply()
+    stack.enter_context(patched(loop, "_may_start_pipeline", rule))
+    return stack
+
+
+def _with_knowledge(rule: Callable[[], contextlib.AbstractContextManager[None]]
+                    ) -> contextlib.AbstractContextManager[None]:
+    """`rule` over a policy that knows every landing: what the rule is worth at best."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(knows_every_landing())
+    stack.enter_context(rule())
+    return stack
+
+
 def resync(gap: int, inherit: bool, prior: float = 0.5) -> contextlib.AbstractContextManager[None]:
     """A fresh match whose proposal starts at most `gap` tokens past where the last drafted
     match broke, in the same source (an edit inside a copy, the copy resuming), is told
@@ -712,6 +756,13 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "resync within 2, inherits the run": lambda: resync(2, True),
     "resync within 4, inherits the run": lambda: resync(4, True),
 
+    "stays synchronous while fresh matches land (decay 0.8)": lambda: sync_while_matches_land(0.8),
+    "stays synchronous while fresh matches land (decay 0.9)": lambda: sync_while_matches_land(0.9),
+    "stays synchronous while fresh matches land (decay 0.97)": lambda: sync_while_matches_land(0.97),
+    "stays synchronous while fresh matches land (decay 0.9, margin 0.1)": lambda: sync_while_matches_land(
+        0.9, 0.1),
+    "knows every landing, stays synchronous while fresh matches land (0.9)": lambda: _with_knowledge(
+        lambda: sync_while_matches_land(0.9)),
     "pipelines when a sync round is not worth its cost": pipeline_when_sync_costs_more,
     "pipelines when a sync round is not worth its cost (x0.5)": lambda: pipeline_when_sync_costs_more(0.5),
     "pipelines when a sync round is not worth its cost (x2)": lambda: pipeline_when_sync_costs_more(2.0),
