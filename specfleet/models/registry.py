@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specfleet.engine.kinds import MODEL_ENGINES
-from specfleet.engine.runners.folders import WEIGHT_SUFFIXES
+from specfleet.engine.runners.folders import WEIGHT_SUFFIXES, json_object
 from specfleet.errors import UserError, describe_value
 from specfleet.models.bundled import (
     BUNDLED,
@@ -33,7 +33,7 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS, expand_user
-from specfleet.userfiles import kind_of, read_text, read_yaml, too_long_integer
+from specfleet.userfiles import kind_of, read_text, read_yaml
 
 HASH_FILE = ".specfleet-weights.json"
 
@@ -232,16 +232,9 @@ def check_config(folder: Path, alias: str) -> None:
     error or TypeError, mlx-lm's KeyError)."""
     label = f"model {alias!r}: {folder / 'config.json'}"
     text = read_text(folder / "config.json", label, expected=CONFIG_EXPECTED)
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UserError(f"{label}: not JSON ({err}); expected {CONFIG_EXPECTED}") from None
-    except RecursionError:
-        raise UserError(f"{label}: nested too deeply; expected {CONFIG_EXPECTED}") from None
-    except ValueError:  # int() of 4300+ digits
-        raise UserError(f"{label}: {too_long_integer()}; expected {CONFIG_EXPECTED}") from None
-    if not isinstance(config, dict):
-        raise UserError(f"{label}: expected {CONFIG_EXPECTED}, got {describe_value(config)}")
+    config, problem = json_object(text, CONFIG_EXPECTED)
+    if config is None:
+        raise UserError(f"{label}: {problem}")
     model_type = config.get("model_type")  # transformers looks it up: a list is a TypeError
     if model_type is not None and not isinstance(model_type, str):
         raise UserError(f"{label}: model_type: expected the architecture's name (text), got "

@@ -916,8 +916,8 @@ NAMED = {
     "generate: a model folder whose config.json is not JSON": (
         {}, files(config__json="garbage"), ["generate", "-m", "{here}", "-p", "hi", "--engine",
                                             "torch"],
-        ["--model: model '{here}': {here}/config.json: not JSON (Expecting value: line 1 "
-         "column 1 (char 0)); expected a model's config.json (a JSON object)"]),
+        ["--model: model '{here}': {here}/config.json: not JSON (Expecting value at line 1 "
+         "column 1); expected a model's config.json (a JSON object)"]),
     "calibrate: a model folder whose config.json is a list": (
         {}, files(config__json="[1]"), ["calibrate", "-m", "{here}", "--engine", "torch"],
         ["--model: model '{here}': {here}/config.json: expected a model's config.json (a JSON "

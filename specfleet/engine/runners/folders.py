@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.errors import describe_value
@@ -60,21 +61,33 @@ def json_files_problem(folder: Path) -> str | None:
         if not path.is_file():
             continue
         try:
-            data = json.loads(path.read_bytes())
-        except json.JSONDecodeError as err:
-            return (f"{path}: not JSON ({err.msg} at line {err.lineno} column {err.colno}); "
-                    "expected a JSON object")
-        except UnicodeDecodeError as err:
-            return f"{path}: not UTF-8 text (byte {err.start}); expected a JSON object"
-        except RecursionError:
-            return f"{path}: nested too deeply; expected a JSON object"
-        except ValueError:  # int() of 4300+ digits
-            return f"{path}: {too_long_integer()}; expected a JSON object"
+            raw = path.read_bytes()
         except OSError as err:
             return f"{path}: cannot read ({err.strerror}); expected a JSON object"
-        if not isinstance(data, dict):
-            return f"{path}: expected a JSON object, got {describe_value(data)}"
+        problem = json_object(raw)[1]
+        if problem is not None:
+            return f"{path}: {problem}"
     return None
+
+
+def json_object(raw: bytes | str, expected: str = "a JSON object"
+                ) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    """`raw` read as a JSON object: (the object, None), or (None, why it is none, ending in
+    `expected`), for a message that names the file before it."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        return None, (f"not JSON ({err.msg} at line {err.lineno} column {err.colno}); "
+                      f"expected {expected}")
+    except UnicodeDecodeError as err:
+        return None, f"not UTF-8 text (byte {err.start}); expected {expected}"
+    except RecursionError:
+        return None, f"nested too deeply; expected {expected}"
+    except ValueError:  # int() of 4300+ digits
+        return None, f"{too_long_integer()}; expected {expected}"
+    if not isinstance(data, dict):
+        return None, f"expected {expected}, got {describe_value(data)}"
+    return data, None
 
 
 _LIBRARY = {"torch": "transformers", "mlx": "mlx-lm"}
