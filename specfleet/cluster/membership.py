@@ -400,10 +400,24 @@ def refuse_running_node(record: noderecord.NodeRecord | None,
                                           f"join as {joining_as}"))
 
 
+# The ports `ray start --head` gives its own parts (as this project starts it): a GCS port
+# among them fails inside Ray, in a line that names no flag.
+RAY_OWN_PORTS = (
+    (range(10002, 20000), "Ray's worker ports 10002-19999"),
+    (range(10001, 10002), "Ray's client server port"),
+    (range(DEFAULT_DASHBOARD_PORT, DEFAULT_DASHBOARD_PORT + 1), "the dashboard's port"),
+    (range(52365, 52366), "the dashboard agent's port"),
+)
+
+
 def check_port_free(port: int) -> None:
-    """Refuse a GCS port something here already listens on, before `ray start --head`: the
-    head's GCS (every address, SO_REUSEADDR, as bound here) failed on it after ~40 s, in a
-    line that named neither the port nor why."""
+    """Refuse a GCS port Ray's head gives one of its own parts, or one something here already
+    listens on, before `ray start --head`: the head's GCS (every address, SO_REUSEADDR, as
+    bound here) failed on it after ~40 s, in a line that named neither the port nor why."""
+    for ports, what in RAY_OWN_PORTS:
+        if port in ports:
+            raise UserError(f"--port {port} is {what}, which the head uses itself; expected "
+                            f"another port, e.g. {DEFAULT_PORT}")
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -126,3 +126,23 @@ def test_up_on_a_port_something_listens_on_is_refused_before_ray_starts(tmp_path
         f"--port {port}: the head's GCS cannot listen there (Address already in use); expected "
         "a port that no Ray head or other program here listens on")
     assert noderecord.load() is None
+
+
+@pytest.mark.parametrize(("port", "what"), [
+    (16399, "Ray's worker ports 10002-19999"), (10002, "Ray's worker ports 10002-19999"),
+    (19999, "Ray's worker ports 10002-19999"), (10001, "Ray's client server port"),
+    (8265, "the dashboard's port"), (52365, "the dashboard agent's port"),
+])
+def test_up_on_a_port_ray_gives_its_own_parts_is_refused_before_ray_starts(
+        port, what, tmp_path, monkeypatch) -> None:
+    # `ray start --head --port=16399` failed with "If you allocate ports, please make sure the
+    # same port is not used by multiple components.", naming no flag.
+    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))  # never the real one
+    monkeypatch.setattr(membership, "_ray_start", lambda *a: pytest.fail("ray start ran"))
+    with pytest.raises(UserError) as err:
+        membership.fleet_up("h1", port=port)
+    assert str(err.value) == (f"--port {port} is {what}, which the head uses itself; expected "
+                              "another port, e.g. 6379")
+    assert noderecord.load() is None
+    membership.check_port_free(20000)  # the first port past the worker range is the user's
