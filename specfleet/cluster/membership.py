@@ -403,7 +403,7 @@ def refuse_running_node(record: noderecord.NodeRecord | None,
 # The ports `ray start --head` gives its own parts (as this project starts it): a GCS port
 # among them fails inside Ray, in a line that names no flag.
 RAY_OWN_PORTS = (
-    (range(10002, 20000), "Ray's worker ports 10002-19999"),
+    (range(10002, 20000), "one of Ray's worker ports (10002-19999)"),
     (range(10001, 10002), "Ray's client server port"),
     (range(DEFAULT_DASHBOARD_PORT, DEFAULT_DASHBOARD_PORT + 1), "the dashboard's port"),
     (range(52365, 52366), "the dashboard agent's port"),

@@ -129,8 +129,8 @@ def test_up_on_a_port_something_listens_on_is_refused_before_ray_starts(tmp_path
 
 
 @pytest.mark.parametrize(("port", "what"), [
-    (16399, "Ray's worker ports 10002-19999"), (10002, "Ray's worker ports 10002-19999"),
-    (19999, "Ray's worker ports 10002-19999"), (10001, "Ray's client server port"),
+    (16399, "one of Ray's worker ports (10002-19999)"), (10002, "one of Ray's worker ports (10002-19999)"),
+    (19999, "one of Ray's worker ports (10002-19999)"), (10001, "Ray's client server port"),
     (8265, "the dashboard's port"), (52365, "the dashboard agent's port"),
 ])
 def test_up_on_a_port_ray_gives_its_own_parts_is_refused_before_ray_starts(
