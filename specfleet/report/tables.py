@@ -15,7 +15,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from specfleet import jsontext
-from specfleet.engine.peers import is_peer
+from specfleet.engine.peers import is_peer, peer_kind
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
@@ -268,7 +268,10 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
         return DASH
     base = f"{plain.median_tok_per_s:.1f} tok/s" if plain and plain.rates else DASH
     if cell is None:
-        return f"{base} · no done run"  # never ran here (a peer on another engine), or failed
+        kind = peer_kind(arm)
+        if kind is not None and target.split("/")[1] not in kind.engines:
+            return f"{base} · runs on {kind.runs_on} only"  # never planned on this target
+        return f"{base} · no done run"  # failed, pending or cancelled here
     acc = cell.counters.acceptance_rate if cell.counters.proposed else None
     return f"{base} · {speedup_text(cell)} · acc {DASH if acc is None else f'{acc:.2f}'}"
 

@@ -119,6 +119,25 @@ def test_pivot_says_an_arm_that_never_ran_on_a_target(tmp_path, worker) -> None:
     assert "100.0 tok/s · 1.50x" in row and row.rstrip().endswith("100.0 tok/s · no done run")
 
 
+def test_pivot_says_a_peer_arm_is_not_planned_on_another_engine(store) -> None:
+    # A peer skipped by design on an MLX target read "no done run", as if a run had failed.
+    from dataclasses import replace
+
+    from specfleet.report.build import build_view
+    from specfleet.report.tables import pivot_cols
+
+    view = build_view(store, DEMO_ID)
+    plain, graded = (view.cell("h1/toy/cpu", "script", "copy", arm) for arm in ("plain", "graded"))
+    torch, mlx = "h3/torch/cpu", "h4/mlx/cpu"
+    cells = (replace(plain, target=torch), replace(graded, target=torch, arm="hf-lookup"),
+             replace(graded, target=torch), replace(plain, target=mlx))
+    view = replace(view, targets=(torch, mlx), cells=cells, arms=("plain", "graded", "hf-lookup"))
+    assert pivot_cols(view, view.targets, "script", "copy", "hf-lookup")[1] == (
+        "100.0 tok/s · runs on torch only")
+    assert pivot_cols(view, view.targets, "script", "copy", "graded")[1] == (
+        "100.0 tok/s · no done run")
+
+
 @pytest.mark.parametrize("kwargs", [{"fmt": "html"}, {"pivot": "model"}])
 def test_bad_format_or_pivot_is_a_user_error(store, kwargs) -> None:
     with pytest.raises(UserError):
