@@ -2,7 +2,7 @@
 
 SQLite runs in WAL mode with foreign keys on and a long busy timeout; writes open their
 transaction with `BEGIN IMMEDIATE`, so concurrent writers queue instead of failing with
-"database is locked" half-way through a transaction.
+"database is locked" half-way through a transaction (in short waits, so Ctrl-C is heard).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import ipaddress
 import os
 import re
 import sqlite3
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -28,6 +30,10 @@ from specfleet.store.errors import StoreDamaged, StoreUnreachable
 from specfleet.userfiles import check_folder_path
 
 BUSY_TIMEOUT_S = 60.0
+# One slice of a writer's wait for the write lock: SQLite sleeps it in C, deaf to Ctrl-C.
+LOCK_SLICE_S = 0.25
+# Room a WAL connection needs beside the store: the -shm's first 32 KiB, and some to spare.
+SIDE_FILES_BYTES = 64 * 1024
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
 WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
@@ -257,6 +263,49 @@ def create_private_file(url: URL, source: str) -> None:
                         ) from None
 
 
+@dataclass(frozen=True)
+class OpenedFile:
+    """The SQLite file a store's connections opened: its absolute path (a later chdir
+    changes nothing) and its device and inode."""
+
+    path: Path
+    dev: int
+    ino: int
+
+    @classmethod
+    def of(cls, url: URL) -> OpenedFile | None:
+        """The file at the URL's path now; None for PostgreSQL or when no file is there."""
+        if url.get_backend_name() != "sqlite":
+            return None
+        path = Path(url.database or "").absolute()
+        try:
+            info = path.stat()
+        except OSError:
+            return None
+        return cls(path, info.st_dev, info.st_ino)
+
+    def check_in_place(self, source: str) -> None:
+        """Refuse a write once the path no longer names this file: SQLite goes on writing to
+        a deleted or renamed-away file, and what it writes there is gone, without a word,
+        when the command ends.
+
+        Raises:
+            StoreUnreachable: worth retrying (the file may be put back); a driver's journal
+                keeps its finished results meanwhile.
+        """
+        try:
+            info = self.path.stat()
+        except OSError:
+            what = "deleted"
+        else:
+            if (info.st_dev, info.st_ino) == (self.dev, self.ino):
+                return
+            what = "replaced by another file"
+        raise StoreUnreachable(f"{source}: the SQLite file {self.path} was {what} while "
+                               "specfleet had it open; expected it back in place (a write to "
+                               "the old file would be lost)")
+
+
 def display_url(url: URL) -> str:
     """The URL as text with any password hidden."""
     return url.render_as_string(hide_password=True)
@@ -290,11 +339,23 @@ def read_only_url(url: URL) -> URL:
 
 
 def _unwritable_closed_store(path: Path) -> bool:
-    """A store in a folder we cannot write, with no WAL file beside it: no writer has it open
-    (a writer keeps its -wal there), and SQLite cannot create the side files a WAL read
-    needs, so it is read as immutable (a read-only mount, another user's archive). A writer
-    that starts while we read is not seen: immutable ignores the WAL."""
-    return not os.access(path.parent, os.W_OK) and not path.with_name(path.name + "-wal").exists()
+    """A store in a folder we cannot write, or on a disk with no room left, with no WAL file
+    beside it: no writer has it open (a writer keeps its -wal there), and SQLite cannot
+    create the side files a WAL read needs, so it is read as immutable (a read-only mount,
+    another user's archive, a full disk). A writer that starts while we read is not seen:
+    immutable ignores the WAL."""
+    unwritable = not os.access(path.parent, os.W_OK) or no_room_for_side_files(path.parent)
+    return unwritable and not path.with_name(path.name + "-wal").exists()
+
+
+def no_room_for_side_files(folder: Path) -> bool:
+    """Whether the disk of `folder` lacks room for the -shm a WAL connection makes: SQLite
+    cannot make it there, fails `disk I/O error` and leaves a -wal and a 3-byte -shm."""
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < SIDE_FILES_BYTES
 
 
 def remove_empty_side_files(url: URL) -> None:
@@ -343,10 +404,30 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        immediate = conn.get_execution_options().get(WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if conn.get_execution_options().get(WRITE_OPTION, False):
+            _begin_immediate(conn.connection.driver_connection)
+        else:
+            conn.exec_driver_sql("BEGIN")
 
     return engine
+
+
+def _begin_immediate(dbapi_conn: sqlite3.Connection) -> None:
+    """`BEGIN IMMEDIATE`, waiting up to `BUSY_TIMEOUT_S` for another writer's lock in
+    slices of `LOCK_SLICE_S`: SQLite's busy wait sleeps in C, so one whole wait would hold
+    Ctrl-C and SIGTERM (a KeyboardInterrupt) until it ends."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    dbapi_conn.execute(f"PRAGMA busy_timeout = {int(LOCK_SLICE_S * 1000)}")
+    try:
+        while True:
+            try:
+                dbapi_conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() >= deadline:
+                    raise
+    finally:
+        dbapi_conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
 
 @retry(retry=retry_if_exception(lambda err: isinstance(err, sqlite3.OperationalError)
@@ -405,7 +486,14 @@ def _sqlite_error(low: str, first: str, path: str, source: str,
     if "disk is full" in low:
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}); "
                                 "expected free space on its disk")
-    if "disk i/o" in low or "locked" in low:
+    if "disk i/o" in low and no_room_for_side_files(Path(path).parent):  # no room for a -shm
+        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}: "
+                                "its disk is full); expected free space on its disk")
+    if "locked" in low:  # the busy timeout ran out behind another process's transaction
+        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}: "
+                                f"another process held its write lock for {BUSY_TIMEOUT_S:g} "
+                                "s); expected that process to finish its write")
+    if "disk i/o" in low:
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first})")
     return None
 

@@ -29,6 +29,7 @@ from specfleet.settings import LEASE_S
 from specfleet.store import values
 from specfleet.store.engine import (
     WRITE_OPTION,
+    OpenedFile,
     check_readable,
     check_writable,
     create_private_file,
@@ -210,6 +211,7 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         self.url = url
         self.source = source  # what named the store in messages: --db or SPECFLEET_DB
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+        self._opened_file = OpenedFile.of(url)  # the SQLite file its connections write
         self.written_back = WriteBack()  # what open_store wrote back from the journal
 
     @property
@@ -230,6 +232,8 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
     @contextlib.contextmanager
     def _write(self) -> Iterator[Session]:
         # A file made read-only (or a server gone) after opening is still the user's to fix.
+        if self._opened_file is not None:
+            self._opened_file.check_in_place(self.source)
         with (
             connection_errors(self.url, self.source),
             Session(self._write_engine, expire_on_commit=False) as session,
