@@ -151,7 +151,7 @@ class StoreWriter:
         return StoreOutage(
             f"the store stayed unreachable for {self.retry_s:g} s (could not {what}: "
             f"{_short(err)}); {kept} finished results are kept in {self.journal.dir} and "
-            "are written by the next `specfleet matrix resume` (or any writing command) "
+            "are written by the next `specfleet matrix resume` (or any command that stores runs) "
             "on this store"
         )
 
