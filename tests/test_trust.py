@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 import specfleet
 from specfleet.cli.main import app
-from specfleet.cli.matrix import say_waiting
+from specfleet.cli.matrix import WaitingLines
 from specfleet.cluster.localfleet import LocalFleet
 from specfleet.cluster.progress import HostProgress, ProgressEvent
 from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
@@ -272,9 +272,24 @@ def test_the_progress_bar_and_the_cli_say_why_a_host_waits(capsys):
     with HostProgress({HOST: 2}, console=Console(file=out, width=160)) as bars:
         bars.update(ProgressEvent(HOST, "k", "waiting", 0, 0, 2, "healthy", reason))
     assert f"waiting: {reason}" in out.getvalue()
-    say_waiting(ProgressEvent(HOST, "k", "waiting", 0, 0, 2, "healthy", reason))
-    say_waiting(ProgressEvent(HOST, "k", "running", 0, 0, 2, "healthy"))
-    assert capsys.readouterr().err == f"{HOST}: waiting for a quiet host: {reason}\n"
+    now = [0.0]
+    say = WaitingLines(clock=lambda: now[0])
+
+    def wait(at: float, busy: str) -> None:
+        now[0] = at
+        say(ProgressEvent(HOST, "k", "waiting", 0, 0, 2, "healthy",
+                          f"other processes keep {busy} cores busy (limit 0.10)"))
+
+    wait(0.0, "1.93")
+    for second in range(1, 10):  # the check answers once a second: said once in 10 s
+        wait(float(second), "1.85")
+    wait(10.0, "1.71")
+    say(ProgressEvent(HOST, "k", "running", 0, 0, 2, "healthy"))
+    wait(10.5, "1.66")  # a new wait after a run is said at once
+    assert capsys.readouterr().err.splitlines() == [
+        f"{HOST}: waiting for a quiet host: {reason}",
+        f"{HOST}: waiting for a quiet host: other processes keep 1.71 cores busy (limit 0.10)",
+        f"{HOST}: waiting for a quiet host: other processes keep 1.66 cores busy (limit 0.10)"]
 
 
 # ---- 4. provenance, and compare refusing mixed cells ------------------------------------

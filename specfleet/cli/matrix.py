@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -135,15 +137,31 @@ def check_driver_settings(report_dir: Path | None = None) -> None:
         check_writable_dir(report_dir, "--report-dir")
 
 
-def say_waiting(event) -> None:
-    """Without progress bars, say on stderr why a host (or the store) makes us wait, and
-    when a host stops waiting at the bound."""
-    if event.status == "waiting" and event.host == STORE_LINE:
-        typer.echo(f"store: {event.reason}", err=True)
-    elif event.status == "waiting":
-        typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
-    elif event.status in HOST_NEWS:
-        typer.echo(host_line(event), err=True)
+class WaitingLines:
+    """Without progress bars, say on stderr why a host (or the store) makes us wait, and a
+    host's news (it stopped waiting at the bound, went unreachable, came back). A host's
+    quiet check answers once a second with a new load figure: its wait is said at once,
+    then at most every `REPEAT_S` seconds while it lasts."""
+
+    REPEAT_S = 10.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._said: dict[str, float] = {}  # host -> when its current wait was last said
+
+    def __call__(self, event) -> None:
+        if event.status == "waiting" and event.host == STORE_LINE:
+            typer.echo(f"store: {event.reason}", err=True)  # a retry: seconds apart, counted
+        elif event.status == "waiting":
+            now = self._clock()
+            if now - self._said.get(event.host, -self.REPEAT_S) < self.REPEAT_S:
+                return
+            self._said[event.host] = now
+            typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
+        else:
+            self._said.pop(event.host, None)  # its next wait is said at once
+            if event.status in HOST_NEWS:
+                typer.echo(host_line(event), err=True)
 
 
 def _refuse_live_owner(store, matrix) -> None:
@@ -267,7 +285,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         typer.echo(planned_line(matrix_id, runs), err=True)
         from specfleet.cluster.scheduler import run_matrix
 
-        waiting = say_waiting if not options.progress else None
+        waiting = WaitingLines() if not options.progress else None
         outcome = run_matrix(store, matrix_id, view.workers, waiting, options=options,
                              machines=view.machines)
         _print_outcome(store, outcome, fmt, rate)
@@ -341,7 +359,7 @@ def resume_cmd(
         from specfleet.cluster.scheduler import run_matrix
 
         outcome = run_matrix(store, matrix_id, view.workers,
-                             say_waiting if no_progress else None,
+                             WaitingLines() if no_progress else None,
                              options=scheduler_options(no_progress, quiet, wait),
                              machines=view.machines, suspect=view.suspects, requeue=True)
         _print_outcome(store, outcome)

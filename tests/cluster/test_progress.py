@@ -51,8 +51,9 @@ def test_bars_on_a_terminal_lines_without_one(monkeypatch):
 
 
 def test_giving_up_the_wait_is_said_once_on_bars_lines_and_the_cli(capsys):
-    from specfleet.cli.matrix import say_waiting
+    from specfleet.cli.matrix import WaitingLines
 
+    say_waiting = WaitingLines()
     reason = "gave up waiting after 120 s (host throttled: on battery); running anyway, flagged"
     event = ProgressEvent("alpha", "k", "gave up", 0, 0, 2, "healthy", reason)
     out = io.StringIO()
@@ -67,8 +68,9 @@ def test_giving_up_the_wait_is_said_once_on_bars_lines_and_the_cli(capsys):
 
 
 def test_a_host_gone_silent_its_return_and_a_late_result_read_as_one_story(capsys):
-    from specfleet.cli.matrix import say_waiting
+    from specfleet.cli.matrix import WaitingLines
 
+    say_waiting = WaitingLines()
     run = "h2/toy p plain rep 2"
     story = [
         ProgressEvent("h2", "k5", "interrupted", 4, 1, 10, "unreachable",
