@@ -18,6 +18,7 @@ policy its efficiency, oracle cost over its own. `predictions_tables.py` renders
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -96,6 +97,9 @@ COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
 # A verify of the widest block (65 tokens) costs at most ~65 one-token steps on any host;
 # past this bound a cost is no measurement, and its sums print 300 digits or overflow to inf.
 MAX_COST_STEPS = 1000.0
+# A verify forwards at least one token: under a tenth of a one-token step is no measurement
+# (seconds typed for steps), and a plain reply then prices at "0.0 / 0.0" steps.
+MIN_COST_STEPS = 0.1
 # The shortest prefix of a run key (32 hex digits) replay reads as the whole key.
 MIN_RUN_KEY_PREFIX = 8
 
@@ -108,23 +112,11 @@ def load_cost_file(path: Path) -> CostTable:
     if not isinstance(data, dict):
         raise UserError(f"--costs {path}: expected a mapping of fields at the top level "
                         f"(name, ratio: [...]), got {describe_value(data)}")
-    ratio = data.get("ratio")
     unknown = [str(k) for k in data if k not in COST_FILE_FIELDS]
     if unknown:
         raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
                         f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")
-    costs = [c if c is None or c <= MAX_COST_STEPS else None
-             for c in map(_positive, ratio)] if isinstance(ratio, list) else []
-    if len(costs) < 2 or None in costs:
-        if not isinstance(ratio, list):
-            bad = f", got {describe_value(ratio)}"
-        elif len(costs) < 2:
-            bad = f", got {len(costs)}"
-        else:
-            bad = f"; ratio[{costs.index(None)}] is {describe_value(ratio[costs.index(None)])}"
-        raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
-                        f"costs (widths 1, 2, ... in pipelined steps, each at most "
-                        f"{MAX_COST_STEPS:g}){bad}")
+    costs = _ratio(path, data.get("ratio"))
     for field in ("name", "host", "engine", "device"):  # the name is shown in the title
         if field in data and not isinstance(data[field], str):
             raise UserError(f"--costs {path}: field {field!r} must be text, got "
@@ -139,8 +131,30 @@ def load_cost_file(path: Path) -> CostTable:
                         f"milliseconds, got {describe_value(step)}")
     pipelines = (steps_overlap_host(data["engine"], data["device"])
                  if "engine" in data and "device" in data else None)
-    return CostTable(str(data.get("name") or path.stem), tuple(c for c in costs if c is not None),
-                     data.get("host"), pipelines)
+    return CostTable(str(data.get("name") or path.stem), costs, data.get("host"), pipelines)
+
+
+def _ratio(path: Path, ratio: object) -> tuple[float, ...]:
+    """The table's `ratio` field as costs, each within MIN_COST_STEPS..MAX_COST_STEPS."""
+    costs = [c if c is None or c <= MAX_COST_STEPS else None
+             for c in map(_positive, ratio)] if isinstance(ratio, list) else []
+    if len(costs) < 2 or None in costs:
+        if not isinstance(ratio, list):
+            bad = f", got {describe_value(ratio)}"
+        elif len(costs) < 2:
+            bad = f", got {len(costs)}"
+        else:
+            bad = f"; ratio[{costs.index(None)}] is {describe_value(ratio[costs.index(None)])}"
+        raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
+                        f"costs (widths 1, 2, ... in pipelined steps, each at most "
+                        f"{MAX_COST_STEPS:g}){bad}")
+    checked = tuple(c for c in costs if c is not None)
+    tiny = next((i for i, c in enumerate(checked) if c < MIN_COST_STEPS), None)
+    if tiny is not None:
+        raise UserError(f"--costs {path}: ratio[{tiny}] is {checked[tiny]:g}, under "
+                        f"{MIN_COST_STEPS:g} of a pipelined step; expected each width's cost in "
+                        "pipelined one-token steps (width 1 about 1), not in seconds")
+    return checked
 
 
 def _positive(value: object) -> float | None:
@@ -190,16 +204,24 @@ def cost_source(spec: str):
         host = spec or ran_on
         rows = store.latest_calibration(engine, device, model, host=host)
         if not rows or any(r.ratio is None for r in rows):
-            said = (f"--costs {spec}: no YAML file, packaged table or" if spec else
-                    f"--costs not given: the runs' own host {host!r} has no")
-            raise UserError(
-                f"{said} stored calibration of host {host!r} for {model} on {engine}/{device} "
-                "(store one with `specfleet calibrate --store` or `job calibrate`, or give "
-                f"--costs a packaged table: {', '.join(packaged_cost_names())})")
+            raise _no_table(spec, host, f"{model} on {engine}/{device}")
         return CostTable(f"{host} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
                          tuple(r.ratio for r in rows), host, steps_overlap_host(engine, device))
 
     return stored
+
+
+def _no_table(spec: str, host: str, what: str) -> UserError:
+    """Why `--costs SPEC` (or no `--costs`) found no table for `what` (a model on a target)."""
+    if spec and os.path.isfile(spec):  # "no YAML file" would deny the file beside it
+        return UserError(f"--costs {spec}: a name without '/' or .yaml is read as a host or a "
+                         f"packaged table, and no such one has a table; expected ./{spec} to "
+                         "read the file of that name")
+    said = (f"--costs {spec}: no YAML file, packaged table or" if spec else
+            f"--costs not given: the runs' own host {host!r} has no")
+    return UserError(f"{said} stored calibration of host {host!r} for {what} (store one with "
+                     "`specfleet calibrate --store` or `job calibrate`, or give --costs a "
+                     f"packaged table: {', '.join(packaged_cost_names())})")
 
 
 def stored_runs(store, ident: str) -> list:
