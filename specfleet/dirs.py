@@ -53,20 +53,31 @@ def runtime_dir() -> Path:
     `/tmp` itself rather than `$TMPDIR`: every process of the user must find the same lock.
 
     Raises:
-        UserError: the path exists but is a link, not a directory, or not ours.
+        UserError: the path exists but is a link, not a directory, or not ours; or the
+            variable names a folder of ours that others may enter (its mode is left alone).
     """
     uid = os.getuid()
-    path = Path(RUNTIME_DIR.read() or f"/tmp/specfleet-{uid}")
+    given = RUNTIME_DIR.read()
+    path = Path(given or f"/tmp/specfleet-{uid}")
+    label = f"{RUNTIME_DIR.name}: {path}" if given else str(path)
+    made = False
     try:
         os.mkdir(path, 0o700)
+        made = True
     except FileExistsError:
         pass
     except OSError as err:
         raise UserError(f"cannot create the runtime directory {path} ({err.strerror})") from None
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        raise UserError(f"{path} is not a private directory of this user (a link, a file or "
-                        f"someone else's); remove it or set {RUNTIME_DIR.name}")
+        advice = ("expected a folder of your own, or a path not there yet" if given else
+                  f"remove it or set {RUNTIME_DIR.name}")
+        raise UserError(f"{label} is not a private directory of this user (a link, a file or "
+                        f"someone else's); {advice}")
     if stat.S_IMODE(info.st_mode) != 0o700:
+        if given and not made:  # the user's own folder (`/tmp` itself, say): never re-mode it
+            raise UserError(f"{label} has mode {stat.S_IMODE(info.st_mode):04o}; expected a "
+                            "folder of your own with mode 0700 (it holds locks and kept "
+                            "results), or a path not there yet")
         os.chmod(path, 0o700)
     return path

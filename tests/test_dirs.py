@@ -46,3 +46,32 @@ def test_only_dirs_asks_the_platform() -> None:
               for path in sorted((ROOT / folder).rglob("*.py"))
               if "platformdirs" in path.read_text()]
     assert askers == ["specfleet/dirs.py"]
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o755, 0o500])
+def test_a_runtime_dir_the_variable_names_keeps_its_mode(tmp_path, monkeypatch, mode) -> None:
+    # It was chmod-ed 0700: SPECFLEET_RUNTIME_DIR=/tmp, as root, took /tmp's sticky bit and
+    # everyone else's access away.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    monkeypatch.setenv(RUNTIME_DIR.name, str(shared))
+    with pytest.raises(UserError) as err:
+        runtime_dir()
+    assert str(err.value) == (
+        f"{RUNTIME_DIR.name}: {shared} has mode {mode:04o}; expected a folder of your own with "
+        "mode 0700 (it holds locks and kept results), or a path not there yet")
+    assert shared.stat().st_mode & 0o7777 == mode
+    shared.chmod(0o700)  # a private folder of ours is taken as it is
+    assert runtime_dir() == shared
+
+
+def test_a_runtime_dir_the_variable_names_is_never_to_be_removed(tmp_path, monkeypatch) -> None:
+    # "... or someone else's); remove it or set SPECFLEET_RUNTIME_DIR" of the user's own path.
+    (tmp_path / "afile").write_text("keep me")
+    monkeypatch.setenv(RUNTIME_DIR.name, str(tmp_path / "afile"))
+    with pytest.raises(UserError) as err:
+        runtime_dir()
+    assert str(err.value) == (
+        f"{RUNTIME_DIR.name}: {tmp_path / 'afile'} is not a private directory of this user (a "
+        "link, a file or someone else's); expected a folder of your own, or a path not there yet")
