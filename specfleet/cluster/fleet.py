@@ -206,10 +206,28 @@ def _start_embedded(
     info = detect_host(host)
     from specfleet.dirs import runtime_dir
 
+    ray_dir = _private_ray_dir(runtime_dir() / "ray")
     with stop_what_a_cut_short_init_started(), ray_connecting():
-        _init_embedded(info, num_cpus, _private_ray_dir(runtime_dir() / "ray"))
+        try:
+            _init_embedded(info, num_cpus, ray_dir)
+        except Exception as err:
+            if type(err) not in (Exception, RuntimeError):  # Ray's start-up failures only
+                raise
+            raise _embedded_start_failed(err, ray_dir) from None
     wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
+
+
+def _embedded_start_failed(err: BaseException, ray_dir: str) -> UserError:
+    """Ray's own words when its processes did not start (the node timed out, its GCS did not
+    come up: a machine too busy, mostly), cut to their first line, with the machine's load and
+    where Ray's logs are."""
+    said = " ".join((str(err).strip().splitlines() or [type(err).__name__])[0].split())
+    load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(
+        os, "getloadavg") else ""
+    return UserError(f"the embedded fleet did not start: Ray said {said[:200]!r} ({load}its logs: "
+                     f"{ray_dir}/session_latest/logs); expected its processes to start within "
+                     "30 s: try again once the machine is less busy")
 
 
 def _private_ray_dir(preferred) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import stat
 import subprocess
 import sys
@@ -286,6 +287,37 @@ def test_a_cut_short_ray_init_leaves_no_process_of_ours(tmp_path) -> None:
         time.sleep(0.1)
     assert not [p for p in pids
                 if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_an_embedded_fleet_that_does_not_start_is_one_line(tmp_path) -> None:
+    # Seven commands at once on 2 cores: Ray's "The current node timed out during startup"
+    # came up as a traceback. In a child of its own: a failed start stops the processes its
+    # caller started, and this test process may hold a Ray cluster of other tests.
+    code = textwrap.dedent("""
+        from specfleet.cluster import fleet
+        from specfleet.errors import UserError
+        def timed_out(*args):
+            raise Exception("The current node timed out during startup. This could happen "
+                            "because some of the raylet failed to startup or the GCS has "
+                            "become overloaded.")
+        fleet._init_embedded = timed_out
+        try:
+            fleet.connect(None)
+        except UserError as err:
+            print(err)
+    """)
+    env = dict(os.environ, SPECFLEET_RUNTIME_DIR=str(tmp_path / "rt"),
+               RAY_AUTH_TOKEN_PATH=str(tmp_path / "token"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(
+        r"the embedded fleet did not start: Ray said 'The current node timed out during "
+        r"startup\. This could happen because some of the raylet failed to startup or the GCS "
+        r"has become overloaded\.' \(load [0-9.]+ on [0-9]+ CPUs; its logs: \S+"
+        r"/session_latest/logs\); expected its "
+        r"processes to start within 30 s: try again once the machine is less busy\n",
+        done.stdout), done.stdout
 
 
 def test_ray_start_command_lines() -> None:
