@@ -30,7 +30,7 @@ from specfleet.cluster.fleet import (
     ensure_token,
     ray_connecting,
 )
-from specfleet.cluster.reach import connect_error, head_client, host_port
+from specfleet.cluster.reach import connect_error, head_client, host_port, join_host_port
 from specfleet.errors import UserError
 from specfleet.settings import check_worker_settings
 from specfleet.workers.actor import (
@@ -219,7 +219,7 @@ def fleet_up(
     cmd = up_command(info.name, info.kind, port=port, num_cpus=opts.num_cpus, node_ip=node_ip,
                      temp_dir=temp_dir)
     _ray_start(cmd, noderecord.load())
-    address = f"{node_ip or _this_ip()}:{port}"
+    address = join_host_port(node_ip or _this_ip(), port)
     _remember(address, info.name, True, temp_dir, opts, port)
     try:
         _start_own_worker(address, info.name, opts.engines, "fleet up", temp_dir)

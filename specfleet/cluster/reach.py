@@ -36,8 +36,10 @@ RAY_AUTO = "auto"  # Ray's word for the cluster `ray start` last started on this
 EMBEDDED = "embedded"
 JOINED = "the fleet this machine joined"
 INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
-# A name or IPv4 address, or an IPv6 one in brackets (Ray's form), then the port.
-_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$")  # \d: any digits
+# A name or IPv4 address, or an IPv6 one in brackets (Ray's form; a link-local one with its
+# zone, [fe80::1%eth0]), then the port.
+_ADDRESS = re.compile(
+    r"^(\[[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$")  # \d: any digits
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,11 @@ def host_port(address: str) -> tuple[str, int]:
     with `check_address`)."""
     host, _, port = address.rpartition(":")
     return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    """HOST:PORT as Ray reads it: an IPv6 host in brackets ([fd00::10]:6379)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def connect_error(address: str, timeout_s: float) -> OSError | None:

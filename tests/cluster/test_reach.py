@@ -17,6 +17,7 @@ from specfleet.cluster.reach import (
     choose_fleet,
     connect_error,
     host_port,
+    join_host_port,
     ray_cluster_file,
 )
 from specfleet.errors import UserError
@@ -68,13 +69,22 @@ def test_ray_address_auto_is_the_cluster_ray_start_recorded_here(tmp_path) -> No
 
 
 @pytest.mark.parametrize("address", ["10.0.0.1:6379", "head-1.lan:6380", "[::1]:6379",
-                                     "[fd00::10]:6379", "[::ffff:10.0.0.1]:6379"])
+                                     "[fd00::10]:6379", "[::ffff:10.0.0.1]:6379",
+                                     "[fe80::1%eth0]:6379"])
 def test_an_address_is_split_as_ray_splits_it(address) -> None:
     from ray._common.network_utils import parse_address
 
     assert check_address(address) == address
     host, port = parse_address(address)  # what `ray.init(address=...)` will connect to
     assert host_port(address) == (host, int(port))
+
+
+@pytest.mark.parametrize(("host", "address"), [("10.0.0.1", "10.0.0.1:6379"),
+                                               ("fd00::10", "[fd00::10]:6379")])
+def test_an_address_this_tool_writes_is_one_it_reads(host, address) -> None:
+    # `fleet up --node-ip fd00::10` printed `fleet join fd00::10:6379`, which join refuses.
+    assert join_host_port(host, 6379) == address
+    assert check_address(address) == address and host_port(address) == (host, 6379)
 
 
 @pytest.mark.parametrize("address", ["::1:6379", "fd00::10:6379"])
