@@ -284,11 +284,14 @@ def test_the_progress_bar_and_the_cli_say_why_a_host_waits(capsys):
     for second in range(1, 10):  # the check answers once a second: said once in 10 s
         wait(float(second), "1.85")
     wait(10.0, "1.71")
+    now[0] = 11.0  # another cause is said at once
+    say(ProgressEvent(HOST, "k", "waiting", 0, 0, 2, "healthy", "host throttled: on battery"))
     say(ProgressEvent(HOST, "k", "running", 0, 0, 2, "healthy"))
-    wait(10.5, "1.66")  # a new wait after a run is said at once
+    wait(11.5, "1.66")  # a new wait after a run is said at once
     assert capsys.readouterr().err.splitlines() == [
         f"{HOST}: waiting for a quiet host: {reason}",
         f"{HOST}: waiting for a quiet host: other processes keep 1.71 cores busy (limit 0.10)",
+        f"{HOST}: waiting for a quiet host: host throttled: on battery",
         f"{HOST}: waiting for a quiet host: other processes keep 1.66 cores busy (limit 0.10)"]
 
 

@@ -140,23 +140,26 @@ def check_driver_settings(report_dir: Path | None = None) -> None:
 class WaitingLines:
     """Without progress bars, say on stderr why a host (or the store) makes us wait, and a
     host's news (it stopped waiting at the bound, went unreachable, came back). A host's
-    quiet check answers once a second with a new load figure: its wait is said at once,
-    then at most every `REPEAT_S` seconds while it lasts."""
+    quiet check sends a new reason whenever its load figure moves, about once a second: a
+    wait is said at once, and again when its cause changes, else at most every `REPEAT_S`
+    seconds while it lasts."""
 
     REPEAT_S = 10.0
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._said: dict[str, float] = {}  # host -> when its current wait was last said
+        # host -> when its current wait was last said, and its cause then (figures aside)
+        self._said: dict[str, tuple[float, str]] = {}
 
     def __call__(self, event) -> None:
         if event.status == "waiting" and event.host == STORE_LINE:
             typer.echo(f"store: {event.reason}", err=True)  # a retry: seconds apart, counted
         elif event.status == "waiting":
-            now = self._clock()
-            if now - self._said.get(event.host, -self.REPEAT_S) < self.REPEAT_S:
+            now, cause = self._clock(), re.sub(r"[0-9.]+", "#", event.reason or "")
+            when, said = self._said.get(event.host, (-self.REPEAT_S, ""))
+            if cause == said and now - when < self.REPEAT_S:
                 return
-            self._said[event.host] = now
+            self._said[event.host] = (now, cause)
             typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
         else:
             self._said.pop(event.host, None)  # its next wait is said at once
