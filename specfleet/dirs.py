@@ -74,10 +74,12 @@ def runtime_dir() -> Path:
                   f"remove it or set {RUNTIME_DIR.name}")
         raise UserError(f"{label} is not a private directory of this user (a link, a file or "
                         f"someone else's); {advice}")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        if given and not made:  # the user's own folder (`/tmp` itself, say): never re-mode it
-            raise UserError(f"{label} has mode {stat.S_IMODE(info.st_mode):04o}; expected a "
-                            "folder of your own with mode 0700 (it holds locks and kept "
-                            "results), or a path not there yet")
+    mode = stat.S_IMODE(info.st_mode)
+    if given and not made:  # the user's own folder (`/tmp` itself, say): never re-mode it
+        if mode & 0o077 or mode & 0o700 != 0o700:  # a setgid bit (2700) is still private
+            raise UserError(f"{label} has mode {mode:04o}; expected a folder of your own with "
+                            "mode 0700 (it holds locks and kept results), or a path not there "
+                            "yet")
+    elif mode != 0o700:
         os.chmod(path, 0o700)
     return path

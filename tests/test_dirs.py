@@ -62,8 +62,9 @@ def test_a_runtime_dir_the_variable_names_keeps_its_mode(tmp_path, monkeypatch, 
         f"{RUNTIME_DIR.name}: {shared} has mode {mode:04o}; expected a folder of your own with "
         "mode 0700 (it holds locks and kept results), or a path not there yet")
     assert shared.stat().st_mode & 0o7777 == mode
-    shared.chmod(0o700)  # a private folder of ours is taken as it is
-    assert runtime_dir() == shared
+    shared.chmod(0o2700)  # a private folder of ours is taken as it is (setgid, as made under
+    assert runtime_dir() == shared  # a setgid folder)
+    assert shared.stat().st_mode & 0o7777 == 0o2700
 
 
 def test_a_runtime_dir_the_variable_names_is_never_to_be_removed(tmp_path, monkeypatch) -> None:
