@@ -211,23 +211,27 @@ def _start_embedded(
         try:
             _init_embedded(info, num_cpus, ray_dir)
         except Exception as err:
-            if type(err) not in (Exception, RuntimeError):  # Ray's start-up failures only
+            if not str(err).startswith(RAY_START_FAILURES):  # a bug stays a traceback
                 raise
             raise _embedded_start_failed(err, ray_dir) from None
     wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
 
 
+# How Ray says its processes did not start: the node did not register in 30 s (a machine
+# too busy), or its GCS did not come up (a port or socket problem as often as load).
+RAY_START_FAILURES = ("The current node timed out during startup", "Failed to start GCS")
+
+
 def _embedded_start_failed(err: BaseException, ray_dir: str) -> UserError:
-    """Ray's own words when its processes did not start (the node timed out, its GCS did not
-    come up: a machine too busy, mostly), cut to their first line, with the machine's load and
-    where Ray's logs are."""
-    said = " ".join((str(err).strip().splitlines() or [type(err).__name__])[0].split())
+    """Ray's own words when its processes did not start, cut to their first line, with the
+    machine's load and where Ray's logs are."""
+    said = " ".join(str(err).strip().splitlines()[0].split())
     load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(
         os, "getloadavg") else ""
     return UserError(f"the embedded fleet did not start: Ray said {said[:200]!r} ({load}its logs: "
-                     f"{ray_dir}/session_latest/logs); expected its processes to start within "
-                     "30 s: try again once the machine is less busy")
+                     f"{ray_dir}/session_latest/logs); expected Ray's processes to start: try "
+                     "again once the machine is less busy, or read the logs")
 
 
 def _private_ray_dir(preferred) -> str:
