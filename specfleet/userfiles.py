@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import json
 import os
 import re
 import stat
@@ -47,6 +48,26 @@ def too_long_integer() -> str:
     """What is wrong with a number int() will not read (over `sys.get_int_max_str_digits`,
     4300 digits by default), for a YAML or JSON reader's one line."""
     return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+
+
+def json_object(raw: bytes | str, expected: str = "a JSON object"
+                ) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    """`raw` read as a JSON object: (the object, None), or (None, why it is none, ending in
+    `expected`), for a message that names the file before it."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        return None, (f"not JSON ({err.msg} at line {err.lineno} column {err.colno}); "
+                      f"expected {expected}")
+    except UnicodeDecodeError as err:
+        return None, f"not UTF-8 text (byte {err.start}); expected {expected}"
+    except RecursionError:
+        return None, f"nested too deeply; expected {expected}"
+    except ValueError:  # int() of 4300+ digits
+        return None, f"{too_long_integer()}; expected {expected}"
+    if not isinstance(data, dict):
+        return None, f"expected {expected}, got {describe_value(data)}"
+    return data, None
 
 
 def given_path(text: str, label: str, expected: str) -> Path:

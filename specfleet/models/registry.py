@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specfleet.engine.kinds import MODEL_ENGINES
-from specfleet.engine.runners.folders import WEIGHT_SUFFIXES, json_object
+from specfleet.engine.runners.folders import WEIGHT_SUFFIXES
 from specfleet.errors import UserError, describe_value
 from specfleet.models.bundled import (
     BUNDLED,
@@ -33,7 +33,7 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS, expand_user
-from specfleet.userfiles import kind_of, read_text, read_yaml
+from specfleet.userfiles import json_object, kind_of, read_text, read_yaml
 
 HASH_FILE = ".specfleet-weights.json"
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 from specfleet.engine.kinds import MODEL_ENGINES
-from specfleet.errors import describe_value
-from specfleet.userfiles import too_long_integer
+from specfleet.userfiles import json_object
 
 # What a model's weights are stored in (the registry sizes and hashes these files).
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
@@ -68,26 +66,6 @@ def json_files_problem(folder: Path) -> str | None:
         if problem is not None:
             return f"{path}: {problem}"
     return None
-
-
-def json_object(raw: bytes | str, expected: str = "a JSON object"
-                ) -> tuple[dict[str, Any], None] | tuple[None, str]:
-    """`raw` read as a JSON object: (the object, None), or (None, why it is none, ending in
-    `expected`), for a message that names the file before it."""
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as err:
-        return None, (f"not JSON ({err.msg} at line {err.lineno} column {err.colno}); "
-                      f"expected {expected}")
-    except UnicodeDecodeError as err:
-        return None, f"not UTF-8 text (byte {err.start}); expected {expected}"
-    except RecursionError:
-        return None, f"nested too deeply; expected {expected}"
-    except ValueError:  # int() of 4300+ digits
-        return None, f"{too_long_integer()}; expected {expected}"
-    if not isinstance(data, dict):
-        return None, f"expected {expected}, got {describe_value(data)}"
-    return data, None
 
 
 _LIBRARY = {"torch": "transformers", "mlx": "mlx-lm"}
