@@ -142,10 +142,11 @@ def plan_runs(
 
 def fits(arm: str, target: Target) -> bool:
     """Whether an arm runs on a target: ours everywhere, a peer on its own engines only."""
-    return _runs_on(arm, target.engine)
+    return arm_runs_on(arm, target.engine)
 
 
-def _runs_on(arm: str, engine: Engine) -> bool:
+def arm_runs_on(arm: str, engine: str) -> bool:
+    """Whether an arm runs on targets of `engine`: ours on every one, a peer on its own."""
     kind = peer_kind(arm)
     return kind is None or engine in kind.engines
 
@@ -161,7 +162,7 @@ def runs_by_engine(spec: MatrixSpec) -> dict[Engine, int]:
     def per_target(engine: Engine) -> int:
         prompts = [p for p in spec.prompts
                    if not (p.targets and p.targets.engines) or engine in p.targets.engines]
-        arms = [arm for arm in spec.arms if _runs_on(arm.arm, engine)]
+        arms = [arm for arm in spec.arms if arm_runs_on(arm.arm, engine)]
         return len(spec.models) * len(prompts) * len(arms) * spec.repeats
 
     # Toy targets exist only where a matrix asks for them.

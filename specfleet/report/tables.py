@@ -17,6 +17,7 @@ from typing import Any
 from specfleet import jsontext
 from specfleet.engine.peers import is_peer, peer_kind
 from specfleet.errors import UserError
+from specfleet.jobs.plan import arm_runs_on
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
@@ -269,7 +270,7 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
     base = f"{plain.median_tok_per_s:.1f} tok/s" if plain and plain.rates else DASH
     if cell is None:
         kind = peer_kind(arm)
-        if kind is not None and target.split("/")[1] not in kind.engines:
+        if kind is not None and not arm_runs_on(arm, target.split("/")[1]):  # HOST/ENGINE/DEVICE
             return f"{base} · runs on {kind.runs_on} only"  # never planned on this target
         return f"{base} · no done run"  # failed, pending or cancelled here
     acc = cell.counters.acceptance_rate if cell.counters.proposed else None
