@@ -104,7 +104,7 @@ def test_ctrl_c_is_heard_while_a_write_waits_for_another_writers_lock(planned, m
                 store.mark_running(key, "driver-1", 60.0)
         finally:
             timer.cancel()
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 5.0  # against the 8 s wait
 
 
 def test_a_lock_held_past_the_busy_timeout_says_who_holds_it(planned, monkeypatch) -> None:
