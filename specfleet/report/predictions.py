@@ -214,7 +214,7 @@ def cost_source(spec: str):
 def _no_table(spec: str, host: str, what: str) -> UserError:
     """Why `--costs SPEC` (or no `--costs`) found no table for `what` (a model on a target)."""
     if spec and os.path.isfile(spec):  # "no YAML file" would deny the file beside it
-        return UserError(f"--costs {spec}: a name without '/' or .yaml is read as a host or a "
+        return UserError(f"--costs {spec}: a name without '/', .yaml or .yml is read as a host or a "
                          f"packaged table, and no such one has a table; expected ./{spec} to "
                          "read the file of that name")
     said = (f"--costs {spec}: no YAML file, packaged table or" if spec else

@@ -490,9 +490,10 @@ def _sqlite_error(low: str, first: str, path: str, source: str,
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}: "
                                 "its disk is full); expected free space on its disk")
     if "locked" in low:  # the busy timeout ran out behind another process's transaction
+        held = "its lock" if reading else f"its write lock for {BUSY_TIMEOUT_S:g} s"
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}: "
-                                f"another process held its write lock for {BUSY_TIMEOUT_S:g} "
-                                "s); expected that process to finish its write")
+                                f"another process held {held}); expected that process to "
+                                "finish its write")
     if "disk i/o" in low:
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first})")
     return None
