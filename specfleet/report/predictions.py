@@ -214,9 +214,9 @@ def cost_source(spec: str):
 def _no_table(spec: str, host: str, what: str) -> UserError:
     """Why `--costs SPEC` (or no `--costs`) found no table for `what` (a model on a target)."""
     if spec and os.path.isfile(spec):  # "no YAML file" would deny the file beside it
-        return UserError(f"--costs {spec}: a name without '/', .yaml or .yml is read as a host or a "
-                         f"packaged table, and no such one has a table; expected ./{spec} to "
-                         "read the file of that name")
+        return UserError(f"--costs {spec}: a name without '/', .yaml or .yml is read as a host "
+                         "or a packaged table, and no such one has a table; expected "
+                         f"./{spec} to read the file of that name")
     said = (f"--costs {spec}: no YAML file, packaged table or" if spec else
             f"--costs not given: the runs' own host {host!r} has no")
     return UserError(f"{said} stored calibration of host {host!r} for {what} (store one with "
