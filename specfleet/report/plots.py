@@ -104,6 +104,21 @@ def _text_in(texts, fontsize: float) -> float:
     return longest * fontsize * 0.6 / 72  # DejaVu Sans averages ~0.6 em a character
 
 
+def _luminance(rgba) -> float:
+    """WCAG relative luminance of an RGB(A) colour with channels in 0..1."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c) for c in rgba[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_color(rgba) -> str:
+    """Black or white, whichever reads better on `rgba`: the scale's ends (the largest gain
+    and loss of every heatmap) are too dark for black text (3:1 on its darkest green)."""
+    return "white" if _luminance(rgba) < 0.179 else "black"  # where both contrasts are equal
+
+
 def _heat_data(view: MatrixView, target: str, rows: list[tuple[str, str]],
                prompts: list[str]) -> np.ndarray:
     """log2 speed-ups; NaN where nothing was measured or the replies loop (drawn grey)."""
@@ -141,7 +156,9 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
              if (cell := view.cell(target, model, prompt, arm)) is not None
              and cell.speedup is not None]
     for i, j, cell in shown:
-        ax.text(j, i, cell_label(cell), ha="center", va="center", fontsize=8)
+        ax.text(j, i, cell_label(cell), ha="center", va="center", fontsize=8,
+                color=text_color(image.to_rgba(data[i, j])) if np.isfinite(data[i, j])
+                else "black")
         if cell.no_verdict_n is not None:  # hatched: its colour is no gain or loss
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
                                        edgecolor="#00000033", linewidth=0))

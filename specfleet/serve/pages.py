@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from statistics import median
 from urllib.parse import quote_plus, urlencode
 
@@ -92,7 +92,20 @@ def matrices_page(store, page: int = 1, as_json: bool = False) -> dict:
     rows = store.list_matrices(limit=MATRICES_PER_PAGE, offset=(page - 1) * MATRICES_PER_PAGE)
     items = [{**progress(m), "name": m.name, "submitted_at": _time(m.submitted_at)}
              for m in rows]
-    return {"matrices": items, "page": page, "pages": pages, "total": total}
+    listed = {"matrices": items, "page": page, "pages": pages, "total": total}
+    return listed if as_json else {**listed, "compare_pair": compare_pair(items)}
+
+
+def compare_pair(matrices: list[dict]) -> tuple[str, str]:
+    """The compare form's defaults (baseline, newer): the newest matrix that has an older one
+    of its name, and that one (the two newest are often two different matrices, a `bench`
+    between two `demo` runs); else the two newest."""
+    for i, newer in enumerate(matrices):
+        older = next((m for m in matrices[i + 1:] if m["name"] == newer["name"]), None)
+        if older is not None:
+            return older["id"], newer["id"]
+    ids = [m["id"] for m in matrices[:2]]
+    return (ids[1] if len(ids) > 1 else "", ids[0] if ids else "")
 
 
 def jobs_page(store, page: int = 1, as_json: bool = False) -> dict:
@@ -192,12 +205,19 @@ def matrix_page(store, matrix_id: str, as_json: bool = False) -> dict:
     speedup_notes = [g.notes for g in grids if g.title.startswith("Prompt lookup")]
     return {
         "matrix": matrix, "progress": progress(matrix), "view": view,
-        "heatmaps": [svg.heatmap(view, t, href) for t in view.targets],
+        "heatmaps": [svg.heatmap(_prompts_of(view, t), t, href) for t in view.targets],
         "speedup_notes": speedup_notes,
         "tables": [g for g in grids if not g.title.startswith("Prompt lookup")],
         "loads": load_by_host(store, matrix_id), "conditions": conditions_by_host(runs),
         "spec_yaml": spec_yaml(matrix.spec),
     }
+
+
+def _prompts_of(view, target: str):
+    """`view` with only the prompts `target` ran: a prompt kept to other engines (the demo's
+    edit_fn on MLX) is no empty column on that target's heatmap."""
+    ran = {c.prompt for c in view.cells if c.target == target and c.rates}
+    return replace(view, prompts=tuple(p for p in view.prompts if p in ran))
 
 
 def parity_page(store, matrix_id: str, as_json: bool = False) -> dict:
