@@ -4,6 +4,7 @@ these frozen shapes into inline SVG; every text in them is escaped by Jinja ther
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specfleet.jobs.resolve import counted
@@ -120,9 +121,11 @@ class Plot:
     ticks: tuple[tuple[float, str], ...]  # (y, label)
     points: tuple[PlotPoint, ...]
     line: str  # SVG polyline points
+    parity_y: float | None = None  # where 1x is, on a speed-up plot: the line to beat
 
 
-def _scale(lo: float, hi: float):
+def _scale(lo: float, hi: float, unit: str = ""):
+    """`y_of` for values in lo..hi (padded), and round ticks across them labelled in `unit`."""
     if hi <= lo:
         lo, hi = lo * 0.9 - 1e-9, hi * 1.1 + 1e-9
     pad = (hi - lo) * 0.08
@@ -132,9 +135,20 @@ def _scale(lo: float, hi: float):
     def y_of(v: float) -> float:
         return round(PAD_T + inner * (1 - (v - lo) / (hi - lo)), 1)
 
-    ticks = tuple((y_of(lo + (hi - lo) * k / 4), f"{lo + (hi - lo) * k / 4:.2f}")
-                  for k in range(5))
-    return y_of, ticks
+    return y_of, tuple((y_of(v), f"{v:.{decimals}f}{unit}")
+                       for v, decimals in _round_ticks(lo, hi))
+
+
+def _round_ticks(lo: float, hi: float, most: int = 8) -> list[tuple[float, int]]:
+    """Values 1, 2 or 5 x 10^k apart inside lo..hi (at most `most` of them), each with the
+    decimals its step needs: 12, 14, 16 or 0.95, 1.00, 1.05, not 13.06 and 15.46."""
+    raw = (hi - lo) / (most - 1)
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    first = math.ceil(lo / step - 1e-9)
+    return [(round(k * step, 10), decimals)
+            for k in range(first, math.floor(hi / step + 1e-9) + 1)]
 
 
 def _point_title(row: HistoryRow) -> str:
@@ -161,9 +175,11 @@ def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
     if speedup:
         # Every row left has a speed-up; the filter only narrows the type.
         lows = highs = [r.speedup for r in rows if r.speedup is not None]
+        # 1x is in range and drawn: 1.00 -> 1.11x no longer fills the plot's height
+        y_of, ticks = _scale(min(*lows, 1.0), max(*highs, 1.0), "x")
     else:
         lows, highs = [min(r.values) for r in rows], [max(r.values) for r in rows]
-    y_of, ticks = _scale(min(lows), max(highs))
+        y_of, ticks = _scale(min(lows), max(highs))
     inner_w = PLOT_W - PAD_L - PAD_R
     step = inner_w / max(1, len(rows) - 1)
     points = []
@@ -172,9 +188,11 @@ def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
         mid = row.speedup if speedup else row.median_tok_per_s
         points.append(PlotPoint(
             x=x, y=y_of(mid), y_low=y_of(lows[i]), y_high=y_of(highs[i]),
-            changed=bool(row.change and row.change.changed), label=row.matrix_id,
+            # The change test is on tok/s: marked on that plot only.
+            changed=not speedup and bool(row.change and row.change.changed), label=row.matrix_id,
             title=_point_title(row), matrix_id=row.matrix_id,
         ))
     what = "speed-up over plain" if speedup else "tok/s (median, min-max bars)"
     return Plot(f"{rows[0].target}: {what}", "x" if speedup else "tok/s", PLOT_W, PLOT_H,
-                ticks, tuple(points), " ".join(f"{p.x},{p.y}" for p in points))
+                ticks, tuple(points), " ".join(f"{p.x},{p.y}" for p in points),
+                y_of(1.0) if speedup else None)

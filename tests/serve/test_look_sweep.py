@@ -127,3 +127,35 @@ def test_pages_fit_a_narrow_screen_and_long_verdicts_wrap(look_url):
             driver.quit()
     assert narrow == dict.fromkeys(pages, 0)
     assert wide == [0, 0]
+
+
+def _history_rows(speedups: list[float], changed_at: int):
+    from types import SimpleNamespace
+
+    interval = SimpleNamespace(low=0.7, high=0.9, coverage=0.9)
+    return [SimpleNamespace(
+        target="vm/torch/cpu", matrix_id=f"m-{i}", submitted_at="2026-12-06 16:44",
+        values=(13.0 + i, 13.5 + i, 14.0 + i), median_tok_per_s=13.5 + i, speedup=s, differs=(),
+        change=SimpleNamespace(changed=i == changed_at, ratio=0.8, interval=interval,
+                               n_before=3, n_after=3) if i else None)
+        for i, s in enumerate(speedups)]
+
+
+def test_a_speed_up_history_shows_1x_on_round_ticks():
+    # 1.00 -> 1.11x filled the plot's height with no 1x line; ticks read 0.99, 1.02, 1.05;
+    # the tok/s test's red point was drawn on the speed-up plot too.
+    from specfleet.serve.svg import history_plot
+
+    rows = _history_rows([1.06, 0.85, 1.11], changed_at=1)
+    plot = history_plot(rows, speedup=True)
+    labels = [label for _, label in plot.ticks]
+    assert labels == ["0.85x", "0.90x", "0.95x", "1.00x", "1.05x", "1.10x"], labels
+    one = dict((label, y) for y, label in plot.ticks)["1.00x"]
+    assert plot.parity_y == one
+    assert not any(p.changed for p in plot.points)
+    assert [p.changed for p in history_plot(rows).points] == [False, True, False]
+    assert history_plot(rows).parity_y is None
+    gains = history_plot(_history_rows([1.4, 1.5], changed_at=-1), speedup=True)
+    assert gains.ticks[-1][0] < gains.parity_y < gains.ticks[0][0] + 1  # 1x at its foot
+    assert [label for _, label in history_plot(rows).ticks] == [
+        "13.0", "13.5", "14.0", "14.5", "15.0", "15.5", "16.0"]
