@@ -214,8 +214,26 @@ def _start_embedded(
             if not str(err).startswith(RAY_START_FAILURES):  # a bug stays a traceback
                 raise
             raise _embedded_start_failed(err, ray_dir) from None
-    wait_ready(start_worker(info.name, worker_kwargs), WORKER_START_TIMEOUT_S)
+    _wait_for_embedded_worker(start_worker(info.name, worker_kwargs), ray_dir)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
+
+
+def _wait_for_embedded_worker(handle: Any, ray_dir: str) -> None:
+    """Wait for the embedded worker's first answer; one line when it gives none in time
+    (several commands starting at once on a small machine each load torch and MLX) or dies
+    starting, naming this command's own logs."""
+    try:
+        wait_ready(handle, WORKER_START_TIMEOUT_S)
+    except GetTimeoutError:
+        raise UserError(f"the embedded fleet's worker did not answer within "
+                        f"{WORKER_START_TIMEOUT_S:g} s ({_load_text()}its logs: "
+                        f"{session_logs(ray_dir)}); expected it to start: try again once the "
+                        "machine is less busy, or read the logs") from None
+    except ActorDiedError as err:
+        cause = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserError(f"the embedded fleet's worker died while starting ({cause[:200]}); "
+                        f"expected it to start: its logs are under {session_logs(ray_dir)}"
+                        ) from None
 
 
 # How Ray says its processes did not start: the node did not register in 30 s (a machine
@@ -227,11 +245,24 @@ def _embedded_start_failed(err: BaseException, ray_dir: str) -> UserError:
     """Ray's own words when its processes did not start, cut to their first line, with the
     machine's load and where Ray's logs are."""
     said = " ".join(str(err).strip().splitlines()[0].split())
-    load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(
+    return UserError(f"the embedded fleet did not start: Ray said {said[:200]!r} "
+                     f"({_load_text()}its logs: {session_logs(ray_dir)}); expected Ray's "
+                     "processes to start: try again once the machine is less busy, or read "
+                     "the logs")
+
+
+def _load_text() -> str:
+    return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(
         os, "getloadavg") else ""
-    return UserError(f"the embedded fleet did not start: Ray said {said[:200]!r} ({load}its logs: "
-                     f"{ray_dir}/session_latest/logs); expected Ray's processes to start: try "
-                     "again once the machine is less busy, or read the logs")
+
+
+def session_logs(ray_dir: str) -> str:
+    """The logs of the Ray session this process started under `ray_dir`. Not
+    `session_latest`: embedded fleets of several commands share the dir, and that link names
+    whichever started last. Ray names a session after its driver's pid
+    (`session_<date>_<time>_<us>_<pid>`); the dir itself when none is there yet."""
+    own = sorted(Path(ray_dir).glob(f"session_*_{os.getpid()}"))
+    return f"{own[-1]}/logs" if own else ray_dir
 
 
 def _private_ray_dir(preferred) -> str:

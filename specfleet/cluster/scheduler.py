@@ -167,13 +167,15 @@ def run_matrix(
     started = time.monotonic()
     opts = options or SchedulerOptions()
     driver_id = new_driver_id()
-    claim = store.claim_matrix(matrix_id, driver_id, _lease_s(opts), requeue=requeue)
-    if not claim.taken:  # a live driver runs it: take nothing, say so
-        return MatrixOutcome(matrix_id, "running", 0, 0, 0, 0, time.monotonic() - started, {},
-                             skipped=claim.skipped, owner=claim.owner)
-    pending = {row.run_key for row in store.runs(matrix=matrix_id, status="pending")}
-    runs = [spec for spec in store.runs_not_done(matrix_id) if spec.run_key in pending]
+    # The claim too: Ctrl-C while it waits for another command's SQLite write lock left the
+    # matrix `running` (a dead driver's lease for `resume` to wait out) and no resume line.
     try:
+        claim = store.claim_matrix(matrix_id, driver_id, _lease_s(opts), requeue=requeue)
+        if not claim.taken:  # a live driver runs it: take nothing, say so
+            return MatrixOutcome(matrix_id, "running", 0, 0, 0, 0, time.monotonic() - started,
+                                 {}, skipped=claim.skipped, owner=claim.owner)
+        pending = {row.run_key for row in store.runs(matrix=matrix_id, status="pending")}
+        runs = [spec for spec in store.runs_not_done(matrix_id) if spec.run_key in pending]
         tallies = dispatch_runs(store, runs, workers, on_progress, options=opts,
                                 machines=machines, owner=matrix_id, suspect=suspect,
                                 driver_id=driver_id)
