@@ -336,7 +336,8 @@ def cwd_for_workers() -> Iterator[None]:
 
 @contextlib.contextmanager
 def signals_held_while_ray_starts() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while `ray.init` runs, then raise the first as Ctrl-C.
+    """Hold Ctrl-C and SIGTERM (SIGHUP too, where the CLI stops on it) while `ray.init` runs,
+    then raise the first as Ctrl-C.
 
     A `ray.init` cut short between creating its core worker and keeping it leaves a core
     worker no shutdown stops, and the process dies of SIGSEGV as it exits (its metrics
@@ -357,7 +358,12 @@ def signals_held_while_ray_starts() -> Iterator[None]:
             raise KeyboardInterrupt  # the second: stop now
         held.append(signum)
 
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too where the CLI stops on it (not under `nohup`, nor outside the CLI).
+    hangup = getattr(signal, "SIGHUP", None)
+    stopping = (signal.SIGINT, signal.SIGTERM, *(
+        [hangup] if hangup is not None
+        and signal.getsignal(hangup) not in (signal.SIG_IGN, signal.SIG_DFL) else []))
+    previous = {sig: signal.getsignal(sig) for sig in stopping}
     rays_own = ray_utils.set_sigterm_handler
     ray_utils.set_sigterm_handler = lambda _handler: None  # ray.init and its node set one
     for sig in previous:

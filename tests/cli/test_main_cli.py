@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import click
 import pytest
@@ -162,22 +163,53 @@ def test_ctrl_c_while_the_commands_import_is_one_line(tmp_path) -> None:
                          f"sqlite:///{tmp_path}/x.db")
 
 
-def _ctrl_c_once_it_says(code: str, cue: str, *args: str) -> None:
-    """Run `code` as the CLI with `args`, send SIGINT once its stderr says `cue`: one line,
-    exit 130."""
-    child = subprocess.Popen([sys.executable, "-c", code, *args],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _ctrl_c_once_it_says(code: str, cue: str, *args: str, sig: int = signal.SIGINT,
+                         hangup_ignored: bool = False) -> None:
+    """Run `code` as the CLI with `args`, send `sig` once its stderr says `cue`: one line,
+    exit 130. With `hangup_ignored` (as `nohup` starts it) a SIGHUP first changes nothing."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        if hangup_ignored else None)
     assert child.stderr is not None
     assert child.stderr.readline() == cue
-    child.send_signal(signal.SIGINT)
+    if hangup_ignored:
+        child.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert child.poll() is None  # it outlives its terminal, as `nohup` asked
+    child.send_signal(sig)
     _, err = child.communicate(timeout=60)
     assert (child.returncode, err) == (130, "interrupted\n")
+
+
+_SLOW_IMPORT = textwrap.dedent("""
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    class Slow:
+        def find_spec(self, name, path=None, target=None):
+            if name == "specfleet.cli.main":
+                sys.stderr.write("importing\\n"); sys.stderr.flush(); time.sleep(60)
+            return None
+    sys.meta_path.insert(0, Slow())
+    from specfleet.cli.entry import main
+    sys.argv[0] = "specfleet"
+    main()
+""")
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_a_closed_terminal_stops_a_command_as_ctrl_c_does(tmp_path) -> None:
+    # SIGHUP killed the driver at once (exit 129): its runs stayed `running` for a lease.
+    _ctrl_c_once_it_says(_SLOW_IMPORT, "importing\n", "matrix", "list", "--db",
+                         f"sqlite:///{tmp_path}/x.db", sig=signal.SIGHUP)
+    _ctrl_c_once_it_says(_SLOW_IMPORT, "importing\n", "matrix", "list", "--db",
+                         f"sqlite:///{tmp_path}/x.db", hangup_ignored=True)
 
 
 def test_signals_are_ignored_once_the_command_is_done() -> None:
     from specfleet.cli import entry
 
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     argv = sys.argv
     try:
         sys.argv = ["specfleet", "--version"]
@@ -188,6 +220,7 @@ def test_signals_are_ignored_once_the_command_is_done() -> None:
         # Only Ray's exit hook runs after this; a second Ctrl-C must not print its traceback.
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     finally:
         sys.argv = argv
         for sig, handler in before.items():
