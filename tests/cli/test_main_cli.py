@@ -144,22 +144,7 @@ def test_shell_completion_is_on(monkeypatch) -> None:
 def test_ctrl_c_while_the_commands_import_is_one_line(tmp_path) -> None:
     # The child's import of the command tree is held open (an import hook that waits), and
     # the SIGINT is sent once the child says it is inside it: no race with the box's load.
-    code = textwrap.dedent("""
-        import signal, sys, time
-        # Under `make test` this child was seen to inherit SIGINT ignored (the command ran
-        # through); a command started from a shell has Python's own handler.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        class Slow:
-            def find_spec(self, name, path=None, target=None):
-                if name == "specfleet.cli.main":
-                    sys.stderr.write("importing\\n"); sys.stderr.flush(); time.sleep(60)
-                return None
-        sys.meta_path.insert(0, Slow())
-        from specfleet.cli.entry import main
-        sys.argv[0] = "specfleet"
-        main()
-    """)
-    _ctrl_c_once_it_says(code, "importing\n", "matrix", "list", "--db",
+    _ctrl_c_once_it_says(_SLOW_IMPORT, "importing\n", "matrix", "list", "--db",
                          f"sqlite:///{tmp_path}/x.db")
 
 
@@ -182,6 +167,9 @@ def _ctrl_c_once_it_says(code: str, cue: str, *args: str, sig: int = signal.SIGI
     assert (child.returncode, err) == (130, "interrupted\n")
 
 
+# The CLI held open in its import of the command tree (an import hook that waits), saying
+# so on stderr. Under `make test` this child was seen to inherit SIGINT ignored (the command
+# ran through); a command started from a shell has Python's own handler.
 _SLOW_IMPORT = textwrap.dedent("""
     import signal, sys, time
     signal.signal(signal.SIGINT, signal.default_int_handler)

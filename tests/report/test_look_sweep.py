@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from tests.report.test_plots import _kept_axes
+
 
 def _contrast(fg, bg) -> float:
     """WCAG contrast ratio of two RGB(A) colours with channels in 0..1."""
@@ -32,16 +34,7 @@ def test_every_heatmap_cell_text_reads_on_its_colour(tmp_path, monkeypatch):
             for arm, side in zip(("plain", "graded"), sides, strict=True)
             for i, rate in enumerate(side)]
     view = view_of_runs("x", "x", runs)
-    pyplot = plots._pyplot()
-    axes = []
-    subplots = pyplot.subplots
-
-    def keep(*args, **kwargs):
-        fig, ax = subplots(*args, **kwargs)
-        axes.append(ax)
-        return fig, ax
-
-    monkeypatch.setattr(pyplot, "subplots", keep)
+    axes = _kept_axes(monkeypatch)
     plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
     (heat,) = axes
     (image,) = heat.get_images()
