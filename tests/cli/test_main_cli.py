@@ -152,10 +152,10 @@ def _ctrl_c_once_it_says(code: str, cue: str, *args: str, sig: int = signal.SIGI
                          hangup_ignored: bool = False) -> None:
     """Run `code` as the CLI with `args`, send `sig` once its stderr says `cue`: one line,
     exit 130. With `hangup_ignored` (as `nohup` starts it) a SIGHUP first changes nothing."""
+    hangup = signal.SIG_IGN if hangup_ignored else signal.SIG_DFL  # whatever this test inherited
     child = subprocess.Popen(
         [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-        if hangup_ignored else None)
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, hangup))
     assert child.stderr is not None
     assert child.stderr.readline() == cue
     if hangup_ignored:

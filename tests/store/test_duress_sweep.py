@@ -95,16 +95,21 @@ def test_ctrl_c_is_heard_while_a_write_waits_for_another_writers_lock(planned, m
     KeyboardInterrupt) took effect only once the whole 60 s wait ended."""
     path, key = planned
     monkeypatch.setattr(store_engine, "BUSY_TIMEOUT_S", 8.0)  # the old wait, made short
-    with open_store(str(path)) as store, _write_lock_held(path):
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        started = time.monotonic()
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                store.mark_running(key, "driver-1", 60.0)
-        finally:
-            timer.cancel()
-        assert time.monotonic() - started < 5.0  # against the 8 s wait
+    # A worker started in the background (`make test &`) inherits SIGINT ignored.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with open_store(str(path)) as store, _write_lock_held(path):
+            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+            started = time.monotonic()
+            timer.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    store.mark_running(key, "driver-1", 60.0)
+            finally:
+                timer.cancel()
+            assert time.monotonic() - started < 5.0  # against the 8 s wait
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_lock_held_past_the_busy_timeout_says_who_holds_it(planned, monkeypatch) -> None:
