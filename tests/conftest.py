@@ -68,13 +68,12 @@ SLOW_MODULES = (
 
 
 # Modules that mostly wait (faults held for seconds, leases running out, toy runs), longest
-# first: under `make test` (`--dist loadfile`, three workers) worker gw0 runs these (~450 s)
+# first: under `make test` (`--dist loadfile`, three workers) worker gw0 runs these (~440 s)
 # while the other two run the modules that compute, so the waits fill the box instead of
 # stretching it.
 WAITING_MODULES = (
     "tests/cluster/test_netfleet_faults.py", "tests/cluster/test_faults.py",
-    "tests/cluster/test_scheduler.py", "tests/cluster/test_leave.py",
-    "tests/cluster/test_machinelock.py",
+    "tests/cluster/test_scheduler.py",
 )
 
 
