@@ -32,6 +32,12 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from specfleet.cluster.startfailures import (
+    RAY_START_FAILURES,
+    embedded_start_failed,
+    load_text,
+    session_logs,
+)
 from specfleet.errors import UserError
 from specfleet.userfiles import read_text
 from specfleet.workers.actor import (
@@ -213,7 +219,7 @@ def _start_embedded(
         except Exception as err:
             if not str(err).startswith(RAY_START_FAILURES):  # a bug stays a traceback
                 raise
-            raise _embedded_start_failed(err, ray_dir) from None
+            raise embedded_start_failed(err, ray_dir) from None
     _wait_for_embedded_worker(start_worker(info.name, worker_kwargs), ray_dir)
     return FleetConnection(ray.get_runtime_context().gcs_address, True, info.name)
 
@@ -226,7 +232,7 @@ def _wait_for_embedded_worker(handle: Any, ray_dir: str) -> None:
         wait_ready(handle, WORKER_START_TIMEOUT_S)
     except GetTimeoutError:
         raise UserError(f"the embedded fleet's worker did not answer within "
-                        f"{WORKER_START_TIMEOUT_S:g} s ({_load_text()}its logs: "
+                        f"{WORKER_START_TIMEOUT_S:g} s ({load_text()}its logs: "
                         f"{session_logs(ray_dir)}); expected it to start: try again once the "
                         "machine is less busy, or read the logs") from None
     except ActorDiedError as err:
@@ -234,35 +240,6 @@ def _wait_for_embedded_worker(handle: Any, ray_dir: str) -> None:
         raise UserError(f"the embedded fleet's worker died while starting ({cause[:200]}); "
                         f"expected it to start: its logs are under {session_logs(ray_dir)}"
                         ) from None
-
-
-# How Ray says its processes did not start: the node did not register in 30 s (a machine
-# too busy), or its GCS did not come up (a port or socket problem as often as load).
-RAY_START_FAILURES = ("The current node timed out during startup", "Failed to start GCS")
-
-
-def _embedded_start_failed(err: BaseException, ray_dir: str) -> UserError:
-    """Ray's own words when its processes did not start, cut to their first line, with the
-    machine's load and where Ray's logs are."""
-    said = " ".join(str(err).strip().splitlines()[0].split())
-    return UserError(f"the embedded fleet did not start: Ray said {said[:200]!r} "
-                     f"({_load_text()}its logs: {session_logs(ray_dir)}); expected Ray's "
-                     "processes to start: try again once the machine is less busy, or read "
-                     "the logs")
-
-
-def _load_text() -> str:
-    return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(
-        os, "getloadavg") else ""
-
-
-def session_logs(ray_dir: str) -> str:
-    """The logs of the Ray session this process started under `ray_dir`. Not
-    `session_latest`: embedded fleets of several commands share the dir, and that link names
-    whichever started last. Ray names a session after its driver's pid
-    (`session_<date>_<time>_<us>_<pid>`); the dir itself when none is there yet."""
-    own = sorted(Path(ray_dir).glob(f"session_*_{os.getpid()}"))
-    return f"{own[-1]}/logs" if own else ray_dir
 
 
 def _private_ray_dir(preferred) -> str:

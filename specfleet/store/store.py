@@ -29,7 +29,6 @@ from specfleet.settings import LEASE_S
 from specfleet.store import values
 from specfleet.store.engine import (
     WRITE_OPTION,
-    OpenedFile,
     check_readable,
     check_writable,
     create_private_file,
@@ -49,6 +48,7 @@ from specfleet.store.migrate import (
     current_revision,
     ensure_schema,
 )
+from specfleet.store.openedfile import OpenedFile
 from specfleet.store.queries import StoreQueries
 from specfleet.store.series import StoreSeries
 from specfleet.store.tables import GenerationJob, Host, Matrix, Prompt, Run

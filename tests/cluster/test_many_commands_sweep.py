@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ray.exceptions import ActorDiedError, GetTimeoutError
 
-from specfleet.cluster import fleet
+from specfleet.cluster import fleet, startfailures
 from specfleet.errors import UserError
 
 
@@ -29,14 +29,14 @@ def test_a_start_that_timed_out_names_its_own_session_not_the_latest(tmp_path: P
     # Four benches at once: `session_latest` named whichever fleet started last, another
     # command's logs.
     ours = _sessions(tmp_path)
-    err = fleet._embedded_start_failed(
+    err = startfailures.embedded_start_failed(
         Exception("The current node timed out during startup. This could happen ..."),
         str(tmp_path))
     assert f"its logs: {ours}/logs)" in str(err) and "session_latest" not in str(err)
 
 
 def test_no_session_yet_names_the_ray_dir(tmp_path: Path) -> None:
-    assert fleet.session_logs(str(tmp_path)) == str(tmp_path)
+    assert startfailures.session_logs(str(tmp_path)) == str(tmp_path)
 
 
 @pytest.fixture

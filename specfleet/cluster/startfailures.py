@@ -1,0 +1,37 @@
+"""What a command says when its embedded fleet does not come up: Ray's own words, the
+machine's load, and the logs of this command's own Ray session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from specfleet.errors import UserError
+
+# How Ray says its processes did not start: the node did not register in 30 s (a machine
+# too busy), or its GCS did not come up (a port or socket problem as often as load).
+RAY_START_FAILURES = ("The current node timed out during startup", "Failed to start GCS")
+
+
+def embedded_start_failed(err: BaseException, ray_dir: str) -> UserError:
+    """Ray's own words when its processes did not start, cut to their first line, with the
+    machine's load and where Ray's logs are."""
+    said = " ".join(str(err).strip().splitlines()[0].split())
+    return UserError(f"the embedded fleet did not start: Ray said {said[:200]!r} "
+                     f"({load_text()}its logs: {session_logs(ray_dir)}); expected Ray's "
+                     "processes to start: try again once the machine is less busy, or read "
+                     "the logs")
+
+
+def load_text() -> str:
+    return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(
+        os, "getloadavg") else ""
+
+
+def session_logs(ray_dir: str) -> str:
+    """The logs of the Ray session this process started under `ray_dir`. Not
+    `session_latest`: embedded fleets of several commands share the dir, and that link names
+    whichever started last. Ray names a session after its driver's pid
+    (`session_<date>_<time>_<us>_<pid>`); the dir itself when none is there yet."""
+    own = sorted(Path(ray_dir).glob(f"session_*_{os.getpid()}"))
+    return f"{own[-1]}/logs" if own else ray_dir
