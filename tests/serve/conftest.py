@@ -17,9 +17,14 @@ def seeded_url(tmp_path_factory) -> str:
     return url
 
 
-@pytest.fixture(scope="module")
-def client(seeded_url):
-    store = open_read_only(seeded_url)
+def client_of(url: str):
+    """A test client of the web view over the store at `url`, opened read-only as serve does."""
+    store = open_read_only(url)
     with TestClient(create_app(store), base_url=LOOPBACK_URL) as test_client:
         yield test_client
     store.close()
+
+
+@pytest.fixture(scope="module")
+def client(seeded_url):
+    yield from client_of(seeded_url)

@@ -9,12 +9,12 @@ import threading
 import time
 
 import pytest
-from starlette.testclient import TestClient
 
 from specfleet.serve import create_app
 from specfleet.store import open_store
 from specfleet.store.readonly import open_read_only
-from tests.serve.seed import BASE, LOOPBACK_URL
+from tests.serve.conftest import client_of
+from tests.serve.seed import BASE
 from tests.store.factory import HOST_A, HOST_B, grid, result
 
 FIRST, BENCH, SECOND = "demo-000001", "bench-000002", "demo-000003"
@@ -44,10 +44,7 @@ def look_url(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def web(look_url):
-    store = open_read_only(look_url)
-    with TestClient(create_app(store), base_url=LOOPBACK_URL) as test_client:
-        yield test_client
-    store.close()
+    yield from client_of(look_url)
 
 
 def test_the_compare_form_offers_two_runs_of_one_matrix(web):
