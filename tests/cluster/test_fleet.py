@@ -86,17 +86,24 @@ def cli(
 # ---- no cluster needed -------------------------------------------------------------------
 
 
-def test_an_address_where_no_ray_head_answers_is_one_line_in_seconds() -> None:
+def test_an_address_where_no_ray_head_answers_is_one_line_in_seconds(tmp_path) -> None:
     # A web server on the port: Ray's client raised RpcError after 41 s, as a traceback.
     import http.server
     import threading
+
+    # A client holding a token of its own: ~/.ray/auth_token exists only once some embedded
+    # fleet ran on this machine (a fresh one failed here, before the address was tried).
+    token = tmp_path / "auth_token"
+    token.write_text("0" * 64)
+    token.chmod(0o600)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     address = f"127.0.0.1:{server.server_address[1]}"
     try:
         started = time.monotonic()
-        done = cli("fleet", "status", "--address", address, timeout=90)
+        done = cli("fleet", "status", "--address", address, timeout=90,
+                   env={"RAY_AUTH_TOKEN_PATH": str(token)}, unset=("RAY_AUTH_TOKEN",))
         took = time.monotonic() - started
     finally:
         server.shutdown()
