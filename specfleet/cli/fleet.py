@@ -237,6 +237,6 @@ def _default_name() -> str:
 
 
 def _token_hint() -> str:
-    from specfleet.cluster.fleet import token_path
+    from specfleet.cluster.raytoken import token_path
 
     return str(token_path())

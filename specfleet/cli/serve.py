@@ -79,7 +79,7 @@ def view_token(host: str, token_file: str | None) -> tuple[str | None, str]:
 
 def fleet_token(host: str) -> tuple[str, str]:
     """The fleet's token ($RAY_AUTH_TOKEN, else its token file) and where it came from."""
-    from specfleet.cluster.fleet import token_path
+    from specfleet.cluster.raytoken import token_path
     from specfleet.serve.auth import check_token
 
     if os.environ.get("RAY_AUTH_TOKEN"):

@@ -9,7 +9,8 @@
   died for good) or healthy again. Unreachable is judged on specfleet's own terms
   (`probe_node`), not by Ray's health checks, which take about a minute with Ray's defaults.
 
-Token auth is on everywhere (`RAY_AUTH_MODE=token`, token file mode 0600); see docs/fleet.md.
+Token auth is on everywhere (`RAY_AUTH_MODE=token`, token file mode 0600; `raytoken.py`); see
+docs/fleet.md.
 The `fleet up / join / leave` commands live in `specfleet/cluster/membership.py`.
 """
 
@@ -20,18 +21,17 @@ import errno
 import os
 import signal
 import socket
-import stat
 import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.startfailures import (
     RAY_START_FAILURES,
     embedded_start_failed,
@@ -39,7 +39,6 @@ from specfleet.cluster.startfailures import (
     session_logs,
 )
 from specfleet.errors import UserError
-from specfleet.userfiles import read_text
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     HOST_LABEL,
@@ -55,7 +54,6 @@ from specfleet.workers.hardware import detect_host
 Health = Literal["healthy", "suspect", "unreachable", "dead"]
 HEALTH_STATES: tuple[Health, ...] = get_args(Health)
 HEALTHY, SUSPECT, UNREACHABLE, DEAD = HEALTH_STATES
-DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 WORKER_START_TIMEOUT_S = 120.0
 RAY_DIR_MAX_LEN = 40  # Ray adds ~65 bytes (session_<date>_<pid>/sockets/plasma_store)
 
@@ -92,69 +90,6 @@ class HostHealth:
 
 
 # ---- auth and binding ------------------------------------------------------------------
-
-
-def token_path() -> Path:
-    """Where the Ray token lives: `RAY_AUTH_TOKEN_PATH` or Ray's default ~/.ray/auth_token."""
-    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or DEFAULT_TOKEN_PATH)
-
-
-def ensure_token(create: bool) -> Path | None:
-    """Make sure a Ray token exists (creating it if asked) with mode 0600.
-
-    Returns:
-        The token file, or None when the token comes from `RAY_AUTH_TOKEN`.
-
-    Raises:
-        UserError: no token and `create` is False (a client or a joining host).
-    """
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return None
-    path = token_path()
-    if os.path.lexists(path):
-        _check_token_file(path)
-    else:
-        if not create:
-            raise UserError(
-                f"no Ray token at {path}: copy the head's token file there (mode 600) "
-                "or set RAY_AUTH_TOKEN"
-            )
-        import secrets
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))  # 256 bits, the format `ray get-auth-token` writes
-    if stat.S_IMODE(path.stat().st_mode) != 0o600:
-        path.chmod(0o600)  # Ray writes 0644; the token is the only key to the cluster
-    reload_auth()
-    return path
-
-
-def _check_token_file(path: Path) -> None:
-    """A token file that is a folder, a pipe or binary would be chmodded, or hang or break
-    Ray's own read: refuse it in one line first."""
-    named = "RAY_AUTH_TOKEN_PATH" if os.environ.get("RAY_AUTH_TOKEN_PATH") else \
-        "the Ray token file"
-    expected = "the head's token file (one line of text, mode 600)"
-    if not read_text(path, f"{named} {path}", expected).strip():
-        raise UserError(f"{named} {path}: is empty; expected {expected}")
-
-
-def enable_token_auth() -> None:
-    """Set `RAY_AUTH_MODE=token` for this process and the Ray processes it starts."""
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    reload_auth()
-
-
-def reload_auth() -> None:
-    """Make this process re-read the auth mode and token (Ray caches both)."""
-    # Ray's partial _raylet stub lacks these (they exist at runtime).
-    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
-
-    Config.initialize("")  # config first, then the token cache (Ray's own test helpers' order)
-    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def bind_loopback() -> None:

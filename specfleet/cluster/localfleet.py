@@ -21,7 +21,8 @@ from typing import Any
 
 import ray
 
-from specfleet.cluster.fleet import bind_loopback, enable_token_auth, ensure_token, reload_auth
+from specfleet.cluster.fleet import bind_loopback
+from specfleet.cluster.raytoken import enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     HOST_LABEL,

@@ -25,11 +25,8 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.fleet import (
-    enable_token_auth,
-    ensure_token,
-    ray_connecting,
-)
+from specfleet.cluster.fleet import ray_connecting
+from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.reach import connect_error, head_client, host_port, join_host_port
 from specfleet.errors import UserError
 from specfleet.settings import check_worker_settings

@@ -216,11 +216,11 @@ class FleetView:
 def connect_fleet(address: str | None, embedded: bool = False) -> FleetChoice:
     """Resolve the fleet (`choose_fleet`), then connect to it or start the
     embedded one. Errors name where the address came from."""
-    from specfleet.cluster import fleet
+    from specfleet.cluster import fleet, raytoken
 
     choice = choose_fleet(address, embedded)
     if choice.address is not None:
-        fleet.ensure_token(create=False)  # a missing token is the likelier mistake: say it first
+        raytoken.ensure_token(create=False)  # a missing token is the likelier mistake: say it first
         check_reachable(choice.address, choice.source)
         check_token(choice.address, choice.source)
     else:  # the embedded fleet's worker inherits this environment: say a bad value before it
@@ -271,16 +271,16 @@ def check_token(address: str, source: str = "--address") -> None:
     that it could not connect. One authenticated call to the head's GCS settles it."""
     from ray.exceptions import AuthenticationError, RpcError
 
-    from specfleet.cluster import fleet
+    from specfleet.cluster import raytoken
 
-    fleet.enable_token_auth()
+    raytoken.enable_token_auth()
     try:
         head_client(address)
     except AuthenticationError:
         if os.environ.get("RAY_AUTH_TOKEN"):
             which = "the token in $RAY_AUTH_TOKEN: set it to the head's token"
         else:
-            which = f"the token at {fleet.token_path()}: copy the head's token file there"
+            which = f"the token at {raytoken.token_path()}: copy the head's token file there"
         raise UserError(f"{address} (from {source}): the Ray head there refuses {which}") \
             from None
     except RpcError as err:  # something listens there, but it is no Ray head (a web server)

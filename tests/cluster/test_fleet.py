@@ -25,7 +25,6 @@ from specfleet.cluster.fleet import (
     HEALTHY,
     SUSPECT,
     discover_hosts,
-    ensure_token,
     fleet_status,
     health,
     wait_for_health,
@@ -41,6 +40,7 @@ from specfleet.cluster.membership import (
     up_command,
 )
 from specfleet.cluster.noderecord import NodeRecord
+from specfleet.cluster.raytoken import ensure_token
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.workers.actor import get_worker, start_worker, stop_worker, wait_ready
