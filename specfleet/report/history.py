@@ -29,7 +29,7 @@ from specfleet.stats.history import (
     history_rows,
 )
 from specfleet.stats.interval import RULE, no_verdict_text
-from specfleet.stats.provenance import THROTTLED_HOST
+from specfleet.stats.provenance import HOST_STATES, THROTTLED_HOST
 
 
 def test_note(factor: float = DEFAULT_FACTOR) -> str:
@@ -117,6 +117,13 @@ def _differs_text(row: HistoryRow) -> str:
     said = [d for d in row.differs if not (row.throttled and d == THROTTLED_HOST)]
     text = f"; differs in {', '.join(said)}" if said else ""
     return text + ("; THROTTLED" if row.throttled else "")
+
+
+def settings_changed(row: HistoryRow) -> tuple[str, ...]:
+    """The settings `row` differs in from the previous point (token limit, engine config,
+    library versions, weights, ...; the hosts' load and throttling aside): a plot does not
+    join two points that measured different workloads."""
+    return tuple(d for d in row.differs if d not in HOST_STATES)
 
 
 def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FACTOR,

@@ -53,7 +53,7 @@ def _marks(cell) -> str:
     marks = []
     if cell.no_verdict_n is not None:  # as the tables' `n=1, no verdict`
         marks.append(f"n={cell.no_verdict_n}")
-    # The colour is the speed-up's size, so a 0.99x loss looks like noise without its mark.
+    # A gain's or loss's colour is its size: a 0.99x loss is as pale as 1.0x without its mark.
     marks.extend(VERDICT_MARKS[v] for v in (cell.verdict,) if v in VERDICT_MARKS)
     if cell.spread_flag:
         marks.append("!")
@@ -74,14 +74,15 @@ def cell_label(cell) -> str:
 def heat_legend(cells) -> str:
     """The marks under a heatmap's title; `n=1` explained when a cell shows one."""
     # Two lines: one would run into the colour bar's label on a two-prompt heatmap.
-    line = "▲ gain  ▼ loss  ~ within noise\n! spread>5%  L loop (grey)  ≠ diverged"
+    line = ("▲ gain  ▼ loss (colour: its size)  ~ within noise (grey)\n"
+            "! spread>5%  L loop (grey)  ≠ diverged")
     cells = list(cells)
     if any(c.throttled for c in cells):
         line += "\nT throttled: a run of the cell or of its plain ran on a throttled host"
     few = sorted({c.no_verdict_n for c in cells if c.no_verdict_n is not None})
     if few:
         shown = ", ".join(f"n={n}" for n in few)
-        line += f"\n{shown} (hatched): under {MIN_REPEATS} repeats a side, no verdict"
+        line += f"\n{shown} (hatched blue-grey): under {MIN_REPEATS} repeats a side, no verdict"
     return line
 
 
@@ -119,21 +120,39 @@ def text_color(rgba) -> str:
     return "white" if _luminance(rgba) < 0.179 else "black"  # where both contrasts are equal
 
 
+# The fills of a speed-up that is no gain or loss, in the record's PNG and the web view alike.
+WITHIN_NOISE_FILL = "#e8e8e8"
+NO_VERDICT_FILL = "#dde5ee"  # blue-grey: under 3 repeats a side
+LOOP_FILL = "#dddddd"  # the heatmap's background: replies that loop, kept out of the scale
+
+
+def neutral_fill(cell) -> str | None:
+    """The fill of a cell whose speed-up is no gain or loss: grey within noise, blue-grey
+    without a verdict; None for a gain or a loss, which is coloured by its size."""
+    if cell.verdict == "within noise":
+        return WITHIN_NOISE_FILL
+    return None if cell.verdict in ("gain", "loss") else NO_VERDICT_FILL
+
+
 def _heat_data(view: MatrixView, target: str, rows: list[tuple[str, str]],
                prompts: list[str]) -> np.ndarray:
-    """log2 speed-ups; NaN where nothing was measured or the replies loop (drawn grey)."""
+    """log2 speed-ups of the gains and losses; NaN elsewhere: nothing measured, replies that
+    loop (the axes' grey), a speed-up within noise or without a verdict (`neutral_fill`)."""
     data = np.full((max(len(rows), 1), len(prompts)), np.nan)
     for i, (model, arm) in enumerate(rows):
         for j, prompt in enumerate(prompts):
             cell = view.cell(target, model, prompt, arm)
-            if cell is not None and cell.speedup and not cell.loop:
+            if (cell is not None and cell.speedup and not cell.loop
+                    and neutral_fill(cell) is None):
                 data[i, j] = np.log2(cell.speedup)
     return data
 
 
 def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
-    """Rows model x lookup arm, columns prompts, colour = speed-up over plain on a log scale
-    centred on 1.0x; looping cells grey (kept out of the scale, as out of the headline)."""
+    """Rows model x lookup arm, columns prompts; a gain or loss coloured by its speed-up over
+    plain on a log scale centred on 1.0x, a speed-up within noise or without a verdict grey
+    as in the web view (its size is no finding), looping cells grey (kept out of the scale, as
+    out of the headline)."""
     rows = [(m, a) for m in view.models for a in view.lookup_arms
             if any(view.cell(target, m, p, a) for p in view.prompts)]
     # Only the prompts this target ran: a prompt kept to other engines is no grey "loop" cell.
@@ -146,22 +165,27 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     # never squeeze the cells into each other.
     column_in = max(1.4, _text_in(prompts, 10) + 0.3)
     plt = _pyplot()
+    from matplotlib.colors import to_rgba
+
     fig, ax = plt.subplots(figsize=(
         max(5.5, _text_in(labels, 10) + 1.8 + column_in * len(prompts)),
         max(2.6, 1.6 + 0.55 * len(rows))))
-    ax.set_facecolor("#dddddd")
+    ax.set_facecolor(LOOP_FILL)
     image = ax.imshow(data, cmap="RdYlGn", vmin=-limit, vmax=limit, aspect="auto")
     shown = [(i, j, cell) for i, (model, arm) in enumerate(rows)
              for j, prompt in enumerate(prompts)
              if (cell := view.cell(target, model, prompt, arm)) is not None
              and cell.speedup is not None]
     for i, j, cell in shown:
-        ax.text(j, i, cell_label(cell), ha="center", va="center", fontsize=8,
-                color=text_color(image.to_rgba(data[i, j])) if np.isfinite(data[i, j])
-                else "black")
-        if cell.no_verdict_n is not None:  # hatched: its colour is no gain or loss
-            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//",
+        fill = LOOP_FILL if cell.loop else neutral_fill(cell)
+        if fill is not None:  # hatched without a verdict, as the legend says
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=fill,
+                                       hatch="//" if cell.no_verdict_n is not None else None,
                                        edgecolor="#00000033", linewidth=0))
+        finite = np.isfinite(data[i, j])
+        under = image.to_rgba(data[i, j]) if finite else to_rgba(fill or LOOP_FILL)
+        ax.text(j, i, cell_label(cell), ha="center", va="center", fontsize=8,
+                color=text_color(under))
     ax.set_xticks(range(len(prompts)), prompts)
     ax.set_yticks(range(len(rows)), labels)
     ax.set_title(f"Speed-up over plain (median arm tok/s / median plain tok/s) — {target}\n"
@@ -213,6 +237,8 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
     ax.set_title(f"Per-run tok/s by arm — {target}\n{RUNS_KEY}", fontsize=9)
     # Beside the axes, not "best" inside them: inside, many arms would hide a group's dots.
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # From 0: an axis cut just below the slowest run makes a 3% difference look like 3x.
+    ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend beside the axes kept whole

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 
 from specfleet.jobs.resolve import counted
-from specfleet.report.history import HistoryRow, change_text
+from specfleet.report.history import HistoryRow, change_text, settings_changed
+from specfleet.report.plots import WITHIN_NOISE_FILL, neutral_fill
 from specfleet.report.tables import interval_text, speedup_text
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
@@ -44,10 +45,10 @@ def speedup_fill(cell: CellView) -> str:
     """Grey within noise (and for plain), blue-grey without a verdict (under 3 repeats),
     green for a gain, red for a loss; the further from 1.0x, the stronger (saturating at
     2x / 0.5x)."""
-    if cell.arm == PLAIN or cell.speedup is None or cell.verdict == "within noise":
-        return "#e8e8e8"
-    if cell.verdict not in ("gain", "loss"):
-        return "#dde5ee"
+    if cell.arm == PLAIN or cell.speedup is None:
+        return WITHIN_NOISE_FILL
+    if (neutral := neutral_fill(cell)) is not None:  # the record's PNG greys the same cells
+        return neutral
     strength = min(1.0, abs(cell.speedup - 1.0) / (1.0 if cell.speedup > 1 else 0.5))
     light = int(92 - 42 * strength)
     hue = 130 if cell.verdict == "gain" else 4
@@ -113,6 +114,14 @@ class PlotPoint:
 
 
 @dataclass(frozen=True)
+class PlotBreak:
+    """Where the settings change between two points: the line stops, a dotted rule says why."""
+
+    x: float  # halfway between the two points
+    title: str  # hover text: the settings that differ
+
+
+@dataclass(frozen=True)
 class Plot:
     title: str
     unit: str
@@ -120,7 +129,8 @@ class Plot:
     height: int
     ticks: tuple[tuple[float, str], ...]  # (y, label)
     points: tuple[PlotPoint, ...]
-    line: str  # SVG polyline points
+    lines: tuple[str, ...]  # SVG polyline points, one line per run of points with one setting
+    breaks: tuple[PlotBreak, ...] = ()
     parity_y: float | None = None  # where 1x is, on a speed-up plot: the line to beat
 
 
@@ -169,7 +179,9 @@ def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
     Returns:
         The plot, or None when there is nothing to draw (no speed-ups).
     """
-    rows = [r for r in rows if not speedup or r.speedup is not None]
+    kept = [i for i, r in enumerate(rows) if not speedup or r.speedup is not None]
+    changed = _settings_since(rows, kept)
+    rows = [rows[i] for i in kept]
     if not rows:
         return None
     if speedup:
@@ -194,5 +206,34 @@ def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
         ))
     what = "speed-up over plain" if speedup else "tok/s (median, min-max bars)"
     return Plot(f"{rows[0].target}: {what}", "x" if speedup else "tok/s", PLOT_W, PLOT_H,
-                ticks, tuple(points), " ".join(f"{p.x},{p.y}" for p in points),
-                y_of(1.0) if speedup else None)
+                ticks, tuple(points), *_segments(points, changed),
+                parity_y=y_of(1.0) if speedup else None)
+
+
+def _settings_since(rows: list[HistoryRow], kept: list[int]) -> list[tuple[str, ...]]:
+    """For each kept row, the settings changed since the kept row before it (a row left out,
+    with no speed-up, may be where they changed); nothing for the first."""
+    settings = [settings_changed(r) for r in rows]
+    since: list[tuple[str, ...]] = []
+    before = None
+    for at in kept:
+        since.append(() if before is None else tuple(dict.fromkeys(
+            name for k in range(before + 1, at + 1) for name in settings[k])))
+        before = at
+    return since
+
+
+def _segments(points: list[PlotPoint], changed: list[tuple[str, ...]]
+              ) -> tuple[tuple[str, ...], tuple[PlotBreak, ...]]:
+    """One polyline per run of points measured with the same settings, and a break between
+    two runs: a line across a changed token limit or engine config would read as a trend."""
+    lines: list[list[PlotPoint]] = []
+    breaks = []
+    for point, names in zip(points, changed, strict=True):
+        if names and lines:
+            x = round((lines[-1][-1].x + point.x) / 2, 1)
+            breaks.append(PlotBreak(x, f"settings change: {', '.join(names)}"))
+        if names or not lines:
+            lines.append([])
+        lines[-1].append(point)
+    return (tuple(" ".join(f"{p.x},{p.y}" for p in line) for line in lines), tuple(breaks))

@@ -106,6 +106,8 @@ def differences(runs_a: Iterable, runs_b: Iterable, of=provenance) -> list[str]:
 
 
 THROTTLED_HOST = "a throttled host"  # what `host_state` says of a throttled run
+NOISY_HOST = "host load (noisy runs)"  # ... and of a run timed while its host was busy
+HOST_STATES = (NOISY_HOST, THROTTLED_HOST)  # every entry `host_state` can give: no setting
 
 
 def host_state(runs_a: Iterable, runs_b: Iterable) -> list[str]:
@@ -115,7 +117,7 @@ def host_state(runs_a: Iterable, runs_b: Iterable) -> list[str]:
     runs = [*runs_a, *runs_b]
     said = []
     if any(getattr(run, "noisy", False) for run in runs):
-        said.append("host load (noisy runs)")
+        said.append(NOISY_HOST)
     if any(getattr(run, "throttled", False) for run in runs):
         said.append(THROTTLED_HOST)
     return said

@@ -77,14 +77,20 @@ def _runs(arm: str, rates: list[float], prompt: str = "code") -> list:
             for i, rate in enumerate(rates)]
 
 
-def _heatmap(tmp_path, monkeypatch, **rates: tuple[list[float], list[float]]):
-    """The view of plain and graded runs at these rates per prompt, and its heatmap's axes."""
-    import specfleet.report.plots as plots
+def _view(**rates: tuple[list[float], list[float]]):
+    """The view of plain and graded runs at these rates per prompt."""
     from specfleet.stats.view import view_of_runs
 
     runs = [run for prompt, (plain, graded) in rates.items()
             for run in (*_runs("plain", plain, prompt), *_runs("graded", graded, prompt))]
-    view = view_of_runs("x", "x", runs)
+    return view_of_runs("x", "x", runs)
+
+
+def _heatmap(tmp_path, monkeypatch, **rates: tuple[list[float], list[float]]):
+    """The view of plain and graded runs at these rates per prompt, and its heatmap's axes."""
+    import specfleet.report.plots as plots
+
+    view = _view(**rates)
     axes = _kept_axes(monkeypatch)
     plots.speedup_heatmap(view, "h/toy/cpu", tmp_path / "speedup.png")
     (heat,) = axes
@@ -105,14 +111,52 @@ def test_a_heatmap_cell_under_three_repeats_says_n_and_no_verdict(tmp_path, monk
     view, heat = _heatmap(tmp_path, monkeypatch, code=([100.0, 101.0, 99.0], [150.0, 152.0, 148.0]),
                           story=([100.0], [140.0, 142.0]))
     assert [t.get_text() for t in heat.texts] == ["1.50x\n▲", "1.41x\nn=1"]
-    assert heat.get_title().endswith("n=1 (hatched): under 3 repeats a side, no verdict")
+    assert heat.get_title().endswith(
+        "n=1 (hatched blue-grey): under 3 repeats a side, no verdict")
     assert [(p.get_x(), p.get_hatch()) for p in heat.patches] == [(0.5, "//")]  # story only
     gain, single = (view.cell("h/toy/cpu", "m", p, "graded") for p in ("code", "story"))
     assert (plots.cell_label(gain), plots.cell_label(single)) == ("1.50x\n▲", "1.41x\nn=1")
-    assert plots.heat_legend([gain]) == ("▲ gain  ▼ loss  ~ within noise\n! spread>5%  "
-                                         "L loop (grey)  ≠ diverged")
+    assert plots.heat_legend([gain]) == ("▲ gain  ▼ loss (colour: its size)  ~ within noise "
+                                         "(grey)\n! spread>5%  L loop (grey)  ≠ diverged")
     assert plots.heat_legend([gain, single]).endswith(
-        "\nn=1 (hatched): under 3 repeats a side, no verdict")
+        "\nn=1 (hatched blue-grey): under 3 repeats a side, no verdict")
+
+
+def fill_under(heat, text):
+    """The colour a heatmap cell's text sits on: the cell's own patch (a speed-up that is no
+    gain or loss, a loop) where it has one, else the colour scale's under it."""
+    from matplotlib.colors import to_hex
+
+    j, i = (round(v) for v in text.get_position())
+    for patch in heat.patches:
+        if (patch.get_x(), patch.get_y()) == (j - 0.5, i - 0.5):
+            return patch.get_facecolor()
+    (image,) = heat.get_images()
+    rgba = image.to_rgba(image.get_array()[i, j])
+    assert to_hex(rgba, keep_alpha=True) != "#00000000", text.get_text()  # no NaN under it
+    return rgba
+
+
+def test_a_heatmap_cell_is_coloured_by_its_verdict_as_on_the_web_view(tmp_path, monkeypatch):
+    # A 0.85x within noise was as orange as a 0.85x loss; the web view greys it: only a gain
+    # or a loss has a size worth a colour.
+    from matplotlib.colors import to_hex
+
+    import specfleet.report.plots as plots
+    from specfleet.serve.svg import speedup_fill
+
+    plain = [100.0, 101.0, 99.0]
+    view, heat = _heatmap(tmp_path, monkeypatch, code=(plain, [84.0, 85.0, 86.0]),
+                          prose=(plain, [70.0, 85.0, 100.0]), story=([100.0], [85.0, 86.0]))
+    assert [t.get_text() for t in heat.texts] == ["0.85x\n▼", "0.85x\n~ !", "0.85x\nn=1"]
+    loss, noise, single = (to_hex(fill_under(heat, t)) for t in heat.texts)
+    assert (noise, single) == (plots.WITHIN_NOISE_FILL, plots.NO_VERDICT_FILL)
+    red, green, blue = (int(loss[k:k + 2], 16) for k in (1, 3, 5))
+    assert red > 2 * max(green, blue)  # the loss keeps its size's colour: the scale's end
+    cells = [view.cell("h/toy/cpu", "m", p, "graded") for p in ("code", "prose", "story")]
+    # The web view greys exactly the cells the PNG greys, in the same greys.
+    assert [speedup_fill(c) for c in cells[1:]] == [noise, single]
+    assert speedup_fill(cells[0]).startswith("hsl(4,")  # red: a loss
 
 
 def test_a_throttled_cell_is_marked_on_the_heatmap_as_in_the_tables(tmp_path, monkeypatch):
@@ -190,6 +234,18 @@ def test_the_runs_plot_says_what_a_bar_is_and_keeps_its_legend_off_the_dots(tmp_
     assert legend.get_window_extent().x0 >= runs.get_window_extent().x1  # beside the axes
     assert [t.get_text() for t in legend.get_texts()] == ["plain", "calibrated",
                                                           "llama.cpp-lookup"]
+
+
+def test_the_runs_plot_starts_its_tok_per_s_axis_at_zero(tmp_path, monkeypatch):
+    # The axis began just below the slowest run: 97 against 100 tok/s filled its height.
+    import specfleet.report.plots as plots
+
+    view = _view(code=([100.0, 101.0, 99.0], [97.0, 98.0, 96.0]))
+    axes = _kept_axes(monkeypatch)
+    plots.run_scatter(view, "h/toy/cpu", tmp_path / "runs.png")
+    (runs,) = axes
+    low, high = runs.get_ylim()
+    assert low == 0 and high > 101.0
 
 
 def test_the_legend_shows_a_dot_for_an_arm_whose_first_cell_loops(tmp_path, monkeypatch):

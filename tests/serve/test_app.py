@@ -106,6 +106,9 @@ def test_history_page_has_a_point_per_matrix_and_marks_the_change(client, seeded
     # marked on the tok/s plot (the test is on tok/s).
     assert page.count('<g class="point"') == 3 and page.count('<g class="point changed"') == 1
     assert "CHANGED 0.80x (90% interval 0.79-0.81x)" in page
+    # The same settings throughout: each plot one unbroken line.
+    assert rows[1].differs == ()
+    assert page.count('<polyline class="line"') == 2 and 'class="settings"' not in page
     api = client.get("/api/history?model=m1&prompt=edit_fn&arm=graded").json()
     assert [p["matrix_id"] for p in api["points"]] == [BASE, NEXT]
     newest = client.get("/api/history?model=m1&prompt=edit_fn&arm=graded&last=1").json()

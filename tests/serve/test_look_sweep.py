@@ -156,3 +156,29 @@ def test_a_speed_up_history_shows_1x_on_round_ticks():
     assert gains.ticks[-1][0] < gains.parity_y < gains.ticks[0][0] + 1  # 1x at its foot
     assert [label for _, label in history_plot(rows).ticks] == [
         "13.0", "13.5", "14.0", "14.5", "15.0", "15.5", "16.0"]
+
+
+def test_a_history_line_stops_where_the_settings_change():
+    # One line ran through a point measured at another token limit, as if the cell had sped
+    # up; the difference was named only on hover and in the table.
+    from specfleet.serve.app import _templates
+    from specfleet.serve.svg import history_plot
+
+    rows = _history_rows([1.06, 0.85, 1.11, 1.2], changed_at=-1)
+    rows[2].differs = ("token limit", "host load (noisy runs)")
+    rows[3].differs = ("host load (noisy runs)",)  # the hosts' state, no setting: joined
+    plot = history_plot(rows)
+    xs = [p.x for p in plot.points]
+    assert [[float(xy.split(",")[0]) for xy in line.split()] for line in plot.lines] == [
+        xs[:2], xs[2:]]
+    (cut,) = plot.breaks
+    assert xs[1] < cut.x < xs[2] and cut.title == "settings change: token limit"
+    drawn = str(_templates().get_template("heatmap.html").module.plot(plot))
+    assert drawn.count('<polyline class="line"') == 2
+    assert '<g class="settings"><title>settings change: token limit</title>' in drawn
+    # A point without a speed-up leaves its plot; the change it brought still cuts the line.
+    rows[2].speedup = None
+    ups = history_plot(rows, speedup=True)
+    assert len(ups.lines) == 2 and ups.breaks[0].title == "settings change: token limit"
+    unchanged = history_plot(_history_rows([1.06, 0.85], changed_at=-1))
+    assert len(unchanged.lines) == 1 and unchanged.breaks == ()
