@@ -19,6 +19,7 @@ from specfleet.store.engine import (
     resolve_url,
     store_source,
 )
+from specfleet.store.journal import Journal
 from specfleet.store.migrate import (
     check_known,
     current_revision,
@@ -27,25 +28,30 @@ from specfleet.store.migrate import (
     known_revisions,
     upgrade,
 )
-from specfleet.store.store import connection_errors, refuse_foreign_sqlite
+from specfleet.store.store import Store, connection_errors, refuse_foreign_sqlite
 
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
 
 
 @app.command("upgrade")
 def upgrade_cmd(db: DbOption = None) -> None:
-    """Create or upgrade the schema to this specfleet's newest revision."""
+    """Create or upgrade the schema to this specfleet's newest revision, then write back the
+    results a driver kept in this store's journal during an outage."""
     url, source = resolve_url(db), store_source(db)
     check_writable(url, source)
     refuse_foreign_sqlite(url, source)
+    journal = Journal(url)  # a malformed SPECFLEET_JOURNAL_DIR: one line, before the upgrade
     create_private_file(url, source)
     engine = make_engine(url)
     with connection_errors(url, source, engine):
         with engine.connect() as conn:
             before = current_revision(conn)
         after = upgrade(engine, url, source)
+        typer.echo(f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
+        written = journal.write_back(Store(engine, url, source))
     engine.dispose()
-    typer.echo(f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
+    if line := written.line():
+        typer.echo(line, err=True)
 
 
 @app.command("current")

@@ -228,7 +228,7 @@ def run_generation(
     warmup_s = 0.0
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
     # The machine lock: never timed beside a fleet's run (or another generate) here.
-    with MachineLock(machine_lock_path(machine_id())):
+    with MachineLock(machine_lock_path(machine_id()), "specfleet generate"):
         if warm_up:  # also for plain: the first forwards of a fresh model pay one-off costs
             warmup_s = warm_verify_widths(loaded, prompt_ids, lookup, announce)
         try:

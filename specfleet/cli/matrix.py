@@ -30,7 +30,7 @@ from specfleet.cli.options import (
     echo_rows,
     refuse_hosts_outside_embedded,
 )
-from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, host_line
+from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, WAITS, host_line
 from specfleet.cluster.reach import FleetView, choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import drop_sourceless, peer_skips, plan_runs, select_targets
@@ -140,9 +140,9 @@ def check_driver_settings(report_dir: Path | None = None) -> None:
 class WaitingLines:
     """Without progress bars, say on stderr why a host (or the store) makes us wait, and a
     host's news (it stopped waiting at the bound, went unreachable, came back). A host's
-    quiet check sends a new reason whenever its load figure moves, about once a second: a
-    wait is said at once, and again when its cause changes, else at most every `REPEAT_S`
-    seconds while it lasts."""
+    quiet check sends a new reason whenever its load figure moves, about once a second, and
+    a run queued behind the machine lock its waited seconds: a wait is said at once, and
+    again when its cause changes, else at most every `REPEAT_S` seconds while it lasts."""
 
     REPEAT_S = 10.0
 
@@ -154,13 +154,14 @@ class WaitingLines:
     def __call__(self, event) -> None:
         if event.status == "waiting" and event.host == STORE_LINE:
             typer.echo(f"store: {event.reason}", err=True)  # a retry: seconds apart, counted
-        elif event.status == "waiting":
-            now, cause = self._clock(), re.sub(r"[0-9.]+", "#", event.reason or "")
+        elif event.status in WAITS:
+            now = self._clock()
+            cause = event.status + re.sub(r"[0-9.]+", "#", event.reason or "")
             when, said = self._said.get(event.host, (-self.REPEAT_S, ""))
             if cause == said and now - when < self.REPEAT_S:
                 return
             self._said[event.host] = (now, cause)
-            typer.echo(f"{event.host}: waiting for a quiet host: {event.reason}", err=True)
+            typer.echo(f"{event.host}: {WAITS[event.status]}: {event.reason}", err=True)
         else:
             self._said.pop(event.host, None)  # its next wait is said at once
             if event.status in HOST_NEWS:
@@ -320,10 +321,8 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
 
 
 def _say_written_back(store) -> None:
-    done = store.written_back
-    if done.total:
-        typer.echo(f"journal: {done.written} finished results written to the store "
-                   f"({done.already} already there, {done.conflicts} refused)", err=True)
+    if line := store.written_back.line():
+        typer.echo(line, err=True)
 
 
 @app.command("resume")

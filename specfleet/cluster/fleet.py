@@ -39,6 +39,7 @@ from specfleet.cluster.startfailures import (
     session_logs,
 )
 from specfleet.errors import UserError
+from specfleet.settings import logical_cpus
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     HOST_LABEL,
@@ -118,7 +119,8 @@ def connect(
 
     Args:
         address: the head's GCS address (`HOST:6379`); None starts the embedded fleet.
-        num_cpus: CPUs the embedded Ray instance accounts (default: all cores).
+        num_cpus: CPUs the embedded Ray instance accounts (default: the CPUs this
+            process may run on, `settings.logical_cpus`).
         host: fleet name of this machine in the embedded fleet (default: detected).
         worker_kwargs: `HostWorker` keyword arguments for the embedded worker.
 
@@ -190,7 +192,8 @@ def _private_ray_dir(preferred) -> str:
 def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:
     ray.init(
         address="local",  # always a new instance, never another local cluster found on disk
-        num_cpus=num_cpus or info.cpu_count,  # explicit: Ray's own guess ignores cgroups
+        # The CPUs this process may run on (taskset too; Ray's own count reads only cgroups).
+        num_cpus=num_cpus or logical_cpus(),
         include_dashboard=False,  # nothing to look at locally; one less port
         labels={HOST_LABEL: info.name, KIND_LABEL: info.kind},
         resources={SLOT_RESOURCE: 1},

@@ -101,6 +101,7 @@ class HostState:
     quiet_since: float | None = None  # first time this run waited for quiet
     quiet_reason: str = ""  # why the worker's last quiet check said no (shown to the user)
     gave_up: str = ""  # set when the wait for quiet hit its bound: what the user is told
+    machine_wait: str = ""  # its run waits for the machine lock: what the user was told last
     done: int = 0
     failed: int = 0
     interrupted: int = 0

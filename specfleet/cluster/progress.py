@@ -27,14 +27,16 @@ class ProgressEvent:
         host: the host name.
         run_key: the run that changed.
         status: "running", "done", "failed", "interrupted", "waiting" (for a quiet,
-            unthrottled host), or news of the host itself (`HOST_NEWS`): "gave up" (waited
+            unthrottled host), "queued" (a run sent, waiting for the machine lock: another
+            specfleet process times a run on that machine), or news of the host itself (`HOST_NEWS`): "gave up" (waited
             `quiet_wait_s` and runs anyway, or waited `host_wait_s` for a host away),
             "unreachable" / "suspect" (its run was cut loose) or "back" (answers again).
         done: runs of this host done so far (this call).
         failed: runs of this host failed or interrupted so far.
         total: runs of this host this call set out to do.
         health: the host's `fleet.Health`.
-        reason: why a "waiting" host waits (the worker's quiet check), why it "gave up", or
+        reason: why a "waiting" host waits (the worker's quiet check), who holds the machine
+            a "queued" run waits for (`machine_wait_reason`), why it "gave up", or
             why a run failed or was interrupted, else "".
         run: the run in words (`torch edit_fn graded rep 2`), "" when not about one run.
         tok_per_s: a done run's whole-call rate.
@@ -58,6 +60,13 @@ class ProgressEvent:
 ProgressCallback = Callable[[ProgressEvent], None]
 STORE_LINE = "store"  # the `host` of events about the store itself (an outage being retried)
 HOST_NEWS = ("gave up", "unreachable", "suspect", "back")  # a line about the host, no run
+# What a host waits for, by its event's status (the words before the event's reason).
+WAITS = {"waiting": "waiting for a quiet host", "queued": "waiting for the machine lock"}
+
+
+def machine_wait_reason(held_by: str, waited_s: float) -> str:
+    """`held by matrix bench-3fa9c2, pid 4242; waited 12 s`: a "queued" event's reason."""
+    return f"held by {held_by or 'another specfleet process'}; waited {waited_s:.0f} s"
 
 
 class HostProgress:
@@ -105,6 +114,8 @@ class HostProgress:
             state += f"  ({event.health})"
         if event.status == "waiting":
             state += f"  waiting: {event.reason}"
+        elif event.status == "queued":
+            state += f"  {WAITS['queued']}: {event.reason}"
         elif event.status in HOST_NEWS:
             state += f"  {event.reason}"
         self._progress.update(

@@ -35,6 +35,7 @@ from specfleet.cluster.progress import (
     ProgressCallback,
     ProgressEvent,
     fan_out,
+    machine_wait_reason,
     progress_for,
 )
 from specfleet.cluster.storewriter import StoreWriter
@@ -291,6 +292,7 @@ def _loop(ctx: _Ctx) -> None:
     while True:
         for host in ctx.hosts.values():
             hostwatch.watch(watching, host)
+            _say_machine_wait(ctx, host)
             _maybe_dispatch(ctx, host)
         if hostwatch.nothing_left(watching):
             return
@@ -361,6 +363,23 @@ def _quiet_or_say_why(ctx: _Ctx, host: HostState) -> bool:
     if host.quiet_reason and host.quiet_reason != shown:
         _emit(ctx, host, host.queue[0].run_key, "waiting", host.quiet_reason)
     return False
+
+
+def _say_machine_wait(ctx: _Ctx, host: HostState) -> None:
+    """A run sent whose worker waits for the machine lock (another specfleet process times a
+    run there; its pings say so): "queued" and who holds it, then "running" once it has it."""
+    flight, answer = host.inflight, host.answer
+    ours = flight is not None and flight.cut_at is None
+    wait = answer.get("machine_wait") if ours else None
+    if flight is not None and wait and answer.get("run_key") == flight.spec.run_key:
+        reason = machine_wait_reason(wait.get("held_by", ""), wait.get("waited_s", 0.0))
+        if reason != host.machine_wait:
+            host.machine_wait = reason
+            _emit(ctx, host, flight.spec.run_key, "queued", reason)
+    elif host.machine_wait:
+        host.machine_wait = ""
+        if flight is not None and ours:
+            _emit(ctx, host, flight.spec.run_key, "running")
 
 
 def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from specfleet.errors import UserError
+from specfleet.settings import logical_cpus
 
 # How Ray says its processes did not start: the node did not register in 30 s (a machine
 # too busy), or its GCS did not come up (a port or socket problem as often as load).
@@ -24,8 +25,13 @@ def embedded_start_failed(err: BaseException, ray_dir: str) -> UserError:
 
 
 def load_text() -> str:
-    return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; " if hasattr(
-        os, "getloadavg") else ""
+    """`load 7.9 on 2 of 16 CPUs; `: the machine's load beside the CPUs this command may run
+    on (its embedded Ray's `num_cpus`), and the machine's count when affinity leaves some out."""
+    if not hasattr(os, "getloadavg"):
+        return ""
+    cpus, machine = logical_cpus(), os.cpu_count() or 1
+    of = f"{cpus} of " if cpus < machine else ""
+    return f"load {os.getloadavg()[0]:.1f} on {of}{machine} CPUs; "
 
 
 def session_logs(ray_dir: str) -> str:

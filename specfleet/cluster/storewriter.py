@@ -21,6 +21,7 @@ from sqlalchemy.exc import OperationalError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import RunResult, Target
 from specfleet.store.errors import StoreUnreachable
 from specfleet.store.journal import Journal, JournalError
@@ -44,17 +45,20 @@ class StoreWriter:
         lease_s: the heartbeat lease.
         retry_s: how long one write keeps retrying an unreachable store.
         on_wait: called with a one-line reason before each retry wait.
+        clock: monotonic seconds (tests pass their own).
     """
 
     def __init__(self, store: Any, driver_id: str, lease_s: float, retry_s: float,
-                 on_wait: Callable[[str], None] | None = None) -> None:
+                 on_wait: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.driver_id = driver_id
         self.lease_s = lease_s
         self.retry_s = retry_s
         self.on_wait = on_wait or (lambda _reason: None)
         self.journal = Journal(store.url)
-        self._beat_at = time.monotonic()
+        self._clock = clock
+        self._beat_at = clock()
 
     def mark_running(self, run_key: str) -> None:
         """Mark the run running under this driver (StoreConflict: not ours to run)."""
@@ -108,7 +112,7 @@ class StoreWriter:
 
     def heartbeat(self) -> None:
         """Renew this driver's leases if a quarter of the lease has passed."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._beat_at < self.lease_s / 4:
             return
         self._beat_at = now
@@ -118,16 +122,20 @@ class StoreWriter:
             self.on_wait(f"store unreachable, lease not renewed: {_short(err)}")
 
     def retry(self, what: str, call: Callable[..., T], *args: Any) -> T:
-        """`call(*args)` on the store, retried while it is unreachable (up to `retry_s`).
+        """`call(*args)` on the store, retried while it is unreachable (up to `retry_s`;
+        a try already under way is not cut short: one waiting for SQLite's write lock takes
+        up to 60 s).
 
         Raises:
-            StoreOutage: still unreachable after `retry_s` (names what could not be done).
+            StoreOutage: still unreachable after `retry_s` (names what could not be done, and
+                how long its tries really took).
         """
-        deadline = time.monotonic() + self.retry_s
+        started = self._clock()
+        deadline = started + self.retry_s
         backoff = wait_exponential(multiplier=FIRST_BACKOFF_S, max=MAX_BACKOFF_S)
 
         def left_s() -> float:
-            return deadline - time.monotonic()
+            return deadline - self._clock()
 
         def say(state: RetryCallState) -> None:
             err = state.outcome.exception() if state.outcome else None
@@ -144,15 +152,16 @@ class StoreWriter:
         try:
             return retrying(call, *args)
         except _TRANSIENT as err:
-            raise self._outage(what, err) from None
+            tries = retrying.statistics.get("attempt_number", 1)
+            raise self._outage(what, err, self._clock() - started, tries) from None
 
-    def _outage(self, what: str, err: BaseException) -> StoreOutage:
+    def _outage(self, what: str, err: BaseException, waited_s: float, tries: int) -> StoreOutage:
         kept = len(self.journal.pending())
         return StoreOutage(
-            f"the store stayed unreachable for {self.retry_s:g} s (could not {what}: "
-            f"{_short(err)}); {kept} finished results are kept in {self.journal.dir} and "
-            "are written by the next `specfleet matrix resume` (or any command that stores runs) "
-            "on this store"
+            f"the store stayed unreachable for {waited_s:.0f} s ({counted(tries, 'try', 'tries')}"
+            f"; could not {what}: {_short(err)}); {kept} finished results are kept in "
+            f"{self.journal.dir} and are written back by the next `specfleet matrix resume`, "
+            "`specfleet db upgrade` or any command that stores runs on this store"
         )
 
 

@@ -81,6 +81,13 @@ class WriteBack:
     def total(self) -> int:
         return self.written + self.already + self.conflicts
 
+    def line(self) -> str:
+        """What a command says when it wrote the journal back; "" when there was nothing."""
+        if not self.total:
+            return ""
+        return (f"journal: {self.written} finished results written to the store "
+                f"({self.already} already there, {self.conflicts} refused)")
+
 
 class Journal:
     """The journal of one store.

@@ -10,7 +10,6 @@ device with the engine's own kernels, the way a plain step reads weights there.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -18,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from specfleet.settings import logical_cpus
 
 PROBE_BUFFER_MB = 256  # over twice the largest last-level caches of the hosts we run on
 PROBE_PASSES = 5
@@ -76,14 +77,14 @@ def measure_read_gb_per_s(
         passes: passes at most; fewer when `budget_s` runs out (the fill counts too).
         budget_s: the wall-clock bound of the whole probe, allocation included, give or
             take one pass.
-        threads: reader threads (default: one per core).
+        threads: reader threads (default: one per CPU this process may run on).
 
     Returns:
         The median pass's bytes / seconds, in GB/s.
     """
     start = time.perf_counter()
     buffer = np.ones(buffer_mb * 2**20 // 8, dtype=np.int64)  # ones: every page touched
-    workers = threads or os.cpu_count() or 1
+    workers = threads or logical_cpus()  # a reader per CPU it may run on (taskset honoured)
     chunks = np.array_split(buffer, workers)
     rates = []
     with ThreadPoolExecutor(workers) as pool:

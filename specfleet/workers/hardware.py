@@ -136,6 +136,7 @@ def detect_host(name: str | None = None, *, full: bool = False) -> HostInfo:
         arch=arch,
         chip=_chip(os_name),
         gpu=gpu,
+        # The machine's CPUs (what it is, in its fingerprint); what Ray may use: logical_cpus.
         cpu_count=os.cpu_count() or 1,
         memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
         engines=engines,

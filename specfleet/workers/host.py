@@ -131,6 +131,7 @@ class HostWorker:
         self._run_lock = threading.Lock()
         self._cancel = threading.Event()
         self._current: str | None = None
+        self._machine_lock: MachineLock | None = None  # the run's, while it waits for it
         self._runs_done = 0
         self._kept = KeptResults(self.host, kept_dir)
         self._quiet_threshold = quiet_threshold_per_core
@@ -161,15 +162,21 @@ class HostWorker:
         return self._info.to_dict()
 
     def ping(self) -> dict:
-        """Liveness: host, pid, busy flag and the run in progress."""
-        current = self._current
-        return {
+        """Liveness: host, pid, busy flag and the run in progress; while that run waits for
+        the machine lock, `machine_wait`: {"waited_s", "held_by"} (`machinelock.py`)."""
+        current, lock = self._current, self._machine_lock
+        since = lock.waiting_since if lock is not None else None
+        answer = {
             "host": self.host,
             "pid": os.getpid(),
             "at": time.time(),
             "busy": current is not None,
             "run_key": current,
         }
+        if lock is not None and since is not None:
+            answer["machine_wait"] = {"waited_s": round(time.monotonic() - since, 1),
+                                      "held_by": lock.held_by()}
+        return answer
 
     def status(self) -> dict:
         """`ping` plus loaded models, runs done, the quiet check and versions."""
@@ -246,8 +253,14 @@ class HostWorker:
                 self._runs_done += 1
 
     def _run_on_machine(self, spec: RunSpec) -> RunResult:
-        lock = MachineLock(self._run_lock_path or machine_lock_path(self._info.machine_id))
-        if not lock.acquire(self._cancel.is_set):
+        lock = MachineLock(self._run_lock_path or machine_lock_path(self._info.machine_id),
+                           f"matrix {spec.matrix_id}" if spec.matrix_id else f"run {spec.run_key}")
+        self._machine_lock = lock  # `ping` says while it waits, and who holds it
+        try:
+            acquired = lock.acquire(self._cancel.is_set)
+        finally:
+            self._machine_lock = None
+        if not acquired:
             return self._cancelled(spec)
         try:
             return self._run_locked(spec)

@@ -245,6 +245,7 @@ def check_context(folder: str, spec: Any, prompt_tokens: int) -> None:
 def worker_threads() -> int:
     """$SPECFLEET_THREADS, else one per physical core but one (left to Ray's daemons and the
     driver): the CPU threads a worker gives its engines (and a llama.cpp peer)."""
+    # Physical cores, not logical CPUs: a core's second hyperthread only slows matmul threads.
     cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
     return THREADS.read() or max(1, cores - 1)
 

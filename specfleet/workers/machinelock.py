@@ -7,10 +7,13 @@ private runtime directory (`dirs.runtime_dir`: `/tmp/specfleet-<uid>`, or
 `$SPECFLEET_RUNTIME_DIR`): created 0700, refused unless it is a real directory owned by this
 user, and the lock file is opened with `O_NOFOLLOW`, so nobody else can plant a link or hold
 our lock. One lock per machine id (simulated hosts with stand-in machine ids keep their own).
+The holder writes who it is into the file (`matrix demo-3fa9c2, pid 4242`), so a run that
+waits can say what it waits for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -32,13 +35,21 @@ def machine_lock_path(machine_id: str) -> Path:
 class MachineLock:
     """An exclusive flock on `path`, waited for (cancellably) and released on exit.
 
+    Args:
+        path: the lock file.
+        holder: who takes it, in words (`matrix demo-3fa9c2`); written into the file with
+            this process's id while held.
+
     Attributes:
         waited_s: how long `acquire` waited for another holder.
+        waiting_since: while `acquire` waits for another holder, since when (monotonic).
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, holder: str = "specfleet") -> None:
         self.path = os.fspath(path)
+        self.holder = holder
         self.waited_s = 0.0
+        self.waiting_since: float | None = None
         self._fd: int | None = None
 
     def acquire(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
@@ -46,16 +57,42 @@ class MachineLock:
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         self._fd = os.open(self.path, flags, 0o600)
         start = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.waited_s = time.monotonic() - start
-                return True
-            except BlockingIOError:
-                if cancelled():
-                    self.release()
-                    return False
-                time.sleep(POLL_S)
+        try:
+            while True:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self.waited_s = time.monotonic() - start
+                    self._say_holder()
+                    return True
+                except BlockingIOError:
+                    if cancelled():
+                        self.release()
+                        return False
+                    self.waiting_since = start
+                    time.sleep(POLL_S)
+        finally:
+            self.waiting_since = None
+
+    def held_by(self) -> str:
+        """Who holds the lock, as its holder wrote it ("" when not known). Any thread may
+        ask: it reads through a descriptor of its own."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return ""
+        try:
+            return " ".join(os.read(fd, 200).decode(errors="replace").split())
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
+
+    def _say_holder(self) -> None:
+        assert self._fd is not None
+        text = f"{self.holder}, pid {os.getpid()}".encode()
+        with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, text, 0)
 
     def release(self) -> None:
         if self._fd is not None:

@@ -84,6 +84,7 @@ class ForeignCpuMeter:
         if self._busy_cores is None or (fresh and stale):
             self.update()
         busy = self._busy_cores or 0.0
+        # Every CPU of the machine, not this process's affinity: the busy cores are machine-wide.
         limit = threshold_per_core * (os.cpu_count() or 1)
         reason = (
             ""

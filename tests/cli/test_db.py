@@ -56,6 +56,30 @@ def test_upgrade_then_current(store_url):
     assert f"{head_revision()} -> {head_revision()}" in again.output
 
 
+def test_upgrade_writes_back_what_the_journal_kept(tmp_path, monkeypatch):
+    """A driver stopped by an outage keeps its results in the journal; `db upgrade` left
+    them pending, so the store read them not done until some later run or resume."""
+    from specfleet.store.journal import Journal
+    from tests.store.factory import grid, result
+
+    monkeypatch.setenv(JOURNAL_DIR.name, str(tmp_path / "journal"))
+    url = f"sqlite:///{tmp_path / 'kept.db'}"
+    runs = grid(repeats=1)
+    with open_store(url) as store:
+        store.create_matrix("demo", {}, runs)
+        journal = Journal(store.url)
+        journal.write(result(runs[0]))  # finished, then the store went away
+    upgraded = invoke("db", "upgrade", "--db", url)
+    assert upgraded.exit_code == 0, upgraded.output
+    assert upgraded.stderr == ("journal: 1 finished results written to the store "
+                               "(0 already there, 0 refused)\n")
+    assert journal.pending() == []
+    with open_store(url, read_only=True) as store:
+        assert [r.status for r in store.runs()] == ["done", "pending"]
+    again = invoke("db", "upgrade", "--db", url)
+    assert again.exit_code == 0 and again.stderr == "", again.output
+
+
 def test_current_on_a_missing_file_creates_nothing(tmp_path):
     path = tmp_path / "none.db"
     result = invoke("db", "current", "--db", str(path))

@@ -10,6 +10,7 @@ stored twice); docs/benchmark_results/faults.md records them.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -219,7 +220,7 @@ def test_an_outage_past_the_retry_bound_leaves_a_journal_that_resume_writes_back
         if driver.poll() is None:
             driver.kill()
     text = log.read_text()
-    assert code == 2 and "stayed unreachable for 3 s" in text, text
+    assert code == 2 and re.search(r"stayed unreachable for [3-9] s", text), text
     assert "Traceback" not in text
     journaled = list((tmp_path / "journal").rglob("*.json"))
     assert journaled, text

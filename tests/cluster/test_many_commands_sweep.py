@@ -97,3 +97,20 @@ def test_ctrl_c_while_the_claim_waits_for_the_store_ends_the_matrix_interrupted(
         assert isinstance(caught, RunInterrupted), caught
         assert "resume with: specfleet matrix resume m-1" in str(caught)
         assert store.get_matrix("m-1").status == "interrupted"
+
+
+def test_the_embedded_fleet_and_its_load_line_count_the_cpus_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # `taskset -c 0 specfleet bench ...`: Ray was told every CPU of the machine (os.cpu_count),
+    # and a failed start read `load 3.0 on 16 CPUs` for a command confined to one.
+    from specfleet.workers.hardware import detect_host
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 2.0, 1.0))
+    asked: dict = {}
+    monkeypatch.setattr(fleet.ray, "init", lambda **kwargs: asked.update(kwargs))
+    fleet._init_embedded(detect_host("h1"), None, str(tmp_path))
+    assert asked["num_cpus"] == 1
+    assert startfailures.load_text() == "load 3.0 on 1 of 16 CPUs; "

@@ -112,3 +112,40 @@ def test_the_wait_default_is_the_schedulers():
     from specfleet.cluster.scheduler import SchedulerOptions
 
     assert parse_wait(WAIT_DEFAULT) == SchedulerOptions().host_wait_s
+
+
+def test_a_run_queued_behind_the_machine_lock_is_said_on_bars_and_without_them(capsys):
+    # `specfleet bench --no-progress` beside another bench on this machine said nothing while
+    # its run waited for the machine lock (the worker's pings say so, and who holds it).
+    from collections import deque
+
+    from specfleet.cli.matrix import WaitingLines
+    from specfleet.cluster import scheduler
+    from specfleet.cluster.hoststate import HostState, InFlight
+    from specfleet.jobs.run import RunSpec, Target
+
+    spec = RunSpec(run_key="k1", matrix_id="mine-1", target=Target(host="local", engine="toy",
+                   device="cpu"), model="script", prompt_name="p", prompt_text="a b",
+                   arm="plain", max_tokens=4)
+    host = HostState("local", None, "local", deque(), total=2,
+                     inflight=InFlight(spec, None, 0.0))
+    events: list[ProgressEvent] = []
+    ctx = scheduler._Ctx(store=None, hosts={"local": host}, opts=scheduler.SchedulerOptions(),
+                         notify=events.append, leases=None, writer=None)
+    now = [0.0]
+    say = WaitingLines(clock=lambda: now[0])
+    holder = "matrix bench-3fa9c2, pid 4242"
+    for second in range(0, 25):  # a ping answer a second while the lock is held
+        now[0] = float(second)
+        host.answer = {"run_key": "k1", "machine_wait": {"waited_s": second, "held_by": holder}}
+        scheduler._say_machine_wait(ctx, host)
+        say(events[-1])
+    host.answer = {"run_key": "k1"}  # it has the machine
+    scheduler._say_machine_wait(ctx, host)
+    assert [e.status for e in events] == ["queued"] * 25 + ["running"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"local: waiting for the machine lock: held by {holder}; waited {s} s" for s in (0, 10, 20)]
+    out = io.StringIO()
+    with HostProgress({"local": 2}, console=Console(file=out, width=200)) as bars:
+        bars.update(events[3])
+    assert f"waiting for the machine lock: held by {holder}; waited 3 s" in out.getvalue()

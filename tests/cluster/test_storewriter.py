@@ -111,3 +111,24 @@ def test_a_measured_cost_table_waits_out_an_outage_and_never_costs_the_result(
     assert (store.finished == [("calibration", "m")]) is stored
     err = capsys.readouterr().err
     assert ("and stored it" in err) is stored and ("could not store it" in err) is not stored
+
+
+def test_the_outage_line_says_how_long_the_tries_really_took():
+    """Each try that waits for another process's SQLite write lock takes up to 60 s; the line
+    said `unreachable for 5 s` (the retry bound) after two such tries, 120 s."""
+    now = [0.0]
+
+    class Locked(FlakyStore):
+        def finish_matrix(self, matrix_id: str, status: str, driver_id: str) -> bool:
+            now[0] += 60.0  # SQLite's busy timeout, then "database is locked"
+            raise OperationalError("BEGIN IMMEDIATE", {}, Exception("database is locked"))
+
+    writer = StoreWriter(Locked(), "driver-1", lease_s=10.0, retry_s=5.0, clock=lambda: now[0])
+    with pytest.raises(StoreOutage) as caught:
+        writer.retry("finish the matrix", writer.store.finish_matrix, "m-1", "done", "driver-1")
+    assert str(caught.value).startswith(
+        "the store stayed unreachable for 60 s (1 try; could not finish the matrix: "
+        "database is locked)")
+    writer = StoreWriter(Locked(), "driver-1", lease_s=10.0, retry_s=90.0, clock=lambda: now[0])
+    with pytest.raises(StoreOutage, match=r"unreachable for 120 s \(2 tries; "):
+        writer.retry("finish the matrix", writer.store.finish_matrix, "m-1", "done", "driver-1")

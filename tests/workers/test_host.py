@@ -207,6 +207,27 @@ def test_a_run_waits_for_the_machine_lock_and_is_noisy_when_the_host_is_busy(
         strict.close()
 
 
+def test_a_run_waiting_for_the_machine_lock_says_so_and_who_holds_it(
+        worker: HostWorker, run_lock: str) -> None:
+    other = MachineLock(run_lock, "matrix other-1")
+    assert other.acquire()
+    try:
+        waiting = threading.Thread(target=worker.run, args=(spec("w1", matrix_id="mine-1"),))
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while "machine_wait" not in worker.ping() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        answer = worker.ping()
+        assert answer["run_key"] == "w1", answer
+        assert answer["machine_wait"]["held_by"] == f"matrix other-1, pid {os.getpid()}"
+    finally:
+        other.release()
+    waiting.join(timeout=30)
+    assert "machine_wait" not in worker.ping()
+    # The worker wrote itself in while it held the lock (the file keeps it after).
+    assert MachineLock(run_lock).held_by() == f"matrix mine-1, pid {os.getpid()}"
+
+
 def test_loaded_models_evict_the_least_recently_used() -> None:
     models = LoadedModels(budget_bytes=100)
     loads: list[str] = []
