@@ -32,7 +32,7 @@ from ray.exceptions import (
 )
 
 from specfleet.cluster.fleet import HEALTHY, SUSPECT, UNREACHABLE, Health
-from specfleet.jobs.run import RunSpec
+from specfleet.jobs.run import RunResult, RunSpec
 
 # Errors that mean "the worker (or its node) went away": the run's fate is unknown.
 WORKER_LOST = (RayActorError, NodeDiedError, ObjectLostError, OwnerDiedError, WorkerCrashedError)
@@ -106,6 +106,16 @@ class HostState:
     failed: int = 0
     interrupted: int = 0
     run_s: float = 0.0
+
+    def count(self, result: RunResult) -> None:
+        """Count a stored result (interrupted: cancelled cooperatively by the worker)."""
+        if result.status == "done":
+            self.done += 1
+            self.run_s += result.total_s
+        elif result.status == "failed":
+            self.failed += 1
+        else:
+            self.interrupted += 1
 
     def tally(self) -> HostTally:
         return HostTally(

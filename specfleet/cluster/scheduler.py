@@ -29,6 +29,7 @@ import ray
 from specfleet.cluster import hostwatch, locks
 from specfleet.cluster.fleet import DEAD, HEALTHY
 from specfleet.cluster.hoststate import HostState, HostTally, InFlight, store_load_samples
+from specfleet.cluster.outcome import MatrixOutcome, finish_matrix
 from specfleet.cluster.progress import (
     HOST_NEWS,
     STORE_LINE,
@@ -80,34 +81,6 @@ class SchedulerOptions:
     require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
     quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
     progress: bool = True  # rich progress bars on stderr
-
-
-@dataclass(frozen=True)
-class MatrixOutcome:
-    """The result of `run_matrix`.
-
-    Attributes:
-        matrix_id: the matrix.
-        status: "done" when every run of the matrix is done; "interrupted" when some run is
-            interrupted or still pending; "failed" when only failed runs are left.
-        done, failed, interrupted: runs settled this call, by status.
-        pending: runs left unsent (their host was lost or has no worker).
-        wall_s: wall time of the call.
-        hosts: per-host tallies.
-        skipped: runs left to a live driver that holds them (a second resume).
-        owner: that driver, when it holds the whole matrix (this call took nothing).
-    """
-
-    matrix_id: str
-    status: str
-    done: int
-    failed: int
-    interrupted: int
-    pending: int
-    wall_s: float
-    hosts: dict[str, HostTally]
-    skipped: int = 0
-    owner: str | None = None
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -189,7 +162,7 @@ def run_matrix(
     writer = StoreWriter(store, driver_id, _lease_s(opts), opts.store_retry_s,
                          _store_waiting(on_progress or (lambda event: None)))
     store_load_samples(store, matrix_id, healthy, opts.call_timeout_s, writer.retry)
-    outcome = _finish(writer, matrix_id, tallies, time.monotonic() - started, driver_id)
+    outcome = finish_matrix(writer, matrix_id, tallies, time.monotonic() - started, driver_id)
     return dataclasses.replace(outcome, skipped=claim.skipped)
 
 
@@ -396,7 +369,7 @@ def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult)
     except StoreConflict:  # another driver stored this run first; its result stands
         return
     host.interrupted -= 1  # counted when it was cut loose; now counted by its result
-    _tally(host, result)
+    host.count(result)
     assert flight.cut_at is not None
     late_s = time.monotonic() - flight.cut_at
     _emit(ctx, host, flight.spec.run_key, result.status,
@@ -416,19 +389,8 @@ def _store_result(ctx: _Ctx, host: HostState, spec: RunSpec, result: RunResult) 
     except StoreConflict:  # another driver stored this run first; its result stands
         _emit(ctx, host, spec.run_key, "done")
         return
-    _tally(host, result)
+    host.count(result)
     _emit(ctx, host, spec.run_key, result.status, result.error or "", spec, result.tok_per_s)
-
-
-def _tally(host: HostState, result: RunResult) -> None:
-    """Count a stored result on its host (interrupted: cancelled cooperatively by the worker)."""
-    if result.status == "done":
-        host.done += 1
-        host.run_s += result.total_s
-    elif result.status == "failed":
-        host.failed += 1
-    else:
-        host.interrupted += 1
 
 
 def _fail(ctx: _Ctx, host: HostState, spec: RunSpec, error: str) -> None:
@@ -490,30 +452,3 @@ def _run_words(ctx: _Ctx, spec: RunSpec) -> str:
     where = f"{spec.target.host}/{spec.target.engine}" if ctx.name_hosts else spec.target.engine
     model = f" {spec.model}" if ctx.name_models else ""
     return f"{where}{model} {spec.prompt_name} {spec.arm} rep {spec.repeat}"
-
-
-def _finish(writer: StoreWriter, matrix_id: str, tallies: dict[str, HostTally], wall_s: float,
-            driver_id: str) -> MatrixOutcome:
-    store = writer.store
-    counts = writer.retry("read the matrix's counts", store.get_matrix, matrix_id).counts
-    left = {status: n for status, n in counts.items() if status != "done" and n}
-    if not left:
-        status = "done"
-    elif set(left) == {"failed"}:
-        status = "failed"
-    else:
-        status = "interrupted"
-    if not writer.retry("finish the matrix", store.finish_matrix, matrix_id, status, driver_id):
-        # taken over after our lease ran out
-        status = writer.retry("read the matrix", store.get_matrix, matrix_id).status
-    return MatrixOutcome(
-        matrix_id=matrix_id,
-        status=status,
-        done=sum(t.done for t in tallies.values()),
-        failed=sum(t.failed for t in tallies.values()),
-        interrupted=sum(t.interrupted for t in tallies.values()),
-        pending=sum(t.pending for t in tallies.values()),
-        wall_s=wall_s,
-        hosts=tallies,
-    )
-

@@ -4,6 +4,7 @@ tools/chaos.py)."""
 
 from __future__ import annotations
 
+from collections import deque
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,8 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import OperationalError
 
 from specfleet.cluster import scheduler
+from specfleet.cluster.hoststate import HostState
+from specfleet.cluster.outcome import finish_matrix
 from specfleet.cluster.storewriter import StoreOutage, StoreWriter
 
 
@@ -48,7 +51,7 @@ def writer_for(store: FlakyStore, retry_s: float, said: list[str]) -> StoreWrite
 
 def test_the_final_status_waits_out_a_short_outage():
     store, said = FlakyStore(get_matrix=1, finish_matrix=2), []
-    outcome = scheduler._finish(writer_for(store, 30.0, said), "m-1", {}, 1.0, "driver-1")
+    outcome = finish_matrix(writer_for(store, 30.0, said), "m-1", {}, 1.0, "driver-1")
     assert outcome.status == "done" and store.finished == [("m-1", "done")]
     assert len(said) == 3 and all("store unreachable" in line for line in said)
 
@@ -56,7 +59,7 @@ def test_the_final_status_waits_out_a_short_outage():
 def test_an_outage_past_the_bound_is_one_line_naming_what_was_not_done():
     store, said = FlakyStore(get_matrix=10_000), []
     with pytest.raises(StoreOutage, match="read the matrix's counts"):
-        scheduler._finish(writer_for(store, 0.3, said), "m-1", {}, 1.0, "driver-1")
+        finish_matrix(writer_for(store, 0.3, said), "m-1", {}, 1.0, "driver-1")
 
 
 def test_a_result_the_journal_cannot_keep_is_still_stored(tmp_path, monkeypatch):
@@ -104,7 +107,7 @@ def test_a_measured_cost_table_waits_out_an_outage_and_never_costs_the_result(
     monkeypatch.setattr(scheduler, "_emit", lambda *args: None)
     result = SimpleNamespace(calibration={"measure_s": 1.5}, target=SimpleNamespace(label="h/t/c"),
                              status="done", total_s=1.0, error=None, tok_per_s=10.0)
-    host = SimpleNamespace(done=0, run_s=0.0)
+    host = HostState("h", worker=None, machine="m", queue=deque())
     ctx = SimpleNamespace(writer=writer, store=store)
     scheduler._store_result(ctx, host, SimpleNamespace(model="m", run_key="r"), result)
     assert recorded == [result] and host.done == 1
