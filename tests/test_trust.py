@@ -37,9 +37,8 @@ from typer.testing import CliRunner
 
 import specfleet
 from specfleet.cli.main import app
-from specfleet.cli.matrix import WaitingLines
 from specfleet.cluster.localfleet import LocalFleet
-from specfleet.cluster.progress import HostProgress, ProgressEvent
+from specfleet.cluster.progress import HostProgress, ProgressEvent, WaitingLines
 from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
 from specfleet.configs import prompts_dir
 from specfleet.engine.stats import loop_guard_fires

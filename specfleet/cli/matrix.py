@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -30,7 +28,7 @@ from specfleet.cli.options import (
     echo_rows,
     refuse_hosts_outside_embedded,
 )
-from specfleet.cluster.progress import HOST_NEWS, STORE_LINE, WAITS, host_line
+from specfleet.cluster.progress import WaitingLines
 from specfleet.cluster.reach import FleetView, choose_fleet, open_fleet
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import drop_sourceless, peer_skips, plan_runs, select_targets
@@ -135,37 +133,6 @@ def check_driver_settings(report_dir: Path | None = None) -> None:
     STORE_RETRY_S.read()
     if report_dir is not None:
         check_writable_dir(report_dir, "--report-dir")
-
-
-class WaitingLines:
-    """Without progress bars, say on stderr why a host (or the store) makes us wait, and a
-    host's news (it stopped waiting at the bound, went unreachable, came back). A host's
-    quiet check sends a new reason whenever its load figure moves, about once a second, and
-    a run queued behind the machine lock its waited seconds: a wait is said at once, and
-    again when its cause changes, else at most every `REPEAT_S` seconds while it lasts."""
-
-    REPEAT_S = 10.0
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        # host -> when its current wait was last said, and its cause then (figures aside)
-        self._said: dict[str, tuple[float, str]] = {}
-
-    def __call__(self, event) -> None:
-        if event.status == "waiting" and event.host == STORE_LINE:
-            typer.echo(f"store: {event.reason}", err=True)  # a retry: seconds apart, counted
-        elif event.status in WAITS:
-            now = self._clock()
-            cause = event.status + re.sub(r"[0-9.]+", "#", event.reason or "")
-            when, said = self._said.get(event.host, (-self.REPEAT_S, ""))
-            if cause == said and now - when < self.REPEAT_S:
-                return
-            self._said[event.host] = (now, cause)
-            typer.echo(f"{event.host}: {WAITS[event.status]}: {event.reason}", err=True)
-        else:
-            self._said.pop(event.host, None)  # its next wait is said at once
-            if event.status in HOST_NEWS:
-                typer.echo(host_line(event), err=True)
 
 
 def _refuse_live_owner(store, matrix) -> None:

@@ -1,9 +1,11 @@
 """What the scheduler tells the user while a matrix runs: one progress bar per host on a
-terminal, else one plain line per finished run (logs and CI see progress too)."""
+terminal, else one plain line per finished run and per wait (logs and CI see progress too)."""
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TextIO
@@ -134,23 +136,61 @@ class HostProgress:
 FINISHED = ("done", "failed", "interrupted")
 
 
+class WaitingLines:
+    """Lines on stderr (or `stream`) saying why a host (or the store) makes us wait, and a
+    host's news (it stopped waiting at the bound, went unreachable, came back), where no
+    progress bar shows them. A host's quiet check sends a new reason whenever its load
+    figure moves, about once a second, and a run queued behind the machine lock its waited
+    seconds: a wait is said at once, and again when its cause changes, else at most every
+    `REPEAT_S` seconds while it lasts."""
+
+    REPEAT_S = 10.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 stream: TextIO | None = None) -> None:
+        self._clock = clock
+        self._stream = stream
+        # host -> when its current wait was last said, and its cause then (figures aside)
+        self._said: dict[str, tuple[float, str]] = {}
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.status == "waiting" and event.host == STORE_LINE:
+            self._say(host_line(event))  # a store retry: seconds apart, counted
+        elif event.status in WAITS:
+            now = self._clock()
+            cause = event.status + re.sub(r"[0-9.]+", "#", event.reason or "")
+            when, said = self._said.get(event.host, (-self.REPEAT_S, ""))
+            if cause == said and now - when < self.REPEAT_S:
+                return
+            self._said[event.host] = (now, cause)
+            self._say(f"{event.host}: {WAITS[event.status]}: {event.reason}")
+        else:
+            self._said.pop(event.host, None)  # its next wait is said at once
+            if event.status in HOST_NEWS:
+                self._say(host_line(event))
+
+    def _say(self, line: str) -> None:
+        stream = self._stream or sys.stderr  # read at each line: a test may swap it
+        stream.write(f"{line}\n")
+        stream.flush()
+
+
 class RunLines:
     """One plain line per finished run on `stream`: `[12/63] torch edit_fn graded rep 2:
-    19.8 tok/s` (or the failure and its reason); for logs, pipes and CI."""
+    19.8 tok/s` (or the failure and its reason), and the `WaitingLines`; for logs, pipes
+    and CI."""
 
     def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self._total = total
         self._finished = 0
         self._stream = stream
+        self._waits = WaitingLines(stream=stream)  # waits, a host's news, store retries
 
     def update(self, event: ProgressEvent) -> None:
-        stream = self._stream or sys.stderr
-        if event.status in HOST_NEWS or (event.status == "waiting" and event.host == STORE_LINE):
-            stream.write(f"{host_line(event)}\n")  # a store outage being retried, or a bound
-            stream.flush()
-            return
+        self._waits(event)
         if event.status not in FINISHED or not event.run:
             return
+        stream = self._stream or sys.stderr
         if event.status == "done":
             outcome = f"{event.tok_per_s or 0.0:.1f} tok/s"
         else:

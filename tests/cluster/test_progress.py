@@ -30,7 +30,7 @@ def test_disabled_bars_print_nothing_and_callbacks_fan_out():
     assert out.getvalue() == "" and [e.run_key for e in seen] == ["k"]
 
 
-def test_without_a_terminal_each_finished_run_is_one_plain_line():
+def test_without_a_terminal_each_finished_run_and_each_wait_is_one_plain_line():
     out = io.StringIO()
     lines = RunLines(3, out)
     lines.update(ProgressEvent("a", "k1", "running", 0, 0, 3, "healthy", run="torch p plain rep 1"))
@@ -38,9 +38,15 @@ def test_without_a_terminal_each_finished_run_is_one_plain_line():
                                tok_per_s=19.84))
     lines.update(ProgressEvent("a", "k2", "failed", 1, 1, 3, "healthy", "OOM",
                                run="torch p graded rep 1"))
-    lines.update(ProgressEvent("a", "k3", "waiting", 1, 1, 3, "healthy", "busy"))
+    # A wait is said too (a CI log sat silent while a run waited for a quiet host or the
+    # machine lock), once until its cause changes or 10 s pass, as without progress bars.
+    for _ in range(3):
+        lines.update(ProgressEvent("a", "k3", "waiting", 1, 1, 3, "healthy", "busy"))
+    lines.update(ProgressEvent("a", "k3", "queued", 1, 1, 3, "healthy", "held by matrix m-1"))
     assert out.getvalue() == ("[1/3] torch p plain rep 1: 19.8 tok/s\n"
-                              "[2/3] torch p graded rep 1: failed: OOM\n")
+                              "[2/3] torch p graded rep 1: failed: OOM\n"
+                              "a: waiting for a quiet host: busy\n"
+                              "a: waiting for the machine lock: held by matrix m-1\n")
 
 
 def test_bars_on_a_terminal_lines_without_one(monkeypatch):
@@ -51,7 +57,7 @@ def test_bars_on_a_terminal_lines_without_one(monkeypatch):
 
 
 def test_giving_up_the_wait_is_said_once_on_bars_lines_and_the_cli(capsys):
-    from specfleet.cli.matrix import WaitingLines
+    from specfleet.cluster.progress import WaitingLines
 
     say_waiting = WaitingLines()
     reason = "gave up waiting after 120 s (host throttled: on battery); running anyway, flagged"
@@ -68,7 +74,7 @@ def test_giving_up_the_wait_is_said_once_on_bars_lines_and_the_cli(capsys):
 
 
 def test_a_host_gone_silent_its_return_and_a_late_result_read_as_one_story(capsys):
-    from specfleet.cli.matrix import WaitingLines
+    from specfleet.cluster.progress import WaitingLines
 
     say_waiting = WaitingLines()
     run = "h2/toy p plain rep 2"
@@ -119,9 +125,9 @@ def test_a_run_queued_behind_the_machine_lock_is_said_on_bars_and_without_them(c
     # its run waited for the machine lock (the worker's pings say so, and who holds it).
     from collections import deque
 
-    from specfleet.cli.matrix import WaitingLines
     from specfleet.cluster import scheduler
     from specfleet.cluster.hoststate import HostState, InFlight
+    from specfleet.cluster.progress import WaitingLines
     from specfleet.jobs.run import RunSpec, Target
 
     spec = RunSpec(run_key="k1", matrix_id="mine-1", target=Target(host="local", engine="toy",
