@@ -24,7 +24,7 @@ from specfleet import openblas
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.engine.peers import PeerCall, warm_up_peer
 from specfleet.errors import UserError, one_line
-from specfleet.settings import THREADS
+from specfleet.settings import THREADS, logical_cpus
 
 ModelKey = tuple[str, str, str]  # (engine, device, model path)
 
@@ -244,9 +244,12 @@ def check_context(folder: str, spec: Any, prompt_tokens: int) -> None:
 
 def worker_threads() -> int:
     """$SPECFLEET_THREADS, else one per physical core but one (left to Ray's daemons and the
-    driver): the CPU threads a worker gives its engines (and a llama.cpp peer)."""
+    driver), never more than the CPUs this process may run on (taskset): the CPU threads a
+    worker gives its engines (and a llama.cpp peer)."""
     # Physical cores, not logical CPUs: a core's second hyperthread only slows matmul threads.
     cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    # Under an affinity mask, threads beyond its CPUs only take turns on them.
+    cores = min(cores, logical_cpus())
     return THREADS.read() or max(1, cores - 1)
 
 

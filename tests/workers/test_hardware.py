@@ -120,3 +120,17 @@ def _busy_seconds() -> float:
     """CPU seconds all cores have spent busy since boot."""
     times = psutil.cpu_times()
     return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def test_a_worker_never_gives_its_engines_more_threads_than_its_affinity_allows(monkeypatch):
+    # Under `taskset -c 0,1` on an 8-core box the worker gave torch 7 threads for 2 CPUs.
+    from specfleet.workers import loaded
+
+    monkeypatch.delenv("SPECFLEET_THREADS", raising=False)
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 16 if logical else 8)
+    monkeypatch.setattr(loaded, "logical_cpus", lambda: 2)
+    assert loaded.worker_threads() == 1  # one of the two left to Ray's daemons and the driver
+    monkeypatch.setattr(loaded, "logical_cpus", lambda: 16)
+    assert loaded.worker_threads() == 7  # no mask: one per physical core but one
+    monkeypatch.setenv("SPECFLEET_THREADS", "3")
+    assert loaded.worker_threads() == 3
