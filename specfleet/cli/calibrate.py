@@ -61,6 +61,7 @@ def calibrate_command(
     """Print the per-width verify cost table: sync ms and multiples of a pipelined step,
     each ratio with its lowest and highest round and n; progress goes to stderr."""
     from specfleet.engine.widthcosts import QUICK, CalibrationSettings, measure_width_costs
+    from specfleet.workers.machinelock import holding_this_machine
 
     given = {"prompt_len": prompt_len, "rounds": rounds, "steps": steps, "reps": reps}
     base = QUICK if quick else CalibrationSettings()
@@ -79,10 +80,11 @@ def calibrate_command(
     loaded = load_model(model, engine, device)
     # Opened (a server reached) before minutes of measuring for it.
     with open_store(db) if store else nullcontext() as kept:
-        start_s, others = time.perf_counter(), ForeignCpuMeter()
-        costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
-        measure_s = time.perf_counter() - start_s
-        busy = others.check(fresh=True)  # over the whole measurement
+        with holding_this_machine("specfleet calibrate", say):  # never beside a timed run
+            start_s, others = time.perf_counter(), ForeignCpuMeter()
+            costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
+            measure_s = time.perf_counter() - start_s
+            busy = others.check(fresh=True)  # over the whole measurement
         if not busy.quiet:  # ratios of busy steps misprice widths, and runs read a stored table
             say(f"calibrate: warning: measured on a busy host ({busy.reason}); measure again "
                 "when it is quiet")

@@ -20,7 +20,7 @@ import typer
 
 from specfleet import jsontext
 from specfleet.cli.generate_io import ReplyStream, footer_lines, read_prompt
-from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, stored_or_measured_costs
+from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, say, stored_or_measured_costs
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
     DeviceOption,
@@ -218,8 +218,7 @@ def run_generation(
     from specfleet.engine.loop import generate
     from specfleet.engine.runners.base import UnsupportedModelError
     from specfleet.engine.sampling import SamplerConfig
-    from specfleet.workers.hardware import machine_id
-    from specfleet.workers.machinelock import MachineLock, machine_lock_path
+    from specfleet.workers.machinelock import holding_this_machine
 
     runner = loaded.runner
     prompt_ids = encode(runner, request.text, chat, request.system)
@@ -227,8 +226,7 @@ def run_generation(
     lookup = request_lookup(loaded, request)
     warmup_s = 0.0
     sampler = SamplerConfig(temperature=request.temperature, seed=request.seed)
-    # The machine lock: never timed beside a fleet's run (or another generate) here.
-    with MachineLock(machine_lock_path(machine_id()), "specfleet generate"):
+    with holding_this_machine("specfleet generate", say):
         if warm_up:  # also for plain: the first forwards of a fresh model pay one-off costs
             warmup_s = warm_verify_widths(loaded, prompt_ids, lookup, announce)
         try:

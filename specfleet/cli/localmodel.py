@@ -125,6 +125,7 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
     from specfleet.engine.widthcosts import QUICK, measure_width_costs
     from specfleet.store.store import open_store
     from specfleet.workers.hardware import detect_host
+    from specfleet.workers.machinelock import holding_this_machine
 
     runner = loaded.runner
     fingerprint = detect_host().fingerprint
@@ -139,8 +140,9 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
         return ratios
     say(f"[Calibrated] no stored width-cost table for {loaded.alias} on this host's "
          f"{runner.engine}/{runner.device}; measuring one (quick)")
-    start_s = time.perf_counter()
-    costs = measure_width_costs(runner, QUICK, progress=say)
+    with holding_this_machine("specfleet generate", say):  # timed as a run is, alone
+        start_s = time.perf_counter()
+        costs = measure_width_costs(runner, QUICK, progress=say)
     with open_store(db) as store:
         where = store_table(store, loaded, costs, QUICK, time.perf_counter() - start_s)
     say(f"[Calibrated] measured in {time.perf_counter() - start_s:.1f} s; stored in {where}")

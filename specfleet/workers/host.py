@@ -297,7 +297,7 @@ class HostWorker:
     ) -> dict:
         """Per-width verify cost table (docs/engine.md, "Verify cost per width") of `model` on this host's engine and device.
 
-        Holds the run lock like a timed run (`specfleet job calibrate`).
+        Holds the run lock and the machine lock like a timed run (`specfleet job calibrate`).
 
         Returns:
             {"costs": `engine.widthcosts.WidthCosts` as a dict, "host_fingerprint",
@@ -316,7 +316,9 @@ class HostWorker:
             max_tokens=1,
         )
         settings = replace(QUICK if quick else CalibrationSettings(), max_width=max_width)
-        with self._run_lock:
+        lock = MachineLock(self._run_lock_path or machine_lock_path(self._info.machine_id),
+                           "specfleet job calibrate")  # never measured beside a timed run
+        with self._run_lock, lock:
             prepared = self._prepare(spec)
             start_s = time.perf_counter()
             try:

@@ -18,7 +18,7 @@ import fcntl
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from specfleet.dirs import runtime_dir
@@ -52,8 +52,10 @@ class MachineLock:
         self.waiting_since: float | None = None
         self._fd: int | None = None
 
-    def acquire(self, cancelled: Callable[[], bool] = lambda: False) -> bool:
-        """Wait until this process holds the lock; False if `cancelled()` turned true first."""
+    def acquire(self, cancelled: Callable[[], bool] = lambda: False,
+                on_wait: Callable[[str], None] | None = None) -> bool:
+        """Wait until this process holds the lock; False if `cancelled()` turned true first.
+        `on_wait` is told who holds it (`held_by`) once, when the first try finds it held."""
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         self._fd = os.open(self.path, flags, 0o600)
         start = time.monotonic()
@@ -68,6 +70,8 @@ class MachineLock:
                     if cancelled():
                         self.release()
                         return False
+                    if self.waiting_since is None and on_wait is not None:
+                        on_wait(self.held_by())
                     self.waiting_since = start
                     time.sleep(POLL_S)
         finally:
@@ -105,3 +109,18 @@ class MachineLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def holding_this_machine(holder: str, say: Callable[[str], None]) -> Iterator[None]:
+    """This machine's lock around a timing outside a worker (`generate`, `calibrate`): never
+    timed beside a fleet's run or another command's. A wait is said once, naming who holds it."""
+    from specfleet.workers.hardware import machine_id
+
+    lock = MachineLock(machine_lock_path(machine_id()), holder)
+    try:
+        lock.acquire(on_wait=lambda who: say(
+            f"{holder}: waiting for the machine lock: held by {who or 'another specfleet process'}"))
+        yield
+    finally:
+        lock.release()

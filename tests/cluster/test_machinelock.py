@@ -44,6 +44,23 @@ def test_the_lock_is_never_opened_through_a_link(tmp_path, monkeypatch) -> None:
         MachineLock(machine_lock_path("m1")).acquire()  # O_NOFOLLOW: never through a link
 
 
+def test_a_wait_for_the_lock_is_said_once_naming_its_holder(tmp_path, monkeypatch) -> None:
+    import threading
+    import time
+
+    monkeypatch.setenv(RUNTIME_DIR.name, str(tmp_path / "rt"))
+    held = MachineLock(machine_lock_path("m1"), "matrix held-1")
+    assert held.acquire()
+    said: list[str] = []
+    waiter = threading.Thread(target=MachineLock(machine_lock_path("m1")).acquire,
+                              kwargs={"on_wait": said.append})
+    waiter.start()
+    time.sleep(0.6)  # several polls while it is held
+    held.release()
+    waiter.join(timeout=10)
+    assert not waiter.is_alive() and said == [f"matrix held-1, pid {os.getpid()}"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_embedded_fleets_never_overlap_timed_runs(tmp_path) -> None:

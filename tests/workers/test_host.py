@@ -228,6 +228,25 @@ def test_a_run_waiting_for_the_machine_lock_says_so_and_who_holds_it(
     assert MachineLock(run_lock).held_by() == f"matrix mine-1, pid {os.getpid()}"
 
 
+def test_a_calibration_waits_for_the_machine_lock_as_a_run_does(
+        worker: HostWorker, run_lock: str) -> None:
+    # `specfleet job calibrate` measured widths beside another driver's timed run.
+    other = MachineLock(run_lock, "matrix other-1")
+    assert other.acquire()
+    measured: list[dict] = []
+    try:
+        calibrating = threading.Thread(target=lambda: measured.append(
+            worker.calibrate("script", "toy", "cpu", max_width=2, quick=True)))
+        calibrating.start()
+        calibrating.join(timeout=1.0)
+        assert calibrating.is_alive() and not measured  # waiting: nothing measured yet
+    finally:
+        other.release()
+    calibrating.join(timeout=60)
+    assert len(measured) == 1 and measured[0]["costs"]["ratio"]
+    assert MachineLock(run_lock).held_by().startswith("specfleet job calibrate, pid ")
+
+
 def test_loaded_models_evict_the_least_recently_used() -> None:
     models = LoadedModels(budget_bytes=100)
     loads: list[str] = []
