@@ -148,7 +148,8 @@ def serve(
         typer.echo(f"matrix {matrix}: {url_of(host, port, f'/matrices/{matrix}')}", err=True)
     app = create_app(store, FleetReader(address) if address else None, token)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning",
+                    server_header=False)  # a stranger learns nothing of the software
     finally:
         store.close()
 

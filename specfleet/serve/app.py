@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import time
 from functools import partial
 from pathlib import Path
@@ -63,6 +64,12 @@ def _query(request: Request, allowed: dict, required: tuple = ()) -> dict:
         raise params.BadParameter(f"{request.method} {request.url.path[:80]} takes no request "
                                   "body; expected its parameters in the query string")
     return params.parse(request.query_params, allowed, required)
+
+
+def _download_name(matrix_id: str) -> str:
+    # A stored id is whatever its writer chose: its `"` and `;` added parameters to the
+    # header (`filename*=...evil.html`), a line break or a non-Latin-1 character was a 500.
+    return re.sub(r"[^A-Za-z0-9._-]", "_", matrix_id)
 
 
 def _matrix_id(request: Request) -> str:
@@ -147,7 +154,7 @@ class Views:
         out = io.StringIO()
         export_runs(runs, fmt, out)
         media = "application/json" if fmt == "json" else "text/csv; charset=utf-8"
-        disposition = f'attachment; filename="{matrix_id}-runs.{fmt}"'
+        disposition = f'attachment; filename="{_download_name(matrix_id)}-runs.{fmt}"'
         return Response(out.getvalue(), media_type=media,
                         headers={"Content-Disposition": disposition})
 
@@ -202,6 +209,14 @@ def _error_handlers(views: Views) -> dict:
         # The store's fault, not the visitor's: a 404 "Not found" page sent them looking.
         return answer(request, 503, str(err))
 
+    async def server_error(request: Request, err: Exception) -> Response:
+        # Starlette answers a bug outside every middleware: without these, the 500 had no
+        # CSP and could be cached. The traceback goes to the server's log, never the page.
+        response = answer(request, 500, "the view failed on this request (a bug: the "
+                          "server's log has its traceback)")
+        response.headers.update(security_headers(request.url.path))
+        return response
+
     async def http_error(request: Request, err: HTTPException) -> Response:
         headers = dict(err.headers or {})
         if err.status_code == 405:
@@ -213,7 +228,7 @@ def _error_handlers(views: Views) -> dict:
 
     return {params.BadParameter: bad_parameter, UserError: missing, NotFound: missing,
             StoreUnreachable: store_unavailable, StoreDamaged: store_unavailable,
-            HTTPException: http_error}
+            HTTPException: http_error, Exception: server_error}
 
 
 def _slash_redirect(router: Router):
@@ -291,9 +306,18 @@ def _lifespan(fleet: FleetReader | None):
     return lifespan
 
 
+def security_headers(path: str) -> dict[str, str]:
+    """What every response carries: scripts only from the app, no framing (X-Frame-Options
+    for browsers without frame-ancestors), nothing read cross-origin, no Referer, and no
+    caching of anything but the static assets (pages hold prompts and outputs)."""
+    headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
+               "X-Frame-Options": "DENY", "Cross-Origin-Resource-Policy": "same-origin",
+               "Referrer-Policy": "no-referrer"}
+    return headers if path.startswith(OPEN_PREFIX) else {**headers, "Cache-Control": "no-store"}
+
+
 class SecurityHeaders:
-    """ASGI middleware: the CSP and friends on every response, no caching of anything but the
-    static assets (pages hold prompts and outputs), and the server time."""
+    """ASGI middleware: `security_headers` on every response, and the server time."""
 
     def __init__(self, app):
         self.app = app
@@ -307,11 +331,7 @@ class SecurityHeaders:
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
-                headers["Content-Security-Policy"] = CSP
-                headers["X-Content-Type-Options"] = "nosniff"
-                headers["Referrer-Policy"] = "no-referrer"
-                if not scope["path"].startswith(OPEN_PREFIX):
-                    headers["Cache-Control"] = "no-store"
+                headers.update(security_headers(scope["path"]))
                 # Server time, read by bench/serve.py (browsers' devtools show it too).
                 elapsed_ms = (time.perf_counter() - started) * 1e3
                 headers["Server-Timing"] = f"app;dur={elapsed_ms:.1f}"

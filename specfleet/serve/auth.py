@@ -144,7 +144,10 @@ def _foreign_host(request: Request) -> Response | None:
 
 
 def _host_name(host: str) -> str:
-    """A Host header's name without its port: `[::1]:8266` -> `::1`."""
+    """A Host header's name without its port: `[::1]:8266` -> `::1`; "" for one with white
+    space (the C resolver reads `127.0.0.1 rebound.example` as 127.0.0.1)."""
+    if any(ch.isspace() for ch in host):
+        return ""
     if host.startswith("["):
         return host[1:].partition("]")[0]
     name, _, port = host.rpartition(":")

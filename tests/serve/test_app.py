@@ -7,6 +7,7 @@ import json
 import re
 import sqlite3
 from types import SimpleNamespace
+from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
@@ -15,6 +16,7 @@ from specfleet.report.history import cell_history, compare
 from specfleet.report.tables import render_matrix
 from specfleet.serve import create_app
 from specfleet.serve.svg import heatmap
+from specfleet.store import open_store
 from specfleet.store.readonly import open_read_only
 from tests.serve.seed import (
     BASE,
@@ -28,6 +30,7 @@ from tests.serve.seed import (
     XSS_SCRIPT,
     seed_store,
 )
+from tests.store.factory import grid
 
 HISTORY = "/history?model=m1&prompt=edit_fn&arm=graded"
 PAGES = [
@@ -51,6 +54,35 @@ def test_every_page_renders(client, path):
     assert response.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in response.headers["content-security-policy"]
     assert "<h1>" in response.text
+
+
+def test_every_answer_forbids_framing_and_cross_origin_reads(client):
+    for path in (f"/matrices/{BASE}", f"/api/matrices/{BASE}", f"/matrices/{BASE}/runs.csv",
+                 "/static/app.css", "/matrices/nope", "/matrices?page=0"):
+        headers = client.get(path).headers
+        assert headers["x-frame-options"] == "DENY", path
+        assert headers["cross-origin-resource-policy"] == "same-origin", path
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+
+
+def test_a_bug_is_a_500_of_one_line_with_every_page_s_headers(seeded_url):
+    # Starlette answers a bug outside every middleware: the 500 had no CSP and no no-store.
+    with open_read_only(seeded_url) as store:
+        def fail(*args, **kwargs):
+            raise RuntimeError(f"bug reading {seeded_url}")
+
+        store.count_matrices = fail
+        with TestClient(create_app(store), base_url=LOOPBACK_URL,
+                        raise_server_exceptions=False) as web:
+            for path in ("/matrices", "/api/matrices"):
+                response = web.get(path)
+                assert response.status_code == 500, path
+                assert response.headers["cache-control"] == "no-store", path
+                assert "script-src 'self'" in response.headers["content-security-policy"]
+                assert response.headers["x-content-type-options"] == "nosniff"
+                assert "the view failed on this request" in response.text, path
+                assert "Traceback" not in response.text and "seeded" not in response.text
+            assert web.get("/api/matrices").json()["error"].startswith("the view failed")
 
 
 @pytest.mark.parametrize("path", [p.replace("/", "/api/", 1) for p in PAGES] + OTHER)
@@ -210,6 +242,26 @@ def test_an_unknown_download_names_the_ones_there_are(client):
     assert response.status_code == 404 and '<a id="back"' in response.text
     assert "no download runs.xml; expected runs.json or runs.csv" in response.text
     assert "--format" not in response.text
+
+
+def test_a_download_is_named_by_the_id_without_its_quotes_or_line_breaks(tmp_path):
+    # A stored id's `"` and `;` added parameters to Content-Disposition (a browser saved
+    # runs.csv as evil.html); a line break or a non-Latin-1 character was a 500.
+    ids = {"x\";filename*=UTF-8''evil.html": "x__filename__UTF-8__evil.html",
+           "tick-\u2713": "tick-_", "crlf\r\nSet-Cookie: a=1": "crlf__Set-Cookie__a_1"}
+    url = f"sqlite:///{tmp_path / 'ids.db'}"
+    with open_store(url) as store:
+        for n, matrix_id in enumerate(ids):
+            store.create_matrix("m", {"name": "m"}, grid(repeats=1, prefix=f"i{n}"),
+                                matrix_id=matrix_id)
+    with (open_read_only(url) as store,
+          TestClient(create_app(store), base_url=LOOPBACK_URL) as web):
+        for matrix_id, name in ids.items():
+            response = web.get(f"/matrices/{quote(matrix_id, safe='')}/runs.csv")
+            assert response.status_code == 200, matrix_id
+            assert response.headers["content-disposition"] == \
+                f'attachment; filename="{name}-runs.csv"', matrix_id
+            assert "set-cookie" not in response.headers
 
 
 @pytest.mark.parametrize("path", ["/matrices?page=2", "/matrices?page=1000000",

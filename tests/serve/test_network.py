@@ -88,6 +88,7 @@ def test_a_view_on_the_network_needs_the_fleets_token(shared_view):
             answered = outside.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
             assert answered.status_code == 200 and BASE in answered.text, path
             assert answered.headers["cache-control"] == "no-store"
+            assert "server" not in answered.headers  # a stranger learns nothing of the software
         page = outside.get(f"/matrices/{BASE}")
         assert page.status_code == 303
         assert page.headers["location"] == f"/login?next=%2Fmatrices%2F{BASE}"
