@@ -317,7 +317,8 @@ STORE_RETRY_S = Seconds(
 THREADS = Threads(
     "SPECFLEET_THREADS", "CPU threads a worker's engine computes with (torch, OpenBLAS under MLX); "
     "`generate` and `calibrate` too, when set",
-    "one per physical core but one (left to Ray and the driver)", low=1, high=4096)
+    "one per physical core but one (left to Ray and the driver), at most the CPUs its "
+    "affinity (taskset) allows", low=1, high=4096)
 TOY_RUN_LOG = Text(
     "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",
     "no log")
