@@ -25,6 +25,7 @@ from specfleet.cli.options import (
     EngineOption,
     LocalModelOption,
     MaxWidthOption,
+    writing_store,
 )
 from specfleet.engine.widthcosts import MAX_REPS, MAX_ROUNDS, MAX_STEPS
 from specfleet.errors import UserError
@@ -72,14 +73,14 @@ def calibrate_command(
                         "given; expected --store beside --db (without it nothing is stored)")
     if store:  # a store that cannot take the table is said before minutes of measuring
         from specfleet.store.engine import resolve_url, store_source
-        from specfleet.store.store import check_writable_store, open_store
+        from specfleet.store.store import check_writable_store
 
         check_stored_width(max_width)
         check_writable_store(resolve_url(db), store_source(db))
     check_context(settings, model, engine)
     loaded = load_model(model, engine, device)
     # Opened (a server reached) before minutes of measuring for it.
-    with open_store(db) if store else nullcontext() as kept:
+    with writing_store(db) if store else nullcontext() as kept:
         with holding_this_machine("specfleet calibrate", say):  # never beside a timed run
             start_s, others = time.perf_counter(), ForeignCpuMeter()
             costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)

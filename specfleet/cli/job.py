@@ -36,6 +36,7 @@ from specfleet.cli.options import (
     refuse_hosts_outside_embedded,
     refuse_ngram_min_past_default,
     with_policy_option_flags,
+    writing_store,
 )
 from specfleet.cluster.modelcheck import refuse_model
 from specfleet.cluster.reach import choose_fleet, open_fleet
@@ -103,7 +104,7 @@ def generate(
     chosen = select_target(job.target, view.targets, fleet_hosts=view.fleet_hosts)
     if not here:  # asked of the host that would run it, before a job is stored
         refuse_model(job.model, chosen.engine, "--model", view, chosen.host)
-    with open_store(db) as store:  # after the fleet: one that is not there makes no store
+    with writing_store(db) as store:  # after the fleet: one that is not there makes no store
         job_id, status = _run_job(store, view, job, chosen, _job_name(prompts), no_progress)
         _print_outputs(store, job_id)
     typer.echo(f"job id: {job_id} ({status})", err=True)  # stdout holds the replies alone
@@ -254,7 +255,7 @@ def calibrate(
                         f"host {host or 'any'}); see `specfleet fleet status`")
     for target in targets:  # each host resolves the model as its calibration would
         refuse_model(model, target.engine, "--model", view, target.host)
-    with open_store(db) as store:  # after the fleet: one that is not there makes no store
+    with writing_store(db) as store:  # after the fleet: one that is not there makes no store
         view.record_hosts(store)
         failures = _calibrate_all(store, view, targets, model, max_width, quick)
     if failures:

@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from specfleet.cli.options import writing_store
 from specfleet.engine.kinds import ENGINE_DEVICES, DeviceChoice, ModelEngine, choices_text
 from specfleet.errors import UserError
 from specfleet.settings import THREADS, names_a_setting
@@ -123,13 +124,12 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
     """The newest stored table of this host, engine, device, model and weights; when there
     is none, one measured with the quick settings, stored, and said so on stderr."""
     from specfleet.engine.widthcosts import QUICK, measure_width_costs
-    from specfleet.store.store import open_store
     from specfleet.workers.hardware import detect_host
     from specfleet.workers.machinelock import holding_this_machine
 
     runner = loaded.runner
     fingerprint = detect_host().fingerprint
-    with open_store(db) as store:
+    with writing_store(db) as store:
         rows = store.latest_calibration(runner.engine, runner.device, loaded.alias,
                                         host_fingerprint=fingerprint,
                                         weights_hash=loaded.weights_hash)
@@ -143,7 +143,7 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
     with holding_this_machine("specfleet generate", say):  # timed as a run is, alone
         start_s = time.perf_counter()
         costs = measure_width_costs(runner, QUICK, progress=say)
-    with open_store(db) as store:
+    with writing_store(db) as store:
         where = store_table(store, loaded, costs, QUICK, time.perf_counter() - start_s)
     say(f"[Calibrated] measured in {time.perf_counter() - start_s:.1f} s; stored in {where}")
     runner.reset()

@@ -27,6 +27,7 @@ from specfleet.cli.options import (
     counts_text,
     echo_rows,
     refuse_hosts_outside_embedded,
+    writing_store,
 )
 from specfleet.cluster.progress import WaitingLines
 from specfleet.cluster.reach import FleetView, choose_fleet, open_fleet
@@ -247,8 +248,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     skips = peer_skips(spec, select_targets(spec, view.targets, view.kinds))
     runs, sourceless = drop_sourceless(runs, no_source, label)
     # After the fleet and the plan: a fleet not there or a plan refused makes no store.
-    with open_store(db) as store:
-        _say_written_back(store)
+    with writing_store(db) as store:
         for line in [*skips, *sourceless]:
             typer.echo(line, err=True)
         view.record_hosts(store)
@@ -287,11 +287,6 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
     typer.echo(f"report: {files.markdown}", err=True)
 
 
-def _say_written_back(store) -> None:
-    if line := store.written_back.line():
-        typer.echo(line, err=True)
-
-
 @app.command("resume")
 def resume_cmd(
     matrix_id: MatrixIdArgument,
@@ -310,8 +305,7 @@ def resume_cmd(
     check_driver_settings()
     # Both flags, or a malformed address, even when every run is done and no fleet starts.
     choose_fleet(address, embedded, joined=False)
-    with open_store(db, existing=True) as store:  # a mistyped --db: not a new empty store
-        _say_written_back(store)
+    with writing_store(db, existing=True) as store:  # a mistyped --db: not a new empty store
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
         _refuse_live_owner(store, matrix)
         rows = store.runs(matrix=matrix_id, columns=("host", "status"))

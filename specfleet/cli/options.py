@@ -12,8 +12,9 @@ and bounds are Typer's to check (a `Literal` type, `min=`/`max=`): a wrong value
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
 import typer
@@ -79,6 +80,19 @@ MATRIX_ID = "a matrix id (`specfleet matrix list`)"
 LIST_LIMIT = 1_000_000
 ListLimitOption = Annotated[int, typer.Option(
     "--limit", min=1, max=LIST_LIMIT, help="The newest N.")]
+
+
+@contextlib.contextmanager
+def writing_store(db: str | None, existing: bool = False) -> Iterator[Any]:
+    """`open_store` for a command that stores runs: opening writes back what a driver kept in
+    the journal during an outage, and this says so on stderr (`journal: 3 finished results
+    written to the store ...`), whichever writing command opened it."""
+    from specfleet.store.store import open_store
+
+    with open_store(db, existing=existing) as store:
+        if line := store.written_back.line():
+            typer.echo(line, err=True)
+        yield store
 
 
 def echo_rows(rows: list[tuple[str, ...]], empty: str) -> None:

@@ -15,7 +15,14 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.options import MATRIX_ID, DbOption, EmbeddedOption, FormatOption, not_blank
+from specfleet.cli.options import (
+    MATRIX_ID,
+    DbOption,
+    EmbeddedOption,
+    FormatOption,
+    not_blank,
+    writing_store,
+)
 from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
@@ -197,7 +204,7 @@ def _run_then_check(file: str, report, *, baseline: str | None, address: str | N
         matrix_id, runs = plan_parity(spec, view)
         # The store after the fleet and the plan: a fleet not there or a plan refused makes
         # no store.
-        with open_store(db) as store:
+        with writing_store(db) as store:
             run_parity_matrix(store, spec, view, matrix_id, runs, progress)
             report(store, matrix_id, view.workers if replay else None, None)
 

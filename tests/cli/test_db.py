@@ -80,6 +80,34 @@ def test_upgrade_writes_back_what_the_journal_kept(tmp_path, monkeypatch):
     assert again.exit_code == 0 and again.stderr == "", again.output
 
 
+def test_every_writing_command_says_what_it_wrote_back(tmp_path, monkeypatch):
+    """`matrix run` and `resume` said the journal line; `calibrate --store`, `job generate`,
+    `parity run` and the others wrote the journal back without a word."""
+    import subprocess
+    import sys
+
+    from specfleet.store.journal import Journal
+    from tests.store.factory import grid, result
+
+    url = f"sqlite:///{tmp_path / 'kept.db'}"
+    env = {**os.environ, JOURNAL_DIR.name: str(tmp_path / "journal")}
+    monkeypatch.setenv(JOURNAL_DIR.name, env[JOURNAL_DIR.name])
+    runs = grid(repeats=1)
+    with open_store(url) as store:
+        store.create_matrix("demo", {}, runs)
+        Journal(store.url).write(result(runs[0]))  # finished, then the store went away
+    specfleet = os.path.join(os.path.dirname(sys.executable), "specfleet")
+    calibrated = subprocess.run(
+        [specfleet, "calibrate", "-m", "smollm2-135m", "--max-width", "2", "--rounds", "1",
+         "--steps", "2", "--reps", "1", "--prompt-len", "8", "--no-warm-up", "--store",
+         "--db", url], env=env, capture_output=True, text=True, timeout=240)
+    assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    assert ("journal: 1 finished results written to the store (0 already there, 0 refused)\n"
+            in calibrated.stderr), calibrated.stderr
+    with open_store(url, read_only=True) as store:
+        assert [r.status for r in store.runs()] == ["done", "pending"]
+
+
 def test_current_on_a_missing_file_creates_nothing(tmp_path):
     path = tmp_path / "none.db"
     result = invoke("db", "current", "--db", str(path))
