@@ -62,6 +62,12 @@ def session_value(token: str) -> str:
     return hmac.new(token.encode(), _LABEL, hashlib.sha256).hexdigest()
 
 
+def cookie_name(token: str) -> str:
+    """The login cookie's name, one per token: browsers keep cookies per host, not per
+    port, so two views on one host under one name logged each other out."""
+    return f"{COOKIE}_{hashlib.sha256(session_value(token).encode()).hexdigest()[:12]}"
+
+
 def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
@@ -101,6 +107,7 @@ class TokenGate:
     def __init__(self, app, token: str | None):
         self.app, self.token = app, token
         self.cookie = None if token is None else session_value(token)
+        self.cookie_name = None if token is None else cookie_name(token)
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
@@ -116,11 +123,11 @@ class TokenGate:
 
     def refusal(self, request: Request) -> Response | None:
         """None for a request that may pass, else the response that refuses it."""
-        assert self.token is not None and self.cookie is not None
+        assert self.token is not None and self.cookie is not None and self.cookie_name
         bearer = _bearer(request.headers)
         if bearer is not None:
             return None if _same(bearer, self.token) else _unauthorized()
-        if _same(request.cookies.get(COOKIE, ""), self.cookie):
+        if _same(request.cookies.get(self.cookie_name, ""), self.cookie):
             return None
         if request.url.path.startswith("/api/"):
             return _unauthorized()
@@ -189,7 +196,7 @@ class Login:
             return self.render("login.html", {"next": target, "error": "Wrong token."},
                                status=401)
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(COOKIE, session_value(self.token), httponly=True,
+        response.set_cookie(cookie_name(self.token), session_value(self.token), httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")
         return response
 

@@ -9,7 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from specfleet.serve import create_app
-from specfleet.serve.auth import COOKIE, MAX_FORM_BYTES, session_value
+from specfleet.serve.auth import MAX_FORM_BYTES, cookie_name, session_value
 from specfleet.store.readonly import open_read_only
 from tests.serve.seed import BASE, LOOPBACK_URL
 from tests.serve.test_app import OTHER, ROUTES
@@ -85,16 +85,36 @@ def test_login_sets_a_cookie_derived_from_the_token_that_then_opens_the_view(web
     done = _login(web, TOKEN, f"/matrices/{BASE}")
     assert done.status_code == 303 and done.headers["location"] == f"/matrices/{BASE}"
     cookie = done.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}={session_value(TOKEN)};")
+    assert cookie.startswith(f"{cookie_name(TOKEN)}={session_value(TOKEN)};")
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     assert TOKEN not in cookie and session_value(TOKEN) != session_value(WRONG)
     for path in GUARDED:
         assert web.get(path).status_code in (200, 307), path
 
 
+def test_two_views_on_one_host_keep_their_logins_apart(app, seeded_url, web):
+    # Browsers keep cookies per host, not per port: a login to a second view (another
+    # token, another port) replaced the first view's cookie of the same name.
+    store = open_read_only(seeded_url)
+    try:
+        other = create_app(store, token=WRONG)
+        with TestClient(other, follow_redirects=False) as second:
+            assert _login(web, TOKEN).status_code == 303
+            assert _login(second, WRONG).status_code == 303
+            jar = {**dict(web.cookies), **dict(second.cookies)}  # one browser's jar
+            assert len(jar) == 2
+            for client in (web, second):
+                client.cookies.clear()
+                for name, value in jar.items():
+                    client.cookies.set(name, value)
+                assert client.get(f"/api/matrices/{BASE}").status_code == 200
+    finally:
+        store.close()
+
+
 def test_a_wrong_or_stale_cookie_is_refused(web):
     for value in ("", "x", session_value(WRONG), TOKEN, session_value(TOKEN)[:-1]):
-        web.cookies.set(COOKIE, value)
+        web.cookies.set(cookie_name(TOKEN), value)
         assert web.get(f"/matrices/{BASE}").status_code == 303, value
         assert web.get(f"/api/matrices/{BASE}").status_code == 401, value
 

@@ -32,7 +32,7 @@ from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec_files import load_matrix_spec
-from specfleet.serve.auth import COOKIE, session_value
+from specfleet.serve.auth import cookie_name, session_value
 from specfleet.store import open_store
 from tests.engine.conftest import bundled_model  # noqa: F401 (the fetched bundled model)
 from tests.serve import seed
@@ -337,7 +337,7 @@ def test_a_token_guarded_view_asks_for_it_once(guarded_server, browser, tmp_path
     error = WebDriverWait(browser, 30).until(
         expected_conditions.presence_of_element_located((By.ID, "login-error")))
     assert error.text == "Wrong token."
-    assert browser.get_cookie(COOKIE) is None
+    assert browser.get_cookie(cookie_name(TOKEN)) is None
     full_page_screenshot(browser, tmp_path / "login-wrong.png")
 
     browser.find_element(By.ID, "token").send_keys(TOKEN)
@@ -347,7 +347,7 @@ def test_a_token_guarded_view_asks_for_it_once(guarded_server, browser, tmp_path
         time.sleep(0.1)
     assert browser.current_url == f"{base}/matrices/{seed.BASE}"
     assert browser.find_elements(By.CSS_SELECTOR, "svg.heatmap a.cell")
-    cookie = browser.get_cookie(COOKIE)
+    cookie = browser.get_cookie(cookie_name(TOKEN))
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert cookie["value"] == session_value(TOKEN)
     assert browser.execute_script("return document.cookie") == ""  # out of scripts' reach
