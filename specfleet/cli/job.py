@@ -296,7 +296,7 @@ def _calibrate_all(
     queues: dict[str, deque[Target]] = {}
     for target in targets:
         queues.setdefault(target.host, deque()).append(target)
-    leases = Leases("calibrate", CALIBRATE_TIMEOUT_S, 10.0)
+    leases = Leases("calibrate", CALIBRATE_TIMEOUT_S, 10.0, "specfleet job calibrate")
     inflight: dict[Any, tuple[Target, float]] = {}
     failures = 0
     try:

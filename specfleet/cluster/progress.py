@@ -29,17 +29,19 @@ class ProgressEvent:
         host: the host name.
         run_key: the run that changed.
         status: "running", "done", "failed", "interrupted", "waiting" (for a quiet,
-            unthrottled host), "queued" (a run sent, waiting for the machine lock: another
-            specfleet process times a run on that machine), or news of the host itself (`HOST_NEWS`): "gave up" (waited
-            `quiet_wait_s` and runs anyway, or waited `host_wait_s` for a host away),
-            "unreachable" / "suspect" (its run was cut loose) or "back" (answers again).
+            unthrottled host), "leased" (a run not sent yet: another driver on this fleet
+            holds the machine's lease), "queued" (a run sent, waiting for the machine lock:
+            another specfleet process times a run on that machine), or news of the host
+            itself (`HOST_NEWS`): "gave up" (waited `quiet_wait_s` and runs anyway, or
+            waited `host_wait_s` for a host away), "unreachable" / "suspect" (its run was
+            cut loose) or "back" (answers again).
         done: runs of this host done so far (this call).
         failed: runs of this host failed or interrupted so far.
         total: runs of this host this call set out to do.
         health: the host's `fleet.Health`.
         reason: why a "waiting" host waits (the worker's quiet check), who holds the machine
-            a "queued" run waits for (`machine_wait_reason`), why it "gave up", or
-            why a run failed or was interrupted, else "".
+            a "leased" or "queued" run waits for (`lease_wait_reason`, `machine_wait_reason`),
+            why it "gave up", or why a run failed or was interrupted, else "".
         run: the run in words (`torch edit_fn graded rep 2`), "" when not about one run.
         tok_per_s: a done run's whole-call rate.
         late: the result of a run already reported `interrupted` (its host went silent)
@@ -63,12 +65,19 @@ ProgressCallback = Callable[[ProgressEvent], None]
 STORE_LINE = "store"  # the `host` of events about the store itself (an outage being retried)
 HOST_NEWS = ("gave up", "unreachable", "suspect", "back")  # a line about the host, no run
 # What a host waits for, by its event's status (the words before the event's reason).
-WAITS = {"waiting": "waiting for a quiet host", "queued": "waiting for the machine lock"}
+WAITS = {"waiting": "waiting for a quiet host", "leased": "waiting for the machine",
+         "queued": "waiting for the machine lock"}
 
 
 def machine_wait_reason(held_by: str, waited_s: float) -> str:
     """`held by matrix bench-3fa9c2, pid 4242; waited 12 s`: a "queued" event's reason."""
     return f"held by {held_by or 'another specfleet process'}; waited {waited_s:.0f} s"
+
+
+def lease_wait_reason(refused: str, waited_s: float) -> str:
+    """`leased to matrix bench-77aa01, pid 4242 on ws-3 (another driver); waited 12 s`: a
+    "leased" event's reason (`refused`: `locks.Leases.refused`)."""
+    return f"{refused}; waited {waited_s:.0f} s"
 
 
 class HostProgress:
@@ -116,8 +125,8 @@ class HostProgress:
             state += f"  ({event.health})"
         if event.status == "waiting":
             state += f"  waiting: {event.reason}"
-        elif event.status == "queued":
-            state += f"  {WAITS['queued']}: {event.reason}"
+        elif event.status in WAITS:
+            state += f"  {WAITS[event.status]}: {event.reason}"
         elif event.status in HOST_NEWS:
             state += f"  {event.reason}"
         self._progress.update(
@@ -140,9 +149,9 @@ class WaitingLines:
     """Lines on stderr (or `stream`) saying why a host (or the store) makes us wait, and a
     host's news (it stopped waiting at the bound, went unreachable, came back), where no
     progress bar shows them. A host's quiet check sends a new reason whenever its load
-    figure moves, about once a second, and a run queued behind the machine lock its waited
-    seconds: a wait is said at once, and again when its cause changes, else at most every
-    `REPEAT_S` seconds while it lasts."""
+    figure moves, about once a second, and a run that waits for the machine (another
+    driver's lease, another process's lock) its waited seconds: a wait is said at once, and
+    again when its cause changes, else at most every `REPEAT_S` seconds while it lasts."""
 
     REPEAT_S = 10.0
 

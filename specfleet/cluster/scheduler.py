@@ -188,7 +188,8 @@ def dispatch_runs(
         store: an open `Store` holding the runs.
         runs: the runs, in the order each host should run them.
         workers, on_progress, options, machines, suspect: as `run_matrix`.
-        owner: a label for the machine leases (the matrix or job id).
+        owner: a label for the machine leases (the matrix or job id); a driver waiting for
+            a machine this call holds is told `matrix <owner>`, this pid and host.
         driver_id: this driver's id in the store (default: a new one).
 
     Returns:
@@ -206,7 +207,8 @@ def dispatch_runs(
             hosts=hosts,
             opts=opts,
             notify=notify,
-            leases=locks.Leases(owner, opts.lease_s, opts.call_timeout_s) if hosts else None,
+            leases=locks.Leases(owner, opts.lease_s, opts.call_timeout_s, f"matrix {owner}")
+            if hosts else None,
             name_hosts=len(hosts) > 1,
             name_models=len({s.model for h in hosts.values() for s in h.queue}) > 1,
             writer=writer,
@@ -311,8 +313,12 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
     if opts.require_quiet and not _quiet_or_say_why(ctx, host):
         return
     assert ctx.leases is not None  # made whenever there are hosts
-    if not ctx.leases.acquire(host.machine):
-        return  # another driver's matrix holds the machine
+    if not ctx.leases.acquire(host.machine):  # another driver's matrix holds the machine
+        reason = host.lease_refused(ctx.leases.refused.get(host.machine, ""), time.monotonic())
+        if reason:  # whose turn it is, and the waited seconds (once a second at most)
+            _emit(ctx, host, host.queue[0].run_key, "leased", reason)
+        return
+    host.lease_granted()  # its "running" ends the wait on bars and lines
     spec = host.queue.popleft()
     try:
         ctx.writer.mark_running(spec.run_key)

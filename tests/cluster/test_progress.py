@@ -155,3 +155,59 @@ def test_a_run_queued_behind_the_machine_lock_is_said_on_bars_and_without_them(c
     with HostProgress({"local": 2}, console=Console(file=out, width=200)) as bars:
         bars.update(events[3])
     assert f"waiting for the machine lock: held by {holder}; waited 3 s" in out.getvalue()
+
+
+def test_a_run_waiting_for_another_drivers_lease_is_said_on_bars_and_without_them(
+        capsys, monkeypatch):
+    # Two `matrix run --address` on one fleet: the one refused the machine's lease said
+    # nothing, its bar sat still and `--no-progress` printed no line.
+    from collections import deque
+    from types import SimpleNamespace
+
+    from specfleet.cluster import scheduler
+    from specfleet.cluster.hoststate import HostState
+    from specfleet.cluster.progress import WaitingLines
+    from specfleet.jobs.run import RunSpec, Target
+
+    holder = "leased to matrix bench-77aa01, pid 4242 on ws-3 (another driver)"
+
+    class Leases:  # refuses the machine for 25 s, then grants it
+        refused = {"box": holder}
+
+        def acquire(self, machine: str) -> bool:
+            return now[0] >= 25.0
+
+    specs = [RunSpec(run_key=f"k{i}", matrix_id="mine-1", target=Target(
+        host="h1", engine="toy", device="cpu"), model="script", prompt_name="p",
+        prompt_text="a b", arm="plain", max_tokens=4) for i in (1, 2)]
+    worker = SimpleNamespace(run=SimpleNamespace(remote=lambda spec: f"ref {spec.run_key}"))
+    host = HostState("h1", worker, "box", deque(specs), total=2)
+    events: list[ProgressEvent] = []
+    ctx = scheduler._Ctx(store=None, hosts={"h1": host}, opts=scheduler.SchedulerOptions(),
+                         notify=events.append, leases=Leases(),
+                         writer=SimpleNamespace(mark_running=lambda run_key: None))
+    now = [0.0]
+    monkeypatch.setattr(scheduler, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    say = WaitingLines(clock=lambda: now[0])
+    for tick in range(0, 27 * 4):  # the scheduler's loop: a pass every 0.25 s
+        now[0] = tick / 4
+        seen = len(events)
+        scheduler._maybe_dispatch(ctx, host)
+        for event in events[seen:]:
+            say(event)
+    assert [e.status for e in events] == ["leased"] * 25 + ["running"]  # once a second
+    assert host.inflight is not None and host.inflight.spec.run_key == "k1"
+    assert capsys.readouterr().err.splitlines() == [
+        f"h1: waiting for the machine: {holder}; waited {s} s" for s in (0, 10, 20)]
+    out = io.StringIO()
+    with HostProgress({"h1": 2}, console=Console(file=out, width=200)) as bars:
+        bars.update(events[3])
+    assert f"waiting for the machine: {holder}; waited 3 s" in out.getvalue()
+    # Its next run, refused again, waits afresh: said at once, counted from 0.
+    host.inflight = None
+    ctx.busy_machines.clear()
+    now[0] = 40.0
+    Leases.acquire = lambda self, machine: False  # type: ignore[method-assign]
+    scheduler._maybe_dispatch(ctx, host)
+    say(events[-1])
+    assert capsys.readouterr().err == f"h1: waiting for the machine: {holder}; waited 0 s\n"
