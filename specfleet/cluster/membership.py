@@ -28,6 +28,7 @@ from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import ray_connecting
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.reach import connect_error, head_client, host_port, join_host_port
+from specfleet.dirs import runtime_dir
 from specfleet.errors import UserError
 from specfleet.settings import check_worker_settings
 from specfleet.workers.actor import (
@@ -206,6 +207,7 @@ def fleet_up(
     check_port_free(port)
     opts = options or NodeOptions()
     check_worker_settings()  # this host's worker inherits them: said before the node starts
+    runtime_dir()  # the worker's machine lock lives there: refused before the head starts
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=True)
@@ -239,6 +241,7 @@ def fleet_join(
     refuse_running_node(noderecord.load(), joining_as=name)
     opts = options or NodeOptions()
     check_worker_settings()
+    runtime_dir()
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=False)

@@ -146,3 +146,24 @@ def test_up_on_a_port_ray_gives_its_own_parts_is_refused_before_ray_starts(
                               "another port, e.g. 6379")
     assert noderecord.load() is None
     assert not any(20000 in ports for ports, _ in membership.RAY_OWN_PORTS)  # the user's again
+
+
+@pytest.mark.parametrize("command", ["up", "join"])
+def test_a_runtime_folder_the_worker_would_refuse_is_refused_before_ray_starts(
+        command, tmp_path, monkeypatch) -> None:
+    # `fleet up` started the head, then its worker refused SPECFLEET_RUNTIME_DIR (open to
+    # others): the head and its supervisor ran on until `fleet leave`.
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))  # never the real one
+    monkeypatch.setenv("SPECFLEET_RUNTIME_DIR", str(shared))
+    monkeypatch.setattr(membership, "_ray_start", lambda *a: pytest.fail("ray start ran"))
+    with pytest.raises(UserError) as err:
+        if command == "up":
+            membership.fleet_up("h1", port=6391)
+        else:
+            membership.fleet_join("127.0.0.1:6391", "h2")
+    assert str(err.value).startswith(f"SPECFLEET_RUNTIME_DIR: {shared} has mode 0755")
+    assert noderecord.load() is None
