@@ -57,6 +57,7 @@ SLOW_MODULES = (
     "tests/engine/test_gemma3.py", "tests/cli/test_generate_cli.py", "tests/serve/test_browser.py",
     "tests/cli/test_matrix_cli.py", "tests/cluster/test_leave.py", "tests/cli/test_bad_input.py",
     "tests/workers/test_actor.py", "tests/test_packaging.py", "tests/cluster/test_machinelock.py",
+    "tests/cli/test_machine_lock_cli.py",
     "tests/engine/runners/test_conformance.py", "tests/report/test_replay.py",
     "tests/cli/test_parity_cli.py", "tests/store/test_concurrency.py",
     "tests/workers/test_peers.py", "tests/engine/runners/test_families_mlx.py",
@@ -64,6 +65,7 @@ SLOW_MODULES = (
     "tests/engine/runners/test_families_torch.py", "tests/engine/runners/test_mlx.py",
     "tests/serve/test_network.py", "tests/workers/test_selftest.py",
     "tests/engine/runners/test_torch.py", "tests/cluster/test_modelcheck.py",
+    "tests/cluster/test_locks.py",
 )
 
 

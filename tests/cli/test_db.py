@@ -80,6 +80,7 @@ def test_upgrade_writes_back_what_the_journal_kept(tmp_path, monkeypatch):
     assert again.exit_code == 0 and again.stderr == "", again.output
 
 
+@pytest.mark.slow  # a real model: `calibrate --store`
 def test_every_writing_command_says_what_it_wrote_back(tmp_path, monkeypatch):
     """`matrix run` and `resume` said the journal line; `calibrate --store`, `job generate`,
     `parity run` and the others wrote the journal back without a word."""
