@@ -253,15 +253,40 @@ def check_reachable(address: str, source: str = "--address", timeout_s: float = 
 
 
 HEAD_ANSWER_MS = 5000  # how long a listener gets to answer as a Ray head
+# A client's HTTP/2 greeting: the connection preface, then an empty SETTINGS frame.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS_FRAME = 4
+
+
+def speaks_http2(address: str, timeout_s: float = 2.0) -> bool | None:
+    """Whether what listens at HOST:PORT answers an HTTP/2 greeting with a SETTINGS frame,
+    as every gRPC server (a Ray head's GCS) does at once; None when it says nothing in time
+    or the head may speak TLS (`RAY_USE_TLS`): then only Ray's own client can tell."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() not in ("0", "false", ""):
+        return None
+    try:
+        with socket.create_connection(host_port(address), timeout=timeout_s) as sock:
+            sock.sendall(_HTTP2_HELLO)
+            head = sock.recv(9)
+    except TimeoutError:
+        return None
+    except OSError:
+        return False  # refused or reset on the greeting: no gRPC server
+    return len(head) >= 4 and head[3] == _SETTINGS_FRAME
 
 
 def head_client(address: str) -> Any:
     """A client of the head's GCS, connected (its first call asks for the cluster id). A head
     answers in milliseconds; Ray's own GcsClient waits 20 s twice over (a port that is no
-    head kept a command 40 s) while its C++ side logs each retry, kept off stderr here."""
+    head kept a command 40 s; 15 s at HEAD_ANSWER_MS) while its C++ side logs each retry,
+    kept off stderr here. A listener that answers no HTTP/2 greeting (a web server, the
+    dashboard) is no head: said at once (`RpcError`), without Ray's wait."""
     # Ray's partial _raylet stub lacks InnerGcsClient (it exists at runtime).
     from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
+    from ray.exceptions import RpcError
 
+    if speaks_http2(address) is False:
+        raise RpcError("it answers no HTTP/2 greeting, as a Ray head's GCS (gRPC) does")
     with quiet_stderr():
         return InnerGcsClient.standalone(address, None, HEAD_ANSWER_MS)
 

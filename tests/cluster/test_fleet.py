@@ -112,7 +112,9 @@ def test_an_address_where_no_ray_head_answers_is_one_line_in_seconds(tmp_path) -
     assert done.stderr.startswith(f"error: {address} (from --address): what answers there is not "
                                   "a Ray head ("), done.stderr
     assert done.stderr.count("\n") == 1 and "expected the HOST:PORT" in done.stderr
-    assert took < 40, took  # under GcsClient's own timeout, twice over
+    # A web server answers no HTTP/2 greeting: said at once, not after Ray's client gave up
+    # (15 s at a 5 s timeout, 40 s at its own).
+    assert took < 10, took
 
 
 def test_join_to_something_that_is_no_ray_head_is_one_line_without_rays_logs(
@@ -596,3 +598,26 @@ def test_workers_start_from_a_folder_holding_a_specfleet_folder(tmp_path) -> Non
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+
+
+def test_a_ray_head_answers_the_http2_greeting_a_web_server_or_a_silent_port_does_not(fleet):
+    import socket
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from specfleet.cluster.reach import speaks_http2
+
+    assert speaks_http2(fleet.address) is True  # a real GCS: its SETTINGS frame at once
+    web = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        try:
+            assert speaks_http2(f"127.0.0.1:{web.server_address[1]}") is False
+            # Says nothing: left to Ray's own client (a slow head may still be one).
+            assert speaks_http2(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=0.5) is None
+        finally:
+            web.shutdown()
+            web.server_close()
+
