@@ -14,9 +14,10 @@ import signal
 import threading
 from collections.abc import Callable
 
-from specfleet.cluster.reach import choose_fleet, connect_error
+from specfleet.cluster.reach import choose_fleet, connect_error, speaks_http2
 
 REACH_TIMEOUT_S = 2.0  # a TCP connect to the head; Ray itself retries one for minutes
+NO_HEAD_PROBE_S = 1.0  # a head's GCS answers an HTTP/2 greeting at once
 CONNECT_WAIT_S = 8.0  # a page waits this long for `ray.init`; the connect goes on behind it
 
 NO_FLEET = ("No fleet: `specfleet serve` was started without --address and this machine has "
@@ -68,6 +69,7 @@ class FleetReader:
         self._lock = threading.Lock()
         self._connect: _Connect | None = None
         self._keep_signals: Callable[[], None] | None = None
+        self._no_head: bool | None = None  # a listener that answers no HTTP/2 greeting
 
     async def keep_signal_handlers(self) -> None:
         """At the server's start (on its event loop, the main thread): put the server's own
@@ -99,6 +101,11 @@ class FleetReader:
         err = connect_error(self.address, REACH_TIMEOUT_S)
         if err is not None:
             raise ConnectionError(f"no Ray head answers there ({err})")
+        if self._no_head is None:  # asked once: a web server there held every page 8 s
+            self._no_head = speaks_http2(self.address, NO_HEAD_PROBE_S) is False
+        if self._no_head:
+            raise ConnectionError("what answers there is not a Ray head (it answers no HTTP/2 "
+                                  "greeting, as a Ray head's GCS does)")
         with self._lock:  # one connect at a time: Ray's driver API is not for concurrent ones
             if self._connect is None or self._connect.error is not None:
                 self._connect = _Connect(self.address, self._keep_signals)

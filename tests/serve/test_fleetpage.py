@@ -47,6 +47,26 @@ def test_a_refused_address_is_said_at_once_without_ray(connects):
                                       "answers there (")
 
 
+def test_a_web_server_at_the_address_is_said_at_once_without_ray(connects):
+    # Each fleet page waited 8 s for Ray's connect, then said "has not answered".
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    calls, _ = connects
+    web = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{web.server_address[1]}"
+        started = time.perf_counter()
+        page = fleet_page(FleetReader(address), store=None)
+        assert time.perf_counter() - started < 2 and calls == []
+        assert page["message"] == (f"Cannot reach the fleet at {address}: what answers there "
+                                   "is not a Ray head (it answers no HTTP/2 greeting, as a Ray "
+                                   "head's GCS does)")
+    finally:
+        web.shutdown()
+        web.server_close()
+
+
 def test_a_head_that_never_answers_neither_holds_nor_queues_requests(connects, monkeypatch):
     calls, release = connects
     monkeypatch.setattr(fleetpage, "CONNECT_WAIT_S", 0.2)
