@@ -120,6 +120,14 @@ def test_the_wait_default_is_the_schedulers():
     assert parse_wait(WAIT_DEFAULT) == SchedulerOptions().host_wait_s
 
 
+def bar_text(event: ProgressEvent) -> str:
+    """What a terminal's bars show after `event` (its host's bar, two runs planned)."""
+    out = io.StringIO()
+    with HostProgress({event.host: 2}, console=Console(file=out, width=200)) as bars:
+        bars.update(event)
+    return out.getvalue()
+
+
 def test_a_run_queued_behind_the_machine_lock_is_said_on_bars_and_without_them(capsys):
     # `specfleet bench --no-progress` beside another bench on this machine said nothing while
     # its run waited for the machine lock (the worker's pings say so, and who holds it).
@@ -151,10 +159,7 @@ def test_a_run_queued_behind_the_machine_lock_is_said_on_bars_and_without_them(c
     assert [e.status for e in events] == ["queued"] * 25 + ["running"]
     assert capsys.readouterr().err.splitlines() == [
         f"local: waiting for the machine lock: held by {holder}; waited {s} s" for s in (0, 10, 20)]
-    out = io.StringIO()
-    with HostProgress({"local": 2}, console=Console(file=out, width=200)) as bars:
-        bars.update(events[3])
-    assert f"waiting for the machine lock: held by {holder}; waited 3 s" in out.getvalue()
+    assert f"waiting for the machine lock: held by {holder}; waited 3 s" in bar_text(events[3])
 
 
 def test_a_run_waiting_for_another_drivers_lease_is_said_on_bars_and_without_them(
@@ -199,10 +204,7 @@ def test_a_run_waiting_for_another_drivers_lease_is_said_on_bars_and_without_the
     assert host.inflight is not None and host.inflight.spec.run_key == "k1"
     assert capsys.readouterr().err.splitlines() == [
         f"h1: waiting for the machine: {holder}; waited {s} s" for s in (0, 10, 20)]
-    out = io.StringIO()
-    with HostProgress({"h1": 2}, console=Console(file=out, width=200)) as bars:
-        bars.update(events[3])
-    assert f"waiting for the machine: {holder}; waited 3 s" in out.getvalue()
+    assert f"waiting for the machine: {holder}; waited 3 s" in bar_text(events[3])
     # Its next run, refused again, waits afresh: said at once, counted from 0.
     host.inflight = None
     ctx.busy_machines.clear()
