@@ -61,39 +61,57 @@ def calibrate_command(
 ) -> None:
     """Print the per-width verify cost table: sync ms and multiples of a pipelined step,
     each ratio with its lowest and highest round and n; progress goes to stderr."""
-    from specfleet.engine.widthcosts import QUICK, CalibrationSettings, measure_width_costs
-    from specfleet.workers.machinelock import holding_this_machine
-
-    given = {"prompt_len": prompt_len, "rounds": rounds, "steps": steps, "reps": reps}
-    base = QUICK if quick else CalibrationSettings()
-    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    settings = replace(base, max_width=max_width, **overrides)
+    settings = _settings(quick, max_width, prompt_len=prompt_len, rounds=rounds, steps=steps,
+                         reps=reps)
     if db is not None and not store:  # minutes of measuring, then nothing where it was asked
         raise UserError(f"--db {db} is where --store keeps the table, and --store is not "
                         "given; expected --store beside --db (without it nothing is stored)")
     if store:  # a store that cannot take the table is said before minutes of measuring
-        from specfleet.store.engine import resolve_url, store_source
-        from specfleet.store.store import check_writable_store
-
-        check_stored_width(max_width)
-        check_writable_store(resolve_url(db), store_source(db))
+        _check_store(db, max_width)
     check_context(settings, model, engine)
     loaded = load_model(model, engine, device)
     # Opened (a server reached) before minutes of measuring for it.
     with writing_store(db) if store else nullcontext() as kept:
-        with holding_this_machine("specfleet calibrate", say):  # never beside a timed run
-            start_s, others = time.perf_counter(), ForeignCpuMeter()
-            costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
-            measure_s = time.perf_counter() - start_s
-            busy = others.check(fresh=True)  # over the whole measurement
-        if not busy.quiet:  # ratios of busy steps misprice widths, and runs read a stored table
-            say(f"calibrate: warning: measured on a busy host ({busy.reason}); measure again "
-                "when it is quiet")
+        costs, measure_s = _measure(loaded, settings, warm_up)
         try:
             print_table(loaded, costs, measure_s, as_json)  # first: a failed store loses nothing
         finally:  # and a closed or full stdout (`| less` quit early) loses no stored table
             if kept is not None:
                 say(f"calibrate: stored in {store_table(kept, loaded, costs, settings, measure_s)}")
+
+
+def _settings(quick: bool, max_width: int, **given: int | None) -> Any:
+    """The defaults (or `--quick`'s) with the flags given."""
+    from specfleet.engine.widthcosts import QUICK, CalibrationSettings
+
+    base = QUICK if quick else CalibrationSettings()
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    return replace(base, max_width=max_width, **overrides)
+
+
+def _check_store(db: str | None, max_width: int) -> None:
+    from specfleet.store.engine import resolve_url, store_source
+    from specfleet.store.store import check_writable_store
+
+    check_stored_width(max_width)
+    check_writable_store(resolve_url(db), store_source(db))
+
+
+def _measure(loaded: Any, settings: Any, warm_up: bool) -> tuple[Any, float]:
+    """The table and its seconds, under the machine lock (never beside a timed run); a busy
+    host is said, as ratios of busy steps misprice widths and runs read a stored table."""
+    from specfleet.engine.widthcosts import measure_width_costs
+    from specfleet.workers.machinelock import holding_this_machine
+
+    with holding_this_machine("specfleet calibrate", say):
+        start_s, others = time.perf_counter(), ForeignCpuMeter()
+        costs = measure_width_costs(loaded.runner, settings, warm_up=warm_up, progress=say)
+        measure_s = time.perf_counter() - start_s
+        busy = others.check(fresh=True)  # over the whole measurement
+    if not busy.quiet:
+        say(f"calibrate: warning: measured on a busy host ({busy.reason}); measure again "
+            "when it is quiet")
+    return costs, measure_s
 
 
 def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool) -> None:
