@@ -21,12 +21,12 @@ from typing import Any
 from specfleet.engine.config import PromptLookupConfig, resolve_policy
 from specfleet.engine.peers import PeerCall
 from specfleet.engine.stats import COUNTER_FIELDS
-from specfleet.errors import UserError
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.settings import SELFTEST
 from specfleet.workers.bandwidth import ReadBandwidth, measure_read_gb_per_s
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
+from specfleet.workers.failedrun import cancelled_result, failed_result
 from specfleet.workers.hardware import HostInfo, detect_host
 from specfleet.workers.kept import KeptResults
 from specfleet.workers.loaded import (
@@ -261,7 +261,7 @@ class HostWorker:
         finally:
             self._machine_lock = None
         if not acquired:
-            return self._cancelled(spec)
+            return cancelled_result(spec, self._info)
         try:
             return self._run_locked(spec)
         finally:
@@ -348,7 +348,7 @@ class HostWorker:
             generation = self._generate(spec, prepared)
             after = self._probe.sample()
         except Exception as err:  # a failed run is a result, not a crash of the worker
-            return self._failed(spec, err, started_at)
+            return failed_result(spec, err, started_at, self._info)
         if spec.target.engine == "toy" and generation.stop_reason != "cancelled":
             log_toy_run(spec.run_key)  # a finished execution (fault tests count them)
         result = self._result(spec, prepared, generation, started_at)
@@ -487,25 +487,3 @@ class HostWorker:
             "started_at": started_at,
             "finished_at": datetime.now(UTC),
         }
-
-    def _cancelled(self, spec: RunSpec) -> RunResult:
-        now = datetime.now(UTC)
-        result = self._failed(spec, RuntimeError("cancelled while waiting for the machine"), now)
-        return result.model_copy(update={"status": "interrupted", "stop_reason": "cancelled"})
-
-    def _failed(self, spec: RunSpec, err: BaseException, started_at: datetime) -> RunResult:
-        # A user's mistake reads as its own line; a bug keeps its exception's name.
-        named = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
-        message = named.strip().splitlines()[0][:500]
-        return RunResult(
-            run_key=spec.run_key,
-            status="failed",
-            error=message,
-            target=spec.target,
-            prompt_hash=prompt_hash(spec.prompt_text),
-            versions=dict(self._info.versions),
-            host_fingerprint=self._info.fingerprint,
-            load_after=load_average(),
-            started_at=started_at,
-            finished_at=datetime.now(UTC),
-        )
