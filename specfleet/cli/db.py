@@ -47,7 +47,9 @@ def upgrade_cmd(db: DbOption = None) -> None:
         with engine.connect() as conn:
             before = current_revision(conn)
         after = upgrade(engine, url, source)
-        typer.echo(f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
+        typer.echo(f"{display_url(url)}: already at {after} (head); nothing to upgrade"
+                   if before == after else
+                   f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
         written = journal.write_back(Store(engine, url, source))
     engine.dispose()
     if line := written.line():

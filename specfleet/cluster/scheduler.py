@@ -39,7 +39,7 @@ from specfleet.cluster.progress import (
     machine_wait_reason,
     progress_for,
 )
-from specfleet.cluster.storewriter import StoreWriter
+from specfleet.cluster.storewriter import StoreOutage, StoreWriter
 from specfleet.engine.config import needs_costs
 from specfleet.jobs.run import RunResult, RunSpec
 from specfleet.settings import LEASE_S, STORE_RETRY_S
@@ -161,8 +161,13 @@ def run_matrix(
     # The last writes wait out a store outage like every result write did.
     writer = StoreWriter(store, driver_id, _lease_s(opts), opts.store_retry_s,
                          _store_waiting(on_progress or (lambda event: None)))
-    store_load_samples(store, matrix_id, healthy, opts.call_timeout_s, writer.retry)
-    outcome = finish_matrix(writer, matrix_id, tallies, time.monotonic() - started, driver_id)
+    try:
+        store_load_samples(store, matrix_id, healthy, opts.call_timeout_s, writer.retry)
+        outcome = finish_matrix(writer, matrix_id, tallies, time.monotonic() - started,
+                                driver_id)
+    except StoreOutage:
+        writer.journal.note_stopped(driver_id)
+        raise
     return dataclasses.replace(outcome, skipped=claim.skipped)
 
 
@@ -219,6 +224,8 @@ def dispatch_runs(
             why = ("interrupted (Ctrl-C or SIGTERM)" if isinstance(err, KeyboardInterrupt)
                    else type(err).__name__)  # entry.main turns SIGTERM into KeyboardInterrupt
             _abandon(ctx, f"driver stopped: {why}")
+            if isinstance(err, StoreOutage):
+                ctx.writer.journal.note_stopped(ctx.writer.driver_id)
             raise
         finally:
             if ctx.leases is not None:

@@ -29,6 +29,9 @@ from specfleet.store.journal import Journal, JournalError
 T = TypeVar("T")
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
+FINAL_LIMIT = 400  # the line a driver stops with has the width of a whole error
+MIN_WORD_KEPT = 16  # a path cut shorter than this names nothing
+LAST_TRY_SLACK_S = 0.1  # a wait this close to the deadline is the last one
 _TRANSIENT = (StoreUnreachable, OperationalError)
 
 
@@ -139,9 +142,13 @@ class StoreWriter:
 
         def say(state: RetryCallState) -> None:
             err = state.outcome.exception() if state.outcome else None
-            self.on_wait(f"store unreachable ({_short(err)}); retry {state.attempt_number} in "
-                         f"{state.upcoming_sleep:.1f} s, giving up in {left_s():.0f} s; "
-                         f"{len(self.journal.pending())} results journaled")
+            # The last wait ends at the deadline: a give-up time after it would be stale.
+            last = state.upcoming_sleep >= left_s() - LAST_TRY_SLACK_S
+            when = (f"last try in {state.upcoming_sleep:.1f} s" if last else
+                    f"retry {state.attempt_number} in {state.upcoming_sleep:.1f} s, giving up "
+                    f"in {left_s():.0f} s")
+            self.on_wait(f"store unreachable ({_short(err)}); {when}; "
+                         f"{counted(len(self.journal.pending()), 'result')} journaled")
 
         retrying = Retrying(
             retry=retry_if_exception_type(_TRANSIENT),
@@ -159,16 +166,27 @@ class StoreWriter:
         kept = len(self.journal.pending())
         return StoreOutage(
             f"the store stayed unreachable for {waited_s:.0f} s ({counted(tries, 'try', 'tries')}"
-            f"; could not {what}: {_short(err)}); {kept} finished results are kept in "
+            f"; could not {what}: {_short(err, FINAL_LIMIT)}); {counted(kept, 'finished result')} "
+            f"{'is' if kept == 1 else 'are'} kept in "
             f"{self.journal.dir} and are written back by the next `specfleet matrix resume`, "
             "`specfleet db upgrade` or any command that stores runs on this store"
         )
 
 
 def _short(err: BaseException | None, limit: int = 160) -> str:
-    """The error in one line of at most about `limit` characters: its start and its end,
-    where a driver's reason sits (`... port 5432 failed: Connection refused`)."""
+    """The error in one line of at most about `limit` characters, its reason kept: first
+    the advice after "; expected" goes, then the middle of its longest word (a store's
+    path), and only then the middle of the text (`... port 5432 failed: Connection
+    refused` keeps its end)."""
     text = " ".join(str(getattr(err, "orig", None) or err).split())
+    if len(text) > limit:
+        text = text.split("; expected ", 1)[0]
+    over = len(text) - limit
+    longest = max(text.split(), key=len, default="")
+    if over > 0 and len(longest) - over - 1 >= MIN_WORD_KEPT:
+        head = (len(longest) - over - 1) // 2
+        tail = len(longest) - over - 1 - head
+        text = text.replace(longest, f"{longest[:head]}…{longest[len(longest) - tail:]}", 1)
     if len(text) > limit:
         half = limit // 2
         text = f"{text[:half]} … {text[-half:]}"

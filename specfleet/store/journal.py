@@ -25,12 +25,14 @@ from sqlalchemy.engine import URL
 
 from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import RunResult
 from specfleet.settings import JOURNAL_DIR
 from specfleet.userfiles import check_writable_dir
 
 SUFFIX = ".json"
 CONFLICT_SUFFIX = ".conflict"  # the store holds a different result: kept for a person to see
+STOPPED_SUFFIX = ".stopped"  # a driver that gave up on an outage: its leases can end at once
 
 
 class JournalError(UserError):
@@ -76,6 +78,7 @@ class WriteBack:
     written: int = 0
     already: int = 0
     conflicts: int = 0
+    stopped: int = 0  # drivers that gave up on an outage, whose leases were ended
 
     @property
     def total(self) -> int:
@@ -83,10 +86,14 @@ class WriteBack:
 
     def line(self) -> str:
         """What a command says when it wrote the journal back; "" when there was nothing."""
-        if not self.total:
-            return ""
-        return (f"journal: {self.written} finished results written to the store "
-                f"({self.already} already there, {self.conflicts} refused)")
+        said = []
+        if self.total:
+            said.append(f"{counted(self.written, 'finished result')} written to the store "
+                        f"({self.already} already there, {self.conflicts} refused)")
+        if self.stopped:
+            said.append(f"ended the leases of {counted(self.stopped, 'driver')} that stopped "
+                        "on a store outage (a resume need not wait them out)")
+        return f"journal: {'; '.join(said)}" if said else ""
 
 
 class Journal:
@@ -137,6 +144,15 @@ class Journal:
         finally:
             os.close(dir_fd)
 
+    def note_stopped(self, driver_id: str) -> None:
+        """This driver stops on a store outage: the next write-back ends its leases, which
+        nobody renews now, rather than have `resume` wait them out. Best effort: without
+        the note they run out by themselves."""
+        final = self.dir / (hashlib.sha256(driver_id.encode()).hexdigest()[:32] + STOPPED_SUFFIX)
+        with contextlib.suppress(OSError):
+            _private_dir(self.dir)
+            self._write_file(final.with_name(f".{final.name}.tmp"), final, driver_id.encode())
+
     def done(self, run_key: str) -> None:
         """The store has the result: drop its entry."""
         self.entry(run_key).unlink(missing_ok=True)
@@ -178,7 +194,20 @@ class Journal:
             path.unlink(missing_ok=True)
             written += bool(fresh)
             already += not fresh
-        return WriteBack(written, already, conflicts)
+        return WriteBack(written, already, conflicts, self._end_stopped_leases(store))
+
+    def _end_stopped_leases(self, store) -> int:
+        """End the leases of the drivers noted stopped, once their results are back."""
+        stopped = 0
+        for path in sorted(self.dir.glob("*" + STOPPED_SUFFIX)) if self.dir.is_dir() else []:
+            try:
+                driver_id = path.read_text()
+            except OSError:  # another command took it meanwhile
+                continue
+            store.end_leases(driver_id)
+            path.unlink(missing_ok=True)
+            stopped += 1
+        return stopped
 
 
 def _set_aside(path: Path) -> bool:

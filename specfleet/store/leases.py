@@ -139,12 +139,20 @@ class StoreLeases:
             run.driver_id = driver_id
             run.lease_until = now + timedelta(seconds=lease_s) if driver_id else None
 
-    def release_matrix(self: StoreCore, matrix_id: str, driver_id: str) -> bool:
-        """Whether `driver_id` still holds the matrix (its lease is then dropped)."""
+    def end_leases(self: StoreCore, driver_id: str) -> int:
+        """End now the leases of a driver known to have stopped (it gave up on a store
+        outage: `journal.Journal.note_stopped`), so `resume` need not wait them out.
+
+        Returns:
+            How many running matrices, generation jobs and runs it held.
+        """
+        now = utcnow()
+        ended = 0
         with self._write() as session:
-            matrix = session.get(Matrix, matrix_id, with_for_update=True)
-            if matrix is None or matrix.driver_id not in (None, driver_id):
-                return False
-            matrix.lease_until = None
-            return True
+            for model in (Matrix, GenerationJob, Run):
+                ended += session.execute(update(model).where(
+                    model.driver_id == driver_id, model.status == "running",
+                    model.lease_until > now,
+                ).values(lease_until=now)).rowcount  # type: ignore[attr-defined]
+        return ended
 

@@ -53,7 +53,8 @@ def test_upgrade_then_current(store_url):
     result = invoke("db", "current", "--db", store_url)
     assert result.output.splitlines()[1] == f"revision: {head_revision()} (head)"
     again = invoke("db", "upgrade", "--db", store_url)
-    assert f"{head_revision()} -> {head_revision()}" in again.output
+    assert again.output.strip().endswith(f": already at {head_revision()} (head); nothing to "
+                                         "upgrade")
 
 
 def test_upgrade_writes_back_what_the_journal_kept(tmp_path, monkeypatch):
@@ -71,7 +72,7 @@ def test_upgrade_writes_back_what_the_journal_kept(tmp_path, monkeypatch):
         journal.write(result(runs[0]))  # finished, then the store went away
     upgraded = invoke("db", "upgrade", "--db", url)
     assert upgraded.exit_code == 0, upgraded.output
-    assert upgraded.stderr == ("journal: 1 finished results written to the store "
+    assert upgraded.stderr == ("journal: 1 finished result written to the store "
                                "(0 already there, 0 refused)\n")
     assert journal.pending() == []
     with open_store(url, read_only=True) as store:
@@ -103,7 +104,7 @@ def test_every_writing_command_says_what_it_wrote_back(tmp_path, monkeypatch):
          "--steps", "2", "--reps", "1", "--prompt-len", "8", "--no-warm-up", "--store",
          "--db", url], env=env, capture_output=True, text=True, timeout=240)
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
-    assert ("journal: 1 finished results written to the store (0 already there, 0 refused)\n"
+    assert ("journal: 1 finished result written to the store (0 already there, 0 refused)\n"
             in calibrated.stderr), calibrated.stderr
     with open_store(url, read_only=True) as store:
         assert [r.status for r in store.runs()] == ["done", "pending"]
@@ -146,7 +147,7 @@ def test_upgrade_says_once_that_it_waits_for_another_upgrade(pg_url, command, ca
         if command == "db upgrade":
             result = invoke("db", "upgrade", "--db", pg_url)
             assert result.exit_code == 0, result.output
-            assert result.stdout.endswith(f"-> {head_revision()} (head)\n")
+            assert f"{head_revision()} (head)" in result.stdout
             return result.stderr
         with open_store(pg_url):  # every writing command opens its store so
             pass

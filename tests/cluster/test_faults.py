@@ -14,13 +14,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
+from specfleet.jobs.resolve import counted
 from specfleet.settings import TOY_RUN_LOG
 from specfleet.store import open_store
 from tests.cluster.faultcounts import fault_counts
@@ -202,7 +202,8 @@ def test_a_second_resume_beside_a_live_driver_takes_nothing(fleet, tmp_path, run
 @pytest.mark.postgres
 def test_an_outage_past_the_retry_bound_leaves_a_journal_that_resume_writes_back(
         fleet, tmp_path, run_log, pg_server, pg_url):
-    env = driver_env(tmp_path, SPECFLEET_STORE_RETRY_S="3", SPECFLEET_LEASE_S="3")
+    # A lease far longer than the test: the stopped driver's note ends it, or resume waits.
+    env = driver_env(tmp_path, SPECFLEET_STORE_RETRY_S="3", SPECFLEET_LEASE_S="600")
     log = tmp_path / "driver.log"
     open_store(pg_url).close()
     # Runs of ~2 s, so the server stops while one is in flight: its result is journaled.
@@ -225,10 +226,10 @@ def test_an_outage_past_the_retry_bound_leaves_a_journal_that_resume_writes_back
     journaled = list((tmp_path / "journal").rglob("*.json"))
     assert journaled, text
     matrix_id = only_matrix(pg_url).id
-    time.sleep(3.5)  # the stopped driver's lease runs out
     done = resume(fleet, matrix_id, pg_url, env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"journal: {len(journaled)} finished results written" in done.stderr
+    assert f"journal: {counted(len(journaled), 'finished result')} written" in done.stderr
+    assert "ended the leases of 1 driver that stopped on a store outage" in done.stderr
     counts = fault_counts(pg_url, matrix_id, run_log)
     print(counts.line(f"PostgreSQL down past a 3 s retry bound ({len(journaled)} journaled)"))
     assert (counts.expected, counts.done, counts.interrupted) == (6, 6, 0)

@@ -135,3 +135,46 @@ def test_the_outage_line_says_how_long_the_tries_really_took():
     writer = StoreWriter(Locked(), "driver-1", lease_s=10.0, retry_s=90.0, clock=lambda: now[0])
     with pytest.raises(StoreOutage, match=r"unreachable for 120 s \(2 tries; "):
         writer.retry("finish the matrix", writer.store.finish_matrix, "m-1", "done", "driver-1")
+
+
+def test_the_last_retry_is_said_as_the_last_not_with_a_stale_give_up_time():
+    """The last wait ends at the deadline; its line said `retry 5 in 2.5 s, giving up in
+    2 s`, a retry past the give-up time."""
+    now = [0.0]
+
+    class Slow(FlakyStore):
+        """Each try takes `step_s` of the clock."""
+
+        def __init__(self, step_s: float) -> None:
+            super().__init__(finish_matrix=1)
+            self.step_s = step_s
+
+        def finish_matrix(self, matrix_id: str, status: str, driver_id: str) -> bool:
+            now[0] += self.step_s
+            return super().finish_matrix(matrix_id, status, driver_id)
+
+    for step_s, retry_s, line in (
+            (1.0, 30.0, "retry 1 in 0.5 s, giving up in 29 s; 0 results journaled"),
+            (2.75, 3.0, "last try in 0.2 s; 0 results journaled")):
+        said: list[str] = []
+        writer = StoreWriter(Slow(step_s), "driver-1", lease_s=10.0, retry_s=retry_s,
+                             on_wait=said.append, clock=lambda: now[0])
+        assert writer.retry("finish the matrix", writer.store.finish_matrix, "m-1", "done",
+                            "driver-1")
+        assert [text.split("); ", 1)[1] for text in said] == [line]
+
+
+def test_a_long_store_path_is_cut_before_the_reason_is():
+    """SQLite's lock message under a long path was cut in its middle, the key words with it
+    (`database is … process held its write lock`)."""
+    from specfleet.cluster.storewriter import _short
+
+    path = "/srv/results/" + "team-a/" * 20 + "fleet.db"
+    err = Exception(f"--db: cannot write the SQLite file {path} now (database is locked: "
+                    "another process held its write lock for 60 s); expected that process to "
+                    "finish its write")
+    line = _short(err)
+    assert len(line) <= 160, line
+    assert line.startswith("--db: cannot write the SQLite file /srv/results/team-a")
+    assert line.endswith("fleet.db now (database is locked: another process held its write "
+                         "lock for 60 s)")

@@ -71,7 +71,7 @@ def test_a_result_for_a_deleted_store_stays_in_the_journal(planned) -> None:
         writer = StoreWriter(store, "driver-1", lease_s=60.0, retry_s=0.6, on_wait=said.append)
         path.unlink()
         with pytest.raises(StoreOutage, match="store a result: --db: the SQLite file .* would "
-                                              "be lost.*1 finished results are kept"):
+                                              "be lost.*1 finished result is kept"):
             writer.record(result(run))
         assert writer.journal.pending() == [writer.journal.entry(key)]
         assert said and said[0].startswith("store unreachable (--db: the SQLite file")

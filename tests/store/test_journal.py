@@ -39,6 +39,37 @@ def test_write_back_writes_once_and_keeps_conflicts(store_url, tmp_path, monkeyp
         assert store.written_back.total == 0  # idempotent: nothing left to write back
 
 
+def test_a_driver_that_stopped_on_an_outage_has_its_leases_ended_on_write_back(
+        store_url, tmp_path, monkeypatch) -> None:
+    """A driver that gave up on a store outage renews nothing; its note lets the next
+    writing command end its leases, so `resume` takes its runs at once instead of
+    refusing them for up to a lease (60 s) with `driver ... still runs it`."""
+    monkeypatch.setenv("SPECFLEET_JOURNAL_DIR", str(tmp_path / "journal"))
+    runs = grid(repeats=2)
+    with open_store(store_url) as store:
+        matrix_id = store.create_matrix("demo", {}, runs)
+        store.claim_matrix(matrix_id, "gone", 600.0)
+        store.mark_running(runs[0].run_key, "gone", 600.0)
+        other = store.create_matrix("other", {}, grid(repeats=1, prefix="o"))
+        store.claim_matrix(other, "alive", 600.0)  # another driver's lease stands
+        journal = Journal(store.url)
+        journal.write(result(runs[1]))
+        journal.note_stopped("gone")
+    with open_store(store_url) as store:
+        back = store.written_back
+        assert (back.written, back.stopped) == (1, 1)
+        assert back.line() == ("journal: 1 finished result written to the store (0 already "
+                               "there, 0 refused); ended the leases of 1 driver that stopped "
+                               "on a store outage (a resume need not wait them out)")
+        demo = next(m for m in store.list_matrices() if m.name == "demo")
+        assert demo.status == "interrupted"
+        claim = store.claim_matrix(demo.id, "resume", 30.0, requeue=True)
+        assert (claim.taken, claim.requeued, claim.skipped) == (True, 3, 0)
+        assert not store.claim_matrix(other, "resume", 30.0).taken
+    with open_store(store_url) as store:
+        assert store.written_back.line() == ""  # the note is used once
+
+
 def test_an_entry_another_driver_stores_meanwhile_is_skipped(tmp_path) -> None:
     """Two drivers on one store: the other one stores its result and drops the entry after
     this one listed it; writing back ended in a FileNotFoundError traceback."""
