@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import stat
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -70,11 +72,22 @@ def view_token(host: str, token_file: str | None) -> tuple[str | None, str]:
     if token_file is not None:
         expected = "a file holding the token"
         label = f"--token-file {token_file}"
-        text = read_text(given_path(token_file, "--token-file", expected), label, expected)
-        return check_token(text, label), f"the token in {token_file}"
+        path = given_path(token_file, "--token-file", expected)
+        token = check_token(read_text(path, label, expected), label)
+        _refuse_shared(path, label)
+        return token, f"the token in {token_file}"
     if is_loopback(host):
         return None, ""
     return fleet_token(host)
+
+
+def _refuse_shared(path: Path, label: str) -> None:
+    """A token file other users may read (or replace) gives them the view: refuse it, as
+    ssh refuses such a key."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise UserError(f"{label}: other users may read or change it (mode {mode:04o}); "
+                        f"expected a file only its owner can use (chmod 600 {path})")
 
 
 def fleet_token(host: str) -> tuple[str, str]:

@@ -14,7 +14,6 @@ import hmac
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlencode
 
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -33,6 +32,10 @@ FORM = "application/x-www-form-urlencoded"
 _LABEL = b"specfleet serve: a browser that logged in"
 REFUSED = ("this view needs a token: send `Authorization: Bearer TOKEN` or log in at "
            f"{LOGIN_PATH}")
+WRONG_TOKEN = ("wrong token: the bearer token sent is not this view's; expected the token "
+               "`specfleet serve` was started with (its --token-file, else the fleet's token)")
+UNREADABLE = ("unreadable Authorization header; expected exactly one `Authorization: Bearer "
+              "TOKEN` header")
 
 
 def check_token(text: str, label: str) -> str:
@@ -72,14 +75,13 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
-def _bearer(headers: Headers) -> str | None:
-    """The bearer token sent, "" for another kind of Authorization or more than one (else
-    the first would win without a word), None for none."""
-    values = headers.getlist("authorization")
+def _bearer(values: list[str]) -> str | None:
+    """The bearer token in the Authorization headers sent; None for another kind, an empty
+    one, or more than one header (else the first would win without a word)."""
     if len(values) != 1:
-        return None if not values else ""
+        return None
     scheme, _, credentials = values[0].partition(" ")
-    return credentials.strip() if scheme.lower() == "bearer" else ""
+    return credentials.strip() or None if scheme.lower() == "bearer" else None
 
 
 def is_open(path: str) -> bool:
@@ -124,9 +126,12 @@ class TokenGate:
     def refusal(self, request: Request) -> Response | None:
         """None for a request that may pass, else the response that refuses it."""
         assert self.token is not None and self.cookie is not None and self.cookie_name
-        bearer = _bearer(request.headers)
-        if bearer is not None:
-            return None if _same(bearer, self.token) else _unauthorized()
+        sent = request.headers.getlist("authorization")
+        if sent:  # say which mistake: a header that is no bearer, or a token that is not ours
+            bearer = _bearer(sent)
+            if bearer is None:
+                return _unauthorized(UNREADABLE)
+            return None if _same(bearer, self.token) else _unauthorized(WRONG_TOKEN)
         if _same(request.cookies.get(self.cookie_name, ""), self.cookie):
             return None
         if request.url.path.startswith("/api/"):
@@ -161,8 +166,8 @@ def _host_name(host: str) -> str:
     return name if name and port.isdigit() else host
 
 
-def _unauthorized() -> Response:
-    return JSONResponse({"error": REFUSED}, status_code=401,
+def _unauthorized(why: str = REFUSED) -> Response:
+    return JSONResponse({"error": why}, status_code=401,
                         headers={"WWW-Authenticate": 'Bearer realm="specfleet"'})
 
 

@@ -8,14 +8,13 @@ created or upgraded.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL
 
 from specfleet.errors import UserError
 from specfleet.store.engine import (
     BUSY_TIMEOUT_S,
+    check_readable,
     display_url,
     read_only_url,
     resolve_url,
@@ -32,7 +31,8 @@ def open_read_only(url: str | None = None) -> Store:
         UserError: no such SQLite file, an unreachable server, no specfleet schema there, or a
             schema older or newer than this code (`specfleet db upgrade` fixes an older one).
     """
-    resolved, source = resolve_url(url), store_source(url)
+    resolved, source = resolve_url(url, create_dir=False), store_source(url)
+    check_readable(resolved, source)  # a missing file: say how a store is made
     engine = _read_only_engine(resolved, source)
     with connection_errors(resolved, source, engine, reading=True), engine.connect() as conn:
         rev = current_revision(conn)
@@ -54,9 +54,6 @@ def _read_only_engine(url: URL, source: str) -> Engine:
             "connect_timeout": 10, "application_name": "specfleet-read-only",
             "options": "-c default_transaction_read_only=on",
         })
-    path = Path(url.database or "")
-    if not path.is_file():
-        raise UserError(f"{source}: no SQLite file at {path}")
     # The rule every read follows: a store in a folder we cannot write is read as immutable.
     engine = create_engine(read_only_url(url),
                            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})

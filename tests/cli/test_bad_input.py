@@ -375,9 +375,10 @@ def test_bad_environment(world, case) -> None:
 
 
 def files(**entries: str):
-    """A call's own files: text, or "fifo" / "dir" / "huge" / "loop" for a named pipe, a
-    folder, a (sparse) file past `MAX_TEXT_BYTES` or a link to itself of that name (`__` in a
-    keyword stands for a dot); the call's arguments come after."""
+    """A call's own files: text (mode 0600, as a user keeps a token file), or "fifo" / "dir" /
+    "huge" / "loop" / "shared token" for a named pipe, a folder, a (sparse) file past
+    `MAX_TEXT_BYTES`, a link to itself or a valid token other users may read, of that name
+    (`__` in a keyword stands for a dot); the call's arguments come after."""
     def make(here: Path, args: list[str]) -> list[str]:
         here.mkdir(parents=True)
         for name, content in entries.items():
@@ -391,8 +392,12 @@ def files(**entries: str):
                     out.truncate(MAX_TEXT_BYTES + 1)
             elif content == "loop":
                 path.symlink_to(path)
+            elif content == "shared token":
+                path.write_text("abcdefghijklmnopqrstuvwxyz0123\n")
+                path.chmod(0o644)
             else:
                 path.write_bytes(content.encode("latin-1"))
+                path.chmod(0o600)
         return args
     return make
 
@@ -853,6 +858,10 @@ NAMED = {
     "serve: --host blank": (  # it asked for a token to show the view to the network
         {}, NO_FILES, ["serve", "--host", " ", "--db", "{db}"],
         ["--host ' ' is blank; expected an address of this machine"]),
+    "serve: --token-file other users may read": (  # it was taken without a word
+        {}, files(t="shared token"), ["serve", "--token-file", "{here}/t", "--db", "{db}"],
+        ["--token-file {here}/t: other users may read or change it (mode 0644)",
+         "expected a file only its owner can use (chmod 600 {here}/t)"]),
     "serve: --host of another machine": (  # 192.0.2.0/24 is documentation's, never local
         {}, files(t="abcdefghijklmnopqrstuvwxyz0123\n"),
         ["serve", "--host", "192.0.2.1", "--token-file", "{here}/t", "--db", "{db}"],

@@ -58,7 +58,9 @@ def _error(*args: str) -> str:
 def test_mistakes_are_one_line(tmp_path, empty_store):
     assert "'--port': Input should be less than or equal to 65535" in _error(
         "--port", "70000", "--db", empty_store)
-    assert "no SQLite file at" in _error("--db", str(tmp_path / "missing.db"))
+    assert _error("--db", str(tmp_path / "missing.db")).strip() == (
+        f"error: --db: no store at {tmp_path / 'missing.db'}; `specfleet db upgrade --db "
+        f"{tmp_path / 'missing.db'}` or a writing command (`specfleet matrix run`) creates one")
     assert "no matrix 'nope'" in _error("--db", empty_store, "--matrix", "nope")
     assert "--address 'nowhere'" in _error("--db", empty_store, "--address", "nowhere")
     bare = tmp_path / "bare.db"
@@ -153,6 +155,11 @@ def test_loopback_is_open_unless_a_token_file_is_given(tmp_path, empty_store, se
     assert _serve("--db", empty_store).splitlines()[0].endswith("; open: loopback only)")
     token_file = tmp_path / "view-token"
     token_file.write_text(f"  {TOKEN}\n")
+    token_file.chmod(0o640)  # the group could read it: refused, as ssh refuses such a key
+    assert _error("--db", empty_store, "--token-file", str(token_file)).strip() == (
+        f"error: --token-file {token_file}: other users may read or change it (mode 0640); "
+        f"expected a file only its owner can use (chmod 600 {token_file})")
+    token_file.chmod(0o600)
     stderr = _serve("--db", empty_store, "--token-file", str(token_file))
     assert stderr.splitlines()[0].endswith(f"; needs a token: the token in {token_file})")
     assert "note:" not in stderr

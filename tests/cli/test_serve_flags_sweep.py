@@ -56,6 +56,7 @@ def refused_host(tmp_path, store_path: str, host: str, served: list) -> list[str
     """The lines `serve --host HOST` (shared, with a token file) refuses it with."""
     token_file = tmp_path / "view.token"
     token_file.write_text("5e1f0c3a9b7d4e2f8a6c1b3d5f7e9a0c\n")
+    token_file.chmod(0o600)
     result = runner.invoke(app, ["serve", "--db", store_path, "--host", host, "--port", "8266",
                                  "--token-file", str(token_file)])
     assert result.exit_code == 2 and not served, result.output

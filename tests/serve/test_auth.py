@@ -62,12 +62,15 @@ def test_without_a_token_pages_go_to_login_and_api_calls_are_401(web):
 
 def test_a_wrong_bearer_is_refused_and_the_right_one_opens_every_route(web):
     for path in (f"/matrices/{BASE}", f"/api/matrices/{BASE}", f"/matrices/{BASE}/runs.csv"):
-        for headers in (_bearer(WRONG), _bearer(""), _bearer(TOKEN[:-1]), _bearer(TOKEN + "x"),
-                        {"Authorization": f"Basic {TOKEN}"},
-                        {"Authorization": TOKEN}, {"Authorization": f"Bearer {TOKEN}é".encode()}):
+        wrong = [_bearer(WRONG), _bearer(TOKEN[:-1]), _bearer(TOKEN + "x"),
+                 {"Authorization": f"Bearer {TOKEN}é".encode()}]
+        unreadable = [_bearer(""), {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN}]
+        for headers in wrong + unreadable:
             response = web.get(path, headers=headers)
             assert response.status_code == 401, (path, headers)
-            assert "error" in response.json()
+            assert response.json()["error"].startswith(
+                "wrong token: the bearer token sent is not this view's" if headers in wrong
+                else "unreadable Authorization header"), (path, headers)
     for path in GUARDED:
         assert web.get(path, headers=_bearer(TOKEN)).status_code in (200, 307), path
 

@@ -169,6 +169,7 @@ def guarded_server(seeded_url, tmp_path_factory):
     """`specfleet serve --token-file` over the small seeded store (no fleet, no model)."""
     folder = tmp_path_factory.mktemp("guarded")
     (folder / "token").write_text(TOKEN + "\n")
+    (folder / "token").chmod(0o600)
     with _serving(["--db", seeded_url, "--token-file", str(folder / "token")],
                   folder / "serve.log") as base:
         yield base, folder / "serve.log"
