@@ -8,6 +8,7 @@ stops it at the end. If it cannot start, every test that asked for it FAILS (nev
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -27,11 +28,19 @@ from xdist.scheduler import LoadFileScheduling
 
 from tests.installs import machine_install_lock
 
+
+def _session_dir(prefix: str) -> str:
+    """A folder for this test process, removed when it exits (each run left two in /tmp)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 # `make test` runs three pytest-xdist workers: each keeps its own machine lock and journal (a
 # worker's timed runs must not wait on the other's), set before anything reads them.
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["SPECFLEET_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="specfleet-rt-")
-    os.environ["SPECFLEET_JOURNAL_DIR"] = tempfile.mkdtemp(prefix="specfleet-journal-")
+    os.environ["SPECFLEET_RUNTIME_DIR"] = _session_dir("specfleet-rt-")
+    os.environ["SPECFLEET_JOURNAL_DIR"] = _session_dir("specfleet-journal-")
 # Before anything imports torch: idle OpenMP threads must sleep, not spin, or every torch
 # forward slows 5-10x while Ray workers and servers share the 2 cores (measured here).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -41,11 +50,13 @@ for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "
     os.environ.setdefault(_threads, "1")
 # A machine lock and a result journal per test session: other sessions on this box (other
 # checkouts' suites) never wait on our timed runs, and no journal outlives the session.
-os.environ.setdefault("SPECFLEET_RUNTIME_DIR", tempfile.mkdtemp(prefix="specfleet-rt-"))
+if "SPECFLEET_RUNTIME_DIR" not in os.environ:
+    os.environ["SPECFLEET_RUNTIME_DIR"] = _session_dir("specfleet-rt-")
 # Workers skip their start-up self-test here (tests/workers/test_selftest.py proves it, and
 # each worker process would pay it once); a test that needs it passes self_test=True.
 os.environ.setdefault("SPECFLEET_SELFTEST", "0")
-os.environ.setdefault("SPECFLEET_JOURNAL_DIR", tempfile.mkdtemp(prefix="specfleet-journal-"))
+if "SPECFLEET_JOURNAL_DIR" not in os.environ:
+    os.environ["SPECFLEET_JOURNAL_DIR"] = _session_dir("specfleet-journal-")
 
 # Modules that start Ray fleets, real models, browsers, servers or namespaces, slowest first
 # (measured with --durations): `make test` starts them first so that its workers end together;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,8 @@ def test_two_embedded_fleets_never_overlap_timed_runs(tmp_path) -> None:
         for d in drivers:
             if d.poll() is None:
                 d.kill()
+                d.wait(timeout=30)
+        shutil.rmtree(runtime, ignore_errors=True)
     assert [d.returncode for d in drivers] == [0, 0], outputs
     with open_store(db) as store:
         runs = store.runs(status="done")
