@@ -72,7 +72,8 @@ def check_address(address: str | None, flag: str = "--address") -> str | None:
                         "[HOST]:PORT, e.g. [fd00::10]:6379")
     if (not _ADDRESS.match(address) or not 0 < host_port(address)[1] < 65536
             or not _host_valid(address)):
-        raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. 192.168.1.10:6379")
+        example = "[fd00::10]:6379" if address.startswith("[") else "192.168.1.10:6379"
+        raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. {example}")
     return address
 
 

@@ -114,13 +114,17 @@ class MachineLock:
 @contextlib.contextmanager
 def holding_this_machine(holder: str, say: Callable[[str], None]) -> Iterator[None]:
     """This machine's lock around a timing outside a worker (`generate`, `calibrate`): never
-    timed beside a fleet's run or another command's. A wait is said once, naming who holds it."""
+    timed beside a fleet's run or another command's. A wait is said when it starts, naming
+    who holds it, and when it ends (the timing starts then, not when the command did)."""
     from specfleet.workers.hardware import machine_id
 
     lock = MachineLock(machine_lock_path(machine_id()), holder)
+    waited = []
     try:
-        lock.acquire(on_wait=lambda who: say(
+        lock.acquire(on_wait=lambda who: waited.append(who) or say(
             f"{holder}: waiting for the machine lock: held by {who or 'another specfleet process'}"))
+        if waited:
+            say(f"{holder}: got the machine lock after {lock.waited_s:.0f} s")
         yield
     finally:
         lock.release()

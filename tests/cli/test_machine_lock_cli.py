@@ -5,6 +5,7 @@ another command's timed run misprices every width, and that run is timed beside 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -56,3 +57,6 @@ def test_a_command_timing_on_this_machine_waits_for_its_lock_and_says_whom_for(
     assert still_waiting
     waits = [line for line in [*said, *rest.splitlines(True)] if WAITED_FOR in line]
     assert waits == [f"specfleet {command[0]}: {WAITED_FOR}{holder.pid}\n"], said
+    # ... and when the wait ended: its timing starts then, not when the command started.
+    assert re.search(rf"^specfleet {command[0]}: got the machine lock after \d+ s$", rest,
+                     re.MULTILINE), rest[-2000:]

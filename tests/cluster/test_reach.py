@@ -97,7 +97,8 @@ def test_an_ipv6_address_without_brackets_is_refused(address) -> None:
 @pytest.mark.parametrize("address", ["[::1]", "[nothex]:6379", "[10.0.0.1]:6379", "[::1]x:1",
                                      "[::1]:0", "[]:6379"])
 def test_a_malformed_bracketed_address_is_refused(address) -> None:
-    with pytest.raises(UserError, match=r"expected HOST:PORT, e.g. 192.168.1.10:6379$"):
+    # A bracketed (IPv6) address is shown an IPv6 example; it was shown an IPv4 one.
+    with pytest.raises(UserError, match=r"expected HOST:PORT, e.g. \[fd00::10\]:6379$"):
         check_address(address)
 
 
