@@ -19,6 +19,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Column
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ def lease_wait_reason(refused: str, waited_s: float) -> str:
     return f"{refused}; waited {waited_s:.0f} s"
 
 
+BAR_WIDTH = 20  # leaves an 80-column terminal room for the counts beside it
+
+
 class HostProgress:
     """A rich progress bar per host (done / running / failed); a no-op when disabled."""
 
@@ -92,9 +96,10 @@ class HostProgress:
         if self._enabled:
             self._progress = Progress(
                 TextColumn("{task.fields[host]:<16}"),
-                BarColumn(),
+                BarColumn(bar_width=BAR_WIDTH),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[state]}"),
+                # A long wait reason folds onto more lines: cut at 80 columns it named nobody.
+                TextColumn("{task.fields[state]}", table_column=Column(overflow="fold")),
                 TimeElapsedColumn(),
                 console=console or Console(stderr=True),
                 transient=False,

@@ -120,12 +120,21 @@ def test_the_wait_default_is_the_schedulers():
     assert parse_wait(WAIT_DEFAULT) == SchedulerOptions().host_wait_s
 
 
-def bar_text(event: ProgressEvent) -> str:
-    """What a terminal's bars show after `event` (its host's bar, two runs planned)."""
+def bar_text(event: ProgressEvent, width: int = 200) -> str:
+    """What a terminal `width` columns wide shows after `event` (its host's bar, two runs
+    planned)."""
     out = io.StringIO()
-    with HostProgress({event.host: 2}, console=Console(file=out, width=200)) as bars:
+    with HostProgress({event.host: 2}, console=Console(file=out, width=width)) as bars:
         bars.update(event)
     return out.getvalue()
+
+
+def test_a_long_wait_reason_is_shown_whole_on_an_80_column_terminal():
+    """At 80 columns the bar cut the reason to `leased to matri…`: whose turn it was, lost."""
+    reason = "leased to matrix bench-83978e, pid 7189 on vm (another driver); waited 12 s"
+    shown = bar_text(ProgressEvent("ws-3", "k1", "leased", 0, 0, 0, "healthy", reason), 80)
+    assert all(len(line) <= 80 for line in shown.splitlines())
+    assert "…" not in shown and " ".join(shown.split()).count(reason) == 1, shown
 
 
 def test_a_run_queued_behind_the_machine_lock_is_said_on_bars_and_without_them(capsys):
