@@ -119,10 +119,15 @@ def holding_this_machine(holder: str, say: Callable[[str], None]) -> Iterator[No
     from specfleet.workers.hardware import machine_id
 
     lock = MachineLock(machine_lock_path(machine_id()), holder)
-    waited = []
+    waited: list[str] = []
+
+    def waiting(who: str) -> None:
+        waited.append(who)
+        say(f"{holder}: waiting for the machine lock: held by "
+            f"{who or 'another specfleet process'}")
+
     try:
-        lock.acquire(on_wait=lambda who: waited.append(who) or say(
-            f"{holder}: waiting for the machine lock: held by {who or 'another specfleet process'}"))
+        lock.acquire(on_wait=waiting)
         if waited:
             say(f"{holder}: got the machine lock after {lock.waited_s:.0f} s")
         yield
