@@ -319,7 +319,7 @@ THREADS = Threads(
     "`generate` and `calibrate` too, when set",
     "one per physical core but one (left to Ray and the driver), at most the CPUs its "
     "affinity (taskset) allows", low=1, high=4096)
-TOY_RUN_LOG = Text(
+TOY_RUN_LOG = AbsolutePath(  # appended to by a worker, in its own folder
     "SPECFLEET_TOY_RUN_LOG", "a file each finished toy run appends its run key to (fault tests)",
     "no log")
 
@@ -330,14 +330,20 @@ def check_worker_settings() -> None:
     value is one line before the node starts, not a traceback in every run after.
 
     Raises:
-        UserError: a malformed `SPECFLEET_THREADS`, or a `SPECFLEET_CONDITIONS_ROOT` that is
-            no folder (its readings would all be missing, without a word).
+        UserError: a malformed `SPECFLEET_THREADS`, a `SPECFLEET_CONDITIONS_ROOT` that is
+            no folder (its readings would all be missing, without a word), or a
+            `SPECFLEET_TOY_RUN_LOG` no file can be appended at (every toy run would fail).
     """
     THREADS.read()
     root = CONDITIONS_ROOT.read()
     if root is not None and not os.path.isdir(root):
         raise UserError(f"{CONDITIONS_ROOT.name}: {root} is no folder; expected a tree laid out "
                         f"like / (sys/..., proc/meminfo), or {CONDITIONS_ROOT.name} unset for /")
+    log = TOY_RUN_LOG.read()
+    if log is not None and (os.path.isdir(log) or not os.path.isdir(os.path.dirname(log))):
+        problem = "is a folder" if os.path.isdir(log) else "is in no folder that exists"
+        raise UserError(f"{TOY_RUN_LOG.name}: {log} {problem}; expected a file to append run "
+                        f"keys to in an existing folder, or {TOY_RUN_LOG.name} unset")
 
 
 VARIABLES: tuple[Variable, ...] = (

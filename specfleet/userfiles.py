@@ -85,7 +85,7 @@ def given_path(text: str, label: str, expected: str) -> Path:
     if not text.strip():
         raise UserError(f"{label} {text!r} is blank; expected {expected}")
     path = Path(text)  # drops a trailing "/", which names a folder (`cat file/` fails)
-    refuse_too_long(path, label)
+    refuse_unreachable(path, label)
     if text.endswith(("/", os.sep)):
         try:
             mode = os.stat(path).st_mode
@@ -97,9 +97,10 @@ def given_path(text: str, label: str, expected: str) -> Path:
     return path
 
 
-def refuse_too_long(path: Path, label: str) -> None:
-    """One line for a path the system refuses as too long (a name past 255 bytes): pathlib's
-    checks raise it (ENAMETOOLONG) where they return False for a missing file."""
+def refuse_unreachable(path: Path, label: str) -> None:
+    """One line for a path the system will not look up: a name past 255 bytes (ENAMETOOLONG),
+    or a folder on the way that denies a look inside (EACCES: mode 000, another user's).
+    pathlib's checks raise both where they return False for a missing file."""
     try:
         os.stat(path)
     except OSError as err:
@@ -107,6 +108,10 @@ def refuse_too_long(path: Path, label: str) -> None:
             raise UserError(f"{label}: {describe_value(str(path))}: the name is too long "
                             "(ENAMETOOLONG); expected a path of names up to 255 bytes each"
                             ) from None
+        if err.errno == errno.EACCES:
+            shut = next((p for p in path.parents if os.path.exists(p)), path.parent)
+            raise UserError(f"{label}: {path}: cannot look inside {shut} (permission denied); "
+                            "expected a path through folders you may enter") from None
 
 
 def read_text(path: Path, label: str, expected: str | None = None) -> str:
@@ -207,9 +212,9 @@ def check_folder_path(path: Path, label: str) -> Path:
     Returns:
         The nearest part of `path` that exists (`path` itself when it exists).
     """
-    refuse_too_long(path, label)
+    refuse_unreachable(path, label)
     probe = path
-    while not os.path.exists(probe):  # False, not an error, where a parent is unreadable
+    while not os.path.exists(probe):
         if probe.is_symlink():
             raise UserError(f"{label}: {probe} is a dangling link; expected a folder")
         probe = probe.parent
@@ -217,6 +222,9 @@ def check_folder_path(path: Path, label: str) -> Path:
     if kind != "a directory":
         inside = "" if probe == path else f", so {path} cannot be made inside it"
         raise UserError(f"{label}: {probe} is {kind}, not a folder{inside}; expected a folder")
+    if not os.access(probe, os.X_OK):  # mode 000: every later look inside it would raise
+        raise UserError(f"{label}: {probe} is a folder you may not enter (permission denied); "
+                        "expected a folder you may enter")
     return probe
 
 

@@ -204,7 +204,11 @@ def _missing_prompt(prompt_dir: Path, name: str) -> str:
                 if os.path.exists(prompt_dir) else "does not exist")
         return (f"no prompt '{name}': prompt directory {prompt_dir} {what} "
                 "(set prompt_dir, or give {name, text} inline)")
-    known = sorted(_prompt_names(prompt_dir))
+    try:
+        known = sorted(_prompt_names(prompt_dir))
+    except OSError as err:  # a folder of mode 000
+        return (f"no prompt '{name}': cannot list prompt directory {prompt_dir} "
+                f"({err.strerror}); expected a folder you may read")
     listing = ", ".join(known[:MAX_LISTED]) if known else "none"
     more = f", ... ({len(known) - MAX_LISTED} more)" if len(known) > MAX_LISTED else ""
     return f"no prompt file '{name}.txt' in {prompt_dir} (available: {listing}{more})"

@@ -33,7 +33,7 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS, expand_user
-from specfleet.userfiles import json_object, kind_of, read_text, read_yaml
+from specfleet.userfiles import json_object, kind_of, read_text, read_yaml, refuse_unreachable
 
 HASH_FILE = ".specfleet-weights.json"
 
@@ -198,7 +198,7 @@ def resolve_model(
     elif alias_or_path.startswith("hf:"):
         check_hf_id(alias_or_path, "model")
         source = alias_or_path
-    elif (folder := expand_user(alias_or_path, "model")).is_dir():
+    elif os.path.isdir(folder := expand_user(alias_or_path, "model")):
         source = str(folder.resolve())  # from where the command runs, not models.yaml's folder
     elif os.path.exists(folder):  # a GGUF or a weights file given for the folder holding it
         raise UserError(f"model {alias_or_path!r} is {kind_of(os.stat(folder).st_mode)}, not a "
@@ -209,6 +209,7 @@ def resolve_model(
                         f"{os.readlink(folder)}); expected the folder holding the model's "
                         "config.json, or an alias (`specfleet models list`)")
     else:
+        refuse_unreachable(folder, f"model {alias_or_path!r}")  # not "no such folder"
         known = ", ".join(sorted(registry))
         raise UserError(
             f"model {alias_or_path!r} is neither an alias in {registry_path()} ({known}) "
@@ -263,6 +264,7 @@ def _locate(alias: str, engine: str, source: str, measure: bool = True) -> Resol
         present = folder is not None
     else:
         folder = local_path(source)
+        refuse_unreachable(folder / "config.json", f"model {alias!r}")  # a folder of mode 000
         present = (folder / "config.json").is_file()
     if not present:
         return ResolvedModel(alias, engine, folder, False, 0, None, source)

@@ -26,7 +26,7 @@ from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
 from specfleet.settings import DB, expand_user
 from specfleet.store.errors import StoreDamaged, StoreUnreachable
-from specfleet.userfiles import check_folder_path
+from specfleet.userfiles import check_folder_path, refuse_unreachable
 
 BUSY_TIMEOUT_S = 60.0
 # One slice of a writer's wait for the write lock: SQLite sleeps it in C, deaf to Ctrl-C.
@@ -38,6 +38,8 @@ WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
 _BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "')
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
+# `sqlite:x.db`, `postgresql:/db`: a URL short of its `//`, else read as a file of that name
+_SCHEME_NO_SLASHES = re.compile(r"(sqlite|postgres(?:ql)?)(\+\w+)?:(?!//)", re.IGNORECASE)
 
 
 def default_db_path() -> Path:
@@ -75,6 +77,9 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)} "
                         "or a SQLite file path")
     if "://" not in raw:
+        if scheme := _SCHEME_NO_SLASHES.match(raw):  # not the rest: it may hold a password
+            raise UserError(f"{source}: starts with {scheme[0]!r} but no '//' follows; expected "
+                            f"{' or '.join(_SCHEMES)} (a file of that name: ./{scheme[0]}...)")
         if raw.endswith("/"):  # Path() drops it: `x.db/` read or made the file x.db
             raise UserError(f"{source} {display_raw(raw)!r}: a trailing '/' names a folder; "
                             "expected a SQLite file path")
@@ -144,6 +149,7 @@ def _check_file_name(url: URL, source: str) -> URL:
         if err.errno == errno.ENAMETOOLONG:
             raise UserError(f"{source}: {url.database}: the path or one of its names is too "
                             "long for the file system; expected a SQLite file path") from None
+    refuse_unreachable(Path(url.database or ""), source)  # every later look would raise
     return url
 
 

@@ -1297,6 +1297,21 @@ NAMED = {
         {"SPECFLEET_RUNTIME_DIR": "relative/rt"}, NO_FILES, run_args("{tmp}/good.yaml"),
         ["SPECFLEET_RUNTIME_DIR: 'relative/rt' is not an absolute path; expected a path "
          "starting with /"]),
+    # Read as a file path: `db upgrade --db sqlite:` made a store named `sqlite:` here, exit 0.
+    "db upgrade: a SQLite URL short of its //": (
+        {}, NO_FILES, ["db", "upgrade", "--db", "sqlite:{here}/x.db"],
+        ["--db: starts with 'sqlite:' but no '//' follows; expected sqlite:///PATH or "]),
+    "SPECFLEET_DB: a PostgreSQL URL short of its //": (  # the password is not said
+        {"SPECFLEET_DB": "postgresql:/u:s3cret@127.0.0.1:1/db"}, NO_FILES, ["matrix", "list"],
+        ["SPECFLEET_DB: starts with 'postgresql:' but no '//' follows; expected "]),
+    # Every toy run failed once the embedded fleet had started (IsADirectoryError), the
+    # matrix of failures stored.
+    "run: SPECFLEET_TOY_RUN_LOG a folder": (
+        {"SPECFLEET_TOY_RUN_LOG": "{here}"}, NO_FILES, run_args("{tmp}/good.yaml"),
+        ["SPECFLEET_TOY_RUN_LOG: {here} is a folder; expected a file to append run keys to"]),
+    "run: SPECFLEET_TOY_RUN_LOG relative": (  # the worker appends from its own folder
+        {"SPECFLEET_TOY_RUN_LOG": "runs.log"}, NO_FILES, run_args("{tmp}/good.yaml"),
+        ["SPECFLEET_TOY_RUN_LOG: 'runs.log' is not an absolute path"]),
     "models list: SPECFLEET_HOME blank": (  # a folder named ' ' in the current folder
         {"SPECFLEET_HOME": " "}, NO_FILES, ["models", "list"],
         ["SPECFLEET_HOME: ' ' is blank; expected a path, or SPECFLEET_HOME unset for the user "
@@ -1326,6 +1341,85 @@ def test_refusal_names_what_is_wrong(world, case) -> None:
     assert "s3cret" not in result.stdout + result.stderr
     with open_store(str(db), read_only=True) as store:
         assert [m.id for m in store.list_matrices()] == matrices_before
+
+
+# A path through a folder this user may not enter (mode 000): pathlib's checks raised
+# PermissionError, a traceback in each. `{shut}` is that folder; root enters any folder, so
+# these run in a process without the capabilities that let it.
+SHUT = {
+    "report: --out inside it": (
+        {}, ["report", "{mid}", "--db", "{db}", "--out", "{shut}/r"],
+        "--out: {shut}/r: cannot look inside {shut} (permission denied); expected a path"),
+    "matrix list: --db inside it": (
+        {}, ["matrix", "list", "--db", "{shut}/s.db"],
+        "--db: {shut}/s.db: cannot look inside {shut} (permission denied)"),
+    "db upgrade: --db inside it": (
+        {}, ["db", "upgrade", "--db", "{shut}/s.db"], "--db: {shut}/s.db: cannot look inside"),
+    "generate: a model folder inside it": (
+        {}, ["generate", "-m", "{shut}/m", "-p", "hi"],
+        "--model: model '{shut}/m': {shut}/m: cannot look inside {shut}"),
+    "generate: the model folder itself": (
+        {}, ["generate", "-m", "{shut}", "-p", "hi"],
+        "{shut}/config.json: cannot look inside {shut}"),
+    "models list: SPECFLEET_HOME is it": (
+        {"SPECFLEET_HOME": "{shut}"}, ["models", "list"],
+        "SPECFLEET_HOME: {shut} is a folder you may not enter (permission denied); expected a "
+        "folder you may enter"),
+    "run: SPECFLEET_JOURNAL_DIR inside it": (
+        {"SPECFLEET_JOURNAL_DIR": "{shut}/j"},
+        ["matrix", "run", "{tmp}/good.yaml", "--address", "127.0.0.1:1", "--db", "{db}"],
+        "SPECFLEET_JOURNAL_DIR: {shut}/j: cannot look inside {shut}"),
+    "validate: prompt_dir is it": (
+        {}, ["matrix", "validate", "{shut}-prompts.yaml"],
+        "no prompt 'story': cannot list prompt directory {shut} (Permission denied)"),
+}
+_NO_DAC = ["capsh", "--drop=cap_dac_override,cap_dac_read_search", "--", "-c",
+           'exec "$@"', "capsh"]
+
+
+def _unprivileged(shut: Path) -> list[str] | None:
+    """A command prefix under which `shut` (mode 000) cannot be entered, or None."""
+    import shutil
+    import subprocess
+
+    prefix = _NO_DAC if os.geteuid() == 0 and shutil.which("capsh") else []
+    if os.geteuid() == 0 and not prefix:
+        return None
+    probe = subprocess.run([*prefix, "ls", str(shut)], capture_output=True, check=False)
+    return prefix if probe.returncode != 0 else None
+
+
+@pytest.mark.parametrize("case", sorted(SHUT))
+def test_a_path_through_a_folder_one_may_not_enter(world, tmp_path, case) -> None:
+    import subprocess
+    import sys
+
+    tmp, db, matrix_id = world
+    shut = tmp_path / "shut"
+    shut.mkdir(mode=0o000)
+    (tmp_path / "shut-prompts.yaml").write_text(matrix(prompts="[story]",
+                                                       prompt_dir=f"'{shut}'"))
+    try:
+        prefix = _unprivileged(shut)
+        if prefix is None:
+            pytest.skip("root without capsh: every folder can be entered")
+        env_given, args, said = SHUT[case]
+
+        def fill(text: str) -> str:
+            return (text.replace("{shut}", str(shut)).replace("{tmp}", str(tmp))
+                    .replace("{db}", str(db)).replace("{mid}", matrix_id))
+
+        before = snapshot(tmp)
+        cli = Path(sys.executable).parent / "specfleet"
+        env = {**os.environ, **{k: fill(v) for k, v in env_given.items()}}
+        result = subprocess.run([*prefix, str(cli), *map(fill, args)], capture_output=True,
+                                text=True, env=env, timeout=120, check=False)
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("error: ") and fill(said) in line, line
+        assert snapshot(tmp) == before
+    finally:
+        shut.chmod(0o700)
 
 
 @pytest.mark.parametrize(("engine", "said"), [
