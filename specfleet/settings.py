@@ -86,11 +86,19 @@ def path_value(variable: Variable, env: Environ | None) -> str | None:
 
 @dataclass(frozen=True)
 class UserPath(Variable):
-    """A file or folder path; `~` is expanded."""
+    """A file or folder path; `~` is expanded. With `anchored`, a relative one is refused:
+    read from the current folder, another folder's command would look elsewhere."""
+
+    anchored: bool = False
 
     def read(self, env: Environ | None = None) -> Path | None:
         raw = path_value(self, env)
-        return expand_user(raw, self.name) if raw else None
+        path = expand_user(raw, self.name) if raw else None
+        if path is not None and self.anchored and not path.is_absolute():
+            raise UserError(f"{self.name}: {raw!r} is a relative path, so a command run from "
+                            "another folder would not find what it holds; expected a path "
+                            "starting with / or ~")
+        return path
 
 
 @dataclass(frozen=True)
@@ -286,13 +294,13 @@ FORCE_SYNC = Presence(
 HOME = UserPath(
     "SPECFLEET_HOME",
     "the folder of converted bundled models, the fleet node record and the supervisor log",
-    "the user cache dir")
+    "the user cache dir", anchored=True)
 HOST = HostName(
     "SPECFLEET_HOST", "this host's name in the fleet (a Ray label value and a store key)",
     "the short host name, lower case")
 JOURNAL_DIR = UserPath(
     "SPECFLEET_JOURNAL_DIR", "where a driver keeps finished results until the store has them",
-    "journal/ in the user data dir")
+    "journal/ in the user data dir", anchored=True)
 LEASE_S = Seconds(
     "SPECFLEET_LEASE_S", "a driver's heartbeat lease on its matrix and runs, in seconds",
     default_s=60.0, low_s=1.0, high_s=3600.0)

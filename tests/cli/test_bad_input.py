@@ -489,6 +489,14 @@ NAMED = {
         {"SPECFLEET_HOME": "{here}/home"}, files(home="not a folder"),
         ["models", "fetch", "smollm2-135m"],
         ["SPECFLEET_HOME: {here}/home is a file, not a folder; expected a folder"]),
+    # Relative, each read from the current folder: a resume run elsewhere saw no journal.
+    "SPECFLEET_JOURNAL_DIR: a relative path": (
+        {"SPECFLEET_JOURNAL_DIR": "journal"}, NO_FILES, ["db", "upgrade", "--db", "{db}"],
+        ["SPECFLEET_JOURNAL_DIR: 'journal' is a relative path, so a command run from another "
+         "folder would not find what it holds; expected a path starting with / or ~"]),
+    "SPECFLEET_HOME: a relative path": (
+        {"SPECFLEET_HOME": "home"}, NO_FILES, ["models", "list"],
+        ["SPECFLEET_HOME: 'home' is a relative path", "expected a path starting with / or ~"]),
     "SPECFLEET_HOME: a file, list": (
         {"SPECFLEET_HOME": "{here}/home"}, files(home="not a folder"), ["models", "list"],
         ["SPECFLEET_HOME: {here}/home is a file, not a folder; expected a folder"]),
