@@ -22,7 +22,7 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
     if err.ctx is not None:
         where = err.ctx.command_path
     # typer's Literal check prefixes pydantic's "Value error, "; the rest says it all.
-    message = " ".join(err.format_message().split()).replace("Value error, ", "")
+    message = _as_expected(" ".join(err.format_message().split()).replace("Value error, ", ""))
     if isinstance(err, _click.exceptions.MissingParameter):
         message = _missing_text(err) or message
     elif not re.search(r"\bexpected\b", message) and (more := _expected_instead(err, message,
@@ -33,6 +33,18 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
         message += f"; got {describe_value(given)}"
     typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
     raise typer.Exit(2) from None
+
+
+_BOUNDS = {"greater than or equal to": ">=", "less than or equal to": "<=",
+           "greater than": ">", "less than": "<"}
+_INPUT_SHOULD_BE = re.compile(r"Input should be (?:(" + "|".join(_BOUNDS) + r") )?")
+
+
+def _as_expected(message: str) -> str:
+    """pydantic's range and type checks in the words every other refusal uses: "Input should
+    be greater than or equal to 1" -> "expected a number >= 1"."""
+    return _INPUT_SHOULD_BE.sub(
+        lambda m: f"expected a number {_BOUNDS[m[1]]} " if m[1] else "expected ", message)
 
 
 def _missing_text(err: _click.exceptions.MissingParameter) -> str | None:

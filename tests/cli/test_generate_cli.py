@@ -102,8 +102,8 @@ def looping_prompt() -> str:
         (["--loop-guard", "1,2"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "a,b,c"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "1,4,1"], "REPEATS >= 2"),
-        (["--max-tokens", "0"], "'--max-tokens' / '-n': Input should be greater than or equal to 1"),
-        (["--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
+        (["--max-tokens", "0"], "'--max-tokens' / '-n': expected a number >= 1"),
+        (["--seed", "-1"], "'--seed': expected a number >= 0"),
         (["--temp", "-1"], "--temp must be a number from 0 to"),
         (["--engine", "jax"], "'--engine': 'jax' is not one of 'mlx', 'torch'"),
         (["--device", "tpu"], "'--device': 'tpu' is not one of 'auto', 'metal'"),
@@ -201,17 +201,17 @@ def test_a_reply_cut_by_ctrl_c_ends_its_line_before_interrupted(monkeypatch):
 @pytest.mark.parametrize(
     ("flag", "value", "expected"),
     [
-        ("--max-width", "0", "greater than or equal to 1"),
-        ("--max-width", "66", "less than or equal to 65"),
-        ("--steps", "1", "greater than or equal to 2"),
-        ("--rounds", "0", "greater than or equal to 1"),
+        ("--max-width", "0", "a number >= 1"),
+        ("--max-width", "66", "a number <= 65"),
+        ("--steps", "1", "a number >= 2"),
+        ("--rounds", "0", "a number >= 1"),
     ],
 )
 def test_calibrate_refuses_bad_counts_in_one_line(flag, value, expected):
     result = invoke("calibrate", "-m", MODEL, flag, value)
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        f"error: specfleet calibrate: Invalid value for '{flag}': Input should be {expected}; "
+        f"error: specfleet calibrate: Invalid value for '{flag}': expected {expected}; "
         f"got '{value}'"]  # typer's message leaves the refused value out
 
 

@@ -112,7 +112,7 @@ def test_every_option_name_is_whole_on_an_80_column_help_page(monkeypatch) -> No
     (["matrix", "shw"], "specfleet matrix: No such command 'shw'. Did you mean 'show'?"),
     # typer's own checks leave the refused value out; a Literal's names it once.
     (["matrix", "list", "--limit", "x"], "specfleet matrix list: Invalid value for '--limit': "
-     "Input should be a valid integer, unable to parse string as an integer; got 'x'"),
+     "expected a valid integer, unable to parse string as an integer; got 'x'"),
     (["generate", "-m", "m", "--engine", "cobol"], "specfleet generate: Invalid value for "
      "'--engine': 'cobol' is not one of 'mlx', 'torch'."),
 ])

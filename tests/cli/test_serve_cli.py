@@ -56,7 +56,7 @@ def _error(*args: str) -> str:
 
 
 def test_mistakes_are_one_line(tmp_path, empty_store):
-    assert "'--port': Input should be less than or equal to 65535" in _error(
+    assert "'--port': expected a number <= 65535" in _error(
         "--port", "70000", "--db", empty_store)
     assert _error("--db", str(tmp_path / "missing.db")).strip() == (
         f"error: --db: no store at {tmp_path / 'missing.db'}; `specfleet db upgrade --db "
