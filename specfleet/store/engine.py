@@ -13,6 +13,7 @@ import ipaddress
 import os
 import re
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -31,6 +32,7 @@ from specfleet.userfiles import check_folder_path, refuse_unreachable
 BUSY_TIMEOUT_S = 60.0
 # One slice of a writer's wait for the write lock: SQLite sleeps it in C, deaf to Ctrl-C.
 LOCK_SLICE_S = 0.25
+LOCK_SAY_S = 5.0  # a writer waiting this long for another's write lock says so, once
 # Room a WAL connection needs beside the store: the -shm's first 32 KiB, and some to spare.
 SIDE_FILES_BYTES = 64 * 1024
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
@@ -378,7 +380,8 @@ def _begin_immediate(dbapi_conn: sqlite3.Connection) -> None:
     """`BEGIN IMMEDIATE`, waiting up to `BUSY_TIMEOUT_S` for another writer's lock in
     slices of `LOCK_SLICE_S`: SQLite's busy wait sleeps in C, so one whole wait would hold
     Ctrl-C and SIGTERM (a KeyboardInterrupt) until it ends."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    started = time.monotonic()
+    said = False
     dbapi_conn.execute(f"PRAGMA busy_timeout = {int(LOCK_SLICE_S * 1000)}")
     try:
         while True:
@@ -386,10 +389,22 @@ def _begin_immediate(dbapi_conn: sqlite3.Connection) -> None:
                 dbapi_conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as err:
-                if "locked" not in str(err) or time.monotonic() >= deadline:
+                waited = time.monotonic() - started
+                if "locked" not in str(err) or waited >= BUSY_TIMEOUT_S:
                     raise
+                if waited >= LOCK_SAY_S and not said:  # else up to a minute without a word
+                    said = True
+                    print(f"{_file_of(dbapi_conn)}: waiting for another process's write to "
+                          f"this SQLite store to finish (up to {BUSY_TIMEOUT_S:g} s)",
+                          file=sys.stderr, flush=True)
     finally:
         dbapi_conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+
+
+def _file_of(dbapi_conn: sqlite3.Connection) -> str:
+    """The file of a SQLite connection's main database."""
+    rows = dbapi_conn.execute("PRAGMA database_list").fetchall()
+    return next((row[2] for row in rows if row[1] == "main"), "the store")
 
 
 @retry(retry=retry_if_exception(lambda err: isinstance(err, sqlite3.OperationalError)

@@ -106,3 +106,30 @@ def test_a_fresh_sqlite_file_opens_while_another_connection_holds_a_write_lock(t
     release.join()
     holder.close()
     assert time.monotonic() - started >= 0.4  # it waited for the writer instead of failing
+
+
+def test_a_write_waiting_for_another_processs_write_lock_says_so_once(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A write behind another process's long SQLite transaction waited up to 60 s without a
+    word (a driver's progress then stood still)."""
+    import sqlite3
+    import threading
+
+    from specfleet.store import engine
+
+    monkeypatch.setattr(engine, "LOCK_SAY_S", 0.3)
+    path = tmp_path / "busy.db"
+    with open_store(f"sqlite:///{path}") as store:
+        runs = grid(repeats=1)
+        store.create_matrix("demo", {}, runs)
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(1.2, lambda: holder.execute("ROLLBACK"))
+        release.start()
+        store.record_result(result(runs[0]))  # waits for the holder, then writes
+        release.join()
+        holder.close()
+        assert [r.status for r in store.runs()][:1] == ["done"]
+    said = capsys.readouterr().err.splitlines()
+    assert said == [f"{path}: waiting for another process's write to this SQLite store to "
+                    "finish (up to 60 s)"], said
