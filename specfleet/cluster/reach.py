@@ -70,10 +70,12 @@ def check_address(address: str | None, flag: str = "--address") -> str | None:
         # Ray splits an address at its last colon only after brackets: "::1:6379" is malformed
         raise UserError(f"{flag} {address!r}: an IPv6 address goes in brackets; expected "
                         "[HOST]:PORT, e.g. [fd00::10]:6379")
-    if (not _ADDRESS.match(address) or not 0 < host_port(address)[1] < 65536
-            or not _host_valid(address)):
-        example = "[fd00::10]:6379" if address.startswith("[") else "192.168.1.10:6379"
+    example = "[fd00::10]:6379" if address.startswith("[") else "192.168.1.10:6379"
+    if not _ADDRESS.match(address) or not _host_valid(address):
         raise UserError(f"{flag} {address!r}: expected HOST:PORT, e.g. {example}")
+    if not 0 < (port := host_port(address)[1]) < 65536:
+        raise UserError(f"{flag} {address!r}: port {port} is outside 1-65535; expected "
+                        f"HOST:PORT, e.g. {example}")
     return address
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
 from pathlib import Path
@@ -138,3 +139,12 @@ def test_up_and_join_are_remembered_until_leave(tmp_path, monkeypatch) -> None:
     assert choose_fleet(None, env={}).address == "10.0.0.5:6379"
     noderecord.forget()
     assert choose_fleet(None, env={}).embedded
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "head:0", "[::1]:65536"])
+def test_a_port_out_of_range_is_named(address) -> None:
+    # It said only "expected HOST:PORT", though the address had that shape.
+    port = address.rpartition(":")[2]
+    with pytest.raises(UserError, match=rf"^--address '{re.escape(address)}': port {port} is "
+                                        r"outside 1-65535; expected HOST:PORT"):
+        check_address(address)
