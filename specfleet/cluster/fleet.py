@@ -184,9 +184,18 @@ def _private_ray_dir(preferred) -> str:
     path is too long for the Unix sockets Ray puts under it (~107 bytes on Linux)."""
     if len(str(preferred)) <= RAY_DIR_MAX_LEN:
         return str(preferred)
+    import atexit
     import tempfile
 
-    return tempfile.mkdtemp(prefix="sf-ray-", dir="/tmp")
+    made = tempfile.mkdtemp(prefix="sf-ray-", dir="/tmp")
+    # Gone at exit when Ray left nothing in it (one per command piled up in /tmp); logs stay.
+    atexit.register(_remove_if_empty, made)
+    return made
+
+
+def _remove_if_empty(folder: str) -> None:
+    with contextlib.suppress(OSError):  # not empty (Ray's logs) or gone already
+        os.rmdir(folder)
 
 
 def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:

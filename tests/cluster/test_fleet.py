@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -621,3 +622,20 @@ def test_a_ray_head_answers_the_http2_greeting_a_web_server_or_a_silent_port_doe
             web.shutdown()
             web.server_close()
 
+
+
+def test_a_ray_folder_made_in_tmp_is_removed_at_exit_when_ray_left_nothing(tmp_path) -> None:
+    # A runtime dir too long for Ray's sockets gets a folder in /tmp; one per command piled up.
+    def ray_dir_of_a_process(then: str = "") -> str:
+        code = ("from specfleet.cluster.fleet import _private_ray_dir\n"
+                f"made = _private_ray_dir({str(tmp_path / ('x' * 60))!r})\n{then}print(made)\n")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, check=True).stdout.strip()
+
+    made = ray_dir_of_a_process()
+    assert made.startswith("/tmp/sf-ray-") and not os.path.exists(made)
+    logged = ray_dir_of_a_process("open(made + '/ray.log', 'w').close()\n")
+    try:
+        assert os.listdir(logged) == ["ray.log"]  # what Ray left (its logs) is kept
+    finally:
+        shutil.rmtree(logged, ignore_errors=True)
