@@ -16,6 +16,7 @@ import re
 import stat
 import sys
 import tempfile
+import unicodedata
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -68,6 +69,24 @@ def json_object(raw: bytes | str, expected: str = "a JSON object"
     if not isinstance(data, dict):
         return None, f"expected {expected}, got {describe_value(data)}"
     return data, None
+
+
+def name_problem(text: str) -> str | None:
+    """Why `text` cannot be a name people read (a model alias, a cost table's title), or None:
+    it is blank, or holds a character that does not print (a NUL, a control character, a
+    bidirectional override that reorders what follows it on screen).
+
+    Returns:
+        `'' is blank`, `'a\\x01' holds U+0001, which does not print`, ...; None when fine.
+    """
+    if not text.strip():
+        return f"{text!r} is blank"
+    odd = next((ch for ch in text if not ch.isprintable() and ch != " "), None)
+    if odd is None:
+        return None
+    called = unicodedata.name(odd, "")
+    return (f"{describe_value(text)} holds U+{ord(odd):04X}{f' ({called})' if called else ''}, "
+            "which does not print")
 
 
 def given_path(text: str, label: str, expected: str) -> Path:
@@ -392,6 +411,9 @@ for _tag, _construct, _noun, _expected in (
                                      _scalar(_construct, _noun, _expected))
 
 
+_ONE_DOCUMENT = "expected a single document in the stream"  # PyYAML, of a second document
+
+
 def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:
     """Parse a YAML file; syntax errors and duplicate keys (which PyYAML would otherwise
     silently let the last one win) become one `UserError` line.
@@ -416,6 +438,8 @@ def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = err.problem or err.context or "invalid YAML"
+        if err.context == _ONE_DOCUMENT:  # PyYAML's problem reads "but found another document"
+            problem = "a second document starts here; expected one document (no '---' after it)"
         raise UserError(f"{label}: {where}YAML syntax error: {problem}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{label}: YAML syntax error: {err}") from None

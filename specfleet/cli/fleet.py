@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from specfleet import jsontext
-from specfleet.cli.options import AddressOption, EmbeddedOption
+from specfleet.cli.options import AddressOption, EmbeddedOption, refuse_twice
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
 from specfleet.settings import HOST, SELFTEST, expand_user, host_name_problem
@@ -65,6 +65,7 @@ def check_engines(engines: str | None) -> list[str] | None:
     if any(e not in MODEL_ENGINES for e in wanted):  # an empty one too: `torch,,mlx` a typo
         raise UserError(f"--engines {engines!r}: expected a comma-separated subset of "
                         f"{', '.join(MODEL_ENGINES)}")
+    refuse_twice("--engines", wanted, "engine")
     present = detect_host().engines
     missing = [e for e in wanted if e not in present]
     if missing:

@@ -189,6 +189,15 @@ def split_list(flag: str, values: list[str] | None) -> list[str]:
     return items
 
 
+def refuse_twice(flag: str, items: list[str], noun: str) -> None:
+    """A comma list naming one value twice is a one-line mistake naming the flag and the
+    value: it would run (or be tested) once, as if listed once."""
+    twice = [item for i, item in enumerate(items) if item in items[:i]]
+    if twice:
+        named = ", ".join(dict.fromkeys(twice))
+        raise UserError(f"{flag} lists {named} twice; expected each {noun} once")
+
+
 def refuse_hosts_outside_embedded(hosts: list[str], label: str) -> None:
     """On the embedded fleet (this machine alone) `hosts` without this machine match
     nothing: one line before Ray starts (~20 s), not after. A real fleet's hosts are known

@@ -12,7 +12,7 @@ from typing import Annotated, cast
 
 import typer
 
-from specfleet.cli.options import MATRIX_ID, DbOption, not_blank
+from specfleet.cli.options import MATRIX_ID, DbOption, not_blank, refuse_twice
 from specfleet.configs import costs_dir, packaged_names
 from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.engine.governor import Policy
@@ -55,9 +55,7 @@ def replay_command(
     unknown = [p for p in policies if p not in POLICIES]
     if not policies or unknown:
         raise UserError(f"--policy must list some of {', '.join(POLICIES)}; got {policy!r}")
-    twice = sorted({p for p in policies if policies.count(p) > 1})
-    if twice:
-        raise UserError(f"--policy lists {', '.join(twice)} twice; expected each policy once")
+    refuse_twice("--policy", policies, "policy")
     expected = "expected a host, a YAML file or a packaged table name"
     if costs is not None and not costs.strip():  # a script's unset variable: not "not given"
         raise UserError(f"--costs {costs!r} is blank; {expected}")

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.options import split_list
+from specfleet.cli.options import refuse_twice, split_list
 from specfleet.engine.kinds import MODEL_ENGINES, choices_text
 
 
@@ -36,6 +36,7 @@ def selftest_command(
         if name not in MODEL_ENGINES:
             raise UserError(f"--engine {name!r}: expected {choices_text(MODEL_ENGINES)}, "
                             "comma-separated or repeated")
+    refuse_twice("--engine", engine, "engine")  # `mlx,mlx` tested once, as `bench -e` refuses
     info = detect_host(full=True)
     targets = [t for t in info.targets() if not engine or t.engine in engine]
     if not targets:

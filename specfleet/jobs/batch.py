@@ -87,6 +87,7 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     label = str(path)
     expected = 'a JSONL file, one {"prompt": ...} a line'
     prompts: list[GeneratePrompt] = []
+    numbers: list[int] = []  # each prompt's line
     if label == STDIN:
         label = f"--prompts {STDIN}"
         text = read_stream(standard_input(), label, expected)
@@ -96,10 +97,11 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             prompts.append(_prompt_line(line, f"{label}: line {number}", number))
+            numbers.append(number)
     if not prompts:
         raise UserError(f'{label}: no prompts; expected one JSON object per line, e.g. '
                         '{"prompt": "..."}')
-    _check_unique_names(prompts, label)
+    _check_unique_names(prompts, numbers, label)
     return prompts
 
 
@@ -141,12 +143,14 @@ def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
         raise UserError(validation_message(where, GeneratePrompt, err)) from None
 
 
-def _check_unique_names(prompts: list[GeneratePrompt], label: str) -> None:
-    seen: set[str] = set()
-    for prompt in prompts:
-        if prompt.name in seen:
-            raise UserError(f"{label}: duplicate prompt name '{prompt.name}'")
-        seen.add(prompt.name or "")
+def _check_unique_names(prompts: list[GeneratePrompt], numbers: list[int], label: str) -> None:
+    first: dict[str, int] = {}
+    for prompt, number in zip(prompts, numbers, strict=True):
+        name = prompt.name or ""
+        if name in first:
+            raise UserError(f"{label}: duplicate prompt name '{name}' on lines {first[name]} and "
+                            f"{number}; expected each name once (an unnamed line is line-N)")
+        first[name] = number
 
 
 def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSpec:

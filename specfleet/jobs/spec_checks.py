@@ -157,6 +157,12 @@ def _check_named_prompt(name: str, prompt_dir: Path, beside: Path | None, where:
     found = find_prompt_file(prompt_dir, name)
     if found is None:
         raise UserError(f"{where}: {_missing_prompt(prompt_dir, name)}")
+    # `story.txt` and `story.md` both: the run would read the first, the user may mean either.
+    named = (prompt_dir / f"{name}{suffix}" for suffix in PROMPT_SUFFIXES)
+    twins = [path.name for path in named if path != found and os.path.lexists(path)]
+    if twins:
+        raise UserError(f"{where}: {found} and {twins[0]} beside it both name prompt "
+                        f"'{name}'; expected one file of that name")
     _check_prompt_file(found, where)
 
 

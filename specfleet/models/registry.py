@@ -33,7 +33,14 @@ from specfleet.models.bundled import (
     bundled_dir,
 )
 from specfleet.settings import MODELS, expand_user
-from specfleet.userfiles import json_object, kind_of, read_text, read_yaml, refuse_unreachable
+from specfleet.userfiles import (
+    json_object,
+    kind_of,
+    name_problem,
+    read_text,
+    read_yaml,
+    refuse_unreachable,
+)
 
 HASH_FILE = ".specfleet-weights.json"
 
@@ -121,6 +128,8 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
     models = data.get("models") if isinstance(data, dict) else None
     if not isinstance(models, dict):
         raise UserError(f"{label}: expected {REGISTRY_EXPECTED}")
+    if not models:  # every alias the packaged file gives would be gone, without a word
+        raise UserError(f"{label}: models: is empty; expected at least one alias -> sources")
     for alias, entry in models.items():
         if not isinstance(alias, str) or not alias.strip():
             raise UserError(f"{label}: models: alias {describe_value(alias)} is not a name; "
@@ -128,6 +137,9 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
         if any(ch.isspace() or ch == "," for ch in alias):  # `bench -m a,b` splits on commas
             raise UserError(f"{label}: models: alias {alias!r} holds a space or a comma; expected "
                             "a name without either (-m takes a comma list)")
+        if problem := name_problem(alias):  # a NUL no store takes, a bidi override
+            raise UserError(f"{label}: models: alias {problem}; expected a name of printable "
+                            "characters")
         if not isinstance(entry, dict) or not any(e in entry for e in MODEL_ENGINES):
             raise UserError(f"{label}: models.{alias} needs an 'mlx:' or 'torch:' source")
         for key, value in entry.items():
@@ -154,6 +166,8 @@ def check_hf_id(source: str, where: str) -> None:
 
 
 def _check_entry_field(label: str, where: str, key: object, value: object) -> None:
+    if isinstance(value, str) and "\0" in value:  # no path, store or page takes it
+        raise UserError(f"{label}: {where}: contains a NUL character; expected plain text")
     if key == "description":
         if not isinstance(value, str):
             raise UserError(f"{label}: {where}: expected text, got {describe_value(value)}")

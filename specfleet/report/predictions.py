@@ -32,7 +32,8 @@ from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.errors import UserError, describe_value
-from specfleet.userfiles import read_yaml
+from specfleet.settings import host_name_problem
+from specfleet.userfiles import name_problem, read_yaml
 
 # The counters a replay reproduces (all of them).
 COUNTER_NAMES = tuple(COUNTER_FIELDS)
@@ -121,6 +122,11 @@ def load_cost_file(path: Path) -> CostTable:
         if field in data and not isinstance(data[field], str):
             raise UserError(f"--costs {path}: field {field!r} must be text, got "
                             f"{describe_value(data[field])}")
+    if "name" in data and (problem := name_problem(data["name"])):  # shown in the title
+        raise UserError(f"--costs {path}: field 'name': {problem}; expected the table's title "
+                        "in printable characters (or no name: the file's own)")
+    if "host" in data and (problem := host_name_problem(data["host"])):  # matched to runs'
+        raise UserError(f"--costs {path}: field 'host': {problem}")
     for field, known in (("engine", ENGINES), ("device", DEVICES)):
         if field in data and data[field] not in known:  # a table of no engine we know
             raise UserError(f"--costs {path}: field {field!r} is {data[field]!r}; expected one "

@@ -536,6 +536,12 @@ NAMED = {
     "validate: a prompt that is a directory": (
         {}, files(m__yaml=STORY_HERE, story="dir"), ["matrix", "validate", "{here}/m.yaml"],
         [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
+    # It validated "ok" and ran story.txt; the user may have meant story.md.
+    "validate: two prompt files of one name": (
+        {}, files(m__yaml=STORY_HERE, story__txt="one", story__md="two"),
+        ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: prompts[0]: {here}/story.txt and story.md beside it both name prompt "
+         "'story'; expected one file of that name"]),
     "run: a prompt that is a directory": (
         {}, files(m__yaml=STORY_HERE, story="dir"), run_args("{here}/m.yaml"),
         [f"{{here}}/m.yaml: prompts[0]: {STORY_DIR}"]),
@@ -1191,6 +1197,10 @@ NAMED = {
     "validate: a matrix file past 64 MiB": (
         {}, files(m__yaml="huge"), ["matrix", "validate", "{here}/m.yaml"],
         ["{here}/m.yaml: larger than 64 MiB, more than specfleet reads"]),
+    "validate: two YAML documents": (  # it said only "but found another document"
+        {}, files(m__yaml=GOOD + "---\nname: other\n"), ["matrix", "validate", "{here}/m.yaml"],
+        ["{here}/m.yaml: line 6, column 1: YAML syntax error: a second document starts here; "
+         "expected one document (no '---' after it)"]),
     "validate: a NUL byte in a matrix file": (
         {}, files(m__yaml=GOOD + "\0\n"), ["matrix", "validate", "{here}/m.yaml"],
         ["{here}/m.yaml: a NUL byte at byte 124, so not text"]),
@@ -1226,6 +1236,10 @@ NAMED = {
     "job generate: a blank prompt": (  # it went to the fleet; generate -p ' ' is refused
         {}, files(b__jsonl='{"prompt": " \\n "}\n'), [*JOB_BATCH, "--address", "127.0.0.1:1"],
         ["{here}/b.jsonl: line 1: prompt: is blank; expected some text"]),
+    "job generate: a prompt name twice": (  # it named neither line nor what was expected
+        {}, files(b__jsonl='{"prompt": "hi"}\n{"prompt": "ho", "name": "line-1"}\n'), JOB_BATCH,
+        ["{here}/b.jsonl: duplicate prompt name 'line-1' on lines 1 and 2; expected each name "
+         "once (an unnamed line is line-N)"]),
     "job generate: a key twice on a line": (  # json let the last one win
         {}, files(b__jsonl='{"prompt": "a", "prompt": "b"}\n'), JOB_BATCH,
         ["{here}/b.jsonl: line 1: duplicate key 'prompt'; expected each field once"]),
@@ -1320,6 +1334,47 @@ NAMED = {
     "run: SPECFLEET_TOY_RUN_LOG relative": (  # the worker appends from its own folder
         {"SPECFLEET_TOY_RUN_LOG": "runs.log"}, NO_FILES, run_args("{tmp}/good.yaml"),
         ["SPECFLEET_TOY_RUN_LOG: 'runs.log' is not an absolute path"]),
+    # Each was taken: the blank or unprintable name titled the tables, a host no run can have
+    # was compared with the runs' hosts.
+    "replay: --costs with a blank name": (
+        {}, files(c__yaml="name: '  '\nratio: [1.0, 1.2]\n"), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'name': '  ' is blank; expected the table's title in "
+         "printable characters"]),
+    "replay: --costs with a bidi override in its name": (
+        {}, files(c__yaml='name: "gb10 \\u202e fast"\nratio: [1.0, 1.2]\n'), REPLAY_COSTS,
+        ["field 'name': 'gb10 \\u202e fast' holds U+202E (RIGHT-TO-LEFT OVERRIDE), which "
+         "does not print"]),
+    "replay: --costs with a NUL in its host": (
+        {}, files(c__yaml='host: "gb\\0"\nratio: [1.0, 1.2]\n'), REPLAY_COSTS,
+        ["--costs {here}/c.yaml: field 'host': expected a host name of letters, digits",
+         "got 'gb\\x00'"]),
+    # Each tested (or offered) the engine once, as if listed once; `bench -e toy,toy` refuses.
+    "selftest: an engine twice": (
+        {}, NO_FILES, ["selftest", "--engine", "mlx,mlx"],
+        ["--engine lists mlx twice; expected each engine once"]),
+    "fleet join: an engine twice in --engines": (  # it went on to reach the head
+        {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h9", "--engines", "torch,torch"],
+        ["--engines lists torch twice; expected each engine once"]),
+    # A ValueError traceback ("embedded null byte") when the folder was looked at.
+    # It listed no model, and every alias, the packaged ones too, was "neither an alias".
+    "SPECFLEET_MODELS: no aliases": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml="models: {}\n"), ["models", "list"],
+        ["SPECFLEET_MODELS {here}/m.yaml: models: is empty; expected at least one alias"]),
+    "SPECFLEET_MODELS: a NUL in a source": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml='models: {x: {torch: "/a\\0b"}}\n'),
+        ["models", "list"],
+        ["models.x.torch: contains a NUL character; expected plain text"]),
+    # Each listed as if it were `a`: the NUL went on into the store, the override reversed
+    # what followed it on screen.
+    "SPECFLEET_MODELS: a NUL in an alias": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"}, files(m__yaml='models: {"a\\0": {torch: bundled}}\n'),
+        ["models", "list"],
+        ["models: alias 'a\\x00' holds U+0000, which does not print; expected a name of "
+         "printable characters"]),
+    "SPECFLEET_MODELS: a bidi override in an alias": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"},
+        files(m__yaml='models: {"a\\u202e": {torch: bundled}}\n'), ["models", "list"],
+        ["models: alias 'a\\u202e' holds U+202E (RIGHT-TO-LEFT OVERRIDE)"]),
     "models list: SPECFLEET_HOME blank": (  # a folder named ' ' in the current folder
         {"SPECFLEET_HOME": " "}, NO_FILES, ["models", "list"],
         ["SPECFLEET_HOME: ' ' is blank; expected a path, or SPECFLEET_HOME unset for the user "
