@@ -48,7 +48,7 @@ def check_name(name: str | None, label: str = "--name") -> str | None:
     from."""
     if name is not None and (host_name_problem(name) or name != name.lower() or "." in name):
         raise UserError(
-            f"{label} {name!r}: use 1-63 lower-case letters, digits, '-' or '_', "
+            f"{label} {name!r}: expected 1-63 lower-case letters, digits, '-' or '_', "
             "starting and ending with a letter or digit"
         )
     return name
@@ -69,8 +69,9 @@ def check_engines(engines: str | None) -> list[str] | None:
     present = detect_host().engines
     missing = [e for e in wanted if e not in present]
     if missing:
-        raise UserError(f"--engines: this host has no {', '.join(missing)} "
-                        f"(it has: {', '.join(present) or 'none'})")
+        raise UserError(f"--engines: this host has no {', '.join(missing)}; expected a "
+                        "comma-separated subset of the engines it has: "
+                        f"{', '.join(present) or 'none'}")
     return wanted
 
 
@@ -80,8 +81,9 @@ def _options(num_cpus, node_ip, engines, temp_dir):
     if temp_dir is not None:
         given_path(temp_dir, "--temp-dir", "a folder path")
     if temp_dir is not None and len(temp_dir) > MAX_TEMP_DIR_CHARS:
-        raise UserError(f"--temp-dir {temp_dir!r}: keep it under {MAX_TEMP_DIR_CHARS + 1} "
-                        "characters (Ray's socket paths inside it are limited to 107 bytes)")
+        raise UserError(f"--temp-dir {temp_dir!r}: {len(temp_dir)} characters; expected at "
+                        f"most {MAX_TEMP_DIR_CHARS} (Ray's socket paths inside it are limited "
+                        "to 107 bytes)")
     if temp_dir is not None:
         check_writable_dir(expand_user(temp_dir, "--temp-dir"), "--temp-dir")
     if node_ip is not None:

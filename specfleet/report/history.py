@@ -39,15 +39,23 @@ def test_note(factor: float = DEFAULT_FACTOR) -> str:
     return f"Change test, after over before: {RULE}.{beyond}"
 
 
-def _target_filters(target: str | None) -> dict:
+def unstored_host_problem(store, host: str) -> str | None:
+    """Why `host` names no host a run could have, or None; a host stored runs hold passes
+    whatever it is (a store older than the host name rule, a hand-edited one): `results`
+    lists its targets and the web view links to their history."""
+    problem = host_name_problem(host)
+    return problem if problem and not store.stored_values("host", [host]) else None
+
+
+def _target_filters(store, target: str | None, flag: str) -> dict:
     if target is None:
         return {}
     parts = target.split("/")
     if len(parts) > 3 or not all(parts):
         raise UserError(f"--target: expected HOST, HOST/ENGINE or HOST/ENGINE/DEVICE, got "
                         f"{target!r}")
-    if problem := host_name_problem(parts[0]):  # no store holds it: not "no done runs"
-        raise UserError(f"--target HOST: {problem}")
+    if problem := unstored_host_problem(store, parts[0]):  # not "no done runs"
+        raise UserError(f"{flag}: {problem}")
     check_choices(parts[1:2], ENGINES, "--target ENGINE")
     check_choices(parts[2:3], DEVICES, "--target DEVICE")
     return dict(zip(("host", "engine", "device"), parts, strict=False))
@@ -71,15 +79,16 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
     check_choices([arm], ARMS, "--arm")
     check_not_blank([model], "--model")
     check_not_blank([prompt], "--prompt")
+    flags = {"host": "--target HOST", **(flags or {})}
     where = dict(model=model, prompt=prompt, arm=sorted({arm, "plain"}), status="done",
-                 **_target_filters(target))
+                 **_target_filters(store, target, flags["host"]))
     if last is not None:
         where["matrix"] = store.newest_matrices(last, **{**where, "arm": arm})
     runs = store.runs(columns=HISTORY_FIELDS, **where)
     if not any(run.arm == arm and run.matrix_id is not None for run in runs):
         # A model, prompt or host no run holds is a typo: say which, and what is stored.
         check_stored_values(store, {name: [where[name]] for name in ("model", "prompt", "host")
-                                    if name in where}, flags=flags or {"host": "--target HOST"})
+                                    if name in where}, flags=flags)
         on = f" on {target}" if target else ""
         cell = f"model {model!r}, prompt {prompt!r}, arm {arm!r}{on}"
         listed = f"`specfleet results --model {model} --prompt {prompt} --arm {arm}`"

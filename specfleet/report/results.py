@@ -93,7 +93,9 @@ def run_filters(store, *, host=None, kind=None, engine=None, device=None, model=
                         "never both; expected one of them")
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     if start and end and start >= end:
-        raise UserError(f"--since ({since}) must be before --until ({until})")
+        raise UserError(f"--since {since} is not before --until {until}; expected a --since "
+                        "earlier than --until (the window holds the times from --since up to, "
+                        "not including, --until)")
     given = dict(host=host, kind=kind, engine=engine, device=device, model=model,
                  prompt=prompt, arm=arm, matrix=matrix, job=job, specfleet_version=version)
     filters: dict[str, Any] = {name: list(value) for name, value in given.items() if value}

@@ -27,6 +27,7 @@ from specfleet.report.history import (
     render_compare,
     render_history,
     same_matrix,
+    unstored_host_problem,
 )
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import arm_grid, cross_grid
@@ -52,6 +53,8 @@ CONDITIONS_FIELDS = ("host", "conditions", "finished_at", "plan_order", "throttl
 def history_href(model: str, prompt: str, arm: str, target: str | None = None) -> str:
     # What urlencode writes, each value quoted once per process (a matrix page links 400 cells).
     query = f"model={_quoted(model)}&prompt={_quoted(prompt)}&arm={_quoted(arm)}"
+    if target and target.count("/") > 2:  # a stored host with a '/' reads as no target: show
+        target = None  # the cell on every target, not a 400
     return "/history?" + query + (f"&target={_quoted(target)}" if target else "")
 
 
@@ -263,6 +266,8 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
                  last: int | None = HISTORY_LAST, as_json: bool = False) -> dict:
     """One cell over time (the newest `last` matrices, None: all): per target a tok/s plot
     and a speed-up plot, and the table."""
+    if target and (problem := unstored_host_problem(store, target.split("/")[0])):
+        raise BadParameter(f"query parameter target={target[:80]!r}: HOST: {problem}")
     rows = cell_history(store, model, prompt, arm, target, last=last, flags=QUERY_NAMES)
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
     if as_json:

@@ -30,6 +30,7 @@ class NotFound(Exception):
 MAX_PAGE = 1_000_000
 MAX_COUNT = 100_000  # rows a page may ask for
 MAX_ID_CHARS = ID_CHARS  # no stored matrix or job id is longer
+MAX_TEXT_CHARS = 256  # a model, prompt or host name a query parameter may hold
 
 
 def page_number(value: str) -> int:
@@ -62,8 +63,8 @@ def arm(value: str) -> str:
 
 def text(value: str) -> str:
     # PostgreSQL refuses to compare a NUL (a 500); no stored name or id holds one.
-    if not value or len(value) > 256 or "\x00" in value:
-        raise ValueError("expected 1 to 256 characters, none of them NUL")
+    if not value or len(value) > MAX_TEXT_CHARS or "\x00" in value:
+        raise ValueError(f"expected 1 to {MAX_TEXT_CHARS} characters, none of them NUL")
     return value
 
 
@@ -86,8 +87,9 @@ def target(value: str) -> str:
     if len(parts) > 3 or any(part not in known
                              for part, known in zip(parts[1:3], (ENGINES, DEVICES), strict=False)):
         raise ValueError(TARGET_EXPECTED)
-    if problem := host_name_problem(parts[0]):
-        raise ValueError(f"HOST: {problem}")
+    host = parts[0]  # any other host is checked against the stored ones (`history_page`)
+    if not host or len(host) > MAX_TEXT_CHARS or "\x00" in host:
+        raise ValueError(f"HOST: {host_name_problem(host)}")
     return value
 
 
@@ -114,7 +116,10 @@ def parse(query: QueryParams, allowed: dict[str, Parser],
             raise BadParameter(f"query parameter {name!r} given twice; expected it once")
     for name in required:
         if name not in query:
-            raise BadParameter(f"query parameter {name!r} is required")
+            optional = [other for other in allowed if other not in required]
+            rest = f", and optionally {_listed(optional)}" if optional else ""
+            raise BadParameter(f"query parameter {name!r} is required; expected "
+                               f"{_listed(list(required))}{rest}")
     out = {}
     for name, value in query.items():
         try:
@@ -122,3 +127,7 @@ def parse(query: QueryParams, allowed: dict[str, Parser],
         except ValueError as err:
             raise BadParameter(f"query parameter {name}={value[:80]!r}: {err}") from None
     return out
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

@@ -866,6 +866,11 @@ NAMED = {
         ["--pivot: unknown pivot 'model'; expected 'target'"]),
     "matrix show: an empty matrix id": (
         {}, NO_FILES, ["matrix", "show", "", "--db", "{db}"], [f"MATRIX_ID: {BLANK_MATRIX}"]),
+    "results: --since not before --until": (  # it said what was wrong, not what is expected
+        {}, NO_FILES, ["results", "--since", "2026-12-06T23:00", "--until", "2026-12-06",
+                       "--db", "{db}"],
+        ["--since 2026-12-06T23:00 is not before --until 2026-12-06; expected a --since "
+         "earlier than --until"]),
     "serve: --host empty": (  # it listened on every address and printed http://:8266/
         {}, NO_FILES, ["serve", "--host", "", "--db", "{db}"],
         ["--host '' is blank; expected an address of this machine"]),
@@ -1308,11 +1313,11 @@ NAMED = {
          "{db}"], ["SPECFLEET_HOST: expected a host name", "got 'h\\n'"]),
     "fleet join: --name ending with '-'": (  # it went on to reach the head
         {}, NO_FILES, ["fleet", "join", "127.0.0.1:1", "--name", "h-"],
-        ["--name 'h-': use 1-63 lower-case letters, digits, '-' or '_', starting and ending "
-         "with a letter or digit"]),
+        ["--name 'h-': expected 1-63 lower-case letters, digits, '-' or '_', starting and "
+         "ending with a letter or digit"]),
     "fleet join: SPECFLEET_HOST in upper case": (  # it named --name, which was not given
         {"SPECFLEET_HOST": "Upper"}, NO_FILES, ["fleet", "join", "127.0.0.1:1"],
-        ["$SPECFLEET_HOST 'Upper': use 1-63 lower-case letters"]),
+        ["$SPECFLEET_HOST 'Upper': expected 1-63 lower-case letters"]),
     # Ray's ValueError (temp_dir must be absolute) was a traceback as the embedded fleet
     # started, once the relative folder was made in the current one.
     "run: SPECFLEET_RUNTIME_DIR relative": (

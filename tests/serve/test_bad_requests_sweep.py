@@ -5,13 +5,19 @@ cannot compare one, a login form or query that is not what the form sends, a sec
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 from starlette.testclient import TestClient
 
+from specfleet.jobs.run import Target
 from specfleet.serve import create_app
 from specfleet.serve.auth import COOKIE
+from specfleet.store import open_store
 from specfleet.store.readonly import open_read_only
-from tests.serve.seed import BASE, JOB, LOOPBACK_URL, seed_store
+from tests.serve.seed import BASE, EVIL, JOB, LOOPBACK_URL, seed_store
+from tests.store.factory import grid, result
 
 TOKEN = "0123456789abcdef-the-right-token"
 WRONG = "0123456789abcdef-the-wrong-token"
@@ -156,3 +162,52 @@ def test_a_store_whose_tables_are_gone_is_a_503_not_a_404(tmp_path):
         page, api = web.get(f"/matrices/{BASE}"), web.get(f"/api/matrices/{BASE}")
     assert page.status_code == api.status_code == 503, (page.text, api.text)
     assert "its tables do not match its schema revision" in api.json()["error"]
+
+
+def test_every_history_link_of_a_matrix_page_answers(client):
+    # The evil matrix's host holds a '/': its cells linked a target the view refused (400).
+    for matrix_id in (BASE, EVIL):
+        page = client.get(f"/matrices/{matrix_id}").text
+        links = {html.unescape(href) for href in re.findall(r'href="(/history\?[^"]*)"', page)}
+        assert links, matrix_id
+        for link in links:
+            assert client.get(link).status_code == 200, link
+
+
+def seed_old_host(url: str) -> None:
+    """A done matrix on host "old box", a name the host name rule refuses today."""
+    runs = grid(targets=(Target(host="old box", engine="toy", device="cpu"),), prefix="old")
+    with open_store(url) as store:
+        store.create_matrix("old", {"name": "old"}, runs, matrix_id="old-000001")
+        for run in runs:
+            store.record_result(result(run, 10.0))
+        store.finish_matrix("old-000001", "done")
+
+
+def test_a_stored_host_outside_the_host_name_rule_has_a_history(tmp_path):
+    # A store older than the rule (or hand-edited) holds "old box": `results` lists its
+    # target and the matrix page links it, but ?target= refused it as no host name (400).
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    seed_old_host(url)
+    with (open_read_only(url) as store,
+          TestClient(create_app(store), base_url=LOOPBACK_URL) as web):
+        page = web.get("/matrices/old-000001").text
+        (link,) = {html.unescape(h) for h in re.findall(r'href="(/history\?[^"]*arm=graded[^"]*)"',
+                                                         page)}
+        assert "target=old+box%2Ftoy%2Fcpu" in link
+        assert web.get(link).status_code == 200
+        refused = web.get("/api/history?model=m1&prompt=edit_fn&arm=graded&target=new%20box")
+    assert refused.status_code == 400
+    assert "target='new box': HOST: expected a host name" in refused.json()["error"]
+
+
+@pytest.mark.parametrize(("path", "says"), [
+    ("/api/history?model=m1&prompt=edit_fn",
+     "query parameter 'arm' is required; expected model, prompt and arm, and optionally "
+     "target and last"),
+    (f"/api/compare?a={BASE}", "query parameter 'b' is required; expected a and b, and "
+     "optionally allow_mixed"),
+])
+def test_a_missing_parameter_names_the_ones_expected(client, path, says):
+    response = client.get(path)
+    assert response.status_code == 400 and response.json()["error"] == says
