@@ -157,11 +157,13 @@ def _foreign_host(request: Request) -> Response | None:
 
 def _host_name(host: str) -> str:
     """A Host header's name without its port: `[::1]:8266` -> `::1`; "" for one with white
-    space (the C resolver reads `127.0.0.1 rebound.example` as 127.0.0.1)."""
+    space (the C resolver reads `127.0.0.1 rebound.example` as 127.0.0.1) or an unclosed
+    bracket."""
     if any(ch.isspace() for ch in host):
         return ""
-    if host.startswith("["):
-        return host[1:].partition("]")[0]
+    if host.startswith("["):  # `[::1` without its `]` is no address
+        inside, closed, _ = host[1:].partition("]")
+        return inside if closed else ""
     name, _, port = host.rpartition(":")
     return name if name and port.isdigit() else host
 

@@ -173,7 +173,8 @@ def test_an_open_view_answers_only_a_host_that_names_loopback(seeded_url):
             assert open_web.get("/api/matrices", headers={"Host": host}).status_code == 200, host
         for host in ("rebound.example:8266", "rebound.example", "127.0.0.1.rebound.example",
                      "[::2]:8266", "10.0.0.1", "localhost.", "",
-                     "127.0.0.1 rebound.example", "127.1\trebound.example:8266"):
+                     "127.0.0.1 rebound.example", "127.1\trebound.example:8266", "[::1",
+                     "[::1:8266"):
             for path in ("/api/matrices", f"/matrices/{BASE}", "/static/app.css", "/login"):
                 response = open_web.get(path, headers={"Host": host})
                 assert response.status_code == 400, (host, path)
