@@ -137,6 +137,10 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
         if any(ch.isspace() or ch == "," for ch in alias):  # `bench -m a,b` splits on commas
             raise UserError(f"{label}: models: alias {alias!r} holds a space or a comma; expected "
                             "a name without either (-m takes a comma list)")
+        if "/" in alias or ":" in alias:  # looked up first, it would win over that form
+            raise UserError(f"{label}: models: alias {alias!r} holds '/' or ':'; expected a "
+                            "name without either (-m reads those as a model folder, "
+                            "hf:ORG/NAME or script:)")
         if problem := name_problem(alias):  # a NUL no store takes, a bidi override
             raise UserError(f"{label}: models: alias {problem}; expected a name of printable "
                             "characters")

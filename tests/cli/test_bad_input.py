@@ -1380,6 +1380,14 @@ NAMED = {
         {"SPECFLEET_MODELS": "{here}/m.yaml"},
         files(m__yaml='models: {"a\\u202e": {torch: bundled}}\n'), ["models", "list"],
         ["models: alias 'a\\u202e' holds U+202E (RIGHT-TO-LEFT OVERRIDE)"]),
+    # Aliases are looked up first: each silently won over the folder, repo or toy model.
+    **{f"SPECFLEET_MODELS: an alias shaped like {what}": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"},
+        files(m__yaml=f'models: {{"{alias}": {{torch: bundled}}}}\n'), ["models", "list"],
+        [f"models: alias '{alias}' holds '/' or ':'; expected a name without either (-m reads "
+         "those as a model folder, hf:ORG/NAME or script:)"])
+       for what, alias in (("a folder", "models/x"), ("a repo", "hf:org/x"),
+                           ("a toy model", "script:1ms"))},
     "models list: SPECFLEET_HOME blank": (  # a folder named ' ' in the current folder
         {"SPECFLEET_HOME": " "}, NO_FILES, ["models", "list"],
         ["SPECFLEET_HOME: ' ' is blank; expected a path, or SPECFLEET_HOME unset for the user "
