@@ -146,8 +146,8 @@ def validate_request(request: GenerateRequest) -> None:
     low, high = TEMPERATURE_RANGE
     # By hand: Typer's max would call nan "not less than or equal to 10".
     if not low <= request.temperature <= high:  # also refuses nan and inf
-        raise UserError(f"--temp must be a number from {low:g} to {high:g} (0 is greedy); "
-                        f"got {request.temperature}")
+        raise UserError(f"--temp {request.temperature}: expected a number from {low:g} to "
+                        f"{high:g} (0 is greedy)")
     if request.seed is not None and request.temperature == 0:  # greedy draws nothing
         raise UserError("--seed given with --temp 0 (greedy: nothing is drawn at random); "
                         "expected --temp above 0 to sample with it (or no --seed)")

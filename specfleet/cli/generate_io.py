@@ -34,7 +34,8 @@ def read_prompt(prompt: str | None, prompt_file: str | None,
         The prompt text.
     """
     if prompt is not None and prompt_file is not None:
-        raise UserError("--prompt and --prompt-file: give one, not both")
+        raise UserError("--prompt and --prompt-file: give one, not both; expected the text "
+                        "with --prompt or a file with --prompt-file")
     flag = "--prompt-file" if prompt_file is not None else "--prompt"
     if prompt == STDIN or prompt_file == STDIN:
         prompt = read_stream(stdin or standard_input(), f"{flag} {STDIN}", "UTF-8 text")
@@ -44,7 +45,7 @@ def read_prompt(prompt: str | None, prompt_file: str | None,
         raise UserError("--prompt: give the prompt text with --prompt/-p or --prompt-file "
                         "(- reads standard input)")
     if not prompt.strip():
-        raise UserError(f"{flag}: the prompt is empty; give some text")
+        raise UserError(f"{flag}: the prompt is empty; expected some text")
     if "\x00" in prompt:
         raise UserError(f"{flag}: the prompt contains a NUL character; expected plain text")
     return prompt

@@ -385,7 +385,8 @@ def validate(
     from specfleet.jobs.resolve import describe
 
     if local and address is not None:
-        raise UserError("--local and --address: give one of them")
+        raise UserError("--local and --address: give one of them; expected --local (this "
+                        "machine alone) or --address (a fleet), not both")
     try:
         spec = check_matrix_file(file)  # every mistake in the file, one line each
     except MatrixProblems as err:  # ... and those of the models it could read

@@ -136,7 +136,8 @@ def choose_fleet(
         UserError: both flags given, or a malformed address (the message names its source).
     """
     if embedded and address is not None:
-        raise UserError("--embedded and --address: give one of them")
+        raise UserError("--embedded and --address: give one of them; expected --embedded (a "
+                        "private fleet on this machine) or --address HOST:PORT, not both")
     if embedded:
         return FleetChoice(None, EMBEDDED)
     env = os.environ if env is None else env

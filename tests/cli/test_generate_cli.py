@@ -104,7 +104,7 @@ def looping_prompt() -> str:
         (["--loop-guard", "1,4,1"], "REPEATS >= 2"),
         (["--max-tokens", "0"], "'--max-tokens' / '-n': expected a number >= 1"),
         (["--seed", "-1"], "'--seed': expected a number >= 0"),
-        (["--temp", "-1"], "--temp must be a number from 0 to"),
+        (["--temp", "-1"], "--temp -1.0: expected a number from 0 to"),
         (["--engine", "jax"], "'--engine': 'jax' is not one of 'mlx', 'torch'"),
         (["--device", "tpu"], "'--device': 'tpu' is not one of 'auto', 'metal'"),
         # The devices this host's torch can use follow (on a CUDA host, cuda too).
