@@ -157,18 +157,26 @@ def run_matrix(
         with contextlib.suppress(Exception):
             store.finish_matrix(matrix_id, "interrupted", driver_id)
         raise RunInterrupted(matrix_id) from None
+    outcome = _last_writes(store, matrix_id, workers, tallies, opts, driver_id, on_progress,
+                           started)
+    return dataclasses.replace(outcome, skipped=claim.skipped)
+
+
+def _last_writes(store, matrix_id: str, workers: dict[str, Any],
+                 tallies: dict[str, HostTally], opts: SchedulerOptions, driver_id: str,
+                 on_progress: ProgressCallback | None, started: float) -> MatrixOutcome:
+    """The hosts' load samples and the matrix's final status, stored; they wait out a store
+    outage like every result write did."""
     healthy = {h: workers[h] for h, t in tallies.items() if t.health == "healthy"}
-    # The last writes wait out a store outage like every result write did.
     writer = StoreWriter(store, driver_id, _lease_s(opts), opts.store_retry_s,
                          _store_waiting(on_progress or (lambda event: None)))
     try:
         store_load_samples(store, matrix_id, healthy, opts.call_timeout_s, writer.retry)
-        outcome = finish_matrix(writer, matrix_id, tallies, time.monotonic() - started,
-                                driver_id)
+        return finish_matrix(writer, matrix_id, tallies, time.monotonic() - started,
+                             driver_id)
     except StoreOutage:
-        writer.journal.note_stopped(driver_id)
+        writer.note_stopped()
         raise
-    return dataclasses.replace(outcome, skipped=claim.skipped)
 
 
 def _lease_s(opts: SchedulerOptions) -> float:
@@ -225,7 +233,7 @@ def dispatch_runs(
                    else type(err).__name__)  # entry.main turns SIGTERM into KeyboardInterrupt
             _abandon(ctx, f"driver stopped: {why}")
             if isinstance(err, StoreOutage):
-                ctx.writer.journal.note_stopped(ctx.writer.driver_id)
+                ctx.writer.note_stopped()
             raise
         finally:
             if ctx.leases is not None:

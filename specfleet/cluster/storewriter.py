@@ -107,6 +107,11 @@ class StoreWriter:
             return str(err)
         return None
 
+    def note_stopped(self) -> None:
+        """This driver stops on a store outage: its journal notes it, so the next write-back
+        ends its leases (`Journal.note_stopped`)."""
+        self.journal.note_stopped(self.driver_id)
+
     def mark_failed(self, run_key: str, error: str) -> None:
         self.retry("mark a run failed", self.store.mark_failed, run_key, error)
 

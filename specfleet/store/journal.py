@@ -107,8 +107,9 @@ class Journal:
     def __init__(self, url: URL, root: Path | None = None) -> None:
         self.dir = (root or journal_root()) / store_key(url)
 
-    def entry(self, run_key: str) -> Path:
-        return self.dir / (hashlib.sha256(run_key.encode()).hexdigest()[:32] + SUFFIX)
+    def entry(self, run_key: str, suffix: str = SUFFIX) -> Path:
+        """The file of a run key's result (or, with `STOPPED_SUFFIX`, of a driver's note)."""
+        return self.dir / (hashlib.sha256(run_key.encode()).hexdigest()[:32] + suffix)
 
     def write(self, result: RunResult) -> Path:
         """Put `result` on disk for good (fsynced) before it goes to the store.
@@ -148,7 +149,7 @@ class Journal:
         """This driver stops on a store outage: the next write-back ends its leases, which
         nobody renews now, rather than have `resume` wait them out. Best effort: without
         the note they run out by themselves."""
-        final = self.dir / (hashlib.sha256(driver_id.encode()).hexdigest()[:32] + STOPPED_SUFFIX)
+        final = self.entry(driver_id, STOPPED_SUFFIX)
         with contextlib.suppress(OSError):
             _private_dir(self.dir)
             self._write_file(final.with_name(f".{final.name}.tmp"), final, driver_id.encode())
