@@ -71,6 +71,12 @@ def json_object(raw: bytes | str, expected: str = "a JSON object"
     return data, None
 
 
+# The longest matrix or job name and model alias or path a run carries: within the store's
+# column widths (store/tables.py).
+MAX_NAME_LEN = 128
+MAX_MODEL_LEN = 256
+
+
 def name_problem(text: str) -> str | None:
     """Why `text` cannot be a name people read (a model alias, a cost table's title), or None:
     it is blank, or holds a character that does not print (a NUL, a control character, a

@@ -44,13 +44,11 @@ from specfleet.engine.stats import LoopGuardConfig
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.run import ARMS, OWN_ARMS, Arm, LoopGuard, OwnArm, Target
 from specfleet.settings import host_name_problem
+from specfleet.userfiles import MAX_MODEL_LEN, MAX_NAME_LEN
 
 MAX_TOKENS_LIMIT = 131072
 MAX_REPEATS = 100
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-# The store's column widths (store/tables.py) bound what a run can carry.
-MAX_NAME_LEN = 128
-MAX_MODEL_LEN = 256
 # Seeds fit the store's 32-bit integer column and every engine's generator.
 SEED_RANGE = (0, 2**31 - 1)
 TEMPERATURE_RANGE = (0.0, 10.0)

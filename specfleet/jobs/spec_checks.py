@@ -27,13 +27,12 @@ from specfleet.engine.peers import PeerKind, peer_kind
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import (
     ARM_OPTIONS,
-    MAX_MODEL_LEN,
     NAME_PATTERN,
     ArmSpec,
     MatrixSpec,
     TargetSelector,
 )
-from specfleet.userfiles import kind_of, read_text
+from specfleet.userfiles import MAX_MODEL_LEN, kind_of, read_text
 
 PROMPT_SUFFIXES: tuple[str, ...] = (".txt", ".md", "")
 MAX_LISTED = 20  # prompt names a "no prompt file" line lists at most

@@ -34,6 +34,7 @@ from specfleet.models.bundled import (
 )
 from specfleet.settings import MODELS, expand_user
 from specfleet.userfiles import (
+    MAX_MODEL_LEN,
     json_object,
     kind_of,
     name_problem,
@@ -141,6 +142,9 @@ def load_registry(path: Path | None = None) -> dict[str, dict[str, str]]:
             raise UserError(f"{label}: models: alias {alias!r} holds '/' or ':'; expected a "
                             "name without either (-m reads those as a model folder, "
                             "hf:ORG/NAME or script:)")
+        if len(alias) > MAX_MODEL_LEN:  # every run stores it; the store refuses a longer one
+            raise UserError(f"{label}: models: alias {describe_value(alias)} has {len(alias)} "
+                            f"characters; expected at most {MAX_MODEL_LEN}")
         if problem := name_problem(alias):  # a NUL no store takes, a bidi override
             raise UserError(f"{label}: models: alias {problem}; expected a name of printable "
                             "characters")

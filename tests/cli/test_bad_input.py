@@ -1388,6 +1388,11 @@ NAMED = {
          "those as a model folder, hf:ORG/NAME or script:)"])
        for what, alias in (("a folder", "models/x"), ("a repo", "hf:org/x"),
                            ("a toy model", "script:1ms"))},
+    # Listed, then refused by every run: the store's model column is 256 characters wide.
+    "SPECFLEET_MODELS: an alias too long for the store": (
+        {"SPECFLEET_MODELS": "{here}/m.yaml"},
+        files(m__yaml=f'models: {{"{"m" * 257}": {{torch: bundled}}}}\n'), ["models", "list"],
+        ["has 257 characters; expected at most 256"]),
     "models list: SPECFLEET_HOME blank": (  # a folder named ' ' in the current folder
         {"SPECFLEET_HOME": " "}, NO_FILES, ["models", "list"],
         ["SPECFLEET_HOME: ' ' is blank; expected a path, or SPECFLEET_HOME unset for the user "
