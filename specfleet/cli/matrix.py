@@ -310,8 +310,7 @@ def resume_cmd(
         _refuse_live_owner(store, matrix)
         rows = store.runs(matrix=matrix_id, columns=("host", "status"))
         if rows and all(row.status == "done" for row in rows):  # no fleet to start for nothing
-            every = "its one run is" if len(rows) == 1 else f"all {len(rows)} runs are"
-            typer.echo(f"matrix {matrix_id}: {every} done; nothing to resume", err=True)
+            _finish_all_done(store, matrix, len(rows))
             return
         hosts = sorted({row.host for row in rows})
         view = open_fleet(address, hosts=hosts, embedded=embedded)
@@ -328,6 +327,19 @@ def resume_cmd(
         _print_outcome(store, outcome)
     if outcome.status != "done":
         raise typer.Exit(1)
+
+
+def _finish_all_done(store, matrix, runs: int) -> None:
+    """Every run done: nothing to resume. A matrix whose driver stopped after its last result
+    but before finishing it (killed, or a Ctrl-C then) read `interrupted` with every run done,
+    and `status` sent the user to this resume: it is finished `done` here."""
+    every = "its one run is" if runs == 1 else f"all {runs} runs are"
+    if matrix.status == "done":
+        typer.echo(f"matrix {matrix.id}: {every} done; nothing to resume", err=True)
+        return
+    store.finish_matrix(matrix.id, "done")  # no live driver holds it: `_refuse_live_owner`
+    typer.echo(f"matrix {matrix.id}: {every} done; it read {matrix.status} (its driver "
+               "stopped before finishing it), now done", err=True)
 
 
 @app.command("status")

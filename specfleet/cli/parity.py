@@ -26,6 +26,7 @@ from specfleet.cli.options import (
 from specfleet.cluster.forensics import worker_replayer
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 from specfleet.jobs.spec_files import load_parity_spec
 from specfleet.report.history import same_matrix
 from specfleet.report.parity import check_parity
@@ -117,8 +118,25 @@ def report_parity(store, matrix_id: str, workers: dict | None, any_host: Any, *,
                    "check", err=True)
     if report.baseline_coverage is not None and not report.baseline_coverage.complete:
         typer.echo(baseline_gap_text(report), err=True)
+    if reasons := verdict_failures(report, allow_unverified):  # exit 1 says why, as compare
+        typer.echo(f"parity: exit 1: {'; '.join(reasons)}", err=True)
     if report.failed(allow_unverified):
         raise typer.Exit(1)
+
+
+def verdict_failures(report, allow_unverified: bool) -> list[str]:
+    """The verdicts that fail the check (`ParityReport.failed`), each as a phrase; the
+    coverage gaps say theirs apart."""
+    reasons = []
+    if suspect := report.count("suspect"):
+        reasons.append(f"{counted(suspect, 'suspect divergence')} from plain")
+    if report.regressions:
+        reasons.append(f"{counted(len(report.regressions), 'regression')} against "
+                       f"{report.baseline_id}")
+    if (unverified := report.count("unverified")) and not allow_unverified:
+        reasons.append(f"{counted(unverified, 'divergence')} from plain not replayed "
+                       "(unverified; --allow-unverified passes it)")
+    return reasons
 
 
 def parity(

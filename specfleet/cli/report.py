@@ -32,6 +32,8 @@ def report(
                    "empty; runs.csv holds each run's status and error", err=True)
     for path in (*files.plots, files.csv):
         typer.echo(f"  {path}")
+    if note := files.glyphs_note():
+        typer.echo(note, err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -90,7 +90,7 @@ def results(
         if (cells or pivot) and wanted and "plain" not in wanted:
             # A speed-up is over plain on the same target, model and prompt: keep those too.
             runs += store.runs(**{**filters, "arm": ["plain"]})
-        typer.echo(render_results(runs, fmt, cells, pivot, rate), nl=False)
+        typer.echo(render_results(runs, fmt, cells, pivot, rate, wanted or None), nl=False)
 
 
 def history(

@@ -61,23 +61,32 @@ def to_rich(grids: list[Grid], heading: str = "") -> str:
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).rstrip() + "\n"
 
 
-def _md_cell(text: str) -> str:
-    # A line break would end the table row: a model folder's path may hold one.
-    return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>").replace(
-        "\r", "<br>")
+def md_text(text: str) -> str:
+    """Stored text (a name, a prompt) as markdown shows it: a `<` escaped, or `Vec<u8>` and
+    `List<int>` in a code prompt render as HTML tags and vanish (`<script>` would run in a
+    viewer that trusts the file)."""
+    return text.replace("<", "\\<")
+
+
+def md_cell(text: str) -> str:
+    """Stored text as one markdown table cell: `md_text`, its pipes and line breaks escaped
+    (a line break would end the row: a model folder's path may hold one)."""
+    return md_text(text).replace("|", "\\|").replace("\r\n", "<br>").replace(
+        "\n", "<br>").replace("\r", "<br>")
 
 
 def to_markdown(grids: list[Grid], heading: str = "", level: int = 3) -> str:
-    """Render grids as GitHub markdown tables, each under a heading of `level`."""
+    """Render grids as GitHub markdown tables, each under a heading of `level` (`heading`
+    as given: its own text through `md_text` where it holds stored names)."""
     lines = [heading, ""] if heading else []
     for grid in grids:
-        lines += [f"{'#' * level} {grid.title}", ""]
-        lines.append("| " + " | ".join(_md_cell(h) for h in grid.headers) + " |")
+        lines += [f"{'#' * level} {md_text(grid.title)}", ""]
+        lines.append("| " + " | ".join(md_cell(h) for h in grid.headers) + " |")
         lines.append("|" + "---|" * len(grid.headers))
-        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in grid.rows]
+        lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in grid.rows]
         if grid.notes:
             lines.append("")
-            lines += list(grid.notes)
+            lines += [md_text(note) for note in grid.notes]
         lines.append("")
     return "\n".join(lines)
 

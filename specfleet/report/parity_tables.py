@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 from specfleet import jsontext
 from specfleet.jobs.resolve import counted
@@ -102,13 +102,19 @@ def baseline_gap_text(report: ParityReport) -> str:
             f"evidence{reason}")
 
 
+def _csv_field(value):
+    """A replay's forensics (a nested record) as JSON text in its one CSV field, not Python's
+    repr of a dict."""
+    return jsontext.dumps(value) if isinstance(value, dict) else value
+
+
 def render_parity(report: ParityReport, fmt: str = "table") -> str:
     """The parity report in `fmt`: "table", "markdown", "json" or "csv" (one row per arm)."""
     check_format(fmt)
     if fmt == "csv":
         records = [asdict(arm) for arm in report.arms]
-        headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
-        return to_csv(headers, [[r[h] for h in headers] for r in records])
+        headers = [f.name for f in fields(ArmParity)]  # the same columns when none compared
+        return to_csv(headers, [[_csv_field(r[h]) for h in headers] for r in records])
     if fmt == "json":
         body = asdict(report)
         body["summary"] = summary_line(report)

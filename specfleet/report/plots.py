@@ -4,6 +4,8 @@ per-run tok/s of every arm."""
 from __future__ import annotations
 
 import re
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,11 @@ if TYPE_CHECKING:
     from matplotlib import pyplot
 
 
+# Fonts holding what DejaVu Sans lacks (CJK names), tried glyph by glyph where installed.
+FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Hiragino Sans", "PingFang SC",
+                   "Arial Unicode MS", "Microsoft YaHei", "Malgun Gothic")
+
+
 def _pyplot() -> pyplot:
     """matplotlib on its Agg backend (files only; never a display), imported when a plot is
     drawn: it takes ~1 s, and every CLI command imports this module."""
@@ -25,8 +32,26 @@ def _pyplot() -> pyplot:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import font_manager
 
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    matplotlib.rcParams["font.family"] = ["DejaVu Sans",
+                                          *(f for f in FALLBACK_FONTS if f in installed)]
     return plt
+
+
+# A plot's label is cut here ("…"): one 128-character prompt name made a 6,900-pixel heatmap.
+LABEL_CHARS = 40
+
+
+def short(text: str) -> str:
+    """`text`, each line cut to `LABEL_CHARS` by an ellipsis in its middle, keeping both ends
+    (a model folder's path ends in its name); the markdown has it whole."""
+    head = (LABEL_CHARS - 1) // 2
+    tail = LABEL_CHARS - 1 - head
+    return "\n".join(line if len(line) <= LABEL_CHARS else f"{line[:head]}…{line[-tail:]}"
+                     for line in text.split("\n"))
+
 
 # The arms that are not a policy or a peer; a policy's or peer's colour is on its class.
 _MODE_COLORS = {"plain": "#555555", "auto": "#2ca02c", "fixed": "#9467bd"}
@@ -157,13 +182,15 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
             if any(view.cell(target, m, p, a) for p in view.prompts)]
     # Only the prompts this target ran: a prompt kept to other engines is no grey "loop" cell.
     prompts = [p for p in view.prompts if any(view.cell(target, m, p, a) for m, a in rows)]
+    if not prompts:  # only plain done here: no speed-up, and an empty image warns
+        return _nothing_to_map(target, path)
     data = _heat_data(view, target, rows, prompts)
     finite = data[np.isfinite(data)]
     limit = max(float(np.abs(finite).max()) if finite.size else 0.0, np.log2(1.1))
-    labels = [f"{m} · {a}" for m, a in rows]
+    labels = [short(f"{m} · {a}") for m, a in rows]
     # Columns as wide as their prompt's name and the row labels beside them, so long names
     # never squeeze the cells into each other.
-    column_in = max(1.4, _text_in(prompts, 10) + 0.3)
+    column_in = max(1.4, _text_in([short(p) for p in prompts], 10) + 0.3)
     plt = _pyplot()
     from matplotlib.colors import to_rgba
 
@@ -186,7 +213,7 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
         under = image.to_rgba(data[i, j]) if finite else to_rgba(fill or LOOP_FILL)
         ax.text(j, i, cell_label(cell), ha="center", va="center", fontsize=8,
                 color=text_color(under))
-    ax.set_xticks(range(len(prompts)), prompts)
+    ax.set_xticks(range(len(prompts)), [short(p) for p in prompts])
     ax.set_yticks(range(len(rows)), labels)
     ax.set_title(f"Speed-up over plain (median arm tok/s / median plain tok/s) — {target}\n"
                  f"{heat_legend(c for _, _, c in shown)}", fontsize=9)
@@ -196,6 +223,19 @@ def speedup_heatmap(view: MatrixView, target: str, path: Path) -> Path:
     bar.set_ticks(np.log2(ticks), labels=[f"{t:.2f}x" if t < 1 else f"{t:g}x" for t in ticks])
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")  # the colour bar's label kept whole
+    plt.close(fig)
+    return path
+
+
+def _nothing_to_map(target: str, path: Path) -> Path:
+    """The heatmap of a target where no lookup arm has a done run beside plain's: says so."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 2.0))
+    ax.set_axis_off()
+    ax.set_title(f"Speed-up over plain — {target}", fontsize=9)
+    ax.text(0.5, 0.5, "no speed-up to show: no lookup arm has a done run\nbeside plain's "
+            "on this target", ha="center", va="center", fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -211,7 +251,7 @@ def run_scatter(view: MatrixView, target: str, path: Path) -> Path:
     # Only the arms this target ran, so each group's tick sits under its middle.
     arms = [a for a in view.arms if any(view.cell(target, m, p, a) for m, p in groups)]
     width = 0.8 / max(len(arms), 1)
-    ticks = [f"{m}\n{p}" for m, p in groups]
+    ticks = [short(f"{m}\n{p}") for m, p in groups]
     # A group as wide as its label, so long model names never run into each other.
     group_in = max(1.1, _text_in(ticks, 8) + 0.3)
     plt = _pyplot()
@@ -255,8 +295,32 @@ def plot_files(view: MatrixView, out_dir: Path) -> list[Path]:
             for kind, _ in PLOTS]
 
 
-def write_plots(view: MatrixView, out_dir: Path) -> list[Path]:
-    """Both plots for every target; returns the files written."""
+@dataclass(frozen=True)
+class WrittenPlots:
+    """The files `write_plots` wrote, and the characters of their labels no installed font
+    holds (drawn as boxes)."""
+
+    paths: tuple[Path, ...]
+    missing_glyphs: tuple[str, ...] = ()
+
+
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
+
+
+def write_plots(view: MatrixView, out_dir: Path) -> WrittenPlots:
+    """Both plots for every target; matplotlib's warning per missing glyph and draw call
+    (dozens for one CJK prompt name) is gathered into `missing_glyphs` instead."""
     draws = [(draw, target) for target in view.targets for _, draw in PLOTS]
-    return [draw(view, target, path)
-            for (draw, target), path in zip(draws, plot_files(view, out_dir), strict=True)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = tuple(draw(view, target, path) for (draw, target), path
+                      in zip(draws, plot_files(view, out_dir), strict=True))
+    missing: dict[str, None] = {}
+    for warning in caught:
+        if match := _MISSING_GLYPH.match(str(warning.message)):
+            if (glyph := chr(int(match[1]))).isprintable():  # a tab has no glyph to miss
+                missing[glyph] = None
+        else:  # any other warning as matplotlib gave it
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+    return WrittenPlots(paths, tuple(missing))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specfleet.engine.oracle import OracleSchedule
+from specfleet.report.grid import md_cell, md_text
 from specfleet.report.predictions import Bound, Prediction
 
 
@@ -13,14 +14,14 @@ def format_predictions(predictions: Sequence[Prediction], costs_name: str) -> st
     """A markdown table: cell, policy, counters, predicted and measured speed-up, error, and
     the efficiency when the predictions carry the oracle."""
     extra = (" efficiency |", "---|") if any(p.bound for p in predictions) else ("", "")
-    lines = [f"Predicted speed-up over plain under {costs_name} (whole call, prefill in "
+    lines = [f"Predicted speed-up over plain under {md_text(costs_name)} (whole call, prefill in "
              "pipelined steps from each cell's plain run; measured and error only where the "
              "table is the runs' own host's)", "",
              "| model | target | prompt | policy | rounds | drafted | proposed | accepted | "
              "steps / plain | predicted | measured | error |" + extra[0],
              "|---|---|---|---|---|---|---|---|---|---|---|---|" + extra[1]]
     for p in predictions:
-        target, model, prompt = _target(p.cell), p.cell[3], p.cell[4]
+        target, model, prompt = _names(p.cell)
         c = p.counters
         measured = f"{p.measured:.3f}x" if p.measured else "-"
         error = f"{p.error * 100:+.1f}%" if p.error is not None else "-"
@@ -35,7 +36,7 @@ def format_predictions(predictions: Sequence[Prediction], costs_name: str) -> st
 
 def format_bounds(predictions: Sequence[Prediction], costs_name: str) -> str:
     """A markdown table of each cell's oracle: its index, cost, schedule and ceiling."""
-    lines = [f"Oracle bound under {costs_name}: the cheapest schedule over each cell's n-gram "
+    lines = [f"Oracle bound under {md_text(costs_name)}: the cheapest schedule over each cell's n-gram "
              "index (pipeline mechanics not paid; efficiency = oracle steps / policy steps)", "",
              "| model | target | prompt | index | steps / plain | ceiling | verifies | "
              "proposed | accepted | plain steps | widths |",
@@ -45,7 +46,7 @@ def format_bounds(predictions: Sequence[Prediction], costs_name: str) -> str:
         if p.bound is None or any(b is p.bound for b in seen):
             continue
         seen.append(p.bound)
-        target, model, prompt = _target(p.cell), p.cell[3], p.cell[4]
+        target, model, prompt = _names(p.cell)
         b, s = p.bound.lookup, p.bound.schedule
         lines.append(
             f"| {model} | {target} | {prompt} | n-gram {b.ngram_min}-{b.ngram_max}, draft <= "
@@ -54,10 +55,11 @@ def format_bounds(predictions: Sequence[Prediction], costs_name: str) -> str:
     return "\n".join(lines)
 
 
-def _target(cell: tuple[str, str, str, str, str]) -> str:
-    """host/engine/device: a matrix may run one engine on several hosts, each its own row."""
-    host, engine, device, _, _ = cell
-    return f"{host}/{engine}/{device}"
+def _names(cell: tuple[str, str, str, str, str]) -> tuple[str, str, str]:
+    """Target (host/engine/device: a matrix may run one engine on several hosts, each its own
+    row), model and prompt as markdown cells: a `|` in a name would split the row."""
+    host, engine, device, model, prompt = cell
+    return md_cell(f"{host}/{engine}/{device}"), md_cell(model), md_cell(prompt)
 
 
 def _widths(schedule: OracleSchedule) -> str:

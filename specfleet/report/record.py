@@ -14,7 +14,7 @@ from pathlib import Path
 from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
 from specfleet.report.build import done_runs, load_matrix
-from specfleet.report.grid import Grid, to_markdown
+from specfleet.report.grid import Grid, md_text, to_markdown
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import cross_grid, where_text
 from specfleet.report.plots import plot_files, write_plots
@@ -50,6 +50,15 @@ class RecordFiles:
     markdown: Path
     csv: Path
     plots: tuple[Path, ...]
+    missing_glyphs: tuple[str, ...] = ()  # in plot labels, drawn as boxes: no font has them
+
+    def glyphs_note(self) -> str | None:
+        """One line naming the label characters no installed font draws, or None: said
+        once, not as matplotlib's warning per glyph and draw call."""
+        if not self.missing_glyphs:
+            return None
+        return (f"note: no installed font draws {' '.join(self.missing_glyphs)}: the plots "
+                "show boxes for them (the markdown has every name whole)")
 
 
 def environment_grid(store, runs: list) -> Grid:
@@ -245,7 +254,7 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     finished = (f"finished {matrix.finished_at:%Y-%m-%d %H:%M} UTC" if matrix.finished_at
                 else "not finished")
     lines = [
-        f"# Benchmark record: {matrix.name} (`{matrix_id}`)", "",
+        f"# Benchmark record: {md_text(matrix.name)} (`{matrix_id}`)", "",
         f"Submitted {matrix.submitted_at:%Y-%m-%d %H:%M} UTC, {finished}; status "
         f"{matrix.status}; specfleet {matrix.specfleet_version}; spec sha256 "
         f"`{matrix.spec_hash[:12]}`; runs by status: {json.dumps(matrix.counts)}.", "",
@@ -307,8 +316,9 @@ def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     staging = Path(tempfile.mkdtemp(prefix=f".{matrix_id}.partial-", dir=out))
     try:
         plots = write_plots(view, staging)
+        # UTF-8 whatever the locale: an ASCII or Latin-1 one cannot hold the tables' – and ≠.
         (staging / markdown.name).write_text(
-            record_markdown(store, matrix_id, [p.name for p in plots]))
+            record_markdown(store, matrix_id, [p.name for p in plots.paths]), encoding="utf-8")
         export_runs(store.runs(matrix=matrix_id), "csv", staging / csv_path.name)
         for path in finals:
             os.replace(staging / path.name, path)
@@ -319,4 +329,4 @@ def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
         shutil.rmtree(staging, ignore_errors=True)
         if created and not any(out.iterdir()):
             out.rmdir()
-    return RecordFiles(markdown, csv_path, tuple(finals[2:]))
+    return RecordFiles(markdown, csv_path, tuple(finals[2:]), plots.missing_glyphs)

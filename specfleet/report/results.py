@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -13,12 +13,14 @@ from specfleet import jsontext
 from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import ARMS
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.tables import (
     DASH,
     PIVOT_NOTE,
     cell_record,
+    cell_record_fields,
     check_pivot,
     csv_value,
     legend,
@@ -30,7 +32,7 @@ from specfleet.report.tables import (
 )
 from specfleet.stats.cells import LOOP_SHARE_FLAG
 from specfleet.stats.runs import Rate
-from specfleet.stats.view import CellView, MatrixView, ordered, view_of_runs
+from specfleet.stats.view import PLAIN, CellView, MatrixView, ordered, view_of_runs
 from specfleet.store.export import export_runs
 
 
@@ -155,7 +157,7 @@ def runs_grid(runs: list) -> Grid:
         ))
     headers = ("matrix", "target", "model", "prompt", "arm", "rep", "status", "tok/s",
                "decode tok/s", "tokens", "acc rate", "flags", "finished (UTC)")
-    return Grid(f"{len(runs)} runs", headers, tuple(rows), left_cols=7)
+    return Grid(counted(len(runs), "run"), headers, tuple(rows), left_cols=7)
 
 
 # Under every cells table: a cell is keyed by its token limit too.
@@ -183,18 +185,21 @@ def limit_layers(runs: list, rate: Rate = "whole") -> list[LimitLayer]:
             for limit in sorted(by_limit)]
 
 
-def limit_cells(layers: list[LimitLayer]) -> list[tuple[int, CellView]]:
-    """Every cell with its token limit, a cell's limits next to each other."""
-    cells = [(layer.max_tokens, c) for layer in layers for c in layer.view.cells]
+def limit_cells(layers: list[LimitLayer],
+                arms: Collection[str] | None = None) -> list[tuple[int, CellView]]:
+    """Every cell (of `arms`, when given) with its token limit, a cell's limits next to each
+    other."""
+    cells = [(layer.max_tokens, c) for layer in layers for c in layer.view.cells
+             if arms is None or c.arm in arms]
     return sorted(cells, key=lambda item: (item[1].target, item[1].model, item[1].prompt,
                                            item[1].arm, item[0]))
 
 
-def cells_grid(layers: list[LimitLayer]) -> Grid:
-    """One row per cell and token limit (done runs): n, median tok/s with spread, speed-up and
-    markers."""
+def cells_grid(layers: list[LimitLayer], arms: Collection[str] | None = None) -> Grid:
+    """One row per cell (of `arms`, when given) and token limit (done runs): n, median tok/s
+    with spread, speed-up and markers."""
     rows = []
-    for limit, c in limit_cells(layers):
+    for limit, c in limit_cells(layers, arms):
         median = f"{c.median_tok_per_s:.2f} {pct(c.spread)}" + ("!" if c.spread_flag else "")
         # Nothing proposed has no rate (as a run's own row says), not 0.0000.
         rate = c.counters.acceptance_rate if c.arm != "plain" and c.counters.proposed else None
@@ -203,14 +208,15 @@ def cells_grid(layers: list[LimitLayer]) -> Grid:
                      speedup_text(c) if c.arm != "plain" else DASH, acc))
     headers = ("target", "model", "prompt", "arm", "max tok", "n", "median tok/s", "speed-up",
                "acc rate")
-    return Grid(f"{len(rows)} cells (done runs)", headers, tuple(rows), (LIMITS_NOTE,),
+    return Grid(f"{counted(len(rows), 'cell')} (done runs)", headers, tuple(rows), (LIMITS_NOTE,),
                 left_cols=4)
 
 
-def cell_records(layers: list[LimitLayer]) -> list[dict]:
-    """The cells as flat dicts (json / csv), `max_tokens` after the cell's coordinates."""
+def cell_records(layers: list[LimitLayer], arms: Collection[str] | None = None) -> list[dict]:
+    """The cells (of `arms`, when given) as flat dicts (json / csv), `max_tokens` after the
+    cell's coordinates."""
     out = []
-    for limit, cell in limit_cells(layers):
+    for limit, cell in limit_cells(layers, arms):
         record = cell_record(cell)
         key = {name: record.pop(name) for name in ("target", "model", "prompt", "arm")}
         out.append({**key, "max_tokens": limit, **record})
@@ -246,11 +252,14 @@ def _pivot_keys(layers: list[LimitLayer]) -> Iterator[tuple[LimitLayer, str, str
                     yield layer, model, prompt, arm
 
 
-def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Rate) -> str:
-    """The cells of `limit_layers` (with `pivot`, targets side by side) in `fmt`."""
+def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Rate,
+                 arms: Collection[str] | None = None) -> str:
+    """The cells of `limit_layers` (of `arms`, when given; with `pivot`, targets side by
+    side) in `fmt`."""
     targets = ordered(t for layer in layers for t in layer.view.targets)
     if fmt in ("table", "markdown"):
-        grid = cells_grid(layers) if pivot is None else pivot_layers_grid(layers, targets, rate)
+        grid = (cells_grid(layers, arms) if pivot is None
+                else pivot_layers_grid(layers, targets, rate))
         heading = "Matrix results (filtered runs)" if pivot is not None else ""
         return _grid_text(grid, fmt, heading)
     if pivot is not None:
@@ -260,15 +269,17 @@ def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Ra
         body = {"matrix_id": "results", "name": "filtered runs", "targets": list(targets),
                 "rate": rate, "rows": records}
         return jsontext.dumps(body, indent=2, default=str) + "\n"
-    records = cell_records(layers)
+    records = cell_records(layers, arms)
     if fmt == "json":
         return jsontext.dumps(records, indent=2) + "\n"
-    headers = list(records[0]) if records else ["target", "model", "prompt", "arm", "max_tokens"]
+    cell_keys = cell_record_fields()  # as `cell_records` orders them, none done or some
+    headers = [*cell_keys[:4], "max_tokens", *cell_keys[4:]]
     return to_csv(headers, [[csv_value(r[h]) for h in headers] for r in records])
 
 
 def render_results(runs: list, fmt: str = "table", cells: bool = False,
-                   pivot: str | None = None, rate: Rate = "whole") -> str:
+                   pivot: str | None = None, rate: Rate = "whole",
+                   arms: Collection[str] | None = None) -> str:
     """Runs (or, with `cells` or `pivot`, their cells) as text.
 
     Args:
@@ -277,14 +288,18 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
         cells: aggregate the done runs per cell and token limit (`limit_layers`).
         pivot: "target" puts each model, prompt and arm on every target side by side.
         rate: the tok/s cells read: "whole" or "decode" (see `stats.cells.cell_stats`).
+        arms: the arms asked for (`--arm`), None for all: the cells of plain, among `runs`
+            for the speed-ups alone, are not listed.
     """
     check_format(fmt)
     check_pivot(pivot)  # with no cells to show, it would say only "no done runs"
     if pivot is not None or cells:
         layers = limit_layers(runs, rate)
-        if not any(layer.view.cells for layer in layers) and fmt in ("table", "markdown"):
+        # The pivot's rows are the arms beside plain: plain's cells alone fill none.
+        listed = [c for _, c in limit_cells(layers, arms) if pivot is None or c.arm != PLAIN]
+        if not listed and fmt in ("table", "markdown"):
             return "no done runs match these filters\n"  # no matrix to point at
-        return render_cells(layers, fmt, pivot, rate)
+        return render_cells(layers, fmt, pivot, rate, arms)
     if fmt in ("table", "markdown"):
         return _grid_text(runs_grid(runs), fmt)
     out = io.StringIO()

@@ -19,7 +19,7 @@ from specfleet.engine.peers import is_peer, peer_kind
 from specfleet.errors import UserError
 from specfleet.jobs.plan import arm_runs_on
 from specfleet.jobs.resolve import counted
-from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
+from specfleet.report.grid import Grid, check_format, md_text, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
 from specfleet.stats.interval import RULE, no_verdict_text
 from specfleet.stats.runs import Rate
@@ -288,8 +288,9 @@ def parity_summary(view: MatrixView) -> str:
     if diverged:
         line += f"; `specfleet parity {view.matrix_id}` replays each divergence (near-tie or suspect)"
     if peers_differ:
-        line += (f"; {peers_differ} peer replies differ (another library's decoding:"
-                 " information, not a failure)")
+        differ = "reply differs" if peers_differ == 1 else "replies differ"
+        line += (f"; {peers_differ} peer {differ} (another library's decoding: information, "
+                 "not a failure)")
     return line + "."
 
 
@@ -319,6 +320,12 @@ def cell_record(cell: CellView) -> dict:
     record["tokens_per_forward"] = cell.counters.tokens_per_forward
     record["rates"] = list(cell.rates)
     return record
+
+
+def cell_record_fields() -> list[str]:
+    """The keys of every `cell_record`, in order: the CSV header even when no cell is done,
+    so a script reads the same columns from an empty matrix as from a full one."""
+    return list(cell_record(CellView("", "", "", "", (), 0.0, 0.0)))
 
 
 def pivot_records(view: MatrixView) -> list[dict]:
@@ -363,7 +370,7 @@ def _csv(view: MatrixView, pivot: str | None) -> str:
     if pivot == "target":
         return pivot_csv(view.targets, pivot_records(view))
     records = [cell_record(c) for c in view.cells]
-    headers = list(records[0]) if records else ["target", "model", "prompt", "arm"]
+    headers = cell_record_fields()
     rows = [[csv_value(r[h]) for h in headers] for r in records]
     return to_csv(headers, rows)
 
@@ -389,7 +396,7 @@ def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) 
     if fmt == "table":
         return to_rich(grids_for(view, pivot), heading)
     if fmt == "markdown":
-        return to_markdown(grids_for(view, pivot), f"## {heading}")
+        return to_markdown(grids_for(view, pivot), f"## {md_text(heading)}")
     if fmt == "csv":
         return _csv(view, pivot)
     return jsontext.dumps(view_body(view, pivot), indent=2, default=str) + "\n"
