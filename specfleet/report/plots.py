@@ -290,9 +290,16 @@ PLOTS = (("speedup", speedup_heatmap), ("runs", run_scatter))
 
 
 def plot_files(view: MatrixView, out_dir: Path) -> list[Path]:
-    """The files `write_plots` writes, in order."""
-    return [out_dir / f"{kind}-{slug(target)}.png" for target in view.targets
-            for kind, _ in PLOTS]
+    """The files `write_plots` writes, in order: one name per target, numbered where two
+    targets' slugs meet (hosts `a.b` and `a-b`), lest one's plots replace the other's."""
+    names: list[str] = []
+    for target in view.targets:
+        name, n = slug(target), 1
+        while name in names:
+            n += 1
+            name = f"{slug(target)}-{n}"
+        names.append(name)
+    return [out_dir / f"{kind}-{name}.png" for name in names for kind, _ in PLOTS]
 
 
 @dataclass(frozen=True)

@@ -265,3 +265,17 @@ def test_the_legend_shows_a_dot_for_an_arm_whose_first_cell_loops(tmp_path, monk
     (handle,) = runs.get_legend().legend_handles
     dot = runs.scatter([], [], marker="o").get_paths()[0]
     assert len(handle.get_paths()[0].vertices) == len(dot.vertices)  # a circle, not an x
+
+
+def test_two_targets_whose_names_slug_alike_get_plot_files_of_their_own(tmp_path):
+    # Hosts `a.b` and `a-b` both made speedup-a-b-torch-cpu.png: the second replaced the first.
+    from types import SimpleNamespace
+
+    from specfleet.report.plots import plot_files
+
+    view = SimpleNamespace(targets=["a.b/torch/cpu", "a-b/torch/cpu", "c/torch/cpu"])
+    files = plot_files(view, tmp_path)
+    assert len(set(files)) == len(files) == 6
+    assert [f.name for f in files[::2]] == ["speedup-a-b-torch-cpu.png",
+                                            "speedup-a-b-torch-cpu-2.png",
+                                            "speedup-c-torch-cpu.png"]
