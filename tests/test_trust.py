@@ -46,7 +46,7 @@ from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.jobs.spec_files import load_matrix_spec
 from specfleet.report.history import cell_history, render_history
-from specfleet.report.tables import render_matrix
+from specfleet.report.results import render_matrix
 from specfleet.stats.cells import LOOP_SHARE_FLAG, summarize
 from specfleet.store import open_store
 from specfleet.workers import actor

@@ -1,7 +1,7 @@
 """`specfleet matrix ...`: submit, resume and read benchmark matrices.
 
 The scheduler developer owns `run`, `resume`, `status`, `list`, `validate` and `schema`;
-`show` (the speed-up tables) calls `report.tables.render_matrix`.
+`show` (the speed-up tables) calls `report.results.render_matrix`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from specfleet.jobs.resolve import counted
 from specfleet.jobs.spec import MatrixSpec, matrix_json_schema
 from specfleet.jobs.spec_files import MatrixProblems, check_matrix_file, load_matrix_spec
 from specfleet.jobs.userinput import Problems
-from specfleet.report.tables import render_matrix
+from specfleet.report.results import render_matrix
 from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
 from specfleet.store.rows import MatrixRow

@@ -18,6 +18,7 @@ from specfleet.report.grid import Grid, md_text, to_markdown
 from specfleet.report.parity import check_parity
 from specfleet.report.parity_tables import cross_grid, where_text
 from specfleet.report.plots import plot_files, write_plots
+from specfleet.report.results import limit_layers, pivot_layers_grid
 from specfleet.report.tables import DASH, grids_for, interval_text, verdict_marks
 from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
@@ -262,7 +263,10 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
         json.dumps(matrix.spec, indent=2, default=str), "```", "",
     ]
     body = [environment_grid(store, runs), prompts_grid(store, runs)]
-    results = grids_for(view, None) + (grids_for(view, "target") if len(view.targets) > 1 else [])
+    results = grids_for(view)
+    if len(view.targets) > 1:  # a row per token limit, as `matrix show --pivot target`
+        layers = limit_layers(runs, "whole", matrix_id, matrix.name)
+        results.append(pivot_layers_grid(layers, view.targets, "whole"))
     results.append(interval_grid(view))
     ceiling = ceiling_grid(store, runs)
     tail = [*([ceiling] if ceiling else []), *parity_grid(store, matrix_id),

@@ -15,6 +15,7 @@ from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import ARMS
+from specfleet.report.build import build_view, done_runs
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.tables import (
     DASH,
@@ -28,10 +29,11 @@ from specfleet.report.tables import (
     pivot_cols,
     pivot_csv,
     pivot_record,
+    render_view,
     speedup_text,
 )
 from specfleet.stats.cells import LOOP_SHARE_FLAG
-from specfleet.stats.runs import Rate
+from specfleet.stats.runs import ROW_FIELDS, Rate
 from specfleet.stats.view import PLAIN, CellView, MatrixView, ordered, view_of_runs
 from specfleet.store.export import export_runs
 
@@ -173,15 +175,16 @@ class LimitLayer:
     view: MatrixView
 
 
-def limit_layers(runs: list, rate: Rate = "whole") -> list[LimitLayer]:
+def limit_layers(runs: list, rate: Rate = "whole", matrix_id: str = "results",
+                 name: str = "filtered runs") -> list[LimitLayer]:
     """The done runs split by `max_tokens`, smallest first, so that no cell or pivot row pools
     two limits (tok/s grows with the reply: prefill spread over more tokens) and an arm pairs
-    with plain of its own limit."""
+    with plain of its own limit; each layer's view is named `matrix_id` and `name`."""
     by_limit: dict[int, list] = defaultdict(list)
     for run in runs:
         if run.status == "done":
             by_limit[run.max_tokens].append(run)
-    return [LimitLayer(limit, view_of_runs("results", "filtered runs", by_limit[limit], rate))
+    return [LimitLayer(limit, view_of_runs(matrix_id, name, by_limit[limit], rate))
             for limit in sorted(by_limit)]
 
 
@@ -253,20 +256,22 @@ def _pivot_keys(layers: list[LimitLayer]) -> Iterator[tuple[LimitLayer, str, str
 
 
 def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Rate,
-                 arms: Collection[str] | None = None) -> str:
+                 arms: Collection[str] | None = None,
+                 named: tuple[str, str] = ("results", "filtered runs")) -> str:
     """The cells of `limit_layers` (of `arms`, when given; with `pivot`, targets side by
-    side) in `fmt`."""
+    side) in `fmt`; `named` is the (id, name) a pivot's heading and JSON body carry."""
     targets = ordered(t for layer in layers for t in layer.view.targets)
+    matrix_id, name = named
     if fmt in ("table", "markdown"):
         grid = (cells_grid(layers, arms) if pivot is None
                 else pivot_layers_grid(layers, targets, rate))
-        heading = "Matrix results (filtered runs)" if pivot is not None else ""
+        heading = f"Matrix {matrix_id} ({name})" if pivot is not None else ""
         return _grid_text(grid, fmt, heading)
     if pivot is not None:
         records = pivot_layer_records(layers, targets)
         if fmt == "csv":
             return pivot_csv(targets, records, ("model", "prompt", "arm", "max_tokens"))
-        body = {"matrix_id": "results", "name": "filtered runs", "targets": list(targets),
+        body = {"matrix_id": matrix_id, "name": name, "targets": list(targets),
                 "rate": rate, "rows": records}
         return jsontext.dumps(body, indent=2, default=str) + "\n"
     records = cell_records(layers, arms)
@@ -311,3 +316,30 @@ def _grid_text(grid: Grid, fmt: str, heading: str = "") -> str:
     if fmt == "table":
         return to_rich([grid], heading)
     return to_markdown([grid], f"## {heading}" if heading else "", level=2 if not heading else 3)
+
+
+def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None = None,
+                  rate: Rate = "whole") -> str:
+    """The speed-up tables of a stored matrix.
+
+    Args:
+        store: an open `specfleet.store.Store`.
+        matrix_id: the matrix to show (an unknown id raises `UserError`).
+        fmt: "table" (rich, for a terminal), "json", "csv" or "markdown".
+        pivot: None (one block of tables per target) or "target" (targets side by side, a
+            row per token limit as `results --pivot` has it: a prompt may run 32 tokens on
+            torch and 20 on MLX, and tok/s depends on the reply's length).
+        rate: "whole" (the call, prefill included) or "decode" (after the first token): the
+            tok/s the medians and speed-ups read; the other rates are printed beside.
+
+    Returns:
+        The rendered text, ending with a newline.
+    """
+    check_format(fmt)
+    check_pivot(pivot)
+    view = build_view(store, matrix_id, rate)
+    if pivot is None or (not view.cells and fmt in ("table", "markdown")):  # "no done runs yet"
+        return render_view(view, fmt)
+    layers = limit_layers(done_runs(store, matrix_id, (*ROW_FIELDS, "max_tokens")), rate,
+                          view.matrix_id, view.name)
+    return render_cells(layers, fmt, pivot, rate, named=(view.matrix_id, view.name))

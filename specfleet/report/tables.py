@@ -22,7 +22,6 @@ from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, md_text, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
 from specfleet.stats.interval import RULE, no_verdict_text
-from specfleet.stats.runs import Rate
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 PIVOTS = (None, "target")
@@ -32,7 +31,7 @@ RATE_WORDS = {"whole": "whole call incl. prefill",
 LEGEND = (
     f"Speed-up = median tok/s of the arm / median plain tok/s (whole call incl. prefill); "
     f"±x% = (max-min)/median over repeats; ! spread > {SPREAD_FLAG:.0%}; {RULE} "
-    f"('n=1, no verdict'); LOOP = replies loop (kept out of the headline); THROTTLED = a run "
+    f"('n=1, no verdict', n the smaller side's repeats); LOOP = replies loop (kept out of the headline); THROTTLED = a run "
     f"of the cell or of its plain ran on a throttled host "
     f"(clocks capped, thermal state not nominal, on battery or Low Power Mode); "
     f"= identical to plain, ≠ diverged."
@@ -240,19 +239,6 @@ PIVOT_NOTE = "Each target: plain tok/s · speed-up ±spread · acceptance rate �
 PIVOT_FIELDS = ("plain_tok_per_s", "speedup", "acceptance_rate", "parity")
 
 
-def pivot_grid(view: MatrixView) -> Grid:
-    """The same model, prompt and arm on every target side by side."""
-    rows = [(*key, *cols) for key in _pivot_keys(view)
-            if (cols := pivot_cols(view, view.targets, *key)) is not None]
-    return Grid("Across targets", ("Model", "prompt", "arm", *view.targets), tuple(rows),
-                (PIVOT_NOTE, legend(view.rate)), left_cols=3)
-
-
-def _pivot_keys(view: MatrixView) -> list[tuple[str, str, str]]:
-    """(model, prompt, lookup arm) in the order the spec lists them: a pivot's rows."""
-    return [(m, p, a) for m in view.models for p in view.prompts for a in view.lookup_arms]
-
-
 def pivot_cols(view: MatrixView, targets: tuple[str, ...], model: str, prompt: str,
                arm: str) -> tuple[str, ...] | None:
     """One pivot row's text per target; None when no target measured this arm there."""
@@ -294,10 +280,9 @@ def parity_summary(view: MatrixView) -> str:
     return line + "."
 
 
-def grids_for(view: MatrixView, pivot: str | None) -> list[Grid]:
-    """The tables of a matrix in reading order."""
-    if pivot == "target":
-        return [pivot_grid(view)]
+def grids_for(view: MatrixView) -> list[Grid]:
+    """The tables of a matrix in reading order, target by target (the pivot, targets side by
+    side, is `report.results.render_matrix`'s, a row per token limit)."""
     grids = []
     for target in view.targets:
         grids += [plain_grid(view, target), speedup_grid(view, target), counters_grid(view, target)]
@@ -326,11 +311,6 @@ def cell_record_fields() -> list[str]:
     """The keys of every `cell_record`, in order: the CSV header even when no cell is done,
     so a script reads the same columns from an empty matrix as from a full one."""
     return list(cell_record(CellView("", "", "", "", (), 0.0, 0.0)))
-
-
-def pivot_records(view: MatrixView) -> list[dict]:
-    records = (pivot_record(view, view.targets, *key) for key in _pivot_keys(view))
-    return [record for record in records if record is not None]
 
 
 def pivot_record(view: MatrixView, targets: tuple[str, ...], model: str, prompt: str,
@@ -366,9 +346,7 @@ def pivot_csv(targets: tuple[str, ...], records: list[dict],
     return to_csv(headers, rows)
 
 
-def _csv(view: MatrixView, pivot: str | None) -> str:
-    if pivot == "target":
-        return pivot_csv(view.targets, pivot_records(view))
+def _csv(view: MatrixView) -> str:
     records = [cell_record(c) for c in view.cells]
     headers = cell_record_fields()
     rows = [[csv_value(r[h]) for h in headers] for r in records]
@@ -386,52 +364,28 @@ def check_pivot(pivot: str | None) -> None:
         raise UserError(f"--pivot: unknown pivot {pivot!r}; expected 'target'")
 
 
-def render_view(view: MatrixView, fmt: str = "table", pivot: str | None = None) -> str:
-    """Render a `MatrixView` in one of `OUTPUT_FORMATS` (see `render_matrix`)."""
+def render_view(view: MatrixView, fmt: str = "table") -> str:
+    """Render a `MatrixView` in one of `OUTPUT_FORMATS` (see `report.results.render_matrix`)."""
     check_format(fmt)
-    check_pivot(pivot)
     heading = f"Matrix {view.matrix_id} ({view.name})"
     if not view.cells and fmt in ("table", "markdown"):
         return f"{heading}: no done runs yet (`specfleet matrix status {view.matrix_id}`)\n"
     if fmt == "table":
-        return to_rich(grids_for(view, pivot), heading)
+        return to_rich(grids_for(view), heading)
     if fmt == "markdown":
-        return to_markdown(grids_for(view, pivot), f"## {md_text(heading)}")
+        return to_markdown(grids_for(view), f"## {md_text(heading)}")
     if fmt == "csv":
-        return _csv(view, pivot)
-    return jsontext.dumps(view_body(view, pivot), indent=2, default=str) + "\n"
+        return _csv(view)
+    return jsontext.dumps(view_body(view), indent=2, default=str) + "\n"
 
 
-def view_body(view: MatrixView, pivot: str | None = None) -> dict[str, Any]:
-    """What `render_view(view, "json", pivot)` writes, as the object (the web API sends it
-    without a text round trip)."""
+def view_body(view: MatrixView) -> dict[str, Any]:
+    """What `render_view(view, "json")` writes, as the object (the web API sends it without a
+    text round trip)."""
     body: dict[str, Any] = {"matrix_id": view.matrix_id, "name": view.name,
                             "targets": list(view.targets), "rate": view.rate}
-    if pivot == "target":
-        body["rows"] = pivot_records(view)
-    else:
-        body["cells"] = [cell_record(c) for c in view.cells]
-        body["headline"] = {t: [*headline(view, t), *peer_headline(view, t)]
-                            for t in view.targets}
-        body["headlines"] = [asdict(h) for h in view.headlines]
+    body["cells"] = [cell_record(c) for c in view.cells]
+    body["headline"] = {t: [*headline(view, t), *peer_headline(view, t)]
+                        for t in view.targets}
+    body["headlines"] = [asdict(h) for h in view.headlines]
     return body
-
-
-def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None = None,
-                  rate: Rate = "whole") -> str:
-    """The speed-up tables of a stored matrix.
-
-    Args:
-        store: an open `specfleet.store.Store`.
-        matrix_id: the matrix to show (an unknown id raises `UserError`).
-        fmt: "table" (rich, for a terminal), "json", "csv" or "markdown".
-        pivot: None (one block of tables per target) or "target" (targets side by side).
-        rate: "whole" (the call, prefill included) or "decode" (after the first token): the
-            tok/s the medians and speed-ups read; the other rates are printed beside.
-
-    Returns:
-        The rendered text, ending with a newline.
-    """
-    from specfleet.report.build import build_view
-
-    return render_view(build_view(store, matrix_id, rate), fmt, pivot)

@@ -200,7 +200,7 @@ def matrix_page(store, matrix_id: str, as_json: bool = False) -> dict:
     view = view_of_runs(matrix_id, matrix.name, runs)  # what `matrix show` prints
     if as_json:
         return {**view_body(view), "progress": progress(matrix)}
-    grids = grids_for(view, None)
+    grids = grids_for(view)
 
     def href(cell):
         return history_href(cell.model, cell.prompt, cell.arm, cell.target)

@@ -14,7 +14,7 @@ from specfleet.cli.main import app
 from specfleet.cli.matrix import _print_outcome, planned_line, refuse_unrunnable_models
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec
-from specfleet.report.tables import render_matrix
+from specfleet.report.results import render_matrix
 from specfleet.store.store import open_store
 from specfleet.workers.host import HostWorker
 from tests.report.seed import H1, H2, PLAIN_RATES, Seed, seed_matrix
@@ -100,3 +100,26 @@ def test_show_of_a_matrix_not_all_done_says_its_tables_read_the_done_runs_only(
                            f"{UNFINISHED_ID}` says more)\n")
     done = show(MATRIX_ID)
     assert done.exit_code == 0 and done.stderr == ""
+
+
+def test_a_pivot_never_puts_two_token_limits_side_by_side(tmp_path) -> None:
+    # A prompt of `max_tokens: {torch: 32, mlx: 20}` (the demo's story) showed MLX at 20
+    # tokens beside torch at 32 in one row, as if comparable: tok/s depends on the length.
+    worker = HostWorker("h1", sample_period_s=3600.0, quiet_threshold_per_core=1e9)
+    with open_store(str(tmp_path / "s.db")) as store:
+        try:
+            seed_matrix(store, worker, "limits", [
+                Seed(H1, "script", "copy", "plain", tuple(PLAIN_RATES)),
+                Seed(H1, "script", "copy", "graded", (150.0, 152.0, 148.0)),
+                Seed(H2, "script", "copy", "plain", tuple(PLAIN_RATES), max_tokens=24),
+                Seed(H2, "script", "copy", "graded", (120.0, 121.0, 119.0), max_tokens=24)],
+                "limits-000003")
+        finally:
+            worker.close()
+        rows = json.loads(render_matrix(store, "limits-000003", "json", "target"))["rows"]
+        table = render_matrix(store, "limits-000003", "markdown", "target")
+    assert [(r["max_tokens"], sorted(r["targets"])) for r in rows] == [
+        (16, ["h1/toy/cpu"]), (24, ["h2/toy/cpu"])]
+    assert rows[0]["targets"]["h1/toy/cpu"]["speedup"] == pytest.approx(1.5)
+    assert rows[1]["targets"]["h2/toy/cpu"]["speedup"] == pytest.approx(1.2)
+    assert "| script | copy | graded | 16 |" in table and "| script | copy | graded | 24 |" in table

@@ -24,6 +24,7 @@ class Seed:
     rates: tuple[float, ...]
     patch: tuple[int, int] | None = None
     prompt_text: str | None = None
+    max_tokens: int = 16
 
 
 def seed_matrix(store, worker, name: str, seeds: list[Seed], matrix_id: str) -> str:
@@ -36,7 +37,7 @@ def seed_matrix(store, worker, name: str, seeds: list[Seed], matrix_id: str) -> 
                 f"{seed.arm}/{repeat}",
                 matrix_id=matrix_id, target=seed.target, model=seed.model,
                 prompt_name=seed.prompt, prompt_text=seed.prompt_text or PROMPTS[seed.prompt],
-                arm=seed.arm, repeat=repeat, max_tokens=16,
+                arm=seed.arm, repeat=repeat, max_tokens=seed.max_tokens,
             )
             specs.append(spec)
             plan.append((spec, rate, seed.patch))

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from specfleet.errors import UserError
-from specfleet.report.tables import parity_summary, render_matrix, speedup_text
+from specfleet.report.results import render_matrix
+from specfleet.report.tables import parity_summary, speedup_text
 from specfleet.stats.view import CellView
 from tests.report.conftest import DEMO_ID
 
@@ -170,10 +171,10 @@ def test_view_marks_single_repeats_and_the_footer_names_noisy_runs() -> None:
     view = view_of_runs("x-1", "x", [_Obj(r) for r in rows])
     graded = view.cell("h/torch/cpu", "m", "p", "graded")
     assert (graded.no_verdict_n, graded.verdict, graded.speedup_low) == (1, "no verdict", None)
-    notes = grids_for(view, None)[-1].notes
+    notes = grids_for(view)[-1].notes
     assert any(n.startswith("Noisy runs") and "h/torch/cpu m/p graded: 1 of 1" in n
                for n in notes)
-    headline = next(n for n in grids_for(view, None)[1].notes if n.startswith("Headline"))
+    headline = next(n for n in grids_for(view)[1].notes if n.startswith("Headline"))
     assert "0 losses" in headline and "1 under 3 repeats: no verdict" in headline
 
 

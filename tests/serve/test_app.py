@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from specfleet.report.history import cell_history, compare
-from specfleet.report.tables import render_matrix
+from specfleet.report.results import render_matrix
 from specfleet.serve import create_app
 from specfleet.serve.svg import heatmap
 from specfleet.store import open_store

@@ -16,7 +16,7 @@ from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.jobs.plan import plan_runs
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.jobs.spec import MatrixSpec
-from specfleet.report.tables import render_matrix
+from specfleet.report.results import render_matrix
 from specfleet.stats.view import view_of_runs
 from specfleet.store.store import open_store
 from specfleet.workers.hardware import detect_host
