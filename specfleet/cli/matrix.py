@@ -410,7 +410,7 @@ def validate(
     errors = _model_errors(report, local)
     if errors:
         raise Problems(file, errors)
-    typer.echo(describe(spec, file, where))
+    typer.echo(describe(spec, file, where, report.no_source))
 
 
 def _model_errors(report, local: bool) -> list[str]:

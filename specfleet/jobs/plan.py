@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -151,19 +151,22 @@ def arm_runs_on(arm: str, engine: str) -> bool:
     return kind is None or engine in kind.engines
 
 
-def runs_by_engine(spec: MatrixSpec) -> dict[Engine, int]:
+def runs_by_engine(spec: MatrixSpec, no_source: Collection[tuple[str, str]] = ()
+                   ) -> dict[Engine, int]:
     """The runs `plan_runs` gives a target of each engine the matrix may run on: a prompt's
-    own engines and a peer arm's leave some out on the others.
+    own engines and a peer arm's leave some out on the others, and so does a model whose
+    alias names no source for an engine (`no_source`, as `drop_sourceless` leaves them out).
 
     Returns:
         engine -> runs per target of that engine; a prompt's own hosts, kinds or devices
         leave some targets fewer still (`by_target_within_engine`).
     """
     def per_target(engine: Engine) -> int:
+        models = [m for m in spec.models if (m, engine) not in no_source]
         prompts = [p for p in spec.prompts
                    if not (p.targets and p.targets.engines) or engine in p.targets.engines]
         arms = [arm for arm in spec.arms if arm_runs_on(arm.arm, engine)]
-        return len(spec.models) * len(prompts) * len(arms) * spec.repeats
+        return len(models) * len(prompts) * len(arms) * spec.repeats
 
     # Toy targets exist only where a matrix asks for them.
     return {engine: per_target(engine) for engine in spec.targets.engines or MODEL_ENGINES}

@@ -7,15 +7,17 @@ without a fleet: `cluster/modelcheck.py`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from specfleet.jobs.plan import by_target_within_engine, runs_by_engine
 from specfleet.jobs.spec import MatrixSpec
 
 
-def describe(spec: MatrixSpec, file: str | Path, models: str) -> str:
+def describe(spec: MatrixSpec, file: str | Path, models: str,
+             no_source: Collection[tuple[str, str]] = ()) -> str:
     """The one-line summary `matrix validate` prints for a good file; `models` says where
-    its models were resolved.
+    its models were resolved, `no_source` which (model, engine) cells its alias leaves out.
 
     Returns:
         e.g. `demo: ok: 1 model x 2 prompts x 3 arms x 3 repeats: 18 runs per torch target,
@@ -23,13 +25,14 @@ def describe(spec: MatrixSpec, file: str | Path, models: str) -> str:
     """
     counts = (f"{counted(len(spec.models), 'model')} x {counted(len(spec.prompts), 'prompt')} x "
               f"{counted(len(spec.arms), 'arm')} x {counted(spec.repeats, 'repeat')}")
-    return f"{file}: ok: {counts}{_per_target(spec)} ({spec.targets.describe()}); {models}"
+    return (f"{file}: ok: {counts}{_per_target(spec, no_source)} "
+            f"({spec.targets.describe()}); {models}")
 
 
-def _per_target(spec: MatrixSpec) -> str:
+def _per_target(spec: MatrixSpec, no_source: Collection[tuple[str, str]]) -> str:
     """` = 18 runs per target` when every target gets the whole product, else what each
     engine's targets get (`: 18 runs per torch target, 6 per mlx target`)."""
-    by_engine = runs_by_engine(spec)
+    by_engine = runs_by_engine(spec, no_source)
     upto = "up to " if by_target_within_engine(spec) else ""
     if len(set(by_engine.values())) == 1:
         runs = next(iter(by_engine.values()))

@@ -277,6 +277,15 @@ def test_the_summary_says_what_each_engines_targets_get(tmp_path: Path) -> None:
     assert planned == {"torch": 2 * 18, "mlx": 2 * 6}  # what the line says, per target
 
 
+def test_the_summary_leaves_out_a_model_without_a_source_for_an_engine(tmp_path: Path) -> None:
+    # smollm2-135m-q4 is MLX only: validate said "2 runs per target", and the run then
+    # skipped it on torch, planning 1 there.
+    text = BY_ENGINE.replace("[smollm2-135m]", "[smollm2-135m, smollm2-135m-q4]").replace(
+        "targets: {engines: [torch, mlx]}\n", "")
+    assert _summary(tmp_path, text) == ("2 models x 2 prompts x 3 arms x 3 repeats: "
+                                        "12 runs per mlx target, 18 per torch target")
+
+
 def test_the_summary_of_a_uniform_matrix_is_one_count(tmp_path: Path) -> None:
     assert _summary(tmp_path, GOOD) == ("1 model x 1 prompt x 2 arms x 3 repeats = 6 runs per "
                                         "target")
