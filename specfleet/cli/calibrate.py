@@ -48,7 +48,7 @@ def calibrate_command(
     reps: Annotated[int | None, typer.Option(
         "--reps", min=1, max=MAX_REPS, help="Verifies per width per round.")] = None,
     quick: Annotated[
-        bool, typer.Option("--quick", help="Few short rounds (under 30 s on the bundled model).")
+        bool, typer.Option("--quick", help="Few short rounds (under 30 s on the bundled model on a quiet 2-core box).")
     ] = False,
     warm_up: Annotated[
         bool, typer.Option("--warm-up/--no-warm-up", help="One untimed round first.")

@@ -31,6 +31,7 @@ from specfleet.cli.options import (
 )
 from specfleet.cluster.progress import WaitingLines
 from specfleet.cluster.reach import FleetView, choose_fleet, open_fleet
+from specfleet.configs import matrices_dir, packaged_names
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.plan import drop_sourceless, peer_skips, plan_runs, select_targets
 from specfleet.jobs.resolve import counted
@@ -44,6 +45,9 @@ from specfleet.store.rows import MatrixRow
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 from specfleet.store.values import utcnow
 from specfleet.userfiles import check_writable_dir, given_path
+
+MATRIX_FILE_HELP = ("A matrix YAML file, or a packaged matrix's name "
+                    f"({', '.join(packaged_names(matrices_dir()))}).")
 
 app = typer.Typer(help="Benchmark matrices: run, resume, status, list, show, validate, schema.",
                   no_args_is_help=True)
@@ -188,7 +192,7 @@ WaitOption = Annotated[str, typer.Option(
 
 @app.command("run")
 def run(
-    file: Annotated[str, typer.Argument(metavar="FILE", help="Matrix YAML file.")],
+    file: Annotated[str, typer.Argument(metavar="FILE", help=MATRIX_FILE_HELP)],
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
     db: DbOption = None,
@@ -384,7 +388,7 @@ def list_cmd(
 
 @app.command("validate")
 def validate(
-    file: Annotated[str, typer.Argument(metavar="FILE", help="Matrix YAML file.")],
+    file: Annotated[str, typer.Argument(metavar="FILE", help=MATRIX_FILE_HELP)],
     address: AddressOption = None,
     local: Annotated[bool, typer.Option(
         "--local", help="Resolve the models on this machine only, even in a fleet; a model "

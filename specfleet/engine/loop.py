@@ -316,7 +316,7 @@ def _roll_back(runner: Runner, rejected: int, expected: int | None) -> int:
     refed = runner.rollback(rejected)
     if expected is not None and runner.cache_len() != expected:
         raise CacheRollbackError(
-            f"after rolling back {rejected} rejected proposals the {runner.engine} caches "
+            f"after rolling back {rejected} rejected proposal{'s' * (rejected != 1)} the {runner.engine} caches "
             f"hold {runner.cache_len()} positions, expected {expected}")
     return refed
 

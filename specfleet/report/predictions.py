@@ -223,9 +223,10 @@ def _no_table(spec: str, host: str, what: str) -> UserError:
         return UserError(f"--costs {spec}: a name without '/', .yaml or .yml is read as a host "
                          "or a packaged table, and no such one has a table; expected "
                          f"./{spec} to read the file of that name")
-    said = (f"--costs {spec}: no YAML file, packaged table or" if spec else
-            f"--costs not given: the runs' own host {host!r} has no")
-    return UserError(f"{said} stored calibration of host {host!r} for {what} (store one with "
+    said = (f"--costs {spec}: no YAML file, packaged table or stored calibration of host "
+            f"{host!r}" if spec else
+            f"--costs not given: the runs' own host {host!r} has no stored calibration")
+    return UserError(f"{said} for {what} (store one with "
                      "`specfleet calibrate --store` or `job calibrate`, or give --costs a "
                      f"packaged table: {', '.join(packaged_cost_names())})")
 

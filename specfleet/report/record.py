@@ -293,7 +293,7 @@ def _refuse_another_record(out: Path, matrix_id: str) -> None:
     if other and other != matrix_id:
         raise UserError(f"{out}: holds the record of matrix {other!r} (runs.csv, plots of the "
                         "same names); expected an empty folder or this matrix's own, e.g. "
-                        f"{out / matrix_id}")
+                        f"{out.parent / matrix_id}")  # beside it, as reports/ID
 
 
 def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:

@@ -70,7 +70,8 @@ def test_without_costs_each_run_is_replayed_under_its_own_hosts_table(db, tmp_pa
     # Not measured on box1 yet: one line saying so and how to measure it.
     result = invoke("replay", matrix_id(db), "--db", db)
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
-    assert "the runs' own host 'box1' has no stored calibration" in result.stderr
+    assert "the runs' own host 'box1' has no stored calibration for " in result.stderr
+    assert result.stderr.count("'box1'") == 1  # it named the host twice
     copy = str(tmp_path / "calibrated.db")
     shutil.copy(db, copy)
     worker = HostWorker(info=detect_host("box1"), sample_period_s=0.05,

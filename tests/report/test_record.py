@@ -103,7 +103,7 @@ def test_a_folder_holding_another_matrixs_record_is_refused(db_path, tmp_path) -
     other = CliRunner().invoke(app, ["report", AFTER_ID, "--out", str(out), "--db", str(db_path)])
     assert other.exit_code == 2 and other.stderr == (
         f"error: {out}: holds the record of matrix {DEMO_ID!r} (runs.csv, plots of the same "
-        f"names); expected an empty folder or this matrix's own, e.g. {out / AFTER_ID}\n")
+        f"names); expected an empty folder or this matrix's own, e.g. {out.parent / AFTER_ID}\n")
     assert {p.name: p.read_bytes() for p in out.iterdir()}.keys() == before.keys()
 
 
