@@ -128,14 +128,39 @@ def _run_job(store, view, job, chosen, name: str, no_progress: bool) -> tuple[st
     view.record_hosts(store)
     driver_id = new_driver_id()  # its heartbeat keeps the job's lease and its runs' alive
     store.create_generation_job(name, chosen, job.model, runs, params, job_id, driver_id)
+    status = "interrupted"  # unless every run was settled before the signal
     try:
         status = _dispatch(store, runs, view, no_progress, job_id, driver_id)
-    except BaseException:  # Ctrl-C, SIGTERM or a store fault: the job no longer runs
+        store.finish_generation_job(job_id, status)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: said with the job's id (no resume)
+        raise JobInterrupted(job_id, _finish_stopped(store, job_id, status)) from None
+    except BaseException:  # a store fault: the job no longer runs
         with contextlib.suppress(Exception):  # a store that failed says so in the raise
             store.finish_generation_job(job_id, "interrupted")
         raise
-    store.finish_generation_job(job_id, status)
     return job_id, status
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a generation job: the message names it, where its finished
+    replies are kept (a job has no resume; a bare "interrupted" left its id to `job list`)."""
+
+    def __init__(self, job_id: str, stored: bool) -> None:
+        shown = f"`specfleet job show {job_id}` prints the replies it finished"
+        super().__init__(f"job {job_id} interrupted; {shown}" if stored else
+                         f"job {job_id} interrupted before it could be marked so (it reads "
+                         f"interrupted once its lease runs out); {shown}")
+        self.job_id = job_id
+
+
+def _finish_stopped(store, job_id: str, status: str) -> bool:
+    """Store the job's status; False when that could not be done (a store fault, or a second
+    Ctrl-C while the write waited: its lease ends it)."""
+    try:
+        store.finish_generation_job(job_id, status)
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - best effort, said in the raise
+        return False
+    return True
 
 
 def _refuse_lookup_flags(ctx: typer.Context, own: dict[str, Any]) -> None:

@@ -282,12 +282,15 @@ def signals_held_while_ray_starts() -> Iterator[None]:
             raise KeyboardInterrupt  # the second: stop now
         held.append(signum)
 
-    # SIGHUP too where the CLI stops on it (not under `nohup`, nor outside the CLI).
+    # SIGHUP too where the CLI stops on it (not under `nohup`, nor outside the CLI). A signal
+    # ignored stays ignored: `specfleet ... &` in a script ignores Ctrl-C meant for the
+    # script, and one during `ray.init` stopped it.
     hangup = getattr(signal, "SIGHUP", None)
     stopping = (signal.SIGINT, signal.SIGTERM, *(
         [hangup] if hangup is not None
-        and signal.getsignal(hangup) not in (signal.SIG_IGN, signal.SIG_DFL) else []))
-    previous = {sig: signal.getsignal(sig) for sig in stopping}
+        and signal.getsignal(hangup) is not signal.SIG_DFL else []))
+    previous = {sig: handler for sig in stopping
+                if (handler := signal.getsignal(sig)) is not signal.SIG_IGN}
     rays_own = ray_utils.set_sigterm_handler
     ray_utils.set_sigterm_handler = lambda _handler: None  # ray.init and its node set one
     for sig in previous:

@@ -84,12 +84,30 @@ class SchedulerOptions:
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped a matrix; its message says how to resume it."""
+    """Ctrl-C or SIGTERM stopped a matrix; its message says how it was left and how to
+    resume it.
 
-    def __init__(self, matrix_id: str) -> None:
-        super().__init__(f"matrix {matrix_id} interrupted; runs in flight are marked "
-                         f"interrupted; resume with: specfleet matrix resume {matrix_id}")
+    Args:
+        status: what the matrix was finished as: "interrupted", "done" (the signal came
+            after its last result), "running" (another driver took it over), or None (not
+            finished: a store fault or a second Ctrl-C; it reads interrupted once this
+            driver's lease of `lease_s` runs out).
+    """
+
+    def __init__(self, matrix_id: str, status: str | None = "interrupted",
+                 lease_s: float = LEASE_S.default_s) -> None:
+        resume = f"resume with: specfleet matrix resume {matrix_id}"
+        said = {"done": f"matrix {matrix_id} interrupted after its last run; every run is "
+                        "stored done",
+                "interrupted": f"matrix {matrix_id} interrupted; runs in flight are marked "
+                               f"interrupted; {resume}",
+                "running": f"matrix {matrix_id} interrupted; another driver runs it now"}
+        super().__init__(said.get(status or "", (
+            f"matrix {matrix_id} interrupted before it could be marked so; it reads "
+            f"interrupted within {lease_s:g} s, once its driver's lease runs out; then "
+            f"{resume}")))
         self.matrix_id = matrix_id
+        self.status = status
 
 
 @dataclass
@@ -153,13 +171,34 @@ def run_matrix(
         tallies = dispatch_runs(store, runs, workers, on_progress, options=opts,
                                 machines=machines, owner=matrix_id, suspect=suspect,
                                 driver_id=driver_id)
+        # The last writes too: a Ctrl-C there (the load samples waiting for another
+        # command's SQLite write) left the matrix `running` under a lease nobody renews.
+        outcome = _last_writes(store, matrix_id, workers, tallies, opts, driver_id,
+                               on_progress, started)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: in-flight runs are marked interrupted
-        with contextlib.suppress(Exception):
-            store.finish_matrix(matrix_id, "interrupted", driver_id)
-        raise RunInterrupted(matrix_id) from None
-    outcome = _last_writes(store, matrix_id, workers, tallies, opts, driver_id, on_progress,
-                           started)
+        raise RunInterrupted(matrix_id, _finish_stopped(store, matrix_id, driver_id),
+                             _lease_s(opts)) from None
     return dataclasses.replace(outcome, skipped=claim.skipped)
+
+
+def _finish_stopped(store, matrix_id: str, driver_id: str) -> str | None:
+    """Finish a matrix that Ctrl-C or SIGTERM stopped: `done` when every run is, else
+    `interrupted` (its runs still `running` under this driver settled with it).
+
+    Returns:
+        The matrix's status now (another driver's, where one took it over), or None when
+        none was stored: a store fault, or a second Ctrl-C while the write waited (the user
+        insists; the lease ends it).
+    """
+    try:
+        counts = store.get_matrix(matrix_id).counts
+        every_done = bool(counts) and all(s == "done" for s, n in counts.items() if n)
+        status = "done" if every_done else "interrupted"
+        if store.finish_matrix(matrix_id, status, driver_id):
+            return status
+        return store.get_matrix(matrix_id).status  # taken over after our lease ran out
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - best effort, said in the raise
+        return None
 
 
 def _last_writes(store, matrix_id: str, workers: dict[str, Any],
@@ -249,12 +288,16 @@ def _store_waiting(notify: ProgressCallback):
 
 
 def _abandon(ctx: _Ctx, reason: str) -> None:
-    """Cancel and mark `interrupted` every run in flight (best effort, nothing raised)."""
-    for host in ctx.hosts.values():
-        if host.inflight is not None and host.inflight.cut_at is None:
-            host.cancel_quietly()
-            with contextlib.suppress(Exception):
-                ctx.store.mark_interrupted(host.inflight.spec.run_key, reason)
+    """Cancel every run in flight, then mark each `interrupted` (best effort). All are
+    cancelled first: a mark may wait for another command's SQLite write, and a second Ctrl-C
+    there must not leave the other hosts running ours."""
+    lost = [(host, host.inflight.spec.run_key) for host in ctx.hosts.values()
+            if host.inflight is not None and host.inflight.cut_at is None]
+    for host, _ in lost:
+        host.cancel_quietly()
+    for _, run_key in lost:
+        with contextlib.suppress(Exception):
+            ctx.store.mark_interrupted(run_key, reason)
 
 
 def _make_hosts(
