@@ -2,7 +2,8 @@
 
 Importing every subcommand takes about half a second; a Ctrl-C (or SIGTERM, or SIGHUP: the
 terminal closed) in that time ends in the same one line and exit status as one during a
-command, not a traceback. Once
+command, not a traceback; one that lands in a finalizer (`__del__`, where Python drops the
+exception it raises) is sent again a moment later rather than lost. Once
 the command has finished (or said `interrupted`), further signals are ignored while the
 process exits. Standard output that is closed, or that fails a write (a full disk,
 `> /dev/full`), is one line and exit status 1, not a traceback or a reply silently lost.
@@ -14,12 +15,34 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 
 from specfleet.errors import INTERRUPTED_EXIT
 
+# The stopping signals received: one that landed in a finalizer, where Python drops the
+# exception it raises, still ends the command as interrupted.
+_RECEIVED: list[int] = []
+RESEND_S = 0.05  # a signal that landed in a finalizer is sent again after this
 
-def _terminate(_signum, _frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops a command exactly as Ctrl-C does
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM (and SIGHUP, and Ctrl-C) stop a command exactly as Ctrl-C does."""
+    _RECEIVED.append(signum)
+    if _in_finalizer(frame):  # its KeyboardInterrupt would be dropped ("Exception ignored")
+        timer = threading.Timer(RESEND_S, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise KeyboardInterrupt
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether `frame` runs inside a `__del__` (an exception raised there is dropped)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def stopping_signals() -> tuple[int, ...]:
@@ -34,8 +57,9 @@ def stopping_signals() -> tuple[int, ...]:
 def main() -> None:
     """Console entry point."""
     try:
-        for stopping in stopping_signals():
-            signal.signal(stopping, _terminate)
+        for stopping in (signal.SIGINT, *stopping_signals()):
+            if signal.getsignal(stopping) is not signal.SIG_IGN:  # `cmd &` in a script
+                signal.signal(stopping, _terminate)
         if sys.stdout is None:  # started with `>&-`: every line would vanish, exit status 0
             _fail("standard output is closed; expected it open (`> /dev/null` discards it)")
         from specfleet.cli.main import app
@@ -45,6 +69,10 @@ def main() -> None:
         app()
     except KeyboardInterrupt:  # while the command tree is built, before a command runs
         _fail("interrupted", INTERRUPTED_EXIT)
+    except SystemExit as done:  # every command ends so (click's standalone mode)
+        if _RECEIVED and done.code in (0, None):  # a stop that only finalizers heard
+            _fail("interrupted", INTERRUPTED_EXIT)
+        raise
     except OSError as err:  # click answers a broken pipe itself; any other write error lands here
         if not _stdout_failed(err):
             raise

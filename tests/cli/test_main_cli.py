@@ -16,6 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app, version_text
+from specfleet.errors import INTERRUPTED_EXIT
 from specfleet.workers.hardware import git_commit
 
 
@@ -269,3 +270,25 @@ def test_a_closed_standard_output_is_refused_not_silently_lost(tmp_path) -> None
                           stderr=subprocess.PIPE, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (
         1, "error: standard output is closed; expected it open (`> /dev/null` discards it)\n")
+
+
+def test_a_stop_that_lands_in_a_finalizer_still_stops_the_command() -> None:
+    # Python drops an exception raised in `__del__`: a SIGTERM landing there printed
+    # "Exception ignored ... KeyboardInterrupt" and the command ran on to exit 0.
+    code = textwrap.dedent("""
+        import os, signal, sys, time
+        import typer.main
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.01)
+        def build(app):
+            Finalized()  # collected at once: the signal lands in its __del__
+            sys.stderr.write("went on\\n"); sys.stderr.flush(); time.sleep(60)
+        typer.main.get_command = build
+        from specfleet.cli.entry import main
+        sys.argv[0] = "specfleet"
+        main()
+    """)
+    done = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True,
+                          text=True, timeout=30)
+    assert (done.returncode, done.stderr) == (INTERRUPTED_EXIT, "went on\ninterrupted\n")
