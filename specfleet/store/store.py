@@ -361,7 +361,9 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         return self._finish(Matrix, matrix_id, status, driver_id)
 
     def finish_generation_job(self, job_id: str, status: str) -> None:
-        """Set a generation job's final status and finish time."""
+        """Set a generation job's final status and finish time; a job `interrupted` settles
+        its still-`running` runs in the same transaction, as a matrix does (a job has one
+        driver and no resume: they read `running` until their lease ran out)."""
         self._finish(GenerationJob, job_id, status)
 
     def _finish(self, model, ident: str, status: str, driver_id: str | None = None) -> bool:
@@ -375,17 +377,19 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
             if driver_id is not None and owner not in (None, driver_id):
                 return False
             row.status, row.finished_at, row.lease_until = status, utcnow(), None
-            if model is Matrix and status == "interrupted" and driver_id is not None:
-                self._interrupt_runs_of(session, ident, driver_id)
+            if status == "interrupted" and (model is GenerationJob or driver_id is not None):
+                self._interrupt_runs_of(session, model, ident, driver_id)
             return True
 
     @staticmethod
-    def _interrupt_runs_of(session: Session, matrix_id: str, driver_id: str) -> None:
-        """The driver's still-`running` runs of a matrix it stopped become `interrupted`."""
+    def _interrupt_runs_of(session: Session, model, ident: str, driver_id: str | None) -> None:
+        """The still-`running` runs of a matrix or job its driver stopped (of `driver_id`'s,
+        when given) become `interrupted`."""
+        owner = Run.matrix_id if model is Matrix else Run.job_id
+        mine = [] if driver_id is None else [Run.driver_id == driver_id]
         session.execute(
             update(Run)
-            .where(Run.matrix_id == matrix_id, Run.status == "running",
-                   Run.driver_id == driver_id)
+            .where(owner == ident, Run.status == "running", *mine)
             .values(status="interrupted", error="driver stopped", finished_at=utcnow(),
                     lease_until=None))
 

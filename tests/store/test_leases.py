@@ -58,6 +58,19 @@ def test_a_stopped_driver_leaves_no_run_running(store) -> None:
     assert (stopped.run_key, stopped.error) == (runs[1].run_key, "driver stopped")
 
 
+def test_an_interrupted_generation_job_leaves_no_run_running(store) -> None:
+    # Its run read `running` under an `interrupted` job until the run's lease ran out.
+    target = grid(repeats=1)[0].target
+    runs = grid(repeats=1)
+    job_id = store.create_generation_job("gen", target, "m1", runs, driver_id="d1")
+    store.record_result(result(runs[0]))
+    store.mark_running(runs[1].run_key, "d1", 30.0)
+    store.finish_generation_job(job_id, "interrupted")
+    rows = store.runs(job=job_id, columns=("run_key", "status", "error"))
+    assert [(row.status, row.error) for row in rows] == [("done", None),
+                                                         ("interrupted", "driver stopped")]
+
+
 def test_interrupting_leaves_another_drivers_running_run_alone(store) -> None:
     runs = grid(repeats=1)
     matrix_id = store.create_matrix("demo", {}, runs)
