@@ -53,8 +53,20 @@ OnlyChangedOption = Annotated[bool, typer.Option(
     "--only-changed", help="Show only the cells (points) that changed beyond noise.")]
 
 
+def _split(values: list[str] | None) -> list[str] | None:
+    """`--arm plain,auto` as `--arm plain --arm auto` (as `bench` reads its lists)."""
+    if values is None:
+        return None
+    pieces = [piece.strip() for value in values for piece in value.split(",")]
+    if "" in pieces:
+        raise typer.BadParameter(f"{','.join(values)!r} holds an empty name; expected NAME or "
+                                 "NAME,NAME,...")
+    return pieces
+
+
 def _many(flag: str, help_text: str) -> typer.models.OptionInfo:
-    return typer.Option(flag, help=f"{help_text} (repeat for several).")
+    return typer.Option(flag, callback=_split,
+                        help=f"{help_text} (comma-separated or repeated for several).")
 
 
 def results(

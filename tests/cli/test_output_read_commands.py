@@ -160,6 +160,21 @@ def test_cells_list_what_was_asked_and_count_in_the_singular(db_path) -> None:
         assert outcome.exit_code == 0 and outcome.stdout == "no done runs match these filters\n"
 
 
+def test_a_filter_takes_a_comma_list_as_bench_does(db_path) -> None:
+    # `--arm plain,graded` was "unknown value 'plain,graded'": only repeated flags worked.
+    listed = invoke(db_path, "results", "--matrix", f"{MAIN},{BASE}", "--arm", "plain,graded",
+                    "-o", "json")
+    repeated = invoke(db_path, "results", "--matrix", MAIN, "--matrix", BASE, "--arm", "plain",
+                      "--arm", "graded", "-o", "json")
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout == repeated.stdout
+    assert {(r["matrix_id"], r["arm"]) for r in json.loads(listed.stdout)} == {
+        (m, a) for m in (MAIN, BASE) for a in ("plain", "graded")}
+    blank = invoke(db_path, "results", "--arm", "plain,")
+    assert blank.exit_code == 2 and "holds an empty name; expected NAME or NAME,NAME" in (
+        blank.stderr)
+
+
 def test_matrix_show_counts_one_peer_reply_in_the_singular(db_path) -> None:
     shown = invoke(db_path, "matrix", "show", MAIN).stdout
     assert "1 peer reply differs (another library's decoding" in shown
