@@ -76,7 +76,7 @@ SLOW_MODULES = (
     "tests/engine/runners/test_families_torch.py", "tests/engine/runners/test_mlx.py",
     "tests/serve/test_network.py", "tests/workers/test_selftest.py",
     "tests/engine/runners/test_torch.py", "tests/cluster/test_modelcheck.py",
-    "tests/cluster/test_locks.py",
+    "tests/cluster/test_locks.py", "tests/cli/test_interrupt_cli.py",
 )
 
 
