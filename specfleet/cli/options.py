@@ -252,7 +252,7 @@ def _format(value: str) -> str:
 
 
 FormatOption = Annotated[str, typer.Option(
-    "--format", "-o", metavar="[" + "|".join(OUTPUT_FORMATS) + "]", callback=_format,
+    "--format", "-o", metavar="<" + "|".join(OUTPUT_FORMATS) + ">", callback=_format,
     help="table (terminal), markdown (or md), json or csv.")]
 
 
