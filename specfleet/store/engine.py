@@ -23,6 +23,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
+from specfleet import jsontext
 from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
 from specfleet.settings import DB, expand_user
@@ -38,6 +39,8 @@ SIDE_FILES_BYTES = 64 * 1024
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
 WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
+_ESCAPES = ("(an '@', ':', '/', '?' or '#' in the user name, password or database name is "
+            "written %40, %3A, %2F, %3F or %23)")
 _BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "')
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
 # `sqlite:x.db`, `postgresql:/db`: a URL short of its `//`, else read as a file of that name
@@ -91,12 +94,17 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
             raise UserError(f"{source}: {display_raw(raw)}: cannot be followed ({err}); "
                             "expected a SQLite file path") from None
         return _check_file_name(URL.create("sqlite", database=str(resolved)), source)
+    tail = raw.split("://", 1)[1]
+    if tail.split("?", 1)[0].count("@") > 1:  # else read as host `cret@h`: the password shown
+        raise UserError(f"{source}: {display_raw(raw)}: more than one '@' before the host; "
+                        f"expected {_SCHEMES[1]} {_ESCAPES}")
     try:
         parsed = make_url(raw)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         shown = display_raw(raw)
+        hint = f" {_ESCAPES}" if tail.count("@") > 1 else ""
         raise UserError(f"{source}: cannot parse {shown!r}; expected {' or '.join(_SCHEMES)}"
-                        ) from None
+                        f"{hint}") from None
     return _refuse_fragment(raw, _check_driver(parsed, source), source)
 
 
@@ -107,11 +115,12 @@ def store_source(url: str | None) -> str:
 
 
 def display_raw(raw: str) -> str:
-    """A URL the user typed, with any password replaced (it may not parse)."""
+    """A URL the user typed, with any password replaced (it may not parse): up to the last
+    `@`, as a password's own unescaped `@` would show the rest of it."""
     head, sep, tail = raw.partition("://")
-    if sep and "@" in tail and ":" in tail.split("@", 1)[0]:
-        user = tail.split("@", 1)[0].split(":", 1)[0]
-        tail = f"{user}:***@{tail.split('@', 1)[1]}"
+    auth, at, host = tail.rpartition("@")
+    if sep and at and ":" in auth:
+        tail = f"{auth.split(':', 1)[0]}:***@{host}"
     return head + sep + tail
 
 
@@ -288,7 +297,9 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
     connect_args = {"connect_timeout": 10, "application_name": "specfleet"}
     if read_only:
         connect_args["options"] = "-c default_transaction_read_only=on"
-    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    # NaN and Infinity in a JSON column as null, as `_sqlite_engine` writes them.
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args,
+                         json_serializer=jsontext.dumps)
 
 
 def read_only_url(url: URL) -> URL:
@@ -348,7 +359,10 @@ def remove_empty_side_files(url: URL) -> None:
 
 def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
     target = read_only_url(url) if read_only else url
-    engine = create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_S})
+    # JSON columns as PostgreSQL's take them (NaN and Infinity are no JSON: null), so a
+    # sensor's NaN is stored, and read back, alike on both backends.
+    engine = create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_S},
+                           json_serializer=jsontext.dumps)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):

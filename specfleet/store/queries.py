@@ -170,8 +170,8 @@ class StoreQueries:
         stmt = select(shown).select_from(table).where(column.is_not(None)).distinct()
         if values is not None:
             stmt = stmt.where(_in(shown, list(values)))
-        with self._connect() as conn:
-            return list(conn.scalars(stmt.order_by(shown)))
+        with self._connect() as conn:  # sorted here, bytewise as SQLite does: a PostgreSQL
+            return sorted(conn.scalars(stmt))  # collation (en-US) puts 'Zeta' after 'alpha'
 
     def submitted_times(self: StoreCore, matrix_ids: Sequence[str]) -> dict[str, datetime]:
         """Submission time of each of these matrices (unknown ids are left out)."""
@@ -188,7 +188,9 @@ class StoreQueries:
         now = utcnow()
         stmt = (
             select(*(_selected(name, now) for name in names)).where(*run_conditions(**filters))
-            .order_by(Run.matrix_id, Run.job_id, Run.plan_order, Run.id)
+            # A generation job's runs (no matrix) first on both backends: PostgreSQL puts
+            # NULL last by default, SQLite first.
+            .order_by(Run.matrix_id.nulls_first(), Run.job_id, Run.plan_order, Run.id)
             .limit(limit).offset(offset or None)
         )
         row_type = RunRow if columns is None else run_fields_row(names)

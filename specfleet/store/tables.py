@@ -8,6 +8,7 @@ so a run can be planned before its host ever reported in.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    TypeDecorator,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -33,6 +35,22 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+# What no PostgreSQL text holds (a NUL) or no UTF-8 encodes (a lone surrogate).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class StoredText(TypeDecorator[str]):
+    """Text a worker returned (a reply, an error): a NUL, which PostgreSQL's text cannot
+    hold, and a lone surrogate, which no UTF-8 encodes, are stored as U+FFFD on both backends
+    alike, so the run is stored and reads back the same on either; its tokens stay exact."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect) -> str | None:
+        return None if value is None else _UNSTORABLE.sub("\ufffd", value)
 
 
 class Base(DeclarativeBase):
@@ -156,13 +174,13 @@ class Run(Base):
     loop_guard: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # Status.
     status: Mapped[str] = mapped_column(String(16))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(StoredText)
     # Who runs it: the driver that marked it running, and its heartbeat lease.
     driver_id: Mapped[str | None] = mapped_column(String(128))
     lease_until: Mapped[datetime | None]
     result_hash: Mapped[str | None] = mapped_column(String(64))
     # Output and measurements (from RunResult).
-    output_text: Mapped[str | None] = mapped_column(Text)
+    output_text: Mapped[str | None] = mapped_column(StoredText)
     token_ids: Mapped[list[Any] | None] = mapped_column(JSON)
     prompt_token_ids: Mapped[list[Any] | None] = mapped_column(JSON)  # what `replay` re-runs
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
@@ -181,7 +199,7 @@ class Run(Base):
     # Host conditions before/after the run (`workers/conditions`) and the throttle verdict.
     conditions: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     throttled: Mapped[bool | None] = mapped_column(Boolean)
-    throttle_reason: Mapped[str | None] = mapped_column(Text)
+    throttle_reason: Mapped[str | None] = mapped_column(StoredText)
     load_before: Mapped[list[Any] | None] = mapped_column(JSON)
     load_after: Mapped[list[Any] | None] = mapped_column(JSON)
     engine_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
