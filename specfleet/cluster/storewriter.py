@@ -23,7 +23,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import RunResult, Target
-from specfleet.store.errors import StoreUnreachable
+from specfleet.store.errors import StoreConflict, StoreUnreachable
 from specfleet.store.journal import Journal, JournalError
 
 T = TypeVar("T")
@@ -78,6 +78,8 @@ class StoreWriter:
             StoreConflict: the store holds a different result (the entry is dropped: the
                 stored result stands).
             StoreOutage: the store stayed unreachable; the entry stays to be written back.
+            Exception: anything else the store raised; the entry stays, so the result is
+                not lost (a write-back sets aside what the store refuses, `.conflict`).
         """
         try:
             self.journal.write(result)
@@ -85,10 +87,8 @@ class StoreWriter:
             self.on_wait(str(err))
         try:
             fresh = self.retry("store a result", self.store.record_result, result)
-        except StoreOutage:
-            raise
-        except Exception:
-            self.journal.done(result.run_key)  # refused for good, not lost to an outage
+        except StoreConflict:
+            self.journal.done(result.run_key)  # refused for good: the stored result stands
             raise
         self.journal.done(result.run_key)
         return fresh

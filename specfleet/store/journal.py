@@ -173,8 +173,11 @@ class Journal:
         return [path for _, path in sorted(dated)]
 
     def write_back(self, store) -> WriteBack:
-        """Write every pending entry to `store` (idempotent); conflicting ones are renamed
+        """Write every pending entry to `store` (idempotent); ones it refuses (a different
+        result stored, an unknown run, a value its columns cannot hold) are renamed
         `.conflict` and kept. Store faults propagate: the entries stay for next time."""
+        from sqlalchemy.exc import DataError, DBAPIError, StatementError
+
         from specfleet.store.errors import StoreConflict, UnknownRun
 
         written = already = conflicts = 0
@@ -189,8 +192,13 @@ class Journal:
                 continue
             try:
                 fresh = store.record_result(result)
-            except (StoreConflict, UnknownRun):
+            except (StoreConflict, UnknownRun, DataError):
                 conflicts += _set_aside(path)
+                continue
+            except StatementError as err:
+                if isinstance(err, DBAPIError):  # the database's own: a fault, kept for later
+                    raise
+                conflicts += _set_aside(path)  # a value no column takes, refused unsent
                 continue
             path.unlink(missing_ok=True)
             written += bool(fresh)

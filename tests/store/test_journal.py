@@ -104,3 +104,45 @@ def test_a_result_the_journal_cannot_keep_is_one_line_and_leaves_no_partial_file
     assert str(journal.dir) in str(err.value) and "\n" not in str(err.value)
     assert [p.name for p in journal.dir.iterdir()] == [journal.entry(run.run_key).name]
     assert journal.pending() == []
+
+
+class _Refusing:
+    """A store whose `record_result` raises `error` (a refusal, or a fault)."""
+
+    url = make_url("sqlite:///refusing.db")  # names the journal folder; nothing written
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def record_result(self, result) -> bool:
+        raise self.error
+
+    def end_leases(self, driver_id: str) -> None:
+        pass
+
+
+def test_a_result_the_store_refuses_for_an_unforeseen_reason_is_kept(tmp_path, monkeypatch):
+    # A DataError (a NUL PostgreSQL's text cannot hold) dropped the journal entry: the
+    # finished result was lost. It stays, and the write-back sets it aside, kept.
+    from sqlalchemy.exc import DataError, OperationalError, StatementError
+
+    from specfleet.cluster.storewriter import StoreWriter
+
+    monkeypatch.setenv("SPECFLEET_JOURNAL_DIR", str(tmp_path / "journal"))
+    run = grid(repeats=1)[0]
+    refused = DataError("INSERT", {}, Exception("text fields cannot contain NUL"))
+    writer = StoreWriter(_Refusing(refused), "driver-1", 10.0, 0.1, on_wait=lambda _: None)
+    with pytest.raises(DataError):
+        writer.record(result(run))
+    journal = writer.journal
+    assert [p.name for p in journal.pending()] == [journal.entry(run.run_key).name]
+    down = OperationalError("INSERT", {}, Exception("connection refused"))
+    with pytest.raises(OperationalError):  # a fault: kept for the next write-back
+        journal.write_back(_Refusing(down))
+    assert len(journal.pending()) == 1
+    unsent = StatementError("a value no column takes", "INSERT", {}, ValueError("bad"))
+    for refusal in (refused, unsent):
+        journal.write(result(run))
+        assert journal.write_back(_Refusing(refusal)).conflicts == 1
+        assert journal.pending() == []
+    assert len(list(journal.dir.glob(f"*{CONFLICT_SUFFIX}"))) == 1  # the same run's entry
