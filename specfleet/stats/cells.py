@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from specfleet.engine.peers import is_peer
-from specfleet.stats.interval import RatioInterval, Side, ratio_interval, side
+from specfleet.stats.interval import RatioInterval, Side, measured, ratio_interval, side
 from specfleet.stats.runs import CellKey, CellValues, Counters, Rate, Row, group_by_cell, to_rows
 
 SPREAD_FLAG = 0.05  # relative spread above which a cell's repeats disagree too much to trust
@@ -171,7 +171,8 @@ def noise_verdict(interval: RatioInterval | None) -> Verdict:
 
 
 def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
-    """Speed-up over plain of every non-plain cell that has a measured plain partner.
+    """Speed-up over plain of every non-plain cell that has a measured plain partner (both
+    medians positive: 0 tok/s is not measured, `interval.measured`).
 
     Args:
         cells: from `cell_stats`.
@@ -186,7 +187,11 @@ def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
         if key.arm == "plain" or plain is None or not cell.n or not plain.n:
             continue
         arm_median, plain_median = cell.median_tok_per_s or 0.0, plain.median_tok_per_s or 0.0
-        ratio = arm_median / plain_median if plain_median else 0.0
+        if not measured([arm_median, plain_median]):
+            # 0 tok/s is "not measured" (a one-token reply has no decode rate): no speed-up,
+            # not a 0.00x the interval calls a gain nor a cell the headline counts unaveraged.
+            continue
+        ratio = arm_median / plain_median
         interval = ratio_interval(plain.values, cell.values)
         out.append(SpeedUp(
             key=key, ratio=ratio, arm_median_tok_per_s=arm_median,

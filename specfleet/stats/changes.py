@@ -93,7 +93,8 @@ def detect_change(
         raise ValueError(f"factor must be >= 1, got {factor}")
     before, after = [float(v) for v in before], [float(v) for v in after]
     mb, ma = statistics.median(before), statistics.median(after)
-    ratio = ma / mb if mb else float("inf")
+    # 0 tok/s is not measured (`interval.measured`): no interval then, and 0 over 0 no change.
+    ratio = ma / mb if mb else (float("inf") if ma else 1.0)
     interval = ratio_interval(before, after)
     changed = side(interval) in ("above", "below") and beyond_factor(ratio, factor)
     return ChangeTest(changed=changed, ratio=ratio, interval=interval, n_before=len(before),

@@ -83,7 +83,9 @@ def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> 
     values = tuple(r.tok_per_s for r in arms[arm])
     median = statistics.median(values)
     plain = statistics.median([r.tok_per_s for r in arms.get("plain", [])] or [0.0])
-    loop = statistics.median(r.loop_share or 0.0 for r in arms[arm]) > LOOP_SHARE_FLAG
+    # As in the matrix tables (`cells.speedups`): a speed-up loops when the arm's replies or
+    # its plain partner's do (docs/trust.md, "Looping replies").
+    loop = any(_loops(arms.get(side, [])) for side in {arm, "plain"})
     return HistoryRow(
         target=label, matrix_id=matrix_id, submitted_at=submitted_at.strftime("%Y-%m-%d %H:%M"),
         values=values, median_tok_per_s=median, spread=relative_spread(values),
@@ -92,6 +94,10 @@ def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> 
         loop=loop, change=change, differs=differs,
         throttled=any(getattr(r, "throttled", False) for r in arms[arm]),
     )
+
+
+def _loops(runs: list) -> bool:
+    return bool(runs) and statistics.median(r.loop_share or 0.0 for r in runs) > LOOP_SHARE_FLAG
 
 
 def history_regressions(rows: list[HistoryRow]) -> list[HistoryRow]:

@@ -21,6 +21,10 @@ over before), is judged here, from the repeats of both sides:
   when it lies below 1; otherwise "within noise". With fewer than `MIN_REPEATS` (3) repeats
   on either side: "no verdict", never a gain, a loss or within noise (at 2 a side no
   interval covers more than 67%).
+* A repeat whose tok/s is not a positive finite number (0.0 is the engine's "not measured":
+  a one-token reply has no decode rate) gives no interval, so "no verdict": a ratio over an
+  unmeasured side is undefined, and a NaN would sort anywhere and make the verdict depend on
+  the order of the repeats.
 """
 
 from __future__ import annotations
@@ -87,10 +91,9 @@ def _rank(m: int, n: int) -> tuple[int, float]:
     return k, 1 - 2 * tail / total
 
 
-def _ratio(other: float, base: float) -> float:
-    if base:
-        return other / base
-    return math.inf if other else 1.0
+def measured(values: Sequence[float]) -> bool:
+    """Every rate is a positive finite tok/s (0.0: not measured; NaN, inf: not a timing)."""
+    return all(math.isfinite(v) and v > 0 for v in values)
 
 
 def ratio_interval(base: Sequence[float], other: Sequence[float]) -> RatioInterval | None:
@@ -102,14 +105,14 @@ def ratio_interval(base: Sequence[float], other: Sequence[float]) -> RatioInterv
 
     Returns:
         The interval and its exact coverage, or None with fewer than `MIN_REPEATS` repeats
-        on either side.
+        on either side or a repeat that is not `measured`.
     """
-    if min(len(base), len(other)) < MIN_REPEATS:
+    if min(len(base), len(other)) < MIN_REPEATS or not (measured(base) and measured(other)):
         return None
     k, coverage = _rank(len(base), len(other))
     if k == 0:
         return None
-    ratios = sorted(_ratio(o, b) for o in other for b in base)
+    ratios = sorted(o / b for o in other for b in base)
     return RatioInterval(low=ratios[k - 1], high=ratios[-k], coverage=coverage)
 
 
