@@ -19,20 +19,21 @@ import threading
 
 from specfleet.errors import INTERRUPTED_EXIT
 
-# The stopping signals received: one that landed in a finalizer, where Python drops the
-# exception it raises, still ends the command as interrupted.
-_RECEIVED: list[int] = []
+# Stopping signals that landed in a finalizer, where Python drops the exception raised, and
+# that no later delivery has raised yet: the command still ends as interrupted.
+_DROPPED: list[int] = []
 RESEND_S = 0.05  # a signal that landed in a finalizer is sent again after this
 
 
 def _terminate(signum, frame) -> None:
     """SIGTERM (and SIGHUP, and Ctrl-C) stop a command exactly as Ctrl-C does."""
-    _RECEIVED.append(signum)
     if _in_finalizer(frame):  # its KeyboardInterrupt would be dropped ("Exception ignored")
+        _DROPPED.append(signum)
         timer = threading.Timer(RESEND_S, os.kill, (os.getpid(), signum))
         timer.daemon = True
         timer.start()
         return
+    _DROPPED.clear()  # raised now: what the command does with it is its own (serve exits 0)
     raise KeyboardInterrupt
 
 
@@ -70,7 +71,7 @@ def main() -> None:
     except KeyboardInterrupt:  # while the command tree is built, before a command runs
         _fail("interrupted", INTERRUPTED_EXIT)
     except SystemExit as done:  # every command ends so (click's standalone mode)
-        if _RECEIVED and done.code in (0, None):  # a stop that only finalizers heard
+        if _DROPPED and done.code in (0, None):  # a stop that only finalizers heard
             _fail("interrupted", INTERRUPTED_EXIT)
         raise
     except OSError as err:  # click answers a broken pipe itself; any other write error lands here
