@@ -140,17 +140,25 @@ def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FAC
     """The history table: one line per point, the change from the previous one, the test;
     `of_total`: the points before `--only-changed` kept `rows` (said under the table)."""
     lines = tuple(
-        (r.target, r.matrix_id, r.submitted_at, str(len(r.values)),
+        (r.target, DASH if r.max_tokens is None else str(r.max_tokens), r.matrix_id,
+         r.submitted_at, str(len(r.values)),
          f"{r.median_tok_per_s:.2f} {pct(r.spread)}",
          DASH if r.speedup is None else f"{r.speedup:.2f}x" + (" LOOP" if r.loop else ""),
          change_text(r.change) + _differs_text(r))
         for r in rows
     )
-    headers = ("target", "matrix", "submitted (UTC)", "n", "median tok/s", "speed-up",
-               "change vs previous")
+    headers = ("target", "max tok", "matrix", "submitted (UTC)", "n", "median tok/s",
+               "speed-up", "change vs previous")
     shown = () if of_total is None else (
         f"Showing the {len(rows)} of {counted(of_total, 'point')} that changed.",)
-    return Grid(title, headers, lines, (*shown, test_note(factor)), left_cols=3)
+    return Grid(title, headers, lines, (*shown, HISTORY_LIMITS_NOTE, test_note(factor)),
+                left_cols=4)
+
+
+# Under the history table: a series is a target and a token limit.
+HISTORY_LIMITS_NOTE = ("max tok = the runs' new-token limit: each point is compared with the "
+                       "previous one of its target and limit (tok/s depends on the reply's "
+                       "length).")
 
 
 def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",

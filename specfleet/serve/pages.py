@@ -273,11 +273,14 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
     if as_json:
         return {"title": title, "last": last,
                 "points": json.loads(render_history(rows, title, "json"))}
-    by_target = defaultdict(list)
+    by_series = defaultdict(list)  # a target and a token limit, as the table's series
     for row in rows:
-        by_target[row.target].append(row)
-    plots = [(t, svg.history_plot(r), svg.history_plot(r, speedup=True))
-             for t, r in by_target.items()]
+        by_series[(row.target, row.max_tokens)].append(row)
+    limits = defaultdict(set)
+    for target, limit in by_series:
+        limits[target].add(limit)
+    plots = [(f"{t}, {limit} new tokens" if len(limits[t]) > 1 else t, svg.history_plot(r),
+              svg.history_plot(r, speedup=True)) for (t, limit), r in by_series.items()]
     query = {"model": model, "prompt": prompt, "arm": arm, **({"target": target} if target else {})}
     return {"title": title, "plots": plots, "table": history_grid(rows, title), "rows": rows,
             "last": last, "all_href": "/history?" + urlencode({**query, "last": "all"})}

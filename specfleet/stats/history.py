@@ -41,12 +41,14 @@ class HistoryRow:
     change: ChangeTest | None  # against the previous point on the same target
     differs: tuple[str, ...] = ()  # provenance that differs from the previous point
     throttled: bool = False  # a run of this point ran on a throttled host
+    max_tokens: int | None = None  # the runs' new-token limit: a series is one target and limit
 
 
 def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
                  factor: float = DEFAULT_FACTOR) -> list[HistoryRow]:
-    """Every matrix's measurement of one cell, per target in time order, with the change
-    from the previous point.
+    """Every matrix's measurement of one cell, per target and new-token limit in time order,
+    with the change from the previous point of that series (tok/s depends on the reply's
+    length: a 48-token point between two 256-token ones hid their slow-down).
 
     Args:
         runs: the cell's done runs and its plain partner's (`arm` and "plain"), any matrix.
@@ -55,17 +57,24 @@ def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
         factor: asv's `--factor`: a change must also be beyond this ratio either way.
 
     Returns:
-        One row per (target, matrix) that has runs of `arm`; empty when there are none.
+        One row per (target, limit, matrix) that has runs of `arm`, a series' rows together
+        (targets in the order met, each one's limits smallest first); empty when there are
+        none.
     """
-    groups: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    Series = tuple[str, int | None]
+    groups: dict[tuple[Series, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if run.matrix_id is not None:
-            groups[(target_label(run), run.matrix_id)][run.arm].append(run)
+            series = (target_label(run), getattr(run, "max_tokens", None))
+            groups[(series, run.matrix_id)][run.arm].append(run)
     groups = {k: v for k, v in groups.items() if v.get(arm)}
     when = submitted
     out: list[HistoryRow] = []
-    for label in dict.fromkeys(t for t, _ in groups):
-        keys = sorted((k for k in groups if k[0] == label), key=lambda k: (when[k[1]], k[1]))
+    labels = list(dict.fromkeys(label for (label, _), _ in groups))
+    ordered = sorted(dict.fromkeys(s for s, _ in groups),
+                     key=lambda s: (labels.index(s[0]), s[1] is not None, s[1] or 0))
+    for series in ordered:
+        keys = sorted((k for k in groups if k[0] == series), key=lambda k: (when[k[1]], k[1]))
         points = [(k[1], [r.tok_per_s for r in groups[k][arm]]) for k in keys]
         changes = [None] + [step.change for step in history_changes(points, factor)]
         previous, of = None, memo()
@@ -73,26 +82,27 @@ def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
             differs = (tuple(differences(groups[previous][arm], groups[key][arm], of)
                              + host_state(groups[previous][arm], groups[key][arm]))
                        if previous else ())
-            out.append(_history_row(label, key[1], when[key[1]], groups[key], arm, change,
+            out.append(_history_row(series, key[1], when[key[1]], groups[key], arm, change,
                                     differs))
             previous = key
     return out
 
 
-def _history_row(label, matrix_id, submitted_at, arms, arm, change, differs) -> HistoryRow:
+def _history_row(series, matrix_id, submitted_at, arms, arm, change, differs) -> HistoryRow:
     values = tuple(r.tok_per_s for r in arms[arm])
     median = statistics.median(values)
     plain = statistics.median([r.tok_per_s for r in arms.get("plain", [])] or [0.0])
     # As in the matrix tables (`cells.speedups`): a speed-up loops when the arm's replies or
     # its plain partner's do (docs/trust.md, "Looping replies").
     loop = any(_loops(arms.get(side, [])) for side in {arm, "plain"})
+    label, limit = series
     return HistoryRow(
         target=label, matrix_id=matrix_id, submitted_at=submitted_at.strftime("%Y-%m-%d %H:%M"),
         values=values, median_tok_per_s=median, spread=relative_spread(values),
         # No plain run, or one timed at 0 tok/s, gives no speed-up (a ZeroDivisionError).
         speedup=median / plain if plain and arm != "plain" else None,
         loop=loop, change=change, differs=differs,
-        throttled=any(getattr(r, "throttled", False) for r in arms[arm]),
+        throttled=any(getattr(r, "throttled", False) for r in arms[arm]), max_tokens=limit,
     )
 
 
@@ -101,10 +111,10 @@ def _loops(runs: list) -> bool:
 
 
 def history_regressions(rows: list[HistoryRow]) -> list[HistoryRow]:
-    """The newest point of each target when it is a significant slow-down from the point
-    before and differs from it in nothing but code version (an older dip, since recovered,
-    does not fail a check forever)."""
-    newest = {row.target: row for row in rows}
+    """The newest point of each series (target and token limit) when it is a significant
+    slow-down from the point before and differs from it in nothing but code version (an
+    older dip, since recovered, does not fail a check forever)."""
+    newest = {(row.target, row.max_tokens): row for row in rows}
     return [row for row in newest.values() if row.change is not None and row.change.changed
             and row.change.ratio < 1.0 and not row.differs]
 

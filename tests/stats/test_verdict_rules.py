@@ -43,3 +43,29 @@ def test_history_fails_on_a_slow_down_only_where_nothing_but_the_code_differs() 
     assert same.change is not None and same.change.verdict == "slower"
     assert weights.change is not None and weights.change.verdict == "slower"
     assert history_regressions([same, weights]) == [same]
+
+
+def test_history_compares_a_point_with_the_previous_one_of_its_token_limit() -> None:
+    # A 48-token point between two 256-token ones hid their 30% slow-down: each was compared
+    # with its neighbour in time ("differs in token limit"), and `history` exited 0.
+    from datetime import datetime
+    from types import SimpleNamespace
+
+    from specfleet.stats.history import history_rows
+
+    def matrix(matrix_id: str, limit: int, plain: float, graded: float) -> list:
+        return [SimpleNamespace(host="h", engine="torch", device="cpu", matrix_id=matrix_id,
+                                arm=arm, tok_per_s=rate + i * 0.1, max_tokens=limit,
+                                loop_share=0.0, engine_config={}, versions={},
+                                weights_hash="w", prompt_hash="p", host_fingerprint="f",
+                                conditions=None)
+                for arm, rate in (("plain", plain), ("graded", graded)) for i in range(3)]
+
+    runs = (matrix("a", 256, 10.0, 20.0) + matrix("b", 48, 8.0, 17.0)
+            + matrix("c", 256, 10.0, 14.0))
+    when = {m: datetime(2026, 12, 1 + i) for i, m in enumerate("abc")}
+    rows = history_rows(runs, "graded", when)
+    assert [(r.max_tokens, r.matrix_id) for r in rows] == [(48, "b"), (256, "a"), (256, "c")]
+    [newest] = history_regressions(rows)
+    assert (newest.matrix_id, newest.max_tokens, round(newest.change.ratio, 2)) == ("c", 256, 0.7)
+    assert newest.differs == ()  # within its series the limit never differs
