@@ -131,8 +131,8 @@ def history(
     regressions = history_regressions(rows)
     if regressions and fail_on == "regression":
         # A regression always has a change; the filter only narrows it for the type checker.
-        where = ", ".join(f"{r.target} {r.matrix_id} {r.change.ratio:.2f}x" for r in regressions
-                          if r.change is not None)
+        where = ", ".join(f"{r.target} ({r.max_tokens} tokens) {r.matrix_id} "
+                          f"{r.change.ratio:.2f}x" for r in regressions if r.change is not None)
         typer.echo(f"history: regression at {where}", err=True)
         raise typer.Exit(1)
 
