@@ -17,7 +17,7 @@ from specfleet.report.build import load_matrix
 from specfleet.report.coverage import Coverage, cell_keys
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.results import check_choices, check_not_blank, check_stored_values
-from specfleet.report.tables import DASH, interval_text, pct
+from specfleet.report.tables import DASH, interval_text, pct, ratio_text
 from specfleet.settings import host_name_problem
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
 from specfleet.stats.history import (
@@ -115,7 +115,7 @@ def change_text(change: ChangeTest | None) -> str:
     if interval is None:
         return f"{no_verdict_text(min(change.n_before, change.n_after))} {change.ratio:.2f}x"
     verdict = "CHANGED" if change.changed else "within noise"
-    return (f"{verdict} {change.ratio:.2f}x "
+    return (f"{verdict} {ratio_text(change.ratio, change.changed)} "
             f"({interval_text(interval.low, interval.high, interval.coverage)})")
 
 

@@ -42,9 +42,25 @@ def pct(value: float | None) -> str:
     return DASH if value is None else f"±{value * 100:.1f}%"
 
 
+def _places(*ratios: float, off_one: bool) -> int:
+    """Decimals for ratios: 2, or where a verdict says they are not 1x (`off_one`) as many as
+    keep each from reading 1.00, up to five."""
+    for places in range(2, 5):
+        if not off_one or all(f"{r:.{places}f}" != f"{1:.{places}f}" for r in ratios):
+            return places
+    return 5
+
+
+def ratio_text(ratio: float, off_one: bool = False) -> str:
+    """`1.39x`; with `off_one` (a verdict says it is not 1x) never `1.00x` (`0.996x loss`)."""
+    return f"{ratio:.{_places(ratio, off_one=off_one)}f}x"
+
+
 def interval_text(low: float, high: float, coverage: float) -> str:
-    """`90% interval 0.89-1.21x`: a ratio's interval and its exact coverage."""
-    return f"{coverage:.0%} interval {low:.2f}-{high:.2f}x"
+    """`90% interval 0.89-1.21x`: a ratio's interval and its exact coverage; one that
+    excludes 1x never reads as if it held it (`0.994-0.998x`, not `0.99-1.00x`)."""
+    places = _places(low, high, off_one=low > 1.0 or high < 1.0)
+    return f"{coverage:.0%} interval {low:.{places}f}-{high:.{places}f}x"
 
 
 def speedup_text(cell: CellView | None) -> str:
@@ -55,7 +71,8 @@ def speedup_text(cell: CellView | None) -> str:
         return f"1.00x {spread_text(cell)}" + _throttled(cell)
     if cell.speedup is None:
         return DASH
-    parts = [f"{cell.speedup:.2f}x", spread_text(cell), *verdict_marks(cell)]
+    parts = [ratio_text(cell.speedup, cell.verdict in ("gain", "loss")), spread_text(cell),
+             *verdict_marks(cell)]
     if cell.parity:
         parts.append("=" if cell.parity == "identical" else "≠")
     return " ".join(parts)

@@ -195,3 +195,24 @@ def test_matrix_without_done_runs(store) -> None:
     store.create_matrix("pending", {}, [spec], matrix_id="pending-000009")
     assert "no done runs yet" in render_matrix(store, "pending-000009")
     assert json.loads(render_matrix(store, "pending-000009", fmt="json"))["cells"] == []
+
+
+def test_a_gain_or_loss_never_reads_as_1_00x() -> None:
+    # Plain 100/100.1/100.2 against 99.6/99.7/99.75 read "1.00x ±0.2% loss", its interval
+    # "0.99-1.00x": the verdict was right (0.994-0.9975x), the display hid it.
+    from specfleet.report.history import change_text
+    from specfleet.report.tables import interval_text
+    from specfleet.stats.changes import detect_change
+    from specfleet.stats.view import view_of_runs
+
+    rows = [SimpleNamespace(host="h", engine="torch", device="cpu", model="m", prompt_name="p",
+                            arm=arm, repeat=i, tok_per_s=rate, status="done", loop_share=0.0)
+            for arm, rates in (("plain", (100.0, 100.1, 100.2)), ("graded", (99.6, 99.7, 99.75)))
+            for i, rate in enumerate(rates)]
+    cell = view_of_runs("x", "x", rows).cell("h/torch/cpu", "m", "p", "graded")
+    assert cell is not None and cell.verdict == "loss"
+    assert speedup_text(cell).startswith("0.996x ±0.2% loss")
+    assert interval_text(cell.speedup_low, cell.speedup_high, 0.9) == "90% interval 0.994-0.998x"
+    assert interval_text(0.89, 1.21, 0.9) == "90% interval 0.89-1.21x"  # holds 1: as it was
+    change = detect_change([100.0, 100.1, 100.2], [99.6, 99.7, 99.75])
+    assert change_text(change).startswith("CHANGED 0.996x (90% interval 0.994-0.998x)")
