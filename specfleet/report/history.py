@@ -107,14 +107,17 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
 
 
 def change_text(change: ChangeTest | None) -> str:
-    """`CHANGED 0.80x (90% interval 0.78-0.82x)`, `within noise ...`, or `n=1, no verdict
-    1.54x`."""
+    """`CHANGED 0.80x (90% interval 0.78-0.82x)`, `within noise ...`, `within --factor ...`
+    (beyond noise, inside the factor), or `n=1, no verdict 1.54x`."""
     if change is None:
         return DASH
     interval = change.interval
     if interval is None:
         return f"{no_verdict_text(min(change.n_before, change.n_after))} {change.ratio:.2f}x"
-    verdict = "CHANGED" if change.changed else "within noise"
+    beyond_noise = interval.low > 1.0 or interval.high < 1.0
+    # Beyond noise but inside --factor: not "within noise", which its interval would belie.
+    verdict = ("CHANGED" if change.changed else "within --factor" if beyond_noise
+               else "within noise")
     return (f"{verdict} {ratio_text(change.ratio, change.changed)} "
             f"({interval_text(interval.low, interval.high, interval.coverage)})")
 

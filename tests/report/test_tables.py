@@ -216,3 +216,14 @@ def test_a_gain_or_loss_never_reads_as_1_00x() -> None:
     assert interval_text(0.89, 1.21, 0.9) == "90% interval 0.89-1.21x"  # holds 1: as it was
     change = detect_change([100.0, 100.1, 100.2], [99.6, 99.7, 99.75])
     assert change_text(change).startswith("CHANGED 0.996x (90% interval 0.994-0.998x)")
+
+
+def test_a_change_beyond_noise_but_inside_the_factor_says_so() -> None:
+    # With --factor 1.5 a 0.70x change (interval 0.69-0.71x) read "within noise".
+    from specfleet.report.history import change_text
+    from specfleet.stats.changes import detect_change
+
+    inside = detect_change([20.0, 20.1, 19.9], [14.0, 14.1, 13.9], factor=1.5)
+    assert change_text(inside).startswith("within --factor 0.70x (90% interval 0.69-0.71x)")
+    noise = detect_change([20.0, 20.1, 19.9], [20.05, 19.95, 20.2], factor=1.5)
+    assert change_text(noise).startswith("within noise ")
