@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal, get_args
@@ -154,8 +155,9 @@ def _check_costs(costs: tuple[float, ...]) -> None:
             "(measure one with `specfleet calibrate --store`)",
             "costs",
         )
-    if not all(c > 0 for c in costs):
-        raise ConfigError(f"width costs must all be positive, got {costs}", "costs")
+    if not all(math.isfinite(c) and c > 0 for c in costs):  # inf: past it every width is NaN
+        raise ConfigError(f"width costs must all be positive finite numbers, got {costs}",
+                          "costs")
 
 
 def default_max_draft(policy: str) -> int:

@@ -286,6 +286,9 @@ def test_config_needs_a_positive_table_for_the_calibrated_policy():
         PromptLookupConfig(policy="calibrated").validate()
     with pytest.raises(ConfigError, match="positive"):
         calibrated(costs=(1.0, 0.0)).validate()
+    for endless in (float("inf"), float("nan")):  # past `inf, inf` every width cost NaN
+        with pytest.raises(ConfigError, match="positive finite"):
+            calibrated(costs=(1.0, endless)).validate()
     # Non-adaptive mode ignores the policy (spec 10), so no table is needed there.
     PromptLookupConfig(policy="calibrated", adaptive=False).validate()
     assert isinstance(make_governor(calibrated()), CalibratedGovernor)
