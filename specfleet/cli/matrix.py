@@ -289,6 +289,8 @@ def _write_report(store, matrix_id: str, report_dir: Path) -> None:
 
     files = write_record(store, matrix_id, report_dir / matrix_id)
     typer.echo(f"report: {files.markdown}", err=True)
+    if note := files.glyphs_note():  # one line, not matplotlib's warning per glyph and draw
+        typer.echo(note, err=True)
 
 
 @app.command("resume")

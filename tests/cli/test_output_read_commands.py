@@ -205,6 +205,22 @@ def test_a_record_says_its_missing_glyphs_once_and_warns_nothing(db_path, tmp_pa
     assert _png_width(tmp_path / "plain" / "speedup-mac1-mlx-metal.png") > 0
 
 
+def test_matrix_run_s_record_says_its_missing_glyphs_as_report_does(db_path, tmp_path,
+                                                                     capsys) -> None:
+    # `matrix run --report-dir` gathered matplotlib's warnings but said nothing of them.
+    from matplotlib import font_manager
+
+    from specfleet.cli.matrix import _write_report
+
+    if {f.name for f in font_manager.fontManager.ttflist} & set(FALLBACK_FONTS):
+        pytest.skip("a font here draws every glyph of the seeded names")
+    with open_store(str(db_path)) as store:
+        _write_report(store, MAIN, tmp_path)
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        "note: no installed font draws 日 本 語: the plots show boxes for them (the markdown "
+        "has every name whole)"]
+
+
 def test_a_record_is_written_in_an_ascii_locale(db_path, tmp_path) -> None:
     # A Latin-1 or ASCII locale made write_text fail on the tables' "–": a traceback.
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
