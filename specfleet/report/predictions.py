@@ -341,9 +341,15 @@ def check_counters(runs: Sequence) -> tuple[list[str], int]:
     return mismatches, earlier
 
 
+def _policy_runs(arms: dict[str, list], policy: str) -> list:
+    """The runs that ran `policy`: its own arm's, else an `auto` arm's that resolved to it
+    (`bench --arms plain,auto` measured graded, or gated on CUDA)."""
+    return arms.get(policy) or [r for r in arms.get("auto", []) if r.resolved_policy == policy]
+
+
 def _policy_config(policy: Policy, arms: dict[str, list], costs: Sequence[float]):
     """The policy's config: a stored arm's own options when the matrix ran it."""
-    for run in arms.get(policy, []):
+    for run in _policy_runs(arms, policy):
         lookup = stored_lookup(run)
         if lookup is not None:
             return replace(lookup, adaptive=True, policy=policy, costs=tuple(costs))
@@ -359,7 +365,7 @@ def _prefill_steps(plain_runs: Sequence) -> float:
 
 def _measured(arms: dict[str, list], policy: str) -> float | None:
     plain = [r.tok_per_s for r in arms.get("plain", []) if r.tok_per_s]
-    mine = [r.tok_per_s for r in arms.get(policy, []) if r.tok_per_s]
+    mine = [r.tok_per_s for r in _policy_runs(arms, policy) if r.tok_per_s]
     if not plain or not mine:
         return None
     return statistics.median(mine) / statistics.median(plain)
