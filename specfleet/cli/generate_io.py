@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import typer
 
 from specfleet.errors import UserError
+from specfleet.jobs.spec_files import without_final_newline
 from specfleet.userfiles import STDIN, given_path, read_stream, read_text, standard_input
 
 _INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are not all in yet
@@ -23,7 +24,8 @@ _INCOMPLETE = "\ufffd"  # a tokenizer's stand-in for a character whose bytes are
 
 def read_prompt(prompt: str | None, prompt_file: str | None,
                 stdin: BinaryIO | None = None) -> str:
-    """The prompt text from `--prompt` or `--prompt-file` (exactly one, not empty).
+    """The prompt text from `--prompt` or `--prompt-file` (exactly one, not empty); one read
+    from a file or standard input without its final line break, as a matrix reads it.
 
     Args:
         prompt: `--prompt` text; `-` reads standard input.
@@ -38,9 +40,10 @@ def read_prompt(prompt: str | None, prompt_file: str | None,
                         "with --prompt or a file with --prompt-file")
     flag = "--prompt-file" if prompt_file is not None else "--prompt"
     if prompt == STDIN or prompt_file == STDIN:
-        prompt = read_stream(stdin or standard_input(), f"{flag} {STDIN}", "UTF-8 text")
+        prompt = without_final_newline(
+            read_stream(stdin or standard_input(), f"{flag} {STDIN}", "UTF-8 text"))
     elif prompt_file is not None:
-        prompt = _read_prompt_file(prompt_file)
+        prompt = without_final_newline(_read_prompt_file(prompt_file))
     if prompt is None:
         raise UserError("--prompt: give the prompt text with --prompt/-p or --prompt-file "
                         "(- reads standard input)")

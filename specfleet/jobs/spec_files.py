@@ -29,8 +29,15 @@ from specfleet.userfiles import given_path, read_text, read_yaml
 
 
 def read_prompt_text(path: Path) -> str:
-    """A prompt file's text without its final newline (editors add one; it is no content)."""
-    return read_text(path, str(path), expected="a prompt text file").rstrip("\r\n")
+    """A prompt file's text without its final newline (`without_final_newline`)."""
+    return without_final_newline(read_text(path, str(path), expected="a prompt text file"))
+
+
+def without_final_newline(text: str) -> str:
+    """A prompt read from a file or a pipe, without the line breaks that end it: editors and
+    `echo` add one, and it is no content (`generate --prompt-file story` and a matrix's
+    `story` tokenize alike)."""
+    return text.rstrip("\r\n")
 
 
 def load_matrix_spec(path: str | Path, prompt_dir: str | Path | None = None) -> MatrixSpec:

@@ -9,18 +9,24 @@ from pathlib import Path
 import pytest
 
 from specfleet.cli.generate_io import ReplyStream, read_prompt
-from specfleet.configs import prompts_dir
+from specfleet.configs import packaged_names, prompts_dir
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.loop import generate
 from specfleet.engine.runners.toy import InductionModel
 from specfleet.errors import UserError
+from specfleet.jobs.spec_files import read_prompt_text
 
 
 def test_prompt_from_stdin_file_or_packaged_name(tmp_path: Path, monkeypatch) -> None:
-    assert read_prompt("-", None, io.BytesIO(b"from stdin\n")) == "from stdin\n"
-    assert read_prompt(None, "-", io.BytesIO(b"piped")) == "piped"
+    # Read from a file or a pipe, the final line break is dropped, as a matrix drops it:
+    # `generate --prompt-file edit_fn` ran 241 tokens where `bench -p edit_fn` ran 240.
+    assert read_prompt("-", None, io.BytesIO(b"from stdin\n")) == "from stdin"
+    assert read_prompt(None, "-", io.BytesIO(b"piped\r\n")) == "piped"
+    assert read_prompt("as typed\n", None) == "as typed\n"
     monkeypatch.chdir(tmp_path)
-    assert read_prompt(None, "story") == (prompts_dir() / "story.txt").read_text()
+    for name in packaged_names(prompts_dir()):
+        assert read_prompt(None, name) == read_prompt_text(prompts_dir() / f"{name}.txt")
+    assert read_prompt(None, "story") == (prompts_dir() / "story.txt").read_text().rstrip("\n")
     (tmp_path / "story").write_text("mine")  # a file in the working folder wins
     assert read_prompt(None, "story") == "mine"
     with pytest.raises(UserError, match=r"^--prompt-file: the prompt is empty"):
