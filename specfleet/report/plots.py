@@ -13,6 +13,7 @@ import numpy as np
 
 from specfleet.engine.peers import PEER_KINDS
 from specfleet.engine.policies import POLICIES
+from specfleet.report.tables import ratio_text
 from specfleet.stats.interval import MIN_REPEATS
 from specfleet.stats.view import PLAIN, MatrixView
 
@@ -93,7 +94,8 @@ def _marks(cell) -> str:
 
 def cell_label(cell) -> str:
     """A heatmap cell's text: `1.50x` over its marks (`n=1 ! ≠`)."""
-    return f"{cell.speedup:.2f}x\n{_marks(cell)}".strip()
+    off_one = cell.verdict in ("gain", "loss")  # as the tables: a loss never reads 1.00x
+    return f"{ratio_text(cell.speedup, off_one)}\n{_marks(cell)}".strip()
 
 
 def heat_legend(cells) -> str:

@@ -279,3 +279,17 @@ def test_two_targets_whose_names_slug_alike_get_plot_files_of_their_own(tmp_path
     assert [f.name for f in files[::2]] == ["speedup-a-b-torch-cpu.png",
                                             "speedup-a-b-torch-cpu-2.png",
                                             "speedup-c-torch-cpu.png"]
+
+
+def test_a_heatmap_cell_of_a_loss_never_reads_1_00x():
+    # As the tables: a 0.996x loss read "1.00x ▼" on the heatmap.
+    from types import SimpleNamespace
+
+    from specfleet.report.plots import cell_label
+
+    def cell(ratio, verdict):
+        return SimpleNamespace(speedup=ratio, verdict=verdict, no_verdict_n=None,
+                               spread_flag=False, loop=False, throttled=False, parity=None)
+
+    assert cell_label(cell(0.9964, "loss")) == "0.996x\n▼"
+    assert cell_label(cell(0.9964, "within noise")) == "1.00x\n~"
