@@ -57,10 +57,16 @@ def _split(values: list[str] | None) -> list[str] | None:
     """`--arm plain,auto` as `--arm plain --arm auto` (as `bench` reads its lists)."""
     if values is None:
         return None
-    pieces = [piece.strip() for value in values for piece in value.split(",")]
-    if "" in pieces:
-        raise typer.BadParameter(f"{','.join(values)!r} holds an empty name; expected NAME or "
-                                 "NAME,NAME,...")
+    pieces = []
+    for value in values:
+        if "," not in value:  # as given: a blank one is refused as blank, where it is read
+            pieces.append(value)
+            continue
+        parts = [part.strip() for part in value.split(",")]
+        if "" in parts:
+            raise typer.BadParameter(f"{value!r} holds an empty name; expected NAME or "
+                                     "NAME,NAME,...")
+        pieces += parts
     return pieces
 
 
