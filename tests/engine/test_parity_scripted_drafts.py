@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-import torch
 
 from specfleet.engine import loop
 from specfleet.engine.config import PromptLookupConfig
@@ -95,12 +94,7 @@ class WithEos:
         return getattr(self._runner, name)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _scripted(monkeypatch, runner, prompt: list[int], truth: list[int], script: Script,

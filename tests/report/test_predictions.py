@@ -36,10 +36,15 @@ def db(tmp_path_factory) -> str:
                 prompt_text=text, arm=arm, max_tokens=60)
         for prompt, text in PROMPTS.items() for arm in ARMS
     ]
-    lock = str(tmp_path_factory.mktemp("lock") / "run.lock")
+    return run_by_a_worker(path, "replay", specs, str(tmp_path_factory.mktemp("lock")))
+
+
+def run_by_a_worker(path: str, name: str, specs: list[RunSpec], lock_dir: str) -> str:
+    """A matrix of `specs` run one by one by a real worker on host box1, stored in `path`."""
+    lock = f"{lock_dir}/run.lock"
     worker = HostWorker(info=detect_host("box1"), sample_period_s=0.05, run_lock_path=lock)
     with open_store(path) as store:
-        matrix_id = store.create_matrix("replay", {}, specs)
+        matrix_id = store.create_matrix(name, {}, specs)
         try:
             for spec in specs:
                 store.record_result(worker.run(spec.model_copy(update={"matrix_id": matrix_id})))

@@ -65,13 +65,7 @@ REPLY_TOKENS = 40
 BLOCK = 12  # wider than the sliding window (8)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded, and the box is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def copy_heavy_prompt(runner: TorchRunner, seed: int) -> list[int]:
