@@ -247,7 +247,8 @@ def runs_page(store, matrix_id: str, page: int = 1, as_json: bool = False) -> di
     shown = store.runs(matrix=matrix_id, limit=RUNS_PER_PAGE, offset=(page - 1) * RUNS_PER_PAGE)
     records = [_run_record(r) for r in shown]
     if as_json:
-        return {"matrix_id": matrix_id, "page": page, "pages": pages, "runs": records}
+        return {"matrix_id": matrix_id, "page": page, "pages": pages, "total": total,
+                "runs": records}
     return {"matrix": matrix, "runs": records, "page": page, "pages": pages, "total": total}
 
 
@@ -277,8 +278,8 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
     for row in rows:
         by_series[(row.target, row.max_tokens)].append(row)
     limits = defaultdict(set)
-    for target, limit in by_series:
-        limits[target].add(limit)
+    for series_target, limit in by_series:  # not `target`: the link below keeps the query's
+        limits[series_target].add(limit)
     plots = [(f"{t}, {limit} new tokens" if len(limits[t]) > 1 else t, svg.history_plot(r),
               svg.history_plot(r, speedup=True)) for (t, limit), r in by_series.items()]
     query = {"model": model, "prompt": prompt, "arm": arm, **({"target": target} if target else {})}

@@ -14,6 +14,7 @@ from specfleet.report.tables import interval_text, speedup_text
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 CELL_W, CELL_H, LABEL_W, HEAD_H = 190, 34, 230, 28
+COLUMN_CHARS = 40  # a longer prompt name heads its column cut, whole on hover
 PLOT_W, PLOT_H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 240, 64, 16, 16, 54
 
 
@@ -36,7 +37,7 @@ class Heatmap:
     cell_w: int
     width: int
     height: int
-    columns: tuple[tuple[int, str], ...]  # (x, prompt)
+    columns: tuple[tuple[int, str, str], ...]  # (x, prompt as shown, prompt)
     rows: tuple[tuple[int, str], ...]  # (y, "model · arm")
     cells: tuple[HeatCell, ...]
 
@@ -77,6 +78,10 @@ def heatmap(view: MatrixView, target: str, href) -> Heatmap:
     texts = [speedup_text(c) for c in view.cells if c.target == target and c.rates]
     # Wide enough for the longest cell text (12.5 px monospace is ~7.6 px a character).
     cell_w = max(CELL_W, 8 * max((len(t) for t in texts), default=0) + 16)
+    # ... and for its prompt's name, up to COLUMN_CHARS: a longer one ran over its
+    # neighbours' and past the heatmap's right edge.
+    longest_prompt = max((len(p) for p in view.prompts), default=0)
+    cell_w = max(cell_w, 8 * min(longest_prompt, COLUMN_CHARS) + 16)
     rows_found = [(model, arm, [view.cell(target, model, p, arm) for p in view.prompts])
                   for model in view.models for arm in view.arms]
     shown = [row for row in rows_found if any(c is not None for c in row[2])]
@@ -96,7 +101,9 @@ def heatmap(view: MatrixView, target: str, href) -> Heatmap:
                 key="|".join((cell.target, cell.model, cell.prompt, cell.arm)),
                 speedup=cell.speedup, loop=cell.loop,
             ))
-    columns = tuple((label_w + i * cell_w, p) for i, p in enumerate(view.prompts))
+    fits = (cell_w - 16) // 8
+    columns = tuple((label_w + i * cell_w, p if len(p) <= fits else p[:fits - 1] + "…", p)
+                    for i, p in enumerate(view.prompts))
     return Heatmap(target, cell_w, label_w + cell_w * len(view.prompts) + 2,
                    HEAD_H + CELL_H * len(rows) + 2, columns, tuple(rows), tuple(cells))
 
