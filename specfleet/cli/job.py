@@ -187,10 +187,12 @@ def _refuse_overruns(job: Any, label: str, limit_given: bool) -> None:
         prompt = job.prompts[i]
         where = ("the line's" if prompt.max_tokens else
                  "--max-tokens" if limit_given else "the default of --max-tokens")
+        # A prompt that fills the context alone: no max_tokens (at least 1) makes it fit.
+        fix = (f"a prompt under {context} tokens" if tokens >= context else
+               "a shorter prompt or a smaller max_tokens")
         raise UserError(f"{label}: prompt {prompt.name!r}: {tokens} tokens before any chat "
                         f"template and max_tokens {limit} ({where}) pass the context of "
-                        f"{job.model} ({context} tokens); expected a shorter prompt or a "
-                        "smaller max_tokens")
+                        f"{job.model} ({context} tokens); expected {fix}")
 
 
 def _job_name(prompts: str) -> str:

@@ -172,9 +172,10 @@ def _error_text(root: type[BaseModel], error: ErrorDetails) -> str:
                 f"{describe_value(value)} ({len(value)} characters)")
     if kind in ("too_short", "string_too_short"):
         return "must not be empty"
-    if kind == "string_pattern_mismatch":
-        return (f"use letters, digits, '_', '-' and '.' only, starting with a letter or digit, "
-                f"got {describe_value(value)}")
+    if kind == "string_pattern_mismatch":  # NAME_PATTERN: 'ü' or '名' is a letter, yet refused
+        letters = "letters" if str(value).isascii() else "ASCII letters (A-Z, a-z)"
+        return (f"use {letters}, digits, '_', '-' and '.' only, starting with a letter or "
+                f"digit, got {describe_value(value)}")
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
     return str(error["msg"])
