@@ -43,6 +43,7 @@ from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.engine.config import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, options_for
 from specfleet.engine.kinds import ENGINES, Engine, choices_text
 from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.settings import host_name_problem
 from specfleet.store.leases import new_driver_id
@@ -215,9 +216,10 @@ def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str)
 def _print_outputs(store, job_id: str) -> None:
     for row in store.runs(job=job_id):
         if row.status != "done":
-            typer.echo(f"== {row.prompt_name}: {row.status}: {row.error or ''}")
+            typer.echo(f"== {row.prompt_name}: {row.status}"
+                       + (f": {row.error}" if row.error else ""))
             continue
-        typer.echo(f"== {row.prompt_name}: {row.generated_tokens} tokens, "
+        typer.echo(f"== {row.prompt_name}: {counted(row.generated_tokens or 0, 'token')}, "
                    f"{row.tok_per_s or 0:.1f} tok/s ({row.resolved_policy})")
         typer.echo(row.output_text or "")
 

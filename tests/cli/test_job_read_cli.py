@@ -63,7 +63,7 @@ def test_job_show_prints_the_replies_then_the_job(tmp_path: Path) -> None:
                                "spark1/torch/cuda m1; submitted ")
     assert ", finished " in lines[4]
     cut = _invoke("job", "show", dead, "--db", url).stdout.splitlines()
-    assert cut[0] == "== edit_fn: interrupted: "
+    assert cut[0] == "== edit_fn: interrupted"  # no ": " before an error it has not
     assert cut[1].startswith(f"job {dead} (night): interrupted; 1 interrupted; ")
 
 
