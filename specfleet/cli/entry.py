@@ -63,6 +63,7 @@ def main() -> None:
                 signal.signal(stopping, _terminate)
         if sys.stdout is None:  # started with `>&-`: every line would vanish, exit status 0
             _fail("standard output is closed; expected it open (`> /dev/null` discards it)")
+        _escape_what_cannot_be_encoded()
         from specfleet.cli.main import app
     except KeyboardInterrupt:
         _fail("interrupted", INTERRUPTED_EXIT)
@@ -83,6 +84,17 @@ def main() -> None:
         # embedded fleet, ~0.5 s). A second Ctrl-C there would print its traceback.
         for stopping in (signal.SIGINT, *stopping_signals()):
             signal.signal(stopping, signal.SIG_IGN)
+
+
+def _escape_what_cannot_be_encoded() -> None:
+    """A reply's emoji on a stream that cannot encode it (`PYTHONIOENCODING=latin-1`) is
+    written as `\\U0001f600`, not a UnicodeEncodeError traceback half-way through the output."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if reconfigure is not None and encoding != "utf8":
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
 
 
 def _stdout_failed(err: OSError) -> bool:

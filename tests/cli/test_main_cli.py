@@ -292,3 +292,19 @@ def test_a_stop_that_lands_in_a_finalizer_still_stops_the_command() -> None:
     done = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True,
                           text=True, timeout=30)
     assert (done.returncode, done.stderr) == (INTERRUPTED_EXIT, "went on\ninterrupted\n")
+
+
+def test_a_reply_a_stream_cannot_encode_is_escaped_not_a_traceback(tmp_path) -> None:
+    # PYTHONIOENCODING=latin-1 and an emoji in a stored name: a UnicodeEncodeError traceback.
+    from specfleet.store import open_store
+    from tests.store.factory import grid
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        store.create_matrix("smile", {}, [r.model_copy(update={"prompt_name": "p😀"})
+                                          for r in grid(repeats=1)])
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+    done = subprocess.run(_entry("results", "--db", url, "-o", "csv"), env=env,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == b"", done.stderr.decode(errors="replace")
+    assert b"p\\U0001f600" in done.stdout
