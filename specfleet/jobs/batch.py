@@ -92,7 +92,9 @@ def read_prompt_lines(path: str | Path) -> list[GeneratePrompt]:
         label = f"--prompts {STDIN}"
         text = read_stream(standard_input(), label, expected)
     else:
-        text = read_text(given_path(label, "--prompts", expected), label, expected=expected)
+        # A pipe (`<(jq ...)`) is refused as every file here is: say how to pipe one.
+        in_file = f"{expected} (or - to read standard input)"
+        text = read_text(given_path(label, "--prompts", in_file), label, expected=in_file)
     # A line ends at "\n" only: a JSON string may hold U+2028 or U+0085 raw (splitlines).
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():

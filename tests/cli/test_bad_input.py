@@ -634,7 +634,8 @@ NAMED = {
     "job generate: --prompts a named pipe": (
         {}, files(b__jsonl="fifo"), ["job", "generate", "--prompts", "{here}/b.jsonl",
                                      "--target", "h/toy", "--db", "{db}"],
-        [f"{{here}}/b.jsonl: {PIPE} JSONL file"]),
+        [f"{{here}}/b.jsonl: {PIPE} JSONL file, one {{\"prompt\": ...}} a line (or - to read "
+         "standard input)"]),
     "job generate: --prompts a binary file": (
         {}, files(b__jsonl="\x89PNG\xff\x00"), ["job", "generate", "--prompts",
                                                  "{here}/b.jsonl", "--target", "h/toy",
