@@ -157,7 +157,9 @@ def runs_grid(runs: list) -> Grid:
             f"{decode:.2f}" if run.status == "done" else DASH,
             str(run.generated_tokens or 0), acc, flags or DASH, finished,
         ))
-    headers = ("matrix", "target", "model", "prompt", "arm", "rep", "status", "tok/s",
+    # A generation job's runs name their job where a matrix's name their matrix.
+    owner = "matrix/job" if any(r.job_id for r in runs) else "matrix"
+    headers = (owner, "target", "model", "prompt", "arm", "rep", "status", "tok/s",
                "decode tok/s", "tokens", "acc rate", "flags", "finished (UTC)")
     return Grid(counted(len(runs), "run"), headers, tuple(rows), left_cols=7)
 

@@ -280,8 +280,11 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
     limits = defaultdict(set)
     for series_target, limit in by_series:  # not `target`: the link below keeps the query's
         limits[series_target].add(limit)
-    plots = [(f"{t}, {limit} new tokens" if len(limits[t]) > 1 else t, svg.history_plot(r),
-              svg.history_plot(r, speedup=True)) for (t, limit), r in by_series.items()]
+    named = {key: f"{key[0]}, {key[1]} new tokens" if len(limits[key[0]]) > 1 else key[0]
+             for key in by_series}
+    plots = [(named[key], svg.history_plot(r, series=named[key]),
+              svg.history_plot(r, speedup=True, series=named[key]))
+             for key, r in by_series.items()]
     query = {"model": model, "prompt": prompt, "arm": arm, **({"target": target} if target else {})}
     return {"title": title, "plots": plots, "table": history_grid(rows, title), "rows": rows,
             "last": last, "all_href": "/history?" + urlencode({**query, "last": "all"})}

@@ -176,12 +176,15 @@ def _point_title(row: HistoryRow) -> str:
             f"tok/s [{values}]{speedup}; change vs previous: {change_text(row.change)}{differs}")
 
 
-def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
-    """One target's history as a line with min-max bars per matrix, changes marked.
+def history_plot(rows: list[HistoryRow], speedup: bool = False,
+                 series: str | None = None) -> Plot | None:
+    """One series' history (a target and a token limit) as a line with min-max bars per
+    matrix, changes marked.
 
     Args:
-        rows: `cell_history` rows of ONE target, in time order.
+        rows: `cell_history` rows of ONE series, in time order.
         speedup: plot the speed-up over plain (no bars) instead of tok/s.
+        series: what the caption names it by (default: the rows' target).
 
     Returns:
         The plot, or None when there is nothing to draw (no speed-ups).
@@ -212,7 +215,7 @@ def history_plot(rows: list[HistoryRow], speedup: bool = False) -> Plot | None:
             title=_point_title(row), matrix_id=row.matrix_id,
         ))
     what = "speed-up over plain" if speedup else "tok/s (median, min-max bars)"
-    return Plot(f"{rows[0].target}: {what}", "x" if speedup else "tok/s", PLOT_W, PLOT_H,
+    return Plot(f"{series or rows[0].target}: {what}", "x" if speedup else "tok/s", PLOT_W, PLOT_H,
                 ticks, tuple(points), *_segments(points, changed),
                 parity_y=y_of(1.0) if speedup else None)
 

@@ -35,3 +35,19 @@ def test_a_slow_down_between_points_of_one_limit_fails_across_another_limit(tmp_
     assert done.exit_code == 1, done.output
     assert done.stderr.startswith("history: regression at mac1/mlx/metal (256 tokens) c-000003 "
                                   "0.70x")
+
+
+def test_the_web_view_plots_each_series_under_its_limit(tmp_path):
+    # The section named the limit; both plots of each section said only the target.
+    from specfleet.serve.pages import history_page
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        for matrix_id, limit in (("a-000001", 256), ("b-000002", 48)):
+            _matrix(store, matrix_id, limit, 10.0, 20.0)
+        page = history_page(store, "m1", "edit_fn", "graded")
+    captions = [(heading, tps.title, ups.title) for heading, tps, ups in page["plots"]]
+    assert captions == [
+        (f"mac1/mlx/metal, {n} new tokens", f"mac1/mlx/metal, {n} new tokens: tok/s (median, "
+         "min-max bars)", f"mac1/mlx/metal, {n} new tokens: speed-up over plain")
+        for n in (48, 256)]

@@ -124,3 +124,12 @@ def test_a_batch_from_standard_input_is_a_job_named_stdin() -> None:
     from specfleet.cli.job import _job_name
 
     assert (_job_name("-"), _job_name("/x/batch.jsonl")) == ("stdin", "batch")
+
+
+def test_results_of_a_job_head_its_id_as_a_job_s(tmp_path: Path) -> None:
+    # The job id stood under a column headed `matrix`.
+    url = f"sqlite:///{tmp_path}/s.db"
+    done, _ = _store_jobs(url)
+    shown = _invoke("results", "--job", done, "-o", "md", "--db", url)
+    assert shown.exit_code == 0, shown.output
+    assert "| matrix/job | target |" in shown.stdout and f"| {done} |" in shown.stdout
