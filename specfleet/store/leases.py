@@ -129,15 +129,20 @@ class StoreLeases:
             if run.status == "running" and run.driver_id != driver_id \
                     and lease_live(run.driver_id, run.lease_until, now):
                 raise StoreConflict(f"run {run_key!r} is running under driver {run.driver_id}")
+            until = now + timedelta(seconds=lease_s) if driver_id else None
             if driver_id is not None and run.matrix_id is not None:
                 matrix = session.get(Matrix, run.matrix_id)
                 assert matrix is not None  # run.matrix_id is a foreign key to it
                 owner = matrix.driver_id
                 if owner not in (None, driver_id):
                     raise StoreConflict(f"matrix {run.matrix_id!r} is now run by {owner}")
+                if owner == driver_id and matrix.status == "running":
+                    # Its lease ends with its run's: else `matrix status` read the matrix
+                    # interrupted and this run still running for the seconds between them.
+                    matrix.lease_until = until
             run.status, run.error, run.started_at = "running", None, now
             run.driver_id = driver_id
-            run.lease_until = now + timedelta(seconds=lease_s) if driver_id else None
+            run.lease_until = until
 
     def end_leases(self: StoreCore, driver_id: str) -> int:
         """End now the leases of a driver known to have stopped (it gave up on a store

@@ -132,3 +132,19 @@ def test_a_dead_drivers_generation_job_reads_interrupted(store) -> None:
     store.finish_generation_job(live, "done")
     assert (store.get_generation_job(live).status, store.get_generation_job(live).lease_until
             ) == ("done", None)
+
+
+def test_a_matrix_and_its_running_run_read_interrupted_together(store) -> None:
+    # The run's lease, taken when it started, outlived its matrix's by the time since the
+    # last heartbeat: `matrix status` read "1 interrupted" above a target "1 running".
+    runs = grid(repeats=1)
+    matrix_id = store.create_matrix("demo", {}, runs)
+    store.claim_matrix(matrix_id, "dead", 1.0)
+    time.sleep(0.5)
+    store.mark_running(runs[0].run_key, "dead", 2.0)
+    time.sleep(0.8)  # past the claim's lease (1 s), within the run's (2.5 s): 1.2 s to spare
+    assert store.get_matrix(matrix_id).status == "running"
+    assert [r.status for r in store.runs(matrix=matrix_id)][0] == "running"
+    time.sleep(1.4)
+    assert store.get_matrix(matrix_id).counts == {"interrupted": 1, "pending": 1}
+    assert [r.status for r in store.runs(matrix=matrix_id)] == ["interrupted", "pending"]
