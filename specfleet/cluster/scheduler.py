@@ -29,7 +29,7 @@ import ray
 from specfleet.cluster import hostwatch, locks
 from specfleet.cluster.fleet import DEAD, HEALTHY
 from specfleet.cluster.hoststate import HostState, HostTally, InFlight, store_load_samples
-from specfleet.cluster.outcome import MatrixOutcome, finish_matrix
+from specfleet.cluster.outcome import MatrixOutcome, RunInterrupted, finish_matrix, finish_stopped
 from specfleet.cluster.progress import (
     HOST_NEWS,
     STORE_LINE,
@@ -81,33 +81,6 @@ class SchedulerOptions:
     require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
     quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
     progress: bool = True  # rich progress bars on stderr
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped a matrix; its message says how it was left and how to
-    resume it.
-
-    Args:
-        status: what the matrix was finished as: "interrupted", "done" (the signal came
-            after its last result), "running" (another driver took it over), or None (not
-            finished: a store fault or a second Ctrl-C; it reads interrupted once this
-            driver's lease of `lease_s` runs out).
-    """
-
-    def __init__(self, matrix_id: str, status: str | None = "interrupted",
-                 lease_s: float = LEASE_S.default_s) -> None:
-        resume = f"resume with: specfleet matrix resume {matrix_id}"
-        said = {"done": f"matrix {matrix_id} interrupted after its last run; every run is "
-                        "stored done",
-                "interrupted": f"matrix {matrix_id} interrupted; runs in flight are marked "
-                               f"interrupted; {resume}",
-                "running": f"matrix {matrix_id} interrupted; another driver runs it now"}
-        super().__init__(said.get(status or "", (
-            f"matrix {matrix_id} interrupted before it could be marked so; it reads "
-            f"interrupted within {lease_s:g} s, once its driver's lease runs out; then "
-            f"{resume}")))
-        self.matrix_id = matrix_id
-        self.status = status
 
 
 @dataclass
@@ -176,29 +149,9 @@ def run_matrix(
         outcome = _last_writes(store, matrix_id, workers, tallies, opts, driver_id,
                                on_progress, started)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: in-flight runs are marked interrupted
-        raise RunInterrupted(matrix_id, _finish_stopped(store, matrix_id, driver_id),
+        raise RunInterrupted(matrix_id, finish_stopped(store, matrix_id, driver_id),
                              _lease_s(opts)) from None
     return dataclasses.replace(outcome, skipped=claim.skipped)
-
-
-def _finish_stopped(store, matrix_id: str, driver_id: str) -> str | None:
-    """Finish a matrix that Ctrl-C or SIGTERM stopped: `done` when every run is, else
-    `interrupted` (its runs still `running` under this driver settled with it).
-
-    Returns:
-        The matrix's status now (another driver's, where one took it over), or None when
-        none was stored: a store fault, or a second Ctrl-C while the write waited (the user
-        insists; the lease ends it).
-    """
-    try:
-        counts = store.get_matrix(matrix_id).counts
-        every_done = bool(counts) and all(s == "done" for s, n in counts.items() if n)
-        status = "done" if every_done else "interrupted"
-        if store.finish_matrix(matrix_id, status, driver_id):
-            return status
-        return store.get_matrix(matrix_id).status  # taken over after our lease ran out
-    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - best effort, said in the raise
-        return None
 
 
 def _last_writes(store, matrix_id: str, workers: dict[str, Any],

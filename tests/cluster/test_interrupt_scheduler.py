@@ -18,7 +18,8 @@ import pytest
 from specfleet.cluster import scheduler
 from specfleet.cluster.fleet import signals_held_while_ray_starts
 from specfleet.cluster.hoststate import HostState, InFlight
-from specfleet.cluster.scheduler import RunInterrupted, run_matrix
+from specfleet.cluster.outcome import RunInterrupted
+from specfleet.cluster.scheduler import run_matrix
 from specfleet.store import open_store
 from tests.store.factory import grid, result
 

@@ -76,7 +76,8 @@ def test_ctrl_c_while_the_claim_waits_for_the_store_ends_the_matrix_interrupted(
 ) -> None:
     # Another command holding SQLite's write lock keeps the claim waiting, where a Ctrl-C
     # left the matrix `running` under a lease nobody renews, with no resume line.
-    from specfleet.cluster.scheduler import RunInterrupted, run_matrix
+    from specfleet.cluster.outcome import RunInterrupted
+    from specfleet.cluster.scheduler import run_matrix
     from specfleet.jobs.run import RunSpec, Target
     from specfleet.store import open_store
 
