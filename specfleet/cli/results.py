@@ -13,6 +13,7 @@ from specfleet.cli.options import (
     ModelAliasOption,
     RateOption,
     not_blank,
+    split_list,
 )
 from specfleet.engine.kinds import DEVICES, ENGINES, choices_text
 from specfleet.errors import UserError
@@ -53,21 +54,14 @@ OnlyChangedOption = Annotated[bool, typer.Option(
     "--only-changed", help="Show only the cells (points) that changed beyond noise.")]
 
 
-def _split(values: list[str] | None) -> list[str] | None:
-    """`--arm plain,auto` as `--arm plain --arm auto` (as `bench` reads its lists)."""
+def _split(ctx, param, values: list[str] | None) -> list[str] | None:
+    """`--arm plain,auto` as `--arm plain --arm auto` (`split_list`, as `bench` reads its
+    lists); a value without a comma as given, so a blank one is refused as blank."""
     if values is None:
         return None
-    pieces = []
-    for value in values:
-        if "," not in value:  # as given: a blank one is refused as blank, where it is read
-            pieces.append(value)
-            continue
-        parts = [part.strip() for part in value.split(",")]
-        if "" in parts:
-            raise typer.BadParameter(f"{value!r} holds an empty name; expected NAME or "
-                                     "NAME,NAME,...")
-        pieces += parts
-    return pieces
+    flag = f"--{param.name}"
+    return [item for value in values
+            for item in (split_list(flag, [value]) if "," in value else [value])]
 
 
 def _many(flag: str, help_text: str) -> typer.models.OptionInfo:

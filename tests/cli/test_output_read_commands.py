@@ -171,8 +171,8 @@ def test_a_filter_takes_a_comma_list_as_bench_does(db_path) -> None:
     assert {(r["matrix_id"], r["arm"]) for r in json.loads(listed.stdout)} == {
         (m, a) for m in (MAIN, BASE) for a in ("plain", "graded")}
     blank = invoke(db_path, "results", "--arm", "plain,")
-    assert blank.exit_code == 2 and "holds an empty name; expected NAME or NAME,NAME" in (
-        blank.stderr)
+    assert blank.exit_code == 2 and (
+        "--arm: an empty name in 'plain,'; expected comma-separated names" in blank.stderr)
 
 
 def test_matrix_show_counts_one_peer_reply_in_the_singular(db_path) -> None:
