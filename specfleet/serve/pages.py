@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, replace
 from statistics import median
 from urllib.parse import quote_plus, urlencode
@@ -277,11 +277,9 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
     by_series = defaultdict(list)  # a target and a token limit, as the table's series
     for row in rows:
         by_series[(row.target, row.max_tokens)].append(row)
-    limits = defaultdict(set)
-    for series_target, limit in by_series:  # not `target`: the link below keeps the query's
-        limits[series_target].add(limit)
-    named = {key: f"{key[0]}, {key[1]} new tokens" if len(limits[key[0]]) > 1 else key[0]
-             for key in by_series}
+    limits = Counter(label for label, _ in by_series)  # a target's limit named where it has two
+    named = {(label, limit): f"{label}, {limit} new tokens" if limits[label] > 1 else label
+             for label, limit in by_series}
     plots = [(named[key], svg.history_plot(r, series=named[key]),
               svg.history_plot(r, speedup=True, series=named[key]))
              for key, r in by_series.items()]
