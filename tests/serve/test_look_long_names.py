@@ -6,7 +6,7 @@ import pytest
 
 from specfleet.jobs.run import RunSpec
 from specfleet.store import open_store
-from tests.serve.test_look_sweep import OVERFLOW, _serving
+from tests.serve.test_look_sweep import _serving, overflow
 from tests.store.factory import HOST_A, result
 
 PROMPT = "p|q ✓ naïve " + "long" * 10  # one 40-letter word
@@ -44,10 +44,10 @@ def test_a_long_prompt_name_wraps_in_titles_and_compare_cells(long_url):
         driver = start_chromium(600, 900)
         try:
             driver.get(base + history)
-            narrow = driver.execute_script(OVERFLOW)[0]
+            narrow = overflow(driver)[0]
             driver.set_window_size(1200, 900)
             driver.get(f"{base}/compare?a={A}&b={B}")
-            wide = driver.execute_script(OVERFLOW)
+            wide = overflow(driver)
         finally:
             driver.quit()
     assert narrow == 0
