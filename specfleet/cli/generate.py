@@ -23,6 +23,7 @@ from specfleet.cli.generate_io import ReplyStream, footer_lines, read_prompt
 from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, say, stored_or_measured_costs
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
+    DbOption,
     DeviceOption,
     EngineOption,
     LocalModelOption,
@@ -121,6 +122,7 @@ class GenerateRequest:
     system: str | None = None
     policy_given: bool = False  # --prompt-lookup-policy given, even at its default
     prompt_flag: str = "--prompt"  # where the text came from, for messages about it
+    db: str | None = None  # the store of width-cost tables (calibrated reads and adds one)
 
 
 def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int,
@@ -152,6 +154,10 @@ def validate_request(request: GenerateRequest) -> None:
         raise UserError("--seed given with --temp 0 (greedy: nothing is drawn at random); "
                         "expected --temp above 0 to sample with it (or no --seed)")
     lookup_config(request.lookup, request.policy, "cpu")
+    if request.db is not None:  # a mistyped URL is said before the model loads, not after
+        from specfleet.store.engine import resolve_url
+
+        resolve_url(request.db, create_dir=False)
     if not request.use_lookup:
         given = lookup_flags_given(request)
         if given:  # the reply would be plain decoding's, the settings silently unused
@@ -257,7 +263,7 @@ def request_lookup(loaded: LoadedModel, request: GenerateRequest) -> PromptLooku
         raise UserError(f"--prompt-lookup: {loaded.alias}: {reason}")
     lookup = lookup_config(request.lookup, request.policy, loaded.runner.device)
     if lookup.adaptive and needs_costs(lookup.policy):
-        lookup = replace(lookup, costs=stored_or_measured_costs(loaded))
+        lookup = replace(lookup, costs=stored_or_measured_costs(loaded, request.db))
     return lookup
 
 
@@ -411,6 +417,7 @@ def generate_command(
         "--json", help="One JSON object on stdout (whole, not streamed).")] = False,
     trace: Annotated[bool, typer.Option("--trace", help="Print the round-by-round trace.")] = False,
     warm_up: WarmUpOption = True,
+    db: DbOption = None,
     **own: int | None,
 ) -> None:
     """Generate one reply, with or without prompt lookup, and print its speed.
@@ -434,6 +441,7 @@ def generate_command(
         system=system_prompt,
         policy_given=flag_given(ctx, "policy"),
         prompt_flag="--prompt-file" if prompt_file is not None else "--prompt",
+        db=db,
     )
     validate_request(request)
     from specfleet.dirs import runtime_dir

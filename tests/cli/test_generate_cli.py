@@ -98,6 +98,8 @@ def looping_prompt() -> str:
          "--prompt-lookup-ngram-min 3 or less, or --prompt-lookup-ngram-max beside it"),
         (["--seed", "5"], "--seed given with --temp 0 (greedy: nothing is drawn at random); "
          "expected --temp above 0"),
+        # The store of width-cost tables: refused before the model loads.
+        (["--db", "mysql://u@h/x"], "--db: unsupported database scheme 'mysql'; expected"),
         (["--loop-guard", "3,2,8"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "1,2"], "--loop-guard expects MIN,MAX,REPEATS"),
         (["--loop-guard", "a,b,c"], "--loop-guard expects MIN,MAX,REPEATS"),
@@ -331,11 +333,12 @@ def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
     bundled_model, tmp_path, monkeypatch
 ):
     db = str(tmp_path / "cal.db")
-    monkeypatch.setenv("SPECFLEET_DB", db)
+    # generate reads the table from its --db, not from the default store (empty here).
+    monkeypatch.setenv("SPECFLEET_DB", str(tmp_path / "default.db"))
     result = invoke(
         "calibrate", "-m", MODEL, "--engine", "torch", "--device", "cpu", "--max-width", "3",
         "--prompt-len", "16", "--rounds", "2", "--steps", "4", "--reps", "1", "--no-warm-up",
-        "--store",
+        "--store", "--db", db,
     )
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -347,7 +350,7 @@ def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
     assert "calibrate: round 2/" in result.stderr and "stored in" in result.stderr
     reply = invoke("generate", "-m", MODEL, "--engine", "torch", "-p", EDIT_PROMPT, "-n", "12",
                    "--prompt-lookup", "--prompt-lookup-policy", "calibrated", "--json",
-                   "--no-warm-up")
+                   "--no-warm-up", "--db", db)
     assert reply.exit_code == 0, reply.stderr
     # n is 2, or 4 when noise made the table non-monotone and it was re-measured.
     n = re.search(r" n=(\d+) ", lines[1]).group(1)
