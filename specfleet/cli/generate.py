@@ -383,7 +383,8 @@ MaxTokensOption = Annotated[int, typer.Option(
 SeedOption = Annotated[int | None, typer.Option(
     "--seed", min=SEED_RANGE[0], max=SEED_RANGE[1], help="Sampler seed.")]
 PolicyOption = Annotated[PolicyChoice, typer.Option(
-    "--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)}.")]
+    "--prompt-lookup-policy", help=f"{choices_text(POLICY_CHOICES)} (the `fixed` arm's "
+    "fixed draft length: --prompt-lookup-no-adaptive).")]
 ChatOption = Annotated[bool | None, typer.Option(
     "--chat/--no-chat", help="Apply the chat template (default: where there is one).")]
 LoopGuardOption = Annotated[str | None, typer.Option(
