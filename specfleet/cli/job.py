@@ -240,7 +240,8 @@ def list_cmd(
 
 @app.command("show")
 def show(job_id: JobIdArgument, db: DbOption = None) -> None:
-    """A stored generation job's replies, as `job generate` printed them, then its status."""
+    """A stored generation job's replies, as `job generate` printed them, then its status
+    (each run whole, as JSON or CSV: `specfleet results --job JOB_ID -o json`)."""
     with open_store(db, read_only=True) as store:
         job = store.get_generation_job(job_id)
         _print_outputs(store, job_id)
