@@ -234,9 +234,16 @@ def test_busy_neighbour_flags_noisy_and_require_quiet_waits_for_it(fleet, db_url
 
             quiet_id = _toy_matrix(store, "quiet")
             killed_at: list[float] = []
+            events: list = []
+            said_waiting = threading.Event()
+
+            def note(event) -> None:
+                events.append(event)
+                if event.status == "waiting":
+                    said_waiting.set()
 
             def end_the_load() -> None:
-                time.sleep(2.5)
+                said_waiting.wait(timeout=60)  # the load ends once the wait was said
                 for proc in busy:
                     proc.kill()
                     proc.wait(timeout=10)
@@ -244,9 +251,8 @@ def test_busy_neighbour_flags_noisy_and_require_quiet_waits_for_it(fleet, db_url
 
             killer = threading.Thread(target=end_the_load, daemon=True)
             killer.start()
-            events: list = []
             started = time.monotonic()
-            outcome = run_matrix(store, quiet_id, {HOST: loud}, events.append,
+            outcome = run_matrix(store, quiet_id, {HOST: loud}, note,
                                  options=replace(FAST, require_quiet=True, quiet_wait_s=90.0))
             waited_s = time.monotonic() - started
             killer.join(timeout=15)

@@ -47,16 +47,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
 WAIT_S = 120  # every wait below is bounded by this (and polls at most every 0.2 s)
 RECOVER_S = 240  # a supervisor's rejoin: ray start + the worker's imports, on a busy box
 HOSTS = 2  # h1 (head) and h2
-ARMS, REPEATS = 3, 3
-EXPECTED = HOSTS * ARMS * REPEATS  # runs of one toy matrix
+ARMS = 3
 TOY_MATRIX = """\
-name: nf-toy
+name: {name}
 models: ["script:100ms"]
-prompts: [{name: p, text: "one two three four. one two three four. "}]
+prompts: [{{name: p, text: "one two three four. one two three four. "}}]
 arms: [plain, graded, fixed]
-repeats: 3
+repeats: {repeats}
 max_tokens: 12
-targets: {engines: [toy]}
+targets: {{engines: [toy]}}
 """
 # The shortest seed (of 1-3000) whose schedule holds all five fault kinds: it ends 54 s in.
 SEED, CHAOS_S = 1149, 40.0
@@ -73,6 +72,12 @@ def nf():
 
 
 # ---- one fault at a time ----------------------------------------------------------------------
+
+
+def toy_matrix(nf, name: str, repeats: int) -> tuple[str, int]:
+    """A toy matrix file NAME on h1 (12 tokens at 100 ms a run); its path and its run count."""
+    path = write(nf, "h1", f"{name}.yaml", TOY_MATRIX.format(name=name, repeats=repeats))
+    return path, HOSTS * ARMS * repeats
 
 
 def counts(nf, matrix_id: str) -> dict[str, int]:
@@ -127,6 +132,21 @@ def wait_interrupted_on(nf, matrix_id: str, host: str, since: float) -> float:
     raise AssertionError(f"no run of {host} was marked interrupted within {WAIT_S} s")
 
 
+def wait_lease_out(nf, matrix_id: str) -> None:
+    """Until the store's clock is past every heartbeat lease on the matrix and its runs (a
+    killed driver renewed them last up to `DRIVER_LEASE_S` before)."""
+    deadline = time.monotonic() + DRIVER_LEASE_S + WAIT_S
+    while time.monotonic() < deadline:
+        ((held,),) = sql(nf, "SELECT count(*) FROM (SELECT lease_until FROM matrices WHERE id "
+                             "= %s UNION ALL SELECT lease_until FROM runs WHERE matrix_id = %s "
+                             "AND status = 'running') AS l WHERE lease_until > (now() AT TIME "
+                             "ZONE 'UTC')", matrix_id, matrix_id)
+        if not held:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"a lease on {matrix_id} outlived {DRIVER_LEASE_S + WAIT_S} s")
+
+
 def ran_twice(nf, matrix_id: str) -> int:
     """Executions beyond one per run of the matrix (the toy engine logs each finished one)."""
     keys = {key for (key,) in sql(nf, "SELECT run_key FROM runs WHERE matrix_id = %s",
@@ -165,8 +185,8 @@ def test_a_short_cut_is_noticed_in_seconds_and_matrix_run_finishes_after_it(nf) 
     own pings make h2 `unreachable` and its run `interrupted` within seconds, and `fleet
     status` says so. When the link is back, the run's result (finished on h2 meanwhile) is
     asked from its worker and stored once, and `matrix run` itself goes on to the end."""
-    toy = write(nf, "h1", "toy-cut.yaml", TOY_MATRIX.replace("nf-toy", "nf-cut"))
-    expected = EXPECTED
+    # One repeat: h2 is cut in its first run and has two left to run after the cut.
+    toy, expected = toy_matrix(nf, "nf-cut", repeats=1)
     driver = drive_async(nf, "h1", "matrix", "run", toy, "--wait", "2m")  # lines, no bars
     matrix_id = newest_matrix(nf, "nf-cut")
     wait_running_on(nf, matrix_id, "h2")
@@ -200,8 +220,8 @@ def test_a_short_cut_is_noticed_in_seconds_and_matrix_run_finishes_after_it(nf) 
 
 
 def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
-    toy = write(nf, "h1", "toy.yaml", TOY_MATRIX)
-    expected = EXPECTED
+    # Three repeats: h2 keeps runs pending through the cut, the raylet kill and the driver kill.
+    toy, expected = toy_matrix(nf, "nf-toy", repeats=3)
 
     # 1. h2's link is cut while it runs and stays cut past `--wait`: the run is interrupted,
     #    the others finish, `matrix run` gives h2 up and exits 1 with h2's runs pending.
@@ -242,7 +262,7 @@ def test_faults_mid_matrix_lose_nothing_and_run_nothing_twice(nf) -> None:
     killed_at = time.monotonic()
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=WAIT_S)
-    time.sleep(DRIVER_LEASE_S + 1)  # a dead driver's runs are free once its lease runs out
+    wait_lease_out(nf, matrix_id)  # a dead driver's runs are free once its lease runs out
     done = resume(nf, "cli", matrix_id, "--address", nf.address)
     ok(done)
     report("driver SIGKILL + resume from cli", nf, matrix_id, expected, before,
@@ -255,8 +275,8 @@ PG_OUTAGE_S = 8  # inside the drivers' store retry bound (300 s by default)
 
 
 def test_the_store_stopped_mid_matrix_loses_nothing_across_hosts(nf) -> None:
-    toy = write(nf, "h1", "toy-pg.yaml", TOY_MATRIX.replace("nf-toy", "nf-pg"))
-    expected = EXPECTED
+    # Two repeats: four runs done before the stop, eight during and after it.
+    toy, expected = toy_matrix(nf, "nf-pg", repeats=2)
     driver = drive_async(nf, "h1", "matrix", "run", toy, "--no-progress")
     said: list[tuple[float, str]] = []  # (when, line) of the driver's stderr
     reader = threading.Thread(target=lambda: said.extend(

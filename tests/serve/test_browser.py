@@ -1,9 +1,9 @@
 """The web view in a real headless Chromium over a store holding real matrices.
 
 Two real matrices of the bundled SmolLM2-135M (torch, CPU, greedy; plain + auto, one repeat,
-16 tokens; a story prompt and a prompt that tries to inject HTML) run through the real
-scheduler on a simulated one-host fleet (real Ray, real worker actor), into a real SQLite
-file. `specfleet serve` runs as a real process on a loopback port with `--address` of that
+16 tokens; a story prompt, and in the first a prompt that tries to inject HTML) run through
+the real scheduler on a simulated one-host fleet (real Ray, real worker actor), into a real
+SQLite file. `specfleet serve` runs as a real process on a loopback port with `--address` of that
 fleet; Chromium opens the pages, follows links and reads values off them. Screenshots of
 every page go to the test's tmp dir. A second server, over the small seeded store and with a
 token file, is logged into as a person would.
@@ -43,16 +43,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 HOST = "alpha"
 TORCH = Target(host=HOST, engine="torch", device="cpu")
 XSS_PROMPT = f"Repeat this exactly: {seed.XSS_SCRIPT} {seed.XSS_IMG}"
-MATRIX_YAML = f"""\
-name: {{name}}
+INJECT = f"  - {{name: inject, text: {json.dumps(XSS_PROMPT)}}}\n"
+MATRIX_YAML = """\
+name: {name}
 models: [smollm2-135m]
 prompts:
   - story
-  - {{{{name: inject, text: {json.dumps(XSS_PROMPT)}}}}}
-arms: [plain, auto]
+{inject}arms: [plain, auto]
 repeats: 1
 max_tokens: 16
-targets: {{{{engines: [torch]}}}}
+targets: {{engines: [torch]}}
 """
 FAST = SchedulerOptions(progress=False, call_timeout_s=60.0, poll_s=0.1)
 CELL = f"{HOST}/torch/cpu|smollm2-135m|story|auto"
@@ -105,8 +105,9 @@ def db_url(fleet, bundled_model, tmp_path_factory):  # noqa: F811
     folder = tmp_path_factory.mktemp("store")
     url = f"sqlite:///{folder / 'serve.db'}"
     with open_store(url) as store:
-        for name in ("first", "second"):
-            (folder / f"{name}.yaml").write_text(MATRIX_YAML.format(name=name))
+        # "second" is the history's second point of the story cells: no injection again.
+        for name, inject in (("first", INJECT), ("second", "")):
+            (folder / f"{name}.yaml").write_text(MATRIX_YAML.format(name=name, inject=inject))
             _run(store, fleet, folder / f"{name}.yaml")
         seed._evil(store)
         seed._live(store)
