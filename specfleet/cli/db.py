@@ -18,6 +18,7 @@ from specfleet.store.engine import (
     remove_empty_side_files,
     resolve_url,
     store_source,
+    upgrade_command,
 )
 from specfleet.store.journal import Journal
 from specfleet.store.migrate import (
@@ -44,9 +45,13 @@ def upgrade_cmd(db: DbOption = None) -> None:
     create_private_file(url, source)
     engine = make_engine(url)
     with connection_errors(url, source, engine):
-        with engine.connect() as conn:
-            before = current_revision(conn)
-        after = upgrade(engine, url, source)
+        try:
+            before = upgrade(engine, url, source)  # read under the lock: another may upgrade
+        except KeyboardInterrupt:  # else a bare `interrupted` leaves the store's state unsaid
+            raise KeyboardInterrupt(
+                "an upgrade is one transaction, so the store is at its old revision or at head, "
+                f"never between; {upgrade_command(url, source)} finishes it") from None
+        after = head_revision()
         typer.echo(f"{display_url(url)}: already at {after} (head); nothing to upgrade"
                    if before == after else
                    f"{display_url(url)}: {before or 'empty'} -> {after} (head)")
@@ -67,7 +72,7 @@ def _read_revision(url, source: str) -> str:
     if url.get_backend_name() == "sqlite" and not Path(url.database).exists():
         if url.database != str(default_db_path()):  # `upgrade` makes the default's folder
             check_store_folder(url, source)  # `upgrade` could not create the file either
-        return "none (no database file yet; `specfleet db upgrade` creates it)"
+        return f"none (no database file yet; {upgrade_command(url, source)} creates it)"
     check_readable(url, source)  # a folder, a device or a named pipe (SQLite's open would wait)
     engine = make_engine(url, read_only=True)  # a read: no WAL switch, no side files needed
     with connection_errors(url, source, engine, reading=True), engine.connect() as conn:
@@ -76,15 +81,15 @@ def _read_revision(url, source: str) -> str:
             check_known(rev, conn, url, source)  # another application's tables, a bad stamp
     engine.dispose()
     remove_empty_side_files(url)
-    return _describe(rev)
+    return _describe(rev, upgrade_command(url, source))
 
 
-def _describe(rev: str | None) -> str:
+def _describe(rev: str | None, upgrading: str) -> str:
     head = head_revision()
     if rev is None:
-        return f"none (empty; `specfleet db upgrade` creates revision {head})"
+        return f"none (empty; {upgrading} creates revision {head})"
     if rev == head:
         return f"{rev} (head)"
     if rev in known_revisions():
-        return f"{rev} (behind head {head}; run `specfleet db upgrade`)"
+        return f"{rev} (behind head {head}; run {upgrading})"
     return f"{rev} (newer than this specfleet, which knows up to {head}; upgrade specfleet)"

@@ -12,6 +12,7 @@ import errno
 import ipaddress
 import os
 import re
+import shlex
 import sqlite3
 import sys
 import time
@@ -255,7 +256,7 @@ def check_readable(url: URL, source: str) -> None:
             raise UserError(f"nothing stored yet: the default store {path} does not exist; a "
                             "writing command (`specfleet matrix run`, `bench`, `job generate`) "
                             "creates it, or name another with --db or $SPECFLEET_DB")
-        raise UserError(f"{source}: no store at {path}; `specfleet db upgrade --db {path}` or a "
+        raise UserError(f"{source}: no store at {path}; {upgrade_command(url, source)} or a "
                         "writing command (`specfleet matrix run`) creates one")
     if not path.is_file():
         raise UserError(f"{source}: {path} is not a regular file; give a SQLite file path")
@@ -282,6 +283,18 @@ def create_private_file(url: URL, source: str) -> None:
 def display_url(url: URL) -> str:
     """The URL as text with any password hidden."""
     return url.render_as_string(hide_password=True)
+
+
+def upgrade_command(url: URL, source: str) -> str:
+    """The `specfleet db upgrade` that upgrades this store, in backquotes: naming `--db` when
+    that named it, since a bare one upgrades the default store (or `SPECFLEET_DB`'s)."""
+    if source != "--db" or url == URL.create("sqlite", database=str(default_db_path())):
+        return "`specfleet db upgrade`"
+    if url.get_backend_name() == "sqlite":
+        return f"`specfleet db upgrade --db {shlex.quote(url.database or '')}`"
+    if url.password is not None:  # never print it; a hidden one cannot be pasted back
+        return "`specfleet db upgrade` with the same --db"
+    return f"`specfleet db upgrade --db {shlex.quote(display_url(url))}`"
 
 
 def make_engine(url: URL, read_only: bool = False) -> Engine:
@@ -447,6 +460,10 @@ def translate_error(err: BaseException, url: URL, source: str,
         return UserError(f"{source}: PostgreSQL refused {role} at {where} ({first}); expected a "
                          "role that owns the database (createdb -O ROLE DBNAME) or holds its "
                          "privileges")
+    if refuses_writes(err):  # else a write was a traceback, an upgrade blamed on the tables
+        return UserError(f"{source}: PostgreSQL at {where} is read-only ({first}); expected a "
+                         "server that takes writes: the primary, not a standby, with "
+                         "default_transaction_read_only off")
     if "password authentication failed" in low or "authentication" in low:
         return UserError(f"{source}: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
@@ -494,3 +511,9 @@ def lacks_privilege(err: BaseException) -> bool:
     """A PostgreSQL refusal for want of a privilege (SQLSTATE 42501: `permission denied for
     schema public`, `must be owner of table runs`): the role's to fix, not the schema's."""
     return getattr(getattr(err, "orig", err), "sqlstate", None) == "42501"
+
+
+def refuses_writes(err: BaseException) -> bool:
+    """A PostgreSQL refusal of a write in a read-only transaction (SQLSTATE 25006): a hot
+    standby, or a database or role set to `default_transaction_read_only`."""
+    return getattr(getattr(err, "orig", err), "sqlstate", None) == "25006"

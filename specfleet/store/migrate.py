@@ -25,7 +25,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from specfleet.errors import UserError, one_line
-from specfleet.store.engine import WRITE_OPTION, display_url, lacks_privilege
+from specfleet.store.engine import (
+    WRITE_OPTION,
+    display_url,
+    lacks_privilege,
+    refuses_writes,
+    upgrade_command,
+)
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -122,9 +128,9 @@ def ensure_schema(engine: Engine, url: URL, source: str) -> str:
     with engine.connect() as conn:
         rev = current_revision(conn)
         check_known(rev, conn, url, source)
-    if rev == head:
-        return head
-    return upgrade(engine, url, source)
+    if rev != head:
+        upgrade(engine, url, source)
+    return head
 
 
 def check_readable_schema(engine: Engine, url: URL, source: str) -> str:
@@ -135,35 +141,40 @@ def check_readable_schema(engine: Engine, url: URL, source: str) -> str:
 
     Raises:
         UserError: empty or another application's database, a revision behind head (run
-            `specfleet db upgrade`), or one newer than this code.
+            `specfleet db upgrade`, naming the store as `source` did), or one newer than this
+            code.
     """
     with engine.connect() as conn:
         rev = current_revision(conn)
         check_known(rev, conn, url, source)
     if rev is None:
         raise UserError(f"{source}: {display_url(url)} is empty, not a specfleet store yet; a "
-                        "writing command or `specfleet db upgrade` creates the schema")
+                        f"writing command or {upgrade_command(url, source)} creates the schema")
     if rev != head_revision():
         raise UserError(f"{source}: {display_url(url)} has schema revision {rev}, behind this "
-                        f"specfleet's {head_revision()}; run `specfleet db upgrade` first")
+                        f"specfleet's {head_revision()}; run {upgrade_command(url, source)} "
+                        "first")
     return rev
 
 
 def upgrade(engine: Engine, url: URL, source: str,
-            on_wait: Callable[[str], None] | None = None) -> str:
-    """Upgrade to head under the upgrade lock, in one transaction; returns the head revision.
+            on_wait: Callable[[str], None] | None = None) -> str | None:
+    """Upgrade to head under the upgrade lock, in one transaction.
+
+    Returns:
+        The revision the store had once the lock was taken (None: empty); head means another
+        process upgraded it meanwhile, or nothing was behind. The store is at head after.
 
     `on_wait` (default: standard error) is given one line when another process holds
     PostgreSQL's upgrade lock, before waiting for it: every command that upgrades a store,
     `db upgrade` or the first write of a newer specfleet, says why it stands still.
     """
-    head = head_revision()
     with engine.connect().execution_options(**{WRITE_OPTION: True}) as conn, conn.begin():
         if conn.dialect.name == "postgresql":
             _take_upgrade_lock(conn, url, on_wait or _to_stderr)
         rev = current_revision(conn)
         check_known(rev, conn, url, source)
-        if rev != head:
+        if rev != head_revision():
             from alembic import command
 
             try:
@@ -175,7 +186,7 @@ def upgrade(engine: Engine, url: URL, source: str,
                     f"{source}: {display_url(url)} says revision {rev or 'none'} but its tables "
                     f"do not match it ({one_line(str(err.orig))}); nothing was changed; expected "
                     "a store as specfleet left it") from None
-    return head
+    return rev
 
 
 def _take_upgrade_lock(conn: Connection, url: URL, on_wait: Callable[[str], None]) -> None:
@@ -193,8 +204,9 @@ def _to_stderr(line: str) -> None:
 
 def _not_the_schema(err: DBAPIError) -> bool:
     """A failed upgrade statement that says nothing about the tables: a lock, a full disk, a
-    role without the privilege (SQLSTATE 42501), a server out of resources (class 53)."""
+    role without the privilege (SQLSTATE 42501), a read-only server (25006), a server out of
+    resources (class 53)."""
     state = getattr(err.orig, "sqlstate", None) or ""
     words = str(err.orig).lower()
-    return lacks_privilege(err) or state.startswith("53") or any(
+    return lacks_privilege(err) or refuses_writes(err) or state.startswith("53") or any(
         word in words for word in ("locked", "disk i/o", "disk is full"))

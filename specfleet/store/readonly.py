@@ -19,6 +19,7 @@ from specfleet.store.engine import (
     read_only_url,
     resolve_url,
     store_source,
+    upgrade_command,
 )
 from specfleet.store.migrate import check_known, current_revision, head_revision
 from specfleet.store.store import Store, connection_errors
@@ -44,7 +45,8 @@ def open_read_only(url: str | None = None) -> Store:
     if rev != head_revision():
         engine.dispose()
         raise UserError(f"{source}: {where} has schema revision {rev}, older than this specfleet's "
-                        f"{head_revision()}; run `specfleet db upgrade` (readers never write)")
+                        f"{head_revision()}; run {upgrade_command(resolved, source)} (readers "
+                        "never write)")
     return Store(engine, resolved, source)
 
 
