@@ -461,9 +461,7 @@ def translate_error(err: BaseException, url: URL, source: str,
                          "role that owns the database (createdb -O ROLE DBNAME) or holds its "
                          "privileges")
     if refuses_writes(err):  # else a write was a traceback, an upgrade blamed on the tables
-        return UserError(f"{source}: PostgreSQL at {where} is read-only ({first}); expected a "
-                         "server that takes writes: the primary, not a standby, with "
-                         "default_transaction_read_only off")
+        return read_only_server(source, url, first)
     if "password authentication failed" in low or "authentication" in low:
         return UserError(f"{source}: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
@@ -511,6 +509,13 @@ def lacks_privilege(err: BaseException) -> bool:
     """A PostgreSQL refusal for want of a privilege (SQLSTATE 42501: `permission denied for
     schema public`, `must be owner of table runs`): the role's to fix, not the schema's."""
     return getattr(getattr(err, "orig", err), "sqlstate", None) == "42501"
+
+
+def read_only_server(source: str, url: URL, why: str) -> UserError:
+    """The refusal of a PostgreSQL server that takes no writes (`why`: what showed it)."""
+    return UserError(f"{source}: PostgreSQL at {display_url(url)} is read-only ({why}); expected "
+                     "a server that takes writes: the primary, not a standby, with "
+                     "default_transaction_read_only off")
 
 
 def refuses_writes(err: BaseException) -> bool:

@@ -34,6 +34,7 @@ from specfleet.store.engine import (
     create_private_file,
     display_url,
     make_engine,
+    read_only_server,
     remove_empty_side_files,
     resolve_url,
     store_source,
@@ -114,7 +115,7 @@ def check_store_before_fleet(url: str | None) -> None:
 
     Raises:
         UserError: as `check_writable_store`, a bad scheme or unparsable URL, or a PostgreSQL
-            server that does not answer or refuses the credentials.
+            server that does not answer, refuses the credentials or takes no writes.
     """
     resolved, source = resolve_url(url), store_source(url)
     check_writable_store(resolved, source)
@@ -122,9 +123,11 @@ def check_store_before_fleet(url: str | None) -> None:
         # One connection, nothing written: an unreachable server is said before the fleet
         # starts (~20 s on the embedded one), not after.
         engine = make_engine(resolved)
-        with connection_errors(resolved, source, engine):
-            engine.connect().close()
+        with connection_errors(resolved, source, engine), engine.connect() as conn:
+            read_only = conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
         engine.dispose()
+        if read_only:  # a standby: else the first write fails once the fleet has started
+            raise read_only_server(source, resolved, "transaction_read_only is on")
 
 
 def check_writable_store(url: URL, source: str) -> None:

@@ -49,3 +49,15 @@ def test_a_write_on_a_read_only_server_says_so(pg_url):
             store.create_matrix("after", {}, [])
         assert "\n" not in str(err.value)
         assert [m.name for m in store.list_matrices()] == ["before"]
+
+
+def test_a_writing_command_hears_it_before_the_fleet_starts(pg_url):
+    """It failed only at its first write, once a fleet had started (~20 s embedded)."""
+    from specfleet.store.store import check_store_before_fleet
+
+    check_store_before_fleet(pg_url)  # a primary passes
+    make_read_only(pg_url)
+    with pytest.raises(UserError, match=r"is read-only \(transaction_read_only is on\); "
+                                        r"expected a server that takes writes") as err:
+        check_store_before_fleet(pg_url)
+    assert "\n" not in str(err.value)
