@@ -128,7 +128,8 @@ def up_command(
     from specfleet.cluster.supervisor import supervise_here
 
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    done = fleet_up(check_name(name), port=port, options=options, supervise=not supervise)
+    done = fleet_up(_host_name(name, temp_dir), port=port, options=options,
+                    supervise=not supervise)
     typer.echo(f"head up at {done.address}; host {done.host} ({done.kind}) is in the fleet")
     typer.echo(f"on each other host: copy {_token_hint()} (mode 600), then run")
     typer.echo(f"  specfleet fleet join {done.address} --name <host>")
@@ -153,7 +154,7 @@ def join_command(
 
     check_address(head, "HEAD")
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    done = fleet_join(head, check_name(name) or _default_name(), options=options,
+    done = fleet_join(head, _host_name(name, temp_dir), options=options,
                       supervise=not supervise)
     typer.echo(f"host {done.host} ({done.kind}) joined the fleet at {done.address}")
     if supervise:
@@ -196,7 +197,8 @@ def render_status(rows: list[dict]) -> str:
     for row in rows:
         state = row["health"] + (f" ({row['reason']})" if row.get("reason") else "")
         busy = "busy: " + row["run_key"] if row.get("busy") else "idle"
-        lines.append(f"{row['host']}  {row['kind']}  {state}  {busy if 'busy' in row else ''}")
+        lines.append(f"{row['host']}  {row['kind']}  {state}  {busy if 'busy' in row else ''}"
+                     .rstrip())
         if "targets" in row:
             policies = row["default_policies"]
             lines.append("  targets: " + ", ".join(f"{t} [{policies[t]}]" for t in row["targets"]))
@@ -230,6 +232,22 @@ def conditions_section(rows: list[dict]) -> list[str]:
         flag = f"  THROTTLED: {now['reason']}" if now["throttled"] else "  ok"
         lines.append(f"  {row['host']}: {now['summary']}{flag}")
     return lines
+
+
+def _host_name(name: str | None, temp_dir: str | None) -> str:
+    """This host's fleet name (--name, else `_default_name`), refused when the Ray temp dir it
+    names by default is too long for Ray's sockets: `ray start` failed on a 43-character name
+    with Ray's own line."""
+    from specfleet.cluster.noderecord import default_temp_dir
+
+    host = check_name(name) or _default_name()
+    default = str(default_temp_dir(host))
+    if temp_dir is None and len(default) > MAX_TEMP_DIR_CHARS:
+        raise UserError(f"host name {host!r}: its Ray temp dir {default} is {len(default)} "
+                        f"characters; expected at most {MAX_TEMP_DIR_CHARS} (Ray's socket paths "
+                        "inside it are limited to 107 bytes): a shorter --name, or --temp-dir "
+                        "a shorter folder")
+    return host
 
 
 def _default_name() -> str:

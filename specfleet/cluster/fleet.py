@@ -57,6 +57,8 @@ HEALTH_STATES: tuple[Health, ...] = get_args(Health)
 HEALTHY, SUSPECT, UNREACHABLE, DEAD = HEALTH_STATES
 WORKER_START_TIMEOUT_S = 120.0
 RAY_DIR_MAX_LEN = 40  # Ray adds ~65 bytes (session_<date>_<pid>/sockets/plasma_store)
+NODE_DOWN = ("its node is down (Ray lists it dead); its worker comes back when the host "
+             "rejoins: its supervisor does so, or `specfleet fleet join` there")
 
 
 @dataclass(frozen=True)
@@ -234,8 +236,26 @@ def stop_what_a_cut_short_init_started() -> Iterator[None]:
 def ray_connecting() -> Iterator[None]:
     """What every `ray.init` of ours runs inside: signals held (`signals_held_while_ray_starts`)
     and the driver standing in a folder that shadows no package (`cwd_for_workers`)."""
+    ray_prints_to_stderr()
     with signals_held_while_ray_starts(), cwd_for_workers():
         yield
+
+
+def ray_prints_to_stderr() -> None:
+    """Send what Ray's driver prints by itself, from a thread at any moment (`(raylet) The node
+    ... has been marked dead ...` while a host is lost), to stderr: Ray writes it to stdout,
+    where it broke the JSON of `fleet status --json`."""
+    from ray._private import worker as ray_worker
+
+    rays_own = getattr(ray_worker, "print_to_stdstream", None)
+    if rays_own is None or getattr(rays_own, "__name__", "") == "to_stderr":
+        return  # a Ray without it (its test says so), or redirected by an earlier connect
+
+    def to_stderr(data: dict, ignore_prefix: bool) -> None:
+        rays_own({**data, "is_err": True}, ignore_prefix)
+
+    # Ray's error listener looks the function up in its module at each message.
+    ray_worker.print_to_stdstream = to_stderr
 
 
 @contextlib.contextmanager
@@ -381,11 +401,13 @@ def _last_reading(state: RetryCallState) -> HostHealth:
 
 
 def fleet_status(timeout_s: float = 3.0) -> list[dict]:
-    """One row per host: kind, node, health, busy, targets, default policies, loaded models,
-    versions. Status calls go to every worker at once; a worker that does not answer within
-    `timeout_s` is reported with its health instead."""
+    """One row per host in the fleet (a host that left is not): kind, node, health, busy,
+    targets, default policies, loaded models, versions. Status calls go to every worker at
+    once; a worker that does not answer within `timeout_s` is reported with its health
+    instead."""
     nodes = {h.host: h for h in discover_hosts(include_dead=True)}
-    names = sorted(set(nodes) | set(list_workers()))
+    # A host whose node is gone and whose worker was killed for good has left (`fleet leave`).
+    names = sorted({name for name, node in nodes.items() if node.alive} | set(list_workers()))
     pending = {}
     for name in names:
         handle = get_worker(name)
@@ -430,12 +452,15 @@ def _status_row(name: str, node: HostNode | None, refs: Any, timeout_s: float) -
 
 def _not_answering(node: HostNode | None, why: str) -> dict:
     """A worker that does not answer: unreachable when its node takes no TCP connection
-    either (the network, or the host itself, is gone), else suspect (restarting, busy)."""
+    either (the network, or the host itself, is gone), else suspect (restarting, busy, or
+    its node down: Ray lists it dead)."""
     if node is not None and node.node_port:
         cut = probe_node(node.node_ip, node.node_port)
         if cut is not None:  # Ray's own words add nothing here
             return {"health": UNREACHABLE, "reason": f"its worker does not answer and its node "
                                                      f"{node.node_ip}:{node.node_port} {cut}"}
+    if node is not None and not node.alive:  # Ray's words would say only "restarting"
+        return {"health": SUSPECT, "reason": NODE_DOWN}
     return {"health": SUSPECT, "reason": why}
 
 

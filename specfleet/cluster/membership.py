@@ -11,6 +11,7 @@ host's node and every command follows the fleet this machine joined.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -19,15 +20,30 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import (
+    ActorUnavailableError,
+    AuthenticationError,
+    GetTimeoutError,
+    RayActorError,
+)
 
 from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import ray_connecting
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
-from specfleet.cluster.reach import connect_error, head_client, host_port, join_host_port
+from specfleet.cluster.reach import (
+    RAY_CLUSTER_FILE,
+    connect_error,
+    head_client,
+    host_port,
+    join_host_port,
+    token_refused,
+)
 from specfleet.dirs import runtime_dir
 from specfleet.errors import UserError
 from specfleet.settings import check_worker_settings
@@ -46,6 +62,7 @@ DEFAULT_PORT = 6379
 # A worker's start imports torch and MLX: ~7 s on a quiet 2-core box, minutes while it is loaded
 # or compiling bytecode for the first time.
 WORKER_READY_S = 300.0
+UNAVAILABLE_RETRY_S = 0.5  # a restarting worker is placed again within seconds
 DEFAULT_DASHBOARD_PORT = 8265
 _READ_TIMEOUT_S = 10
 
@@ -76,6 +93,8 @@ def read_head_versions(address: str) -> dict[str, str]:
             b"CLUSTER_METADATA", namespace=b"cluster", timeout=_READ_TIMEOUT_S
         )
         meta = json.loads(raw.decode())
+    except AuthenticationError:  # the address is right: the token is what to fix
+        raise token_refused(address, "HEAD") from None
     except Exception as err:  # any failure here means: cannot read the head
         raise UserError(f"cannot read versions from head {address}: {_line(err)}; expected "
                         "the HOST:PORT `specfleet fleet up` printed on the head") from None
@@ -215,10 +234,12 @@ def fleet_up(
     if node_ip is None and sys.platform == "darwin":
         node_ip = node_ip_towards("8.8.8.8")  # macOS binds loopback unless told otherwise
     temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
+    _forget_stale_head_address(temp_dir)
     cmd = up_command(info.name, info.kind, port=port, num_cpus=opts.num_cpus, node_ip=node_ip,
                      temp_dir=temp_dir)
-    _ray_start(cmd, noderecord.load())
     address = join_host_port(node_ip or _this_ip(), port)
+    with _stopped_if_interrupted(noderecord.NodeRecord(address, info.name, True, temp_dir)):
+        _ray_start(cmd, noderecord.load())
     _remember(address, info.name, True, temp_dir, opts, port)
     try:
         _start_own_worker(address, info.name, opts.engines, "fleet up", temp_dir)
@@ -253,7 +274,8 @@ def fleet_join(
     _stop_stale_node(info.name)
     cmd = join_command(head, info.name, info.kind, num_cpus=opts.num_cpus, node_ip=node_ip,
                        temp_dir=temp_dir)
-    _ray_start(cmd)
+    with _stopped_if_interrupted(noderecord.NodeRecord(head, info.name, False, temp_dir)):
+        _ray_start(cmd)
     _remember(head, info.name, False, temp_dir, opts, None)
     try:
         _start_own_worker(head, info.name, opts.engines, "fleet join", temp_dir)
@@ -261,6 +283,26 @@ def fleet_join(
         if supervise:
             keep_supervisor()
     return Membership(head, info.name, info.kind)
+
+
+@contextlib.contextmanager
+def _stopped_if_interrupted(starting: noderecord.NodeRecord) -> Iterator[None]:
+    """Ctrl-C or SIGTERM while `ray start` runs: stop what it started so far (found as `leave`
+    finds a node), which no record names yet. A head left so held its port, and `fleet leave`
+    said there was nothing to leave."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        noderecord.stop_processes(noderecord.own_processes(starting))
+        raise
+
+
+def _forget_stale_head_address(temp_dir: str) -> None:
+    """Remove the address a previous head left in the node's temp dir, as `ray stop` does. No
+    head listens on the port (`check_port_free`), yet while that file names it and any process
+    here still points at it (a survivor of a crashed head, another host's node), `ray start
+    --head` refuses with "already running" and the user read that a head runs there."""
+    (Path(temp_dir) / RAY_CLUSTER_FILE).unlink(missing_ok=True)
 
 
 def keep_supervisor(pid: int | None = None) -> None:
@@ -369,7 +411,7 @@ def _start_own_worker(address: str, host: str, engines: list[str] | None, comman
     logs = f"{temp_dir}/session_latest/logs"
     try:
         kwargs = {"engines": engines} if engines else None
-        wait_ready(start_worker(host, kwargs), timeout_s=WORKER_READY_S)
+        _wait_while_unavailable(start_worker(host, kwargs), WORKER_READY_S)
     except GetTimeoutError:
         raise UserError(
             f"{command}: the worker of host {host} did not answer within {WORKER_READY_S:g} s; "
@@ -382,6 +424,26 @@ def _start_own_worker(address: str, host: str, engines: list[str] | None, comman
                         f"expected it to start: its log is under {logs}") from None
     finally:
         ray.shutdown()
+
+
+def _wait_while_unavailable(handle, timeout_s: float) -> None:
+    """`wait_ready`, waiting on through `ActorUnavailableError`: on a rejoin after a lost node
+    the detached worker is restarting (its old address refuses) until Ray places it again.
+
+    Raises:
+        GetTimeoutError: no answer within `timeout_s`.
+    """
+    deadline = time.monotonic() + timeout_s
+    remaining_s = timeout_s
+    while True:
+        try:
+            wait_ready(handle, timeout_s=remaining_s)
+            return
+        except ActorUnavailableError:
+            remaining_s = deadline - time.monotonic() - UNAVAILABLE_RETRY_S
+            if remaining_s <= 0:
+                raise GetTimeoutError("the worker stayed unavailable") from None
+            time.sleep(UNAVAILABLE_RETRY_S)
 
 
 def refuse_running_node(record: noderecord.NodeRecord | None,

@@ -33,6 +33,7 @@ from specfleet.userfiles import read_text
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 RAY_AUTO = "auto"  # Ray's word for the cluster `ray start` last started on this machine
+RAY_CLUSTER_FILE = "ray_current_cluster"  # where `ray start --head` writes its address
 EMBEDDED = "embedded"
 JOINED = "the fleet this machine joined"
 INFO_TIMEOUT_S = 30.0  # a worker that is starting up imports the engine first
@@ -165,7 +166,7 @@ def ray_cluster_file(env: Mapping[str, str]) -> Path:
     base = env.get("RAY_TMPDIR")
     if base is None and sys.platform.startswith("linux"):
         base = env.get("TMPDIR")
-    return Path(base if base is not None else "/tmp", "ray", "ray_current_cluster")
+    return Path(base if base is not None else "/tmp", "ray", RAY_CLUSTER_FILE)
 
 
 def _ray_auto(env: Mapping[str, str]) -> FleetChoice:
@@ -306,16 +307,22 @@ def check_token(address: str, source: str = "--address") -> None:
     try:
         head_client(address)
     except AuthenticationError:
-        if os.environ.get("RAY_AUTH_TOKEN"):
-            which = "the token in $RAY_AUTH_TOKEN: set it to the head's token"
-        else:
-            which = f"the token at {raytoken.token_path()}: copy the head's token file there"
-        raise UserError(f"{address} (from {source}): the Ray head there refuses {which}") \
-            from None
+        raise token_refused(address, source) from None
     except RpcError as err:  # something listens there, but it is no Ray head (a web server)
         raise UserError(f"{address} (from {source}): what answers there is not a Ray head "
                         f"({one_line(str(err))}); expected the HOST:PORT `specfleet fleet up` "
                         "printed") from None
+
+
+def token_refused(address: str, source: str) -> UserError:
+    """The one line for a head that refuses this process's token: which token, and what to do."""
+    from specfleet.cluster import raytoken
+
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        which = "the token in $RAY_AUTH_TOKEN: set it to the head's token"
+    else:
+        which = f"the token at {raytoken.token_path()}: copy the head's token file there"
+    return UserError(f"{address} (from {source}): the Ray head there refuses {which}")
 
 
 @contextlib.contextmanager
