@@ -30,7 +30,7 @@ from specfleet.jobs.resolve import counted
 from specfleet.jobs.spec_files import load_parity_spec
 from specfleet.report.history import same_matrix
 from specfleet.report.parity import check_parity
-from specfleet.report.parity_tables import baseline_gap_text, render_parity
+from specfleet.report.parity_tables import baseline_gap_text, coverage_gap_text, render_parity
 from specfleet.store.store import check_store_before_fleet, open_store
 
 
@@ -114,8 +114,7 @@ def report_parity(store, matrix_id: str, workers: dict | None, any_host: Any, *,
     report = check_parity(store, matrix_id, replayer, baseline, near_tie)
     typer.echo(render_parity(report, fmt), nl=False)
     if report.coverage is not None and not report.coverage.complete:
-        typer.echo(f"parity: {report.coverage.text()}; a failed or missing run fails the "
-                   "check", err=True)
+        typer.echo(coverage_gap_text(report), err=True)
     if report.baseline_coverage is not None and not report.baseline_coverage.complete:
         typer.echo(baseline_gap_text(report), err=True)
     if reasons := verdict_failures(report, allow_unverified):  # exit 1 says why, as compare
@@ -249,7 +248,7 @@ def run_parity_matrix(store, spec, view, matrix_id: str, runs: list,
     for change in getattr(spec, "overridden", []):
         typer.echo(f"parity: {change}", err=True)
     store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id)
-    typer.echo(f"parity matrix {matrix_id}: {len(runs)} runs", err=True)
+    typer.echo(f"parity matrix {matrix_id}: {counted(len(runs), 'run')}", err=True)
     run_matrix(store, matrix_id, view.workers, options=SchedulerOptions(progress=progress),
                machines=view.machines)
 

@@ -8,6 +8,8 @@ docs/engine.md "Parity and near-ties") or `suspect` (anything else). A divergenc
 `unverified`. Verdicts compare each cell's first repetition, as the reference record does.
 A peer arm (`engine/peers.py`: another library's decoding) that differs from our plain is
 `peer differs`: reported where it differs, never replayed, never a failure or a regression.
+A planned pair without a done run on one side (failed, interrupted, never run) is
+`Uncompared`, with why: no evidence, it fails the check.
 Against a baseline, every pair must be found there (arm and plain done): a pair the baseline
 lacks (another target name, a cell it never ran) is no evidence, and fails the check.
 """
@@ -26,6 +28,10 @@ from specfleet.stats.view import PLAIN, group_runs, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified" | PEER_DIFFERS
 PEER_DIFFERS = "peer differs"
+# Characters of the reply shown before and from the first differing character: enough to
+# find the spot in a CI log without printing whole replies.
+EXCERPT_BEFORE_CHARS = 24
+EXCERPT_FROM_CHARS = 12
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,19 @@ class ArmParity:
     token: int | None = None
     char: int | None = None
     replay: Replay | None = None
+    excerpt: str | None = None  # both replies' text at the first differing character
+
+
+@dataclass(frozen=True)
+class Uncompared:
+    """A planned arm-vs-plain pair with no done run on a side; `why` names the side and its
+    run's status (`plain interrupted`, `graded failed: ERROR`)."""
+
+    target: str
+    model: str
+    prompt: str
+    arm: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,8 @@ class ParityReport:
     regressions: tuple[Regression, ...] = ()
     baseline_id: str | None = None
     coverage: Coverage | None = None  # arm-vs-plain pairs compared of those planned
+    uncompared: tuple[Uncompared, ...] = ()  # the planned pairs not compared, with why
+    replays_tried: bool = True  # False: divergences were not sent to a replayer (--no-replay)
     baseline_coverage: Coverage | None = None  # of those pairs, found in the baseline
     baseline_missing: tuple[CellKey, ...] = ()  # pairs the baseline lacks
     baseline_targets: tuple[str, ...] = ()  # targets with done runs in the baseline
@@ -95,16 +116,29 @@ class ParityReport:
         return bad > 0 or (not allow_unverified and self.count("unverified") > 0)
 
 
+def divergence_excerpt(plain_text: str | None, arm_text: str | None, char: int | None,
+                       arm: str) -> str | None:
+    """`after '…TEXT': plain 'A' vs ARM 'B'`: the text both replies share before the first
+    differing character, then each one's from there (`''`: that reply ended there)."""
+    if char is None or plain_text is None or arm_text is None:
+        return None
+    start = max(0, char - EXCERPT_BEFORE_CHARS)
+    before = ("…" if start else "") + plain_text[start:char]
+    plain_from, arm_from = (t[char:char + EXCERPT_FROM_CHARS] for t in (plain_text, arm_text))
+    return f"after {before!r}: plain {plain_from!r} vs {arm} {arm_from!r}"
+
+
 def _classify(key: CellKey, plain, run, replayer, threshold) -> ArmParity:
     verdict, token, char = parity_of(run, plain)
     if verdict == "identical":
         return ArmParity(*key, "identical")
+    excerpt = divergence_excerpt(plain.output_text, run.output_text, char, key.arm)
     if is_peer(key.arm):  # another library's decoding: information, not our failure
-        return ArmParity(*key, PEER_DIFFERS, token, char)
+        return ArmParity(*key, PEER_DIFFERS, token, char, excerpt=excerpt)
     replay = replayer(plain, run, token) if replayer and token is not None else None
     if replay is None:
-        return ArmParity(*key, "unverified", token, char)
-    return ArmParity(*key, classify(replay.margins, threshold), token, char, replay)
+        return ArmParity(*key, "unverified", token, char, excerpt=excerpt)
+    return ArmParity(*key, classify(replay.margins, threshold), token, char, replay, excerpt)
 
 
 def arm_parity(groups: dict[CellKey, list], replayer: Replayer | None,
@@ -116,6 +150,30 @@ def arm_parity(groups: dict[CellKey, list], replayer: Replayer | None,
         if key.arm == PLAIN or not plain:
             continue
         out.append(_classify(key, plain[0], runs[0], replayer, threshold))
+    return out
+
+
+def _side_gap(runs: list, side: str) -> str | None:
+    """Why `side` (an arm or plain) of a pair has no done run to compare (None: it has one)."""
+    if any(r.status == "done" for r in runs):
+        return None
+    if not runs:
+        return f"no {side} run"
+    first = min(runs, key=lambda r: r.repeat)
+    error = (first.error or "").strip().splitlines()
+    return f"{side} {first.status}" + (f": {error[0]}" if error else "")
+
+
+def uncompared_pairs(all_runs: list, compared: set[CellKey]) -> list[Uncompared]:
+    """Each planned arm-vs-plain pair (every run, whatever its status, in plan order) not in
+    `compared`, with why."""
+    groups = group_runs(sorted(all_runs, key=lambda r: r.plan_order))
+    out = []
+    for key, runs in groups.items():
+        if key.arm == PLAIN or key in compared:
+            continue
+        gaps = (_side_gap(runs, key.arm), _side_gap(groups.get(key.with_arm(PLAIN), []), PLAIN))
+        out.append(Uncompared(*key, "; ".join(g for g in gaps if g)))
     return out
 
 
@@ -188,6 +246,9 @@ def check_parity(
         arms=arms,
         cross=tuple(cross_target(runs)),
         coverage=parity_coverage(all_runs, len(arms)),
+        uncompared=tuple(uncompared_pairs(
+            all_runs, {CellKey(a.target, a.model, a.prompt, a.arm) for a in arms})),
+        replays_tried=replayer is not None,
     )
     if baseline_id is None:
         return report

@@ -10,6 +10,7 @@ from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_ri
 from specfleet.report.parity import PEER_DIFFERS, ArmParity, ParityReport
 
 DASH = "–"
+NOT_COMPARED = "not compared"  # a planned pair's CSV verdict when a side has no done run
 
 
 def where_text(token: int | None, char: int | None) -> str:
@@ -17,12 +18,15 @@ def where_text(token: int | None, char: int | None) -> str:
     return f"token {token}{char_text}" if token is not None else f"char {char}"
 
 
-def forensics_text(item: ArmParity) -> str:
-    """The competing tokens and their logit gaps on both paths."""
+def forensics_text(item: ArmParity, replays_tried: bool = True) -> str:
+    """The competing tokens and their logit gaps on both paths (`replays_tried` False: the
+    check sent no divergence to a replayer, as with --no-replay or in the web view)."""
     if item.replay is None:
-        if item.verdict == "unverified":
-            return "not replayed: no worker for this host here (pass --address HEAD)"
-        return DASH
+        if item.verdict != "unverified":
+            return DASH
+        if not replays_tried:
+            return "not replayed here (`specfleet parity ID` replays it on its target)"
+        return "not replayed: no worker for this host here (pass --address HEAD)"
     m, r = item.replay.margins, item.replay
     return (
         f"plain {r.text_a!r} vs {item.arm} {r.text_b!r}; gap {m.a.gap:+.4f} on plain's path "
@@ -36,15 +40,22 @@ def arm_grid(report: ParityReport) -> Grid:
     for item in report.arms:
         where = DASH if item.verdict == "identical" else where_text(item.token, item.char)
         rows.append((item.target, item.model, item.prompt, item.arm, item.verdict, where,
-                     forensics_text(item)))
+                     item.excerpt or DASH, forensics_text(item, report.replays_tried)))
     note = (
         f"near-tie: the two competing tokens are within {report.threshold} logits on both "
         f"paths (a verify row rounded a near-tie the other way, docs/engine.md 'Parity and near-ties'); suspect: anything "
         f"else; unverified: the divergence could not be replayed on its target."
     )
     return Grid("Parity against plain on the same target (first repetition)",
-                ("target", "model", "prompt", "arm", "verdict", "first divergence", "forensics"),
-                tuple(rows), (summary_line(report), note), left_cols=7)
+                ("target", "model", "prompt", "arm", "verdict", "first divergence",
+                 "text there", "forensics"),
+                tuple(rows), (summary_line(report), note), left_cols=8)
+
+
+def uncompared_grid(report: ParityReport) -> Grid:
+    rows = tuple((u.target, u.model, u.prompt, u.arm, u.why) for u in report.uncompared)
+    return Grid("Pairs not compared (no done run on a side: no evidence, the check fails)",
+                ("target", "model", "prompt", "arm", "why"), rows, left_cols=5)
 
 
 def cross_grid(report: ParityReport) -> Grid:
@@ -81,6 +92,23 @@ def summary_line(report: ParityReport) -> str:
     return line
 
 
+def coverage_gap_text(report: ParityReport) -> str:
+    """Why a check that left planned pairs uncompared fails: the first such pair and why,
+    or that nothing but plain was planned."""
+    coverage = report.coverage
+    assert coverage is not None  # only asked of a report that counted its pairs
+    if coverage.planned == 0:
+        return (f"parity: {report.matrix_id} planned no arm besides plain: no pair to compare; "
+                "exit 1: a check that compares nothing is no pass")
+    why = ""
+    if report.uncompared:
+        first, rest = report.uncompared[0], len(report.uncompared) - 1
+        more = f"; and {rest} more" if rest else ""
+        why = f" ({first.target} {first.model} {first.prompt} {first.arm}: {first.why}{more})"
+    return (f"parity: {coverage.text()}; exit 1: a pair without a done run on both sides is "
+            f"no evidence{why}")
+
+
 def baseline_gap_text(report: ParityReport) -> str:
     """Why a baseline that lacks some pairs fails the check: the targets it never ran on
     beside those it did (a host named otherwise), else the first pair it lacks."""
@@ -109,17 +137,21 @@ def _csv_field(value):
 
 
 def render_parity(report: ParityReport, fmt: str = "table") -> str:
-    """The parity report in `fmt`: "table", "markdown", "json" or "csv" (one row per arm)."""
+    """The parity report in `fmt`: "table", "markdown", "json" or "csv" (one row per planned
+    pair)."""
     check_format(fmt)
-    if fmt == "csv":
-        records = [asdict(arm) for arm in report.arms]
-        headers = [f.name for f in fields(ArmParity)]  # the same columns when none compared
-        return to_csv(headers, [[_csv_field(r[h]) for h in headers] for r in records])
+    if fmt == "csv":  # a row per planned pair: those not compared read `not compared`, why
+        records = [asdict(arm) for arm in report.arms] + [
+            {**asdict(u), "verdict": NOT_COMPARED} for u in report.uncompared]
+        headers = [f.name for f in fields(ArmParity)] + ["why"]  # the same columns when none
+        return to_csv(headers, [[_csv_field(r.get(h)) for h in headers] for r in records])
     if fmt == "json":
         body = asdict(report)
         body["summary"] = summary_line(report)
         return jsontext.dumps(body, indent=2) + "\n"
     grids = [arm_grid(report)]
+    if report.uncompared:
+        grids.append(uncompared_grid(report))
     if report.cross:
         grids.append(cross_grid(report))
     if report.regressions:  # none is said by the summary line, not by an empty table

@@ -410,3 +410,13 @@ def test_postgres_store_is_read_only(pg_url):
             conn.execute(text("UPDATE matrices SET status = 'failed'"))
     finally:
         store.close()
+
+
+def test_the_parity_page_names_the_pairs_it_could_not_compare(client):
+    # The page listed only the pairs compared: a matrix with its graded run still pending
+    # read as an empty table, as if nothing were wrong.
+    page = client.get(f"/matrices/{LIVE}/parity").text
+    assert "Pairs not compared" in page and "graded pending" in page
+    assert "Pairs not compared" not in client.get(f"/matrices/{BASE}/parity").text
+    body = client.get(f"/api/matrices/{LIVE}/parity").json()
+    assert [u["why"] for u in body["uncompared"]] == ["graded pending"]
