@@ -128,31 +128,22 @@ def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool) -> Non
 def narrowest_stored_width() -> int:
     """The fewest widths a table needs for every policy that reads one (their own check,
     `PromptLookupConfig.validate`, decides)."""
-    from specfleet.engine.config import (
-        POLICY_NAMES,
-        ConfigError,
-        PromptLookupConfig,
-        needs_costs,
-    )
+    from specfleet.engine.config import POLICY_NAMES, needs_costs
+    from specfleet.workers.costs import takes_costs
 
-    def taken(width: int) -> bool:
-        try:
-            for policy in filter(needs_costs, POLICY_NAMES):
-                PromptLookupConfig(policy=policy, costs=(1.0,) * width).validate()
-        except ConfigError:
-            return False
-        return True
-
-    return next(width for width in range(1, MAX_WIDTH_LIMIT + 1) if taken(width))
+    return next(width for width in range(1, MAX_WIDTH_LIMIT + 1)
+                if all(takes_costs(policy, (1.0,) * width)
+                       for policy in filter(needs_costs, POLICY_NAMES)))
 
 
-def check_stored_width(max_width: int) -> None:
-    """Refuse to store a table the calibrated policy would refuse for good."""
+def check_stored_width(max_width: int, storing: str = " with --store") -> None:
+    """Refuse to store a table the calibrated policy would refuse for good (`storing`: what
+    makes this command store it, for the message)."""
     least = narrowest_stored_width()
     if max_width < least:
         raise UserError(f"--max-width {max_width}: a stored table needs at least widths "
                         f"1-{least} (the calibrated policy refuses a narrower one); expected "
-                        f"--max-width {least} or more with --store")
+                        f"--max-width {least} or more{storing}")
 
 
 def check_context(settings: Any, model: str, engine: str) -> None:

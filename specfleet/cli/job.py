@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from specfleet.cli.calibrate import check_stored_width
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
     AddressOption,
@@ -270,6 +271,8 @@ def calibrate(
     """
     if host is not None and (problem := host_name_problem(host)):  # --target's: TargetRef
         raise UserError(f"--host: {problem}")
+    # Every table it measures is stored: one too narrow failed each later calibrated run.
+    check_stored_width(max_width, " (each table is stored)")
     if choose_fleet(address, embedded).embedded:  # this machine alone: before Ray starts
         if host is not None:
             refuse_hosts_outside_embedded([host], "--host")

@@ -12,7 +12,7 @@ from typing import Annotated, cast
 
 import typer
 
-from specfleet.cli.options import MATRIX_ID, DbOption, not_blank, refuse_twice
+from specfleet.cli.options import MATRIX_ID, DbOption, not_blank, refuse_twice, split_list
 from specfleet.configs import costs_dir, packaged_names
 from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.engine.governor import Policy
@@ -20,7 +20,8 @@ from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 
 # Listed once, at import: Typer rebuilds the command, and so its help, on every invocation.
-COSTS_HELP = ("A host with a stored calibration, a YAML file, or a packaged table "
+COSTS_HELP = ("A host with a stored calibration, a YAML file (or what `calibrate --json` "
+              "printed, as NAME.json), or a packaged table "
               f"({', '.join(packaged_names(costs_dir()))}); default: the host each run ran on.")
 
 
@@ -29,8 +30,9 @@ def replay_command(
         metavar="RUN_OR_MATRIX", callback=not_blank(f"{MATRIX_ID}, a generation job id or a "
                                                      "run key"),
         help="A matrix id, a generation job id or a run key (or its first 8+ characters).")],
-    policy: Annotated[str, typer.Option(
-        "--policy", help="Comma-separated policies to replay.")] = "graded,gated,calibrated",
+    policy: Annotated[list[str] | None, typer.Option(
+        "--policy", help=f"Policies to replay ({', '.join(POLICIES)}); comma-separated or "
+        "repeated. Default: all of them.")] = None,
     costs: Annotated[str | None, typer.Option("--costs", help=COSTS_HELP)] = None,
     db: DbOption = None,
     oracle: Annotated[bool, typer.Option(
@@ -51,10 +53,11 @@ def replay_command(
     from specfleet.report.predictions_tables import format_bounds, format_predictions
     from specfleet.store.store import open_store
 
-    policies = [p.strip() for p in policy.split(",") if p.strip()]
+    # `--policy graded --policy gated` is both, as `bench` and `selftest` read their lists.
+    policies: list[str] = split_list("--policy", policy) if policy else list(POLICIES)
     unknown = [p for p in policies if p not in POLICIES]
-    if not policies or unknown:
-        raise UserError(f"--policy must list some of {', '.join(POLICIES)}; got {policy!r}")
+    if unknown:
+        raise UserError(f"--policy must list some of {', '.join(POLICIES)}; got {unknown[0]!r}")
     refuse_twice("--policy", policies, "policy")
     expected = "expected a host, a YAML file or a packaged table name"
     if costs is not None and not costs.strip():  # a script's unset variable: not "not given"
@@ -73,6 +76,7 @@ def replay_command(
     typer.echo(format_predictions(predictions, costs_name))
     if oracle:
         typer.echo("\n" + format_bounds(predictions, costs_name))
+    say_cells_left_out(runs, predictions)
     checked = sum(1 for r in runs if stored_lookup(r) is not None) - earlier  # no plain, peer
     older = (f"; {earlier} made by an earlier revision of their policy, not compared"
              if earlier else "")
@@ -82,6 +86,18 @@ def replay_command(
         typer.echo(line, err=True)
     if mismatches:
         raise typer.Exit(1)
+
+
+def say_cells_left_out(runs: list, predictions: list) -> None:
+    """Name on stderr the cells whose lookup runs got no row (their plain run failed or keeps
+    no reply): a cell missing from the table without a word reads as never run."""
+    predicted = {p.cell for p in predictions}
+    left = sorted({(r.host, r.engine, r.device, r.model, r.prompt_name) for r in runs}
+                  - predicted)
+    if left:
+        named = ", ".join(f"{h}/{e}/{d} {m} {p}" for h, e, d, m, p in left)
+        typer.echo(f"replay: {counted(len(left), 'cell')} left out, without a done greedy plain "
+                   f"run keeping its token ids: {named}", err=True)
 
 
 def register(app: typer.Typer) -> None:

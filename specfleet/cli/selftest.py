@@ -38,6 +38,13 @@ def selftest_command(
                             "comma-separated or repeated")
     refuse_twice("--engine", engine, "engine")  # `mlx,mlx` tested once, as `bench -e` refuses
     info = detect_host(full=True)
+    offered = {t.engine for t in info.targets()}
+    # An engine asked for and absent here was skipped, and the others' "ok" read as its pass.
+    absent = [name for name in engine if name not in offered]
+    if absent and offered:
+        raise UserError(f"--engine {absent[0]}: not installed here (this machine offers "
+                        f"{', '.join(sorted(offered))}); expected specfleet[{absent[0]}] "
+                        "installed, or only the engines it offers")
     targets = [t for t in info.targets() if not engine or t.engine in engine]
     if not targets:
         raise UserError("no engine to test here: install specfleet[mlx] or specfleet[torch]"

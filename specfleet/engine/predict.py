@@ -107,6 +107,8 @@ def replay(
 
 
 def predicted_speedup(plain_steps: float, policy_steps: float, prefill_steps: float) -> float:
-    """Whole-call speed-up over plain: both emit the same tokens after the same prefill."""
+    """Whole-call speed-up over plain: both emit the same tokens after the same prefill (1.0
+    where neither costs a step: a reply of the prefill token alone gains nothing, loses
+    nothing)."""
     denominator = prefill_steps + policy_steps
-    return (prefill_steps + plain_steps) / denominator if denominator > 0 else 0.0
+    return (prefill_steps + plain_steps) / denominator if denominator > 0 else 1.0

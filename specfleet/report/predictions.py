@@ -22,7 +22,7 @@ import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from specfleet.engine.config import PromptLookupConfig, default_max_draft, policy_revision
@@ -31,6 +31,7 @@ from specfleet.engine.kinds import DEVICES, ENGINES, steps_overlap_host
 from specfleet.engine.oracle import OracleSchedule, oracle
 from specfleet.engine.predict import predicted_speedup, replay
 from specfleet.engine.stats import COUNTER_FIELDS
+from specfleet.engine.widthcosts import WidthCosts
 from specfleet.errors import UserError, describe_value
 from specfleet.settings import host_name_problem
 from specfleet.userfiles import name_problem, read_yaml
@@ -95,6 +96,8 @@ class Prediction:
 COSTS_EXPECTED = "a YAML width-cost table (name, ratio: [cost of width 1, 2, ...])"
 # What `calibrate` and the packaged tables write; `ratio` alone is required.
 COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
+# The rest of what `calibrate --json` writes (how the table was measured): read, not used.
+CALIBRATE_JSON_FIELDS = ("model", *(f.name for f in fields(WidthCosts)))
 # A verify of the widest block (65 tokens) costs at most ~65 one-token steps on any host;
 # past this bound a cost is no measurement, and its sums print 300 digits or overflow to inf.
 MAX_COST_STEPS = 1000.0
@@ -113,7 +116,7 @@ def load_cost_file(path: Path) -> CostTable:
     if not isinstance(data, dict):
         raise UserError(f"--costs {path}: expected a mapping of fields at the top level "
                         f"(name, ratio: [...]), got {describe_value(data)}")
-    unknown = [str(k) for k in data if k not in COST_FILE_FIELDS]
+    unknown = [str(k) for k in data if k not in COST_FILE_FIELDS + CALIBRATE_JSON_FIELDS]
     if unknown:
         raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
                         f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")
@@ -197,7 +200,7 @@ def cost_source(spec: str):
     path = Path(spec)
     # A host name has no slash and no .yaml: such a value is a file, missing or not (its
     # reader names a missing file, a folder or a pipe in one line).
-    if "/" in spec or path.suffix in (".yaml", ".yml"):
+    if "/" in spec or path.suffix in (".yaml", ".yml", ".json"):  # JSON: `calibrate --json`
         table = load_cost_file(path)
         return lambda store, cell: table
     packaged = packaged_cost(spec)

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from specfleet.engine.config import needs_costs
+from specfleet.engine.config import ConfigError, PromptLookupConfig, needs_costs
 from specfleet.jobs.run import RunSpec
 
 
@@ -29,8 +29,22 @@ def with_stored_costs(store, spec: RunSpec) -> RunSpec:
                                     host=spec.target.host)
     if not rows or any(r.ratio is None for r in rows):
         return spec
+    costs = tuple(r.ratio for r in rows)
+    # A table the arm refuses (`job calibrate --max-width 1`) failed every run it was sent
+    # with; without one the worker measures its own, which the head stores as the newest.
+    if not takes_costs(spec.arm, costs):
+        return spec
     key = costs_key(rows[0].host_fingerprint, rows[0].weights_hash)
-    return spec.model_copy(update={"costs": tuple(r.ratio for r in rows), "costs_key": key})
+    return spec.model_copy(update={"costs": costs, "costs_key": key})
+
+
+def takes_costs(policy: str, costs: tuple[float, ...]) -> bool:
+    """Whether `policy` runs on the width-cost table `costs` (its own check decides)."""
+    try:
+        PromptLookupConfig(policy=policy, costs=costs).validate()  # type: ignore[arg-type]
+    except ConfigError:
+        return False
+    return True
 
 
 class CostTables:

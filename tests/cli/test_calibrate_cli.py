@@ -48,6 +48,18 @@ def test_store_refuses_a_table_too_narrow_for_the_calibrated_policy(measured, tm
     assert measured == [] and not db.exists()
 
 
+def test_job_calibrate_refuses_a_table_too_narrow_before_any_fleet(tmp_path):
+    # It stored every table it measured: one of width 1 failed each later calibrated run.
+    db = tmp_path / "c.db"
+    result = CliRunner().invoke(app, ["job", "calibrate", "--model", MODEL, "--max-width", "1",
+                                      "--address", "127.0.0.1:1", "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "error: --max-width 1: a stored table needs at least widths 1-2 (the calibrated policy "
+        "refuses a narrower one); expected --max-width 2 or more (each table is stored)"]
+    assert not db.exists()
+
+
 def test_store_reaches_its_server_before_measuring(measured, monkeypatch):
     monkeypatch.setenv("SPECFLEET_STORE_RETRY_S", "2")
     result = invoke("--quick", "--max-width", "3", "--store", "--db",

@@ -293,3 +293,23 @@ def test_a_stored_run_is_replayed_with_its_own_loop_re_feeds_and_pipelining(pipe
             **{name: getattr(live.stats, name) for name in COUNTER_FIELDS}))
     assert refed > 0  # the runs did re-feed
     assert check_counters(runs) == ([], 0)
+
+
+def test_what_calibrate_json_prints_is_a_costs_file(tmp_path):
+    # `replay --costs mine.json` refused calibrate's own output: "unknown field 'model'".
+    import dataclasses
+
+    from specfleet import jsontext
+    from specfleet.engine.widthcosts import WidthCosts
+
+    measured = WidthCosts(engine="torch", device="cpu", prompt_len=8, pipelined_ms=2.0,
+                          sync_ms=(2.0, 3.0, 4.0), ratio=(1.0, 1.5, 2.0), n=2, flagged=(3,))
+    path = tmp_path / "mine.json"
+    path.write_text(jsontext.dumps({"model": "smollm2-135m", **dataclasses.asdict(measured)}))
+    table = cost_source(str(path))(None, None)
+    assert table.name == "mine" and table.ratio == (1.0, 1.5, 2.0)
+    bare = tmp_path / "bare.json"  # a .json name alone is a file too, not a host
+    shutil.copy(path, bare)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert cost_source("bare.json")(None, None).ratio == (1.0, 1.5, 2.0)
