@@ -43,7 +43,8 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
         The loaded runner with the model's provenance.
     """
     from specfleet.engine.runners.base import UnsupportedModelError
-    from specfleet.models.registry import resolve_model
+    from specfleet.engine.runners.folders import folder_problem
+    from specfleet.models.registry import bundled_source, resolve_model
     from specfleet.workers import loaded
 
     try:
@@ -58,6 +59,11 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
             f"--model {model}: not on disk; fetch it with `specfleet models fetch` "
             "or pass a model folder"
         )
+    # As `matrix validate` asks (`loaded.check_model`): the library's own refusal of a folder
+    # without a tokenizer read "Couldn't instantiate the backend tokenizer from one of: ".
+    if bundled_source(resolved.source) is None and \
+            (problem := folder_problem(Path(resolved.path), engine)) is not None:
+        raise UserError(f"--model {model}: {problem}")
     if THREADS.read() is not None:  # as a worker's engine computes (a stored table's threads)
         loaded.use_every_core(engine)
     try:
@@ -66,6 +72,9 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
     except loaded.EngineNotInstalled as err:
         raise UserError(f"--engine {engine}: {err}") from None
     except UnsupportedModelError as err:
+        if (bundled := bundled_source(resolved.source)) is not None:  # its files are damaged
+            raise UserError(f"--model {model}: {err}; fetch it again with `specfleet models "
+                            f"fetch {bundled[0].alias} --force`") from None
         raise UserError(f"--model {model}: {err}") from None
 
 

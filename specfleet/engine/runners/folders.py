@@ -1,13 +1,16 @@
 """What a model folder needs before an engine can load it: the weights, a tokenizer and a
 `model_type` the engine's library knows, checked without loading anything. `matrix
-validate` and `matrix run` ask this before a fleet starts, so a folder no run could load is
-one line rather than a stored matrix of failed runs."""
+validate`, `matrix run` and `generate` ask this before a model loads, so a folder no run
+could load is one line rather than a stored matrix of failed runs. Also the config keys
+mlx-lm must be handed on loading a folder that transformers 5 wrote (`mlx_config_overrides`).
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.userfiles import json_object
@@ -44,10 +47,20 @@ def folder_problem(folder: Path, engine: str) -> str | None:
     if not _holds(folder, TOKENIZER_PATTERNS):
         return (f"{folder} holds no tokenizer; expected tokenizer.json (or tokenizer.model) "
                 "beside its config.json")
-    model_type = _model_type(folder)
-    if model_type is not None and not knows_model_type(engine, model_type):
+    config = _config(folder)
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and not knows_model_type(engine, model_type):
         return (f"{folder}: model_type {model_type!r} is an architecture the {engine} engine "
                 f"does not know; expected one its library ({_LIBRARY[engine]}) implements")
+    quantized = config.get("quantization")
+    if engine == "torch" and isinstance(quantized, dict) and "bits" in quantized:
+        return (f"{folder} holds MLX-quantized weights ({quantized['bits']}-bit), which only "
+                "the mlx engine loads; expected float (or transformers-quantized) weights for torch")
+    if engine == "mlx":
+        try:
+            lift_rope_keys(config)
+        except ValueError as err:
+            return f"{folder / 'config.json'}: {err}"
     return json_files_problem(folder)
 
 
@@ -93,11 +106,81 @@ def _holds(folder: Path, patterns: tuple[str, ...]) -> bool:
     return any(next(folder.glob(pattern), None) is not None for pattern in patterns)
 
 
-def _model_type(folder: Path) -> str | None:
-    """config.json's model_type when it is text (the registry refuses the other shapes)."""
+def mlx_config_overrides(folder: Path) -> dict[str, Any]:
+    """What to hand `mlx_lm.load(..., model_config=...)` for `folder`: the keys
+    `lift_rope_keys` adds to its config.json. Without them mlx-lm silently takes its defaults
+    for a folder that transformers 5 saved (a llama's RoPE base 10000 where the model's is
+    100000): another model, replying otherwise than torch.
+
+    Raises:
+        ValueError: the config's layer types are a layout mlx-lm cannot express.
+    """
+    config = _config(folder)
+    return {key: value for key, value in lift_rope_keys(config).items() if key not in config}
+
+
+def lift_rope_keys(config: dict) -> dict:
+    """`config` plus the top-level keys mlx-lm 0.32 reads (transformers 5 still loads it).
+
+    A single `rope_parameters` gives `rope_theta`, `partial_rotary_factor` and, for a scaled
+    RoPE (llama3, yarn...), `rope_scaling`; one per layer type (Gemma 3) gives `rope_theta`
+    (full attention) and `rope_local_base_freq` (sliding). `layer_types` gives Gemma's
+    `sliding_window_pattern` (every Nth layer full), which must describe them exactly, and
+    the hybrids' `full_attention_interval`; LFM2's feed-forward width is its `hidden_size`.
+    """
+    out = dict(config)
+    rope = config.get("rope_parameters")
+    rope = rope if isinstance(rope, dict) else {}
+    full, local = rope.get("full_attention"), rope.get("sliding_attention")
+    if isinstance(full, dict) and isinstance(local, dict):
+        _lift(out, "rope_theta", full.get("rope_theta"))
+        _lift(out, "rope_local_base_freq", local.get("rope_theta"))
+        rope = full  # its scaling (Gemma 3 4B's linear factor) is the full layers'
+    else:
+        _lift(out, "rope_theta", rope.get("rope_theta"))
+        _lift(out, "partial_rotary_factor", rope.get("partial_rotary_factor"))
+    if rope.get("rope_type", "default") != "default":
+        _lift(out, "rope_scaling", dict(rope))
+    layer_types = config.get("layer_types")
+    if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+        layer_types = []  # another shape: the library says what is wrong with it
+    if {"sliding_attention", "full_attention"} <= set(layer_types) and \
+            out.get("sliding_window_pattern") is None:
+        out["sliding_window_pattern"] = _sliding_window_pattern(layer_types)
+    if {"linear_attention", "full_attention"} <= set(layer_types):
+        _lift(out, "full_attention_interval", _full_every(layer_types))
+    if config.get("model_type") in ("lfm2", "lfm2_moe"):
+        _lift(out, "block_dim", config.get("hidden_size"))
+    return out
+
+
+def _lift(config: dict, key: str, value: Any) -> None:
+    """Set `key` where config.json lacks it (or holds null), to a value that is there."""
+    if value is not None and config.get(key) is None:
+        config[key] = value
+
+
+def _sliding_window_pattern(layer_types: list[str]) -> int:
+    every = _full_every(layer_types)
+    if every is None:  # mlx-lm would place the full layers elsewhere
+        raise ValueError(f"layer_types {layer_types} are not every "
+                         f"{layer_types.index('full_attention') + 1}th layer full; expected a "
+                         "layout mlx-lm can build")
+    return every
+
+
+def _full_every(layer_types: list[str]) -> int | None:
+    """N where every Nth layer (and only those) is `full_attention`, else None."""
+    every = layer_types.index("full_attention") + 1
+    periodic = ["full_attention" if (i + 1) % every == 0 else layer_types[0]
+                for i in range(len(layer_types))]
+    return every if layer_types == periodic else None
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    """config.json as a mapping ({} when it cannot be read: the registry refuses those)."""
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    return model_type if isinstance(model_type, str) else None
+        return {}
+    return config if isinstance(config, dict) else {}

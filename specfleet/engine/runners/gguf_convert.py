@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
+from specfleet.engine.runners.folders import lift_rope_keys
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # GGUF tensor names -> llama (HF / mlx-lm) names.
 _GLOBAL_NAMES = {
@@ -96,36 +98,6 @@ def _one_gguf_reader() -> Iterator[None]:
         yield
     finally:
         gguf_py.GGUFReader = reader_class  # type: ignore[misc]
-
-
-def lift_rope_keys(config: dict) -> dict:
-    """`config` plus the top-level keys mlx-lm 0.32 reads (transformers 5 still loads it).
-
-    A single `rope_parameters` gives `rope_theta`; one per layer type (Gemma 3) gives
-    `rope_theta` (full attention) and `rope_local_base_freq` (sliding), and `layer_types`
-    gives `sliding_window_pattern` (every Nth layer full), which must describe them exactly.
-    """
-    out = dict(config)
-    rope = config.get("rope_parameters") or {}
-    full, local = rope.get("full_attention"), rope.get("sliding_attention")
-    if "rope_theta" in rope:
-        out.setdefault("rope_theta", rope["rope_theta"])
-    if full is not None and local is not None:
-        out.setdefault("rope_theta", full["rope_theta"])
-        out.setdefault("rope_local_base_freq", local["rope_theta"])
-    layer_types = config.get("layer_types") or []
-    if "sliding_attention" in layer_types and "full_attention" in layer_types:
-        out.setdefault("sliding_window_pattern", _sliding_window_pattern(layer_types))
-    return out
-
-
-def _sliding_window_pattern(layer_types: list[str]) -> int:
-    every = layer_types.index("full_attention") + 1
-    periodic = ["sliding_attention" if (i + 1) % every else "full_attention"
-                for i in range(len(layer_types))]
-    if layer_types != periodic:  # mlx-lm would place the full layers elsewhere
-        raise ValueError(f"layer_types {layer_types} are not every {every}th layer full")
-    return every
 
 
 def gguf_to_mlx_q4_folder(gguf: Path, hf_folder: Path, out: Path) -> bool:

@@ -109,10 +109,14 @@ class MlxRunner(TokenizerText):
         """
         from mlx_lm import load as mlx_load
 
+        from specfleet.engine.runners.folders import mlx_config_overrides
+
         resolved = resolve_device(device)
         mx.set_default_device(mx.cpu if resolved == "cpu" else mx.gpu)
         try:
-            model, tokenizer = mlx_load(str(path))
+            # The keys a transformers-5 config.json holds only nested (its RoPE base): else
+            # mlx-lm takes its defaults and runs another model than torch does.
+            model, tokenizer = mlx_load(str(path), model_config=mlx_config_overrides(Path(path)))
         # MLX's reader refusing a damaged weights file; a config field mlx-lm or transformers
         # cannot use (no heads, a vocabulary past int32, an unknown dtype) or one its
         # ModelArgs requires and config.json lacks (a TypeError).
