@@ -10,6 +10,7 @@ Run it in the foreground with `specfleet fleet join ... --supervise` (systemd, l
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -37,12 +38,21 @@ def rejoin(record: noderecord.NodeRecord) -> None:
         fleet_join(record.address, record.host, options=options, supervise=False)
 
 
+def restart_from_disk() -> None:
+    """Replace this process (same pid: the record and systemd still name it) by a supervisor
+    running the specfleet now installed."""
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "specfleet.cluster.supervisor"])
+
+
 def supervise(
     say: Callable[[str], None] = print,
     max_checks: int | None = None,
     check_every_s: float = CHECK_EVERY_S,
+    restart: Callable[[], None] = restart_from_disk,
 ) -> None:
-    """Watch this host's node until `fleet leave` (the record disappears) or `max_checks`."""
+    """Watch this host's node until `fleet leave` (the record disappears) or `max_checks`;
+    `restart` runs when specfleet changed on disk under this process (an upgrade)."""
     checks = 0
     while max_checks is None or checks < max_checks:
         checks += 1
@@ -57,6 +67,10 @@ def supervise(
             try:
                 rejoin(record)
                 say(f"supervisor: {record.host} is back ({time.monotonic() - started:.1f} s)")
+            except ImportError as err:  # an upgrade: old modules here, new ones on disk
+                say(f"supervisor: specfleet changed on disk since this supervisor started "
+                    f"({str(err).splitlines()[0][:200]}); restarting it from the new code")
+                restart()
             except Exception as err:  # noqa: BLE001 - keep watching; say why and try again
                 say(f"supervisor: rejoin failed: {str(err).splitlines()[0][:200]}")
         time.sleep(check_every_s)

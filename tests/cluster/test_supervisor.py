@@ -38,6 +38,30 @@ def test_rejoins_only_when_the_node_is_gone_and_the_head_answers(home, monkeypat
     assert lines[0].startswith("supervisor: node of h2 is gone and 127.0.0.1:")
 
 
+def test_an_upgrade_under_it_restarts_it_from_the_new_code(home, monkeypatch) -> None:
+    # After `pip install -U`, its lazy imports failed every 2 s ("cannot import name ...")
+    # until someone restarted it by hand, and the lost node never came back.
+    def rejoin(rec):
+        raise ImportError("cannot import name 'NodeOptions' from 'specfleet.cluster.membership'")
+
+    monkeypatch.setattr(supervisor, "rejoin", rejoin)
+    restarts: list[bool] = []
+    lines: list[str] = []
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        noderecord.save(record(f"127.0.0.1:{head.getsockname()[1]}", home))
+        supervisor.supervise(lines.append, max_checks=1, check_every_s=0.01,
+                             restart=lambda: restarts.append(True))
+    assert restarts == [True]
+    assert lines[1].startswith("supervisor: specfleet changed on disk since this supervisor "
+                               "started (cannot import name 'NodeOptions'")
+    execs: list[list[str]] = []
+    monkeypatch.setattr(supervisor.os, "execv", lambda exe, argv: execs.append(argv))
+    supervisor.restart_from_disk()  # the same pid, the module's own entry point
+    assert execs == [[supervisor.sys.executable, "-m", "specfleet.cluster.supervisor"]]
+
+
 def test_stops_when_the_host_left(home) -> None:
     lines: list[str] = []
     supervisor.supervise(lines.append, max_checks=5, check_every_s=0.01)
