@@ -321,6 +321,11 @@ def stored_lookup(run) -> PromptLookupConfig | None:
     lookup = (run.engine_config or {}).get("lookup")
     if not lookup:
         return None
+    unknown = sorted(set(lookup) - {f.name for f in fields(PromptLookupConfig)})
+    if unknown:  # a newer specfleet's setting: replaying without it would be another run
+        raise UserError(f"run {run.run_key} drafted with a setting this specfleet does not know "
+                        f"({', '.join(unknown)}); expected runs of this specfleet or an older "
+                        "one: upgrade specfleet to replay it")
     return PromptLookupConfig(**{**lookup, "costs": tuple(lookup.get("costs") or ())})
 
 

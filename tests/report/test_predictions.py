@@ -313,3 +313,17 @@ def test_what_calibrate_json_prints_is_a_costs_file(tmp_path):
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path)
         assert cost_source("bare.json")(None, None).ratio == (1.0, 1.5, 2.0)
+
+
+def test_a_run_with_a_lookup_setting_this_specfleet_lacks_is_one_line():
+    # A newer specfleet's setting in engine_config was a TypeError traceback.
+    from types import SimpleNamespace
+
+    from specfleet.report.predictions import stored_lookup
+
+    run = SimpleNamespace(run_key="r1", engine_config={"lookup": {"ngram_max": 3, "bogus": 1}})
+    with pytest.raises(UserError, match=r"^run r1 drafted with a setting this specfleet does "
+                                        r"not know \(bogus\); expected .* upgrade specfleet"):
+        stored_lookup(run)
+    run.engine_config = {"lookup": {"ngram_max": 3, "ngram_min": 2}}
+    assert stored_lookup(run).ngram_max == 3
