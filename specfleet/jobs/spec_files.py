@@ -291,6 +291,9 @@ def load_parity_spec(path: str | Path, prompt_dir: str | Path | None = None) -> 
     spec = load_matrix_spec(path, prompt_dir)
     if "plain" not in spec.arm_names():
         raise UserError(f"{path}: arms: add the plain arm: parity compares every arm with plain")
+    if spec.arm_names() == ["plain"]:  # else it ran, then failed: "no pair to compare"
+        raise UserError(f"{path}: arms: plain alone: parity compares every other arm with plain; "
+                        "expected an arm besides plain (graded, calibrated, ...)")
     forced = []
     if spec.repeats != 1:
         forced.append(f"repeats {spec.repeats} -> 1")

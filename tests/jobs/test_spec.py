@@ -249,6 +249,13 @@ def test_parity_spec_needs_plain_even_without_speedups(configs: Path) -> None:
         load_parity_spec(write(configs, text))
 
 
+def test_parity_spec_of_plain_alone_is_refused_before_it_runs(configs: Path) -> None:
+    # It ran every plain run, then failed the check: "planned no arm besides plain".
+    text = GOOD.replace("[plain, graded, gated]", "[plain]")
+    with pytest.raises(UserError, match=r"arms: plain alone: .*; expected an arm besides plain"):
+        load_parity_spec(write(configs, text))
+
+
 def test_schema_lists_the_fields_and_refuses_others() -> None:
     schema = matrix_json_schema()
     assert {"name", "models", "prompts", "arms", "loop_guard", "targets"} <= set(
