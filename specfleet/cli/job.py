@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.calibrate import check_stored_width
+from specfleet.cli.generate import LoopGuardOption, parse_loop_guard
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
     AddressOption,
@@ -71,6 +72,7 @@ def generate(
     max_draft: MaxDraftOption = None,
     model: ModelAliasOption = DEFAULT_MODEL,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
+    loop_guard: LoopGuardOption = None,
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
     db: DbOption = None,
@@ -92,6 +94,9 @@ def generate(
                                "lookup": options_for(policy, given)}
     if max_tokens is not None:
         options["max_tokens"] = max_tokens
+    if (guard := parse_loop_guard(loop_guard)) is not None:  # `generate`'s, per prompt
+        options["loop_guard"] = dict(zip(("min_period", "max_period", "repeats"), guard,
+                                         strict=True))
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
     here = choose_fleet(address, embedded).embedded
     if here:  # this machine alone: an unknown model is said before Ray starts

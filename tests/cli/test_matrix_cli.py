@@ -185,6 +185,20 @@ def test_job_generate_on_a_host_not_in_the_fleet_names_the_hosts_there(fleet, tm
         "status` lists their targets")
 
 
+def test_job_generate_stops_a_looping_reply_at_its_loop_guard(fleet, tmp_path, db):
+    # The batch had no --loop-guard: a looping reply ran to its token limit (docs/trust.md).
+    prompts = write(tmp_path, "loop.jsonl", '{"prompt": "abcabc"}\n')
+    result = invoke("job", "generate", "--prompts", prompts, "--target", "beta/toy",
+                    "--model", "script:1ms", "--max-tokens", "30", "--loop-guard", "3,3,3",
+                    "--address", fleet.address, "--db", db, "--no-progress")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    job_id = result.stderr.strip().splitlines()[-1].split()[2]
+    with open_store(db) as store:
+        (run,) = store.runs(job=job_id)
+    assert run.stop_reason == "loop_guard" and run.generated_tokens < 30
+    assert run.loop_guard == {"min_period": 3, "max_period": 3, "repeats": 3}
+
+
 def test_job_generate_and_calibrate(fleet, tmp_path, db):
     prompts = write(tmp_path, "batch.jsonl",
                     '{"name": "a", "prompt": "abcabc"}\n{"prompt": "xyzxyz", "max_tokens": 5}\n')
