@@ -133,6 +133,9 @@ class PeerCall:
     should_stop: Callable[[], bool] | None = None
     gguf: str | None = None  # the model's GGUF file, for a peer that runs on it
     threads: int | None = None  # CPU threads for a llama.cpp peer (None: the library's own)
+    # Tokens a library's context must hold, if more than this call's: the warm-up's is the
+    # timed call's, so a llama.cpp peer warms the `Llama` that call will run on.
+    context_tokens: int | None = None
 
     def settings(self) -> dict[str, Any]:
         """The library call's settings, stored with the run (engine_config)."""
@@ -206,12 +209,14 @@ class StopWatch:
 
     def finish(self, tokens: list[int], eos: bool, timings: Timings,
                version: str) -> PeerGeneration:
-        """The reply cut where the guard fired, with the reason it stopped."""
+        """The reply cut where the guard fired, with the reason it stopped (at the limit's
+        own token the limit, as our loop names it)."""
         reason: StopReason = "max_tokens"
         if self.cancelled:
             reason = "cancelled"
         elif self.guard_at is not None and self.guard_at <= len(tokens):
-            tokens, reason = tokens[: self.guard_at], "loop_guard"
+            tokens = tokens[: self.guard_at]
+            reason = "loop_guard" if self.guard_at < self.call.max_tokens else "max_tokens"
         elif eos:
             reason = "eos"
         return PeerGeneration(tokens, timings, reason, version)
@@ -249,6 +254,7 @@ def warm_up_peer(runner: Any, prompt: Sequence[int], call: PeerCall) -> float:
     allocations, the library's first-call set-up). Returns seconds spent."""
     start = time.perf_counter()
     warm = PeerCall(call.peer, PEER_WARM_TOKENS, call.lookup_tokens, call.ngram_max,
-                    gguf=call.gguf, threads=call.threads)
+                    gguf=call.gguf, threads=call.threads,
+                    context_tokens=len(prompt) + call.max_tokens)
     generate_peer(runner, list(prompt[:PEER_WARM_CONTEXT_TOKENS]), warm)
     return time.perf_counter() - start

@@ -9,11 +9,12 @@ precision at work, reported as parity like any peer's. Threads are the worker's 
 runner whose device is a GPU every layer is offloaded (`n_gpu_layers=-1`, a CUDA or Metal
 build of the package).
 
-A `Llama` is built once per file, context size and lookup settings, outside the timed call
-(as our model load is), and reset before each call: `generate` would otherwise reuse the
-previous call's cached prompt. With drafting, llama-cpp-python keeps every row's logits
-(`logits_all`), n_ctx x vocab floats (200 MB at 1024 x 49152), so the context is sized to
-the call, rounded up to `CONTEXT_STEP`.
+A `Llama` is built once per file and lookup settings, outside the timed call (as our model
+load is), by the warm-up with the context the timed call needs, rebuilt only for a longer
+one, and reset before each call: `generate` would otherwise reuse the previous call's cached
+prompt. With drafting, llama-cpp-python keeps every row's logits (`logits_all`), n_ctx x
+vocab floats (200 MB at 1024 x 49152), so the context is sized to the call, rounded up to
+`CONTEXT_STEP`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ INSTALL_HINT = ("pip install -e '.[llamacpp]' in a checkout (it builds llama.cpp
                 "with the host's compiler; the README's llama.cpp paragraph gives CMAKE_ARGS "
                 "per backend)")
 
-_llamas: dict[tuple[str, int, int | None, int | None, int | None, bool], Any] = {}
+# By file, lookup settings, threads and offload; each holds the longest context asked.
+_llamas: dict[tuple[str, int | None, int | None, int | None, bool], Any] = {}
 
 
 @atexit.register
@@ -55,8 +57,8 @@ def llama_cpp_generate(gguf: str, eos_ids: Set[int], prompt: Sequence[int], call
         threads: CPU threads for llama.cpp's decode and prompt batches (None: its default).
         offload: put every layer on the GPU the package was built for.
     """
-    llm = _llama(gguf, len(prompt) + call.max_tokens + (call.lookup_tokens or 0) + 1, call,
-                 threads, offload)
+    tokens_held = max(len(prompt) + call.max_tokens, call.context_tokens or 0)
+    llm = _llama(gguf, tokens_held + (call.lookup_tokens or 0) + 1, call, threads, offload)
     watch = StopWatch(call)
     tokens: list[int] = []
     eos = False
@@ -87,17 +89,22 @@ def _llama(gguf: str, needed: int, call: PeerCall, threads: int | None, offload:
     if not Path(gguf).is_file():
         raise UserError(f"arm {call.peer}: the GGUF {gguf} is gone; fetch the model again "
                         "(specfleet models fetch)")
-    context = -(-needed // CONTEXT_STEP) * CONTEXT_STEP
     drafts = PEER_KINDS[call.peer].drafts
-    key = (gguf, context, call.lookup_tokens if drafts else None,
-           call.ngram_max if drafts else None, threads, offload)
-    if key not in _llamas:
-        for old in [k for k in _llamas if k[0] == gguf and k[2:] == key[2:]]:
-            _llamas.pop(old).close()  # a smaller context for the same settings: replaced
-        draft = (LlamaPromptLookupDecoding(max_ngram_size=call.ngram_max or 2,
-                                           num_pred_tokens=call.lookup_tokens or 10)
-                 if drafts else None)
-        _llamas[key] = Llama(gguf, n_ctx=context, n_batch=min(context, CONTEXT_STEP),
-                             n_threads=threads, n_threads_batch=threads, draft_model=draft,
-                             n_gpu_layers=-1 if offload else 0, verbose=False)
+    key = (gguf, call.lookup_tokens if drafts else None, call.ngram_max if drafts else None,
+           threads, offload)
+    cached = _llamas.get(key)
+    # A shorter call keeps the longer context: rebuilt, it would be a Llama never warmed.
+    if cached is not None and cached.n_ctx() >= needed:
+        return cached
+    if cached is not None:
+        _llamas.pop(key).close()  # too small for this call: replaced by a larger one
+    context = -(-needed // CONTEXT_STEP) * CONTEXT_STEP
+    draft = (LlamaPromptLookupDecoding(max_ngram_size=call.ngram_max or 2,
+                                       num_pred_tokens=call.lookup_tokens or 10)
+             if drafts else None)
+    # With a draft model the package keeps every row's logits, but sizes its score array by
+    # the `logits_all` given: left False, a reply past n_batch tokens failed to store them.
+    _llamas[key] = Llama(gguf, n_ctx=context, n_batch=min(context, CONTEXT_STEP),
+                         n_threads=threads, n_threads_batch=threads, draft_model=draft,
+                         logits_all=drafts, n_gpu_layers=-1 if offload else 0, verbose=False)
     return _llamas[key]
