@@ -44,11 +44,11 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
     """
     from specfleet.engine.runners.base import UnsupportedModelError
     from specfleet.engine.runners.folders import folder_problem
-    from specfleet.models.registry import bundled_source, resolve_model
+    from specfleet.models.registry import bundled_source, measured, resolve_model
     from specfleet.workers import loaded
 
     try:
-        resolved = resolve_model(model, engine)
+        resolved = resolve_model(model, engine, measure=False)  # hashed once it is usable
     except UserError as err:
         message = str(err)
         # A message naming its own flag or setting (`SPECFLEET_HOME: ...`) stands as it is.
@@ -64,6 +64,7 @@ def load_model(model: str, engine: ModelEngine, device: DeviceChoice) -> LoadedM
     if bundled_source(resolved.source) is None and \
             (problem := folder_problem(Path(resolved.path), engine)) is not None:
         raise UserError(f"--model {model}: {problem}")
+    resolved = measured(resolved)  # its hash file is written beside the weights
     if THREADS.read() is not None:  # as a worker's engine computes (a stored table's threads)
         loaded.use_every_core(engine)
     try:

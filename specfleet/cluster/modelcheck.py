@@ -51,22 +51,31 @@ class ModelReport:
 def check_here(spec: MatrixSpec, label: str) -> ModelReport:
     """Each model on each engine it may run on, resolved on this machine.
 
-    Without `targets.engines`, a model that runs on one real engine is fine (the fleet's
-    other engine may lack it); a problem shared by every engine is said once.
+    Without `targets.engines`, a model that runs on one real engine is fine where the other
+    lacks it (no source, not fetched here, not installed here); one that an engine installed
+    here has and cannot load (an MLX-quantized folder for torch) is an error, as a fleet's
+    hosts say it: each of its runs there would fail. A problem shared by every engine is said
+    once.
     """
+    from specfleet.engine.runners.folders import library_installed
+
     report = ModelReport()
     report.errors.extend(_missing_peer_libraries(spec, label))
     for i, model in enumerate(spec.models):
         engines: list[Engine] = list(spec.targets.engines) or list(MODEL_ENGINES)
         checks = {e: check_model(model, e, _longest(spec, e)) for e in engines}
         failing = {e: c for e, c in checks.items() if c.problem}
-        if not failing or (not spec.targets.engines and len(failing) < len(checks)):
+        runs_on = [e for e in engines if e not in failing]
+        if not failing or (not spec.targets.engines and runs_on and all(
+                c.missing or c.no_source or not library_installed(e) for e, c in failing.items())):
             report.no_source.extend((model, e) for e, c in failing.items() if c.no_source)
             continue
         shared = len(failing) > 1 and len({c.problem for c in failing.values()}) == 1
         for engine, check in (list(failing.items())[:1] if shared else failing.items()):
             where = f"models[{i}]" if shared else f"models[{i}]: {engine}"
-            _file(report, check, f"{label}: {where}: {check.problem}")
+            alone = f"; or run it on {' and '.join(runs_on)} alone (targets.engines)" \
+                if runs_on and not spec.targets.engines else ""
+            _file(report, check, f"{label}: {where}: {check.problem}{alone}")
     if not report.errors and not report.missing:
         report.errors.extend(prompt_overruns(spec, label))
     return report

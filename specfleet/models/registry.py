@@ -243,7 +243,7 @@ def resolve_model(
     if not model.fetched or model.path is None:
         return model
     check_config(model.path, alias_or_path)  # before measuring writes its hash file there
-    return _measured(model) if measure else model
+    return measured(model) if measure else model
 
 
 CONFIG_EXPECTED = "a model's config.json (a JSON object)"
@@ -292,11 +292,11 @@ def _locate(alias: str, engine: str, source: str, measure: bool = True) -> Resol
         return ResolvedModel(alias, engine, folder, False, 0, None, source)
     assert folder is not None  # only an HF id missing from the cache has no folder
     model = ResolvedModel(alias, engine, folder, True, 0, None, source)
-    return _measured(model) if measure else model
+    return measured(model) if measure else model
 
 
-def _measured(model: ResolvedModel) -> ResolvedModel:
-    """`model` (fetched) with its folder's size and weights hash."""
+def measured(model: ResolvedModel) -> ResolvedModel:
+    """`model` (fetched) with its folder's size and weights hash (cached in the folder)."""
     assert model.path is not None  # a fetched model has a folder
     return replace(model, size_bytes=folder_size(model.path), weights_hash=weights_hash(model.path))
 

@@ -288,11 +288,10 @@ def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
     except (UserError, UnsupportedModelError):
         raise
     except (ValueError, KeyError, OSError) as err:  # the library refusing the folder itself
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UnsupportedModelError(one_line(
-            f"{resolved.path}: the {engine} engine cannot load this folder ({first}); expected "
-            "a model folder with config.json (its model_type), the weights (*.safetensors) "
-            "and the tokenizer")) from None
+            f"{resolved.path}: the {engine} engine cannot load this folder ({_said(err)}); "
+            "expected a model folder with config.json (its model_type), the weights "
+            "(*.safetensors) and the tokenizer")) from None
     return LoadedModel(
         (engine, device, str(resolved.path)),
         runner,
@@ -302,6 +301,17 @@ def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
         alias=resolved.alias,
         weight_bytes=runner.weight_bytes(),
     )
+
+
+def _said(err: BaseException) -> str:
+    """The library's own words: its message's first line, and the next where the first ends
+    in a colon (mlx-lm names the weights the model lacks there, one a line)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}{' ...' if len(lines) > 2 else ''}"
+    return lines[0]
 
 
 class LoadedModels:

@@ -327,10 +327,13 @@ def world(tmp_path_factory):
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every file under `root` by content (SQLite's -wal/-shm side files aside)."""
+    """Every file under `root` by content (SQLite's -wal/-shm side files aside, and the
+    weights' hash a model load caches beside them before the library reads the folder)."""
+    from specfleet.models.registry import HASH_FILE
+
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+            if p.is_file() and not p.name.endswith(("-wal", "-shm")) and p.name != HASH_FILE}
 
 
 def check_case(world, args: list[str], env: dict[str, str] | None = None,
@@ -953,35 +956,42 @@ NAMED = {
          "object), got a list"]),
     # A folder the model library itself refuses: its traceback (or a ValueError) reached the user.
     "generate: a folder whose config.json has no model_type (torch)": (
-        {}, files(config__json="{}"), ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
+        {}, files(config__json="{}", w__safetensors="", tokenizer__json=WORD_TOKENIZER),
+        ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
         ["the torch engine cannot load this folder (Unrecognized model in",
          "expected a model folder with config.json (its model_type)"]),
     "generate: a folder of an unknown model_type (torch)": (
-        {}, files(config__json='{"model_type": "nosuchmodel"}'),
+        {}, files(config__json='{"model_type": "nosuchmodel"}', w__safetensors="",
+                  tokenizer__json=WORD_TOKENIZER),
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
-        ["the torch engine cannot load this folder (", "model type `nosuchmodel`"]),
+        ["--model {here}: {here}: model_type 'nosuchmodel' is an architecture the torch engine "
+         "does not know; expected one its library (transformers) implements"]),
     "generate: a folder without weights (mlx)": (
         {}, files(config__json='{"model_type": "llama"}'),
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "mlx"],
-        ["the mlx engine cannot load this folder (No safetensors found in"]),
+        ["--model {here}: {here} holds no weights; expected the model's *.safetensors beside "
+         "its config.json"]),
     # Each a traceback: transformers' TypeError, its config validation.
     "generate: a model_type that is a list (torch)": (
         {}, files(config__json='{"model_type": ["llama"]}'),
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
         ["{here}/config.json: model_type: expected the architecture's name (text), got a list"]),
     "generate: a config field of the wrong type (torch)": (
-        {}, files(config__json='{"model_type": "llama", "max_position_embeddings": "many"}'),
+        {}, files(config__json='{"model_type": "llama", "max_position_embeddings": "many"}',
+                  w__safetensors="", tokenizer__json=WORD_TOKENIZER),
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
         ["the torch engine cannot load this folder (Validation error for field "
          "'max_position_embeddings': TypeError: Field 'max_position_embeddings' expected int"]),
     # Each a TypeError traceback from inside the library's loader (a list, null or number
     # where it reads a JSON object); the file is named.
     "generate: a tokenizer.json that is a list (mlx)": (
-        {}, files(config__json='{"model_type": "llama"}', tokenizer__json="[]"),
+        {}, files(config__json='{"model_type": "llama"}', tokenizer__json="[]",
+                  w__safetensors=""),
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "mlx"],
         ["--model {here}: {here}/tokenizer.json: expected a JSON object, got a list"]),
     "generate: a generation_config.json that is null (torch)": (
-        {}, files(config__json='{"model_type": "llama"}', generation_config__json="null"),
+        {}, files(config__json='{"model_type": "llama"}', generation_config__json="null",
+                  w__safetensors="", tokenizer__json=WORD_TOKENIZER),
         ["generate", "-m", "{here}", "-p", "hi", "--engine", "torch"],
         ["{here}/generation_config.json: expected a JSON object, got nothing (null)"]),
     # Every run failed once the embedded fleet had started, the failed job stored.
@@ -1512,6 +1522,7 @@ def test_a_damaged_weights_file_is_one_line(tmp_path, engine, said) -> None:
     # A traceback from safetensors (torch) or MLX's reader. The weights' hash is cached
     # beside them before the load, as for any model folder, so no snapshot here.
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "tokenizer.json").write_text(WORD_TOKENIZER)
     (tmp_path / "model.safetensors").write_bytes(b"")
     result = CliRunner().invoke(app, ["generate", "-m", str(tmp_path), "-p", "hi", "--engine",
                                       engine])
@@ -1525,6 +1536,7 @@ def test_a_config_without_the_fields_mlx_lm_requires_is_one_line(tmp_path) -> No
     # n_ctx). Weights of one tensor: they are read before the config's fields are.
     header = b'{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    (tmp_path / "tokenizer.json").write_text(WORD_TOKENIZER)
     (tmp_path / "model.safetensors").write_bytes(
         len(header).to_bytes(8, "little") + header + bytes(4))
     result = CliRunner().invoke(app, ["generate", "-m", str(tmp_path), "-p", "hi", "--engine",

@@ -83,12 +83,21 @@ def json_files_problem(folder: Path) -> str | None:
 
 _LIBRARY = {"torch": "transformers", "mlx": "mlx-lm"}
 _MODULE = {"torch": "transformers", "mlx": "mlx_lm"}
+# The mlx-lm model module that loads a text-only model_type transformers 5 saves (the
+# ...ForCausalLM of a model whose checkpoints are multimodal), where mlx-lm has none of that
+# name: its ModelArgs takes a config without `text_config` as the text config itself.
+MLX_MODEL_TYPES = {"qwen3_5_text": "qwen3_5"}
+
+
+def library_installed(engine: str) -> bool:
+    """Whether the model library behind `engine` (a real one) is installed here."""
+    return importlib.util.find_spec(_MODULE[engine]) is not None
 
 
 def knows_model_type(engine: str, model_type: str) -> bool:
     """Whether the library behind `engine` has an implementation of `model_type` (True where
     the library is not installed: the missing engine is said on its own)."""
-    if importlib.util.find_spec(_MODULE[engine]) is None:
+    if not library_installed(engine):
         return True
     if engine == "torch":
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -96,7 +105,7 @@ def knows_model_type(engine: str, model_type: str) -> bool:
         return model_type in CONFIG_MAPPING_NAMES
     from mlx_lm.utils import MODEL_REMAPPING  # as mlx-lm's loader names a model's module
 
-    module = MODEL_REMAPPING.get(model_type, model_type)
+    module = MODEL_REMAPPING.get(model_type, MLX_MODEL_TYPES.get(model_type, model_type))
     if not module.isidentifier():  # mlx-lm imports `mlx_lm.models.<model_type>`
         return False
     return importlib.util.find_spec(f"mlx_lm.models.{module}") is not None
@@ -110,13 +119,18 @@ def mlx_config_overrides(folder: Path) -> dict[str, Any]:
     """What to hand `mlx_lm.load(..., model_config=...)` for `folder`: the keys
     `lift_rope_keys` adds to its config.json. Without them mlx-lm silently takes its defaults
     for a folder that transformers 5 saved (a llama's RoPE base 10000 where the model's is
-    100000): another model, replying otherwise than torch.
+    100000): another model, replying otherwise than torch. A text-only `model_type` mlx-lm
+    loads under another name (`MLX_MODEL_TYPES`) is renamed.
 
     Raises:
         ValueError: the config's layer types are a layout mlx-lm cannot express.
     """
     config = _config(folder)
-    return {key: value for key, value in lift_rope_keys(config).items() if key not in config}
+    overrides = {key: value for key, value in lift_rope_keys(config).items() if key not in config}
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in MLX_MODEL_TYPES:
+        overrides["model_type"] = MLX_MODEL_TYPES[model_type]
+    return overrides
 
 
 def lift_rope_keys(config: dict) -> dict:
