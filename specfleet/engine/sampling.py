@@ -18,6 +18,7 @@ lowest token id. Each sampled row costs exactly one draw from a seeded
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -65,8 +66,8 @@ class SamplerConfig:
 
     def validate(self) -> SamplerConfig:
         """Raise `ConfigError` naming the field and bound; return self when valid."""
-        if self.temperature < 0:
-            raise ConfigError(f"temp must be >= 0, got {self.temperature}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):  # nan too
+            raise ConfigError(f"temp must be a finite number >= 0, got {self.temperature}")
         if self.top_k < 0:
             raise ConfigError(f"top-k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
@@ -94,7 +95,10 @@ def apply_repetition_penalty(
 
 def _filtered_probs(logits: np.ndarray, config: SamplerConfig) -> np.ndarray:
     """Softmax at the temperature with top-k and top-p filters (zeros outside the set)."""
-    scaled = logits / config.temperature
+    # Shifted before dividing: a tiny temperature (1e-320) would overflow logits to inf,
+    # and inf - inf is nan; shifted, the maxima stay 0 and every other logit tends to -inf.
+    with np.errstate(over="ignore"):  # an overflow here is exactly the -inf it tends to
+        scaled = (logits - logits.max()) / config.temperature
     if 0 < config.top_k < scaled.size:
         # Ties at the k-th value keep the lower ids (stable order by descending logit).
         order = np.argsort(-scaled, kind="stable")
