@@ -9,7 +9,9 @@ docs/engine.md "Parity and near-ties") or `suspect` (anything else). A divergenc
 A peer arm (`engine/peers.py`: another library's decoding) that differs from our plain is
 `peer differs`: reported where it differs, never replayed, never a failure or a regression.
 A planned pair without a done run on one side (failed, interrupted, never run) is
-`Uncompared`, with why: no evidence, it fails the check.
+`Uncompared`, with why: no evidence, it fails the check; so is a pair sampled without a seed
+(each run draws anew). A pair sampled with a seed is compared draw for draw (lookup draws as
+plain does): a divergence there is `suspect`, never replayed greedily.
 Against a baseline, every pair must be found there (arm and plain done): a pair the baseline
 lacks (another target name, a cell it never ran) is no evidence, and fails the check.
 """
@@ -128,6 +130,15 @@ def divergence_excerpt(plain_text: str | None, arm_text: str | None, char: int |
     return f"after {before!r}: plain {plain_from!r} vs {arm} {arm_from!r}"
 
 
+def unseeded_sampling(*runs) -> str | None:
+    """Why runs sampled without a seed cannot be compared (each draws anew), or None."""
+    for run in runs:
+        if (run.temperature or 0) > 0 and run.seed is None:
+            return (f"sampled at temperature {run.temperature:g} without a seed: each run draws "
+                    "anew (`specfleet parity run FILE` checks greedy parity)")
+    return None
+
+
 def _classify(key: CellKey, plain, run, replayer, threshold) -> ArmParity:
     verdict, token, char = parity_of(run, plain)
     if verdict == "identical":
@@ -135,6 +146,8 @@ def _classify(key: CellKey, plain, run, replayer, threshold) -> ArmParity:
     excerpt = divergence_excerpt(plain.output_text, run.output_text, char, key.arm)
     if is_peer(key.arm):  # another library's decoding: information, not our failure
         return ArmParity(*key, PEER_DIFFERS, token, char, excerpt=excerpt)
+    if (run.temperature or 0) > 0:  # seeded: lookup draws as plain does, draw for draw
+        return ArmParity(*key, "suspect", token, char, excerpt=excerpt)  # no greedy replay
     replay = replayer(plain, run, token) if replayer and token is not None else None
     if replay is None:
         return ArmParity(*key, "unverified", token, char, excerpt=excerpt)
@@ -147,7 +160,7 @@ def arm_parity(groups: dict[CellKey, list], replayer: Replayer | None,
     out = []
     for key, runs in groups.items():
         plain = groups.get(key.with_arm(PLAIN))
-        if key.arm == PLAIN or not plain:
+        if key.arm == PLAIN or not plain or unseeded_sampling(plain[0], runs[0]):
             continue
         out.append(_classify(key, plain[0], runs[0], replayer, threshold))
     return out
@@ -172,7 +185,10 @@ def uncompared_pairs(all_runs: list, compared: set[CellKey]) -> list[Uncompared]
     for key, runs in groups.items():
         if key.arm == PLAIN or key in compared:
             continue
-        gaps = (_side_gap(runs, key.arm), _side_gap(groups.get(key.with_arm(PLAIN), []), PLAIN))
+        plain = groups.get(key.with_arm(PLAIN), [])
+        gaps = [_side_gap(runs, key.arm), _side_gap(plain, PLAIN)]
+        if not any(gaps):  # both done, yet not compared
+            gaps.append(unseeded_sampling(*runs, *plain))
         out.append(Uncompared(*key, "; ".join(g for g in gaps if g)))
     return out
 
@@ -196,6 +212,8 @@ def regressions(groups: dict[CellKey, list], baseline: dict[CellKey, list],
         )
         if key.arm == PLAIN or is_peer(key.arm) or not (plain and then_runs and then_plain):
             continue
+        if unseeded_sampling(runs[0], plain[0], then_runs[0], then_plain[0]):
+            continue  # no reply to hold it to: not compared (said by the coverage)
         if parity_of(then_runs[0], then_plain[0])[0] != "identical":
             continue
         verdict, token, char = parity_of(runs[0], plain[0])

@@ -17,6 +17,14 @@ from specfleet.stats.runs import CellKey
 from tests.report.conftest import AFTER_ID, DEMO_ID
 
 
+def run(arm: str, tokens: list[int], temperature: float = 0.0, seed: int | None = None,
+        repeat: int = 0) -> SimpleNamespace:
+    """A stored run as parity reads it."""
+    return SimpleNamespace(host="h", engine="torch", device="cpu", model="m", prompt_name="p",
+                           arm=arm, repeat=repeat, status="done", token_ids=tokens,
+                           output_text=None, temperature=temperature, seed=seed, plan_order=0)
+
+
 def _by_cell(report):
     return {(a.target, a.model, a.prompt, a.arm): a for a in report.arms}
 
@@ -121,11 +129,6 @@ def test_a_peer_that_differs_from_plain_is_reported_and_passes() -> None:
     from specfleet.report.parity_tables import summary_line
     from specfleet.stats.view import group_runs
 
-    def run(arm: str, tokens: list[int]) -> SimpleNamespace:
-        return SimpleNamespace(host="h", engine="torch", device="cpu", model="m",
-                               prompt_name="p", arm=arm, repeat=0, status="done",
-                               token_ids=tokens, output_text=None)
-
     groups = group_runs([run("plain", [1, 2, 3]), run("hf-lookup", [1, 2, 4]),
                          run("hf", [1, 2, 3])])
     items = {a.arm: a for a in arm_parity(groups, None, 0.1)}
@@ -134,3 +137,28 @@ def test_a_peer_that_differs_from_plain_is_reported_and_passes() -> None:
     report = ParityReport("m", 0.1, tuple(items.values()), ())
     assert not report.failed()  # information, not our failure: never replayed, never unverified
     assert summary_line(report).endswith("0 unverified, 1 peer differs (a peer arm; passes)")
+
+
+def test_runs_sampled_without_a_seed_are_not_compared_and_say_why() -> None:
+    # Each draws anew: they read `suspect` with a greedy logit gap, and failed CI falsely.
+    from specfleet.report.parity import arm_parity, uncompared_pairs
+    from specfleet.stats.view import group_runs
+
+    runs = [run("plain", [1, 2, 3], 0.8), run("graded", [4, 2, 3], 0.8)]
+    assert arm_parity(group_runs(runs), None, 0.1) == []
+    (gap,) = uncompared_pairs(runs, set())
+    assert gap.why.startswith("sampled at temperature 0.8 without a seed: each run draws anew")
+
+
+def test_runs_sampled_with_a_seed_are_compared_draw_for_draw_not_replayed() -> None:
+    from specfleet.report.parity import arm_parity
+    from specfleet.stats.view import group_runs
+
+    def never(*args):
+        raise AssertionError("a sampled divergence was replayed greedily")
+
+    same = group_runs([run("plain", [1, 2, 3], 0.8, 7), run("graded", [1, 2, 3], 0.8, 7)])
+    assert [a.verdict for a in arm_parity(same, never, 0.1)] == ["identical"]
+    apart = group_runs([run("plain", [1, 2, 3], 0.8, 7), run("graded", [1, 5, 3], 0.8, 7)])
+    ((verdict, token),) = [(a.verdict, a.token) for a in arm_parity(apart, never, 0.1)]
+    assert (verdict, token) == ("suspect", 1)
