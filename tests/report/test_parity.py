@@ -123,7 +123,6 @@ def test_render_table_and_json(store, worker) -> None:
 
 
 def test_a_peer_that_differs_from_plain_is_reported_and_passes() -> None:
-    from types import SimpleNamespace
 
     from specfleet.report.parity import PEER_DIFFERS, ParityReport, arm_parity
     from specfleet.report.parity_tables import summary_line
