@@ -167,64 +167,80 @@ def runs_grid(runs: list) -> Grid:
 # Under every cells table: a cell is keyed by its token limit too.
 LIMITS_NOTE = ("max tok = the runs' new-token limit (max_tokens): tok/s depends on the reply "
                "length, so runs of different limits are never pooled into one cell or row.")
+SAMPLED_NOTE = ("T0.8 after it: runs sampled at temperature 0.8, never pooled with greedy runs "
+                "or another temperature (drafts land otherwise).")
 
 
 @dataclass(frozen=True)
 class LimitLayer:
-    """The done runs of one new-token limit, as a view."""
+    """The done runs of one new-token limit and sampling temperature, as a view."""
 
     max_tokens: int
     view: MatrixView
+    temperature: float = 0.0  # 0: greedy
+
+    @property
+    def label(self) -> str:
+        """The `max tok` column: `256`, or `256 T0.8` for runs sampled at temperature 0.8."""
+        return f"{self.max_tokens}" + (f" T{self.temperature:g}" if self.temperature else "")
+
+
+def limits_notes(layers: list[LimitLayer]) -> tuple[str, ...]:
+    """What the `max tok` column means, and its `T` where some layer was sampled."""
+    return (LIMITS_NOTE, SAMPLED_NOTE) if any(lay.temperature for lay in layers) else (LIMITS_NOTE,)
 
 
 def limit_layers(runs: list, rate: Rate = "whole", matrix_id: str = "results",
                  name: str = "filtered runs") -> list[LimitLayer]:
-    """The done runs split by `max_tokens`, smallest first, so that no cell or pivot row pools
-    two limits (tok/s grows with the reply: prefill spread over more tokens) and an arm pairs
-    with plain of its own limit; each layer's view is named `matrix_id` and `name`."""
-    by_limit: dict[int, list] = defaultdict(list)
+    """The done runs split by `max_tokens` and sampling temperature, smallest first, so that
+    no cell or pivot row pools two limits (tok/s grows with the reply: prefill spread over
+    more tokens) or greedy with sampled runs, and an arm pairs with plain of its own layer;
+    each layer's view is named `matrix_id` and `name`."""
+    by_layer: dict[tuple[int, float], list] = defaultdict(list)
     for run in runs:
         if run.status == "done":
-            by_limit[run.max_tokens].append(run)
-    return [LimitLayer(limit, view_of_runs(matrix_id, name, by_limit[limit], rate))
-            for limit in sorted(by_limit)]
+            by_layer[(run.max_tokens, getattr(run, "temperature", 0.0) or 0.0)].append(run)
+    return [LimitLayer(limit, view_of_runs(matrix_id, name, by_layer[(limit, temp)], rate), temp)
+            for limit, temp in sorted(by_layer)]
 
 
 def limit_cells(layers: list[LimitLayer],
-                arms: Collection[str] | None = None) -> list[tuple[int, CellView]]:
-    """Every cell (of `arms`, when given) with its token limit, a cell's limits next to each
+                arms: Collection[str] | None = None) -> list[tuple[LimitLayer, CellView]]:
+    """Every cell (of `arms`, when given) with its layer, a cell's layers next to each
     other."""
-    cells = [(layer.max_tokens, c) for layer in layers for c in layer.view.cells
+    cells = [(layer, c) for layer in layers for c in layer.view.cells
              if arms is None or c.arm in arms]
     return sorted(cells, key=lambda item: (item[1].target, item[1].model, item[1].prompt,
-                                           item[1].arm, item[0]))
+                                           item[1].arm, item[0].max_tokens,
+                                           item[0].temperature))
 
 
 def cells_grid(layers: list[LimitLayer], arms: Collection[str] | None = None) -> Grid:
     """One row per cell (of `arms`, when given) and token limit (done runs): n, median tok/s
     with spread, speed-up and markers."""
     rows = []
-    for limit, c in limit_cells(layers, arms):
+    for layer, c in limit_cells(layers, arms):
         median = f"{c.median_tok_per_s:.2f} {pct(c.spread)}" + ("!" if c.spread_flag else "")
         # Nothing proposed has no rate (as a run's own row says), not 0.0000.
         rate = c.counters.acceptance_rate if c.arm != "plain" and c.counters.proposed else None
         acc = DASH if rate is None else f"{rate:.4f}"
-        rows.append((c.target, c.model, c.prompt, c.arm, str(limit), str(c.n), median,
+        rows.append((c.target, c.model, c.prompt, c.arm, layer.label, str(c.n), median,
                      speedup_text(c) if c.arm != "plain" else DASH, acc))
     headers = ("target", "model", "prompt", "arm", "max tok", "n", "median tok/s", "speed-up",
                "acc rate")
-    return Grid(f"{counted(len(rows), 'cell')} (done runs)", headers, tuple(rows), (LIMITS_NOTE,),
-                left_cols=4)
+    return Grid(f"{counted(len(rows), 'cell')} (done runs)", headers, tuple(rows),
+                limits_notes(layers), left_cols=4)
 
 
 def cell_records(layers: list[LimitLayer], arms: Collection[str] | None = None) -> list[dict]:
-    """The cells (of `arms`, when given) as flat dicts (json / csv), `max_tokens` after the
-    cell's coordinates."""
+    """The cells (of `arms`, when given) as flat dicts (json / csv), `max_tokens` and
+    `temperature` after the cell's coordinates."""
     out = []
-    for limit, cell in limit_cells(layers, arms):
+    for layer, cell in limit_cells(layers, arms):
         record = cell_record(cell)
         key = {name: record.pop(name) for name in ("target", "model", "prompt", "arm")}
-        out.append({**key, "max_tokens": limit, **record})
+        out.append({**key, "max_tokens": layer.max_tokens, "temperature": layer.temperature,
+                    **record})
     return out
 
 
@@ -234,9 +250,9 @@ def pivot_layers_grid(layers: list[LimitLayer], targets: tuple[str, ...], rate: 
     for layer, model, prompt, arm in _pivot_keys(layers):
         cols = pivot_cols(layer.view, targets, model, prompt, arm)
         if cols is not None:
-            rows.append((model, prompt, arm, str(layer.max_tokens), *cols))
+            rows.append((model, prompt, arm, layer.label, *cols))
     return Grid("Across targets", ("Model", "prompt", "arm", "max tok", *targets), tuple(rows),
-                (PIVOT_NOTE, LIMITS_NOTE, legend(rate)), left_cols=3)
+                (PIVOT_NOTE, *limits_notes(layers), legend(rate)), left_cols=3)
 
 
 def pivot_layer_records(layers: list[LimitLayer], targets: tuple[str, ...]) -> list[dict]:
@@ -245,7 +261,8 @@ def pivot_layer_records(layers: list[LimitLayer], targets: tuple[str, ...]) -> l
     for layer, model, prompt, arm in _pivot_keys(layers):
         record = pivot_record(layer.view, targets, model, prompt, arm)
         if record is not None:
-            out.append({**record, "max_tokens": layer.max_tokens})
+            out.append({**record, "max_tokens": layer.max_tokens,
+                        "temperature": layer.temperature})
     return out
 
 
@@ -272,7 +289,8 @@ def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Ra
     if pivot is not None:
         records = pivot_layer_records(layers, targets)
         if fmt == "csv":
-            return pivot_csv(targets, records, ("model", "prompt", "arm", "max_tokens"))
+            return pivot_csv(targets, records,
+                             ("model", "prompt", "arm", "max_tokens", "temperature"))
         body = {"matrix_id": matrix_id, "name": name, "targets": list(targets),
                 "rate": rate, "rows": records}
         return jsontext.dumps(body, indent=2, default=str) + "\n"
@@ -280,7 +298,7 @@ def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Ra
     if fmt == "json":
         return jsontext.dumps(records, indent=2) + "\n"
     cell_keys = cell_record_fields()  # as `cell_records` orders them, none done or some
-    headers = [*cell_keys[:4], "max_tokens", *cell_keys[4:]]
+    headers = [*cell_keys[:4], "max_tokens", "temperature", *cell_keys[4:]]
     return to_csv(headers, [[csv_value(r[h]) for h in headers] for r in records])
 
 
@@ -342,6 +360,7 @@ def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None =
     view = build_view(store, matrix_id, rate)
     if pivot is None or (not view.cells and fmt in ("table", "markdown")):  # "no done runs yet"
         return render_view(view, fmt)
-    layers = limit_layers(done_runs(store, matrix_id, (*ROW_FIELDS, "max_tokens")), rate,
+    layers = limit_layers(done_runs(store, matrix_id, (*ROW_FIELDS, "max_tokens", "temperature")),
+                          rate,
                           view.matrix_id, view.name)
     return render_cells(layers, fmt, pivot, rate, named=(view.matrix_id, view.name))

@@ -264,3 +264,25 @@ def test_json_stays_strict_json_with_a_zero_median_or_an_inf_rate(db_path, tmp_p
     compared = json.loads(invoke(odd, "compare", DEMO_ID, AFTER_ID, "--format", "json",
                                  "--fail-on", "none").stdout)
     assert None in [r["ratio"] for r in compared if r["arm"] == "plain"]
+
+
+def test_cells_never_pool_greedy_and_sampled_runs(db_path, tmp_path) -> None:  # noqa: F811
+    # One cell held the greedy and the sampled runs alike: n=9, a 162% spread, one speed-up.
+    import shutil
+    import sqlite3
+
+    mixed = tmp_path / "sampled.db"
+    shutil.copy(db_path, mixed)
+    with sqlite3.connect(mixed) as conn:
+        conn.execute("UPDATE runs SET temperature = 0.8, seed = 3 WHERE matrix_id = ?",
+                     (AFTER_ID,))
+    cell = ("--model", "script", "--prompt", "copy", "--arm", "graded", "--host", "h1")
+    first = invoke(db_path, "results", "--cells", *cell, "-o", "json")
+    assert first.exit_code == 0, first.output
+    pooled = json.loads(first.stdout)
+    apart = json.loads(invoke(mixed, "results", "--cells", *cell, "-o", "json").stdout)
+    assert [c["temperature"] for c in pooled] == [0.0]
+    assert [c["temperature"] for c in apart] == [0.0, 0.8]
+    assert sum(c["n"] for c in apart) == pooled[0]["n"]
+    table = invoke(mixed, "results", "--cells", *cell).stdout
+    assert " T0.8 " in table and "T0.8 after it: runs sampled at temperature 0.8" in table
