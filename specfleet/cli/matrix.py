@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -233,27 +234,14 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
     Returns:
         The scheduler's `MatrixOutcome`.
     """
-    from specfleet.cluster.modelcheck import check_here, check_on_hosts
-
-    label = spec.label
-    here = choose_fleet(address, embedded).embedded
-    no_source: list[tuple[str, str]] = []
-    if here:  # this machine alone: said before Ray starts or a store is made
-        refuse_hosts_outside_embedded(spec.targets.hosts, f"{label}: targets.hosts")
-        found = check_here(spec, label)
-        refuse_unrunnable_models(found.errors + found.missing)
-        no_source = found.no_source
+    checked = check_before_fleet(spec, address, embedded)
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy="toy" in spec.targets.engines, embedded=embedded)
     matrix_id = new_matrix_id(spec.name)
-    runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
-    if not here:
-        refuse_unrunnable_models(check_on_hosts(spec, label, view).errors)
-    skips = peer_skips(spec, select_targets(spec, view.targets, view.kinds))
-    runs, sourceless = drop_sourceless(runs, no_source, label)
+    runs, said = checked_plan(spec, view, matrix_id, checked)
     # After the fleet and the plan: a fleet not there or a plan refused makes no store.
     with writing_store(db) as store:
-        for line in [*skips, *sourceless]:
+        for line in said:
             typer.echo(line, err=True)
         view.record_hosts(store)
         store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id=matrix_id)
@@ -267,6 +255,42 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
     return outcome
+
+
+@dataclass(frozen=True)
+class CheckedHere:
+    """What `check_before_fleet` found: whether the fleet is this machine's own, and the
+    (model, engine) pairs without a source, whose runs are dropped."""
+
+    embedded: bool
+    no_source: list[tuple[str, str]]
+
+
+def check_before_fleet(spec: MatrixSpec, address: str | None, embedded: bool) -> CheckedHere:
+    """On the embedded fleet, every model checked on this machine before Ray starts or a store
+    is made (`matrix run` and `parity run` alike): a model no run could load is one line."""
+    from specfleet.cluster.modelcheck import check_here
+
+    if not choose_fleet(address, embedded).embedded:
+        return CheckedHere(False, [])
+    refuse_hosts_outside_embedded(spec.targets.hosts, f"{spec.label}: targets.hosts")
+    found = check_here(spec, spec.label)
+    refuse_unrunnable_models(found.errors + found.missing)
+    return CheckedHere(True, found.no_source)
+
+
+def checked_plan(spec: MatrixSpec, view: FleetView, matrix_id: str,
+                 checked: CheckedHere) -> tuple[list, list[str]]:
+    """`spec` planned on the fleet `view`, each model checked on its hosts (a real fleet),
+    the runs of a model without a source dropped; with the lines saying what was left out."""
+    from specfleet.cluster.modelcheck import check_on_hosts
+
+    runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
+    if not checked.embedded:
+        refuse_unrunnable_models(check_on_hosts(spec, spec.label, view).errors)
+    skips = peer_skips(spec, select_targets(spec, view.targets, view.kinds))
+    runs, sourceless = drop_sourceless(runs, checked.no_source, spec.label)
+    return runs, [*skips, *sourceless]
 
 
 def planned_line(matrix_id: str, runs) -> str:

@@ -212,13 +212,16 @@ def _check_stored(matrix_id: str, report, *, baseline: str | None, address: str 
 def _run_then_check(file: str, report, *, baseline: str | None, address: str | None,
                     embedded: bool, replay: bool, progress: bool, db: str | None) -> None:
     """`parity run FILE`: run the file greedy with one repeat, then its verdicts."""
+    from specfleet.cli.matrix import check_before_fleet
+
     spec = load_parity_spec(file)  # before a store is made
+    checked = check_before_fleet(spec, address, embedded)  # as `matrix run` checks it
     check_store_before_fleet(db)
     if baseline is not None:  # an unknown baseline (or store) fails before anything runs
         with open_store(db, read_only=True) as store:
             store.get_matrix(baseline)
     with fleet_view(address, "toy" in spec.targets.engines, embedded) as view:
-        matrix_id, runs = plan_parity(spec, view)
+        matrix_id, runs = plan_parity(spec, view, checked)
         # The store after the fleet and the plan: a fleet not there or a plan refused makes
         # no store.
         with writing_store(db) as store:
@@ -226,14 +229,15 @@ def _run_then_check(file: str, report, *, baseline: str | None, address: str | N
             report(store, matrix_id, view.workers if replay else None, None)
 
 
-def plan_parity(spec, view) -> tuple[str, list]:
-    """The parity spec's matrix id and runs on the fleet `view` shows (its peer skips said)."""
-    from specfleet.jobs.plan import peer_skips, plan_runs, select_targets
+def plan_parity(spec, view, checked) -> tuple[str, list]:
+    """The parity spec's matrix id and runs on the fleet `view` shows, checked as `matrix
+    run`'s (`checked`: from `check_before_fleet`); what was left out is said."""
+    from specfleet.cli.matrix import checked_plan
     from specfleet.store.store import new_matrix_id
 
     matrix_id = new_matrix_id(spec.name)
-    runs = plan_runs(spec, view.targets, matrix_id, host_kinds=view.kinds)
-    for line in peer_skips(spec, select_targets(spec, view.targets, view.kinds)):
+    runs, said = checked_plan(spec, view, matrix_id, checked)
+    for line in said:
         typer.echo(line, err=True)
     if not runs:
         raise UserError(f"{spec.label}: no target of the fleet matches its targets")

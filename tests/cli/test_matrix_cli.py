@@ -282,7 +282,7 @@ def test_a_malformed_matrix_file_is_one_line_exit_2_store_untouched(fleet, tmp_p
 def test_a_plan_the_fleet_refuses_makes_no_new_store(fleet, tmp_path, command):
     # The store was made once the fleet answered, then the plan found no target.
     path = write(tmp_path, "m.yaml", "name: m\ntargets: {hosts: [nowhere], engines: [toy]}\n"
-                 + GOOD_FIELDS)
+                 + GOOD_FIELDS.replace("[plain]", "[plain, graded]"))  # parity needs a pair
     new = tmp_path / "new.db"
     result = invoke(*command, path, "--address", fleet.address, "--db", f"sqlite:///{new}",
                     "--no-progress")

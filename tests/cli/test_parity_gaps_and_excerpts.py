@@ -89,3 +89,22 @@ def test_no_replay_says_so_and_shows_the_text_at_the_divergence(db_path) -> None
         in row
     assert "not replayed here (`specfleet parity ID` replays it on its target)" in row
     assert "no worker for this host" not in result.stdout
+
+
+def test_parity_run_checks_its_models_before_the_fleet_starts(tmp_path):
+    # It started the fleet and stored a matrix of failed runs (no tokenizer in the folder),
+    # where `matrix run` refuses the same file in one line.
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "model.safetensors").write_bytes(b"")
+    spec = tmp_path / "p.yaml"
+    spec.write_text(f"name: p\nmodels: ['{folder}']\nprompts: [{{name: p, text: hi}}]\n"
+                    "arms: [plain, graded]\ntargets: {engines: [torch]}\n")
+    db = tmp_path / "new.db"
+    result = runner.invoke(app, ["parity", "run", str(spec), "--embedded", "--db", str(db),
+                                 "--no-progress"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {spec}: models[0]: torch: {folder} holds no tokenizer"), line
+    assert not db.exists()
