@@ -61,6 +61,7 @@ def check_here(spec: MatrixSpec, label: str) -> ModelReport:
 
     report = ModelReport()
     report.errors.extend(_missing_peer_libraries(spec, label))
+    report.errors.extend(_models_without_gguf(spec, label))
     for i, model in enumerate(spec.models):
         engines: list[Engine] = list(spec.targets.engines) or list(MODEL_ENGINES)
         checks = {e: check_model(model, e, _longest(spec, e)) for e in engines}
@@ -121,6 +122,32 @@ def _missing_peer_libraries(spec: MatrixSpec, label: str) -> list[str]:
             hint = INSTALL_HINT if kind.gguf else f"pip install {kind.library}"
             lines.append(f"{label}: arms[{i}]: {arm.arm} needs {kind.library}, which this "
                          f"machine lacks; expected it installed: {hint}")
+    return lines
+
+
+def _models_without_gguf(spec: MatrixSpec, label: str) -> list[str]:
+    """A llama.cpp arm beside a model on this machine that has no GGUF to run: each of its
+    runs failed after the fleet started (a model not here is said on its own)."""
+    from specfleet.engine.peers import peer_kind
+    from specfleet.models.registry import resolve_model
+
+    lines = []
+    for i, arm in enumerate(spec.arms):
+        kind = peer_kind(arm.arm)
+        if kind is None or not kind.gguf:
+            continue
+        for j, model in enumerate(spec.models):
+            found = []
+            for engine in spec.targets.engines or kind.engines:
+                try:
+                    found.append(resolve_model(model, engine, must_exist=False, measure=False))
+                except UserError:  # no such model, no source for this engine: said elsewhere
+                    continue
+            here = [m for m in found if m.fetched]
+            if here and all(m.gguf_file() is None for m in here):
+                lines.append(f"{label}: arms[{i}]: {arm.arm} runs the GGUF a model comes from, "
+                             f"and models[{j}] ({model}) has none; expected a bundled model or "
+                             "a folder holding one .gguf")
     return lines
 
 

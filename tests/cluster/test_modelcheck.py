@@ -95,6 +95,7 @@ def test_a_peer_arm_whose_library_is_missing_here_is_an_error(here, monkeypatch)
 
     monkeypatch.setattr(importlib.metadata, "version", version)
     folder = model_folder(here / "small", context=64)
+    (folder / "small.gguf").write_bytes(b"")  # the GGUF the arm runs: only the library lacks
     report = check_here(spec([str(folder)], engines=["torch"], arms=["plain", "llama.cpp"]),
                         "m.yaml")
     assert report.errors == ["m.yaml: arms[1]: llama.cpp needs llama-cpp-python, which this "
@@ -102,6 +103,18 @@ def test_a_peer_arm_whose_library_is_missing_here_is_an_error(here, monkeypatch)
                              "'.[llamacpp]' in a checkout (it builds llama.cpp from source with "
                              "the host's compiler; the README's llama.cpp paragraph gives "
                              "CMAKE_ARGS per backend)"]
+
+
+def test_a_llama_cpp_arm_beside_a_model_without_a_gguf_is_an_error(here) -> None:
+    # `matrix validate` said ok, then every llama.cpp run failed after the fleet started.
+    folder = model_folder(here / "small", context=64)
+    matrix = spec([str(folder)], engines=["torch"], arms=["plain", "llama.cpp-lookup"])
+    expected = (f"m.yaml: arms[1]: llama.cpp-lookup runs the GGUF a model comes from, and "
+                f"models[0] ({folder}) has none; expected a bundled model or a folder holding "
+                "one .gguf")
+    assert expected in check_here(matrix, "m.yaml").errors
+    (folder / "small.gguf").write_bytes(b"")
+    assert expected not in check_here(matrix, "m.yaml").errors
 
 
 def test_each_host_is_asked_for_the_cells_its_runs_need() -> None:
