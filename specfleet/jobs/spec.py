@@ -273,8 +273,8 @@ class MatrixSpec(_Strict):
     repeats: int = Field(3, ge=1, le=MAX_REPEATS, description="Repetitions of every cell.")
     max_tokens: TokenLimitField = Field(
         TokenLimit(default=256), description="New-token limit: N or {default, mlx, torch}.")
-    temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False,
-                               description="0 = greedy.")
+    temperature: float = Field(0.0, ge=TEMPERATURE_RANGE[0], le=TEMPERATURE_RANGE[1],
+                               allow_inf_nan=False, description="0 = greedy.")
     seed: SeedField = Field(None, description="Sampling seed 0..2^31-1 (same every repeat; "
                             "with temperature > 0).")
     chat: bool = Field(True, description="Wrap prompts in the model's chat template.")
@@ -365,7 +365,8 @@ class GenerateJobSpec(_Strict):
     policy: OwnArm = "auto"
     lookup: LookupOptions = LookupOptions()
     max_tokens: int = Field(256, ge=1, le=MAX_TOKENS_LIMIT)
-    temperature: float = Field(0.0, ge=0.0, le=10.0, allow_inf_nan=False)
+    temperature: float = Field(0.0, ge=TEMPERATURE_RANGE[0], le=TEMPERATURE_RANGE[1],
+                               allow_inf_nan=False)
     seed: SeedField = None
     chat: bool = True
     loop_guard: LoopGuard | None = None
