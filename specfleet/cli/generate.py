@@ -248,7 +248,7 @@ def run_generation(
             )
         except UnsupportedModelError as err:
             raise UserError(f"--prompt-lookup: {loaded.alias}: {err}") from None
-    return result_dict(loaded, prompt_ids, lookup, result, warmup_s)
+    return result_dict(loaded, prompt_ids, lookup, result, warmup_s, sampler)
 
 
 def request_lookup(loaded: LoadedModel, request: GenerateRequest) -> PromptLookupConfig | None:
@@ -289,8 +289,10 @@ def result_dict(
     lookup: PromptLookupConfig | None,
     result: Any,
     warmup_s: float,
+    sampler: Any,
 ) -> dict[str, Any]:
-    """The `--json` object: text, token ids, counters, timings (seconds), provenance."""
+    """The `--json` object: text, token ids, counters, timings (seconds), provenance (the
+    `sampler`'s temperature and seed: a sampled reply is reproduced by both)."""
     from specfleet.engine.stats import decode_tok_per_s, loop_share, prompt_tok_per_s
 
     tokens = list(result.tokens)
@@ -319,6 +321,7 @@ def result_dict(
         "peak_memory_gb": memory_gb,
         "memory_kind": memory_kind,
         "prompt_lookup": lookup.as_dict() if lookup is not None else None,
+        "sampler": {"temperature": sampler.temperature, "seed": sampler.seed},
         "counters": counters,
         "summary_line": stats.summary_line(len(tokens)) if lookup is not None else None,
         "model": {"alias": loaded.alias, "path": loaded.path, "weights_hash": loaded.weights_hash},

@@ -239,6 +239,7 @@ def test_json_shape_and_lookup_reply_identical_to_plain(bundled_model):
     }
     assert "trace" not in plain  # only with --trace
     assert plain["prompt_lookup"] is None and plain["summary_line"] is None
+    assert plain["sampler"] == {"temperature": 0.0, "seed": None}  # greedy, said
     assert set(plain["timings"]) == {"prefill_s", "decode_s", "total_s", "warmup_s"}
     generated = plain["generated_tokens"]
     assert generated == len(plain["token_ids"]) > 20
