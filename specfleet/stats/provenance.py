@@ -23,6 +23,8 @@ PROVENANCE_FIELDS: tuple[str, ...] = (
 # the table itself is compared.
 _MEASURED_CONFIG_KEYS = ("warmup_s", "weight_bytes", "read_gb_per_s", "policy_revision",
                          "pipelines", "costs_source")
+# engine_config keys named apart: greedy against sampled decoding is another workload.
+_SAMPLING_KEYS = ("temperature", "seed")
 
 
 def _canonical(value) -> str:
@@ -46,8 +48,8 @@ def _conditions_parts(run) -> dict[str, str]:
 def provenance(run) -> dict[str, str]:
     """The run's provenance minus its code version, each part as comparable text (power
     mode and clocks only when the run's host conditions recorded them)."""
-    config = {k: v for k, v in (run.engine_config or {}).items()
-              if k not in _MEASURED_CONFIG_KEYS}
+    raw = run.engine_config or {}
+    config = {k: v for k, v in raw.items() if k not in (*_MEASURED_CONFIG_KEYS, *_SAMPLING_KEYS)}
     libraries = {k: v for k, v in (run.versions or {}).items() if not k.startswith("specfleet")}
     return {
         "weights hash": str(run.weights_hash),
@@ -57,8 +59,16 @@ def provenance(run) -> dict[str, str]:
         "engine config": _canonical(config),
         "host fingerprint": str(run.host_fingerprint),
         "library versions": _canonical(libraries),
+        **_sampling_part(raw),
         **_conditions_parts(run),
     }
+
+
+def _sampling_part(config: dict) -> dict[str, str]:
+    """The sampler's settings as their own part, where the run recorded them."""
+    if not any(k in config for k in _SAMPLING_KEYS):
+        return {}
+    return {"sampling": _canonical({k: config.get(k) for k in _SAMPLING_KEYS})}
 
 
 def memo() -> Callable[[object], dict[str, str]]:
