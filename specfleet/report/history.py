@@ -235,8 +235,8 @@ def compare_grid(rows: list[CompareRow], a: str, b: str, factor: float = DEFAULT
     count += f"; showing the {len(shown)} that changed." if only_changed else "."
     notes = (count, test_note(factor),
              "A slow-down is a regression only when the cells differ in nothing but code "
-             "version (weights, prompt, token limit, engine config, host, library versions, "
-             "power mode, clocks); "
+             "version (weights, prompt, token limit, sampling, engine config, host, library "
+             "versions, power mode, clocks) and no run was timed on a busy or throttled host; "
              "--allow-mixed lifts that.")
     return Grid(f"{b} against {a}", headers, lines, notes, left_cols=4)
 

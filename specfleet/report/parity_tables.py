@@ -54,7 +54,8 @@ def arm_grid(report: ParityReport) -> Grid:
 
 def uncompared_grid(report: ParityReport) -> Grid:
     rows = tuple((u.target, u.model, u.prompt, u.arm, u.why) for u in report.uncompared)
-    return Grid("Pairs not compared (no done run on a side: no evidence, the check fails)",
+    return Grid("Pairs not compared (no pair of done runs to hold together: no evidence, the "
+                "check fails)",
                 ("target", "model", "prompt", "arm", "why"), rows, left_cols=5)
 
 

@@ -30,7 +30,7 @@ from specfleet.report.history import (
     unstored_host_problem,
 )
 from specfleet.report.parity import check_parity
-from specfleet.report.parity_tables import arm_grid, cross_grid, uncompared_grid
+from specfleet.report.parity_tables import arm_grid, cross_grid, summary_line, uncompared_grid
 from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
 from specfleet.serve.params import BadParameter, NotFound
@@ -226,11 +226,12 @@ def _prompts_of(view, target: str):
 def parity_page(store, matrix_id: str, as_json: bool = False) -> dict:
     """`specfleet parity`'s verdicts without replays: each arm against plain (first
     divergence token and character), the planned pairs not compared, and plain across
-    targets."""
+    targets (JSON: `specfleet parity --no-replay --format json`'s body, its summary line
+    included)."""
     matrix = store.get_matrix(matrix_id)
     report = check_parity(store, matrix_id)
     if as_json:
-        return asdict(report)
+        return {**asdict(report), "summary": summary_line(report)}
     grids = ([arm_grid(report)] + ([uncompared_grid(report)] if report.uncompared else [])
              + ([cross_grid(report)] if report.cross else []))
     return {"matrix": matrix, "grids": grids}

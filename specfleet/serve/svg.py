@@ -140,6 +140,17 @@ class Plot:
     breaks: tuple[PlotBreak, ...] = ()
     parity_y: float | None = None  # where 1x is, on a speed-up plot: the line to beat
 
+    @property
+    def label_room(self) -> tuple[int, int]:
+        """(px left of the frame, px below it) the longest matrix id under the axis needs:
+        rotated 30 degrees up from its point, an id of L px (11 px text, under 6.5 px a
+        character) reaches L/2 below its baseline, 34 px above the foot, and 0.87 L left of
+        its point. An id longer than a demo's ran off the frame."""
+        label_px = max(len(p.label) for p in self.points) * 6.5
+        below = max(0, math.ceil(label_px / 2 - 30))
+        left = max(0, math.ceil(label_px * 0.87 - self.points[0].x + 4))
+        return left, below
+
 
 def _scale(lo: float, hi: float, unit: str = ""):
     """`y_of` for values in lo..hi (padded), and round ticks across them labelled in `unit`."""
