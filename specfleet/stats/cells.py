@@ -288,7 +288,8 @@ def parity_verdicts(runs: Iterable[Any]) -> list[ParityVerdict]:
         runs: runs in any shape `runs.to_rows` accepts.
 
     Returns:
-        One verdict per non-plain cell; "missing" when either side has no done run.
+        One verdict per non-plain cell; "missing" when either side has no done run, or was
+        sampled without a seed (each run draws anew: nothing to compare).
     """
     cells = group_by_cell(to_rows(runs))
     out = []
@@ -302,7 +303,7 @@ def parity_verdicts(runs: Iterable[Any]) -> list[ParityVerdict]:
         # max_tokens differ, and a reply cut at 16 tokens is no parity check of one at 40.
         same = [r for r in plains if arm is not None and r.matrix_id == arm.matrix_id]
         plain = _first_done(same) or _first_done(plains)
-        if plain is None or arm is None:
+        if plain is None or arm is None or plain.draws_anew or arm.draws_anew:
             out.append(ParityVerdict(key, plain_key, "missing"))
         else:
             out.append(compare_replies(plain, arm))

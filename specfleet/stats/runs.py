@@ -41,7 +41,7 @@ VALUE_FIELDS: tuple[str, ...] = (*CELL_FIELDS, "repeat", "status", "tok_per_s")
 ROW_FIELDS: tuple[str, ...] = (
     *VALUE_FIELDS, "loop_share", "noisy", "token_ids", "output_text", *COUNTER_FIELDS,
     "stop_reason", "throttled", "decode_s", "prompt_tokens", "prefill_s", *CELL_VALUE_FIELDS,
-    "matrix_id",
+    "matrix_id", "temperature", "seed",
 )
 
 
@@ -128,6 +128,7 @@ class Row:
     prompt_tok_per_s: float = 0.0  # prefill
     shown: CellValues = field(default_factory=CellValues)
     matrix_id: str | None = None  # its matrix: a cell pooled across matrices pairs within one
+    draws_anew: bool = False  # sampled without a seed: its reply is no parity evidence
 
     @property
     def done(self) -> bool:
@@ -215,6 +216,7 @@ def to_row(obj: Any) -> Row:
                                           float(get("prefill_s", 0.0) or 0.0)),
         shown=CellValues(*[get(name, None) for name in CELL_VALUE_FIELDS]),
         matrix_id=get("matrix_id", None),
+        draws_anew=float(get("temperature", 0.0) or 0.0) > 0 and get("seed", None) is None,
     )
 
 

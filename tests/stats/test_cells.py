@@ -255,3 +255,14 @@ def test_our_best_arm_against_the_best_peer_per_target() -> None:
     assert [(p.target, p.ours, p.peer) for p in found] == [
         ("a/torch/cpu", "graded", "hf-lookup"), ("b/torch/cpu", "plain", "hf-lookup")]
     assert found[0].ratio == pytest.approx(1.2) and found[1].ratio == pytest.approx(1 / 1.6)
+
+
+def test_parity_of_runs_sampled_without_a_seed_is_no_verdict() -> None:
+    # `matrix show` marked the cell `≠` ("diverges at token 0") where `parity` says each run
+    # draws anew: nothing to compare. A seeded pair is compared draw for draw.
+    unseeded = (runs("plain", [1.0], token_ids=[1, 2], temperature=0.8)
+                + runs("graded", [1.0], token_ids=[3, 2], temperature=0.8))
+    assert [v.status for v in parity_verdicts(unseeded)] == ["missing"]
+    seeded = (runs("plain", [1.0], token_ids=[1, 2], temperature=0.8, seed=3)
+              + runs("graded", [1.0], token_ids=[3, 2], temperature=0.8, seed=3))
+    assert [v.status for v in parity_verdicts(seeded)] == ["diverged"]
