@@ -16,7 +16,12 @@ from specfleet.jobs.run import ARMS
 from specfleet.report.build import load_matrix
 from specfleet.report.coverage import Coverage, cell_keys
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.results import check_choices, check_not_blank, check_stored_values
+from specfleet.report.results import (
+    check_choices,
+    check_not_blank,
+    check_stored_values,
+    limit_text,
+)
 from specfleet.report.tables import DASH, interval_text, pct, ratio_text
 from specfleet.settings import host_name_problem
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
@@ -143,7 +148,7 @@ def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FAC
     """The history table: one line per point, the change from the previous one, the test;
     `of_total`: the points before `--only-changed` kept `rows` (said under the table)."""
     lines = tuple(
-        (r.target, DASH if r.max_tokens is None else str(r.max_tokens), r.matrix_id,
+        (r.target, limit_text(r.max_tokens, r.temperature), r.matrix_id,
          r.submitted_at, str(len(r.values)),
          f"{r.median_tok_per_s:.2f} {pct(r.spread)}",
          DASH if r.speedup is None else f"{r.speedup:.2f}x" + (" LOOP" if r.loop else ""),

@@ -181,8 +181,13 @@ class LimitLayer:
 
     @property
     def label(self) -> str:
-        """The `max tok` column: `256`, or `256 T0.8` for runs sampled at temperature 0.8."""
-        return f"{self.max_tokens}" + (f" T{self.temperature:g}" if self.temperature else "")
+        return limit_text(self.max_tokens, self.temperature)
+
+
+def limit_text(max_tokens: int | None, temperature: float = 0.0) -> str:
+    """The `max tok` column: `256`, or `256 T0.8` for runs sampled at temperature 0.8."""
+    limit = DASH if max_tokens is None else str(max_tokens)
+    return limit + (f" T{temperature:g}" if temperature else "")
 
 
 def limits_notes(layers: list[LimitLayer]) -> tuple[str, ...]:

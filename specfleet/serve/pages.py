@@ -277,18 +277,23 @@ def history_page(store, model: str, prompt: str, arm: str, target: str | None = 
     if as_json:
         return {"title": title, "last": last,
                 "points": json.loads(render_history(rows, title, "json"))}
-    by_series = defaultdict(list)  # a target and a token limit, as the table's series
+    by_series = defaultdict(list)  # a target, token limit and temperature: the table's series
     for row in rows:
-        by_series[(row.target, row.max_tokens)].append(row)
-    limits = Counter(label for label, _ in by_series)  # a target's limit named where it has two
-    named = {(label, limit): f"{label}, {limit} new tokens" if limits[label] > 1 else label
-             for label, limit in by_series}
+        by_series[(row.target, row.max_tokens, row.temperature)].append(row)
+    limits = Counter(label for label, _, _ in by_series)  # named where a target has two
+    named = {key: _series_name(*key) if limits[key[0]] > 1 else key[0] for key in by_series}
     plots = [(named[key], svg.history_plot(r, series=named[key]),
               svg.history_plot(r, speedup=True, series=named[key]))
              for key, r in by_series.items()]
     query = {"model": model, "prompt": prompt, "arm": arm, **({"target": target} if target else {})}
     return {"title": title, "plots": plots, "table": history_grid(rows, title), "rows": rows,
             "last": last, "all_href": "/history?" + urlencode({**query, "last": "all"})}
+
+
+def _series_name(target: str, limit: int | None, temperature: float) -> str:
+    """`mac1/mlx/metal, 256 new tokens` (`, sampled at T0.8` where it was)."""
+    sampled = f", sampled at T{temperature:g}" if temperature else ""
+    return f"{target}, {limit} new tokens{sampled}"
 
 
 def compare_page(store, a: str, b: str, allow_mixed: bool = False,

@@ -21,7 +21,8 @@ from specfleet.stats.runs import VALUE_FIELDS, target_label
 
 # The stored run's fields `history_rows` and `compare_rows` read (store `RunRow` names).
 HISTORY_FIELDS: tuple[str, ...] = (
-    *VALUE_FIELDS, "matrix_id", "loop_share", "noisy", "throttled", *PROVENANCE_FIELDS,
+    *VALUE_FIELDS, "matrix_id", "loop_share", "noisy", "throttled", "temperature",
+    *PROVENANCE_FIELDS,
 )
 COMPARE_FIELDS: tuple[str, ...] = (*VALUE_FIELDS, "noisy", "throttled", *PROVENANCE_FIELDS)
 
@@ -42,6 +43,7 @@ class HistoryRow:
     differs: tuple[str, ...] = ()  # provenance that differs from the previous point
     throttled: bool = False  # a run of this point ran on a throttled host
     max_tokens: int | None = None  # the runs' new-token limit: a series is one target and limit
+    temperature: float = 0.0  # ... and one sampling temperature (0: greedy)
 
 
 def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
@@ -61,18 +63,19 @@ def history_rows(runs: Iterable, arm: str, submitted: Mapping[str, datetime],
         (targets in the order met, each one's limits smallest first); empty when there are
         none.
     """
-    Series = tuple[str, int | None]
+    Series = tuple[str, int | None, float]
     groups: dict[tuple[Series, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if run.matrix_id is not None:
-            series = (target_label(run), getattr(run, "max_tokens", None))
+            series = (target_label(run), getattr(run, "max_tokens", None),
+                      getattr(run, "temperature", 0.0) or 0.0)
             groups[(series, run.matrix_id)][run.arm].append(run)
     groups = {k: v for k, v in groups.items() if v.get(arm)}
     when = submitted
     out: list[HistoryRow] = []
-    labels = list(dict.fromkeys(label for (label, _), _ in groups))
+    labels = list(dict.fromkeys(series[0] for series, _ in groups))
     ordered = sorted(dict.fromkeys(s for s, _ in groups),
-                     key=lambda s: (labels.index(s[0]), s[1] is not None, s[1] or 0))
+                     key=lambda s: (labels.index(s[0]), s[1] is not None, s[1] or 0, s[2]))
     for series in ordered:
         keys = sorted((k for k in groups if k[0] == series), key=lambda k: (when[k[1]], k[1]))
         points = [(k[1], [r.tok_per_s for r in groups[k][arm]]) for k in keys]
@@ -95,7 +98,7 @@ def _history_row(series, matrix_id, submitted_at, arms, arm, change, differs) ->
     # As in the matrix tables (`cells.speedups`): a speed-up loops when the arm's replies or
     # its plain partner's do (docs/trust.md, "Looping replies").
     loop = any(_loops(arms.get(side, [])) for side in {arm, "plain"})
-    label, limit = series
+    label, limit, temperature = series
     return HistoryRow(
         target=label, matrix_id=matrix_id, submitted_at=submitted_at.strftime("%Y-%m-%d %H:%M"),
         values=values, median_tok_per_s=median, spread=relative_spread(values),
@@ -103,6 +106,7 @@ def _history_row(series, matrix_id, submitted_at, arms, arm, change, differs) ->
         speedup=median / plain if plain and arm != "plain" else None,
         loop=loop, change=change, differs=differs,
         throttled=any(getattr(r, "throttled", False) for r in arms[arm]), max_tokens=limit,
+        temperature=temperature,
     )
 
 
@@ -114,7 +118,7 @@ def history_regressions(rows: list[HistoryRow]) -> list[HistoryRow]:
     """The newest point of each series (target and token limit) when it is a significant
     slow-down from the point before and differs from it in nothing but code version (an
     older dip, since recovered, does not fail a check forever)."""
-    newest = {(row.target, row.max_tokens): row for row in rows}
+    newest = {(row.target, row.max_tokens, row.temperature): row for row in rows}
     return [row for row in newest.values() if row.change is not None and row.change.changed
             and row.change.ratio < 1.0 and not row.differs]
 

@@ -286,3 +286,23 @@ def test_cells_never_pool_greedy_and_sampled_runs(db_path, tmp_path) -> None:  #
     assert sum(c["n"] for c in apart) == pooled[0]["n"]
     table = invoke(mixed, "results", "--cells", *cell).stdout
     assert " T0.8 " in table and "T0.8 after it: runs sampled at temperature 0.8" in table
+
+
+def test_history_follows_greedy_and_sampled_runs_as_two_series(db_path, tmp_path) -> None:  # noqa: F811
+    # One series held both: a sampled point was compared with the greedy one before it.
+    import shutil
+    import sqlite3
+
+    mixed = tmp_path / "sampled.db"
+    shutil.copy(db_path, mixed)
+    with sqlite3.connect(mixed) as conn:
+        conn.execute("UPDATE runs SET temperature = 0.8, seed = 3 WHERE matrix_id = ?",
+                     (AFTER_ID,))
+    cell = ("--model", "script", "--prompt", "copy", "--arm", "graded", "--target", "h1/toy/cpu")
+    rows = json.loads(invoke(mixed, "history", *cell, "--format", "json").stdout)
+    greedy = [r for r in rows if r["temperature"] == 0.0]
+    (sampled,) = [r for r in rows if r["temperature"] == 0.8]
+    assert sampled["matrix_id"] == AFTER_ID and sampled["change"] is None  # a series of its own
+    assert AFTER_ID not in {r["matrix_id"] for r in greedy} and greedy[0]["change"] is None
+    assert all(r["change"] is not None for r in greedy[1:])  # the greedy points still follow
+    assert " T0.8 " in invoke(mixed, "history", *cell).stdout
