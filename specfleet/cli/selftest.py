@@ -8,7 +8,6 @@ leave the caches holding exactly the kept tokens. Exit 1 when a target fails.
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
@@ -49,9 +48,6 @@ def selftest_command(
     if not targets:
         raise UserError("no engine to test here: install specfleet[mlx] or specfleet[torch]"
                         + (f" (asked for {', '.join(engine)})" if engine else ""))
-    # Tiny random models: transformers' note that a hybrid layer runs its reference kernels
-    # (no causal_conv1d or flash-linear-attention for this device) says nothing about the check.
-    logging.getLogger("transformers.integrations.hub_kernels").setLevel(logging.ERROR)
     failed = 0
     for target in targets:
         test = self_test_once(target.engine, target.device, resolve_policy("auto", target.device),

@@ -225,11 +225,17 @@ def regressions(groups: dict[CellKey, list], baseline: dict[CellKey, list],
 def baseline_coverage(all_runs: list,
                       baseline: dict[CellKey, list]) -> tuple[Coverage, list[CellKey]]:
     """The matrix's arm-against-plain pairs found in the baseline (arm and plain both done
-    there), and those it lacks. A peer arm is never a regression: not counted."""
+    there, and not sampled without a seed: such a pair drew anew, no reply to hold this one
+    to), and those it lacks. A peer arm is never a regression: not counted."""
     planned = sorted(CellKey(*key) for key in cell_keys(all_runs)
                      if key[3] != PLAIN and not is_peer(key[3]))
-    missing = [key for key in planned
-               if not (baseline.get(key) and baseline.get(key.with_arm(PLAIN)))]
+
+    def found(key: CellKey) -> bool:
+        then_runs, then_plain = baseline.get(key), baseline.get(key.with_arm(PLAIN))
+        return bool(then_runs and then_plain
+                    and not unseeded_sampling(then_runs[0], then_plain[0]))
+
+    missing = [key for key in planned if not found(key)]
     return Coverage(len(planned) - len(missing), len(planned), "pairs"), missing
 
 

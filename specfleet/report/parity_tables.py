@@ -106,8 +106,7 @@ def coverage_gap_text(report: ParityReport) -> str:
         first, rest = report.uncompared[0], len(report.uncompared) - 1
         more = f"; and {rest} more" if rest else ""
         why = f" ({first.target} {first.model} {first.prompt} {first.arm}: {first.why}{more})"
-    return (f"parity: {coverage.text()}; exit 1: a pair without a done run on both sides is "
-            f"no evidence{why}")
+    return f"parity: {coverage.text()}; exit 1: a pair not compared is no evidence{why}"
 
 
 def baseline_gap_text(report: ParityReport) -> str:
@@ -124,7 +123,7 @@ def baseline_gap_text(report: ParityReport) -> str:
         why.append(f"the baseline has no done run on {', '.join(absent)}{only}")
     if lacking:
         more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
-        why.append(f"it lacks {' '.join(lacking[0])}{more}")
+        why.append(f"it has no pair to compare {' '.join(lacking[0])} with{more}")
     reason = f" ({'; '.join(why)})" if why else ""
     return (f"parity: {found.compared} of {found.planned} {found.unit} found in the baseline "
             f"{report.baseline_id}; exit 1: a pair missing from the baseline is no "

@@ -155,8 +155,8 @@ def test_parity_against_a_baseline_lacking_a_cell_names_it(evidence_db) -> None:
     assert result.exit_code == 1, result.output
     assert "(1 of 2 pairs found in the baseline)" in result.stdout
     assert result.stderr.endswith(
-        "a pair missing from the baseline is no evidence (it lacks h1/toy/cpu script echo "
-        "graded)\n")
+        "a pair missing from the baseline is no evidence (it has no pair to compare h1/toy/cpu "
+        "script echo graded with)\n")
 
 
 def test_parity_against_a_baseline_with_every_pair_passes(evidence_db) -> None:

@@ -56,7 +56,7 @@ def test_pairs_not_compared_are_named_with_their_runs_status(gaps_db) -> None:
     assert "gated    gated failed: RuntimeError: out of memory" in result.stdout
     assert "graded   plain interrupted" in result.stdout
     assert result.stderr.strip() == (
-        "parity: 1 of 3 pairs compared; exit 1: a pair without a done run on both sides is no "
+        "parity: 1 of 3 pairs compared; exit 1: a pair not compared is no "
         "evidence (h1/toy/cpu script copy gated: gated failed: RuntimeError: out of memory; "
         "and 1 more)")
 

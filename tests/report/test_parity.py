@@ -88,11 +88,12 @@ def test_baseline_coverage_counts_our_pairs_found_there_not_peers() -> None:
         return SimpleNamespace(target=target, model="m", prompt_name="p", arm=arm)
 
     runs = [run("a/torch/cpu", arm) for arm in ("plain", "graded", "gated", "hf")]
-    both = {CellKey("a/torch/cpu", "m", "p", arm): [object()] for arm in ("plain", "graded")}
+    greedy = SimpleNamespace(temperature=0.0, seed=None)  # a baseline run as parity reads it
+    both = {CellKey("a/torch/cpu", "m", "p", arm): [greedy] for arm in ("plain", "graded")}
     found, missing = baseline_coverage(runs, both)
     # gated never ran there; hf, a peer arm, is never a regression and is not asked for
     assert found == Coverage(1, 2, "pairs") and missing == [("a/torch/cpu", "m", "p", "gated")]
-    no_plain = {CellKey("a/torch/cpu", "m", "p", "graded"): [object()]}
+    no_plain = {CellKey("a/torch/cpu", "m", "p", "graded"): [greedy]}
     assert baseline_coverage(runs, no_plain)[0] == Coverage(0, 2, "pairs")
 
 
@@ -161,3 +162,16 @@ def test_runs_sampled_with_a_seed_are_compared_draw_for_draw_not_replayed() -> N
     apart = group_runs([run("plain", [1, 2, 3], 0.8, 7), run("graded", [1, 5, 3], 0.8, 7)])
     ((verdict, token),) = [(a.verdict, a.token) for a in arm_parity(apart, never, 0.1)]
     assert (verdict, token) == ("suspect", 1)
+
+
+def test_a_baseline_sampled_without_a_seed_holds_no_pair() -> None:
+    # Its pairs counted as found: `parity --baseline` passed against a baseline whose own
+    # check fails for want of evidence.
+    from specfleet.report.parity import baseline_coverage
+    from specfleet.stats.view import group_runs
+
+    now = [run("plain", [1, 2]), run("graded", [1, 2])]
+    drew = group_runs([run("plain", [1, 2], 0.8), run("graded", [3, 2], 0.8)])
+    seeded = group_runs([run("plain", [1, 2], 0.8, 7), run("graded", [1, 2], 0.8, 7)])
+    assert baseline_coverage(now, drew)[0] == Coverage(0, 1, "pairs")
+    assert baseline_coverage(now, seeded)[0] == Coverage(1, 1, "pairs")
