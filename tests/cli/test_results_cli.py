@@ -266,8 +266,8 @@ def test_json_stays_strict_json_with_a_zero_median_or_an_inf_rate(db_path, tmp_p
     assert None in [r["ratio"] for r in compared if r["arm"] == "plain"]
 
 
-def test_cells_never_pool_greedy_and_sampled_runs(db_path, tmp_path) -> None:  # noqa: F811
-    # One cell held the greedy and the sampled runs alike: n=9, a 162% spread, one speed-up.
+def sampled_after(db_path, tmp_path):  # noqa: F811
+    """A copy of the store whose AFTER matrix was sampled at temperature 0.8 (seed 3)."""
     import shutil
     import sqlite3
 
@@ -276,6 +276,12 @@ def test_cells_never_pool_greedy_and_sampled_runs(db_path, tmp_path) -> None:  #
     with sqlite3.connect(mixed) as conn:
         conn.execute("UPDATE runs SET temperature = 0.8, seed = 3 WHERE matrix_id = ?",
                      (AFTER_ID,))
+    return mixed
+
+
+def test_cells_never_pool_greedy_and_sampled_runs(db_path, tmp_path) -> None:  # noqa: F811
+    # One cell held the greedy and the sampled runs alike: n=9, a 162% spread, one speed-up.
+    mixed = sampled_after(db_path, tmp_path)
     cell = ("--model", "script", "--prompt", "copy", "--arm", "graded", "--host", "h1")
     first = invoke(db_path, "results", "--cells", *cell, "-o", "json")
     assert first.exit_code == 0, first.output
@@ -290,14 +296,7 @@ def test_cells_never_pool_greedy_and_sampled_runs(db_path, tmp_path) -> None:  #
 
 def test_history_follows_greedy_and_sampled_runs_as_two_series(db_path, tmp_path) -> None:  # noqa: F811
     # One series held both: a sampled point was compared with the greedy one before it.
-    import shutil
-    import sqlite3
-
-    mixed = tmp_path / "sampled.db"
-    shutil.copy(db_path, mixed)
-    with sqlite3.connect(mixed) as conn:
-        conn.execute("UPDATE runs SET temperature = 0.8, seed = 3 WHERE matrix_id = ?",
-                     (AFTER_ID,))
+    mixed = sampled_after(db_path, tmp_path)
     cell = ("--model", "script", "--prompt", "copy", "--arm", "graded", "--target", "h1/toy/cpu")
     rows = json.loads(invoke(mixed, "history", *cell, "--format", "json").stdout)
     greedy = [r for r in rows if r["temperature"] == 0.0]
