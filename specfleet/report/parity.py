@@ -25,7 +25,7 @@ from specfleet.engine.peers import is_peer
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.coverage import Coverage, cell_keys, parity_coverage
 from specfleet.stats.cells import cross_target_parity
-from specfleet.stats.runs import CellKey
+from specfleet.stats.runs import CellKey, draws_anew
 from specfleet.stats.view import PLAIN, group_runs, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified" | PEER_DIFFERS
@@ -133,7 +133,7 @@ def divergence_excerpt(plain_text: str | None, arm_text: str | None, char: int |
 def unseeded_sampling(*runs) -> str | None:
     """Why runs sampled without a seed cannot be compared (each draws anew), or None."""
     for run in runs:
-        if (run.temperature or 0) > 0 and run.seed is None:
+        if draws_anew(run.temperature, run.seed):
             return (f"sampled at temperature {run.temperature:g} without a seed: each run draws "
                     "anew (`specfleet parity run FILE` checks greedy parity)")
     return None

@@ -191,6 +191,12 @@ def _counters(obj: Any, get: Callable[..., Any]) -> Counters:
     return Counters(*[int(get(name, 0) or 0) for name in COUNTER_FIELDS])
 
 
+def draws_anew(temperature: float | None, seed: int | None) -> bool:
+    """Whether a run sampled without a seed: each such run draws its reply anew, so its
+    reply is no parity evidence."""
+    return float(temperature or 0.0) > 0 and seed is None
+
+
 def to_row(obj: Any) -> Row:
     """Normalize one run (mapping or object); `repeat` is -1 when the run does not say."""
     get = _getter(obj)
@@ -216,7 +222,7 @@ def to_row(obj: Any) -> Row:
                                           float(get("prefill_s", 0.0) or 0.0)),
         shown=CellValues(*[get(name, None) for name in CELL_VALUE_FIELDS]),
         matrix_id=get("matrix_id", None),
-        draws_anew=float(get("temperature", 0.0) or 0.0) > 0 and get("seed", None) is None,
+        draws_anew=draws_anew(get("temperature", 0.0), get("seed", None)),
     )
 
 
