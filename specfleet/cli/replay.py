@@ -53,17 +53,8 @@ def replay_command(
     from specfleet.report.predictions_tables import format_bounds, format_predictions
     from specfleet.store.store import open_store
 
-    # `--policy graded --policy gated` is both, as `bench` and `selftest` read their lists.
-    policies: list[str] = split_list("--policy", policy) if policy else list(POLICIES)
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown:
-        raise UserError(f"--policy must list some of {', '.join(POLICIES)}; got {unknown[0]!r}")
-    refuse_twice("--policy", policies, "policy")
-    expected = "expected a host, a YAML file or a packaged table name"
-    if costs is not None and not costs.strip():  # a script's unset variable: not "not given"
-        raise UserError(f"--costs {costs!r} is blank; {expected}")
-    if costs is not None and costs.strip() != costs:
-        raise UserError(f"--costs {costs!r}: {expected}, without blanks around it")
+    policies = _policies(policy)
+    _check_costs(costs)
     costs_for = cost_source(costs or "")
     costs_name = costs or "each run's own host (its newest stored calibration)"
     with open_store(db, read_only=True) as store:  # replay reads, never writes
@@ -78,14 +69,40 @@ def replay_command(
         typer.echo("\n" + format_bounds(predictions, costs_name))
     say_cells_left_out(runs, predictions)
     checked = sum(1 for r in runs if stored_lookup(r) is not None) - earlier  # no plain, peer
+    say_counters(checked, earlier, mismatches)
+    if mismatches:
+        raise typer.Exit(1)
+
+
+def _policies(given: list[str] | None) -> list[str]:
+    """`--policy` as a list of known policies, each once (all of them when not given);
+    `--policy graded --policy gated` is both, as `bench` and `selftest` read their lists."""
+    policies: list[str] = split_list("--policy", given) if given else list(POLICIES)
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise UserError(f"--policy must list some of {', '.join(POLICIES)}; got {unknown[0]!r}")
+    refuse_twice("--policy", policies, "policy")
+    return policies
+
+
+def _check_costs(costs: str | None) -> None:
+    """A blank `--costs` (a script's unset variable) or one with blanks around it is refused,
+    not read as "not given"."""
+    expected = "expected a host, a YAML file or a packaged table name"
+    if costs is not None and not costs.strip():
+        raise UserError(f"--costs {costs!r} is blank; {expected}")
+    if costs is not None and costs.strip() != costs:
+        raise UserError(f"--costs {costs!r}: {expected}, without blanks around it")
+
+
+def say_counters(checked: int, earlier: int, mismatches: list[str]) -> None:
+    """How many stored lookup runs were replayed and how many differ (each named on stderr)."""
     older = (f"; {earlier} made by an earlier revision of their policy, not compared"
              if earlier else "")
     typer.echo(f"\ncounters: {counted(checked, 'stored lookup run')} replayed, "
                f"{len(mismatches)} differ from the stored counters{older}")
     for line in mismatches:
         typer.echo(line, err=True)
-    if mismatches:
-        raise typer.Exit(1)
 
 
 def say_cells_left_out(runs: list, predictions: list) -> None:
