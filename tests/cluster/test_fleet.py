@@ -31,16 +31,9 @@ from specfleet.cluster.fleet import (
     wait_for_health,
 )
 from specfleet.cluster.localfleet import LocalFleet
-from specfleet.cluster.membership import (
-    check_versions,
-    join_command,
-    local_versions,
-    read_head_versions,
-    start_env,
-    start_failure,
-    up_command,
-)
+from specfleet.cluster.membership import check_versions, local_versions, read_head_versions
 from specfleet.cluster.noderecord import NodeRecord
+from specfleet.cluster.raystart import join_command, start_env, start_failure, up_command
 from specfleet.cluster.raytoken import ensure_token
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target

@@ -13,7 +13,7 @@ import socket
 import pytest
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from specfleet.cluster import membership, noderecord
+from specfleet.cluster import membership, noderecord, raystart
 from specfleet.cluster.noderecord import NodeRecord
 from specfleet.errors import UserError
 
@@ -145,7 +145,7 @@ def test_up_on_a_port_ray_gives_its_own_parts_is_refused_before_ray_starts(
     assert str(err.value) == (f"--port {port} is {what}, which the head uses itself; expected "
                               "another port, e.g. 6379")
     assert noderecord.load() is None
-    assert not any(20000 in ports for ports, _ in membership.RAY_OWN_PORTS)  # the user's again
+    assert not any(20000 in ports for ports, _ in raystart.RAY_OWN_PORTS)  # the user's again
 
 
 @pytest.mark.parametrize("command", ["up", "join"])
