@@ -28,7 +28,6 @@ from specfleet import jsontext
 from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
 from specfleet.settings import DB, expand_user
-from specfleet.store.errors import StoreDamaged, StoreUnreachable
 from specfleet.userfiles import check_folder_path, refuse_unreachable
 
 BUSY_TIMEOUT_S = 60.0
@@ -42,7 +41,6 @@ WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
 _ESCAPES = ("(an '@', ':', '/', '?' or '#' in the user name, password or database name is "
             "written %40, %3A, %2F, %3F or %23)")
-_BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "')
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
 # `sqlite:x.db`, `postgresql:/db`: a URL short of its `//`, else read as a file of that name
 _SCHEME_NO_SLASHES = re.compile(r"(sqlite|postgres(?:ql)?)(\+\w+)?:(?!//)", re.IGNORECASE)
@@ -442,83 +440,3 @@ def _enable_wal(cur) -> None:
     handler is skipped there), so two processes opening one fresh file retry instead."""
     if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
         cur.execute("PRAGMA journal_mode = WAL")
-
-
-def translate_error(err: BaseException, url: URL, source: str,
-                    reading: bool = False) -> UserError | None:
-    """A one-line UserError for a connection problem the user can fix, else None (`err`: a
-    SQLAlchemy `DBAPIError` or the driver's own error; `source`: what named the store, from
-    `store_source`; `reading`: what failed was a read, not a write)."""
-    text = str(getattr(err, "orig", err) or err).strip()
-    first = text.splitlines()[0] if text else type(err).__name__
-    where = display_url(url)
-    low = text.lower()
-    if url.get_backend_name() == "sqlite":
-        return _sqlite_error(low, first, url.database or "", source, reading)
-    if lacks_privilege(err):  # the server's words name the table, schema or database
-        role = f"role {url.username!r}" if url.username else "this user's role"
-        return UserError(f"{source}: PostgreSQL refused {role} at {where} ({first}); expected a "
-                         "role that owns the database (createdb -O ROLE DBNAME) or holds its "
-                         "privileges")
-    if refuses_writes(err):  # else a write was a traceback, an upgrade blamed on the tables
-        return read_only_server(source, url, first)
-    if "password authentication failed" in low or "authentication" in low:
-        return UserError(f"{source}: PostgreSQL refused the credentials for {where} ({first})")
-    if "does not exist" in low:
-        return UserError(f"{source}: {first} (at {where})")
-    if _BAD_PG_OPTION.search(low):  # libpq's words hold "connection": not a reachability problem
-        return UserError(f"{source}: {where}: {first}; expected libpq's connection options after "
-                         "the ? (sslmode=require, ...)")
-    if any(word in low for word in ("connection", "timeout", "could not", "terminating",
-                                    "resolve")):  # psycopg: "failed to resolve host"
-        return StoreUnreachable(f"{source}: cannot reach PostgreSQL at {where} ({first})")
-    return None
-
-
-def _sqlite_error(low: str, first: str, path: str, source: str,
-                  reading: bool) -> UserError | None:
-    verb = "read" if reading else "write"
-    if "readonly" in low or "read-only" in low or "unable to open" in low:
-        if reading:  # reads check the file first (check_readable): mostly its -wal or -shm
-            return UserError(f"{source}: cannot read the SQLite file {path} ({first}); expected "
-                             "it and any -wal and -shm file beside it readable by this user")
-        return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
-    if "not a database" in low or "malformed" in low or "corrupt" in low:
-        return StoreDamaged(f"{source}: {path} is not a usable SQLite database ({first})")
-    if "no such table" in low or "no such column" in low:  # PostgreSQL: "does not exist"
-        return StoreDamaged(f"{source}: {path}: its tables do not match its schema revision "
-                         f"({first}); expected the store as specfleet left it (restore it from "
-                         "a backup)")
-    if "disk is full" in low:
-        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}); "
-                                "expected free space on its disk")
-    if "disk i/o" in low and no_room_for_side_files(Path(path).parent):  # no room for a -shm
-        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}: "
-                                "its disk is full); expected free space on its disk")
-    if "locked" in low:  # the busy timeout ran out behind another process's transaction
-        held = "its lock" if reading else f"its write lock for {BUSY_TIMEOUT_S:g} s"
-        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}: "
-                                f"another process held {held}); expected that process to "
-                                "finish its write")
-    if "disk i/o" in low:
-        return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first})")
-    return None
-
-
-def lacks_privilege(err: BaseException) -> bool:
-    """A PostgreSQL refusal for want of a privilege (SQLSTATE 42501: `permission denied for
-    schema public`, `must be owner of table runs`): the role's to fix, not the schema's."""
-    return getattr(getattr(err, "orig", err), "sqlstate", None) == "42501"
-
-
-def read_only_server(source: str, url: URL, why: str) -> UserError:
-    """The refusal of a PostgreSQL server that takes no writes (`why`: what showed it)."""
-    return UserError(f"{source}: PostgreSQL at {display_url(url)} is read-only ({why}); expected "
-                     "a server that takes writes: the primary, not a standby, with "
-                     "default_transaction_read_only off")
-
-
-def refuses_writes(err: BaseException) -> bool:
-    """A PostgreSQL refusal of a write in a read-only transaction (SQLSTATE 25006): a hot
-    standby, or a database or role set to `default_transaction_read_only`."""
-    return getattr(getattr(err, "orig", err), "sqlstate", None) == "25006"

@@ -25,13 +25,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from specfleet.errors import UserError, one_line
-from specfleet.store.engine import (
-    WRITE_OPTION,
-    display_url,
-    lacks_privilege,
-    refuses_writes,
-    upgrade_command,
-)
+from specfleet.store.dberrors import lacks_privilege, refuses_writes, sqlstate
+from specfleet.store.engine import WRITE_OPTION, display_url, upgrade_command
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -206,7 +201,7 @@ def _not_the_schema(err: DBAPIError) -> bool:
     """A failed upgrade statement that says nothing about the tables: a lock, a full disk, a
     role without the privilege (SQLSTATE 42501), a read-only server (25006), a server out of
     resources (class 53)."""
-    state = getattr(err.orig, "sqlstate", None) or ""
+    state = sqlstate(err)
     words = str(err.orig).lower()
     return lacks_privilege(err) or refuses_writes(err) or state.startswith("53") or any(
         word in words for word in ("locked", "disk i/o", "disk is full"))

@@ -27,6 +27,7 @@ from specfleet.errors import UserError, one_line
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.settings import LEASE_S
 from specfleet.store import values
+from specfleet.store.dberrors import read_only_server, translate_error
 from specfleet.store.engine import (
     WRITE_OPTION,
     check_readable,
@@ -34,11 +35,9 @@ from specfleet.store.engine import (
     create_private_file,
     display_url,
     make_engine,
-    read_only_server,
     remove_empty_side_files,
     resolve_url,
     store_source,
-    translate_error,
 )
 from specfleet.store.errors import StoreConflict, UnknownMatrix
 from specfleet.store.journal import Journal, WriteBack, check_journal_root

@@ -1,5 +1,5 @@
 """Damaged and odd stores met by a read: refused in one line, left as they were, side files
-included (`store.store.connection_errors`, `store.engine.translate_error`)."""
+included (`store.store.connection_errors`, `store.dberrors.translate_error`)."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_hosts_libpq_takes_are_accepted(url):
 def test_an_unresolvable_host_is_unreachable_not_a_bug():
     from sqlalchemy.exc import OperationalError
 
-    from specfleet.store.engine import translate_error
+    from specfleet.store.dberrors import translate_error
     from specfleet.store.errors import StoreUnreachable
 
     url = resolve_url("postgresql://u:s3cret@nosuchhost.invalid/db")
