@@ -138,8 +138,14 @@ def _create_load_samples() -> None:
 
 
 def _create_runs() -> None:
-    op.create_table(
-        "runs",
+    op.create_table("runs", *_run_request_columns(), *_run_result_columns(),
+                    *_run_constraints())
+    _create_runs_indexes()
+
+
+def _run_request_columns() -> list[sa.Column]:
+    """What was asked: the run's key, its matrix or job, target, model, prompt and settings."""
+    return [
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("run_key", sa.String(length=128), nullable=False),
         sa.Column("matrix_id", sa.String(length=64), nullable=True),
@@ -161,6 +167,12 @@ def _create_runs() -> None:
         sa.Column("seed", sa.Integer(), nullable=True),
         sa.Column("lookup", sa.JSON(), nullable=False),
         sa.Column("loop_guard", sa.JSON(), nullable=True),
+    ]
+
+
+def _run_result_columns() -> list[sa.Column]:
+    """What came back: status, reply, timings, counters, host load and provenance."""
+    return [
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("result_hash", sa.String(length=64), nullable=True),
@@ -191,6 +203,12 @@ def _create_runs() -> None:
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("started_at", sa.DateTime(), nullable=True),
         sa.Column("finished_at", sa.DateTime(), nullable=True),
+    ]
+
+
+def _run_constraints() -> list:
+    """Its matrix or job (deleted with them), its prompt, one row per run key."""
+    return [
         sa.ForeignKeyConstraint(
             ["job_id"],
             ["generation_jobs.id"],
@@ -208,7 +226,11 @@ def _create_runs() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
         sa.UniqueConstraint("run_key", name=op.f("uq_runs_run_key")),
-    )
+    ]
+
+
+def _create_runs_indexes() -> None:
+    """The indexes a cell, a matrix's plan, a job and the history read runs by."""
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.create_index(
             "ix_runs_cell",
