@@ -103,7 +103,7 @@ def _filtered_probs(logits: np.ndarray, config: SamplerConfig) -> np.ndarray:
         # Ties at the k-th value keep the lower ids (stable order by descending logit).
         order = np.argsort(-scaled, kind="stable")
         scaled[order[config.top_k :]] = -np.inf
-    probs = np.exp(scaled - scaled.max())
+    probs = np.exp(scaled)  # its maximum is 0 already (shifted above; top-k keeps it)
     probs /= probs.sum()
     if config.top_p < 1.0:
         order = np.argsort(-probs, kind="stable")
