@@ -15,10 +15,12 @@ import os
 import pwd
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +119,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.split("::", 1)[0] in rank:
             item.add_marker(pytest.mark.slow)
+
+
+# SIGINT and SIGTERM as Python sets them for a command started from a terminal. A test that
+# left one ignored (the CLI's own exit path ignores both) made every later test's Ctrl-C check
+# on its xdist worker pass through, and the subprocesses those tests start inherit the ignored
+# signal (two failures under `make test`, 2026-12-07).
+_STOPPING_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+@pytest.fixture(autouse=True)
+def _stopping_signals_as_a_terminal_gives() -> Iterator[None]:
+    """Each test starts with Python's own SIGINT and SIGTERM handlers; one that leaves them
+    changed is named in a warning and the handlers are put back."""
+    for sig, handler in _STOPPING_HANDLERS.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+    yield
+    changed = [signal.Signals(sig).name for sig, handler in _STOPPING_HANDLERS.items()
+               if signal.getsignal(sig) is not handler]
+    if changed:
+        warnings.warn(f"the test left {' and '.join(changed)} changed", stacklevel=1)
+        for sig, handler in _STOPPING_HANDLERS.items():
+            signal.signal(sig, handler)
 
 
 PG_SUPERUSER = "postgres"
