@@ -49,7 +49,7 @@ class HostRow:
     selftest: dict[str, Any] | None
     first_seen_at: datetime
     last_seen_at: datetime
-    read_gb_per_s: float | None = None  # measured when its worker last started
+    read_gb_per_s: float | None = None  # as its worker last measured it
 
 
 @dataclass(frozen=True)

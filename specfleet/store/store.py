@@ -264,12 +264,14 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
 
     def upsert_host(self, info: dict) -> None:
         """Insert or refresh a host (keys: name, machine_id, kind, os, arch, chip, memory_gb,
-        versions); `first_seen_at` is kept, `last_seen_at` set to now."""
+        versions, selftest, read_gb_per_s); `first_seen_at` is kept, `last_seen_at` set to
+        now, and a stored read bandwidth kept when the worker has not measured one yet."""
         if not info.get("name"):
             raise ValueError("upsert_host needs a non-empty 'name'")
         row = values.host_values(info, utcnow())
+        kept = ("first_seen_at",) + (("read_gb_per_s",) if row["read_gb_per_s"] is None else ())
         with self._write() as session:
-            values.upsert(session, Host, row, ["name"], exclude=("first_seen_at",))
+            values.upsert(session, Host, row, ["name"], exclude=kept)
 
     # matrices and jobs ---------------------------------------------------------------------
 

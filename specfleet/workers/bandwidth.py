@@ -30,19 +30,30 @@ DEVICE_PASSES = 9
 
 
 class ReadBandwidth:
-    """What a worker knows of read bandwidth: the host memory's, probed at its start and again
-    before its first quiet run (at the start Ray's own processes are still starting: on a
-    2-core box the probe read 20.9 GB/s there, 35 on its own), the faster kept (noise only
-    slows a probe); and an accelerator's own memory, probed before its first quiet run.
+    """What a worker knows of read bandwidth: the host memory's, probed before the worker's
+    first run of a real model and, if that run failed the quiet check, once more before its
+    first quiet one, the faster kept (noise only slows a probe); and an accelerator's own
+    memory, probed before its first quiet run. Not at the worker's start: Ray's own processes
+    are still starting there (on a 2-core box the probe read 20.9 GB/s, 35 on its own), and a
+    worker that only runs toy targets never needs the figure.
 
     Args:
-        host_gb_per_s: the host probe at the worker's start.
+        host_gb_per_s: a host figure already read (None: not yet probed).
     """
 
-    def __init__(self, host_gb_per_s: float) -> None:
+    def __init__(self, host_gb_per_s: float | None = None) -> None:
         self.host_gb_per_s = host_gb_per_s
         self._probed: set[tuple[str, str]] = set()
         self._device: dict[tuple[str, str], float] = {}  # (engine, device) -> GB/s
+
+    def before_run(self, engine: str, device: str, quiet: bool) -> None:
+        """Before a real model's run: the memory the target reads probed once when the host
+        is quiet (`probe_once`), and the host probed if it never was (busy, or the target's
+        memory is a device's)."""
+        if quiet:
+            self.probe_once(engine, device)
+        if self.host_gb_per_s is None:
+            self.host_gb_per_s = measure_read_gb_per_s()
 
     def probe_once(self, engine: str, device: str) -> None:
         """Probe the memory a target on (`engine`, `device`) reads weights from, the first
@@ -52,7 +63,7 @@ class ReadBandwidth:
             return
         self._probed.add(key)
         if device == "cpu":
-            self.host_gb_per_s = max(measure_read_gb_per_s(), self.host_gb_per_s)
+            self.host_gb_per_s = max(measure_read_gb_per_s(), self.host_gb_per_s or 0.0)
             return
         try:
             device_gb = measure_device_read_gb_per_s(engine, device)

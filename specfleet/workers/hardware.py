@@ -47,8 +47,8 @@ class HostInfo:
         kind: mac-mlx | gb10-cuda | linux-cuda | linux-cpu | mac-cpu | <os>-cpu.
         selftest: "engine/device" -> its start-up self-test (`workers/selftest.SelfTest` as
             a dict); a target whose test failed is left out of `targets()`.
-        read_gb_per_s: memory read bandwidth measured when the worker started
-            (`workers/bandwidth.py`); None when not measured.
+        read_gb_per_s: memory read bandwidth the worker measured before its first run of a
+            real model (`workers/bandwidth.py`); None until then.
     """
 
     name: str

@@ -23,7 +23,7 @@ from specfleet.engine.peers import PeerCall
 from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.settings import SELFTEST
-from specfleet.workers.bandwidth import ReadBandwidth, measure_read_gb_per_s
+from specfleet.workers.bandwidth import ReadBandwidth
 from specfleet.workers.conditions.probe import ConditionsProbe, run_fields
 from specfleet.workers.costs import CostTables
 from specfleet.workers.failedrun import cancelled_result, failed_result
@@ -122,9 +122,8 @@ class HostWorker:
             self._info = replace(self._info, engines=offered)
         if self_test if self_test is not None else SELFTEST.read():
             self._info = replace(self._info, selftest=self._self_test(tuple(break_rollback)))
-        # Once per start, before any run: the ceiling plain decoding is measured against.
-        self._bandwidth = ReadBandwidth(measure_read_gb_per_s())
-        self._info = replace(self._info, read_gb_per_s=self._bandwidth.host_gb_per_s)
+        # The ceiling plain decoding is measured against, probed before the first real run.
+        self._bandwidth = ReadBandwidth()
         budget_gb = memory_budget_gb or self._info.memory_gb * MODEL_MEMORY_SHARE
         self._models = LoadedModels(int(budget_gb * 2**30))
         self._resolved: dict[tuple[str, str], Any] = {}
@@ -340,8 +339,8 @@ class HostWorker:
         try:
             prepared = self._prepare(spec)
             quiet = self._meter.check(self._quiet_threshold, fresh=True)
-            if quiet.quiet and spec.target.engine != "toy":
-                self._bandwidth.probe_once(spec.target.engine, spec.target.device)
+            if spec.target.engine != "toy":
+                self._bandwidth.before_run(spec.target.engine, spec.target.device, quiet.quiet)
                 self._info = replace(self._info, read_gb_per_s=self._bandwidth.host_gb_per_s)
             load_before = load_average()
             before = self._probe.sample()  # outside the timed window, like `after`

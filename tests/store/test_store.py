@@ -179,6 +179,16 @@ def test_upsert_host_keeps_first_seen(store):
     assert [r.run_key for r in store.runs(kind=["gb10-cuda", "mac-mlx"])] == ["a", "b"]
 
 
+def test_a_worker_that_measured_no_bandwidth_yet_keeps_the_stored_figure(store):
+    # A worker probes read bandwidth before its first real run, so a fresh one registers
+    # without a figure: that must not erase the one its host's last worker measured.
+    store.upsert_host({"name": "mac1", "kind": "mac-mlx", "read_gb_per_s": 120.0})
+    store.upsert_host({"name": "mac1", "kind": "mac-mlx", "read_gb_per_s": None})
+    assert store.hosts(["mac1"])[0].read_gb_per_s == 120.0
+    store.upsert_host({"name": "mac1", "kind": "mac-mlx", "read_gb_per_s": 80.0})
+    assert store.hosts(["mac1"])[0].read_gb_per_s == 80.0
+
+
 def test_generation_job_links_its_runs(store):
     target = Target(host="here", engine="toy", device="cpu")
     runs = [spec(f"g{i}", target=target, prompt=p) for i, p in enumerate(["edit_fn", "story"])]

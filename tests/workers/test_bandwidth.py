@@ -28,16 +28,23 @@ def test_probe_is_positive_and_its_budget_bounds_the_passes(monkeypatch):
     assert len(sums) == 1  # the budget spent (the fill counts): one pass, however fast the box
 
 
-def test_worker_measures_at_start_and_the_fingerprint_ignores_it(tmp_path):
+def test_a_worker_that_ran_no_real_model_has_probed_nothing(tmp_path):
     from specfleet.workers.hardware import detect_host
     from specfleet.workers.host import HostWorker
 
-    worker = HostWorker("bw1", self_test=False, sample_period_s=3600.0, kept_dir=tmp_path)
+    # Not at the start (Ray's processes still starting slow the probe), nor for a toy run.
+    worker = HostWorker("bw1", self_test=False, sample_period_s=3600.0, kept_dir=tmp_path,
+                        run_lock_path=str(tmp_path / "run.lock"))
     try:
+        assert worker.info()["read_gb_per_s"] is None
+        result = worker.run(RunSpec(
+            run_key="toy", target=Target(host="bw1", engine="toy", device="cpu"),
+            model="script", prompt_name="p", prompt_text="abcabc", arm="plain", max_tokens=2))
         info = worker.info()
     finally:
         worker.close()
-    assert info["read_gb_per_s"] > 0
+    assert result.status == "done", result.error
+    assert info["read_gb_per_s"] is None and worker._bandwidth._probed == set()
     host = detect_host("bw1")
     assert replace(host, read_gb_per_s=1.0).fingerprint == replace(host, read_gb_per_s=2.0).fingerprint
     assert host.fingerprint == info["fingerprint"]
@@ -45,7 +52,7 @@ def test_worker_measures_at_start_and_the_fingerprint_ignores_it(tmp_path):
 
 def test_worker_probes_again_once_before_its_first_quiet_run_keeping_the_faster():
     at_start = measure_read_gb_per_s()
-    bandwidth = ReadBandwidth(0.001)  # as read under Ray's start
+    bandwidth = ReadBandwidth(0.001)  # as read by a first run on a busy host
     bandwidth.probe_once("torch", "cpu")
     again = bandwidth.host_gb_per_s
     assert again > 0.001 and again > at_start / 10
@@ -61,6 +68,23 @@ def test_worker_probes_again_once_before_its_first_quiet_run_keeping_the_faster(
     # A device this host lacks: its probe cannot run, and that is no figure (not a crash).
     bandwidth.probe_once("torch", "cuda")
     assert bandwidth.of("torch", "cuda") is None
+
+
+def test_the_first_real_run_probes_the_host_even_when_busy_and_a_quiet_one_again(monkeypatch):
+    from specfleet.workers import bandwidth as bandwidth_mod
+
+    readings = iter([20.0, 35.0, 30.0])
+    monkeypatch.setattr(bandwidth_mod, "measure_read_gb_per_s", lambda: next(readings))
+    bandwidth = ReadBandwidth()
+    assert bandwidth.of("torch", "cpu") is None
+    bandwidth.before_run("torch", "cpu", quiet=False)  # busy: a figure all the same
+    assert bandwidth.of("torch", "cpu") == 20.0
+    bandwidth.before_run("torch", "cpu", quiet=False)  # no probe while busy once it has one
+    assert bandwidth.of("torch", "cpu") == 20.0
+    bandwidth.before_run("torch", "cpu", quiet=True)  # the first quiet run: again, faster kept
+    assert bandwidth.of("torch", "cpu") == 35.0
+    bandwidth.before_run("mlx", "cpu", quiet=True)  # one host, probed once quiet
+    assert bandwidth.of("mlx", "cpu") == 35.0
 
 
 def test_a_real_models_run_stores_the_bandwidth_its_worker_read(tmp_path):
