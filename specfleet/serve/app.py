@@ -52,8 +52,13 @@ def _templates() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
                       autoescape=select_autoescape(["html", "svg"], default=True))
     env.globals["history_href"] = pages.history_href
-    env.filters["num"] = lambda v, d=2: "–" if v is None else f"{v:.{d}f}"
+    env.filters["num"] = _number_text
     return env
+
+
+def _number_text(value, decimals: int = 2) -> str:
+    # A stored load that is no number (a hand-edited `load_before`) made the runs page a 500.
+    return f"{value:.{decimals}f}" if isinstance(value, int | float) else "–"
 
 
 def _query(request: Request, allowed: dict, required: tuple = ()) -> dict:
