@@ -278,9 +278,20 @@ def create_private_file(url: URL, source: str) -> None:
                         ) from None
 
 
+# Query keys libpq (and so psycopg) reads a password from: `?password=` works as well as
+# `user:password@` does, and was shown on every page of the web view.
+SECRET_QUERY_KEYS = ("password", "sslpassword")
+
+
 def display_url(url: URL) -> str:
-    """The URL as text with any password hidden."""
-    return url.render_as_string(hide_password=True)
+    """The URL as text with any password hidden, in its user part or its query."""
+    hidden = {key: "HIDDEN" for key in SECRET_QUERY_KEYS if key in url.query}
+    text = url.update_query_dict(hidden).render_as_string(hide_password=True)
+    return text.replace("=HIDDEN", "=***")  # `***` itself would be shown %-escaped
+
+
+def _has_password(url: URL) -> bool:
+    return url.password is not None or any(key in url.query for key in SECRET_QUERY_KEYS)
 
 
 def upgrade_command(url: URL, source: str) -> str:
@@ -290,7 +301,7 @@ def upgrade_command(url: URL, source: str) -> str:
         return "`specfleet db upgrade`"
     if url.get_backend_name() == "sqlite":
         return f"`specfleet db upgrade --db {shlex.quote(url.database or '')}`"
-    if url.password is not None:  # never print it; a hidden one cannot be pasted back
+    if _has_password(url):  # never print it; a hidden one cannot be pasted back
         return "`specfleet db upgrade` with the same --db"
     return f"`specfleet db upgrade --db {shlex.quote(display_url(url))}`"
 

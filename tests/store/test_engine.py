@@ -38,6 +38,15 @@ def test_postgres_urls_use_psycopg():
         assert display_url(url) == "postgresql+psycopg://u:***@h:5/db"
 
 
+def test_a_password_in_the_query_is_hidden_too():
+    # libpq reads `?password=` as it reads `u:pw@`; the web view showed it on every page.
+    url = resolve_url("postgresql://u@h/db?sslmode=require&password=hunter2&sslpassword=k3y")
+    assert url.query["password"] == "hunter2"  # still what the driver connects with
+    shown = display_url(url)
+    assert "hunter2" not in shown and "k3y" not in shown
+    assert shown == "postgresql+psycopg://u@h/db?password=***&sslmode=require&sslpassword=***"
+
+
 @pytest.mark.parametrize("raw, fragment", [
     ("mysql://u@h/db", "unsupported database scheme 'mysql'"),
     ("postgresql+psycopg2://u@h/db", "unsupported database scheme 'postgresql+psycopg2'"),

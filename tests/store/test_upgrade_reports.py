@@ -106,6 +106,7 @@ def test_a_read_names_the_store_to_upgrade(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("db", "command"), [
     ("postgresql+psycopg://u@h:5432/d", "`specfleet db upgrade --db postgresql+psycopg://u@h:5432/d`"),
     ("postgresql+psycopg://u:secret@h/d", "`specfleet db upgrade` with the same --db"),
+    ("postgresql+psycopg://u@h/d?password=secret", "`specfleet db upgrade` with the same --db"),
 ])
 def test_the_upgrade_command_of_a_server_never_shows_its_password(db, command):
     from specfleet.store.engine import upgrade_command
