@@ -150,7 +150,9 @@ def serve(
         # A warning, not a refusal: the store's pages serve without the fleet.
         typer.echo(f"warning: fleet {address}: no Ray head answers there ({unreachable}); the "
                    "fleet page will say so", err=True)
-    login = f"needs a token: {token_from}" if token else "open: loopback only"
+    # Loopback is open to every account on the machine, not only to its owner's.
+    login = (f"needs a token: {token_from}" if token
+             else "open to every account on this machine: --token-file asks for one")
     typer.echo(f"specfleet serve: {url_of(host, port)} (store {store.display_url}, read-only; "
                f"fleet {address or 'none'}; {login})", err=True)
     if not is_loopback(host):

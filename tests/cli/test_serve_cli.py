@@ -152,7 +152,7 @@ def test_loopback_is_open_unless_a_token_file_is_given(tmp_path, empty_store, se
                                                        no_fleet_token):
     from starlette.testclient import TestClient
 
-    assert _serve("--db", empty_store).splitlines()[0].endswith("; open: loopback only)")
+    assert _serve("--db", empty_store).splitlines()[0].endswith("; open to every account on this machine: --token-file asks for one)")
     token_file = tmp_path / "view-token"
     token_file.write_text(f"  {TOKEN}\n")
     token_file.chmod(0o640)  # the group could read it: refused, as ssh refuses such a key

@@ -80,7 +80,7 @@ def test_loopback_shorthands_are_open_as_loopback(store_path, served, host):
     result = runner.invoke(app, ["serve", "--db", store_path, "--host", host, "--port",
                                  str(port)])
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines()[0].endswith("; open: loopback only)")
+    assert result.stderr.splitlines()[0].endswith("; open to every account on this machine: --token-file asks for one)")
     assert "note:" not in result.stderr and served
 
 
