@@ -131,6 +131,8 @@ def up_command(
     done = fleet_up(_host_name(name, temp_dir), port=port, options=options,
                     supervise=not supervise)
     typer.echo(f"head up at {done.address}; host {done.host} ({done.kind}) is in the fleet")
+    if "dashboard" in done.ports:  # Ray's 8265, or a free port where a second head runs here
+        typer.echo(f"dashboard at http://127.0.0.1:{done.ports['dashboard']} (this machine only)")
     typer.echo(f"on each other host: copy {_token_hint()} (mode 600), then run")
     typer.echo(f"  specfleet fleet join {done.address} --name <host>")
     if supervise:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import ray
@@ -36,6 +36,7 @@ from specfleet.cluster.fleet import ray_connecting
 from specfleet.cluster.raystart import (
     DEFAULT_PORT,
     check_port_free,
+    choose_ports,
     join_command,
     node_ip_towards,
     running_node_line,
@@ -71,11 +72,13 @@ _READ_TIMEOUT_S = 10
 
 @dataclass(frozen=True)
 class Membership:
-    """What `up` / `join` did: the head address, this host's name and kind."""
+    """What `up` / `join` did: the head address, this host's name and kind, and the ports its
+    node's fixed-port parts got (`raystart.choose_ports`)."""
 
     address: str
     host: str
     kind: str
+    ports: dict[str, int] = field(default_factory=dict)
 
 
 def local_versions() -> dict[str, str]:
@@ -158,6 +161,7 @@ def fleet_up(
     opts = options or NodeOptions()
     check_worker_settings()  # this host's worker inherits them: said before the node starts
     runtime_dir()  # the worker's machine lock lives there: refused before the head starts
+    noderecord.check_writable()
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=True)
@@ -165,19 +169,21 @@ def fleet_up(
     if node_ip is None and sys.platform == "darwin":
         node_ip = node_ip_towards("8.8.8.8")  # macOS binds loopback unless told otherwise
     temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
+    refuse_foreign_node(temp_dir)
     _forget_stale_head_address(temp_dir)
-    cmd = up_command(info.name, info.kind, port=port, num_cpus=opts.num_cpus, node_ip=node_ip,
-                     temp_dir=temp_dir)
+    ports = choose_ports(head=True, gcs_port=port)
+    cmd = up_command(info.name, info.kind, port=port, ports=ports, num_cpus=opts.num_cpus,
+                     node_ip=node_ip, temp_dir=temp_dir)
     address = join_host_port(node_ip or _this_ip(), port)
     with _stopped_if_interrupted(noderecord.NodeRecord(address, info.name, True, temp_dir)):
         _ray_start(cmd, noderecord.load())
-    _remember(address, info.name, True, temp_dir, opts, port)
+    _remember(address, info.name, True, temp_dir, opts, port, ports)
     try:
         _start_own_worker(address, info.name, opts.engines, "fleet up", temp_dir)
     finally:  # a worker still starting leaves the node up: it is supervised all the same
         if supervise:
             keep_supervisor()
-    return Membership(address, info.name, info.kind)
+    return Membership(address, info.name, info.kind, ports)
 
 
 def fleet_join(
@@ -194,6 +200,7 @@ def fleet_join(
     opts = options or NodeOptions()
     check_worker_settings()
     runtime_dir()
+    noderecord.check_writable()
     info = detect_host(name)
     enable_token_auth()
     ensure_token(create=False)
@@ -203,17 +210,19 @@ def fleet_join(
         node_ip = node_ip_towards(head)
     temp_dir = opts.temp_dir or str(noderecord.default_temp_dir(info.name))
     _stop_stale_node(info.name)
+    refuse_foreign_node(temp_dir)
+    ports = choose_ports(head=False)
     cmd = join_command(head, info.name, info.kind, num_cpus=opts.num_cpus, node_ip=node_ip,
-                       temp_dir=temp_dir)
+                       temp_dir=temp_dir, ports=ports)
     with _stopped_if_interrupted(noderecord.NodeRecord(head, info.name, False, temp_dir)):
         _ray_start(cmd)
-    _remember(head, info.name, False, temp_dir, opts, None)
+    _remember(head, info.name, False, temp_dir, opts, None, ports)
     try:
         _start_own_worker(head, info.name, opts.engines, "fleet join", temp_dir)
     finally:
         if supervise:
             keep_supervisor()
-    return Membership(head, info.name, info.kind)
+    return Membership(head, info.name, info.kind, ports)
 
 
 @contextlib.contextmanager
@@ -269,9 +278,8 @@ def _stop_stale_node(host: str) -> None:
         noderecord.stop_processes(noderecord.own_processes(record))
 
 
-def _remember(
-    address: str, host: str, head: bool, temp_dir: str, opts: NodeOptions, port: int | None
-) -> None:
+def _remember(address: str, host: str, head: bool, temp_dir: str, opts: NodeOptions,
+              port: int | None, ports: dict[str, int]) -> None:
     """Record the node just started: its processes (for `leave`), how to start it again."""
     previous = noderecord.load()
     noderecord.save(noderecord.NodeRecord(
@@ -282,6 +290,7 @@ def _remember(
         pids=noderecord.snapshot(temp_dir),
         join_args={**asdict(opts), "temp_dir": temp_dir, "port": port},
         supervisor_pid=previous.supervisor_pid if previous else None,
+        ports=ports,
     ))
 
 
@@ -391,6 +400,24 @@ def refuse_running_node(record: noderecord.NodeRecord | None,
     if record.head or record.host != joining_as:
         raise UserError(running_node_line(record, f"`fleet join` as {joining_as}",
                                           f"join as {joining_as}"))
+
+
+def refuse_foreign_node(temp_dir: str) -> None:
+    """Refuse a node in a Ray temp dir that a node this machine's record does not name still
+    uses (another SPECFLEET_HOME's or a hand-started one: the same --name gives the same
+    default dir). Ray started the second node there, and `leave` on either, finding a node's
+    processes by its temp dir, stopped both. A lost node of this record's own is left to
+    `refuse_running_node` and `_stop_stale_node`."""
+    record = noderecord.load()
+    own = ({proc.pid for proc in noderecord.own_processes(record)}
+           if record is not None and record.temp_dir == temp_dir else set())
+    foreign = [proc for proc in noderecord.node_processes(temp_dir) if proc.pid not in own]
+    if foreign:
+        raise UserError(
+            f"the Ray temp dir {temp_dir} is in use by a Ray node this machine's fleet record "
+            f"({noderecord.record_path()}) does not name (pid {foreign[0].pid}: another "
+            "SPECFLEET_HOME's node of the same name?); expected another --name, or "
+            "--temp-dir a folder of this node's own")
 
 
 def _ray_start(cmd: list[str], record: noderecord.NodeRecord | None = None) -> None:

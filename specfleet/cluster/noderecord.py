@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import tempfile
 import time
@@ -17,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
+
+from specfleet.errors import UserError
 
 RECORD_NAME = "fleet-node.json"
 STOP_GRACE_S = 10.0
@@ -35,6 +38,8 @@ class NodeRecord:
         join_args: what `join` needs to start the same node again (num_cpus, node_ip,
             engines, port).
         supervisor_pid: the supervisor watching this node, if any.
+        ports: the port of each of the node's fixed-port parts (`raystart.choose_ports`:
+            the dashboard's, moved from Ray's 8265 where it is taken here, ...).
     """
 
     address: str
@@ -44,12 +49,24 @@ class NodeRecord:
     pids: list[list[float]] = field(default_factory=list)
     join_args: dict = field(default_factory=dict)
     supervisor_pid: int | None = None
+    ports: dict[str, int] = field(default_factory=dict)
 
 
 def record_path() -> Path:
     from specfleet.dirs import specfleet_home
 
     return specfleet_home() / RECORD_NAME
+
+
+def check_writable() -> None:
+    """Refuse a `SPECFLEET_HOME` the record cannot be written in, before a node starts: the
+    node ran on with no record for `leave` to find, and the command ended in a traceback."""
+    from specfleet.dirs import specfleet_home
+    from specfleet.settings import HOME
+    from specfleet.userfiles import check_writable_dir
+
+    home = specfleet_home()
+    check_writable_dir(home, f"${HOME.name} {home}" if HOME.read() else f"the folder {home}")
 
 
 def default_temp_dir(host: str) -> Path:
@@ -65,12 +82,48 @@ def save(record: NodeRecord) -> None:
     tmp.replace(path)  # never a half-written record
 
 
+# Each field's type (JSON's); the first four have no default: a record lacking one names no
+# node to find.
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"address": str, "host": str, "head": bool, "temp_dir": str, "pids": list,
+                "join_args": dict, "supervisor_pid": (int, type(None)), "ports": dict}
+_REQUIRED = ("address", "host", "head", "temp_dir")
+
+
 def load() -> NodeRecord | None:
-    """The record, or None when this machine has not joined (or the file is unreadable)."""
+    """The record, or None when this machine has not joined (no record file).
+
+    Raises:
+        UserError: the file is there but unreadable (empty, cut short, not a record): never
+            read as "not joined", as it may name a node that still runs.
+    """
+    path = record_path()
     try:
-        return NodeRecord(**json.loads(record_path().read_text()))
-    except (OSError, ValueError, TypeError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return None
+    except OSError as err:
+        raise _unreadable(path, err.strerror or type(err).__name__) from None
+    except ValueError as err:  # UnicodeDecodeError is one too
+        raise _unreadable(path, "empty" if not path.stat().st_size else
+                          f"not JSON: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise _unreadable(path, "not a node record: not a JSON object")
+    wrong = [name for name, kind in _FIELD_TYPES.items()
+             if (name in data or name in _REQUIRED) and not isinstance(data.get(name), kind)]
+    unknown = sorted(set(data) - set(_FIELD_TYPES))
+    if wrong or unknown:
+        what = (f"missing or wrong: {', '.join(wrong)}" if wrong
+                else f"unknown fields: {', '.join(unknown)}")
+        raise _unreadable(path, f"not a node record, {what}")
+    return NodeRecord(**data)
+
+
+def _unreadable(path: Path, why: str) -> UserError:
+    return UserError(
+        f"this machine's fleet node record {path} is unreadable ({why}); expected what "
+        "`specfleet fleet up` / `fleet join` write: if no node of this machine runs (`ps` "
+        "shows no raylet naming its temp dir), delete the file, else stop that node's Ray "
+        "processes, then delete it")
 
 
 def forget() -> None:
@@ -84,11 +137,17 @@ def joined_fleet() -> str | None:
 
 
 def node_processes(temp_dir: str) -> list[psutil.Process]:
-    """Processes whose command line names `temp_dir`: the Ray node started with it."""
+    """Processes whose command line names `temp_dir` (or a path inside it): the Ray node
+    started with it. A longer name is another folder: `/tmp/ray-specfleet-h1` is no part of
+    `/tmp/ray-specfleet-h10` (as a plain substring, `leave` on h1 stopped h10's node)."""
+    names = re.compile(rf"(?:^|[=\s'\"]){re.escape(temp_dir.rstrip('/'))}(?:$|[/\s'\",])")
+    # This command and whatever started it (`fleet up --temp-dir X`, a script around it)
+    # name the folder too, and are no part of the node.
+    asking = {os.getpid(), *(proc.pid for proc in psutil.Process().parents())}
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if any(temp_dir in arg for arg in cmdline):
+        if proc.pid not in asking and any(names.search(arg) for arg in cmdline):
             found.append(proc)
     return found
 

@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import sys
+from dataclasses import dataclass
 
 from specfleet.cluster import noderecord
 from specfleet.cluster.reach import host_port
@@ -18,27 +19,104 @@ DEFAULT_PORT = 6379
 DEFAULT_DASHBOARD_PORT = 8265
 
 
+@dataclass(frozen=True)
+class NodePart:
+    """A part of a Ray node that Ray gives a fixed port unless told another.
+
+    Attributes:
+        name: its key in `fleet-node.json`'s `ports`.
+        default: Ray's port for it.
+        what: how a message names it.
+        flag: the `ray start` flag that moves it.
+        head_only: started on the head alone.
+    """
+
+    name: str
+    default: int
+    what: str
+    flag: str
+    head_only: bool = True
+
+
+# A second node on this machine (another user, another SPECFLEET_HOME) cannot have these: Ray
+# then started the head without its dashboard or its agent's HTTP server, said nothing, and
+# let two Ray Client servers share 10001 (gRPC's SO_REUSEPORT), each taking some of the
+# other's connections. (The head's metrics exporters, 44217 and 44227, move only by a variable
+# and serve nothing specfleet reads: a second head starts without them.)
+NODE_PARTS = (
+    NodePart("dashboard", DEFAULT_DASHBOARD_PORT, "the dashboard's port", "--dashboard-port"),
+    NodePart("client_server", 10001, "Ray's client server port", "--ray-client-server-port"),
+    NodePart("dashboard_agent", 52365, "the dashboard agent's port",
+             "--dashboard-agent-listen-port", head_only=False),
+)
+
+
+def choose_ports(head: bool, gcs_port: int | None = None) -> dict[str, int]:
+    """A port for each fixed-port part of the node (`NODE_PARTS`): Ray's own where nothing
+    here listens on it, else one the system says is free now.
+
+    Returns:
+        part name -> port, for the parts this node starts.
+    """
+    taken = {gcs_port}
+    ports = {}
+    for part in NODE_PARTS:
+        if part.head_only and not head:
+            continue
+        port = part.default
+        if port in taken or bind_error(port) is not None:
+            port = _free_port(taken)
+        ports[part.name] = port
+        taken.add(port)
+    return ports
+
+
+def bind_error(port: int) -> OSError | None:
+    """Why a TCP listener could not bind `port` on every address here (as Ray's parts bind
+    it, SO_REUSEADDR; a listener on one address only takes it too), or None."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as err:
+            return err
+    return None
+
+
+def _free_port(taken: set[int | None]) -> int:
+    while True:  # the system never hands out a port something listens on; ours are few
+        with socket.socket() as sock:
+            sock.bind(("0.0.0.0", 0))
+            port = sock.getsockname()[1]
+        if port not in taken:
+            return port
+
+
+def _port_args(ports: dict[str, int]) -> list[str]:
+    return [f"{part.flag}={ports[part.name]}" for part in NODE_PARTS if part.name in ports]
+
+
 def up_command(
     name: str,
     kind: str,
     *,
     port: int = DEFAULT_PORT,
-    dashboard_port: int = DEFAULT_DASHBOARD_PORT,
+    ports: dict[str, int] | None = None,
     num_cpus: int | None = None,
     node_ip: str | None = None,
     temp_dir: str | None = None,
 ) -> list[str]:
-    """The `ray start --head` command line of `fleet up` (the head is also a host)."""
+    """The `ray start --head` command line of `fleet up` (the head is also a host); `ports`
+    from `choose_ports` (default: Ray's own)."""
     cmd = [
         "ray",
         "start",
         "--head",
         f"--port={port}",
         "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dashboard_port}",
         "--disable-usage-stats",
     ]
-    return cmd + _node_args(name, kind, num_cpus, node_ip, temp_dir)
+    return cmd + _port_args(ports or {}) + _node_args(name, kind, num_cpus, node_ip, temp_dir)
 
 
 def join_command(
@@ -49,10 +127,12 @@ def join_command(
     num_cpus: int | None = None,
     node_ip: str | None = None,
     temp_dir: str | None = None,
+    ports: dict[str, int] | None = None,
 ) -> list[str]:
-    """The `ray start --address HEAD` command line of `fleet join`."""
+    """The `ray start --address HEAD` command line of `fleet join`; `ports` from
+    `choose_ports` (default: Ray's own)."""
     cmd = ["ray", "start", f"--address={head}", "--disable-usage-stats"]
-    return cmd + _node_args(name, kind, num_cpus, node_ip, temp_dir)
+    return cmd + _port_args(ports or {}) + _node_args(name, kind, num_cpus, node_ip, temp_dir)
 
 
 def _node_args(
@@ -93,9 +173,7 @@ def node_ip_towards(head: str) -> str:
 # among them fails inside Ray, in a line that names no flag.
 RAY_OWN_PORTS = (
     (range(10002, 20000), "one of Ray's worker ports (10002-19999)"),
-    (range(10001, 10002), "Ray's client server port"),
-    (range(DEFAULT_DASHBOARD_PORT, DEFAULT_DASHBOARD_PORT + 1), "the dashboard's port"),
-    (range(52365, 52366), "the dashboard agent's port"),
+    *((range(part.default, part.default + 1), part.what) for part in NODE_PARTS),
 )
 
 
@@ -107,14 +185,11 @@ def check_port_free(port: int) -> None:
         if port in ports:
             raise UserError(f"--port {port} is {what}, which the head uses itself; expected "
                             f"another port, e.g. {DEFAULT_PORT}")
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError as err:
-            raise UserError(f"--port {port}: the head's GCS cannot listen there "
-                            f"({err.strerror}); expected a port that no Ray head or other "
-                            "program here listens on") from None
+    err = bind_error(port)
+    if err is not None:
+        raise UserError(f"--port {port}: the head's GCS cannot listen there "
+                        f"({err.strerror}); expected a port that no Ray head or other "
+                        "program here listens on")
 
 
 def running_node_line(record: noderecord.NodeRecord, before: str = "a new `fleet up`",

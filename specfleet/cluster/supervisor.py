@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from specfleet.cluster import noderecord
 from specfleet.cluster.reach import connect_error, host_port
+from specfleet.errors import UserError
 
 CHECK_EVERY_S = 2.0
 
@@ -32,6 +33,9 @@ def rejoin(record: noderecord.NodeRecord) -> None:
     port = args.pop("port", None)
     options = NodeOptions(**args)
     if record.head:
+        # What is left of a head whose raylet died (its GCS holds the port) refused the new
+        # head, every 2 s for good; a join replaces its own leftovers itself.
+        noderecord.stop_processes(noderecord.own_processes(record))
         fleet_up(record.host, port=port or host_port(record.address)[1],
                  options=options, supervise=False)
     else:
@@ -54,9 +58,18 @@ def supervise(
     """Watch this host's node until `fleet leave` (the record disappears) or `max_checks`;
     `restart` runs when specfleet changed on disk under this process (an upgrade)."""
     checks = 0
+    unreadable = ""
     while max_checks is None or checks < max_checks:
         checks += 1
-        record = noderecord.load()
+        try:
+            record = noderecord.load()
+        except UserError as err:  # not "left": the node may run; said once, read again
+            if str(err) != unreadable:
+                say(f"supervisor: {err}")
+            unreadable = str(err)
+            time.sleep(check_every_s)
+            continue
+        unreadable = ""
         if record is None:
             say("supervisor: this host left the fleet; stopping")
             return
