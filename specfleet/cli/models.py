@@ -6,9 +6,16 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from specfleet.engine.runners.folders import WEIGHT_PATTERNS
 from specfleet.errors import UserError
 from specfleet.models.bundled import BUNDLED, COMPLETE_MARKER, bundled_dir, fetch_bundled
-from specfleet.models.registry import bundled_source, list_models, load_registry, local_path
+from specfleet.models.registry import (
+    ResolvedModel,
+    bundled_source,
+    list_models,
+    load_registry,
+    local_path,
+)
 from specfleet.settings import HOME, MODELS
 from specfleet.userfiles import check_writable_dir
 
@@ -58,13 +65,33 @@ def refuse_unbundled(alias: str, sources: set[str]) -> NoReturn:
 
 @app.command("list")
 def list_command() -> None:
-    """Every alias x engine: resolved path, fetched or not, size."""
+    """Every alias x engine: resolved path, fetched or not (a folder without weights is not,
+    and says so), size."""
     rows = [("ALIAS", "ENGINE", "FETCHED", "SIZE", "PATH")]
     for model in list_models():
-        size = f"{model.size_bytes / 1e6:.0f} MB" if model.fetched else "-"
+        missing = missing_files(model)
+        ready = model.fetched and missing is None
+        size = f"{model.size_bytes / 1e6:.0f} MB" if ready else "-"
         path = str(model.path) if model.path is not None else f"({model.source}, not cached)"
-        rows.append((model.alias, model.engine, "yes" if model.fetched else "no", size, path))
+        rows.append((model.alias, model.engine, "yes" if ready else "no", size,
+                     path + (f" ({missing})" if missing else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
         typer.echo("  ".join([*cells, row[4]]))
+
+
+def missing_files(model: ResolvedModel) -> str | None:
+    """What a model folder of `models list` lacks, said beside its path: the weights (with
+    config.json alone every run of it is refused), else, for a local folder source,
+    config.json or the folder itself; None when nothing is, or `models fetch` or the HF
+    cache would fill it."""
+    folder = model.path
+    if model.fetched and folder is not None:
+        if any(next(folder.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS):
+            return None
+        return "holds no weights; expected the model's *.safetensors beside its config.json"
+    if folder is None or bundled_source(model.source) is not None or \
+            model.source.startswith("hf:"):
+        return None
+    return "no config.json there" if folder.is_dir() else "no such folder"

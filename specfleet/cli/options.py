@@ -97,9 +97,10 @@ def writing_store(db: str | None, existing: bool = False) -> Iterator[Any]:
 
 def echo_rows(rows: list[tuple[str, ...]], empty: str) -> None:
     """Rows of a listing (`matrix list`, `job list`), each column as wide as its widest
-    value, no header (the first field is the id a script cuts); `empty` when there are none."""
+    value, no header (the first field is the id a script cuts); `empty` on stderr when there
+    are none (on stdout, `job list | cut -d' ' -f1` read the id `no`)."""
     if not rows:
-        typer.echo(empty)
+        typer.echo(empty, err=True)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
     for row in rows:
         typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
@@ -112,9 +113,11 @@ def counts_text(counts: dict[str, int]) -> str:
     return ", ".join(parts) or "no runs"
 
 
-# A model the fleet resolves by alias (`job generate`, `job calibrate`, `history`).
+# A model the fleet resolves (`job generate`, `job calibrate`), or its runs' model (`history`):
+# an alias or a folder, as `generate -m` takes one (a fleet's host reads the folder's path).
 ModelAliasOption = Annotated[str, typer.Option(
-    "--model", callback=not_blank("a model alias"), help="Model alias.")]
+    "--model", callback=not_blank("a model alias"),
+    help="Alias or model folder (a path as the target host sees it).")]
 
 # A stored generation job a command reads (`job show`).
 JobIdArgument = Annotated[str, typer.Argument(

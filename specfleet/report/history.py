@@ -183,10 +183,11 @@ def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
 
 def same_matrix(a: str, b: str, names: str = "A and B") -> str | None:
     """Why `compare` refuses matrices `a` and `b` (the same one: every ratio would read 1.0x,
-    a mistyped id passing as a check), or None; `names` is how the caller's user named them."""
-    if a.strip() != b.strip():
+    a mistyped id passing as a check), or None; `names` is how the caller's user named them.
+    Ids that differ only in spaces are not the same: the store says which one it lacks."""
+    if a != b:
         return None
-    return (f"{names} are both {a.strip()!r}; expected two different matrix ids (the "
+    return (f"{names} are both {a!r}; expected two different matrix ids (the "
             "baseline, then the matrix to check against it)")
 
 

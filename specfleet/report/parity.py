@@ -26,7 +26,7 @@ from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.coverage import Coverage, cell_keys, parity_coverage
 from specfleet.stats.cells import cross_target_parity
 from specfleet.stats.runs import CellKey, draws_anew
-from specfleet.stats.view import PLAIN, group_runs, parity_of
+from specfleet.stats.view import PLAIN, MatrixView, group_runs, parity_of
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified" | PEER_DIFFERS
 PEER_DIFFERS = "peer differs"
@@ -191,6 +191,19 @@ def uncompared_pairs(all_runs: list, compared: set[CellKey]) -> list[Uncompared]
             gaps.append(unseeded_sampling(*runs, *plain))
         out.append(Uncompared(*key, "; ".join(g for g in gaps if g)))
     return out
+
+
+def why_not_compared(store, view: MatrixView) -> tuple[str, ...]:
+    """Why each arm cell of a stored matrix's `view` (its done runs) has no parity verdict,
+    as `uncompared_pairs` words it (`matrix show`'s parity line says it, as `parity` does)."""
+    left = {CellKey(c.target, c.model, c.prompt, c.arm) for c in view.cells
+            if c.arm != PLAIN and c.parity is None}
+    if not left:
+        return ()
+    all_runs = store.runs(matrix=view.matrix_id)
+    compared = set(group_runs(all_runs)) - left
+    return tuple(u.why for u in uncompared_pairs(all_runs, compared)
+                 if CellKey(u.target, u.model, u.prompt, u.arm) in left)
 
 
 def cross_target(runs: list) -> list[CrossTarget]:

@@ -17,6 +17,7 @@ from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import ARMS
 from specfleet.report.build import build_view, done_runs
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
+from specfleet.report.parity import why_not_compared
 from specfleet.report.tables import (
     DASH,
     PIVOT_NOTE,
@@ -364,7 +365,8 @@ def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None =
     check_pivot(pivot)
     view = build_view(store, matrix_id, rate)
     if pivot is None or (not view.cells and fmt in ("table", "markdown")):  # "no done runs yet"
-        return render_view(view, fmt)
+        why = why_not_compared(store, view) if fmt in ("table", "markdown") else ()
+        return render_view(view, fmt, why)
     layers = limit_layers(done_runs(store, matrix_id, (*ROW_FIELDS, "max_tokens", "temperature")),
                           rate,
                           view.matrix_id, view.name)

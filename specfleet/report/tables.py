@@ -100,8 +100,8 @@ def spread_text(cell: CellView) -> str:
 
 
 def parity_text(cell: CellView) -> str:
-    if cell.parity is None:
-        return DASH
+    if cell.parity is None:  # only an arm's cell asks: no verdict (the parity line says why)
+        return "not compared"
     if cell.parity == "identical":
         return "identical"
     char = f" (char {cell.diverge_char})" if cell.diverge_char is not None else ""
@@ -280,16 +280,24 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
     return f"{base} · {speedup_text(cell)} · acc {DASH if acc is None else f'{acc:.2f}'}"
 
 
-def parity_summary(view: MatrixView) -> str:
+def parity_summary(view: MatrixView, why_not_compared: tuple[str, ...] = ()) -> str:
     """One line: how many arm replies equal plain's, how many of ours diverged (and where to
-    get the forensics), and how many peer replies differ (information, not a failure)."""
+    get the forensics), how many were not compared and why (`why_not_compared`: each such
+    cell's reason, as `parity` words it; where they differ or are not given, `parity` is
+    named instead), and how many peer replies differ (information, not a failure)."""
     compared = [c for c in view.cells if c.parity is not None]
     identical = sum(c.parity == "identical" for c in compared)
     diverged = sum(c.parity == "diverged" and not is_peer(c.arm) for c in compared)
     peers_differ = sum(c.parity == "diverged" and is_peer(c.arm) for c in compared)
+    # Each cell in a view has a done run: an arm's without a verdict was not compared.
+    not_compared = sum(c.arm != PLAIN and c.parity is None for c in view.cells)
     line = f"Parity vs plain (first repetition): {identical} identical, {diverged} diverged"
     if diverged:
         line += f"; `specfleet parity {view.matrix_id}` replays each divergence (near-tie or suspect)"
+    if not_compared:
+        one_why = len(why_not_compared) == not_compared and len(set(why_not_compared)) == 1
+        line += (f"; {not_compared} not compared: {why_not_compared[0]}" if one_why else
+                 f"; {not_compared} not compared (`specfleet parity {view.matrix_id}` says why)")
     if peers_differ:
         differ = "reply differs" if peers_differ == 1 else "replies differ"
         line += (f"; {peers_differ} peer {differ} (another library's decoding: information, "
@@ -297,15 +305,16 @@ def parity_summary(view: MatrixView) -> str:
     return line + "."
 
 
-def grids_for(view: MatrixView) -> list[Grid]:
+def grids_for(view: MatrixView, why_not_compared: tuple[str, ...] = ()) -> list[Grid]:
     """The tables of a matrix in reading order, target by target (the pivot, targets side by
-    side, is `report.results.render_matrix`'s, a row per token limit)."""
+    side, is `report.results.render_matrix`'s, a row per token limit); `why_not_compared`
+    as `parity_summary`'s."""
     grids = []
     for target in view.targets:
         grids += [plain_grid(view, target), speedup_grid(view, target), counters_grid(view, target)]
     if grids:
         last = grids[-1]
-        footer = [parity_summary(view), noisy_summary(view)]
+        footer = [parity_summary(view, why_not_compared), noisy_summary(view)]
         grids[-1] = Grid(last.title, last.headers, last.rows,
                          (*last.notes, *(line for line in footer if line)), last.left_cols)
     return grids
@@ -381,16 +390,18 @@ def check_pivot(pivot: str | None) -> None:
         raise UserError(f"--pivot: unknown pivot {pivot!r}; expected 'target'")
 
 
-def render_view(view: MatrixView, fmt: str = "table") -> str:
-    """Render a `MatrixView` in one of `OUTPUT_FORMATS` (see `report.results.render_matrix`)."""
+def render_view(view: MatrixView, fmt: str = "table",
+                why_not_compared: tuple[str, ...] = ()) -> str:
+    """Render a `MatrixView` in one of `OUTPUT_FORMATS` (see `report.results.render_matrix`;
+    `why_not_compared` as `parity_summary`'s)."""
     check_format(fmt)
     heading = f"Matrix {view.matrix_id} ({view.name})"
     if not view.cells and fmt in ("table", "markdown"):
         return f"{heading}: no done runs yet (`specfleet matrix status {view.matrix_id}`)\n"
     if fmt == "table":
-        return to_rich(grids_for(view), heading)
+        return to_rich(grids_for(view, why_not_compared), heading)
     if fmt == "markdown":
-        return to_markdown(grids_for(view), f"## {md_text(heading)}")
+        return to_markdown(grids_for(view, why_not_compared), f"## {md_text(heading)}")
     if fmt == "csv":
         return _csv(view)
     return jsontext.dumps(view_body(view), indent=2, default=str) + "\n"

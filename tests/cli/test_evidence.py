@@ -167,7 +167,7 @@ def test_parity_against_a_baseline_with_every_pair_passes(evidence_db) -> None:
 
 def test_compare_of_a_matrix_with_itself_is_refused(evidence_db) -> None:
     # Every ratio was 1.0 and it exited 0: a mistyped id read as a check that passed.
-    result = invoke(evidence_db, "compare", ALL_DONE_ID, f" {ALL_DONE_ID}")
+    result = invoke(evidence_db, "compare", ALL_DONE_ID, ALL_DONE_ID)
     assert result.exit_code == 2, result.output
     assert result.stderr == (f"error: A and B are both '{ALL_DONE_ID}'; expected two "
                              "different matrix ids (the baseline, then the matrix to check "
