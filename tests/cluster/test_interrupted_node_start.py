@@ -17,18 +17,6 @@ from specfleet.cluster import membership, noderecord
 from specfleet.cluster.membership import NodeOptions
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SPECFLEET_RUNTIME_DIR", str(tmp_path / "run"))
-    token = tmp_path / "auth_token"  # never the real one
-    token.write_text("0" * 64)
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # `up` / `join` set these: restored after
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    return tmp_path
-
-
 @pytest.mark.parametrize("command", ["up", "join"])
 def test_an_interrupted_ray_start_leaves_no_node_running(command, home, monkeypatch):
     temp_dir = str(home / "ray-h1")

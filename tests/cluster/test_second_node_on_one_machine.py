@@ -27,18 +27,6 @@ from specfleet.cluster.raystart import NODE_PARTS
 from specfleet.errors import UserError
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SPECFLEET_RUNTIME_DIR", str(tmp_path / "run"))
-    token = tmp_path / "auth_token"  # never the real one
-    token.write_text("0" * 64)
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # `up` sets these: restored after
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    return tmp_path
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
