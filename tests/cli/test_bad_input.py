@@ -1481,19 +1481,85 @@ def _unprivileged(shut: Path) -> list[str] | None:
     return prefix if probe.returncode != 0 else None
 
 
-@pytest.mark.parametrize("case", sorted(SHUT))
-def test_a_path_through_a_folder_one_may_not_enter(world, tmp_path, case) -> None:
+# Reads one `[environment, arguments]` JSON line per call and answers `[exit status, stderr]`:
+# each call runs `specfleet`'s entry point in a forked child, so a call is its own process
+# without paying the CLI's import (~1 s) again.
+_FORKED_CLI = r"""
+import json, os, sys, tempfile, traceback
+from specfleet.cli.entry import main
+for line in sys.stdin:
+    env, args = json.loads(line)
+    with tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                os.dup2(os.open(os.devnull, os.O_RDWR), 0)
+                os.dup2(os.open(os.devnull, os.O_RDWR), 1)
+                os.dup2(err.fileno(), 2)
+                os.environ.update(env)
+                sys.argv = ["specfleet", *args]
+                main()
+                status = 0
+            except SystemExit as done:
+                if isinstance(done.code, str):
+                    print(done.code, file=sys.stderr)
+                status = done.code if isinstance(done.code, int) else int(done.code is not None)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        err.seek(0)
+        print(json.dumps([status, err.read().decode(errors="replace")]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def unprivileged_cli(tmp_path_factory):
+    """`specfleet ARGS` run by a user who may not enter a mode-000 folder: a function of
+    (environment, arguments) returning (exit status, stderr); None where no such user can be
+    made (root without capsh)."""
     import subprocess
     import sys
 
+    shut = tmp_path_factory.mktemp("probe") / "shut"
+    shut.mkdir(mode=0o000)
+    prefix = _unprivileged(shut)
+    shut.chmod(0o700)
+    if prefix is None:
+        yield None
+        return
+    server = subprocess.Popen([*prefix, sys.executable, "-c", _FORKED_CLI],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert server.stdin is not None and server.stdout is not None
+
+    def call(env: dict[str, str], args: list[str]) -> tuple[int, str]:
+        import json
+
+        server.stdin.write(json.dumps([env, args]) + "\n")
+        server.stdin.flush()
+        status, stderr = json.loads(server.stdout.readline())
+        return status, stderr
+
+    yield call
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
+@pytest.mark.timeout(120)  # a call that hangs fails, as the subprocess's own timeout did
+@pytest.mark.parametrize("case", sorted(SHUT))
+def test_a_path_through_a_folder_one_may_not_enter(world, tmp_path, unprivileged_cli,
+                                                    case) -> None:
     tmp, db, matrix_id = world
     shut = tmp_path / "shut"
     shut.mkdir(mode=0o000)
     (tmp_path / "shut-prompts.yaml").write_text(matrix(prompts="[story]",
                                                        prompt_dir=f"'{shut}'"))
     try:
-        prefix = _unprivileged(shut)
-        if prefix is None:
+        if unprivileged_cli is None:
             pytest.skip("root without capsh: every folder can be entered")
         env_given, args, said = SHUT[case]
 
@@ -1502,12 +1568,10 @@ def test_a_path_through_a_folder_one_may_not_enter(world, tmp_path, case) -> Non
                     .replace("{db}", str(db)).replace("{mid}", matrix_id))
 
         before = snapshot(tmp)
-        cli = Path(sys.executable).parent / "specfleet"
-        env = {**os.environ, **{k: fill(v) for k, v in env_given.items()}}
-        result = subprocess.run([*prefix, str(cli), *map(fill, args)], capture_output=True,
-                                text=True, env=env, timeout=120, check=False)
-        assert result.returncode == 2, result.stderr
-        (line,) = result.stderr.strip().splitlines()
+        status, stderr = unprivileged_cli({k: fill(v) for k, v in env_given.items()},
+                                          [fill(a) for a in args])
+        assert status == 2, stderr
+        (line,) = stderr.strip().splitlines()
         assert line.startswith("error: ") and fill(said) in line, line
         assert snapshot(tmp) == before
     finally:
