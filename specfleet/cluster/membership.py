@@ -54,7 +54,7 @@ from specfleet.cluster.reach import (
 )
 from specfleet.dirs import runtime_dir
 from specfleet.errors import UserError
-from specfleet.settings import check_worker_settings
+from specfleet.settings import HOME, check_worker_settings
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     start_worker,
@@ -416,7 +416,7 @@ def refuse_foreign_node(temp_dir: str) -> None:
         raise UserError(
             f"the Ray temp dir {temp_dir} is in use by a Ray node this machine's fleet record "
             f"({noderecord.record_path()}) does not name (pid {foreign[0].pid}: another "
-            "SPECFLEET_HOME's node of the same name?); expected another --name, or "
+            f"{HOME.name}'s node of the same name?); expected another --name, or "
             "--temp-dir a folder of this node's own")
 
 
