@@ -304,9 +304,9 @@ JOURNAL_DIR = UserPath(
 LEASE_S = Seconds(
     "SPECFLEET_LEASE_S", "a driver's heartbeat lease on its matrix and runs, in seconds",
     default_s=60.0, low_s=1.0, high_s=3600.0)
-MODELS = UserPath(
+MODELS = UserPath(  # a fleet worker reads it from its own folder, not this shell's
     "SPECFLEET_MODELS", "the model alias file (a models.yaml)",
-    "the packaged specfleet/configs/models.yaml")
+    "the packaged specfleet/configs/models.yaml", anchored=True)
 OPENBLAS = Switch(
     "SPECFLEET_OPENBLAS",
     "0 (or false, no, off): MLX's CPU backend keeps the wheel's own BLAS (no OpenBLAS loaded)",

@@ -128,6 +128,10 @@ def refuse_unreachable(path: Path, label: str) -> None:
     pathlib's checks raise both where they return False for a missing file."""
     try:
         os.stat(path)
+    except UnicodeEncodeError as err:  # a YAML escape ("\ud800") no file name can encode
+        raise UserError(f"{label}: {describe_value(str(path))} holds "
+                        f"U+{ord(err.object[err.start]):04X}, half of a UTF-16 surrogate pair, "
+                        "which no file name can; expected a path of UTF-8 text") from None
     except OSError as err:
         if err.errno == errno.ENAMETOOLONG:
             raise UserError(f"{label}: {describe_value(str(path))}: the name is too long "
@@ -420,9 +424,45 @@ for _tag, _construct, _noun, _expected in (
 _ONE_DOCUMENT = "expected a single document in the stream"  # PyYAML, of a second document
 
 
+class _JsonMistake(ValueError):
+    """Valid JSON syntax that no file of ours may hold (a key twice, NaN)."""
+
+
+def _strict_json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+    if twice is not None:
+        raise _JsonMistake(f"duplicate key {twice!r}; expected each key once")
+    return dict(pairs)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _JsonMistake(f"{name} is no JSON number; expected a finite number")
+
+
+def _as_json(text: str, label: str) -> tuple[bool, Any]:
+    """(True, the document) where `text` is JSON, else (False, None) for YAML to read: PyYAML
+    refuses a tab JSON allows between tokens (`jq --tab`, an editor's indent).
+
+    Raises:
+        UserError: JSON giving a key twice, or NaN or Infinity.
+    """
+    # Over MAX_NODES values (a comma each, about): YAML refuses them as it reads, unbuilt.
+    if not text.lstrip().startswith(("{", "[")) or text.count(",") > MAX_NODES:
+        return False, None
+    try:
+        return True, json.loads(text, object_pairs_hook=_strict_json_pairs,
+                                parse_constant=_refuse_constant)
+    except _JsonMistake as err:
+        raise UserError(f"{label}: {err}") from None
+    except (ValueError, RecursionError):  # not JSON, or one YAML says better (a deep one)
+        return False, None
+
+
 def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:
     """Parse a YAML file; syntax errors and duplicate keys (which PyYAML would otherwise
-    silently let the last one win) become one `UserError` line.
+    silently let the last one win) become one `UserError` line. A strict JSON file is read
+    as JSON (the same document, tabs and all).
 
     Args:
         path: the YAML file.
@@ -433,6 +473,9 @@ def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:
         The parsed document (None for an empty file).
     """
     text = read_text(path, label, expected)
+    is_json, document = _as_json(text, label)
+    if is_json:
+        return document
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except RecursionError:

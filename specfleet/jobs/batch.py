@@ -16,6 +16,7 @@ from specfleet.engine.config import ConfigError, LookupOptions, PromptLookupConf
 from specfleet.errors import UserError
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import GenerateJobSpec, GeneratePrompt, TargetRef
+from specfleet.jobs.spec_files import anchored_model
 from specfleet.jobs.userinput import check_plain_data, first_problem, validation_message
 from specfleet.userfiles import (
     STDIN,
@@ -128,7 +129,9 @@ def _prompt_line(line: str, where: str, number: int) -> GeneratePrompt:
             from None
     except json.JSONDecodeError as err:
         msg = err.msg.removesuffix(" at")  # "Invalid control character at"
-        raise UserError(f"{where}: not JSON ({msg} at column {err.colno})") from None
+        # `{` alone on line 1: a pretty-printed object, which JSONL has on one line.
+        raise UserError(f"{where}: not JSON ({msg} at column {err.colno}); expected one JSON "
+                        'object a line, like {"prompt": "..."}') from None
     except RecursionError:
         raise UserError(f"{where}: nested too deeply; expected a flat JSON object like "
                         '{"prompt": "..."}') from None
@@ -160,7 +163,8 @@ def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSp
 
     Args:
         prompts_path: the JSONL file.
-        **options: `model`, `target` (a `TargetRef` or `HOST/ENGINE[/DEVICE]`), and any of
+        **options: `model` (a relative folder is read from the current one), `target` (a
+            `TargetRef` or `HOST/ENGINE[/DEVICE]`), and any of
             `policy`, `lookup`, `max_tokens`, `temperature`, `seed`, `chat`, `loop_guard`
             (the `GenerateJobSpec` fields); a bad value names its flag (`--max-tokens`).
 
@@ -168,6 +172,8 @@ def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSp
         The job.
     """
     prompts = read_prompt_lines(prompts_path)
+    if isinstance(options.get("model"), str):  # `./smol`: a worker stands in another folder
+        options["model"] = anchored_model(options["model"], Path.cwd())
     if isinstance(options.get("target"), str):
         options["target"] = parse_target_ref(options["target"])
     try:

@@ -248,23 +248,33 @@ def _place_in(value: Any, path: str) -> tuple[int, ...]:
     return ()
 
 
-def _anchor_model_folders(spec: MatrixSpec, base_dir: Path) -> MatrixSpec:
-    """A model given as a relative folder (`./smol`, `../models/x`, `~/m`) names it from the
-    matrix file's folder (`bench`: the current one), as a worker with another working folder
-    must find it: the same absolute path in `models` and `prompt_suffix`."""
-    def anchored(model: str) -> str:
-        if not model.startswith(("./", "../", "~")):
-            return model  # an alias, `hf:ORG/NAME`, an absolute folder
-        try:
-            return str((base_dir / Path(model).expanduser()).resolve())
-        except RuntimeError:  # `~USER` of no user: resolving the model names the field
-            return model
+def anchored_model(model: str, base_dir: Path) -> str:
+    """`model` as a worker standing in another folder must find it: a relative folder
+    (`.`, `./smol`, `models/x`, `../models/x`, `~/m`) made absolute from `base_dir`.
 
-    if not any(anchored(m) != m for m in spec.models):
+    Returns:
+        The absolute folder; an alias, `hf:ORG/NAME`, a toy model or an absolute folder as
+        given.
+    """
+    # An alias holds no '/' (models.yaml refuses one), `hf:ORG/NAME` a ':' before it.
+    head, slash, _ = model.partition("/")
+    if not (model in (".", "..") or model.startswith("~") or (slash and head and ":" not in head)):
+        return model
+    try:
+        return str((base_dir / Path(model).expanduser()).resolve())
+    except RuntimeError:  # `~USER` of no user: resolving the model names the field
+        return model
+
+
+def _anchor_model_folders(spec: MatrixSpec, base_dir: Path) -> MatrixSpec:
+    """A model given as a relative folder names it from the matrix file's folder (`bench`:
+    the current one): the same absolute path in `models` and `prompt_suffix`."""
+    if not any(anchored_model(m, base_dir) != m for m in spec.models):
         return spec
     return spec.model_copy(update={
-        "models": [anchored(m) for m in spec.models],
-        "prompt_suffix": {anchored(k): v for k, v in spec.prompt_suffix.items()}})
+        "models": [anchored_model(m, base_dir) for m in spec.models],
+        "prompt_suffix": {anchored_model(k, base_dir): v
+                          for k, v in spec.prompt_suffix.items()}})
 
 
 def _prompt_dir(spec: MatrixSpec, base_dir: Path,

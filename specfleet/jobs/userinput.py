@@ -81,7 +81,8 @@ def format_loc(loc: tuple[Any, ...]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            shown = part or "''"  # an empty key (`"": 1`) would vanish from the path
+            out += f".{shown}" if out else str(shown)
     return out
 
 
