@@ -203,8 +203,12 @@ def _refuse_overruns(job: Any, label: str, limit_given: bool) -> None:
 
 
 def _job_name(prompts: str) -> str:
-    """The stored job's name: its prompt file's stem, or "stdin"."""
-    return "stdin" if prompts == STDIN else Path(prompts).stem
+    """The stored job's name: its prompt file's stem, a character that does not print as `_`
+    (a file name's escape sequence or line break reached `job list` and split its row), or
+    "stdin"."""
+    if prompts == STDIN:
+        return "stdin"
+    return "".join(ch if ch.isprintable() else "_" for ch in Path(prompts).stem)
 
 
 def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:

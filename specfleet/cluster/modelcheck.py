@@ -60,6 +60,7 @@ def check_here(spec: MatrixSpec, label: str) -> ModelReport:
     from specfleet.engine.runners.folders import library_installed
 
     report = ModelReport()
+    report.errors.extend(_bare_folder_names(spec, label))
     report.errors.extend(_missing_peer_libraries(spec, label))
     report.errors.extend(_models_without_gguf(spec, label))
     for i, model in enumerate(spec.models):
@@ -80,6 +81,28 @@ def check_here(spec: MatrixSpec, label: str) -> ModelReport:
     if not report.errors and not report.missing:
         report.errors.extend(prompt_overruns(spec, label))
     return report
+
+
+def _bare_folder_names(spec: MatrixSpec, label: str) -> list[str]:
+    """`bare_folder_problem` of each model of a matrix (`./NAME` counts from its file's
+    folder)."""
+    return [f"{label}: models[{i}]: {problem}" for i, model in enumerate(spec.models)
+            if (problem := bare_folder_problem(model, "the matrix file's"))]
+
+
+def bare_folder_problem(model: str, counts_from: str) -> str | None:
+    """Why a model written as a bare name that is no alias but a folder where this command
+    runs (`smolcopy`) cannot go to a fleet: found here, but a worker stands in another folder,
+    where every run of it failed (the failures stored); None for anything else."""
+    from pathlib import Path
+
+    from specfleet.models.registry import load_registry
+
+    if "/" in model or ":" in model or model.startswith("~") or not Path(model).is_dir() \
+            or model in load_registry():
+        return None
+    return (f"{model!r} is no alias but a folder here; expected ./{model} (a folder counts "
+            f"from {counts_from}) or an alias (`specfleet models list`)")
 
 
 def prompt_overruns(spec: MatrixSpec, label: str) -> list[str]:
@@ -257,6 +280,8 @@ def refuse_model(model: str, engine: str, flag: str, view: Any = None,
     Raises:
         UserError: naming `flag` and why, e.g. an alias nobody knows.
     """
+    if engine != "toy" and (problem := bare_folder_problem(model, "the current one")):
+        raise UserError(f"{flag}: {problem}")
     if engine == "toy" or view is None:
         check = check_model(model, engine, 1)
     else:

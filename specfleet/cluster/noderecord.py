@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -98,6 +99,8 @@ def load() -> NodeRecord | None:
     """
     path = record_path()
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO there blocked every command
+            raise _unreadable(path, "not a regular file")
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None

@@ -145,3 +145,27 @@ def test_a_pretty_printed_object_in_a_batch_says_one_object_a_line(tmp_path: Pat
     assert str(err.value) == (
         f"{batch}: line 1: not JSON (Expecting property name enclosed in double quotes at "
         'column 2); expected one JSON object a line, like {"prompt": "..."}')
+
+
+def test_a_bare_folder_name_that_is_no_alias_is_refused_before_a_fleet(
+        tmp_path: Path, monkeypatch) -> None:
+    # `models: [smolcopy]`, a folder where the command ran: resolved here, then every run
+    # failed in workers standing in another folder (a matrix of failures stored).
+    from specfleet.cluster.modelcheck import refuse_model
+
+    (tmp_path / "smolcopy").mkdir()
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "m.yaml"
+    path.write_text("name: bare\nmodels: [smolcopy]\nprompts: [{name: p, text: hi}]\n"
+                    "arms: [plain]\n")
+    result = CliRunner().invoke(app, ["matrix", "validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert (f"error: {path}: models[0]: 'smolcopy' is no alias but a folder here; expected "
+            "./smolcopy (a folder counts from the matrix file's) or an alias") in result.stderr
+    with pytest.raises(UserError, match=r"^--model: 'smolcopy' is no alias but a folder "
+                                        r"here; expected ./smolcopy \(a folder counts from "
+                                        r"the current one\)"):
+        refuse_model("smolcopy", "torch", "--model")
+    (tmp_path / "smollm2-135m").mkdir()  # an alias stays an alias
+    path.write_text(path.read_text().replace("smolcopy", "smollm2-135m"))
+    assert "no alias" not in CliRunner().invoke(app, ["matrix", "validate", str(path)]).stderr

@@ -134,3 +134,10 @@ def test_results_of_a_job_head_its_id_as_a_job_s(tmp_path: Path) -> None:
     shown = _invoke("results", "--job", done, "-o", "md", "--db", url)
     assert shown.exit_code == 0, shown.output
     assert "| matrix/job | target |" in shown.stdout and f"| {done} |" in shown.stdout
+
+
+def test_a_job_named_after_a_file_name_that_does_not_print_stays_one_row() -> None:
+    # `$'evil\x1b[31m\nname.jsonl'`: its escape sequence and line break reached `job list`.
+    from specfleet.cli.job import _job_name
+
+    assert _job_name("/x/evil\x1b[31m\nname.jsonl") == "evil_[31m_name"

@@ -54,6 +54,16 @@ def test_an_unreadable_record_is_one_line_naming_it_never_not_joined(home, text,
     assert path.read_text() == text  # left for the user to look at
 
 
+def test_a_record_that_is_a_fifo_is_refused_not_waited_on(home) -> None:
+    # `read_text` of a FIFO waits for a writer: every command choosing a fleet hung.
+    import os
+
+    path = home / noderecord.RECORD_NAME
+    os.mkfifo(path)
+    with pytest.raises(UserError, match=r"is unreadable \(not a regular file\)"):
+        noderecord.load()
+
+
 def test_a_good_record_still_reads_and_no_record_is_not_joined(home) -> None:
     assert noderecord.load() is None and choose_fleet().embedded
     (home / noderecord.RECORD_NAME).write_text(GOOD)
