@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 import specfleet
-from specfleet.errors import UserError, one_line
+from specfleet.errors import one_line
 from specfleet.jobs.run import RunResult, RunSpec, Target
 from specfleet.settings import LEASE_S
 from specfleet.store import values
@@ -39,7 +39,7 @@ from specfleet.store.engine import (
     resolve_url,
     store_source,
 )
-from specfleet.store.errors import StoreConflict, UnknownMatrix
+from specfleet.store.errors import StoreConflict, StoreDamaged, UnknownMatrix
 from specfleet.store.journal import Journal, WriteBack, check_journal_root
 from specfleet.store.leases import StoreLeases
 from specfleet.store.migrate import (
@@ -176,7 +176,7 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None,
         _close_refused(engine, url)
         if not _unreadable_value(err):
             raise
-        raise UserError(f"{source} {display_url(url)}: a stored value cannot be read "
+        raise StoreDamaged(f"{source} {display_url(url)}: a stored value cannot be read "
                         f"({one_line(str(err))}); expected the store as specfleet wrote it "
                         "(restore it from a backup)") from None
     except BaseException:

@@ -53,9 +53,30 @@ class StoredText(TypeDecorator[str]):
         return None if value is None else _UNSTORABLE.sub("\ufffd", value)
 
 
+class ShapedJSON(TypeDecorator[Any]):
+    """JSON that reads back as the shape specfleet writes (an object, or an array): a hand
+    edit that left another shape there (`"abc"` for a run's versions) is a ValueError as it is
+    read, which the store says in one line, not a traceback in whatever reads it later."""
+
+    impl = JSON
+    cache_ok = True
+
+    def __init__(self, shape: type) -> None:
+        super().__init__()
+        self.shape = shape
+
+    def process_result_value(self, value: Any, dialect) -> Any:
+        if value is not None and not isinstance(value, self.shape):
+            expected = "an object" if self.shape is dict else "an array"
+            raise ValueError(f"a JSON column holds {type(value).__name__} {value!r:.40}, "
+                             f"not {expected}")
+        return value
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: DateTime()}
+    type_annotation_map = {dict[str, Any]: ShapedJSON(dict), list[Any]: ShapedJSON(list),
+                           datetime: DateTime()}
 
 
 class Host(Base):
@@ -70,7 +91,7 @@ class Host(Base):
     memory_gb: Mapped[float | None] = mapped_column(Float)
     versions: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # Target label -> its start-up self-test (workers/selftest.py); None before it existed.
-    selftest: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    selftest: Mapped[dict[str, Any] | None] = mapped_column()
     # Memory read bandwidth measured when its worker last started (workers/bandwidth.py).
     read_gb_per_s: Mapped[float | None] = mapped_column(Float)
     first_seen_at: Mapped[datetime]
@@ -171,7 +192,7 @@ class Run(Base):
     temperature: Mapped[float] = mapped_column(Float, default=0.0)
     seed: Mapped[int | None] = mapped_column(Integer)
     lookup: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    loop_guard: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    loop_guard: Mapped[dict[str, Any] | None] = mapped_column()
     # Status.
     status: Mapped[str] = mapped_column(String(16))
     error: Mapped[str | None] = mapped_column(StoredText)
@@ -181,8 +202,8 @@ class Run(Base):
     result_hash: Mapped[str | None] = mapped_column(String(64))
     # Output and measurements (from RunResult).
     output_text: Mapped[str | None] = mapped_column(StoredText)
-    token_ids: Mapped[list[Any] | None] = mapped_column(JSON)
-    prompt_token_ids: Mapped[list[Any] | None] = mapped_column(JSON)  # what `replay` re-runs
+    token_ids: Mapped[list[Any] | None] = mapped_column()
+    prompt_token_ids: Mapped[list[Any] | None] = mapped_column()  # what `replay` re-runs
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     generated_tokens: Mapped[int | None] = mapped_column(Integer)
     prefill_s: Mapped[float | None] = mapped_column(Float)
@@ -197,13 +218,13 @@ class Run(Base):
     loop_share: Mapped[float | None] = mapped_column(Float)
     noisy: Mapped[bool | None] = mapped_column(Boolean)
     # Host conditions before/after the run (`workers/conditions`) and the throttle verdict.
-    conditions: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    conditions: Mapped[dict[str, Any] | None] = mapped_column()
     throttled: Mapped[bool | None] = mapped_column(Boolean)
     throttle_reason: Mapped[str | None] = mapped_column(StoredText)
-    load_before: Mapped[list[Any] | None] = mapped_column(JSON)
-    load_after: Mapped[list[Any] | None] = mapped_column(JSON)
-    engine_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    versions: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    load_before: Mapped[list[Any] | None] = mapped_column()
+    load_after: Mapped[list[Any] | None] = mapped_column()
+    engine_config: Mapped[dict[str, Any] | None] = mapped_column()
+    versions: Mapped[dict[str, Any] | None] = mapped_column()
     specfleet_version: Mapped[str] = mapped_column(String(32), index=True)
     host_fingerprint: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime]
@@ -241,7 +262,7 @@ class WidthCost(Base):
     ratio_hi: Mapped[float | None] = mapped_column(Float)
     n: Mapped[int | None] = mapped_column(Integer)
     flagged: Mapped[bool | None] = mapped_column(Boolean)
-    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    provenance: Mapped[dict[str, Any] | None] = mapped_column()
 
 
 class LoadSample(Base):
