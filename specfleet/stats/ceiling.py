@@ -39,7 +39,8 @@ class DecodeCeiling:
 
     Attributes:
         arm: "plain" (ours) or a peer that decodes plainly (`PLAIN_DECODERS`).
-        decode_tok_per_s: median over plain runs of (generated - 1) / decode seconds.
+        decode_tok_per_s: median over plain runs of (generated - 1) / decode seconds, runs
+            without one (a one-token reply) left out; 0.0 when no run has one.
         weight_bytes: the weights' bytes as loaded (None: not recorded with the runs).
         read_gb_per_s: the host's measured read bandwidth (None: not measured).
         ceiling_tok_per_s, share: None when either fact is missing or the device's own
@@ -97,13 +98,17 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
              gb_per_s: float | None) -> DecodeCeiling:
     host, engine, device, model, decoder = key
     arm = PLAIN_DECODERS[decoder]
-    rate = statistics.median(decode_tok_per_s(r.generated_tokens or 0, r.decode_s or 0.0)
-                             for r in runs)
+    rates = [decode_tok_per_s(r.generated_tokens or 0, r.decode_s or 0.0) for r in runs]
+    # 0.0 is "not measured" (a one-token reply): a median over it reads a slower decoder.
+    measured = [rate for rate in rates if rate > 0]
+    rate = statistics.median(measured) if measured else 0.0
     sizes = [int(size) for r in runs
              if (size := (r.engine_config or {}).get("weight_bytes")) is not None]
     weight_bytes = max(sizes) if sizes else None  # one model on one device: one size
     ceiling = share = None
-    if weight_bytes is None:
+    if not measured:
+        why = "not measured: no plain run decoded past its first token"
+    elif weight_bytes is None:
         why = "not measured: weight bytes were not stored with these runs"
     elif gb_per_s is None and device == "cpu":
         why = "not measured: the host's read bandwidth was not recorded"
@@ -119,6 +124,9 @@ def _ceiling(key: tuple[str, str, str, str, int], runs: list,
         busy = sum(bool(getattr(r, "noisy", False)) for r in runs)
         if busy:  # a busy host slows the probe and the runs, each by its own amount
             why = f"{busy} of {len(runs)} runs noisy (host busy): share unreliable; {why}"
+    if measured and len(measured) < len(runs):
+        why = (f"{len(runs) - len(measured)} of {len(runs)} runs have no decode rate (a "
+               f"one-token reply), left out; {why}")
     return DecodeCeiling(host, engine, device, model, arm, len(runs), rate, weight_bytes,
                          gb_per_s, ceiling, share, why)
 

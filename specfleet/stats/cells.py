@@ -5,10 +5,11 @@ Pure Python over plain rows (see `runs.py` for the accepted shapes). Definitions
 * Cell statistics use the `done` runs of a cell: median, min, max tok/s, n, and the relative
   spread `(max - min) / median` (0 for one run). A spread above `SPREAD_FLAG` (5%) is flagged.
 * Speed-up of an arm = median arm tok/s / median plain tok/s on the same target, model and
-  prompt (whole call including prefill, as the reference record). Its verdict is the one rule
-  of `interval.py`, over the arm's and plain's repeats: "gain" or "loss" when the 90%
-  interval on the speed-up lies above or below 1, otherwise "within noise"; with fewer than
-  `MIN_REPEATS` (3) repeats on either side "no verdict" (shown `n=1, no verdict`).
+  prompt (whole call including prefill, as the reference record), over the repeats that
+  have a rate (0 tok/s is not measured). Its verdict is the one rule of `interval.py`, over
+  the arm's and plain's repeats: "gain" or "loss" when the 90% interval on the speed-up
+  lies above or below 1, otherwise "within noise"; with fewer than `MIN_REPEATS` (3)
+  repeats on either side "no verdict" (shown `n=1, no verdict`).
 * A cell loops when the median `loop_share` of its runs exceeds `LOOP_SHARE_FLAG` (0.2): its
   reply is mostly a repeated cycle, which prompt lookup copies for free. A speed-up whose arm
   or plain cell loops is kept out of the headline and returned apart, never dropped.
@@ -75,7 +76,7 @@ class SpeedUp:
     plain_median_tok_per_s: float
     interval: RatioInterval | None  # on `ratio`, over both sides' repeats; None: too few
     verdict: Verdict
-    n: int  # repeats of the smaller side (arm or plain)
+    n: int  # measured repeats of the smaller side (arm or plain)
     spread_flag: bool  # the arm's or plain's spread exceeds SPREAD_FLAG
     looping: bool  # the arm's or plain's replies loop
 
@@ -171,8 +172,8 @@ def noise_verdict(interval: RatioInterval | None) -> Verdict:
 
 
 def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
-    """Speed-up over plain of every non-plain cell that has a measured plain partner (both
-    medians positive: 0 tok/s is not measured, `interval.measured`).
+    """Speed-up over plain of every non-plain cell that has a measured plain partner, over
+    the repeats of each side that have a rate (0 tok/s is not measured, `interval.measured`).
 
     Args:
         cells: from `cell_stats`.
@@ -186,17 +187,19 @@ def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
         plain = by_key.get(key.with_arm("plain"))
         if key.arm == "plain" or plain is None or not cell.n or not plain.n:
             continue
-        arm_median, plain_median = cell.median_tok_per_s or 0.0, plain.median_tok_per_s or 0.0
-        if not measured([arm_median, plain_median]):
-            # 0 tok/s is "not measured" (a one-token reply has no decode rate): no speed-up,
-            # not a 0.00x the interval calls a gain nor a cell the headline counts unaveraged.
+        # 0 tok/s is "not measured" (a one-token reply has no decode rate): such a repeat
+        # is no repeat of the rate; with none measured, no speed-up (not a 0.00x the
+        # interval calls a gain, nor a cell the headline counts unaveraged).
+        arm_values = [v for v in cell.values if measured([v])]
+        plain_values = [v for v in plain.values if measured([v])]
+        if not (arm_values and plain_values):
             continue
-        ratio = arm_median / plain_median
-        interval = ratio_interval(plain.values, cell.values)
+        arm_median, plain_median = statistics.median(arm_values), statistics.median(plain_values)
+        interval = ratio_interval(plain_values, arm_values)
         out.append(SpeedUp(
-            key=key, ratio=ratio, arm_median_tok_per_s=arm_median,
+            key=key, ratio=arm_median / plain_median, arm_median_tok_per_s=arm_median,
             plain_median_tok_per_s=plain_median, interval=interval,
-            verdict=noise_verdict(interval), n=min(cell.n, plain.n),
+            verdict=noise_verdict(interval), n=min(len(arm_values), len(plain_values)),
             spread_flag=cell.spread_flag or plain.spread_flag,
             looping=cell.looping or plain.looping,
         ))

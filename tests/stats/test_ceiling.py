@@ -99,3 +99,19 @@ def test_a_llama_cpp_peer_is_priced_on_its_own_weights_and_says_why_of_its_own()
     assert rows["llama.cpp"].share == pytest.approx(0.125)  # 50 tok/s of 400
     assert rows["llama.cpp"].why.startswith("llama.cpp on the worker's threads")
     assert "eager torch" in rows["plain"].why
+
+
+def test_a_reply_of_one_token_has_no_decode_rate_and_does_not_lower_the_median():
+    """(generated - 1) / decode_s is 0.0, "not measured", for a one-token reply. Pooled over
+    a model's prompts, 3 such replies among 6 plain runs halved the median (5 tok/s, a 6%
+    share: "something else sets the pace") where every measured run decoded 10 tok/s."""
+    short = [_run() for _ in range(3)]
+    for run in short:
+        run.generated_tokens = 1
+    (row,) = decode_ceilings([_run() for _ in range(3)] + short, {"h": 40.0})
+    assert (row.runs, row.decode_tok_per_s) == (6, pytest.approx(10.0))
+    assert row.share == pytest.approx(0.125)
+    assert row.why.startswith("3 of 6 runs have no decode rate (a one-token reply), left out; ")
+    (none,) = decode_ceilings(short, {"h": 40.0})
+    assert (none.decode_tok_per_s, none.ceiling_tok_per_s, none.share) == (0.0, None, None)
+    assert none.why == "not measured: no plain run decoded past its first token"
