@@ -33,7 +33,7 @@ from specfleet.stats.history import (
     compare_rows,
     history_rows,
 )
-from specfleet.stats.interval import RULE, no_verdict_text
+from specfleet.stats.interval import RULE, no_verdict_text, side
 from specfleet.stats.provenance import HOST_STATES, THROTTLED_HOST
 
 
@@ -119,7 +119,7 @@ def change_text(change: ChangeTest | None) -> str:
     interval = change.interval
     if interval is None:
         return f"{no_verdict_text(min(change.n_before, change.n_after))} {change.ratio:.2f}x"
-    beyond_noise = interval.low > 1.0 or interval.high < 1.0
+    beyond_noise = side(interval) in ("above", "below")
     # Beyond noise but inside --factor: not "within noise", which its interval would belie.
     verdict = ("CHANGED" if change.changed else "within --factor" if beyond_noise
                else "within noise")

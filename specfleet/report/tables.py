@@ -21,7 +21,7 @@ from specfleet.jobs.plan import arm_runs_on
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, md_text, to_csv, to_markdown, to_rich
 from specfleet.stats.cells import SPREAD_FLAG
-from specfleet.stats.interval import RULE, no_verdict_text
+from specfleet.stats.interval import RULE, RatioInterval, no_verdict_text, side
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 PIVOTS = (None, "target")
@@ -59,7 +59,8 @@ def ratio_text(ratio: float, off_one: bool = False) -> str:
 def interval_text(low: float, high: float, coverage: float) -> str:
     """`90% interval 0.89-1.21x`: a ratio's interval and its exact coverage; one that
     excludes 1x never reads as if it held it (`0.994-0.998x`, not `0.99-1.00x`)."""
-    places = _places(low, high, off_one=low > 1.0 or high < 1.0)
+    beyond = side(RatioInterval(low, high, coverage)) in ("above", "below")
+    places = _places(low, high, off_one=beyond)
     return f"{coverage:.0%} interval {low:.{places}f}-{high:.{places}f}x"
 
 
