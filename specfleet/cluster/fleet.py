@@ -200,6 +200,12 @@ def _remove_if_empty(folder: str) -> None:
         os.rmdir(folder)
 
 
+# Ray starts idle Python workers for tasks at a node's start and a first driver's connect; a
+# fleet runs only its worker actors, so they only cost CPU while runs are timed (~0.7
+# CPU-seconds each on 2 cores, then their share of the idle background).
+NO_IDLE_WORKERS = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
+
+
 def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:
     ray.init(
         address="local",  # always a new instance, never another local cluster found on disk
@@ -209,6 +215,7 @@ def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:
         labels={HOST_LABEL: info.name, KIND_LABEL: info.kind},
         resources={SLOT_RESOURCE: 1},
         _temp_dir=temp_dir,  # session logs and sockets in our 0700 dir, not a shared /tmp/ray
+        _system_config=NO_IDLE_WORKERS,
         **DRIVER_OPTIONS,
     )
 

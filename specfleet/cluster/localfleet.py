@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from specfleet.cluster.fleet import bind_loopback
+from specfleet.cluster.fleet import NO_IDLE_WORKERS, bind_loopback
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
@@ -93,7 +93,7 @@ class LocalFleet:
         self.cluster = Cluster(
             initialize_head=True,
             head_node_args={"num_cpus": 1, "include_dashboard": False,
-                            "_system_config": FAST_HEALTH_CHECKS},
+                            "_system_config": {**FAST_HEALTH_CHECKS, **NO_IDLE_WORKERS}},
         )
         for host in self.hosts:
             self.add_host(host)
