@@ -31,6 +31,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from specfleet.cluster.raystart import NO_IDLE_WORKERS
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.startfailures import (
     RAY_START_FAILURES,
@@ -198,12 +199,6 @@ def _private_ray_dir(preferred) -> str:
 def _remove_if_empty(folder: str) -> None:
     with contextlib.suppress(OSError):  # not empty (Ray's logs) or gone already
         os.rmdir(folder)
-
-
-# Ray starts idle Python workers for tasks at a node's start and a first driver's connect; a
-# fleet runs only its worker actors, so they only cost CPU while runs are timed (~0.7
-# CPU-seconds each on 2 cores, then their share of the idle background).
-NO_IDLE_WORKERS = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 
 
 def _init_embedded(info, num_cpus: int | None, temp_dir: str) -> None:

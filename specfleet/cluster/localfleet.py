@@ -21,7 +21,8 @@ from typing import Any
 
 import ray
 
-from specfleet.cluster.fleet import NO_IDLE_WORKERS, bind_loopback
+from specfleet.cluster.fleet import bind_loopback
+from specfleet.cluster.raystart import NO_IDLE_WORKERS
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
