@@ -15,8 +15,8 @@ from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.grid import Grid, md_text, to_markdown
-from specfleet.report.parity import check_parity
-from specfleet.report.parity_tables import cross_grid, where_text
+from specfleet.report.parity import PEER_DIFFERS, ArmParity, check_parity
+from specfleet.report.parity_tables import cross_grid, summary_line, uncompared_grid, where_text
 from specfleet.report.plots import plot_files, write_plots
 from specfleet.report.results import limit_layers, pivot_layers_grid
 from specfleet.report.tables import DASH, grids_for, interval_text, verdict_marks
@@ -158,8 +158,8 @@ def ceiling_grid(store, runs: list) -> Grid | None:
     if not rows:
         return None
     note = ("Ceiling = the read bandwidth of the memory the target decodes from (the "
-            "host's: its worker's faster probe, at its start and before its first quiet run; "
-            "a GPU's own: probed before its first run) / the "
+            "host's: its worker's probe before its first real run, and again before its "
+            "first quiet one, the faster kept; a GPU's own: probed before its first run) / the "
             "weights' bytes as loaded: one plain step reads every weight once, so no plain "
             "decoding on that host can be faster. Share = median decode tok/s (after the "
             "first token) / ceiling; peers that decode plainly (the library's own loop) are "
@@ -181,17 +181,26 @@ def _ceiling_row(c: DecodeCeiling) -> tuple[str, ...]:
             weights, bandwidth, ceiling, share, c.why)
 
 
+def _parity_text(item: ArmParity) -> str:
+    if item.verdict == "identical":
+        return "identical"
+    # A peer's reply is another library's decoding: information, never our divergence.
+    differs = PEER_DIFFERS if item.verdict == PEER_DIFFERS else "diverges"
+    return f"{differs} at {where_text(item.token, item.char)}"
+
+
 def parity_grid(store, matrix_id: str) -> list[Grid]:
-    """Arm-vs-plain verdicts (no replay: `specfleet parity ID` adds the forensics)."""
+    """Arm-vs-plain verdicts, counted as `specfleet parity ID --no-replay` counts them, and the
+    planned pairs not compared with why (its forensics need a replay on the target)."""
     report = check_parity(store, matrix_id)
-    rows = tuple(
-        (a.target, a.model, a.prompt, a.arm,
-         "identical" if a.verdict == "identical" else f"diverges at {where_text(a.token, a.char)}")
-        for a in report.arms
-    )
+    rows = tuple((a.target, a.model, a.prompt, a.arm, _parity_text(a)) for a in report.arms)
     note = "Forensics (competing tokens, logit margins, near-tie or suspect): `specfleet parity ID`."
+    # A pair not compared is no evidence, which `parity` fails: counted as it counts them,
+    # and each named with why.
+    notes = (summary_line(report), note) if report.uncompared else (note,)
     grids = [Grid("Parity against plain (first repetition)",
-                  ("target", "model", "prompt", "arm", "verdict"), rows, (note,), left_cols=5)]
+                  ("target", "model", "prompt", "arm", "verdict"), rows, notes, left_cols=5)]
+    grids += [uncompared_grid(report)] if report.uncompared else []
     return grids + ([cross_grid(report)] if report.cross else [])
 
 
@@ -239,6 +248,20 @@ def raw_grid(runs: list) -> Grid:
     return Grid("Raw per-run data (plan order)", headers, tuple(rows), left_cols=5)
 
 
+def not_done_grid(runs: list) -> Grid | None:
+    """Every run not done (failed, interrupted, pending) with its status and its error's
+    first line; None when all are done. The tables read done runs alone, so a cell's missing
+    repeats are named here, as `matrix show` says on standard error."""
+    left = [r for r in runs if r.status != "done"]
+    if not left:
+        return None
+    rows = tuple((target_label(r), r.model, r.prompt_name, r.arm, str(r.repeat), r.status,
+                  next(iter((r.error or "").strip().splitlines()), DASH)) for r in left)
+    note = f"{len(left)} of {len(runs)} runs not done: left out of every table above; in `runs.csv`."
+    return Grid("Runs not done (plan order)", ("target", "model", "prompt", "arm", "rep",
+                                               "status", "error"), rows, (note,), left_cols=7)
+
+
 def _counted(r) -> tuple[str, str, str]:
     """rounds/drafted/paused, prop/acc and shadow; dashes for a peer arm's run (never counted)."""
     if r.rounds is None:
@@ -272,10 +295,12 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     tail = [*([ceiling] if ceiling else []), *parity_grid(store, matrix_id),
             load_grid(store, matrix_id, runs), conditions_grid(runs)]
     plots = ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
+    left = not_done_grid(sorted(store.runs(matrix=matrix_id), key=lambda r: r.plan_order))
     return "\n".join([
         *lines, to_markdown(body, level=2), "## Results", "",
         to_markdown(results), to_markdown(tail, level=2), *plots,
-        to_markdown([raw_grid(runs)], level=2), "Raw data as CSV: `runs.csv`.", "",
+        to_markdown([*([left] if left else []), raw_grid(runs)], level=2),
+        "Raw data as CSV: `runs.csv`.", "",
     ])
 
 
