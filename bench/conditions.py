@@ -13,10 +13,10 @@ Usage: .venv/bin/python bench/conditions.py [--readings 500] [--runs 60]
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +25,9 @@ from specfleet.jobs.run import RunSpec, Target
 from specfleet.workers.conditions import HostConditions, sample_conditions
 from specfleet.workers.hardware import detect_host
 from specfleet.workers.host import HostWorker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.cli_args` from a checkout
+from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
 
 FIXTURE_TREE = Path(__file__).resolve().parent.parent / "tests/workers/conditions/fixtures/sysfs"
 
@@ -74,9 +77,11 @@ def interleaved(runs: int) -> dict[str, tuple[float, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="cost of host-conditions readings")
-    parser.add_argument("--readings", type=int, default=500)
-    parser.add_argument("--runs", type=int, default=60)
+    parser = BenchParser(description="cost of host-conditions readings")
+    parser.add_argument("--readings", type=positive_int, default=500,
+                        help="readings timed back to back (default 500)")
+    parser.add_argument("--runs", type=positive_int, default=60,
+                        help="rounds of toy runs, readings on and off interleaved (default 60)")
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cores")
     for label, root in (("this machine (/)", "/"), ("fixture tree (cpufreq x2, zones x2)",
@@ -93,4 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import sys
@@ -48,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from bench.cli_args import BenchParser, run_main  # noqa: E402
 from specfleet.engine.config import PromptLookupConfig  # noqa: E402
 from specfleet.engine.loop import generate  # noqa: E402
 from specfleet.engine.runners.common import IdsOnlyTokenizer  # noqa: E402
@@ -281,12 +283,27 @@ def rollback(device: str, repeats: int) -> tuple[dict, list[str]]:
     return data, lines
 
 
+def seconds(text: str) -> float:
+    """`--budget-s`: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--device", default="cuda")
+    parser = BenchParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True,
+                        help="folder for the report, each section written as it ends")
+    parser.add_argument("--device", default="cuda",
+                        help="torch device (default cuda; cpu with --quick is how it is "
+                             "tested here)")
     parser.add_argument("--quick", action="store_true", help="one prompt, the small shape only")
-    parser.add_argument("--budget-s", type=float, default=420.0)
+    parser.add_argument("--budget-s", type=seconds, default=420.0,
+                        help="seconds the sections share, each its part (default 420)")
     args = parser.parse_args()
     device, began = args.device, time.monotonic()
     if device == "cuda" and not torch.cuda.is_available():
@@ -317,4 +334,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

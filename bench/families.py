@@ -8,7 +8,6 @@ and float32, the installed transformers' way back for recurrent layers (or `--re
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
 from specfleet.engine.loop import generate  # noqa: E402
 from specfleet.engine.runners.tiny_torch import TINY_FAMILIES, tiny_runner  # noqa: E402
 from specfleet.engine.runners.torch_rollback import RecurrentRollback  # noqa: E402
@@ -66,10 +66,15 @@ def row_line(row: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("families", nargs="*", default=list(TINY_FAMILIES))
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--recurrent", choices=["record", "refeed"], default=None)
+    parser = BenchParser(description=__doc__.splitlines()[0])
+    parser.add_argument("families", nargs="*", default=list(TINY_FAMILIES),
+                        choices=list(TINY_FAMILIES), metavar="FAMILY",
+                        help=f"tiny cache families to run (default all: {', '.join(TINY_FAMILIES)})")
+    parser.add_argument("--prompts", type=positive_int, default=8,
+                        help="copy-heavy prompts per family and dtype (default 8)")
+    parser.add_argument("--recurrent", choices=["record", "refeed"], default=None,
+                        help="how recurrent layers go back after a verify: state kept per "
+                             "token or re-fed (default: the installed transformers' way)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny models run fastest single-threaded
     print(HEADER)
@@ -81,4 +86,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

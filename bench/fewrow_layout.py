@@ -30,7 +30,22 @@ from torch.overrides import TorchFunctionMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
+
 LINEAR = {F.linear, torch._C._nn.linear}
+
+
+def prompt_limits(text: str) -> list[tuple[str, int]]:
+    """`--prompts edit_fn:40,story:32`: packaged prompts, each with its new-token limit."""
+    from specfleet.configs import packaged_names, prompts_dir
+
+    known = packaged_names(prompts_dir())
+    pairs = [item.partition(":")[::2] for item in text.split(",")]
+    if not all(name in known and limit.isdigit() and int(limit) >= 1 for name, limit in pairs):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME:TOKENS,... with NAME one of {', '.join(known)} and TOKENS at least "
+            f"1, got {text!r}")
+    return [(name, int(limit)) for name, limit in pairs]
 
 
 class SmallOperandLeft(TorchFunctionMode):
@@ -61,11 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specfleet.engine.loop import generate, warm_up_verify_widths
     from specfleet.engine.widthcosts import QUICK, measure_width_costs
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default="edit_fn:40,story:32,write:48",
+    parser = BenchParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", default="edit_fn:40,story:32,write:48", type=prompt_limits,
                         help="packaged prompts and their token limits, NAME:TOKENS,...")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rows", type=int, default=8, help="widest forward given the layout")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed calls of every arm per prompt (default 5)")
+    parser.add_argument("--rows", type=positive_int, default=8,
+                        help="widest forward given the layout (default 8)")
     args = parser.parse_args(argv)
 
     runner = load_model("smollm2-135m", "torch", "cpu").runner
@@ -91,8 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         arms[name] = (on, PromptLookupConfig(max_draft=32, policy="calibrated",
                                              costs=tuple(tables[on])))
     names = list(arms)
-    for item in args.prompts.split(","):
-        prompt, tokens = item.split(":")
+    for prompt, tokens in args.prompts:
         text = (prompts_dir() / f"{prompt}.txt").read_text(encoding="utf-8")
         ids = runner.encode_prompt(text, chat=True)
         seconds: dict[str, list[float]] = {name: [] for name in names}
@@ -101,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in names[rep % len(names):] + names[:rep % len(names)]:
                 layout["on"], lookup = arms[name]
                 warm_up_verify_widths(runner, ids, 32)
-                done = generate(runner, ids, max_tokens=int(tokens), lookup=lookup)
+                done = generate(runner, ids, max_tokens=tokens, lookup=lookup)
                 seconds[name].append(done.timings.total_s)
                 replies[name].add(tuple(done.tokens))
         plain = statistics.median(seconds["plain"])
@@ -113,4 +129,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

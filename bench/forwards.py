@@ -19,6 +19,7 @@ transformers' earliest-match search runs `prompt_lookup_num_tokens` through the 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections import Counter
@@ -29,8 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cli_args import BenchParser, names_in, positive_int, run_main  # noqa: E402
 from bench.peers import PEER_LOOKUP_TOKENS, environment  # noqa: E402
-from bench.policies import MODEL, prompt_texts  # noqa: E402
+from bench.policies import MODEL, known_prompts, prompt_texts  # noqa: E402
 from bench.policies_prompts import kind_of  # noqa: E402
 
 DEFAULT_PROMPTS = ("edit_fn", "edit_json", "summary", "list_copy", "rename_var", "csv_fix",
@@ -119,10 +121,22 @@ def arms(runner, ids: list[int], max_tokens: int, costs: tuple[float, ...]):
             ("calibrated_uncycled", uncycled(policy["calibrated"]))]
 
 
-def measure_costs(runner, given: str | None) -> tuple[float, ...]:
-    """The width-cost table: `given` (comma list, widths 1..n) or a quick calibration."""
+def width_costs(text: str) -> tuple[float, ...]:
+    """`--costs`: widths 1..n, each a positive finite number; the calibrated arm needs two."""
+    try:
+        costs = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        costs = ()
+    if len(costs) < 2 or not all(math.isfinite(c) and c > 0 for c in costs):
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of at least two positive numbers, got {text!r}")
+    return costs
+
+
+def measure_costs(runner, given: tuple[float, ...] | None) -> tuple[float, ...]:
+    """The width-cost table: `given` (widths 1..n) or a quick calibration."""
     if given:
-        return tuple(float(x) for x in given.split(","))
+        return given
     from specfleet.engine.widthcosts import QUICK, measure_width_costs
 
     return tuple(measure_width_costs(runner, replace(QUICK, max_width=33)).ratio)
@@ -157,12 +171,18 @@ def render(rows: list[dict], costs: tuple[float, ...], env: dict, command: str) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default=",".join(DEFAULT_PROMPTS))
-    parser.add_argument("--tokens", type=int, default=48, help="new tokens per reply")
-    parser.add_argument("--costs", default=None,
-                        help="width costs 1..n, comma list (default: a quick calibration)")
-    parser.add_argument("--out", type=Path, default=None)
+    parser = BenchParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--prompts", default=",".join(DEFAULT_PROMPTS),
+                        type=names_in(known_prompts()),
+                        help="comma list of prompt names, as bench/policies.py takes them "
+                             f"(default {','.join(DEFAULT_PROMPTS)})")
+    parser.add_argument("--tokens", type=positive_int, default=48,
+                        help="new tokens per reply (default 48)")
+    parser.add_argument("--costs", default=None, type=width_costs,
+                        help="width costs 1..n in pipelined plain steps, comma list of at "
+                             "least two positive numbers (default: a quick calibration)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write the markdown record to this file")
     args = parser.parse_args(argv)
     from specfleet.cli.localmodel import load_model
     from specfleet.engine.stats import loop_share
@@ -187,4 +207,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

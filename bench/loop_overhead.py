@@ -12,13 +12,17 @@ Usage: .venv/bin/python bench/loop_overhead.py [--tokens 2000] [--repeats 15]
 
 from __future__ import annotations
 
-import argparse
 import platform
 import statistics
+import sys
+from pathlib import Path
 
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.loop import generate
 from specfleet.engine.runners.toy import ZeroCostRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.cli_args` from a checkout
+from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
 
 TARGET_US = {"plain": 50.0, "drafted": 100.0, "paused": 50.0}
 # A verify of width w costs w steps: no draft can pay, so calibrated never drafts.
@@ -39,9 +43,11 @@ def measure(arm: str, tokens: int) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="engine loop overhead per round")
-    parser.add_argument("--tokens", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser = BenchParser(description="engine loop overhead per round")
+    parser.add_argument("--tokens", type=positive_int, default=2000,
+                        help="new tokens per timed call (default 2000)")
+    parser.add_argument("--repeats", type=positive_int, default=15,
+                        help="timed calls per arm, their median reported (default 15)")
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}, {args.tokens} tokens")
     for arm in TARGET_US:
@@ -58,4 +64,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -12,21 +12,45 @@ efficiency, the worst speed-up over plain in brackets, and the geometric-mean sp
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import specfleet.engine.calibrated as cal  # noqa: E402
+from bench.cli_args import BenchParser, run_main  # noqa: E402
 from bench.occurrence_support import replayed, set_cells  # noqa: E402
 
 SHIPPED = cal.NEAR_TIE
 
 
+def tolerances(text: str) -> list[float]:
+    """`0,0.05,0.1`: near-tie tolerances in steps, each a finite number >= 0."""
+    try:
+        values = [float(item) for item in text.split(",")]
+    except ValueError:
+        values = [-1.0]
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected a comma list of numbers >= 0, got {text!r}")
+    return values
+
+
 def main() -> None:
-    replies = json.loads(Path(sys.argv[1]).read_text())
-    for tol in [None, *(float(x) for x in sys.argv[2].split(","))]:
+    parser = BenchParser(description=__doc__.splitlines()[0])
+    parser.add_argument("replies", type=Path,
+                        help="JSON file of replies (bench/occurrence_support.py --generate)")
+    parser.add_argument("tolerances", type=tolerances,
+                        help="comma list of tolerances in steps, each >= 0; the shipped one "
+                             "is always the first row")
+    args = parser.parse_args()
+    if not args.replies.is_file():
+        parser.error(f"argument replies: no file {args.replies}; expected the JSON file "
+                     "bench/occurrence_support.py --generate writes")
+    replies = json.loads(args.replies.read_text())
+    for tol in [None, *args.tolerances]:
         cal.NEAR_TIE = SHIPPED if tol is None else tol
         try:
             result = replayed(replies)
@@ -37,4 +61,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -39,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 import specfleet.engine.calibrated as cal  # noqa: E402
 import specfleet.engine.loop as loop  # noqa: E402
+from bench.cli_args import BenchParser, run_main  # noqa: E402
 from bench.policies_oracle import ORACLE_MAX_DRAFT, TABLES, table_ratio  # noqa: E402
 from bench.policies_prompts import (  # noqa: E402
     COPY_HEAVY,
@@ -262,12 +264,28 @@ def replayed(replies: dict) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
+def weights(text: str) -> list[float]:
+    """`--weights 1,2,4`: each a finite number of at least 0."""
+    try:
+        values = [float(item) for item in text.split(",")]
+    except ValueError:
+        values = [-1.0]
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected a comma list of numbers >= 0, got {text!r}")
+    return values
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--replies", type=Path, required=True)
+    parser = BenchParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--replies", type=Path, required=True,
+                        help="JSON file of the greedy plain replies (written by --generate)")
     parser.add_argument("--generate", action="store_true", help="write the replies first")
-    parser.add_argument("--weights", default="2", help="pseudo-proposals per occurrence")
+    parser.add_argument("--weights", default="2", type=weights,
+                        help="comma list of pseudo-proposals per occurrence, each >= 0 (default 2)")
     args = parser.parse_args()
+    if not args.generate and not args.replies.is_file():
+        parser.error(f"argument --replies: no file {args.replies}; expected the JSON file "
+                     "--generate writes")
     if args.generate:
         generate_replies(args.replies)
     replies = json.loads(args.replies.read_text())
@@ -275,7 +293,7 @@ def main() -> None:
     print("\n| variant | weight | tuning copy | tuning prose | held-out copy | held-out prose |"
           "\n|---|---|---|---|---|---|")
     runs = [("shipped", 0.0)] + [(name, float(w)) for name in ("size", "size+paused")
-                                 for w in args.weights.split(",")] + [("sticky", 0.0)]
+                                 for w in args.weights] + [("sticky", 0.0)]
     for name, weight in runs:
         with variant(name, weight):
             result = replayed(replies)
@@ -301,4 +319,4 @@ def set_cells(replies: dict, result: dict[tuple[str, str], tuple[float, float]],
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -17,8 +17,9 @@ repeated cycle (loop share > 0.2) are flagged: their lookup "speed-ups" are not 
 
 On a quiet 2-core host the full run takes about half an hour: torch ~15 min (5 timed arms x
 5 prompts x 3 repeats, ~20 tok/s), MLX ~15 min (MLX's CPU backend prefills ~10 tok/s and
-specfleet's untimed warm-up prefills once more). Preloading an OpenBLAS (ENVIRONMENT.md)
-speeds MLX up ~3x; `--mlx-prompts` narrows it.
+specfleet's untimed warm-up prefills once more). Debian's OpenBLAS, which specfleet loads
+for MLX when it is installed (README, `specfleet/openblas.py`), speeds MLX up ~3x;
+`--mlx-prompts` narrows it.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cli_args import BenchParser, names_in, positive_int, run_main  # noqa: E402
 from bench.peers_report import Cell, render_markdown, render_table  # noqa: E402
 
 PROMPTS = ("edit_fn", "edit_json", "summary", "write", "story")
+PROMPTS_DIR = REPO / "specfleet" / "configs" / "prompts"
+ENGINE_NAMES = ("torch", "mlx")
 MODEL = "smollm2-135m"  # the default; `--model` takes any alias both engines resolve
 PEER_LOOKUP_TOKENS = 10
 LOOKUP_POLICIES = ("graded", "gated", "auto")  # auto last: it reuses a twin's runs
@@ -139,17 +143,31 @@ def _until_eos(tokens: list[int], eos: Sequence[int]) -> list[int]:
     return tokens
 
 
+def model_folder(model: str, engine: str) -> str:
+    """The folder `--model` names for `engine`; an unknown name or one not on disk is one line."""
+    from specfleet.errors import UserError
+    from specfleet.models.registry import resolve_model
+
+    try:
+        path = resolve_model(model, engine).path
+    except UserError as err:
+        raise UserError(f"--model: {err}") from None
+    if path is None or not Path(path).exists():
+        raise UserError(f"--model {model}: not on disk for {engine}; fetch it with "
+                        "`specfleet models fetch` or pass a model folder")
+    return str(path)
+
+
 def torch_arms(policies: Sequence[str], model: str = MODEL) -> tuple[object, list[Arm]]:
     """Load the model once; every torch arm shares the one `PreTrainedModel`."""
     from transformers.utils import logging as hf_logging
 
     from specfleet.engine.config import PromptLookupConfig, resolve_policy
     from specfleet.engine.runners.torch import TorchRunner
-    from specfleet.models.registry import resolve_model
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    runner = TorchRunner.load(resolve_model(model, "torch").path, "cpu")
+    runner = TorchRunner.load(model_folder(model, "torch"), "cpu")
     arms = [
         specfleet_arm("sf_plain", runner, None),
         transformers_arm("hf_plain", runner.model, runner.eos_ids, None),
@@ -170,9 +188,8 @@ def torch_arms(policies: Sequence[str], model: str = MODEL) -> tuple[object, lis
 def mlx_arms(model: str = MODEL) -> tuple[object, list[Arm]]:
     """Load the model for MLX once; both arms share the one mlx-lm model."""
     from specfleet.engine.runners.mlx import MlxRunner
-    from specfleet.models.registry import resolve_model
 
-    runner = MlxRunner.load(resolve_model(model, "mlx").path, "cpu")
+    runner = MlxRunner.load(model_folder(model, "mlx"), "cpu")
     return runner, [
         specfleet_arm("sf_plain", runner, None),
         mlx_lm_arm("mlx_lm", runner.model, runner.tokenizer),
@@ -299,27 +316,42 @@ def _torch_threads() -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = BenchParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: edit_fn and story, 1 repeat, 24 tokens, MLX 8",
+        help="smoke run: edit_fn and story (or --prompts), 1 repeat, 12 new tokens (story 24), "
+             "MLX 8 (16); overrides --repeats, --tokens and --mlx-tokens",
     )
     parser.add_argument("--model", default=MODEL,
                         help=f"model alias (default {MODEL}; gemma3-270m is the other bundled one)")
-    parser.add_argument("--engines", default="torch,mlx", help="comma list of torch, mlx")
-    parser.add_argument("--prompts", default=None, help="comma list (default: all five)")
-    parser.add_argument("--prompts-dir", type=Path, default=REPO / "specfleet" / "configs" / "prompts")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=200, help="new tokens (story: 2x)")
-    parser.add_argument("--mlx-tokens", type=int, default=48, help="new tokens on MLX")
-    parser.add_argument("--mlx-prompts", default=None, help="prompts on MLX (default: all)")
+    parser.add_argument("--engines", default="torch,mlx", type=names_in(ENGINE_NAMES),
+                        help="comma list of torch, mlx (default: both)")
+    parser.add_argument("--prompts", default=None,
+                        help=f"comma list of prompt names in --prompts-dir (default: "
+                             f"{','.join(PROMPTS)})")
+    parser.add_argument("--prompts-dir", type=Path, default=PROMPTS_DIR,
+                        help="folder of NAME.txt prompt files (default: the packaged prompts)")
+    parser.add_argument("--repeats", type=positive_int, default=3,
+                        help="timed calls of every arm per prompt (default 3)")
+    parser.add_argument("--tokens", type=positive_int, default=200,
+                        help="new tokens on torch (default 200; story: 2x)")
+    parser.add_argument("--mlx-tokens", type=positive_int, default=48,
+                        help="new tokens on MLX (default 48; story: 2x)")
+    parser.add_argument("--mlx-prompts", default=None,
+                        help="comma list of prompts on MLX (default: those of --prompts)")
     parser.add_argument("--out", type=Path, default=None, help="markdown record to write")
     args = parser.parse_args(argv)
     if args.quick:
         args.prompts = args.prompts or "edit_fn,story"
         args.repeats, args.tokens, args.mlx_tokens = 1, 12, 8
     args.prompts = args.prompts or ",".join(PROMPTS)
+    for flag, names in (("--prompts", args.prompts), ("--mlx-prompts", args.mlx_prompts)):
+        listed = names.split(",") if names else []
+        missing = [n for n in listed if not (args.prompts_dir / f"{n}.txt").is_file()]
+        if missing:
+            parser.error(f"argument {flag}: no prompt file {missing[0]}.txt in "
+                         f"{args.prompts_dir}; expected names of its .txt files")
     return args
 
 
@@ -367,4 +399,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cli_args import (  # noqa: E402
+    BenchParser,
+    names_in,
+    positive_int,
+    run_main,
+    whole_number,
+)
 from bench.peers import (  # noqa: E402
     PEER_LOOKUP_TOKENS,
     Arm,
@@ -213,18 +221,38 @@ def render(results: list[dict], env: dict, command: str, args) -> str:
                            efficiencies)
 
 
+def known_prompts() -> tuple[str, ...]:
+    """Every name `--prompts` takes: the packaged prompts, this benchmark's own, the held-out."""
+    from specfleet.configs import packaged_names, prompts_dir
+
+    return (*packaged_names(prompts_dir()), *OWN_PROMPTS, *HELD_OUT_COPY_HEAVY, *HELD_OUT_PROSE)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from specfleet.engine.widthcosts import MAX_ROUNDS
+
+    parser = BenchParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--model", default=MODEL,
                         help=f"model alias (default {MODEL}; gemma3-270m is the other bundled one)")
-    parser.add_argument("--engines", default=None,
+    parser.add_argument("--engines", default=None, type=names_in(ENGINES),
                         help="comma list of torch, mlx, mlx-q4 (default: all the model has)")
-    parser.add_argument("--prompts", default=",".join([*CONFIG_PROMPTS, *OWN_PROMPTS]))
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=48, help="new tokens per reply")
-    parser.add_argument("--cal-rounds", type=int, default=3, help="calibration rounds")
-    parser.add_argument("--cal-max-width", type=int, default=33, help="widest width measured")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--prompts", default=",".join([*CONFIG_PROMPTS, *OWN_PROMPTS]),
+                        type=names_in(known_prompts()),
+                        help="comma list of packaged, own (bench/policies_prompts.py) or "
+                             "held-out (bench/heldout/) prompt names (default: the five "
+                             "packaged and the six own)")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed calls of every arm per prompt (default 5)")
+    parser.add_argument("--tokens", type=positive_int, default=48,
+                        help="new tokens per reply (default 48)")
+    parser.add_argument("--cal-rounds", type=whole_number(1, MAX_ROUNDS), default=3,
+                        help="calibration rounds (default 3)")
+    # The calibrated policy needs the cost of widths 1 and 2 at least.
+    parser.add_argument("--cal-max-width", type=whole_number(2), default=33,
+                        help="widest verify width calibrated (default 33: the calibrated "
+                             "arm's 32 proposals and its bonus token)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write the markdown record to this file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -240,6 +268,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to say and act on
         args.json_out.write_text(json.dumps(child(args.child, args)))
         return 0
     env = environment()
@@ -248,8 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for engine in args.engines.split(","):
         out = Path(f"/tmp/specfleet-policies-{os.getpid()}-{engine}.json")
         base = [a for a in (argv if argv is not None else sys.argv[1:])]
-        subprocess.run([sys.executable, __file__, *base, "--child", engine, "--json-out",
-                        str(out)], check=True)  # one process per engine
+        child_run = subprocess.run([sys.executable, __file__, *base, "--child", engine,
+                                    "--json-out", str(out)])  # one process per engine
+        if child_run.returncode != 0:
+            return child_run.returncode  # the child said why, in one line or a traceback
         results.append(json.loads(out.read_text()))
         out.unlink()
     env["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -265,4 +296,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 __all__ = ["COPY_HEAVY", "PROSE", "FOREIGN_TABLES"]
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

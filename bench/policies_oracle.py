@@ -15,7 +15,6 @@ into one table; docs/benchmark_results/oracle-policy.md has the runs that made t
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cli_args import BenchParser, names_in, one_per, run_main  # noqa: E402
 from specfleet.engine.config import PromptLookupConfig, default_max_draft  # noqa: E402
 from specfleet.engine.governor import POLICY_NAMES, Policy  # noqa: E402
 from specfleet.engine.oracle import oracle  # noqa: E402
@@ -31,8 +31,9 @@ from specfleet.engine.predict import replay  # noqa: E402
 
 TABLES = (
     "gb10-qwen3-1.7b", "gb10-qwen3-4b", "gb10-qwen3-8b", "gb10-llama-3.1-8b", "apple-m4pro",
-    "docs/benchmark_results/oracle/vm-torch-smollm2-135m.yaml",
-    "docs/benchmark_results/oracle/vm-mlx-smollm2-135m.yaml",
+    # This box's own tables, found from any working directory.
+    str(REPO / "docs/benchmark_results/oracle/vm-torch-smollm2-135m.yaml"),
+    str(REPO / "docs/benchmark_results/oracle/vm-mlx-smollm2-135m.yaml"),
 )
 ORACLE_MAX_DRAFT = 32  # the widest any replayed policy drafts (calibrated's default)
 
@@ -40,9 +41,9 @@ ORACLE_MAX_DRAFT = 32  # the widest any replayed policy drafts (calibrated's def
 def load_replies(db: str, matrix: str) -> list[dict]:
     """Each prompt's plain greedy reply: prompt and reply ids, stop reason, token limit."""
     from specfleet.report.predictions import stored_runs
-    from specfleet.store.store import open_store
+    from specfleet.store.readonly import open_read_only
 
-    with open_store(db) as store:
+    with open_read_only(db) as store:  # a mistyped --db is refused, not made an empty store
         runs = [r for r in stored_runs(store, matrix) if r.arm == "plain"]
     return [{"prompt": r.prompt_name, "prompt_ids": list(r.prompt_token_ids),
              "reply": list(r.token_ids), "stop": r.stop_reason, "max_tokens": r.max_tokens}
@@ -108,13 +109,16 @@ def markdown(result: dict[tuple[str, str, str], float], prompts: list[str], poli
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = BenchParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, action="append",
                         help="a store; repeat with --matrix for each")
-    parser.add_argument("--matrix", required=True, action="append")
-    parser.add_argument("--policies", default="calibrated")
+    parser.add_argument("--matrix", required=True, action="append",
+                        help="the matrix of plain replies read from the --db in the same place")
+    parser.add_argument("--policies", default="calibrated", type=names_in(POLICY_NAMES),
+                        help=f"comma list of {', '.join(POLICY_NAMES)} (default calibrated)")
     parser.add_argument("--json", help="also write every cell to this file")
     args = parser.parse_args()
+    one_per(parser, "--matrix", args.matrix, "--db", args.db)
     replies = [r for db, matrix in zip(args.db, args.matrix, strict=True)
                for r in load_replies(db, matrix)]
     policies = [p for p in POLICY_NAMES if p in args.policies.split(",")]
@@ -131,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -19,7 +19,6 @@ top-1 probability of each reply token (one torch forward per reply).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import statistics
@@ -33,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import specfleet.engine.calibrated as cal  # noqa: E402
 import specfleet.engine.loop as loop  # noqa: E402
+from bench.cli_args import BenchParser, one_per, positive_int, run_main  # noqa: E402
 from bench.policies_oracle import ORACLE_MAX_DRAFT, TABLES, load_replies, table_ratio  # noqa: E402
 from bench.policies_prompts import kind_of  # noqa: E402
 from specfleet.engine.config import PromptLookupConfig  # noqa: E402
@@ -863,19 +863,29 @@ def confidence_auc(replies: Sequence[tuple[str, dict]],
     return pairs / (len(landed) * len(missed)), fresh, len(landed) / fresh
 
 
+def lengths(text: str) -> list[int]:
+    """`--short 20,32,48`: reply lengths, each at least 1."""
+    return [positive_int(item) for item in text.split(",")]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", action="append", required=True, help="the set a store joins")
-    parser.add_argument("--db", action="append", required=True)
-    parser.add_argument("--matrix", action="append", required=True)
+    parser = BenchParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", action="append", required=True,
+                        help="the set (a label: tuning, heldout) the --db in the same place joins")
+    parser.add_argument("--db", action="append", required=True,
+                        help="a store of plain replies; repeat with --set and --matrix for each")
+    parser.add_argument("--matrix", action="append", required=True,
+                        help="the matrix of plain replies read from the --db in the same place")
     parser.add_argument("--confidence", action="store_true",
                         help="add the model-confidence row (loads the bundled torch model)")
-    parser.add_argument("--short", default="",
+    parser.add_argument("--short", default=[], type=lengths,
                         help="comma list of reply lengths: a second table, each variant's decode "
                              "speed-up over plain on every reply cut to that length")
     parser.add_argument("--only", action="append", default=[],
                         help="run only the variants whose label contains this (repeatable)")
     args = parser.parse_args()
+    one_per(parser, "--db", args.db, "--set", args.set)
+    one_per(parser, "--matrix", args.matrix, "--set", args.set)
     if args.only:
         for label in [v for v in VARIANTS if not any(o in v for o in args.only)]:
             del VARIANTS[label]
@@ -933,7 +943,7 @@ def main() -> None:
     print("| loop-aware bound (knows the reply, in the loop's two modes) | "
           + " | ".join(row) + " |")
     if args.short:
-        short_replies([int(n) for n in args.short.split(",")], replies, tables)
+        short_replies(args.short, replies, tables)
 
 
 def short_replies(lengths: Sequence[int], replies: Sequence[tuple[str, dict]],
@@ -972,4 +982,4 @@ def short_replies(lengths: Sequence[int], replies: Sequence[tuple[str, dict]],
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -26,20 +26,31 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cli_args import BenchParser, names_in, positive_int, run_main  # noqa: E402
 from bench.peers import Arm, environment, rotated  # noqa: E402
-from bench.policies import prompt_texts, sf_arm  # noqa: E402
+from bench.policies import known_prompts, prompt_texts, sf_arm  # noqa: E402
 
 CONTROL = "plain-control"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--engine", default="torch", choices=("torch", "mlx"))
-    parser.add_argument("--arms", default="calibrated,graded", help="our policies beside plain")
-    parser.add_argument("--prompts", default="write,explain,story")
-    parser.add_argument("--pairs", type=int, default=12, help="rounds of every arm per prompt")
-    parser.add_argument("--tokens", type=int, default=48, help="new tokens per reply")
+    from specfleet.engine.policies import POLICIES
+
+    parser = BenchParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="model alias or folder (default smollm2-135m)")
+    parser.add_argument("--engine", default="torch", choices=("torch", "mlx"),
+                        help="engine the model runs on, on the CPU (default torch)")
+    parser.add_argument("--arms", default="calibrated,graded", type=names_in(POLICIES),
+                        help=f"comma list of our policies beside plain ({', '.join(POLICIES)}; "
+                             "default calibrated,graded)")
+    parser.add_argument("--prompts", default="write,explain,story", type=names_in(known_prompts()),
+                        help="comma list of prompt names, as bench/policies.py takes them "
+                             "(default write,explain,story)")
+    parser.add_argument("--pairs", type=positive_int, default=12,
+                        help="rounds of every arm per prompt (default 12)")
+    parser.add_argument("--tokens", type=positive_int, default=48,
+                        help="new tokens per reply (default 48)")
     parser.add_argument("--pipelined", action="store_true",
                         help="add each arm again with its plain steps pipelined (`NAME-pipelined`): "
                              "what pipelining does on this host")
@@ -132,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = environment()
     runner = load_model(args.model, args.engine, "cpu").runner
-    arms, table = build_arms(runner, [a for a in args.arms.split(",") if a], log, args.pipelined)
+    arms, table = build_arms(runner, args.arms.split(","), log, args.pipelined)
     names = args.prompts.split(",")
     prompts = {name: runner.encode_prompt(text, chat=True)
                for name, text in prompt_texts(argparse.Namespace(prompts=args.prompts))}
@@ -147,4 +158,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

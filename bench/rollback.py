@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cli_args import BenchParser, positive_int, run_main, whole_number  # noqa: E402
 from specfleet.engine.runners.toy import lcg_tokens  # noqa: E402
 
 
@@ -91,13 +92,18 @@ def model_rows(alias: str, engine: str, prompt_tokens: int, width: int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = BenchParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engine", choices=["torch", "mlx"], default="torch")
+    parser.add_argument("--engine", choices=["torch", "mlx"], default="torch",
+                        help="engine to measure on (default torch)")
     parser.add_argument("--model", help="a model alias (default: the tiny family models)")
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--width", type=int, default=5, help="verify width (k + 1)")
-    parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument("--prompt-tokens", type=positive_int, default=64,
+                        help="prompt length with --model (default 64)")
+    # A cycle rolls back `width - 2` rows: none at width 2, a negative count below it.
+    parser.add_argument("--width", type=whole_number(2), default=5,
+                        help="verify width (k + 1; default 5)")
+    parser.add_argument("--repeats", type=positive_int, default=31,
+                        help="timed cycles per row, their median reported (default 31)")
     args = parser.parse_args()
     if args.model:
         rows = model_rows(args.model, args.engine, args.prompt_tokens, args.width, args.repeats)
@@ -115,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

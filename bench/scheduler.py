@@ -19,7 +19,6 @@ before the simulated fleet exists.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -29,6 +28,9 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.cli_args` from a checkout
+from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
 
 TARGET_MS = 20.0
 EMBEDDED_PROBE = """
@@ -104,10 +106,12 @@ def measure(args, hosts: list[str]) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="scheduler overhead per run")
-    parser.add_argument("--runs", type=int, default=500)
+    parser = BenchParser(description="scheduler overhead per run")
+    parser.add_argument("--runs", type=positive_int, default=500,
+                        help="toy runs in the matrix (default 500)")
     parser.add_argument("--model", default="script:1ms", help="toy model (~10 ms a run)")
-    parser.add_argument("--max-tokens", type=int, default=9)
+    parser.add_argument("--max-tokens", type=positive_int, default=9,
+                        help="new tokens per run (default 9)")
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}, "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} before")
@@ -129,4 +133,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

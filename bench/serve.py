@@ -15,12 +15,12 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import platform
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +31,9 @@ from specfleet.serve import create_app
 from specfleet.store import open_store
 from specfleet.store.readonly import open_read_only
 from specfleet.store.tables import Run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.cli_args` from a checkout
+from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
 
 RUNS, MATRICES = 1_000_000, 500
 TARGET_MS = 300.0
@@ -104,11 +107,13 @@ def line(name: str, server: list[float], cpu: list[float], size: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="specfleet serve benchmark")
+    parser = BenchParser(description="specfleet serve benchmark")
     default = user_cache_dir() / "bench-serve-1m.db"
     parser.add_argument("--db", type=Path, default=default, help="the cached store file")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--repeats", type=positive_int, default=20,
+                        help="timed requests per page, after one untimed (default 20)")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="build the cached store again, even if --db exists")
     args = parser.parse_args()
     from starlette.testclient import TestClient
 
@@ -126,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -17,12 +17,12 @@ Without --db it uses a fresh SQLite file in a temp dir. PostgreSQL: pass an empt
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import time
 from datetime import datetime, timedelta
@@ -36,6 +36,9 @@ from specfleet.report.history import cell_history
 from specfleet.store import Store, open_store
 from specfleet.store.tables import Matrix, Prompt, Run
 from specfleet.store.values import text_hash
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.cli_args` from a checkout
+from bench.cli_args import BenchParser, positive_int, run_main, whole_number  # noqa: E402
 
 TARGETS = [Target(host="mac1", engine="mlx", device="metal"),
            Target(host="mac2", engine="mlx", device="metal"),
@@ -186,11 +189,16 @@ def report(name: str, samples: list[tuple[float, float]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="result store benchmark")
-    parser.add_argument("--runs", type=int, default=1_000_000)
-    parser.add_argument("--matrices", type=int, default=500)
-    parser.add_argument("--tokens", type=int, default=50, help="token ids per synthetic run")
-    parser.add_argument("--repeats", type=int, default=50)
+    parser = BenchParser(description="result store benchmark")
+    parser.add_argument("--runs", type=positive_int, default=1_000_000,
+                        help="synthetic runs to load (default 1000000)")
+    # One matrix is left pending for the timed writes: a second is needed to read.
+    parser.add_argument("--matrices", type=whole_number(2), default=500,
+                        help="matrices the runs are spread over (default 500)")
+    parser.add_argument("--tokens", type=positive_int, default=50,
+                        help="token ids per synthetic run (default 50)")
+    parser.add_argument("--repeats", type=positive_int, default=50,
+                        help="timed calls of every operation, after one untimed (default 50)")
     parser.add_argument("--db", default=None, help="an EMPTY database (default: temp SQLite)")
     parser.add_argument("--reuse", action="store_true",
                         help="--db already holds a load from an earlier run: only time queries")
@@ -213,4 +221,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
 from specfleet.cli.localmodel import load_model  # noqa: E402
-from specfleet.configs import prompts_dir  # noqa: E402
+from specfleet.configs import packaged_names, prompts_dir  # noqa: E402
 from specfleet.engine import warmup  # noqa: E402
 
 
@@ -34,11 +35,15 @@ def old_warm_up(runner, prompt: list[int], max_draft: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--engine", default="torch")
-    parser.add_argument("--prompt", default="edit_fn")
-    parser.add_argument("--max-draft", type=int, default=7)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = BenchParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", default="torch", choices=("torch", "mlx"),
+                        help="engine the bundled model runs on (default torch)")
+    parser.add_argument("--prompt", default="edit_fn", choices=packaged_names(prompts_dir()),
+                        help="packaged prompt (default edit_fn)")
+    parser.add_argument("--max-draft", type=positive_int, default=7,
+                        help="widest draft: widths 2..max-draft+1 are warmed (default 7)")
+    parser.add_argument("--repeats", type=positive_int, default=3,
+                        help="interleaved old/new pairs timed (default 3)")
     args = parser.parse_args()
     loaded = load_model("smollm2-135m", args.engine, "auto")
     runner = loaded.runner
@@ -59,4 +64,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -177,7 +177,8 @@ def bench_command(
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,
     engine: Annotated[Many, _many(
-        "--engine", "-e", f"Only these engines ({', '.join(MODEL_ENGINES)})")] = None,
+        "--engine", "-e", f"Only these engines ({', '.join(MODEL_ENGINES)}; default: each engine "
+        "the fleet runs a model on)")] = None,
     fmt: FormatOption = "table",
     rate: RateOption = "whole",
     address: AddressOption = None,
@@ -188,7 +189,9 @@ def bench_command(
 ) -> None:
     """Run a sweep given on the command line (no YAML) and print its tables.
 
-    Exit status 0 when every run is done, 1 when some failed or were interrupted.
+    Exit status 0 when every run is done, 1 when some failed or were interrupted (a host
+    lost), 2 for a bad flag, 130 after Ctrl-C (the runs done so far stay stored: `matrix
+    resume ID` runs the rest).
     """
     from specfleet.cli.matrix import run_spec, scheduler_options
     from specfleet.jobs.spec_files import parse_matrix_spec
