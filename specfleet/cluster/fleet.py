@@ -31,7 +31,6 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from specfleet.cluster.raystart import NO_IDLE_WORKERS
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.startfailures import (
     RAY_START_FAILURES,
@@ -45,6 +44,7 @@ from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     HOST_LABEL,
     KIND_LABEL,
+    NO_IDLE_WORKERS,
     SLOT_RESOURCE,
     get_worker,
     list_workers,

@@ -22,12 +22,12 @@ from typing import Any
 import ray
 
 from specfleet.cluster.fleet import bind_loopback
-from specfleet.cluster.raystart import NO_IDLE_WORKERS
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     HOST_LABEL,
     KIND_LABEL,
+    NO_IDLE_WORKERS,
     SLOT_RESOURCE,
     start_worker,
     wait_ready,

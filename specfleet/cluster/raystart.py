@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from specfleet.cluster import noderecord
 from specfleet.cluster.reach import host_port
 from specfleet.errors import UserError
-from specfleet.workers.actor import HOST_LABEL, KIND_LABEL, SLOT_RESOURCE
+from specfleet.workers.actor import HOST_LABEL, KIND_LABEL, NO_IDLE_WORKERS, SLOT_RESOURCE
 
 DEFAULT_PORT = 6379
 DEFAULT_DASHBOARD_PORT = 8265
@@ -150,12 +150,6 @@ def _node_args(
         # The node's own temp dir: `leave` finds exactly this node's processes by it.
         args.append(f"--temp-dir={temp_dir}")
     return args
-
-
-# Ray starts idle Python workers for tasks at a node's start and a first driver's connect; a
-# fleet runs only its worker actors, so they only cost CPU while runs are timed (~0.7
-# CPU-seconds each on 2 cores, then their share of the idle background).
-NO_IDLE_WORKERS = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 
 
 def start_env(os_name: str | None = None) -> dict[str, str]:
