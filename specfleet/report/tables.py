@@ -153,7 +153,7 @@ COUNTERS_LEGEND = (
     "accepted; tpf = tokens per decode forward; shadow conf. = a paused loop's probes that "
     "came true (its way back to drafting); vs plain = the reply identical to plain's or "
     "where it diverges; median [rates] = median tok/s [each repeat's]; decode / prompt tok/s "
-    "= after the first token / the prefill.")
+    "= after the first token / the prefill, medians over every repeat.")
 
 
 def counters_grid(view: MatrixView, target: str) -> Grid:
