@@ -9,6 +9,7 @@ and what is expected, exit status 2, no traceback (as `specfleet` refuses one, S
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Collection
 from typing import NoReturn
@@ -42,6 +43,17 @@ def whole_number(least: int = 1, most: int | None = None) -> Callable[[str], int
 
 # Repeats, new tokens, prompts per family: at least one.
 positive_int = whole_number()
+
+
+def numbers_at_least_zero(text: str) -> list[float]:
+    """A `type=` converter for a comma list of finite numbers >= 0 (`0,0.05,0.1`)."""
+    try:
+        values = [float(item) for item in text.split(",")]
+    except ValueError:
+        values = [-1.0]
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected a comma list of numbers >= 0, got {text!r}")
+    return values
 
 
 def names_in(choices: Collection[str]) -> Callable[[str], str]:

@@ -12,37 +12,24 @@ efficiency, the worst speed-up over plain in brackets, and the geometric-mean sp
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import specfleet.engine.calibrated as cal  # noqa: E402
-from bench.cli_args import BenchParser, run_main  # noqa: E402
+from bench.cli_args import BenchParser, numbers_at_least_zero, run_main  # noqa: E402
 from bench.occurrence_support import replayed, set_cells  # noqa: E402
 
 SHIPPED = cal.NEAR_TIE
-
-
-def tolerances(text: str) -> list[float]:
-    """`0,0.05,0.1`: near-tie tolerances in steps, each a finite number >= 0."""
-    try:
-        values = [float(item) for item in text.split(",")]
-    except ValueError:
-        values = [-1.0]
-    if not all(math.isfinite(v) and v >= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected a comma list of numbers >= 0, got {text!r}")
-    return values
 
 
 def main() -> None:
     parser = BenchParser(description=__doc__.splitlines()[0])
     parser.add_argument("replies", type=Path,
                         help="JSON file of replies (bench/occurrence_support.py --generate)")
-    parser.add_argument("tolerances", type=tolerances,
+    parser.add_argument("tolerances", type=numbers_at_least_zero,
                         help="comma list of tolerances in steps, each >= 0; the shipped one "
                              "is always the first row")
     args = parser.parse_args()

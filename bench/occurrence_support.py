@@ -25,10 +25,8 @@ The variants (docs/benchmark_results/policy-variants-2026-12-03.md, "Occurrence 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import math
 import statistics
 import sys
 from collections import defaultdict
@@ -40,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 import specfleet.engine.calibrated as cal  # noqa: E402
 import specfleet.engine.loop as loop  # noqa: E402
-from bench.cli_args import BenchParser, run_main  # noqa: E402
+from bench.cli_args import BenchParser, numbers_at_least_zero, run_main  # noqa: E402
 from bench.policies_oracle import ORACLE_MAX_DRAFT, TABLES, table_ratio  # noqa: E402
 from bench.policies_prompts import (  # noqa: E402
     COPY_HEAVY,
@@ -264,23 +262,12 @@ def replayed(replies: dict) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
-def weights(text: str) -> list[float]:
-    """`--weights 1,2,4`: each a finite number of at least 0."""
-    try:
-        values = [float(item) for item in text.split(",")]
-    except ValueError:
-        values = [-1.0]
-    if not all(math.isfinite(v) and v >= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected a comma list of numbers >= 0, got {text!r}")
-    return values
-
-
 def main() -> None:
     parser = BenchParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--replies", type=Path, required=True,
                         help="JSON file of the greedy plain replies (written by --generate)")
     parser.add_argument("--generate", action="store_true", help="write the replies first")
-    parser.add_argument("--weights", default="2", type=weights,
+    parser.add_argument("--weights", default="2", type=numbers_at_least_zero,
                         help="comma list of pseudo-proposals per occurrence, each >= 0 (default 2)")
     args = parser.parse_args()
     if not args.generate and not args.replies.is_file():
