@@ -144,7 +144,8 @@ def runs_grid(runs: list) -> Grid:
     """One row per run."""
     rows = []
     for run in runs:
-        tok_s = DASH if run.tok_per_s is None else f"{run.tok_per_s:.2f}"
+        # A run not done measured nothing: its stored 0.0 is no rate.
+        tok_s = DASH if run.tok_per_s is None or run.status != "done" else f"{run.tok_per_s:.2f}"
         decode = decode_tok_per_s(run.generated_tokens or 0, run.decode_s or 0.0)
         acc = f"{run.accepted / run.proposed:.4f}" if run.proposed else DASH
         flags = " ".join(flag for flag, on in (
