@@ -330,6 +330,10 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
         # The pivot's rows are the arms beside plain: plain's cells alone fill none.
         listed = [c for _, c in limit_cells(layers, arms) if pivot is None or c.arm != PLAIN]
         if not listed and fmt in ("table", "markdown"):
+            if pivot is not None and any(c.arm == PLAIN for _, c in limit_cells(layers, arms)):
+                # Plain's runs matched: "no done runs" was false of them.
+                return ("the pivot's rows are the arms beside plain, and these filters leave "
+                        "plain alone; expected --arm naming another arm too, or --cells\n")
             return "no done runs match these filters\n"  # no matrix to point at
         return render_cells(layers, fmt, pivot, rate, arms)
     if fmt in ("table", "markdown"):

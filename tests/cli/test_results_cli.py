@@ -80,6 +80,11 @@ def test_results_cells_and_pivot(db_path) -> None:  # noqa: F811
     pivot = invoke(db_path, "results", "--matrix", DEMO_ID, "--pivot", "target")
     assert pivot.exit_code == 0 and "h1/toy/cpu" in pivot.output and "h2/toy/cpu" in pivot.output
     assert "Across targets" in pivot.output
+    # Plain alone matched: it said "no done runs match these filters".
+    plain = invoke(db_path, "results", "--matrix", DEMO_ID, "--arm", "plain", "--pivot", "target")
+    assert plain.exit_code == 0 and plain.output.startswith(
+        "the pivot's rows are the arms beside plain, and these filters leave plain alone"), \
+        plain.output
     for view in (["--cells"], ["--pivot", "target"]):  # it pointed at a matrix 'results'
         empty = invoke(db_path, "results", "--matrix", DEMO_ID, "--since", "9000-01-01", *view)
         assert (empty.exit_code, empty.output) == (0, "no done runs match these filters\n")
