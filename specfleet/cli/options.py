@@ -51,7 +51,8 @@ EmbeddedOption = Annotated[bool, typer.Option(
     "--embedded", help="Use a private fleet of this machine only, whatever is joined or set.")]
 RequireQuietOption = Annotated[bool, typer.Option(
     "--require-quiet", help="Wait for a quiet host before each timed run.")]
-NoProgressOption = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
+NoProgressOption = Annotated[bool, typer.Option(
+    "--no-progress", help="No progress bars nor per-run lines (a wait is still said).")]
 
 
 def not_blank(expected: str) -> Callable[[typer.CallbackParam, str | None], str | None]:
