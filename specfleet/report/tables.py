@@ -254,7 +254,9 @@ def noisy_summary(view: MatrixView) -> str | None:
 
 
 PIVOT_NOTE = "Each target: plain tok/s · speed-up ±spread · acceptance rate · parity vs plain."
-PIVOT_FIELDS = ("plain_tok_per_s", "speedup", "acceptance_rate", "parity")
+# As the pivot table shows them: the speed-up with its verdict, interval, spread and repeats.
+PIVOT_FIELDS = ("plain_tok_per_s", "speedup", "verdict", "speedup_low", "speedup_high",
+                "spread", "n", "acceptance_rate", "parity")
 
 
 def pivot_cols(view: MatrixView, targets: tuple[str, ...], model: str, prompt: str,
@@ -349,10 +351,17 @@ def pivot_record(view: MatrixView, targets: tuple[str, ...], model: str, prompt:
         cell = view.cell(target, model, prompt, arm)
         if cell is None and plain is None:
             continue
+        # Nothing proposed has no acceptance rate (the table's `acc –`), not 0.0.
+        accepted = cell.counters.acceptance_rate if cell and cell.counters.proposed else None
         per_target[target] = {
             "plain_tok_per_s": plain.median_tok_per_s if plain else None,
             "speedup": cell.speedup if cell else None,
-            "acceptance_rate": cell.counters.acceptance_rate if cell else None,
+            "verdict": cell.verdict if cell else None,
+            "speedup_low": cell.speedup_low if cell else None,
+            "speedup_high": cell.speedup_high if cell else None,
+            "spread": cell.spread if cell else None,
+            "n": cell.n if cell else None,
+            "acceptance_rate": accepted,
             "parity": cell.parity if cell else None,
         }
     if not per_target:
