@@ -81,7 +81,7 @@ def prompt_entries(items: list[str]) -> list[dict[str, Any]]:
             entries.append({"name": item})
             continue
         path = Path(item)
-        text = read_prompt_text(path)
+        text = read_prompt_text(path, f"--prompt {item}")
         name = names.get(path.resolve()) or _file_prompt_name(path, taken)
         names[path.resolve()] = name
         taken.add(name)

@@ -28,9 +28,11 @@ from specfleet.jobs.userinput import Problems, check_plain_data, one_line_of, pr
 from specfleet.userfiles import given_path, read_text, read_yaml
 
 
-def read_prompt_text(path: Path) -> str:
-    """A prompt file's text without its final newline (`without_final_newline`)."""
-    return without_final_newline(read_text(path, str(path), expected="a prompt text file"))
+def read_prompt_text(path: Path, label: str | None = None) -> str:
+    """A prompt file's text without its final newline (`without_final_newline`); a refusal
+    names it as `label` (default: its path)."""
+    return without_final_newline(read_text(path, label or str(path),
+                                           expected="a prompt text file"))
 
 
 def without_final_newline(text: str) -> str:

@@ -89,7 +89,7 @@ def test_bench_reads_a_prompt_named_with_a_suffix_as_a_file(tmp_path, monkeypatc
     # It was a packaged name: "prompts[0]: no prompt file 'notes.md.txt' in ...".
     monkeypatch.chdir(tmp_path)
     line = one_line_error(["bench", "-p", "notes.md", "--db", "sqlite:///:memory:"])
-    assert line == "error: notes.md: no such file; expected a prompt text file"
+    assert line == "error: --prompt notes.md: no such file; expected a prompt text file"
 
 
 def test_bench_says_what_a_prompt_named_here_is_when_no_prompt_is_packaged(tmp_path,
@@ -101,9 +101,9 @@ def test_bench_says_what_a_prompt_named_here_is_when_no_prompt_is_packaged(tmp_p
     (tmp_path / "adir").mkdir()
     os.symlink("loop", tmp_path / "loop")
     assert one_line_error(["bench", "-p", "adir", "--db", "sqlite:///:memory:"]) == (
-        "error: adir: is a directory; expected a prompt text file")
+        "error: --prompt adir: is a directory; expected a prompt text file")
     assert one_line_error(["bench", "-p", "loop", "--db", "sqlite:///:memory:"]).startswith(
-        "error: loop: ")
+        "error: --prompt loop: ")
     (tmp_path / "story").mkdir()  # a packaged prompt's name still means the packaged prompt
     assert "story" not in one_line_error(["bench", "-p", "story", "-a", "grded", "--db",
                                           "sqlite:///:memory:"])
