@@ -27,7 +27,7 @@ from specfleet.stats.runs import target_label
 from specfleet.stats.view import PLAIN, view_of_runs
 from specfleet.store.export import export_runs
 from specfleet.userfiles import check_output_file
-from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, HostConditions, summary
+from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, stored_summary
 
 METHOD = (
     "- Each target runs every model, prompt and repeat with the arms back to back in "
@@ -142,8 +142,7 @@ def conditions_grid(runs: list) -> Grid:
 
 
 def _reading(run, side: str) -> str:
-    data = (run.conditions or {}).get(side)
-    return summary(HostConditions.from_dict(data)) if data else DASH
+    return stored_summary(run.conditions, side) or DASH
 
 
 NOT_MEASURED = "not measured"

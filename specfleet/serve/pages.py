@@ -45,7 +45,6 @@ QUERY_NAMES = {"model": "query parameter model", "prompt": "query parameter prom
                "host": "query parameter target's HOST"}
 PROGRESS_STATUSES = ("done", "running", "pending", "failed", "interrupted")
 COVERAGE_FIELDS = ("host", "engine", "device", "model", "prompt_name", "arm")  # a run's cell
-UNREADABLE_READING = "unreadable (not a reading specfleet stores)"
 # What `conditions_by_host` reads of a run besides its cell.
 CONDITIONS_FIELDS = ("host", "conditions", "finished_at", "plan_order", "throttled",
                      "throttle_reason")
@@ -174,6 +173,8 @@ class HostConditionsSummary:
 def conditions_by_host(runs) -> list[HostConditionsSummary]:
     """Per host: how many runs were throttled and why, and its conditions at the start and
     the end of the matrix (`workers/conditions` readings stored with every run)."""
+    from specfleet.workers.conditions import stored_summary
+
     by_host = defaultdict(list)
     for run in runs:
         if run.conditions:
@@ -184,25 +185,10 @@ def conditions_by_host(runs) -> list[HostConditionsSummary]:
         out.append(HostConditionsSummary(
             host, len(group), sum(bool(r.throttled) for r in group),
             tuple(dict.fromkeys(r.throttle_reason for r in group if r.throttle_reason)),
-            _reading_text(group[0].conditions, "before"),
-            _reading_text(group[-1].conditions, "after"),
+            stored_summary(group[0].conditions, "before") or "–",
+            stored_summary(group[-1].conditions, "after") or "–",
         ))
     return out
-
-
-def _reading_text(conditions, side: str) -> str:
-    """One stored reading (`before` or `after`) as a line; one that does not read as
-    specfleet writes it (a hand-edited store, another writer) says so: it made the whole
-    matrix page a 500."""
-    from specfleet.workers.conditions import HostConditions, summary
-
-    reading = conditions.get(side) if isinstance(conditions, dict) else None
-    if not reading:
-        return "–"
-    try:
-        return summary(HostConditions.from_dict(reading))
-    except (AttributeError, TypeError, ValueError):
-        return UNREADABLE_READING
 
 
 def matrix_page(store, matrix_id: str, as_json: bool = False) -> dict:

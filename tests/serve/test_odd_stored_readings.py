@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
-from specfleet.serve.pages import UNREADABLE_READING
+from specfleet.workers.conditions import UNREADABLE_READING
 from tests.serve.conftest import client_of
 from tests.serve.seed import BASE, seed_store
 
@@ -49,6 +49,17 @@ def test_an_odd_stored_reading_leaves_the_matrix_page_up(odd_web):
     assert page.status_code == 200
     conditions = page.text.split('id="conditions"')[1].split("</table>")[0]
     assert f'<td class="wrap">{shown}</td>' in conditions
+
+
+def test_the_record_says_the_same_of_an_odd_reading(tmp_path_factory):
+    # The record read it with its own copy of the rule: a traceback where the page answered.
+    from specfleet.report.record import record_markdown
+    from specfleet.store import open_store
+
+    url = _odd_store(tmp_path_factory, "UPDATE runs SET conditions = ? WHERE matrix_id = ?",
+                     next(iter(ODD_READINGS)))
+    with open_store(url, read_only=True) as store:
+        assert UNREADABLE_READING in record_markdown(store, BASE, [])
 
 
 @pytest.mark.parametrize(("column", "value", "page"), [

@@ -14,7 +14,14 @@ from specfleet.workers.conditions.judge import (
     judge,
     memory_needed_gb,
 )
-from specfleet.workers.conditions.model import GpuReading, HostConditions, ThermalZone, summary
+from specfleet.workers.conditions.model import (
+    UNREADABLE_READING,
+    GpuReading,
+    HostConditions,
+    ThermalZone,
+    stored_summary,
+    summary,
+)
 from specfleet.workers.conditions.sample import conditions_root, sample_conditions
 
 __all__ = [
@@ -23,11 +30,13 @@ __all__ = [
     "HostConditions",
     "MemoryCheck",
     "ThermalZone",
+    "UNREADABLE_READING",
     "Throttle",
     "check_memory",
     "conditions_root",
     "judge",
     "memory_needed_gb",
     "sample_conditions",
+    "stored_summary",
     "summary",
 ]

@@ -134,3 +134,19 @@ def summary(reading: HostConditions) -> str:
         parts.append(f"{reading.mem_available_gb:.1f} GB free")
     text = ", ".join(parts) or "nothing readable"
     return text + (f" (not readable: {', '.join(reading.missing)})" if reading.missing else "")
+
+
+UNREADABLE_READING = "unreadable (not a reading specfleet stores)"
+
+
+def stored_summary(conditions: dict | None, side: str) -> str | None:
+    """The `summary` of a run's stored reading `side` ("before" or "after"); None when it has
+    none; `UNREADABLE_READING` for one that does not read as specfleet writes it (a
+    hand-edited store, another writer), which made the matrix page a 500."""
+    reading = (conditions or {}).get(side)
+    if not reading:
+        return None
+    try:
+        return summary(HostConditions.from_dict(reading))
+    except (AttributeError, TypeError, ValueError):
+        return UNREADABLE_READING
