@@ -15,7 +15,7 @@ import signal
 import stat
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import psutil
@@ -83,11 +83,13 @@ def save(record: NodeRecord) -> None:
     tmp.replace(path)  # never a half-written record
 
 
-# Each field's type (JSON's); the first four have no default: a record lacking one names no
-# node to find.
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"address": str, "host": str, "head": bool, "temp_dir": str, "pids": list,
-                "join_args": dict, "supervisor_pid": (int, type(None)), "ports": dict}
-_REQUIRED = ("address", "host", "head", "temp_dir")
+# Each field's type as JSON holds it; a field without a default must be there: a record
+# lacking one names no node to find.
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "address": str, "host": str, "head": bool, "temp_dir": str, "pids": list,
+    "join_args": dict, "supervisor_pid": (int, type(None)), "ports": dict}
+_REQUIRED = tuple(f.name for f in fields(NodeRecord)
+                  if f.default is MISSING and f.default_factory is MISSING)
 
 
 def load() -> NodeRecord | None:
