@@ -6,7 +6,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from specfleet.engine.runners.folders import WEIGHT_PATTERNS
+from specfleet.engine.runners.folders import weights_problem
 from specfleet.errors import UserError
 from specfleet.models.bundled import BUNDLED, COMPLETE_MARKER, bundled_dir, fetch_bundled
 from specfleet.models.registry import (
@@ -88,9 +88,7 @@ def missing_files(model: ResolvedModel) -> str | None:
     cache would fill it."""
     folder = model.path
     if model.fetched and folder is not None:
-        if any(next(folder.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS):
-            return None
-        return "holds no weights; expected the model's *.safetensors beside its config.json"
+        return weights_problem(folder)
     if folder is None or bundled_source(model.source) is not None or \
             model.source.startswith("hf:"):
         return None

@@ -29,6 +29,13 @@ JSON_OBJECT_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_conf
                      "special_tokens_map.json", "added_tokens.json")
 
 
+def weights_problem(folder: Path) -> str | None:
+    """`holds no weights; expected ...` for a model folder without weight files, else None."""
+    if _holds(folder, WEIGHT_PATTERNS):
+        return None
+    return "holds no weights; expected the model's *.safetensors beside its config.json"
+
+
 def folder_problem(folder: Path, engine: str) -> str | None:
     """Why `engine` could not load the model folder `folder`, or None when it looks loadable.
 
@@ -41,9 +48,8 @@ def folder_problem(folder: Path, engine: str) -> str | None:
     """
     if engine not in MODEL_ENGINES:
         return None
-    if not _holds(folder, WEIGHT_PATTERNS):
-        return (f"{folder} holds no weights; expected the model's *.safetensors beside its "
-                "config.json")
+    if weightless := weights_problem(folder):
+        return f"{folder} {weightless}"
     if not _holds(folder, TOKENIZER_PATTERNS):
         return (f"{folder} holds no tokenizer; expected tokenizer.json (or tokenizer.model) "
                 "beside its config.json")
