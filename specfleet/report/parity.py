@@ -173,8 +173,13 @@ def _side_gap(runs: list, side: str) -> str | None:
     if not runs:
         return f"no {side} run"
     first = min(runs, key=lambda r: r.repeat)
-    error = (first.error or "").strip().splitlines()
-    return f"{side} {first.status}" + (f": {error[0]}" if error else "")
+    error = error_line(first)
+    return f"{side} {first.status}" + (f": {error}" if error else "")
+
+
+def error_line(run) -> str | None:
+    """The first line of a run's stored error (a traceback's last frames stay in the store)."""
+    return next(iter((run.error or "").strip().splitlines()), None)
 
 
 def uncompared_pairs(all_runs: list, compared: set[CellKey]) -> list[Uncompared]:

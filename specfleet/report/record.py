@@ -15,7 +15,7 @@ from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
 from specfleet.report.build import done_runs, load_matrix
 from specfleet.report.grid import Grid, md_text, to_markdown
-from specfleet.report.parity import PEER_DIFFERS, ArmParity, check_parity
+from specfleet.report.parity import PEER_DIFFERS, ArmParity, check_parity, error_line
 from specfleet.report.parity_tables import cross_grid, summary_line, uncompared_grid, where_text
 from specfleet.report.plots import plot_files, write_plots
 from specfleet.report.results import limit_layers, pivot_layers_grid
@@ -255,7 +255,7 @@ def not_done_grid(runs: list) -> Grid | None:
     if not left:
         return None
     rows = tuple((target_label(r), r.model, r.prompt_name, r.arm, str(r.repeat), r.status,
-                  next(iter((r.error or "").strip().splitlines()), DASH)) for r in left)
+                  error_line(r) or DASH) for r in left)
     note = f"{len(left)} of {len(runs)} runs not done: left out of every table above; in `runs.csv`."
     return Grid("Runs not done (plan order)", ("target", "model", "prompt", "arm", "rep",
                                                "status", "error"), rows, (note,), left_cols=7)
