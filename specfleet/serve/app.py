@@ -53,6 +53,7 @@ def _templates() -> Environment:
                       autoescape=select_autoescape(["html", "svg"], default=True))
     env.globals["history_href"] = pages.history_href
     env.filters["num"] = _number_text
+    env.filters["time"] = pages.time_text
     return env
 
 

@@ -9,6 +9,7 @@ the body of the page's `/api/...` twin.
 from __future__ import annotations
 
 import functools
+import io
 import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, replace
@@ -36,6 +37,7 @@ from specfleet.serve import svg
 from specfleet.serve.params import BadParameter, NotFound
 from specfleet.stats.runs import ROW_FIELDS
 from specfleet.stats.view import view_of_runs
+from specfleet.store.export import export_runs
 
 MATRICES_PER_PAGE = 50
 RUNS_PER_PAGE = 100
@@ -68,10 +70,11 @@ def progress(matrix) -> dict:
     updates poll)."""
     counts = {s: matrix.counts.get(s, 0) for s in PROGRESS_STATUSES}
     return {"id": matrix.id, "status": matrix.status, "total": matrix.total_runs, **counts,
-            "finished_at": _time(matrix.finished_at)}
+            "finished_at": time_text(matrix.finished_at)}
 
 
-def _time(moment) -> str | None:
+def time_text(moment) -> str | None:
+    """A stored time as the pages show it (UTC, to the second), None for none."""
     return None if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -93,7 +96,7 @@ def matrices_page(store, page: int = 1, as_json: bool = False) -> dict:
     total = store.count_matrices()
     pages = last_page(page, total, MATRICES_PER_PAGE, "matrices")
     rows = store.list_matrices(limit=MATRICES_PER_PAGE, offset=(page - 1) * MATRICES_PER_PAGE)
-    items = [{**progress(m), "name": m.name, "submitted_at": _time(m.submitted_at)}
+    items = [{**progress(m), "name": m.name, "submitted_at": time_text(m.submitted_at)}
              for m in rows]
     listed = {"matrices": items, "page": page, "pages": pages, "total": total}
     return listed if as_json else {**listed, "compare_pair": compare_pair(items)}
@@ -128,13 +131,13 @@ def job_page(store, job_id: str, page: int = 1, as_json: bool = False) -> dict:
     pages = last_page(page, total, RUNS_PER_PAGE, f"replies of {job_id}")
     shown = store.runs(job=job_id, limit=RUNS_PER_PAGE, offset=(page - 1) * RUNS_PER_PAGE)
     return {"job": {**_job_record(job), "params": job.params},
-            "runs": [_run_record(r) for r in shown], "page": page, "pages": pages,
-            "total": total}
+            "runs": results_records(shown) if as_json else shown, "page": page,
+            "pages": pages, "total": total}
 
 
 def _job_record(job) -> dict:
     return {**progress(job), "name": job.name, "target": f"{job.host}/{job.engine}/{job.device}",
-            "model": job.model, "submitted_at": _time(job.submitted_at)}
+            "model": job.model, "submitted_at": time_text(job.submitted_at)}
 
 
 @dataclass(frozen=True)
@@ -247,22 +250,18 @@ def runs_page(store, matrix_id: str, page: int = 1, as_json: bool = False) -> di
     total = store.count_runs(matrix=matrix_id)
     pages = last_page(page, total, RUNS_PER_PAGE, f"runs of {matrix_id}")
     shown = store.runs(matrix=matrix_id, limit=RUNS_PER_PAGE, offset=(page - 1) * RUNS_PER_PAGE)
-    records = [_run_record(r) for r in shown]
     if as_json:
         return {"matrix_id": matrix_id, "page": page, "pages": pages, "total": total,
-                "runs": records}
-    return {"matrix": matrix, "runs": records, "page": page, "pages": pages, "total": total}
+                "runs": results_records(shown)}
+    return {"matrix": matrix, "runs": shown, "page": page, "pages": pages, "total": total}
 
 
-def _run_record(run) -> dict:
-    return {
-        "run_key": run.run_key, "target": f"{run.host}/{run.engine}/{run.device}",
-        "model": run.model, "prompt": run.prompt_name, "arm": run.arm, "repeat": run.repeat,
-        "status": run.status, "error": run.error, "tok_per_s": run.tok_per_s,
-        "generated_tokens": run.generated_tokens, "stop_reason": run.stop_reason,
-        "noisy": run.noisy, "load_before": run.load_before, "load_after": run.load_after,
-        "output_text": run.output_text, "finished_at": _time(run.finished_at),
-    }
+def results_records(runs) -> list[dict]:
+    """The runs as `specfleet results -o json` writes them (the same field names and values),
+    so a script reads the web API and the CLI with one vocabulary."""
+    out = io.StringIO()
+    export_runs(runs, "json", out)
+    return json.loads(out.getvalue())
 
 
 def history_page(store, model: str, prompt: str, arm: str, target: str | None = None,

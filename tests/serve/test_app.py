@@ -191,7 +191,8 @@ def test_the_jobs_pages_list_each_job_and_show_its_replies(client):
     assert f'<a class="job-link" href="/jobs/{JOB}">{JOB}</a>' in page
     shown = client.get(f"/api/jobs/{JOB}").json()
     assert shown["job"]["params"] == {"policy": "graded"} and shown["total"] == 2
-    assert [(r["prompt"], r["status"], r["output_text"] is not None) for r in shown["runs"]] == [
+    assert [(r["prompt_name"], r["status"], r["output_text"] is not None)
+            for r in shown["runs"]] == [
         ("hello", "done", True), ("line2", "failed", True)]
     html = client.get(f"/jobs/{JOB}").text
     assert "hello" in html and "line2" in html and "20.0" in html
