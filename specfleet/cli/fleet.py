@@ -115,7 +115,10 @@ def check_ip(node_ip: str) -> str:
 def up_command(
     name: NameOption = None,
     port: Annotated[int, typer.Option(
-        "--port", min=1, max=65535, help="GCS port of the head.")] = 6379,
+        "--port", min=1, max=65535,
+        help="The head's GCS port, the address every node and client uses: any port free "
+             "here but Ray's worker ports (10002-19999); the dashboard and Ray's other fixed "
+             "ports move off it.")] = 6379,
     num_cpus: CpusOption = None,
     node_ip: NodeIpOption = None,
     engines: EnginesOption = None,

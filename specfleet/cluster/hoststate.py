@@ -96,6 +96,7 @@ class HostState:
     heard: int = 0  # answers received (a host is back when this grows while it is away)
     heard_when_left: int = 0
     answer: dict = field(default_factory=dict)  # the newest ping answer (busy, run_key)
+    answer_asked_at: float = 0.0  # when the ping of `answer` was sent
     refusal: str = ""  # Ray's newest error for a ping ("" once the worker answers)
     quiet_ref: Any = None
     quiet_at: float = 0.0
@@ -200,6 +201,7 @@ class HostState:
         for ref, sent in [p for p in self.pings if p[0] in done]:  # oldest first
             try:
                 self.answer = ray.get(ref, timeout=1.0)  # ready: returns at once
+                self.answer_asked_at = sent
             except CALL_FAILED as err:  # Ray answered for a worker that could not
                 self.refusal = " ".join(str(err).split())[:200] or type(err).__name__
                 continue

@@ -175,14 +175,11 @@ def fleet_up(
     cmd = up_command(info.name, info.kind, port=port, ports=ports, num_cpus=opts.num_cpus,
                      node_ip=node_ip, temp_dir=temp_dir)
     address = join_host_port(node_ip or _this_ip(), port)
-    with _stopped_if_interrupted(noderecord.NodeRecord(address, info.name, True, temp_dir)):
-        _ray_start(cmd, noderecord.load())
-    _remember(address, info.name, True, temp_dir, opts, port, ports)
-    try:
-        _start_own_worker(address, info.name, opts.engines, "fleet up", temp_dir)
-    finally:  # a worker still starting leaves the node up: it is supervised all the same
-        if supervise:
-            keep_supervisor()
+    starting = noderecord.NodeRecord(address, info.name, True, temp_dir)
+    with _stopped_if_interrupted(starting):
+        _ray_start_or_stop(cmd, ports, starting, noderecord.load())
+        _remember(address, info.name, True, temp_dir, opts, port, ports)
+        _start_supervised(address, info.name, opts.engines, "fleet up", temp_dir, supervise)
     return Membership(address, info.name, info.kind, ports)
 
 
@@ -214,26 +211,46 @@ def fleet_join(
     ports = choose_ports(head=False)
     cmd = join_command(head, info.name, info.kind, num_cpus=opts.num_cpus, node_ip=node_ip,
                        temp_dir=temp_dir, ports=ports)
-    with _stopped_if_interrupted(noderecord.NodeRecord(head, info.name, False, temp_dir)):
-        _ray_start(cmd)
-    _remember(head, info.name, False, temp_dir, opts, None, ports)
+    starting = noderecord.NodeRecord(head, info.name, False, temp_dir)
+    with _stopped_if_interrupted(starting):
+        _ray_start_or_stop(cmd, ports, starting)
+        _remember(head, info.name, False, temp_dir, opts, None, ports)
+        _start_supervised(head, info.name, opts.engines, "fleet join", temp_dir, supervise)
+    return Membership(head, info.name, info.kind, ports)
+
+
+def _start_supervised(address: str, host: str, engines: list[str] | None, command: str,
+                      temp_dir: str, supervise: bool) -> None:
+    """This host's worker, then its supervisor; a worker that does not answer in time or dies
+    starting leaves the node up and supervised all the same (`status` shows it later)."""
     try:
-        _start_own_worker(head, info.name, opts.engines, "fleet join", temp_dir)
-    finally:
+        _start_own_worker(address, host, engines, command, temp_dir)
+    except KeyboardInterrupt:
+        raise  # its node stops (`_stopped_if_interrupted`): nothing to supervise
+    except BaseException:
         if supervise:
             keep_supervisor()
-    return Membership(head, info.name, info.kind, ports)
+        raise
+    if supervise:
+        keep_supervisor()
 
 
 @contextlib.contextmanager
 def _stopped_if_interrupted(starting: noderecord.NodeRecord) -> Iterator[None]:
-    """Ctrl-C or SIGTERM while `ray start` runs: stop what it started so far (found as `leave`
-    finds a node), which no record names yet. A head left so held its port, and `fleet leave`
-    said there was nothing to leave."""
+    """Ctrl-C or SIGTERM before `up` / `join` is done (while `ray start` runs, or while the
+    worker starts: up to `WORKER_READY_S`): stop what it started so far, found as `leave`
+    finds a node, and forget its record. A head left so held its port, and `fleet leave`
+    said there was nothing to leave; one left after `ray start` ran on, supervised, after
+    the user had read `interrupted`."""
     try:
         yield
     except KeyboardInterrupt:
-        noderecord.stop_processes(noderecord.own_processes(starting))
+        record = noderecord.load()
+        if record is not None and record.temp_dir == starting.temp_dir:
+            noderecord.stop_processes(noderecord.own_processes(record))  # its pids, recorded
+            noderecord.forget()
+        else:
+            noderecord.stop_processes(noderecord.own_processes(starting))
         raise
 
 
@@ -352,6 +369,10 @@ def _start_own_worker(address: str, host: str, engines: list[str] | None, comman
     try:
         kwargs = {"engines": engines} if engines else None
         _wait_while_unavailable(start_worker(host, kwargs), WORKER_READY_S)
+    except KeyboardInterrupt:  # its node stops (`_stopped_if_interrupted`): not left pending
+        with contextlib.suppress(Exception):
+            stop_worker(host)
+        raise
     except GetTimeoutError:
         raise UserError(
             f"{command}: the worker of host {host} did not answer within {WORKER_READY_S:g} s; "
@@ -420,11 +441,27 @@ def refuse_foreign_node(temp_dir: str) -> None:
             "--temp-dir a folder of this node's own")
 
 
-def _ray_start(cmd: list[str], record: noderecord.NodeRecord | None = None) -> None:
+def _ray_start_or_stop(cmd: list[str], ports: dict[str, int], starting: noderecord.NodeRecord,
+                       record: noderecord.NodeRecord | None = None) -> None:
+    """`_ray_start`; when it fails, what it started before failing is stopped (found as
+    `leave` finds a node): a start that timed out on a loaded machine left a GCS, a monitor
+    and a dashboard running that no record named, and the next `up` was refused over them."""
+    try:
+        _ray_start(cmd, ports, record)
+    except UserError:
+        noderecord.stop_processes(noderecord.own_processes(starting))
+        raise
+
+
+def _ray_start(cmd: list[str], ports: dict[str, int],
+               record: noderecord.NodeRecord | None = None) -> None:
+    """Run `ray start` (`cmd`) with specfleet's environment (`start_env`: `ports` moves the
+    parts no flag moves); one line when it fails (`start_failure`, `record`: this machine's
+    node)."""
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if ray_bin is None:
         raise UserError("the `ray` command is not installed: pip install 'ray[default]'")
-    done = subprocess.run([ray_bin, *cmd[1:]], env=start_env(),
+    done = subprocess.run([ray_bin, *cmd[1:]], env=start_env(ports=ports),
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise UserError(start_failure(cmd, done.stderr or done.stdout or

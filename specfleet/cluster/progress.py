@@ -32,7 +32,9 @@ class ProgressEvent:
         status: "running", "done", "failed", "interrupted", "waiting" (for a quiet,
             unthrottled host), "leased" (a run not sent yet: another driver on this fleet
             holds the machine's lease), "queued" (a run sent, waiting for the machine lock:
-            another specfleet process times a run on that machine), or news of the host
+            another specfleet process times a run on that machine), "behind" (a run sent,
+            its worker still busy with another run: one whose driver was killed, or one cut
+            loose), or news of the host
             itself (`HOST_NEWS`): "gave up" (waited `quiet_wait_s` and runs anyway, or
             waited `host_wait_s` for a host away), "unreachable" / "suspect" (its run was
             cut loose) or "back" (answers again).
@@ -42,6 +44,7 @@ class ProgressEvent:
         health: the host's `fleet.Health`.
         reason: why a "waiting" host waits (the worker's quiet check), who holds the machine
             a "leased" or "queued" run waits for (`lease_wait_reason`, `machine_wait_reason`),
+            the run a "behind" run waits for (`busy_worker_reason`),
             why it "gave up", or why a run failed or was interrupted, else "".
         run: the run in words (`torch edit_fn graded rep 2`), "" when not about one run.
         tok_per_s: a done run's whole-call rate.
@@ -67,12 +70,19 @@ STORE_LINE = "store"  # the `host` of events about the store itself (an outage b
 HOST_NEWS = ("gave up", "unreachable", "suspect", "back")  # a line about the host, no run
 # What a host waits for, by its event's status (the words before the event's reason).
 WAITS = {"waiting": "waiting for a quiet host", "leased": "waiting for the machine",
-         "queued": "waiting for the machine lock"}
+         "queued": "waiting for the machine lock", "behind": "waiting for its worker"}
 
 
 def machine_wait_reason(held_by: str, waited_s: float) -> str:
     """`held by matrix bench-3fa9c2, pid 4242; waited 12 s`: a "queued" event's reason."""
     return f"held by {held_by or 'another specfleet process'}; waited {waited_s:.0f} s"
+
+
+def busy_worker_reason(run_key: str, waited_s: float) -> str:
+    """`busy with run 3fa9c2e1b7d0, not this one (...); waited 12 s`: a "behind" event's
+    reason."""
+    return (f"busy with run {run_key[:12]}, not this one (a run whose driver was stopped, or "
+            f"one cut loose, goes on to its end); waited {waited_s:.0f} s")
 
 
 def lease_wait_reason(refused: str, waited_s: float) -> str:

@@ -26,34 +26,36 @@ class NodePart:
     Attributes:
         name: its key in `fleet-node.json`'s `ports`.
         default: Ray's port for it.
-        what: how a message names it.
-        flag: the `ray start` flag that moves it.
+        flag: the `ray start` flag that moves it, or "".
+        variable: where no flag moves it, the environment variable Ray's process reads it
+            from (set in `start_env`), or "".
         head_only: started on the head alone.
     """
 
     name: str
     default: int
-    what: str
-    flag: str
+    flag: str = ""
+    variable: str = ""
     head_only: bool = True
 
 
 # A second node on this machine (another user, another SPECFLEET_HOME) cannot have these: Ray
-# then started the head without its dashboard or its agent's HTTP server, said nothing, and
-# let two Ray Client servers share 10001 (gRPC's SO_REUSEPORT), each taking some of the
-# other's connections. (The head's metrics exporters, 44217 and 44227, move only by a variable
-# and serve nothing specfleet reads: a second head starts without them.)
+# then started the head without its dashboard, its agent's HTTP server or its metrics
+# exporters, said nothing (a traceback in the head's logs), and let two Ray Client servers
+# share 10001 (gRPC's SO_REUSEPORT), each taking some of the other's connections.
 NODE_PARTS = (
-    NodePart("dashboard", DEFAULT_DASHBOARD_PORT, "the dashboard's port", "--dashboard-port"),
-    NodePart("client_server", 10001, "Ray's client server port", "--ray-client-server-port"),
-    NodePart("dashboard_agent", 52365, "the dashboard agent's port",
-             "--dashboard-agent-listen-port", head_only=False),
+    NodePart("dashboard", DEFAULT_DASHBOARD_PORT, "--dashboard-port"),
+    NodePart("client_server", 10001, "--ray-client-server-port"),
+    NodePart("dashboard_agent", 52365, "--dashboard-agent-listen-port", head_only=False),
+    NodePart("autoscaler_metrics", 44217, variable="AUTOSCALER_METRIC_PORT"),
+    NodePart("dashboard_metrics", 44227, variable="DASHBOARD_METRIC_PORT"),
 )
 
 
 def choose_ports(head: bool, gcs_port: int | None = None) -> dict[str, int]:
-    """A port for each fixed-port part of the node (`NODE_PARTS`): Ray's own where nothing
-    here listens on it, else one the system says is free now.
+    """A port for each fixed-port part of the node (`NODE_PARTS`): its own (Ray's, or the
+    one its variable names here) where nothing here listens on it, else one the system
+    says is free now.
 
     Returns:
         part name -> port, for the parts this node starts.
@@ -63,12 +65,21 @@ def choose_ports(head: bool, gcs_port: int | None = None) -> dict[str, int]:
     for part in NODE_PARTS:
         if part.head_only and not head:
             continue
-        port = part.default
+        port = _wanted_port(part)
         if port in taken or bind_error(port) is not None:
             port = _free_port(taken)
         ports[part.name] = port
         taken.add(port)
     return ports
+
+
+def _wanted_port(part: NodePart) -> int:
+    """Ray's port for `part`, or the one its variable names here (the way to move it before
+    specfleet set the variable itself); a value that is no port leaves Ray's."""
+    given = os.environ.get(part.variable, "") if part.variable else ""
+    if given.isascii() and given.isdigit() and 0 < int(given) < 65536:
+        return int(given)
+    return part.default
 
 
 def bind_error(port: int) -> OSError | None:
@@ -93,7 +104,8 @@ def _free_port(taken: set[int | None]) -> int:
 
 
 def _port_args(ports: dict[str, int]) -> list[str]:
-    return [f"{part.flag}={ports[part.name]}" for part in NODE_PARTS if part.name in ports]
+    return [f"{part.flag}={ports[part.name]}" for part in NODE_PARTS
+            if part.flag and part.name in ports]
 
 
 def up_command(
@@ -152,12 +164,15 @@ def _node_args(
     return args
 
 
-def start_env(os_name: str | None = None) -> dict[str, str]:
+def start_env(os_name: str | None = None, ports: dict[str, int] | None = None) -> dict[str, str]:
     """Environment of `ray start`: token auth, no usage stats, no idle workers
-    (`NO_IDLE_WORKERS`, as Ray reads its settings from `RAY_` variables), macOS multi-node
-    opt-in."""
+    (`NO_IDLE_WORKERS`, as Ray reads its settings from `RAY_` variables), the ports of the
+    parts no flag moves (`ports` from `choose_ports`), macOS multi-node opt-in."""
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0",
                **{f"RAY_{name}": str(on).lower() for name, on in NO_IDLE_WORKERS.items()})
+    chosen = ports or {}
+    env.update({part.variable: str(chosen[part.name]) for part in NODE_PARTS
+                if part.variable and part.name in chosen})
     if (os_name or sys.platform) == "darwin":
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"  # Ray's opt-in for macOS clusters
     return env
@@ -172,22 +187,20 @@ def node_ip_towards(head: str) -> str:
         return probe.getsockname()[0]
 
 
-# The ports `ray start --head` gives its own parts (as this project starts it): a GCS port
-# among them fails inside Ray, in a line that names no flag.
-RAY_OWN_PORTS = (
-    (range(10002, 20000), "one of Ray's worker ports (10002-19999)"),
-    *((range(part.default, part.default + 1), part.what) for part in NODE_PARTS),
-)
+# The ports `ray start --head` gives its worker processes (as this project starts it): a GCS
+# port among them fails inside Ray, in a line that names no flag. (The parts with a fixed
+# port move out of the GCS's way: `choose_ports`.)
+RAY_WORKER_PORTS = range(10002, 20000)
 
 
 def check_port_free(port: int) -> None:
-    """Refuse a GCS port Ray's head gives one of its own parts, or one something here already
+    """Refuse a GCS port Ray's head gives its worker processes, or one something here already
     listens on, before `ray start --head`: the head's GCS (every address, SO_REUSEADDR, as
     bound here) failed on it after ~40 s, in a line that named neither the port nor why."""
-    for ports, what in RAY_OWN_PORTS:
-        if port in ports:
-            raise UserError(f"--port {port} is {what}, which the head uses itself; expected "
-                            f"another port, e.g. {DEFAULT_PORT}")
+    if port in RAY_WORKER_PORTS:
+        raise UserError(f"--port {port} is one of Ray's worker ports ({RAY_WORKER_PORTS.start}-"
+                        f"{RAY_WORKER_PORTS.stop - 1}), which the head gives its worker "
+                        f"processes; expected another port, e.g. {DEFAULT_PORT}")
     err = bind_error(port)
     if err is not None:
         raise UserError(f"--port {port}: the head's GCS cannot listen there "

@@ -35,6 +35,7 @@ from specfleet.cluster.progress import (
     STORE_LINE,
     ProgressCallback,
     ProgressEvent,
+    busy_worker_reason,
     fan_out,
     machine_wait_reason,
     progress_for,
@@ -356,20 +357,33 @@ def _quiet_or_say_why(ctx: _Ctx, host: HostState) -> bool:
 
 
 def _say_machine_wait(ctx: _Ctx, host: HostState) -> None:
-    """A run sent whose worker waits for the machine lock (another specfleet process times a
-    run there; its pings say so): "queued" and who holds it, then "running" once it has it."""
+    """A run sent that waits on its worker (its pings say so): "queued" and who holds the
+    machine lock (another specfleet process times a run there), or "behind" and the run the
+    worker is still busy with (one whose driver was killed: the lease it held went with the
+    driver, its run goes on); then "running" once ours has the machine."""
     flight, answer = host.inflight, host.answer
     ours = flight is not None and flight.cut_at is None
     wait = answer.get("machine_wait") if ours else None
+    # Asked after ours was sent: an answer from before names our previous run.
+    fresh = flight is not None and host.answer_asked_at >= flight.sent_at
+    other = answer.get("run_key") if ours and fresh and answer.get("busy") else None
     if flight is not None and wait and answer.get("run_key") == flight.spec.run_key:
-        reason = machine_wait_reason(wait.get("held_by", ""), wait.get("waited_s", 0.0))
-        if reason != host.machine_wait:
-            host.machine_wait = reason
-            _emit(ctx, host, flight.spec.run_key, "queued", reason)
+        _say_wait(ctx, host, "queued",
+                  machine_wait_reason(wait.get("held_by", ""), wait.get("waited_s", 0.0)))
+    elif flight is not None and other and other != flight.spec.run_key:
+        _say_wait(ctx, host, "behind",
+                  busy_worker_reason(other, time.monotonic() - flight.sent_at))
     elif host.machine_wait:
         host.machine_wait = ""
         if flight is not None and ours:
             _emit(ctx, host, flight.spec.run_key, "running")
+
+
+def _say_wait(ctx: _Ctx, host: HostState, status: str, reason: str) -> None:
+    assert host.inflight is not None
+    if reason != host.machine_wait:
+        host.machine_wait = reason
+        _emit(ctx, host, host.inflight.spec.run_key, status, reason)
 
 
 def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:

@@ -128,13 +128,9 @@ def test_up_on_a_port_something_listens_on_is_refused_before_ray_starts(tmp_path
     assert noderecord.load() is None
 
 
-@pytest.mark.parametrize(("port", "what"), [
-    (16399, "one of Ray's worker ports (10002-19999)"), (10002, "one of Ray's worker ports (10002-19999)"),
-    (19999, "one of Ray's worker ports (10002-19999)"), (10001, "Ray's client server port"),
-    (8265, "the dashboard's port"), (52365, "the dashboard agent's port"),
-])
-def test_up_on_a_port_ray_gives_its_own_parts_is_refused_before_ray_starts(
-        port, what, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("port", [16399, 10002, 19999])
+def test_up_on_one_of_rays_worker_ports_is_refused_before_ray_starts(
+        port, tmp_path, monkeypatch) -> None:
     # `ray start --head --port=16399` failed with "If you allocate ports, please make sure the
     # same port is not used by multiple components.", naming no flag.
     monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path))
@@ -142,10 +138,28 @@ def test_up_on_a_port_ray_gives_its_own_parts_is_refused_before_ray_starts(
     monkeypatch.setattr(membership, "_ray_start", lambda *a: pytest.fail("ray start ran"))
     with pytest.raises(UserError) as err:
         membership.fleet_up("h1", port=port)
-    assert str(err.value) == (f"--port {port} is {what}, which the head uses itself; expected "
-                              "another port, e.g. 6379")
+    assert str(err.value) == (f"--port {port} is one of Ray's worker ports (10002-19999), which "
+                              "the head gives its worker processes; expected another port, "
+                              "e.g. 6379")
     assert noderecord.load() is None
-    assert not any(20000 in ports for ports, _ in raystart.RAY_OWN_PORTS)  # the user's again
+    assert 20000 not in raystart.RAY_WORKER_PORTS  # the user's again
+
+
+def test_up_on_the_dashboards_port_moves_the_dashboard(home, monkeypatch) -> None:
+    # `fleet up --port 8265` was refused as "the dashboard's port, which the head uses itself",
+    # though the dashboard (like the client server, the agent and the metrics exporters) now
+    # takes another port where its own is taken.
+    if raystart.bind_error(raystart.DEFAULT_DASHBOARD_PORT) is not None:
+        pytest.skip("something here listens on 8265 already")
+    started: list[list[str]] = []
+    monkeypatch.setattr(membership, "_ray_start",
+                        lambda cmd, ports, record=None: started.append(cmd))
+    monkeypatch.setattr(membership, "_start_own_worker", lambda *a: None)
+    done = membership.fleet_up("h1", port=8265, supervise=False, options=membership.NodeOptions(
+        node_ip="127.0.0.1", temp_dir=str(home / "ray-h1")))
+    assert "--port=8265" in started[0] and done.address == "127.0.0.1:8265"
+    assert done.ports["dashboard"] != 8265
+    assert f"--dashboard-port={done.ports['dashboard']}" in started[0]
 
 
 @pytest.mark.parametrize("command", ["up", "join"])

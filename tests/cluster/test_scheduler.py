@@ -213,6 +213,24 @@ def test_require_quiet_waits_for_quiet_then_runs_anyway_flagged_noisy(fleet, sto
         ray.kill(loud)  # a second worker on beta left running would hold the machine's lock
 
 
+def test_a_run_sent_behind_a_run_its_driver_left_says_what_it_waits_for(fleet, store):
+    # A driver SIGKILLed mid-run: its machine lease went with it (Ray marks its job dead), its
+    # run went on to its end on the worker, and the next driver's run, sent there at once,
+    # waited behind it without a word (bars and --no-progress alike).
+    (left,) = make_runs("left", {"alpha": [("script:100ms", "plain", 40)]})  # ~4 s
+    left_ref = fleet.handles["alpha"].run.remote(left)  # no scheduler waits for it
+    assert wait_until(lambda: ray.get(fleet.handles["alpha"].ping.remote(), timeout=10)["busy"],
+                      timeout_s=60, every_s=0.1)
+    matrix_id, (run,) = new_matrix(store, "after", {"alpha": [("script:1ms", "plain", 4)]})
+    events = []
+    outcome = run_matrix(store, matrix_id, fleet.handles, events.append, options=FAST)
+    assert outcome.done == 1 and ray.get(left_ref, timeout=60).status == "done"
+    said = [(e.status, e.reason) for e in events if e.run_key == run.run_key]
+    behind = [reason for status, reason in said if status == "behind"]
+    assert behind and behind[0].startswith(f"busy with run {left.run_key[:12]}, not this one"), said
+    assert said[0][0] == "running" and said[-1][0] == "done", said  # sent, then ran
+
+
 def test_dispatch_runs_with_nothing_to_do_returns_at_once(fleet, store):
     assert dispatch_runs(store, [], fleet.handles, options=FAST) == {}
 

@@ -2,8 +2,9 @@
 
 - Ray's fixed ports: a second `fleet up` started its head with no dashboard (8265 taken; Ray
   said nothing) and a Ray Client server sharing 10001 with the first (gRPC's SO_REUSEPORT:
-  each took some of the other's connections); its dashboard agent found 52365 taken. Each
-  now gets a free port, in the `ray start` line and the node record.
+  each took some of the other's connections); its dashboard agent found 52365 taken, and its
+  metrics exporters 44217 and 44227 (a traceback in its logs). Each now gets a free port, in
+  the `ray start` line or its environment, and the node record.
 - The same name from another SPECFLEET_HOME shared the first node's Ray temp dir, and `leave`
   on either, finding a node by its temp dir, stopped both: refused before Ray starts.
 - A temp dir whose name begins another's (`.../ray-h1` and `.../ray-h10`): `leave` on h1 took
@@ -23,7 +24,7 @@ import pytest
 
 from specfleet.cluster import membership, noderecord
 from specfleet.cluster.membership import NodeOptions
-from specfleet.cluster.raystart import NODE_PARTS
+from specfleet.cluster.raystart import NODE_PARTS, start_env
 from specfleet.errors import UserError
 
 
@@ -57,20 +58,22 @@ def held(port: int):
         yield
 
 
-def test_a_second_head_gets_free_ports_for_its_dashboard_client_server_and_agent(
+def test_a_second_head_gets_free_ports_for_its_dashboard_client_server_agent_and_metrics(
         home, monkeypatch) -> None:
-    started: list[list[str]] = []
-    monkeypatch.setattr(membership, "_ray_start", lambda cmd, record=None: started.append(cmd))
+    started: list[tuple[list[str], dict[str, int]]] = []
+    monkeypatch.setattr(membership, "_ray_start",
+                        lambda cmd, ports, record=None: started.append((cmd, ports)))
     monkeypatch.setattr(membership, "_start_own_worker", lambda *a: None)
     with contextlib.ExitStack() as stack:
         for part in NODE_PARTS:  # what the first head on this machine holds
             stack.enter_context(held(part.default))
         done = membership.fleet_up("h2", port=free_port(), supervise=False, options=NodeOptions(
             node_ip="127.0.0.1", temp_dir=str(home / "ray-h2")))
-    flags = dict(arg.split("=", 1) for arg in started[0] if "=" in arg)
-    for part in NODE_PARTS:
+    cmd, ports = started[0]
+    moved = dict(arg.split("=", 1) for arg in cmd if "=" in arg) | start_env(ports=ports)
+    for part in NODE_PARTS:  # a flag of `ray start`, or a variable of its environment
         port = done.ports[part.name]
-        assert port != part.default and flags[part.flag] == str(port), (part, flags)
+        assert port != part.default and moved[part.flag or part.variable] == str(port), part
     assert noderecord.load().ports == done.ports  # recorded, as `fleet up` printed it
     assert len(set(done.ports.values())) == len(NODE_PARTS)
 

@@ -39,7 +39,7 @@ def test_up_removes_the_address_a_crashed_head_left_before_ray_starts(tmp_path, 
     (temp_dir / RAY_CLUSTER_FILE).write_text(f"127.0.0.1:{port}")
     seen: list[bool] = []
 
-    def ray_start(cmd, record=None):
+    def ray_start(cmd, ports, record=None):
         seen.append((temp_dir / RAY_CLUSTER_FILE).exists())
         raise RayStarted
 
