@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from specfleet.cli.matrix import partial_note
 from specfleet.cli.options import DbOption, MatrixIdArgument
 from specfleet.report.record import write_record
 from specfleet.store.store import open_store
@@ -25,11 +26,13 @@ def report(
     check_writable_dir(target, "--out")
     with open_store(db, read_only=True) as store:
         files = write_record(store, matrix_id, target)
-        done = store.get_matrix(matrix_id).counts.get("done", 0)
+        matrix = store.get_matrix(matrix_id)
     typer.echo(f"record: {files.markdown}")
-    if not done:  # a record of failures: said, so empty tables are not read as a result
+    if not matrix.counts.get("done", 0):  # a record of failures: its tables are no result
         typer.echo(f"warning: matrix {matrix_id} has no done runs: the record's tables are "
                    "empty; runs.csv holds each run's status and error", err=True)
+    elif (note := partial_note(matrix)) is not None:  # as `matrix show` says it
+        typer.echo(note, err=True)
     for path in (*files.plots, files.csv):
         typer.echo(f"  {path}")
     if note := files.glyphs_note():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 import typer
 
+from specfleet import jsontext
 from specfleet.cli.options import (
     MATRIX_ID,
     DbOption,
@@ -82,13 +84,16 @@ def results(
     version: Annotated[Many, _many("--version", "specfleet version that ran it")] = None,
     since: Annotated[str | None, typer.Option(help="Finished at or after (ISO, UTC).")] = None,
     until: Annotated[str | None, typer.Option(help="Finished before (ISO, UTC).")] = None,
-    cells: Annotated[bool, typer.Option("--cells", help="Aggregate done runs per cell.")] = False,
+    cells: Annotated[bool, typer.Option("--cells", help=(
+        "Aggregate done runs per cell: a row per cell and token limit, in plan order (targets, "
+        "models, prompts, then arms, plain first, as the matrices list them)."))] = False,
     pivot: Annotated[str | None, typer.Option(help="'target': targets side by side.")] = None,
     fmt: FormatOption = "table",
     rate: RateOption = "whole",
     db: DbOption = None,
 ) -> None:
-    """Stored runs matching the filters (or, with --cells / --pivot, their cells)."""
+    """Stored runs matching the filters (or, with --cells / --pivot, their cells), in matrix
+    and plan order."""
     check_format(fmt)  # the flags' own mistakes first, then what the store holds
     check_pivot(pivot)
     with open_store(db, read_only=True) as store:
@@ -162,7 +167,12 @@ def compare_cmd(
         rows = compare(store, a, b, allow_mixed, factor)
         runs_a, runs_b = store.runs(matrix=a), store.runs(matrix=b)
     coverage = compare_coverage(runs_a, runs_b, len(rows))
-    typer.echo(render_compare(rows, a, b, fmt, factor, only_changed), nl=False)
+    text = render_compare(rows, a, b, fmt, factor, only_changed)
+    if fmt == "json":  # the web API's body: the cells and how many were compared
+        body = {"a": a, "b": b, "allow_mixed": allow_mixed, "coverage": coverage.counts(),
+                "cells": json.loads(text)}
+        text = jsontext.dumps(body, indent=2) + "\n"
+    typer.echo(text, nl=False)
     regressions = sum(r.verdict == "regression" for r in rows)
     failed = bool(regressions) and fail_on == "regression"
     if failed:

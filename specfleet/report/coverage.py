@@ -30,6 +30,10 @@ class Coverage:
     def text(self) -> str:
         return f"{self.compared} of {self.planned} {self.unit} compared"
 
+    def counts(self) -> dict[str, int | bool]:
+        """The JSON `coverage` object (`compare -o json`, the web API's `/api/compare`)."""
+        return {"compared": self.compared, "planned": self.planned, "complete": self.complete}
+
 
 def cell_keys(runs: Iterable) -> set[tuple[str, str, str, str]]:
     """(target, model, prompt, arm) of every run, whatever its status."""

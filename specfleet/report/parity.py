@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, Replay, Replayer, classify
 from specfleet.engine.peers import is_peer
-from specfleet.report.build import done_runs, load_matrix
+from specfleet.report.build import done_runs, load_matrix, plan_order
 from specfleet.report.coverage import Coverage, cell_keys, parity_coverage
 from specfleet.stats.cells import cross_target_parity
 from specfleet.stats.runs import CellKey, draws_anew
@@ -278,10 +278,12 @@ def check_parity(
         The `ParityReport`.
     """
     load_matrix(store, matrix_id)
-    runs = done_runs(store, matrix_id)
-    all_runs = store.runs(matrix=matrix_id)
+    all_runs = store.runs(matrix=matrix_id)  # read once: a big matrix's texts decode slowly
+    runs = sorted((r for r in all_runs if r.status == "done"), key=lambda r: r.plan_order)
     groups = group_runs(runs)
-    arms = tuple(arm_parity(groups, replayer, threshold))
+    order = plan_order(all_runs)  # as the tables list the arms, a failed first repeat aside
+    arms = tuple(sorted(arm_parity(groups, replayer, threshold), key=lambda a: order.cell_rank(
+        CellKey(a.target, a.model, a.prompt, a.arm))))
     report = ParityReport(
         matrix_id=matrix_id,
         threshold=threshold,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
-from specfleet.report.build import done_runs, load_matrix
+from specfleet.report.build import done_runs, load_matrix, matrix_view, stored_plan_order
 from specfleet.report.grid import Grid, md_text, to_markdown
 from specfleet.report.parity import PEER_DIFFERS, ArmParity, check_parity, error_line
 from specfleet.report.parity_tables import cross_grid, summary_line, uncompared_grid, where_text
@@ -24,7 +24,7 @@ from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
 from specfleet.stats.interval import RULE, no_verdict_text
 from specfleet.stats.runs import target_label
-from specfleet.stats.view import PLAIN, view_of_runs
+from specfleet.stats.view import PLAIN
 from specfleet.store.export import export_runs
 from specfleet.userfiles import check_output_file
 from specfleet.workers.conditions import CLOCK_FRACTION_FLAG, stored_summary
@@ -273,7 +273,7 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     """The whole record as markdown text."""
     matrix = load_matrix(store, matrix_id)
     runs = done_runs(store, matrix_id)
-    view = view_of_runs(matrix_id, matrix.name, runs)
+    view = matrix_view(store, matrix, runs)
     finished = (f"finished {matrix.finished_at:%Y-%m-%d %H:%M} UTC" if matrix.finished_at
                 else "not finished")
     lines = [
@@ -287,7 +287,8 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     body = [environment_grid(store, runs), prompts_grid(store, runs)]
     results = grids_for(view)
     if len(view.targets) > 1:  # a row per token limit, as `matrix show --pivot target`
-        layers = limit_layers(runs, "whole", matrix_id, matrix.name)
+        layers = limit_layers(runs, "whole", matrix_id, matrix.name,
+                              stored_plan_order(store, matrix_id))
         results.append(pivot_layers_grid(layers, view.targets, "whole"))
     results.append(interval_grid(view))
     ceiling = ceiling_grid(store, runs)
@@ -332,8 +333,7 @@ def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     """
     matrix = load_matrix(store, matrix_id)
     out = Path(out_dir)
-    runs = done_runs(store, matrix_id)
-    view = view_of_runs(matrix_id, matrix.name, runs)
+    view = matrix_view(store, matrix, done_runs(store, matrix_id))
     markdown, csv_path = out / f"{matrix_id}.md", out / "runs.csv"
     finals = [markdown, csv_path, *plot_files(view, out)]
     for path in finals:  # before any is written

@@ -15,7 +15,15 @@ from specfleet.engine.stats import decode_tok_per_s
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import ARMS
-from specfleet.report.build import build_view, done_runs
+from specfleet.report.build import (
+    PlanOrder,
+    build_view,
+    done_runs,
+    in_order,
+    in_plan_order,
+    plan_order,
+    stored_plan_order,
+)
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.parity import why_not_compared
 from specfleet.report.tables import (
@@ -34,8 +42,8 @@ from specfleet.report.tables import (
     speedup_text,
 )
 from specfleet.stats.cells import LOOP_SHARE_FLAG
-from specfleet.stats.runs import ROW_FIELDS, Rate
-from specfleet.stats.view import PLAIN, CellView, MatrixView, ordered, view_of_runs
+from specfleet.stats.runs import ROW_FIELDS, CellKey, Rate
+from specfleet.stats.view import PLAIN, CellView, MatrixView, view_of_runs
 from specfleet.store.export import export_runs
 
 
@@ -175,10 +183,11 @@ SAMPLED_NOTE = ("T0.8 after it: runs sampled at temperature 0.8, never pooled wi
 
 @dataclass(frozen=True)
 class LimitLayer:
-    """The done runs of one new-token limit and sampling temperature, as a view."""
+    """The done runs of one new-token limit and sampling temperature, as a view in `order`."""
 
     max_tokens: int
     view: MatrixView
+    order: PlanOrder  # the plan order every layer of one listing shares
     temperature: float = 0.0  # 0: greedy
 
     @property
@@ -198,28 +207,33 @@ def limits_notes(layers: list[LimitLayer]) -> tuple[str, ...]:
 
 
 def limit_layers(runs: list, rate: Rate = "whole", matrix_id: str = "results",
-                 name: str = "filtered runs") -> list[LimitLayer]:
+                 name: str = "filtered runs", order: PlanOrder | None = None
+                 ) -> list[LimitLayer]:
     """The done runs split by `max_tokens` and sampling temperature, smallest first, so that
     no cell or pivot row pools two limits (tok/s grows with the reply: prefill spread over
     more tokens) or greedy with sampled runs, and an arm pairs with plain of its own layer;
-    each layer's view is named `matrix_id` and `name`."""
+    each layer's view is named `matrix_id` and `name`, its axes and cells in `order` (default:
+    as `runs`, in store order and of any status, list them)."""
+    order = plan_order(runs) if order is None else order
     by_layer: dict[tuple[int, float], list] = defaultdict(list)
     for run in runs:
         if run.status == "done":
             by_layer[(run.max_tokens, getattr(run, "temperature", 0.0) or 0.0)].append(run)
-    return [LimitLayer(limit, view_of_runs(matrix_id, name, by_layer[(limit, temp)], rate), temp)
+    return [LimitLayer(limit, in_plan_order(view_of_runs(matrix_id, name, by_layer[(limit, temp)],
+                                                         rate), order), order, temp)
             for limit, temp in sorted(by_layer)]
 
 
 def limit_cells(layers: list[LimitLayer],
                 arms: Collection[str] | None = None) -> list[tuple[LimitLayer, CellView]]:
-    """Every cell (of `arms`, when given) with its layer, a cell's layers next to each
-    other."""
+    """Every cell (of `arms`, when given) with its layer, in plan order (target, model,
+    prompt, arm), a cell's layers next to each other."""
     cells = [(layer, c) for layer in layers for c in layer.view.cells
              if arms is None or c.arm in arms]
-    return sorted(cells, key=lambda item: (item[1].target, item[1].model, item[1].prompt,
-                                           item[1].arm, item[0].max_tokens,
-                                           item[0].temperature))
+    return sorted(cells, key=lambda item: (
+        item[0].order.cell_rank(CellKey(item[1].target, item[1].model, item[1].prompt,
+                                        item[1].arm)),
+        item[0].max_tokens, item[0].temperature))
 
 
 def cells_grid(layers: list[LimitLayer], arms: Collection[str] | None = None) -> Grid:
@@ -227,7 +241,9 @@ def cells_grid(layers: list[LimitLayer], arms: Collection[str] | None = None) ->
     with spread, speed-up and markers."""
     rows = []
     for layer, c in limit_cells(layers, arms):
-        median = f"{c.median_tok_per_s:.2f} {pct(c.spread)}" + ("!" if c.spread_flag else "")
+        # Beside n: one repeat has no spread (not ±0.0%).
+        spread = DASH if c.n < 2 else pct(c.spread) + ("!" if c.spread_flag else "")
+        median = f"{c.median_tok_per_s:.2f} {spread}"
         # Nothing proposed has no rate (as a run's own row says), not 0.0000.
         rate = c.counters.acceptance_rate if c.arm != "plain" and c.counters.proposed else None
         acc = DASH if rate is None else f"{rate:.4f}"
@@ -274,11 +290,18 @@ def pivot_layer_records(layers: list[LimitLayer], targets: tuple[str, ...]) -> l
 
 
 def _pivot_keys(layers: list[LimitLayer]) -> Iterator[tuple[LimitLayer, str, str, str]]:
-    for model in ordered(m for layer in layers for m in layer.view.models):
-        for prompt in ordered(p for layer in layers for p in layer.view.prompts):
-            for arm in ordered(a for layer in layers for a in layer.view.lookup_arms):
+    for model in _axis(layers, "models"):
+        for prompt in _axis(layers, "prompts"):
+            for arm in _axis(layers, "lookup_arms", planned="arms"):
                 for layer in layers:
                     yield layer, model, prompt, arm
+
+
+def _axis(layers: list[LimitLayer], name: str, planned: str | None = None) -> tuple[str, ...]:
+    """The views' axis `name` over every layer (one may lack what another has), in the
+    order of their plan's axis `planned` (default: `name`)."""
+    order = getattr(layers[0].order, planned or name) if layers else ()
+    return in_order((v for layer in layers for v in getattr(layer.view, name)), order)
 
 
 def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Rate,
@@ -286,7 +309,7 @@ def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Ra
                  named: tuple[str, str] = ("results", "filtered runs")) -> str:
     """The cells of `limit_layers` (of `arms`, when given; with `pivot`, targets side by
     side) in `fmt`; `named` is the (id, name) a pivot's heading and JSON body carry."""
-    targets = ordered(t for layer in layers for t in layer.view.targets)
+    targets = _axis(layers, "targets")
     matrix_id, name = named
     if fmt in ("table", "markdown"):
         grid = (cells_grid(layers, arms) if pivot is None
@@ -373,6 +396,5 @@ def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None =
         why = why_not_compared(store, view) if fmt in ("table", "markdown") else ()
         return render_view(view, fmt, why)
     layers = limit_layers(done_runs(store, matrix_id, (*ROW_FIELDS, "max_tokens", "temperature")),
-                          rate,
-                          view.matrix_id, view.name)
+                          rate, view.matrix_id, view.name, stored_plan_order(store, matrix_id))
     return render_cells(layers, fmt, pivot, rate, named=(view.matrix_id, view.name))

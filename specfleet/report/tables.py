@@ -3,7 +3,8 @@
 Per target, like the reference record: rows model x arm, columns prompts, each
 speed-up with its spread beside it. Markers (explained under every table):
 `!` spread above 5%, `gain` / `loss` the 90% interval on the speed-up lies above / below 1x,
-`within noise` it holds 1x (the rule: `stats/interval.py`), `n=1, no verdict` fewer than 3 repeats, `LOOP` replies loop (kept out
+`within noise` it holds 1x (the rule: `stats/interval.py`), `n=1, no verdict` an arm with fewer
+than 3 repeats a side (plain, the baseline, shows its spread), `LOOP` replies loop (kept out
 of the headline), `THROTTLED` a run of the cell or of its plain ran on a throttled host,
 `=` identical to plain, `≠` diverged from plain.
 """
@@ -94,8 +95,11 @@ def _throttled(cell: CellView | None) -> str:
 
 
 def spread_text(cell: CellView) -> str:
-    """`±1.2%` (with `!` above the flag), or `n=1, no verdict` under 3 repeats."""
-    if cell.no_verdict_n is not None:
+    """`±1.2%` (with `!` above the flag), or an arm's `n=1, no verdict` under 3 repeats.
+    Plain is the baseline no verdict applies to: its spread, `n=1` from one repeat."""
+    if cell.arm == PLAIN and cell.n == 1:
+        return "n=1"  # one repeat has no spread
+    if cell.arm != PLAIN and cell.no_verdict_n is not None:
         return no_verdict_text(cell.no_verdict_n)
     return pct(cell.spread) + ("!" if cell.spread_flag else "")
 

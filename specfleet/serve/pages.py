@@ -18,7 +18,7 @@ from urllib.parse import quote_plus, urlencode
 
 import yaml
 
-from specfleet.report.build import done_runs
+from specfleet.report.build import done_runs, matrix_view
 from specfleet.report.coverage import compare_coverage
 from specfleet.report.history import (
     cell_history,
@@ -35,8 +35,7 @@ from specfleet.report.parity_tables import arm_grid, cross_grid, summary_line, u
 from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
 from specfleet.serve.params import BadParameter, NotFound
-from specfleet.stats.runs import ROW_FIELDS
-from specfleet.stats.view import view_of_runs
+from specfleet.stats.runs import CELL_FIELDS, ROW_FIELDS
 from specfleet.store.export import export_runs
 
 MATRICES_PER_PAGE = 50
@@ -46,7 +45,6 @@ HISTORY_LAST = 50  # newest matrices a history page shows unless ?last= says oth
 QUERY_NAMES = {"model": "query parameter model", "prompt": "query parameter prompt",
                "host": "query parameter target's HOST"}
 PROGRESS_STATUSES = ("done", "running", "pending", "failed", "interrupted")
-COVERAGE_FIELDS = ("host", "engine", "device", "model", "prompt_name", "arm")  # a run's cell
 # What `conditions_by_host` reads of a run besides its cell.
 CONDITIONS_FIELDS = ("host", "conditions", "finished_at", "plan_order", "throttled",
                      "throttle_reason")
@@ -199,7 +197,7 @@ def matrix_page(store, matrix_id: str, as_json: bool = False) -> dict:
     exactly `matrix show --format json`, plus its progress)."""
     matrix = store.get_matrix(matrix_id)
     runs = done_runs(store, matrix_id, (*ROW_FIELDS, *CONDITIONS_FIELDS))
-    view = view_of_runs(matrix_id, matrix.name, runs)  # what `matrix show` prints
+    view = matrix_view(store, matrix, runs)  # what `matrix show` prints
     if as_json:
         return {**view_body(view), "progress": progress(matrix)}
     grids = grids_for(view)
@@ -302,10 +300,9 @@ def compare_page(store, a: str, b: str, allow_mixed: bool = False,
         raise BadParameter(refusal)
     rows = compare(store, a, b, allow_mixed)
     # As `specfleet compare`: nothing in common is no evidence, never "0 regressions".
-    coverage = compare_coverage(store.runs(matrix=a, columns=COVERAGE_FIELDS),
-                                store.runs(matrix=b, columns=COVERAGE_FIELDS), len(rows))
-    counts = {"compared": coverage.compared, "planned": coverage.planned,
-              "complete": coverage.complete}
+    coverage = compare_coverage(store.runs(matrix=a, columns=CELL_FIELDS),
+                                store.runs(matrix=b, columns=CELL_FIELDS), len(rows))
+    counts = coverage.counts()
     if as_json:
         return {"a": a, "b": b, "allow_mixed": allow_mixed, "coverage": counts,
                 "cells": json.loads(render_compare(rows, a, b, "json"))}

@@ -164,7 +164,7 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
         speedup_low=interval.low if interval else None,
         speedup_high=interval.high if interval else None,
         speedup_coverage=interval.coverage if interval else None,
-        no_verdict_n=_no_verdict_n(stats, speedup),
+        no_verdict_n=_no_verdict_n(speedup),
         spread_flag=stats.spread_flag,
         loop=speedup.looping if speedup else stats.looping,
         loop_share=stats.loop_share,
@@ -182,9 +182,11 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
     )
 
 
-def _no_verdict_n(stats, speedup) -> int | None:
-    n = speedup.n if speedup is not None else stats.n
-    return n if n < MIN_REPEATS else None
+def _no_verdict_n(speedup) -> int | None:
+    # No speed-up (plain, the baseline, or an arm without plain): no verdict to withhold.
+    if speedup is None:
+        return None
+    return speedup.n if speedup.n < MIN_REPEATS else None
 
 
 def view_of_runs(matrix_id: str, name: str, runs: list, rate: Rate = "whole") -> MatrixView:

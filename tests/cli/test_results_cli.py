@@ -121,7 +121,7 @@ def test_history_flags_a_change_and_names_the_test(db_path) -> None:  # noqa: F8
 
 def test_compare_factor_only_changed_and_markdown(db_path) -> None:  # noqa: F811
     rows = json.loads(invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--format", "json",
-                             "--only-changed", "--fail-on", "none").stdout)
+                             "--only-changed", "--fail-on", "none").stdout)["cells"]
     assert [r["verdict"] for r in rows] == ["regression"] and rows[0]["arm"] == "graded"
     wide = invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--factor", "1.3", "-o", "md")
     assert wide.exit_code == 0, wide.output  # 0.80x lies inside 1.3x either way
@@ -147,6 +147,21 @@ def test_history_fails_on_a_regression_at_the_newest_point(db_path) -> None:  # 
         table.split()), table
 
 
+def test_compare_json_carries_the_coverage_the_web_api_gives(db_path) -> None:  # noqa: F811
+    # `compare -o json` was the cells alone: a script could not tell 4 of 8 cells compared
+    # (exit 1) from all of them, which `/api/compare` says in `coverage`.
+    from tests.serve.conftest import client_of
+
+    for b, complete in ((AFTER_ID, True), (MIXED_ID, False)):
+        cli = invoke(db_path, "compare", DEMO_ID, b, "-o", "json", "--fail-on", "none")
+        assert cli.exit_code == (0 if complete else 1), cli.output
+        body = json.loads(cli.stdout)
+        assert body["coverage"]["complete"] is complete
+        assert body["coverage"]["compared"] == len(body["cells"])
+        for web in client_of(f"sqlite:///{db_path}"):
+            assert web.get(f"/api/compare?a={DEMO_ID}&b={b}").json() == body
+
+
 def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None:  # noqa: F811
     same = invoke(db_path, "compare", DEMO_ID, AFTER_ID)
     assert same.exit_code == 1, same.output  # a regression fails the check
@@ -154,7 +169,7 @@ def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None: 
     assert same.stderr.strip() == f"compare: 1 regressions ({AFTER_ID} against {DEMO_ID})"
     assert invoke(db_path, "compare", DEMO_ID, AFTER_ID, "--fail-on", "none").exit_code == 0
     mixed = invoke(db_path, "compare", DEMO_ID, MIXED_ID, "--format", "json")
-    row = next(r for r in json.loads(mixed.stdout) if r["arm"] == "graded")
+    row = next(r for r in json.loads(mixed.stdout)["cells"] if r["arm"] == "graded")
     assert row["verdict"] == "slower" and row["differs"] == ["prompt hash"]
     assert row["ratio"] == pytest.approx(0.8)
     text = invoke(db_path, "compare", DEMO_ID, MIXED_ID).output
@@ -236,7 +251,7 @@ def test_a_slow_down_timed_on_a_busy_host_is_no_regression(db_path, tmp_path) ->
         conn.execute("UPDATE runs SET noisy = 1 WHERE matrix_id = ?", (AFTER_ID,))
     result = invoke(busy, "compare", DEMO_ID, AFTER_ID, "--format", "json")
     assert result.exit_code == 0, result.output
-    row = next(r for r in json.loads(result.stdout) if r["arm"] == "graded"
+    row = next(r for r in json.loads(result.stdout)["cells"] if r["arm"] == "graded"
                and r["verdict"] != "within noise")
     assert row["verdict"] == "slower" and row["differs"] == ["host load (noisy runs)"]
     history = json.loads(invoke(busy, "history", "--model", "script", "--prompt", "copy", "--arm",
@@ -267,7 +282,7 @@ def test_json_stays_strict_json_with_a_zero_median_or_an_inf_rate(db_path, tmp_p
     runs = json.loads(invoke(odd, "results", "--matrix", AFTER_ID, "--format", "json").stdout)
     assert runs[0]["tok_per_s"] is None
     compared = json.loads(invoke(odd, "compare", DEMO_ID, AFTER_ID, "--format", "json",
-                                 "--fail-on", "none").stdout)
+                                 "--fail-on", "none").stdout)["cells"]
     assert None in [r["ratio"] for r in compared if r["arm"] == "plain"]
 
 
