@@ -10,8 +10,9 @@ from sqlalchemy.engine import URL
 
 from specfleet.errors import UserError
 from specfleet.store import engine
-from specfleet.store.engine import display_url, no_room_for_side_files
+from specfleet.store.engine import display_url
 from specfleet.store.errors import StoreDamaged, StoreUnreachable
+from specfleet.store.sidefiles import no_room_for_side_files
 
 _BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "')
 

@@ -28,14 +28,19 @@ from specfleet import jsontext
 from specfleet.dirs import user_data_dir
 from specfleet.errors import UserError
 from specfleet.settings import DB, expand_user
+from specfleet.store.openedfile import OpenedFile
+from specfleet.store.sidefiles import (
+    check_room,
+    check_wal_is_its_own,
+    fold_wal_into_store,
+    no_room_for_side_files,
+)
 from specfleet.userfiles import check_folder_path, refuse_unreachable
 
 BUSY_TIMEOUT_S = 60.0
 # One slice of a writer's wait for the write lock: SQLite sleeps it in C, deaf to Ctrl-C.
 LOCK_SLICE_S = 0.25
 LOCK_SAY_S = 5.0  # a writer waiting this long for another's write lock says so, once
-# Room a WAL connection needs beside the store: the -shm's first 32 KiB, and some to spare.
-SIDE_FILES_BYTES = 64 * 1024
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
 WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
@@ -236,6 +241,8 @@ def check_writable(url: URL, source: str) -> None:
         raise UserError(
             f"{source}: directory {path.parent} is read-only; SQLite needs to write its WAL files there"
         )
+    check_wal_is_its_own(path, source)
+    check_room(path, source)
 
 
 def check_readable(url: URL, source: str) -> None:
@@ -260,22 +267,30 @@ def check_readable(url: URL, source: str) -> None:
         raise UserError(f"{source}: {path} is not a regular file; give a SQLite file path")
     if not os.access(path, os.R_OK):
         raise UserError(f"{source}: cannot read the SQLite file {path} (permission denied)")
+    check_wal_is_its_own(path, source)
+    check_room(path, source, reading=True)
 
 
-def create_private_file(url: URL, source: str) -> None:
+def create_private_file(url: URL, source: str) -> OpenedFile | None:
     """Create a new SQLite file as mode 0600 before SQLite does (it would use 0644; its WAL
-    side files copy the main file's mode)."""
+    side files copy the main file's mode).
+
+    Returns:
+        The file made, for `sidefiles.remove_unfinished_store` should the first write be
+        refused; None when it was there already (or for PostgreSQL).
+    """
     if url.get_backend_name() != "sqlite":
-        return
+        return None
     assert url.database is not None  # resolve_url refuses a SQLite URL without a file
     try:
         os.close(os.open(url.database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                          0o600))
     except FileExistsError:
-        pass
+        return None
     except OSError as err:
         raise UserError(f"{source}: cannot create the SQLite file {url.database} ({err.strerror})"
                         ) from None
+    return OpenedFile.of(url)
 
 
 # Query keys libpq (and so psycopg) reads a password from: `?password=` works as well as
@@ -345,16 +360,6 @@ def _unwritable_closed_store(path: Path) -> bool:
     return unwritable and not path.with_name(path.name + "-wal").exists()
 
 
-def no_room_for_side_files(folder: Path) -> bool:
-    """Whether the disk of `folder` lacks room for the -shm a WAL connection makes: SQLite
-    cannot make it there, fails `disk I/O error` and leaves a -wal and a 3-byte -shm."""
-    try:
-        info = os.statvfs(folder)
-    except OSError:
-        return False
-    return info.f_bavail * info.f_frsize < SIDE_FILES_BYTES
-
-
 def remove_empty_side_files(url: URL) -> None:
     """Once a store's connections are closed, have SQLite remove the -wal and -shm files a
     read-only connection leaves beside a WAL store (only a connection that can write
@@ -401,6 +406,10 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
         # WAL + NORMAL: commits survive a crashed process; only power loss can drop the last.
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()
+
+    if not read_only:
+        # Before SQLAlchemy closes a writer's connection (engine.dispose, a recycled one).
+        event.listen(engine, "close", lambda dbapi_conn, _record: fold_wal_into_store(dbapi_conn))
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):

@@ -51,6 +51,7 @@ from specfleet.store.migrate import (
 from specfleet.store.openedfile import OpenedFile
 from specfleet.store.queries import StoreQueries
 from specfleet.store.series import StoreSeries
+from specfleet.store.sidefiles import remove_unfinished_store
 from specfleet.store.tables import GenerationJob, Host, Matrix, Prompt, Run
 from specfleet.store.values import utcnow
 
@@ -91,15 +92,21 @@ def open_store(url: str | None = None, *, read_only: bool = False,
     resolved, source = resolve_url(url, create_dir=not (read_only or existing)), store_source(url)
     if read_only or existing:
         check_readable(resolved, source)
+    made = None
     if not read_only:
         check_writable_store(resolved, source)
-        create_private_file(resolved, source)
+        made = create_private_file(resolved, source)
     engine = make_engine(resolved, read_only=read_only)
-    with connection_errors(resolved, source, engine, reading=read_only):
-        if read_only:
-            check_readable_schema(engine, resolved, source)
-            return Store(engine, resolved, source)
-        ensure_schema(engine, resolved, source)
+    try:
+        with connection_errors(resolved, source, engine, reading=read_only):
+            if read_only:
+                check_readable_schema(engine, resolved, source)
+                return Store(engine, resolved, source)
+            ensure_schema(engine, resolved, source)
+    except BaseException:
+        if made is not None:  # else it reads as an empty store, or one that is not specfleet's
+            remove_unfinished_store(made)
+        raise
     store = Store(engine, resolved, source)
     # Results a driver finished but could not store (an outage longer than its retries).
     store.written_back = Journal(resolved).write_back(store)

@@ -8,7 +8,6 @@ import contextlib
 import os
 import signal
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from specfleet.cluster.storewriter import StoreOutage, StoreWriter
 from specfleet.store import engine as store_engine
 from specfleet.store import open_store
 from specfleet.store.errors import StoreUnreachable
+from tests.store.disks import fill
 from tests.store.factory import grid, result
 
 
@@ -126,37 +126,13 @@ def test_a_lock_held_past_the_busy_timeout_says_who_holds_it(planned, monkeypatc
         assert {r.status for r in store.runs()} == {"pending"}
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Iterator[Path]:
-    """A 1 MiB tmpfs (root only); always unmounted."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, check=False)
-    if made.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(folder: Path) -> None:
-    with contextlib.suppress(OSError), open(folder / "filler", "wb") as filler:
-        while True:
-            filler.write(b"\0" * 4096)
-            filler.flush()
-
-
 def test_a_closed_store_on_a_full_disk_is_read_and_left_as_it_was(small_disk) -> None:
     """A read needs a -shm beside a WAL store: on a full disk it failed `disk I/O error`
     and left a -wal and a 3-byte -shm behind; it reads the file as immutable instead."""
     path = small_disk / "s.db"
     with open_store(str(path)) as store:
         store.create_matrix("demo", {}, grid(repeats=1))
-    _fill(small_disk)
+    fill(small_disk)
     with open_store(str(path), read_only=True) as store:
         assert [r.status for r in store.runs()] == ["pending", "pending"]
     assert sorted(os.listdir(small_disk)) == ["filler", "s.db"]
@@ -166,8 +142,10 @@ def test_a_write_on_a_full_disk_says_the_disk_is_full(small_disk) -> None:
     """It said `disk I/O error`, which reads as a failing disk or a damaged store."""
     path = small_disk / "s.db"
     open_store(str(path)).close()
-    _fill(small_disk)
-    with pytest.raises(StoreUnreachable, match=r"s.db now \(disk I/O error: its disk is full\); "
-                                               "expected free space on its disk") as err:
+    fill(small_disk)
+    with pytest.raises(StoreUnreachable, match=r"s.db now \(its disk is full: SQLite needs 64 "
+                                               r"KiB for the -shm file beside it\); expected "
+                                               "free space on its disk") as err:
         open_store(str(path))
     assert "\n" not in str(err.value)
+    assert sorted(os.listdir(small_disk)) == ["filler", "s.db"]
