@@ -68,8 +68,10 @@ def show(
     with open_store(db, read_only=True) as store:
         matrix = store.get_matrix(matrix_id)
         typer.echo(render_matrix(store, matrix_id, fmt, pivot, rate), nl=False)
-    if (note := partial_note(matrix)) is not None:
-        typer.echo(note, err=True)
+        mixed = sessions_note(store, matrix_id)
+    for note in (partial_note(matrix), mixed):
+        if note is not None:
+            typer.echo(note, err=True)
 
 
 def partial_note(matrix: MatrixRow) -> str | None:
@@ -82,6 +84,35 @@ def partial_note(matrix: MatrixRow) -> str | None:
     return (f"matrix {matrix.id}: {matrix.status}; the tables read only its done runs, "
             f"{done} of {matrix.total_runs} ({rest}; `specfleet matrix status {matrix.id}` "
             "says more)")
+
+
+def sessions_note(store, matrix_id: str) -> str | None:
+    """Under the tables of a matrix whose done runs were timed by more than one driver (a
+    `run` cut short, then `resume`), on stderr: its cells mix runs of those sessions, whose
+    host load and conditions may differ; each session's runs and times named. A run keeps
+    the driver that timed it (`runs.driver_id`); runs stored without one count as one."""
+    rows = store.runs(matrix=matrix_id, status="done",
+                      columns=("driver_id", "started_at", "finished_at"))
+    sessions: dict[str | None, list] = defaultdict(list)
+    for row in rows:
+        sessions[row.driver_id].append(row)
+    if len(sessions) < 2:
+        return None
+    spans = sorted((_session_span(runs) for runs in sessions.values()), key=lambda s: s[0])
+    return (f"matrix {matrix_id}: its cells mix runs timed in {len(spans)} sessions "
+            f"({', '.join(text for _, text in spans)}); the host's load and conditions may "
+            "differ between them")
+
+
+def _session_span(runs: list) -> tuple[str, str]:
+    """(sort key, `3 runs 2026-12-07 08:54:59–08:55:03 UTC`) of one session's runs."""
+    starts = [r.started_at for r in runs if r.started_at is not None]
+    ends = [r.finished_at for r in runs if r.finished_at is not None]
+    if not starts or not ends:
+        return "", f"{counted(len(runs), 'run')} at times not stored"
+    first, last = min(starts), max(ends)
+    until = f"{last:%H:%M:%S}" if last.date() == first.date() else f"{last:%Y-%m-%d %H:%M:%S}"
+    return first.isoformat(), f"{counted(len(runs), 'run')} {first:%Y-%m-%d %H:%M:%S}–{until} UTC"
 
 
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
@@ -168,13 +199,22 @@ def _print_outcome(store, outcome, fmt: str = "table", rate: Rate = "whole") -> 
         f"{outcome.failed} failed, {outcome.interrupted} interrupted, {outcome.pending} "
         f"pending this call; {outcome.wall_s:.1f} s)", err=True,
     )
-    if store.get_matrix(outcome.matrix_id).counts.get("done"):
-        typer.echo(render_matrix(store, outcome.matrix_id, fmt, rate=rate), nl=False)
+    echo_tables(store, outcome.matrix_id, fmt, rate)
     for line in failure_lines(store.runs(matrix=outcome.matrix_id)):
         typer.echo(line, err=True)
     if outcome.status != "done":
         typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}", err=True)
     typer.echo(f"matrix id: {outcome.matrix_id}", err=True)
+
+
+def echo_tables(store, matrix_id: str, fmt: str, rate: Rate) -> None:
+    """A matrix's tables on stdout, once it has a done run, as `run`, `resume` and `bench`
+    print them (`-o`, `--rate`); the note of cells that mix sessions on stderr."""
+    if not store.get_matrix(matrix_id).counts.get("done"):
+        return
+    if (note := sessions_note(store, matrix_id)) is not None:
+        typer.echo(note, err=True)
+    typer.echo(render_matrix(store, matrix_id, fmt, rate=rate), nl=False)
 
 
 def failure_lines(rows) -> list[str]:
@@ -203,6 +243,8 @@ def run(
     report_dir: Annotated[str | None, typer.Option(
         "--report-dir", help="Also write the record (markdown, plots, CSV) to DIR/MATRIX_ID.")
     ] = None,
+    fmt: FormatOption = "table",
+    rate: RateOption = "whole",
 ) -> None:
     """Plan a matrix, run it on the fleet, store every run, print the speed-up tables.
 
@@ -214,7 +256,7 @@ def run(
     check_driver_settings(reports)
     outcome = run_spec(spec, address=address, embedded=embedded, db=db,
                        options=scheduler_options(no_progress, require_quiet or spec.require_quiet, wait),
-                       report_dir=reports)
+                       report_dir=reports, fmt=fmt, rate=rate)
     if outcome.status != "done":
         raise typer.Exit(1)
 
@@ -326,11 +368,14 @@ def resume_cmd(
     require_quiet: RequireQuietOption = False,
     no_progress: NoProgressOption = False,
     wait: WaitOption = WAIT_DEFAULT,
+    fmt: FormatOption = "table",
+    rate: RateOption = "whole",
 ) -> None:
     """Re-queue every run of a matrix that is not done and that no live driver runs, and
     run them; done runs are kept. A host that owns runs but is not in the fleet now is
-    waited for, up to --wait. Exit 1 unless every run ends done; a matrix whose runs are all
-    done says so and exits 0 without a fleet."""
+    waited for, up to --wait. The tables as `matrix run` prints them (-o, --rate). Exit 1
+    unless every run ends done; a matrix whose runs are all done says so and exits 0
+    without a fleet (`matrix show` prints its tables)."""
     parse_wait(wait)  # a bad duration is one line, before the fleet
     check_driver_settings()
     # Both flags, or a malformed address, even when every run is done and no fleet starts.
@@ -338,14 +383,20 @@ def resume_cmd(
     with writing_store(db, existing=True) as store:  # a mistyped --db: not a new empty store
         matrix = store.get_matrix(matrix_id)  # unknown id: one line, before the fleet
         _refuse_live_owner(store, matrix)
-        rows = store.runs(matrix=matrix_id, columns=("host", "status"))
+        rows = store.runs(matrix=matrix_id, columns=("host", "status", "model", "engine"))
         if rows and all(row.status == "done" for row in rows):  # no fleet to start for nothing
             _finish_all_done(store, matrix, len(rows))
             return
+        here = choose_fleet(address, embedded).embedded
+        if here:  # before Ray starts, as `run` checks its models
+            refuse_vanished_models(matrix_id, rows)
         hosts = sorted({row.host for row in rows})
         view = open_fleet(address, hosts=hosts, embedded=embedded)
+        if not here:
+            refuse_vanished_models(matrix_id, rows, view)
         quiet = require_quiet or bool(matrix.spec.get("require_quiet"))
         view.record_hosts(store)
+        typer.echo(resuming_line(matrix_id, rows), err=True)
         say_suspects(view, wait)
         say_absent(rows, view)
         from specfleet.cluster.scheduler import run_matrix
@@ -354,9 +405,38 @@ def resume_cmd(
                              WaitingLines() if no_progress else None,
                              options=scheduler_options(no_progress, quiet, wait),
                              machines=view.machines, suspect=view.suspects, requeue=True)
-        _print_outcome(store, outcome)
+        _print_outcome(store, outcome, fmt, rate)
     if outcome.status != "done":
         raise typer.Exit(1)
+
+
+def resuming_line(matrix_id: str, rows) -> str:
+    """`matrix ID: resuming 3 of 6 runs (2 pending, 1 interrupted); 3 done kept`."""
+    left = Counter(row.status for row in rows if row.status != "done")
+    done = len(rows) - sum(left.values())
+    return (f"matrix {matrix_id}: resuming {sum(left.values())} of {counted(len(rows), 'run')} "
+            f"({counts_text(left)}); {done} done kept")
+
+
+def refuse_vanished_models(matrix_id: str, rows, view: FleetView | None = None) -> None:
+    """A model that the runs not done need and that their host cannot load now (its folder
+    moved or deleted since the matrix was planned) is one line, the runs left as they are:
+    else each would be sent, fail and be stored failed. Without `view` (the embedded fleet,
+    before Ray starts) this machine's runs are checked here; with it, each host that
+    answered is asked. Hosts that do not answer are left to the runs."""
+    from specfleet.cluster.modelcheck import refuse_model
+    from specfleet.workers.hardware import default_host_name
+
+    here = default_host_name() if view is None else None
+    wanted = sorted({(row.host, row.model, row.engine) for row in rows if row.status != "done"})
+    for host, model, engine in wanted:
+        if host != here and (view is None or host not in view.infos):
+            continue
+        try:
+            refuse_model(model, engine, f"matrix {matrix_id}", view, host)
+        except UserError as err:
+            raise UserError(f"{err}; its runs not done are left as they are: expected the "
+                            f"model back, then `specfleet matrix resume {matrix_id}`") from None
 
 
 def _finish_all_done(store, matrix, runs: int) -> None:

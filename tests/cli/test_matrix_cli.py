@@ -375,3 +375,56 @@ def test_resume_says_which_host_of_the_matrix_is_not_in_the_fleet(fleet, db):
             "until a resume in a fleet that has gamma") in result.stderr.splitlines()
     with open_store(db) as store:
         assert [r.status for r in store.runs(matrix="gone-000001")] == ["pending"]
+
+
+def test_run_and_resume_print_the_tables_asked_and_resume_says_what_it_mixes(
+        fleet, tmp_path, db):
+    # `run` and `resume` printed the terminal table whatever a script wanted (`bench` and
+    # `show` took -o); a resume said nothing of the done runs it kept, timed by the driver
+    # it took over from, whose host conditions may differ.
+    from specfleet.jobs.plan import plan_runs
+    from specfleet.jobs.run import Target
+    from specfleet.jobs.spec_files import load_matrix_spec
+    from tests.store.factory import result
+
+    path = write(tmp_path, "toy.yaml", TOY_MATRIX)
+    ran = invoke("matrix", "run", path, "--address", fleet.address, "--db", db,
+                 "--no-progress", "-o", "json", "--rate", "decode")
+    assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+    assert json.loads(ran.stdout)["rate"] == "decode"
+    runs = plan_runs(load_matrix_spec(path), [Target(host=h, engine="toy", device="cpu")
+                                              for h in ("alpha", "beta")], "cut-000001")
+    with open_store(db) as store:
+        store.create_matrix("toy-cli", {"name": "toy-cli"}, runs, matrix_id="cut-000001")
+        store.claim_matrix("cut-000001", "box:1:cut", lease_s=0.001)  # a driver killed
+        for run in runs[:4]:
+            store.mark_running(run.run_key, "box:1:cut", lease_s=0.001)
+            store.record_result(result(run))
+    resumed = invoke("matrix", "resume", "cut-000001", "--address", fleet.address, "--db", db,
+                     "--no-progress", "-o", "csv")
+    assert resumed.exit_code == 0, (resumed.stdout, resumed.stderr)
+    said = resumed.stderr.splitlines()
+    assert "matrix cut-000001: resuming 4 of 8 runs (4 pending); 4 done kept" in said
+    assert any(line.startswith(
+        "matrix cut-000001: its cells mix runs timed in 2 sessions (4 runs 2026-11-01 "
+        "12:00:00–12:00:01 UTC, 4 runs ") for line in said), said
+    assert resumed.stdout.startswith("target,model,prompt,arm,"), resumed.stdout
+
+
+def test_resume_in_a_fleet_refuses_a_model_its_host_lost(fleet, tmp_path, db):
+    # Each run not done was sent to fail on the folder gone, and stored failed.
+    from specfleet.jobs.run import RunSpec, Target
+
+    gone = str(tmp_path / "moved")
+    spec = RunSpec(run_key="lost-000001/r", matrix_id="lost-000001",
+                   target=Target(host="alpha", engine="torch", device="cpu"), model=gone,
+                   prompt_name="p", prompt_text="hello hello", arm="plain", max_tokens=8)
+    with open_store(db) as store:
+        store.create_matrix("lost", {"name": "lost"}, [spec], matrix_id="lost-000001")
+        store.finish_matrix("lost-000001", "interrupted")
+    result = invoke("matrix", "resume", "lost-000001", "--address", fleet.address, "--db", db)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    refused = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert refused[0].startswith(f"error: matrix lost-000001: host alpha, torch: model '{gone}'")
+    with open_store(db) as store:
+        assert [r.status for r in store.runs(matrix="lost-000001")] == ["pending"]

@@ -1,10 +1,12 @@
 """What `matrix run`, `resume` and `bench` print when a matrix ends, on a real seeded store
 without a fleet: the tables alone on stdout in every format (`-o md > x.md`), the run's own
-words on stderr; and `matrix status`'s lines of an unfinished run."""
+words on stderr; `matrix status`'s lines of an unfinished run; the note under cells that
+mix two sessions' runs; and a resume refused, before any fleet, for a model folder gone."""
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -13,11 +15,12 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.cli.matrix import _print_outcome, planned_line, refuse_unrunnable_models
 from specfleet.errors import UserError
-from specfleet.jobs.run import RunSpec
+from specfleet.jobs.run import RunSpec, Target
 from specfleet.report.results import render_matrix
 from specfleet.store.store import open_store
 from specfleet.workers.host import HostWorker
 from tests.report.seed import H1, H2, PLAIN_RATES, Seed, seed_matrix
+from tests.store.factory import grid, result
 
 MATRIX_ID = "out-000001"
 UNFINISHED_ID = "left-000002"
@@ -123,3 +126,59 @@ def test_a_pivot_never_puts_two_token_limits_side_by_side(tmp_path) -> None:
     assert rows[0]["targets"]["h1/toy/cpu"]["speedup"] == pytest.approx(1.5)
     assert rows[1]["targets"]["h2/toy/cpu"]["speedup"] == pytest.approx(1.2)
     assert "| script | copy | graded | 16 |" in table and "| script | copy | graded | 24 |" in table
+
+
+def two_session_store(url: str, matrix_id: str) -> None:
+    """A matrix of two runs, one timed by a driver cut short, the other by the resume after
+    it: each run keeps the driver that timed it."""
+    runs = [run.model_copy(update={"matrix_id": matrix_id}) for run in grid(repeats=1)]
+    hour = timedelta(hours=1)
+    with open_store(url) as store:
+        store.create_matrix("mixed", {"name": "mixed"}, runs, matrix_id=matrix_id)
+        for driver, run, later in (("box:1:aaaa", runs[0], 0 * hour),
+                                   ("box:2:bbbb", runs[1], hour)):
+            store.claim_matrix(matrix_id, driver, lease_s=0.001, requeue=True)
+            store.mark_running(run.run_key, driver, lease_s=0.001)
+            timed = result(run)
+            store.record_result(timed.model_copy(update={
+                "started_at": timed.started_at + later, "finished_at": timed.finished_at + later}))
+        store.finish_matrix(matrix_id, "done")
+
+
+def test_show_says_its_cells_mix_runs_of_two_sessions(tmp_path) -> None:
+    # A matrix cut short and resumed read as one session: nothing said its cells mix runs
+    # timed an hour apart.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    two_session_store(url, "mixed-1")
+    shown = CliRunner().invoke(app, ["matrix", "show", "mixed-1", "--db", url, "-o", "json"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stderr == (
+        "matrix mixed-1: its cells mix runs timed in 2 sessions (1 run 2026-11-01 "
+        "12:00:00–12:00:01 UTC, 1 run 2026-11-01 13:00:00–13:00:01 UTC); the host's load "
+        "and conditions may differ between them\n")
+    assert json.loads(shown.stdout)["matrix_id"] == "mixed-1"  # stdout: the tables alone
+
+
+def test_resume_refuses_a_model_folder_gone_before_the_fleet_starts(tmp_path,
+                                                                    monkeypatch) -> None:
+    # The embedded fleet started (a minute on a busy box), sent each run to fail on the
+    # missing folder and stored them failed; the matrix read failed.
+    monkeypatch.setenv("SPECFLEET_HOST", "h1")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    gone = tmp_path / "model"
+    left = RunSpec(run_key="gone-1/r", matrix_id="gone-1",
+                   target=Target(host="h1", engine="torch", device="cpu"), model=str(gone),
+                   prompt_name="p", prompt_text="hello hello", arm="plain", max_tokens=8)
+    with open_store(url) as store:
+        store.create_matrix("gone", {"name": "gone"}, [left], matrix_id="gone-1")
+        store.mark_interrupted(left.run_key, "driver stopped")
+        store.finish_matrix("gone-1", "interrupted")
+    refused = CliRunner().invoke(app, ["matrix", "resume", "gone-1", "--embedded", "--db", url])
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.startswith(f"error: matrix gone-1: torch: model '{gone}' is neither ")
+    assert refused.stderr.endswith("; its runs not done are left as they are: expected the model "
+                                   "back, then `specfleet matrix resume gone-1`\n")
+    assert refused.stderr.count("\n") == 1
+    with open_store(url, read_only=True) as store:
+        assert [r.status for r in store.runs(matrix="gone-1")] == ["interrupted"]
+        assert store.get_matrix("gone-1").status == "interrupted"
