@@ -18,6 +18,12 @@ class UserError(Exception):
     exit_code = 2
 
 
+def extra_install(extra: str) -> str:
+    """How to install an optional extra, as every message says it: specfleet is installed from
+    a checkout (`pip install 'specfleet[X]'` would ask PyPI for another package)."""
+    return f"pip install -e '.[{extra}]' in a checkout"
+
+
 MAX_MESSAGE_CHARS = 1000  # a message quoting a 100 KB value would bury what it says
 
 

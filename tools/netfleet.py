@@ -3,9 +3,9 @@ own address on a private bridge, its own HOME (own ~/.ray token copy) and Ray te
 with the real CLI. The namespace tests (tests/cluster/test_netfleet*.py) use it; a developer can
 start and stop the same fleet by hand (as root):
 
-    python tools/netfleet.py up --host h1=mlx,torch --host h2=torch --host h3=mlx --state /tmp/nf.json
-    python tools/netfleet.py exec --state /tmp/nf.json h1 -- specfleet fleet status
-    python tools/netfleet.py down --state /tmp/nf.json
+    .venv/bin/python tools/netfleet.py up --host h1=mlx,torch --host h2=torch --host h3=mlx --state /tmp/nf.json
+    .venv/bin/python tools/netfleet.py exec --state /tmp/nf.json h1 -- specfleet fleet status
+    .venv/bin/python tools/netfleet.py down --state /tmp/nf.json
 
 `up` picks a free 10.x.y.0/24 (on no interface, in no route), creates bridge `sfbr<id>`, a veth
 pair per host (`eth0` inside namespace `sf<id>-<host>`, addresses .11, .12, ...; the bridge is

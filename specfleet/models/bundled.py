@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specfleet.dirs import specfleet_home
-from specfleet.errors import UserError
+from specfleet.errors import UserError, extra_install
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def _convert(model: BundledGguf, gguf: Path, out: Path) -> None:
     except ImportError as err:
         raise UserError(
             f"converting {model.alias} needs the torch extra ({err.name} is missing): "
-            "pip install 'specfleet[torch]'"
+            f"{extra_install('torch')}"
         ) from None
     gguf_convert.gguf_to_hf_folder(gguf, out / "hf")
     if model.mlx_q4:

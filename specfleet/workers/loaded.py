@@ -23,7 +23,7 @@ import psutil
 from specfleet import openblas
 from specfleet.engine.kinds import MODEL_ENGINES
 from specfleet.engine.peers import PeerCall, warm_up_peer
-from specfleet.errors import UserError, one_line
+from specfleet.errors import UserError, extra_install, one_line
 from specfleet.settings import THREADS, logical_cpus
 
 ModelKey = tuple[str, str, str]  # (engine, device, model path)
@@ -134,7 +134,7 @@ def runner_class(engine: str) -> Any:
     except ImportError as err:
         raise EngineNotInstalled(
             f"the {engine} engine is not installed ({err.name or err}); "
-            f"install it with pip install 'specfleet[{engine}]'"
+            f"install it with {extra_install(engine)}"
         ) from None
     raise ValueError(f"unknown engine {engine!r}")
 

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -55,6 +56,7 @@ def gguf_to_hf_folder(gguf: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
+    bars_only_in_a_terminal()
     with _one_gguf_reader():
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent,
@@ -69,6 +71,15 @@ def gguf_to_hf_folder(gguf: Path, out: Path) -> None:
     config_path = out / "config.json"
     config_path.write_text(json.dumps(lift_rope_keys(json.loads(config_path.read_text())),
                                       indent=2) + "\n")
+
+
+def bars_only_in_a_terminal() -> None:
+    """Turn transformers' progress bars off where stderr is no terminal: each redraws with a
+    `\r`, and `models fetch 2>&1 | tail` or a log got hundreds of them."""
+    if not sys.stderr.isatty():
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 @contextlib.contextmanager

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from specfleet.engine.peers import PEER_KINDS, FirstTokenClock, PeerCall, PeerGeneration, StopWatch
-from specfleet.errors import UserError
+from specfleet.errors import UserError, extra_install
 
 CONTEXT_STEP = 512
-INSTALL_HINT = ("pip install -e '.[llamacpp]' in a checkout (it builds llama.cpp from source "
+INSTALL_HINT = (f"{extra_install('llamacpp')} (it builds llama.cpp from source "
                 "with the host's compiler; the README's llama.cpp paragraph gives CMAKE_ARGS "
                 "per backend)")
 
