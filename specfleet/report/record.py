@@ -19,6 +19,7 @@ from specfleet.report.parity import PEER_DIFFERS, ArmParity, check_parity, error
 from specfleet.report.parity_tables import cross_grid, summary_line, uncompared_grid, where_text
 from specfleet.report.plots import plot_files, write_plots
 from specfleet.report.results import limit_layers, pivot_layers_grid
+from specfleet.report.sessions import sessions_note
 from specfleet.report.tables import DASH, grids_for, interval_text, verdict_marks
 from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
@@ -123,9 +124,11 @@ def _load_cols(values: list[float]) -> tuple[str, str, str]:
             f"{min(values):.2f}–{max(values):.2f}")
 
 
-def conditions_grid(runs: list) -> Grid:
+def conditions_grid(runs: list, sessions: str | None = None) -> Grid:
     """Host conditions per host: read before its first run and after its last run (power,
-    thermal state, clocks, free memory), and the runs flagged throttled with their reasons."""
+    thermal state, clocks, free memory), and the runs flagged throttled with their reasons;
+    `sessions` (`sessions_note`) says when the runs span two sessions, between which the
+    readings were not taken."""
     rows = []
     for host in sorted({r.host for r in runs}):
         mine = sorted((r for r in runs if r.host == host), key=lambda r: r.started_at or 0)
@@ -137,8 +140,9 @@ def conditions_grid(runs: list) -> Grid:
     note = (f"Throttled: clocks below {CLOCK_FRACTION_FLAG:.0%} of their maximum, thermal state "
             "not nominal, on battery or in Low Power Mode (docs/trust.md); such cells read "
             "THROTTLED.")
+    notes = (note,) if sessions is None else (note, sessions)
     return Grid("Host conditions", ("host", "before the first run", "after the last run",
-                                    "runs throttled", "why"), tuple(rows), (note,), left_cols=5)
+                                    "runs throttled", "why"), tuple(rows), notes, left_cols=5)
 
 
 def _reading(run, side: str) -> str:
@@ -293,7 +297,7 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     results.append(interval_grid(view))
     ceiling = ceiling_grid(store, runs)
     tail = [*([ceiling] if ceiling else []), *parity_grid(store, matrix_id),
-            load_grid(store, matrix_id, runs), conditions_grid(runs)]
+            load_grid(store, matrix_id, runs), conditions_grid(runs, sessions_note(store, matrix_id))]
     plots = ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
     left = not_done_grid(sorted(store.runs(matrix=matrix_id), key=lambda r: r.plan_order))
     return "\n".join([

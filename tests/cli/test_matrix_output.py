@@ -16,6 +16,7 @@ from specfleet.cli.main import app
 from specfleet.cli.matrix import _print_outcome, planned_line, refuse_unrunnable_models
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
+from specfleet.report.record import record_markdown
 from specfleet.report.results import render_matrix
 from specfleet.store.store import open_store
 from specfleet.workers.host import HostWorker
@@ -157,6 +158,18 @@ def test_show_says_its_cells_mix_runs_of_two_sessions(tmp_path) -> None:
         "12:00:00–12:00:01 UTC, 1 run 2026-11-01 13:00:00–13:00:01 UTC); the host's load "
         "and conditions may differ between them\n")
     assert json.loads(shown.stdout)["matrix_id"] == "mixed-1"  # stdout: the tables alone
+
+
+def test_the_record_says_its_cells_mix_runs_of_two_sessions(tmp_path) -> None:
+    # Its host conditions read "before the first run, after the last" across both sessions,
+    # and nothing in the record said an hour and a driver lay between them.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    two_session_store(url, "mixed-2")
+    with open_store(url, read_only=True) as store:
+        text = record_markdown(store, "mixed-2", [])
+    conditions = text.split("Host conditions", 1)[1]
+    assert ("matrix mixed-2: its cells mix runs timed in 2 sessions (1 run 2026-11-01 "
+            "12:00:00–12:00:01 UTC, 1 run 2026-11-01 13:00:00–13:00:01 UTC)") in conditions
 
 
 def test_resume_refuses_a_model_folder_gone_before_the_fleet_starts(tmp_path,
