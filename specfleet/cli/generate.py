@@ -45,6 +45,7 @@ from specfleet.engine.config import (
     ConfigError,
     PolicyChoice,
     PromptLookupConfig,
+    candidate_policies,
     needs_costs,
     options_for,
     resolve_policy,
@@ -158,11 +159,22 @@ def validate_request(request: GenerateRequest) -> None:
         from specfleet.store.engine import resolve_url
 
         resolve_url(request.db, create_dir=False)
+        if not reads_costs(request):  # the reply would run, the store unread: a typo unsaid
+            raise UserError("--db: only the calibrated policy reads the store (its width-cost "
+                            "table), and this reply would not; expected --prompt-lookup "
+                            "--prompt-lookup-policy calibrated beside --db, or no --db")
     if not request.use_lookup:
         given = lookup_flags_given(request)
         if given:  # the reply would be plain decoding's, the settings silently unused
             raise UserError(f"{', '.join(given)} given without --prompt-lookup; expected "
                             "--prompt-lookup to draft with them (or none for plain decoding)")
+
+
+def reads_costs(request: GenerateRequest) -> bool:
+    """Whether the reply may read a width-cost table (`request_lookup`): an adaptive policy
+    that needs one, on some device (`auto`'s policy is the device's)."""
+    return (request.use_lookup and request.lookup.get("adaptive", True)
+            and any(needs_costs(policy) for policy in candidate_policies(request.policy)))
 
 
 # What `lookup_given` always carries, by key, with the parameter behind it (max-draft and a

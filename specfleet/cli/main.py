@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from typing import Annotated, NoReturn
 
 import typer
@@ -29,6 +30,8 @@ def _usage_error(err: _click.exceptions.UsageError, where: str) -> NoReturn:
                                                                                  where)):
         message = message.rstrip(".") + more
     given = _rejected_input(err)
+    if (too_long := _too_many_digits(err, given)) is not None:
+        message, given = message.replace(_INT_TOO_LONG, too_long), None
     if given is not None and repr(given) not in message:  # a Literal's check names it
         message += f"; got {describe_value(given)}"
     typer.echo(f"error: {one_line(f'{where}: {message}')}", err=True)
@@ -45,6 +48,23 @@ def _as_expected(message: str) -> str:
     be greater than or equal to 1" -> "expected a number >= 1"."""
     return _INPUT_SHOULD_BE.sub(
         lambda m: f"expected a number {_BOUNDS[m[1]]} " if m[1] else "expected ", message)
+
+
+# pydantic's words for an integer of more digits than int() reads (4300 by default).
+_INT_TOO_LONG = "Unable to parse input string as an integer, exceeded maximum size"
+
+
+def _too_many_digits(err: _click.exceptions.UsageError, given: object) -> str | None:
+    """`-n 999...9` (5000 digits) in the words of the option's bound, `a number of 5000
+    digits; expected a number <= 131072`, where pydantic said only "exceeded maximum size";
+    None for any other mistake."""
+    if not isinstance(given, str) or _INT_TOO_LONG not in err.format_message():
+        return None
+    below = given.strip().startswith("-")
+    bound = getattr(getattr(err, "param", None), "min" if below else "max", None)
+    expected = (f"a number {'>=' if below else '<='} {bound}" if bound is not None else
+                f"a whole number of at most {sys.get_int_max_str_digits()} digits")
+    return f"a number of {len(given.strip().lstrip('+-'))} digits; expected {expected}"
 
 
 def _missing_text(err: _click.exceptions.MissingParameter) -> str | None:
@@ -98,6 +118,7 @@ class OneLineErrorsGroup(TyperGroup):
     def invoke(self, ctx):
         words = [*ctx._protected_args, *ctx.args]  # the group's invoke consumes them
         try:
+            self._refuse_repeated_options(ctx, words)
             return super().invoke(ctx)
         except (UserError, ConfigError) as err:
             for line in getattr(err, "lines", None) or [str(err)]:  # several: `matrix validate`
@@ -125,6 +146,11 @@ class OneLineErrorsGroup(TyperGroup):
         """`specfleet matrix list`: the deepest command `words` name. click's parser raises
         an option's missing or unwanted value ('--limit' requires an argument) without the
         context of the command it was parsing."""
+        return " ".join(self._deepest_command(ctx, words)[0])
+
+    def _deepest_command(self, ctx, words: list[str]
+                         ) -> tuple[list[str], _click.Command, list[str]]:
+        """The command path `words` name, that command, and the words left for it."""
         path = [ctx.command_path]
         command: _click.Command = self  # then each subcommand, group or not
         for word in words:
@@ -133,7 +159,28 @@ class OneLineErrorsGroup(TyperGroup):
                 break
             path.append(word)
             command = sub
-        return " ".join(path)
+        return path, command, words[len(path) - 1:]
+
+    def _refuse_repeated_options(self, ctx, words: list[str]) -> None:
+        """An option that takes one value, given twice (`--db a.db ... --db b.db`, `--chat
+        --no-chat`): click let the last win without a word, as a YAML key given twice did."""
+        path, command, rest = self._deepest_command(ctx, words)
+        if isinstance(command, TyperGroup):
+            return
+        probe = command.context_class(command, info_name=path[-1], parent=ctx)
+        try:  # a parse without conversion or callbacks: only which option took each word
+            _, _, order = command.make_parser(probe).parse_args(args=list(rest))
+        except _click.exceptions.UsageError:
+            return  # the real parse says what is wrong
+        once = [p for p in order if p.param_type_name == "option" and not p.multiple
+                and not getattr(p, "count", False) and not p.is_eager]
+        twice = next((p for p in once if once.count(p) > 1), None)
+        if twice is not None:
+            flag = "/".join([max(twice.opts, key=len), *twice.secondary_opts])
+            times = once.count(twice)
+            raise _click.exceptions.UsageError(
+                f"{flag} given {'twice' if times == 2 else f'{times} times'} (the last would "
+                "win without a word); expected it once")
 
 
 app = typer.Typer(

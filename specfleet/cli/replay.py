@@ -8,6 +8,7 @@ this module parses and prints.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, cast
 
 import typer
@@ -16,8 +17,11 @@ from specfleet.cli.options import MATRIX_ID, DbOption, not_blank, refuse_twice, 
 from specfleet.configs import costs_dir, packaged_names
 from specfleet.engine.governor import POLICY_NAMES as POLICIES
 from specfleet.engine.governor import Policy
-from specfleet.errors import UserError
+from specfleet.errors import UserError, describe_value
 from specfleet.jobs.resolve import counted
+
+COSTS_EXPECTED = "expected a host, a YAML file or a packaged table name"
+NAME_MAX_BYTES = 255  # a file name's most bytes (Linux, macOS)
 
 # Listed once, at import: Typer rebuilds the command, and so its help, on every invocation.
 COSTS_HELP = ("A host with a stored calibration, a YAML file (or what `calibrate --json` "
@@ -45,7 +49,6 @@ def replay_command(
     any differ). With --oracle, the best any drafting schedule could have done too."""
     from specfleet.report.predictions import (
         check_counters,
-        cost_source,
         predict,
         stored_lookup,
         stored_runs,
@@ -55,7 +58,7 @@ def replay_command(
 
     policies = _policies(policy)
     _check_costs(costs)
-    costs_for = cost_source(costs or "")
+    costs_for = _cost_source(costs)
     costs_name = costs or "each run's own host (its newest stored calibration)"
     with open_store(db, read_only=True) as store:  # replay reads, never writes
         runs = stored_runs(store, ident)
@@ -88,11 +91,22 @@ def _policies(given: list[str] | None) -> list[str]:
 def _check_costs(costs: str | None) -> None:
     """A blank `--costs` (a script's unset variable) or one with blanks around it is refused,
     not read as "not given"."""
-    expected = "expected a host, a YAML file or a packaged table name"
     if costs is not None and not costs.strip():
-        raise UserError(f"--costs {costs!r} is blank; {expected}")
+        raise UserError(f"--costs {costs!r} is blank; {COSTS_EXPECTED}")
     if costs is not None and costs.strip() != costs:
-        raise UserError(f"--costs {costs!r}: {expected}, without blanks around it")
+        raise UserError(f"--costs {costs!r}: {COSTS_EXPECTED}, without blanks around it")
+
+
+def _cost_source(costs: str | None):
+    """`cost_source` of `--costs`; a bare name past a file name's bytes is one line at once
+    (no host or packaged table has one; it read as no host only once a run needed it)."""
+    from specfleet.report.predictions import cost_source
+
+    if costs is not None and "/" not in costs and len(os.fsencode(costs)) > NAME_MAX_BYTES:
+        raise UserError(f"--costs {describe_value(costs)}: a name of "
+                        f"{len(os.fsencode(costs))} bytes, which no host or packaged table "
+                        f"has; {COSTS_EXPECTED}")
+    return cost_source(costs or "")
 
 
 def say_counters(checked: int, earlier: int, mismatches: list[str]) -> None:

@@ -10,6 +10,7 @@ apart (`ModelReport.missing`), for the caller to warn about or refuse (`--local`
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -94,11 +95,10 @@ def bare_folder_problem(model: str, counts_from: str) -> str | None:
     """Why a model written as a bare name that is no alias but a folder where this command
     runs (`smolcopy`) cannot go to a fleet: found here, but a worker stands in another folder,
     where every run of it failed (the failures stored); None for anything else."""
-    from pathlib import Path
 
     from specfleet.models.registry import load_registry
 
-    if "/" in model or ":" in model or model.startswith("~") or not Path(model).is_dir() \
+    if "/" in model or ":" in model or model.startswith("~") or not os.path.isdir(model) \
             or model in load_registry():
         return None
     return (f"{model!r} is no alias but a folder here; expected ./{model} (a folder counts "

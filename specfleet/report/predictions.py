@@ -183,7 +183,8 @@ def packaged_cost(name: str) -> Path | None:
     from specfleet.configs import costs_dir
 
     path = costs_dir() / f"{name}.yaml"
-    return path if "/" not in name and path.is_file() else None
+    # os.path: False for a name past a file name's bytes (Path.is_file raised ENAMETOOLONG).
+    return path if "/" not in name and os.path.isfile(path) else None
 
 
 def packaged_cost_names() -> list[str]:
