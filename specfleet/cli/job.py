@@ -43,14 +43,14 @@ from specfleet.cli.options import (
 from specfleet.cluster.modelcheck import refuse_model
 from specfleet.cluster.reach import choose_fleet, open_fleet
 from specfleet.engine.config import DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, options_for
-from specfleet.engine.kinds import ENGINES, Engine, choices_text
-from specfleet.errors import UserError
+from specfleet.engine.kinds import ENGINES, MODEL_ENGINES, Engine, choices_text
+from specfleet.errors import UserError, describe_value
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.settings import host_name_problem
 from specfleet.store.leases import new_driver_id
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
-from specfleet.userfiles import STDIN
+from specfleet.userfiles import MAX_MODEL_LEN, STDIN
 
 app = typer.Typer(help="Generation batches (generate, list, show) and per-target calibration "
                   "on the fleet.",
@@ -280,6 +280,9 @@ def calibrate(
     """
     if host is not None and (problem := host_name_problem(host)):  # --target's: TargetRef
         raise UserError(f"--host: {problem}")
+    if len(model) > MAX_MODEL_LEN:  # as `job generate` refuses it: the store keeps no more
+        raise UserError(f"--model: must be at most {MAX_MODEL_LEN} characters, got "
+                        f"{describe_value(model)} ({len(model)} characters)")
     # Every table it measures is stored: one too narrow failed each later calibrated run.
     check_stored_width(max_width, " (each table is stored)")
     if choose_fleet(address, embedded).embedded:  # this machine alone: before Ray starts
@@ -288,6 +291,8 @@ def calibrate(
         if engine is not None:
             refuse_model(model, engine, "--model")
         _refuse_long_rounds(model, engine, max_width, quick)
+        if engine is None:
+            _refuse_model_on_every_engine(model)
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=engine == "toy",
                       hosts=[host] if host is not None else None, embedded=embedded)
@@ -304,6 +309,19 @@ def calibrate(
         raise typer.Exit(1)
 
 
+def _refuse_model_on_every_engine(model: str) -> None:
+    """A model that runs on no engine of this machine (an unknown alias), said before the
+    embedded fleet starts (tens of seconds) rather than by its workers after."""
+    problems: list[UserError] = []
+    for name in MODEL_ENGINES:
+        try:
+            refuse_model(model, name, "--model")
+            return
+        except UserError as err:
+            problems.append(err)
+    raise problems[0]
+
+
 def _refuse_long_rounds(model: str, engine: str | None, max_width: int, quick: bool) -> None:
     """A round past the model's context on this machine: its calibration failed once the fleet
     started ('index out of range in self' where positions are learned), as `calibrate`
@@ -311,7 +329,6 @@ def _refuse_long_rounds(model: str, engine: str | None, max_width: int, quick: b
     from dataclasses import replace
 
     from specfleet.cli.calibrate import round_positions
-    from specfleet.engine.kinds import MODEL_ENGINES
     from specfleet.engine.widthcosts import QUICK, CalibrationSettings
     from specfleet.workers.loaded import model_context
 
@@ -339,13 +356,14 @@ def _calibrate_all(
     for target in targets:
         queues.setdefault(target.host, deque()).append(target)
     leases = Leases("calibrate", CALIBRATE_TIMEOUT_S, 10.0, "specfleet job calibrate")
+    turns = MachineTurns(leases, view.machines)
     inflight: dict[Any, tuple[Target, float]] = {}
     failures = 0
     try:
         while any(queues.values()) or inflight:
             busy = {t.host for t, _ in inflight.values()}
             for name, queue in queues.items():
-                if name in busy or not queue or not leases.acquire(view.machines[name]):
+                if name in busy or not queue or not turns.take(name):
                     continue  # one at a time per host; a running matrix holds the machine
                 target = queue.popleft()
                 ref = view.workers[name].calibrate.remote(
@@ -363,6 +381,33 @@ def _calibrate_all(
     finally:
         leases.release_all()
     return failures
+
+
+class MachineTurns:
+    """A host's machine taken for a calibration (`Leases`), and while another driver holds it,
+    the wait said on stderr as `matrix run` says it (`h1: waiting for the machine: leased to
+    matrix bench-77aa01, pid 4242 on ws-3 (another driver); waited 12 s`, at once, then at
+    most every 10 s): the command sat silent for as long as a matrix held the machine."""
+
+    def __init__(self, leases, machines: dict[str, str], say=None) -> None:
+        from specfleet.cluster.progress import WaitingLines
+
+        self.leases, self.machines = leases, machines
+        self.say = say or WaitingLines()
+        self.waiting_since: dict[str, float] = {}
+
+    def take(self, host: str) -> bool:
+        """Whether `host`'s machine is ours now; a refusal is said."""
+        from specfleet.cluster.progress import ProgressEvent, lease_wait_reason
+
+        machine = self.machines[host]
+        if self.leases.acquire(machine):
+            self.waiting_since.pop(host, None)
+            return True
+        since = self.waiting_since.setdefault(host, time.monotonic())
+        reason = lease_wait_reason(self.leases.refused.get(machine, ""), time.monotonic() - since)
+        self.say(ProgressEvent(host, "", "leased", 0, 0, 0, "healthy", reason))
+        return False
 
 
 def _drop_overdue(inflight: dict[Any, tuple[Target, float]]) -> int:
