@@ -29,12 +29,20 @@ from specfleet.store.migrate import (
     known_revisions,
     upgrade,
 )
+from specfleet.store.sidefiles import remove_unfinished_store
 from specfleet.store.store import Store, connection_errors, refuse_foreign_sqlite
 
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
 
 
 @app.command("upgrade")
+def _remove_unfinished(made) -> None:
+    """A store file this upgrade made and could not fill (a full disk): left, it read as an
+    empty store."""
+    if made is not None:
+        remove_unfinished_store(made)
+
+
 def upgrade_cmd(db: DbOption = None) -> None:
     """Create or upgrade the schema to this specfleet's newest revision, then write back the
     results a driver kept in this store's journal during an outage."""
@@ -42,15 +50,19 @@ def upgrade_cmd(db: DbOption = None) -> None:
     check_writable(url, source)
     refuse_foreign_sqlite(url, source)
     journal = Journal(url)  # a malformed SPECFLEET_JOURNAL_DIR: one line, before the upgrade
-    create_private_file(url, source)
+    made = create_private_file(url, source)
     engine = make_engine(url)
     with connection_errors(url, source, engine):
         try:
             before = upgrade(engine, url, source)  # read under the lock: another may upgrade
         except KeyboardInterrupt:  # else a bare `interrupted` leaves the store's state unsaid
+            _remove_unfinished(made)
             raise KeyboardInterrupt(
                 "an upgrade is one transaction, so the store is at its old revision or at head, "
                 f"never between; {upgrade_command(url, source)} finishes it") from None
+        except BaseException:
+            _remove_unfinished(made)
+            raise
         after = head_revision()
         typer.echo(f"{display_url(url)}: already at {after} (head); nothing to upgrade"
                    if before == after else

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from specfleet.cli.options import MATRIX_ID, DbOption, not_blank
-from specfleet.errors import UserError
+from specfleet.errors import UserError, extra_install
 from specfleet.settings import is_loopback
 from specfleet.userfiles import given_path, read_text
 
@@ -132,7 +132,7 @@ def serve(
         from specfleet.serve import create_app
     except ImportError as err:
         raise UserError(f"specfleet serve needs the `serve` extra ({err.name} is missing): "
-                        "pip install 'specfleet[serve]'") from None
+                        f"{extra_install('serve')}") from None
     from specfleet.cluster.reach import connect_error
     from specfleet.serve.fleetpage import REACH_TIMEOUT_S, FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only

@@ -12,7 +12,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from specfleet.cli.main import app
 from specfleet.store import open_store
 from specfleet.store.errors import StoreDamaged, StoreUnreachable
 from tests.store.disks import fill
@@ -61,6 +63,14 @@ def test_a_refused_first_write_on_a_full_disk_leaves_no_file(small_disk, leave_k
     fill(small_disk, leave_kib * 1024)
     with pytest.raises(StoreUnreachable, match="expected free space on its disk"):
         open_store(str(small_disk / "s.db"))
+    assert os.listdir(small_disk) == ["filler"]
+
+
+def test_a_refused_db_upgrade_on_a_full_disk_leaves_no_file(small_disk) -> None:
+    """`db upgrade` makes its file as `open_store` does: it left a 4096-byte one behind."""
+    fill(small_disk, 96 * 1024)
+    said = CliRunner().invoke(app, ["db", "upgrade", "--db", str(small_disk / "s.db")])
+    assert said.exit_code == 2, said.output
     assert os.listdir(small_disk) == ["filler"]
 
 
