@@ -35,7 +35,6 @@ from specfleet.store.store import Store, connection_errors, refuse_foreign_sqlit
 app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
 
 
-@app.command("upgrade")
 def _remove_unfinished(made) -> None:
     """A store file this upgrade made and could not fill (a full disk): left, it read as an
     empty store."""
@@ -43,6 +42,7 @@ def _remove_unfinished(made) -> None:
         remove_unfinished_store(made)
 
 
+@app.command("upgrade")
 def upgrade_cmd(db: DbOption = None) -> None:
     """Create or upgrade the schema to this specfleet's newest revision, then write back the
     results a driver kept in this store's journal during an outage."""
