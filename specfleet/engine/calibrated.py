@@ -22,7 +22,9 @@ The rule runs twice a round: `budget`, before the lookup, decides whether to dra
 then allows `max_draft`; `size`, after it, sizes the draft to the proposal the index found,
 k <= len(proposal) (`DraftGovernor.size`).
 On a model whose rollback feeds the kept tokens again (`rollback_kind` "refeed"), a draft
-whose first miss is at proposal a+1 also pays a forward of width a+1.
+whose first miss is at proposal a+1 also pays a forward of width a+1, unless the miss ends the
+reply (the loop re-feeds nothing then): only an EOS or the loop guard can, which no policy
+foresees; the token limit never ends a round with a miss (the draft leaves room for the bonus).
 
 `S(j)` is a product of hazards: the chance that a proposal lands given that the current
 match has already held d tokens (`run`). A copy that has run long tends to run on (an edit

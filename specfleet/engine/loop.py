@@ -286,7 +286,8 @@ def _verify_round(
     runner: Runner, host: HostSampler | None, governor: DraftGovernor | None,
     draft: Sequence[int], context: list[int], generated: list[int], ends: _Ends,
 ) -> tuple[int, int, StopReason | None]:
-    """(g) Forward [current] + draft; emit targets while they match the draft; roll back.
+    """(g) Forward [current] + draft; emit targets while they match the draft; roll back,
+    except on a re-feeding runner once the reply has ended.
     Returns (accepted, tokens the rollback fed again, why the reply ends or None)."""
     k = len(draft)
     logits = runner.forward([context[-1], *draft])
@@ -302,7 +303,10 @@ def _verify_round(
             break
     if governor is not None and k:  # always: only a governor's budget lets a draft be proposed
         governor.record(accepted, k)
-    # Every emitted token but the bonus one stays cached, unless the reply just ended.
+    if stop is not None and _refeeds(runner):
+        # The next reply resets these caches unread: a re-feed would be a wasted forward.
+        return accepted, 0, stop
+    # Every emitted token but the bonus one stays cached (unchecked once the reply has ended).
     refed = _roll_back(runner, k - accepted, len(context) - 1 if stop is None else None)
     return accepted, refed, stop
 

@@ -8,7 +8,8 @@ positions: from position i, either a plain step (one token; the cheaper of a pip
 1, and a synchronous one, `cost(1)`), or a verify of the proposal's first k tokens (k =
 1..max_draft, at most what the index proposes and what the token limit leaves room for) that
 costs `cost(k + 1)` and emits the landed proposals plus the bonus row, plus a re-feed of the
-kept tokens when the model's rollback re-feeds (`refeeds`) and some proposal was rejected.
+kept tokens when the model's rollback re-feeds (`refeeds`) and some proposal was rejected in
+a round that does not end the reply (the loop re-feeds nothing once the reply has ended).
 Rows are priced as `predict.trace_cost` prices a replayed round, so no policy's replayed
 cost can be lower.
 
@@ -111,12 +112,14 @@ def landed_count(proposal: Sequence[int], targets: Sequence[int], position: int)
 def _verify(position: int, k: int, landed: int, left: int, costs: Sequence[float],
             refeeds: bool) -> OracleStep:
     """A verify of k proposals whose first `landed` match, `left` positions from the end. As
-    in the loop, the row that reaches the end stops the block uncounted as accepted."""
+    in the loop, the row that reaches the end stops the block uncounted as accepted, and a
+    round that ends the reply re-feeds nothing."""
     accepted = min(landed, k, left - 1)
+    emitted = min(min(landed, k) + 1, left)
     cost = width_cost(costs, k + 1)
-    if refeeds and accepted < k:
+    if refeeds and accepted < k and emitted < left:
         cost += width_cost(costs, accepted + 1)  # the kept rows fed again
-    return OracleStep(position, k, accepted, min(min(landed, k) + 1, left), cost)
+    return OracleStep(position, k, accepted, emitted, cost)
 
 
 def oracle(

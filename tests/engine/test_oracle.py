@@ -50,7 +50,7 @@ def schedules(prompt, reply, stop, max_tokens, lookup, costs, refeeds):
                     break
                 accepted += 1
             verify = width_cost(costs, k + 1)
-            if refeeds and accepted < k:
+            if refeeds and accepted < k and not last:  # an ended reply re-feeds nothing
                 verify += width_cost(costs, accepted + 1)
             for cost, rest in from_(position + row + 1):
                 yield verify + cost, (k, *rest)
