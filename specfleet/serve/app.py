@@ -13,6 +13,7 @@ import io
 import re
 import time
 from functools import partial
+from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import quote
 
@@ -54,7 +55,23 @@ def _templates() -> Environment:
     env.globals["history_href"] = pages.history_href
     env.filters["num"] = _number_text
     env.filters["time"] = pages.time_text
+    env.filters["column_classes"] = _column_classes
     return env
+
+
+LONG_CELL_CHARS = 36  # a grid cell longer than this wraps rather than widen its table
+
+
+def _column_classes(grid) -> list[str]:
+    """Each column's cell class in a terminal grid: a column holding a long text (a verdict, a
+    prompt's name) wraps and reads from the left, its header and short cells with it; label
+    columns read from the left, numbers from the right."""
+    def holds_long(column: int) -> bool:
+        return any(len(str(cell)) > LONG_CELL_CHARS
+                   for row in grid.rows for cell in row[column:column + 1])
+
+    return ["left long" if holds_long(i) else "left" if i < grid.left_cols else "right"
+            for i in range(len(grid.headers))]
 
 
 def _number_text(value, decimals: int = 2) -> str:
@@ -195,15 +212,20 @@ class Views:
 def _error_handlers(views: Views) -> dict:
     def answer(request: Request, status: int, message: str,
                headers: dict | None = None) -> Response:
-        """One line: JSON under /api/, a 404 page for other 404s, else text."""
+        """One line: JSON under /api/; a page for a 404, and for any error a browser asked
+        for (a refused compare form or page number was bare text, with no way back); else
+        text."""
         path = request.url.path
         if path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status, headers=headers)
-        if status != 404:
+        if status != 404 and "text/html" not in request.headers.get("accept", ""):
             return PlainTextResponse(f"error: {message}\n", status_code=status, headers=headers)
         # The token gate lets /static/ and /login through unasked: show them nothing stored.
-        return views.html("missing.html", {"message": message, "path": path}, status=404,
-                          show_store=not is_open(path))
+        heading = HTTPStatus(status).phrase.capitalize()  # "Bad request", "Not found"
+        page = views.html("error.html", {"message": message, "heading": heading},
+                          status=status, show_store=not is_open(path))
+        page.headers.update(headers or {})
+        return page
 
     async def bad_parameter(request: Request, err: params.BadParameter) -> Response:
         return answer(request, 400, str(err))
@@ -218,8 +240,11 @@ def _error_handlers(views: Views) -> dict:
     async def server_error(request: Request, err: Exception) -> Response:
         # Starlette answers a bug outside every middleware: without these, the 500 had no
         # CSP and could be cached. The traceback goes to the server's log, never the page.
-        response = answer(request, 500, "the view failed on this request (a bug: the "
-                          "server's log has its traceback)")
+        message = "the view failed on this request (a bug: the server's log has its traceback)"
+        try:
+            response = answer(request, 500, message)
+        except Exception:  # the bug may be in the templates the error page is drawn with
+            response = PlainTextResponse(f"error: {message}\n", status_code=500)
         response.headers.update(security_headers(request.url.path))
         return response
 
