@@ -395,6 +395,7 @@ SystemPromptOption = Annotated[str | None, typer.Option(
     help="A system turn before the prompt (chat template).")]
 MaxTokensOption = Annotated[int, typer.Option(
     "--max-tokens", "-n", min=1, max=MAX_TOKENS_LIMIT, help="Most tokens to generate.")]
+TempOption = Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")]
 SeedOption = Annotated[int | None, typer.Option(
     "--seed", min=SEED_RANGE[0], max=SEED_RANGE[1], help="Sampler seed.")]
 PolicyOption = Annotated[PolicyChoice, typer.Option(
@@ -416,7 +417,7 @@ def generate_command(
     prompt_file: PromptFileOption = None,
     system_prompt: SystemPromptOption = None,
     max_tokens: MaxTokensOption = 256,
-    temp: Annotated[float, typer.Option("--temp", help="Temperature; 0 is greedy.")] = 0.0,
+    temp: TempOption = 0.0,
     seed: SeedOption = None,
     engine: EngineOption = DEFAULT_ENGINE,
     device: DeviceOption = "auto",

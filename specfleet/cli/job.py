@@ -17,9 +17,16 @@ from typing import Annotated, Any
 import typer
 
 from specfleet.cli.calibrate import check_stored_width
-from specfleet.cli.generate import LoopGuardOption, parse_loop_guard
+from specfleet.cli.generate import (
+    ChatOption,
+    LoopGuardOption,
+    SeedOption,
+    TempOption,
+    parse_loop_guard,
+)
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
+    UTC_MINUTE,
     AddressOption,
     DbOption,
     EmbeddedOption,
@@ -47,6 +54,7 @@ from specfleet.engine.kinds import ENGINES, MODEL_ENGINES, Engine, choices_text
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import OWN_ARMS, Target
+from specfleet.jobs.spec import GenerateJobSpec
 from specfleet.settings import host_name_problem
 from specfleet.store.leases import new_driver_id
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
@@ -57,6 +65,7 @@ app = typer.Typer(help="Generation batches (generate, list, show) and per-target
                   no_args_is_help=True)
 
 DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_MAX_TOKENS = GenerateJobSpec.model_fields["max_tokens"].default
 CALIBRATE_TIMEOUT_S = 1800.0
 
 
@@ -71,7 +80,12 @@ def generate(
     ngram_max: NgramMaxOption = DEFAULT_NGRAM_MAX,
     max_draft: MaxDraftOption = None,
     model: ModelAliasOption = DEFAULT_MODEL,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Per prompt, unless the line says.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens",
+        help=f"Per prompt, unless the line says (default {DEFAULT_MAX_TOKENS}).")] = None,
+    temp: TempOption = 0.0,
+    seed: SeedOption = None,
+    chat: ChatOption = None,
     loop_guard: LoopGuardOption = None,
     address: AddressOption = None,
     embedded: EmbeddedOption = False,
@@ -81,8 +95,9 @@ def generate(
 ) -> None:
     """Run a batch of prompts on one target, store the outputs as a generation job, print them.
 
-    The `--prompt-lookup-*` settings are `generate`'s (`--policy fixed`: max-draft tokens
-    every round). Exit status 0 when every prompt is done, 1 otherwise.
+    The `--prompt-lookup-*` settings, `--temp`, `--seed` and `--chat/--no-chat` are
+    `generate`'s (`--policy fixed`: max-draft tokens every round). Exit status 0 when every
+    prompt is done, 1 otherwise.
     """
     from specfleet.jobs.batch import load_generate_job, select_target
 
@@ -90,10 +105,16 @@ def generate(
     if policy == "plain":
         _refuse_lookup_flags(ctx, own)
     refuse_ngram_min_past_default(ngram_min, ngram_max, flag_given(ctx, "ngram_max"))
+    if seed is not None and temp == 0:  # as `generate` refuses it: greedy draws nothing
+        raise UserError("--seed given with --temp 0 (greedy: nothing is drawn at random); "
+                        "expected --temp above 0 to sample with it (or no --seed)")
     options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
-                               "lookup": options_for(policy, given)}
+                               "lookup": options_for(policy, given), "temperature": temp,
+                               "seed": seed}
     if max_tokens is not None:
         options["max_tokens"] = max_tokens
+    if chat is not None:  # else the spec's: the template where the model has one
+        options["chat"] = chat
     if (guard := parse_loop_guard(loop_guard)) is not None:  # `generate`'s, per prompt
         options["loop_guard"] = dict(zip(("min_period", "max_period", "repeats"), guard,
                                          strict=True))
@@ -244,7 +265,8 @@ def list_cmd(
     with open_store(db, read_only=True) as store:
         jobs = store.list_generation_jobs(limit=limit)
     echo_rows([(j.id, j.name, f"{j.host}/{j.engine}/{j.device}", j.model, j.status,
-                f"{j.counts.get('done', 0)}/{j.total_runs} done", f"{j.submitted_at:%Y-%m-%d %H:%M}")
+                f"{j.counts.get('done', 0)}/{j.total_runs} done",
+                f"{j.submitted_at:{UTC_MINUTE}}")
                for j in jobs], "no generation jobs yet")
 
 
@@ -255,10 +277,10 @@ def show(job_id: JobIdArgument, db: DbOption = None) -> None:
     with open_store(db, read_only=True) as store:
         job = store.get_generation_job(job_id)
         _print_outputs(store, job_id)
-    ended = f", finished {job.finished_at:%Y-%m-%d %H:%M}" if job.finished_at else ""
+    ended = f", finished {job.finished_at:{UTC_MINUTE}}" if job.finished_at else ""
     typer.echo(f"job {job.id} ({job.name}): {job.status}; {counts_text(job.counts)}; "
                f"{job.host}/{job.engine}/{job.device} {job.model}; submitted "
-               f"{job.submitted_at:%Y-%m-%d %H:%M}{ended}")
+               f"{job.submitted_at:{UTC_MINUTE}}{ended}")
 
 
 @app.command("calibrate")

@@ -145,7 +145,7 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
                                         weights_hash=loaded.weights_hash)
     ratios = tuple(r.ratio for r in rows if r.ratio is not None)
     if rows and len(ratios) == len(rows):
-        say(f"[Calibrated] width-cost table of {rows[0].measured_at:%Y-%m-%d %H:%M} "
+        say(f"[Calibrated] width-cost table of {rows[0].measured_at:%Y-%m-%d %H:%M} UTC "
              f"(n={rows[0].n}, widths 1..{len(rows)})")
         return ratios
     say(f"[Calibrated] no stored width-cost table for {loaded.alias} on this host's "

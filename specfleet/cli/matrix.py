@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from specfleet.cli.options import (
+    UTC_MINUTE,
     AddressOption,
     DbOption,
     EmbeddedOption,
@@ -434,7 +435,7 @@ def status(
         matrix = store.get_matrix(matrix_id)
         rows = store.runs(matrix=matrix_id)
     typer.echo(f"matrix {matrix.id} ({matrix.name}): {matrix.status}; "
-               f"{counts_text(matrix.counts)}; submitted {matrix.submitted_at:%Y-%m-%d %H:%M}")
+               f"{counts_text(matrix.counts)}; submitted {matrix.submitted_at:{UTC_MINUTE}}")
     per_host: dict[str, Counter] = defaultdict(Counter)
     for row in rows:
         per_host[f"{row.host}/{row.engine}/{row.device}"][row.status] += 1
@@ -461,7 +462,7 @@ def list_cmd(
     with open_store(db, read_only=True) as store:
         matrices = store.list_matrices(limit=limit)
     echo_rows([(m.id, m.name, m.status, f"{m.counts.get('done', 0)}/{m.total_runs} done",
-                f"{m.submitted_at:%Y-%m-%d %H:%M}") for m in matrices], "no matrices yet")
+                f"{m.submitted_at:{UTC_MINUTE}}") for m in matrices], "no matrices yet")
 
 
 @app.command("validate")

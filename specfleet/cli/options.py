@@ -37,6 +37,9 @@ from specfleet.errors import UserError
 from specfleet.report.grid import OUTPUT_FORMATS, check_format
 from specfleet.stats.runs import Rate
 
+# The store's times are UTC: said, as the web view heads them, lest they read as local.
+UTC_MINUTE = "%Y-%m-%d %H:%M UTC"
+
 # The store: `store.engine.resolve_url` reads None as $SPECFLEET_DB, else the default file.
 DbOption = Annotated[str | None, typer.Option(
     "--db", help="Database URL (sqlite:///PATH, postgresql+psycopg://...) or SQLite file path; "

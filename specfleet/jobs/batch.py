@@ -158,6 +158,10 @@ def _check_unique_names(prompts: list[GeneratePrompt], numbers: list[int], label
         first[name] = number
 
 
+# A `GenerateJobSpec` field whose flag is not its name with dashes (`generate`'s `--temp`).
+_FIELD_FLAGS = {"temperature": "--temp"}
+
+
 def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSpec:
     """Build a generation job from a JSONL prompt file and the command's flags.
 
@@ -166,7 +170,8 @@ def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSp
         **options: `model` (a relative folder is read from the current one), `target` (a
             `TargetRef` or `HOST/ENGINE[/DEVICE]`), and any of
             `policy`, `lookup`, `max_tokens`, `temperature`, `seed`, `chat`, `loop_guard`
-            (the `GenerateJobSpec` fields); a bad value names its flag (`--max-tokens`).
+            (the `GenerateJobSpec` fields); a bad value names its flag (`--max-tokens`,
+            `--temp`).
 
     Returns:
         The job.
@@ -180,7 +185,8 @@ def load_generate_job(prompts_path: str | Path, **options: Any) -> GenerateJobSp
         job = GenerateJobSpec.model_validate({**options, "prompts": prompts})
     except ValidationError as err:
         where, text = first_problem(GenerateJobSpec, err)
-        flag = "--" + where.split(".")[0].split("[")[0].replace("_", "-")
+        field = where.split(".")[0].split("[")[0]
+        flag = _FIELD_FLAGS.get(field, "--" + field.replace("_", "-"))
         raise UserError(f"{flag}: {text}") from None
     _check_lookup(job.lookup)
     return job

@@ -141,3 +141,17 @@ def test_a_job_named_after_a_file_name_that_does_not_print_stays_one_row() -> No
     from specfleet.cli.job import _job_name
 
     assert _job_name("/x/evil\x1b[31m\nname.jsonl") == "evil_[31m_name"
+
+
+def test_job_times_say_they_are_utc(tmp_path: Path) -> None:
+    # `submitted 2026-12-07 09:57` read as local time, hours off east or west of UTC (the
+    # web view heads the same times "(UTC)").
+    url = f"sqlite:///{tmp_path}/s.db"
+    done, _ = _store_jobs(url)
+    with open_store(url, read_only=True) as store:
+        job = store.get_generation_job(done)
+    stamp = f"{job.submitted_at:%Y-%m-%d %H:%M} UTC"
+    last = _invoke("job", "show", done, "--db", url).stdout.splitlines()[-1]
+    assert f"; submitted {stamp}, finished " in last and last.endswith(" UTC"), last
+    listed = _invoke("job", "list", "--db", url).stdout.splitlines()
+    assert listed[1].endswith(f"  {stamp}"), listed
