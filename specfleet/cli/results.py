@@ -9,6 +9,7 @@ import typer
 
 from specfleet import jsontext
 from specfleet.cli.options import (
+    LIST_LIMIT,
     MATRIX_ID,
     DbOption,
     FormatOption,
@@ -26,14 +27,23 @@ from specfleet.report.history import (
     cell_history,
     compare,
     compare_gap_text,
+    newest_points,
     render_compare,
     render_history,
     same_matrix,
 )
-from specfleet.report.results import check_stored_values, render_results, run_filters
+from specfleet.report.results import (
+    CELLS_FIELDS,
+    RUNS_SHOWN,
+    RUNS_TABLE_FIELDS,
+    check_stored_values,
+    render_results,
+    run_filters,
+)
 from specfleet.report.tables import check_pivot
 from specfleet.stats.changes import DEFAULT_FACTOR
 from specfleet.stats.history import changed_only, history_regressions
+from specfleet.stats.runs import CELL_FIELDS, Rate
 from specfleet.store.store import open_store
 
 Many = list[str] | None
@@ -88,26 +98,47 @@ def results(
         "Aggregate done runs per cell: a row per cell and token limit, in plan order (targets, "
         "models, prompts, then arms, plain first, as the matrices list them)."))] = False,
     pivot: Annotated[str | None, typer.Option(help="'target': targets side by side.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", min=1, max=LIST_LIMIT, help=f"The N runs planned last, in matrix and plan "
+        f"order; default {RUNS_SHOWN} in a table or markdown (a note says how many matched), "
+        "every run in json and csv.")] = None,
     fmt: FormatOption = "table",
     rate: RateOption = "whole",
     db: DbOption = None,
 ) -> None:
     """Stored runs matching the filters (or, with --cells / --pivot, their cells), in matrix
-    and plan order."""
+    and plan order; a table lists the runs planned last (--limit), saying how many matched."""
     check_format(fmt)  # the flags' own mistakes first, then what the store holds
     check_pivot(pivot)
+    aggregated = cells or pivot is not None
+    if aggregated and limit is not None:  # a cell of some of its runs would read as all
+        raise UserError("--limit: --cells and --pivot aggregate every matching run; expected "
+                        "--limit without them, or filters (--matrix, --since) to narrow them")
     with open_store(db, read_only=True) as store:
         filters = run_filters(store, host=host, kind=kind, engine=engine, device=device,
                               model=model, prompt=prompt, arm=arm, matrix=matrix, job=job,
                               version=version, since=since, until=until)
         # A typo reads as "0 runs" alone, and beside a stored value it is dropped unsaid.
         check_stored_values(store, filters)
-        runs = store.runs(**filters)
-        wanted = set(filters.get("arm", []))
-        if (cells or pivot) and wanted and "plain" not in wanted:
-            # A speed-up is over plain on the same target, model and prompt: keep those too.
-            runs += store.runs(**{**filters, "arm": ["plain"]})
-        typer.echo(render_results(runs, fmt, cells, pivot, rate, wanted or None), nl=False)
+        if aggregated:
+            typer.echo(_cells_text(store, filters, fmt, cells, pivot, rate), nl=False)
+            return
+        shown = RUNS_SHOWN if limit is None and fmt in ("table", "markdown") else limit
+        columns = RUNS_TABLE_FIELDS if fmt in ("table", "markdown") else None
+        runs = store.runs(columns=columns, newest=shown, **filters)
+        total = store.count_runs(**filters) if len(runs) == shown else len(runs)
+        typer.echo(render_results(runs, fmt, rate=rate, of_total=total), nl=False)
+
+
+def _cells_text(store, filters: dict, fmt: str, cells: bool, pivot: str | None,
+                rate: Rate) -> str:
+    """`results --cells` / `--pivot` of the runs matching `filters`."""
+    runs = store.runs(columns=CELLS_FIELDS, **filters)
+    wanted = set(filters.get("arm", []))
+    if wanted and "plain" not in wanted:
+        # A speed-up is over plain on the same target, model and prompt: keep those too.
+        runs += store.runs(columns=CELLS_FIELDS, **{**filters, "arm": ["plain"]})
+    return render_results(runs, fmt, cells, pivot, rate, wanted or None)
 
 
 def history(
@@ -118,6 +149,10 @@ def history(
         "--target", help="HOST, HOST/ENGINE or HOST/ENGINE/DEVICE.")] = None,
     factor: FactorOption = DEFAULT_FACTOR,
     only_changed: OnlyChangedOption = False,
+    last: Annotated[int | None, typer.Option(
+        "--last", min=1, max=LIST_LIMIT, help="Only the points of the newest N matrices that "
+        "measured the cell, each still compared with the point before it (default: all).")
+    ] = None,
     fail_on: FailOnOption = "regression",
     fmt: FormatOption = "table",
     db: DbOption = None,
@@ -129,10 +164,11 @@ def history(
     """
     with open_store(db, read_only=True) as store:
         rows = cell_history(store, model, prompt, arm, target, factor)
+        rows, left_out = newest_points(store, rows, last) if last else (rows, "")
     title = f"History of {model} / {prompt} / {arm}" + (f" on {target}" if target else "")
     shown = changed_only(rows) if only_changed else rows
-    typer.echo(render_history(shown, title, fmt, factor, len(rows) if only_changed else None),
-               nl=False)
+    typer.echo(render_history(shown, title, fmt, factor, len(rows) if only_changed else None,
+                              left_out), nl=False)
     regressions = history_regressions(rows)
     if regressions and fail_on == "regression":
         # A regression always has a change; the filter only narrows it for the type checker.
@@ -165,7 +201,7 @@ def compare_cmd(
         raise UserError(refusal)
     with open_store(db, read_only=True) as store:
         rows = compare(store, a, b, allow_mixed, factor)
-        runs_a, runs_b = store.runs(matrix=a), store.runs(matrix=b)
+        runs_a, runs_b = (store.runs(matrix=m, columns=(*CELL_FIELDS, "status")) for m in (a, b))
     coverage = compare_coverage(runs_a, runs_b, len(rows))
     text = render_compare(rows, a, b, fmt, factor, only_changed)
     if fmt == "json":  # the web API's body: the cells and how many were compared

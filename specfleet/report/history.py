@@ -111,6 +111,20 @@ def cell_history(store, model: str, prompt: str, arm: str, target: str | None = 
     return history_rows(runs, arm, when, factor)
 
 
+def newest_points(store, rows: list[HistoryRow], last: int) -> tuple[list[HistoryRow], str]:
+    """The points of the newest `last` matrices among `rows` (each still compared with the
+    point before it, shown or not: the exit status reads the same), and the line that says
+    what was left out ("" when nothing was)."""
+    when = store.submitted_times(sorted({row.matrix_id for row in rows}))
+    ordered = sorted(when, key=lambda matrix_id: (when[matrix_id], matrix_id))  # as the points
+    if len(ordered) <= last:
+        return rows, ""
+    newest = set(ordered[-last:])
+    note = (f"Showing the points of the newest {last} of the {len(ordered)} matrices that "
+            f"measured this cell; --last {len(ordered)} shows them all.")
+    return [row for row in rows if row.matrix_id in newest], note
+
+
 def change_text(change: ChangeTest | None) -> str:
     """`CHANGED 0.80x (90% interval 0.78-0.82x)`, `within noise ...`, `within --factor ...`
     (beyond noise, inside the factor), or `n=1, no verdict 1.54x`."""
@@ -144,9 +158,10 @@ def settings_changed(row: HistoryRow) -> tuple[str, ...]:
 
 
 def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FACTOR,
-                 of_total: int | None = None) -> Grid:
+                 of_total: int | None = None, left_out: str = "") -> Grid:
     """The history table: one line per point, the change from the previous one, the test;
-    `of_total`: the points before `--only-changed` kept `rows` (said under the table)."""
+    `of_total`: the points before `--only-changed` kept `rows`, and `left_out`: what
+    `newest_points` left out (both said under the table)."""
     lines = tuple(
         (r.target, limit_text(r.max_tokens, r.temperature), r.matrix_id,
          r.submitted_at, str(len(r.values)),
@@ -159,8 +174,8 @@ def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FAC
                "speed-up", "change vs previous")
     shown = () if of_total is None else (
         f"Showing the {len(rows)} of {counted(of_total, 'point')} that changed.",)
-    return Grid(title, headers, lines, (*shown, HISTORY_LIMITS_NOTE, test_note(factor)),
-                left_cols=4)
+    return Grid(title, headers, lines, (*shown, *((left_out,) if left_out else ()),
+                                        HISTORY_LIMITS_NOTE, test_note(factor)), left_cols=4)
 
 
 # Under the history table: a series is a target and a token limit.
@@ -170,14 +185,15 @@ HISTORY_LIMITS_NOTE = ("max tok = the runs' new-token limit: each point is compa
 
 
 def render_history(rows: list[HistoryRow], title: str, fmt: str = "table",
-                   factor: float = DEFAULT_FACTOR, of_total: int | None = None) -> str:
+                   factor: float = DEFAULT_FACTOR, of_total: int | None = None,
+                   left_out: str = "") -> str:
     """History rows as a table (change flags and the test named), markdown, JSON or CSV;
-    `of_total` as `history_grid`'s."""
+    `of_total` and `left_out` as `history_grid`'s (a table's notes alone)."""
     check_format(fmt)
     if fmt in ("json", "csv"):
         return _dump([{**asdict(r), "n": len(r.values)} for r in rows], fmt,
                      [*(f.name for f in fields(HistoryRow)), "n"])
-    grid = history_grid(rows, title, factor, of_total)
+    grid = history_grid(rows, title, factor, of_total, left_out)
     return to_rich([grid]) if fmt == "table" else to_markdown([grid], level=2)
 
 

@@ -148,8 +148,21 @@ def check_stored_values(store, filters: dict, flags: dict[str, str] | None = Non
                             f"stored values: {shown or 'none yet'}")
 
 
-def runs_grid(runs: list) -> Grid:
-    """One row per run."""
+# The runs' fields `runs_grid` reads: a table of many runs decodes none of the JSON columns.
+RUNS_TABLE_FIELDS: tuple[str, ...] = (
+    "matrix_id", "job_id", "host", "engine", "device", "model", "prompt_name", "arm", "repeat",
+    "status", "tok_per_s", "decode_s", "generated_tokens", "proposed", "accepted", "loop_share",
+    "noisy", "throttled", "finished_at",
+)
+# ... and what `limit_layers` reads (the cells table, the pivot).
+CELLS_FIELDS: tuple[str, ...] = (*ROW_FIELDS, "max_tokens", "temperature")
+# The runs a table or markdown lists unless --limit says: past this no terminal shows them.
+RUNS_SHOWN = 1000
+
+
+def runs_grid(runs: list, of_total: int | None = None) -> Grid:
+    """One row per run; `of_total`: how many runs matched when `runs` are the newest of them
+    (said under the table with how to list them all)."""
     rows = []
     for run in runs:
         # A run not done measured nothing: its stored 0.0 is no rate.
@@ -171,7 +184,10 @@ def runs_grid(runs: list) -> Grid:
     owner = "matrix/job" if any(r.job_id for r in runs) else "matrix"
     headers = (owner, "target", "model", "prompt", "arm", "rep", "status", "tok/s",
                "decode tok/s", "tokens", "acc rate", "flags", "finished (UTC)")
-    return Grid(counted(len(runs), "run"), headers, tuple(rows), left_cols=7)
+    left_out = () if of_total is None or of_total <= len(runs) else (
+        f"Showing the {counted(len(runs), 'run')} planned last of the {of_total} that match; "
+        f"--limit {of_total} lists them all.",)
+    return Grid(counted(len(runs), "run"), headers, tuple(rows), left_out, left_cols=7)
 
 
 # Under every cells table: a cell is keyed by its token limit too.
@@ -334,7 +350,7 @@ def render_cells(layers: list[LimitLayer], fmt: str, pivot: str | None, rate: Ra
 
 def render_results(runs: list, fmt: str = "table", cells: bool = False,
                    pivot: str | None = None, rate: Rate = "whole",
-                   arms: Collection[str] | None = None) -> str:
+                   arms: Collection[str] | None = None, of_total: int | None = None) -> str:
     """Runs (or, with `cells` or `pivot`, their cells) as text.
 
     Args:
@@ -345,6 +361,8 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
         rate: the tok/s cells read: "whole" or "decode" (see `stats.cells.cell_stats`).
         arms: the arms asked for (`--arm`), None for all: the cells of plain, among `runs`
             for the speed-ups alone, are not listed.
+        of_total: how many runs matched when `runs` are only the newest of them (a table
+            says so under it).
     """
     check_format(fmt)
     check_pivot(pivot)  # with no cells to show, it would say only "no done runs"
@@ -360,7 +378,7 @@ def render_results(runs: list, fmt: str = "table", cells: bool = False,
             return "no done runs match these filters\n"  # no matrix to point at
         return render_cells(layers, fmt, pivot, rate, arms)
     if fmt in ("table", "markdown"):
-        return _grid_text(runs_grid(runs), fmt)
+        return _grid_text(runs_grid(runs, of_total), fmt)
     out = io.StringIO()
     export_runs(runs, fmt, out)
     return out.getvalue()
@@ -395,6 +413,6 @@ def render_matrix(store, matrix_id: str, fmt: str = "table", pivot: str | None =
     if pivot is None or (not view.cells and fmt in ("table", "markdown")):  # "no done runs yet"
         why = why_not_compared(store, view) if fmt in ("table", "markdown") else ()
         return render_view(view, fmt, why)
-    layers = limit_layers(done_runs(store, matrix_id, (*ROW_FIELDS, "max_tokens", "temperature")),
+    layers = limit_layers(done_runs(store, matrix_id, CELLS_FIELDS),
                           rate, view.matrix_id, view.name, stored_plan_order(store, matrix_id))
     return render_cells(layers, fmt, pivot, rate, named=(view.matrix_id, view.name))

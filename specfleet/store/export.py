@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -42,8 +43,14 @@ def export_runs(rows: Iterable[RunRow], fmt: str, out: str | Path | TextIO) -> i
 
 def _record(row: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(row) and not isinstance(row, type):
-        return dataclasses.asdict(row)
+        # Not `dataclasses.asdict`: its deep copy of every JSON value was most of an export.
+        return {name: getattr(row, name) for name in _field_names(type(row))}
     return dict(row)
+
+
+@functools.cache
+def _field_names(row_type: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(row_type))
 
 
 def _write(records: Sequence[dict[str, Any]], fmt: str, handle: TextIO) -> None:

@@ -180,14 +180,21 @@ class StoreQueries:
             return dict(conn.execute(stmt).all())
 
     def runs(self: StoreCore, limit: int | None = None, offset: int = 0,
-             columns: Sequence[str] | None = None, **filters) -> list:
+             columns: Sequence[str] | None = None, newest: int | None = None,
+             **filters) -> list:
         """Runs matching the filters of `run_conditions`, in matrix and plan order
         (`limit` and `offset`: one page of them) as `RunRow`s, or with `columns` (names of
-        `RunRow` fields) as light rows of just those fields (`rows.run_fields_row`)."""
+        `RunRow` fields) as light rows of just those fields (`rows.run_fields_row`);
+        `newest`: only the last N of them planned (the newest matrices' and jobs'), listed in
+        the same order."""
         names = RUN_FIELDS if columns is None else tuple(dict.fromkeys(columns))
         now = utcnow()
+        conditions = run_conditions(**filters)
+        if newest is not None:  # ids grow as runs are planned
+            conditions = [Run.id.in_(select(Run.id).where(*conditions)
+                                     .order_by(Run.id.desc()).limit(newest))]
         stmt = (
-            select(*(_selected(name, now) for name in names)).where(*run_conditions(**filters))
+            select(*(_selected(name, now) for name in names)).where(*conditions)
             # A generation job's runs (no matrix) first on both backends: PostgreSQL puts
             # NULL last by default, SQLite first.
             .order_by(Run.matrix_id.nulls_first(), Run.job_id, Run.plan_order, Run.id)

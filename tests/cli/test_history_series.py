@@ -4,6 +4,7 @@ limit."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from typer.testing import CliRunner
@@ -51,3 +52,24 @@ def test_the_web_view_plots_each_series_under_its_limit(tmp_path):
         (f"mac1/mlx/metal, {n} new tokens", f"mac1/mlx/metal, {n} new tokens: tok/s (median, "
          "min-max bars)", f"mac1/mlx/metal, {n} new tokens: speed-up over plain")
         for n in (48, 256)]
+
+
+def test_last_shows_the_newest_points_each_still_compared_with_the_one_before(tmp_path):
+    # A year of nightly matrices printed every point; the web view has had `last=`.
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        for matrix_id, graded in (("a-000001", 20.0), ("b-000002", 20.0), ("c-000003", 14.0)):
+            _matrix(store, matrix_id, 256, 10.0, graded)
+            time.sleep(0.01)  # submission times order the points
+    cell = ["history", "--model", "m1", "--prompt", "edit_fn", "--arm", "graded", "--db", url]
+    newest = CliRunner().invoke(app, [*cell, "--last", "1"])
+    assert newest.exit_code == 1 and "regression at mac1/mlx/metal (256 tokens) c-000003" in \
+        newest.stderr  # its previous point is not shown, and still compared
+    (point,) = [line for line in newest.stdout.splitlines() if "mac1/mlx/metal" in line]
+    assert "c-000003" in point and "CHANGED 0.70x" in point, newest.stdout
+    assert ("Showing the points of the newest 1 of the 3 matrices that measured this cell; "
+            "--last 3 shows them all.") in newest.stdout
+    two = CliRunner().invoke(app, [*cell, "--last", "2", "-o", "json"])
+    assert [p["matrix_id"] for p in json.loads(two.stdout)] == ["b-000002", "c-000003"]
+    every = CliRunner().invoke(app, [*cell, "--last", "3"])
+    assert "Showing" not in every.stdout and every.stdout.count("mac1/mlx/metal ") == 3

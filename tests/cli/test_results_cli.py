@@ -195,6 +195,10 @@ def test_compare_calls_a_regression_only_with_same_provenance(db_path) -> None: 
     (["compare", DEMO_ID, AFTER_ID, "--format", "html"], "--format"),
     (["compare", DEMO_ID, AFTER_ID, "--fail-on", "always"], "--fail-on"),
     (["compare", DEMO_ID, AFTER_ID, "--factor", "0.5"], "--factor"),
+    (["results", "--cells", "--limit", "5"], "--limit"),
+    (["results", "--limit", "0"], "--limit"),
+    (["history", "--model", "script", "--prompt", "copy", "--arm", "graded", "--last", "0"],
+     "--last"),
 ])
 def test_bad_input_is_one_line_and_exit_2(db_path, args, needle) -> None:  # noqa: F811
     result = invoke(db_path, *args)
@@ -223,9 +227,13 @@ def test_markdown_has_one_heading_and_empty_csv_keeps_its_header(db_path) -> Non
     assert unchanged.splitlines()[0].startswith("target,model,prompt,arm,median_a,median_b")
 
 
-@pytest.mark.parametrize(("column", "value"), [("lookup", "{not json"),
-                                               ("finished_at", "yesterday")])
-def test_a_hand_damaged_value_is_one_line(db_path, tmp_path, column, value) -> None:  # noqa: F811
+# Each damaged column with commands that read it (a table of runs reads no JSON column,
+# compare no finish time).
+@pytest.mark.parametrize(("column", "value", "commands"), [
+    ("versions", "{not json", (["results", "-o", "json"], ["compare", DEMO_ID, AFTER_ID])),
+    ("finished_at", "yesterday", (["results"], ["results", "-o", "csv"]))])
+def test_a_hand_damaged_value_is_one_line(db_path, tmp_path, column, value,  # noqa: F811
+                                          commands) -> None:
     import shutil
     import sqlite3
 
@@ -233,7 +241,7 @@ def test_a_hand_damaged_value_is_one_line(db_path, tmp_path, column, value) -> N
     shutil.copy(db_path, damaged)
     with sqlite3.connect(damaged) as conn:
         conn.execute(f"UPDATE runs SET {column} = ? WHERE rowid = 1", (value,))
-    for args in (["results"], ["compare", DEMO_ID, AFTER_ID]):
+    for args in commands:
         result = invoke(damaged, *args)
         assert result.exit_code == 2, (args, result.output)
         assert result.stderr.count("\n") == 1 and "a stored value cannot be read" in result.stderr
@@ -325,3 +333,38 @@ def test_history_follows_greedy_and_sampled_runs_as_two_series(db_path, tmp_path
     assert AFTER_ID not in {r["matrix_id"] for r in greedy} and greedy[0]["change"] is None
     assert all(r["change"] is not None for r in greedy[1:])  # the greedy points still follow
     assert " T0.8 " in invoke(mixed, "history", *cell).stdout
+
+
+def test_results_lists_the_runs_planned_last_and_says_how_many_matched(db_path) -> None:  # noqa: F811
+    # A year of nightly matrices printed all 12,000 runs (50 s): --limit takes the newest.
+    every = json.loads(invoke(db_path, "results", "-o", "json").stdout)
+    newest = json.loads(invoke(db_path, "results", "--limit", "4", "-o", "json").stdout)
+    assert newest == every[-4:] and every[-1]["matrix_id"] == MIXED_ID  # planned last
+    table = invoke(db_path, "results", "--matrix", DEMO_ID, "--limit", "2", "-o", "md").stdout
+    demo = [r for r in every if r["matrix_id"] == DEMO_ID]
+    assert [line.split(" | ")[5] for line in table.splitlines() if line.startswith(
+        f"| {DEMO_ID}")] == [str(r["repeat"]) for r in demo[-2:]]
+    assert (f"Showing the 2 runs planned last of the {len(demo)} that match; --limit "
+            f"{len(demo)} lists them all.") in table
+    whole = invoke(db_path, "results", "--matrix", DEMO_ID, "--limit", str(len(demo))).stdout
+    assert "Showing" not in whole and f"{len(demo)} runs" in whole
+
+
+def test_a_table_of_more_runs_than_it_shows_says_how_to_list_them_all(tmp_path) -> None:
+    from specfleet.report.results import RUNS_SHOWN
+    from specfleet.store.store import open_store
+    from tests.store.factory import spec
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    total = RUNS_SHOWN + 1
+    with open_store(url) as store:
+        store.create_matrix("big", {}, [spec(f"k{i}", repeat=i) for i in range(total)],
+                            matrix_id="big-000001")
+    table = runner.invoke(app, ["results", "--db", url])
+    assert table.exit_code == 0, table.output
+    assert table.stdout.startswith(f"{RUNS_SHOWN} runs\n") and " 0   pending" not in table.stdout
+    assert table.stdout.rstrip().endswith(f"Showing the {RUNS_SHOWN} runs planned last of the "
+                                          f"{total} that match; --limit {total} lists them all.")
+    rows = list(csv.DictReader(io.StringIO(runner.invoke(app, ["results", "--db", url, "-o",
+                                                               "csv"]).stdout)))
+    assert len(rows) == total  # an export keeps every run

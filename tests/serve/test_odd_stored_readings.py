@@ -76,6 +76,7 @@ def test_a_json_column_of_the_wrong_shape_is_the_stores_one_line(
     for web in client_of(url):
         answer = web.get(page)
         assert answer.status_code == 503 and UNREADABLE in answer.text, answer.text[-600:]
-    said = CliRunner().invoke(app, ["results", "--matrix", BASE, "--db", url])
+    # The export reads every column (a table reads only the ones it shows).
+    said = CliRunner().invoke(app, ["results", "--matrix", BASE, "--db", url, "-o", "json"])
     assert said.exit_code == 2 and said.stderr.startswith("error: --db ")
     assert UNREADABLE in said.stderr and said.stderr.count("\n") == 1, said.stderr
