@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,10 +145,52 @@ def ratio_interval(base: Sequence[float], other: Sequence[float]) -> RatioInterv
     k, coverage = _rank(len(base), len(other))
     if k == 0:
         return None
-    ratios = sorted(float(o) / float(b) for o in other for b in base)
+    low = kth_ratio(base, other, k)
+    high = kth_ratio(base, other, len(base) * len(other) - k + 1)
     medians = float(statistics.median(other)) / float(statistics.median(base))
-    return RatioInterval(low=min(ratios[k - 1], medians), high=max(ratios[-k], medians),
-                         coverage=coverage)
+    return RatioInterval(low=min(low, medians), high=max(high, medians), coverage=coverage)
+
+
+def kth_ratio(base: Sequence[float], other: Sequence[float], k: int) -> float:
+    """The k-th smallest (from 1) of the ratios o / b over every pair of positive rates:
+    exactly `sorted(o / b for o in other for b in base)[k - 1]`, without listing them (a year
+    of repeats pooled in a cell is 2.25 M ratios to sort). Division by a positive number keeps
+    order, so with `other` ascending and `base` descending every row and every column of the
+    ratios ascends: a pivot's rank is counted in one walk down the rows, and a pivot drawn
+    among the ratios still in play narrows them until one has rank k."""
+    rows = sorted(float(o) for o in other)
+    cols = sorted((float(b) for b in base), reverse=True)
+    lo, hi = [0] * len(rows), [len(cols)] * len(rows)  # row i's candidates: lo[i]..hi[i]-1
+    draw = random.Random(k)  # any pivot gives the same answer; seeded, so runs repeat
+    while True:
+        sizes = [h - low for low, h in zip(lo, hi, strict=True)]
+        pick = draw.randrange(sum(sizes))
+        for i, size in enumerate(sizes):
+            if pick < size:
+                pivot = rows[i] / cols[lo[i] + pick]
+                break
+            pick -= size
+        below, upto = _ranks_of(rows, cols, pivot)
+        if k <= sum(below):
+            hi = [min(h, c) for h, c in zip(hi, below, strict=True)]
+        elif k > sum(upto):
+            lo = [max(low, c) for low, c in zip(lo, upto, strict=True)]
+        else:
+            return pivot
+
+
+def _ranks_of(rows: list[float], cols: list[float], pivot: float) -> tuple[list[int], list[int]]:
+    """Per row, how many of its ratios are < pivot and <= pivot (prefixes of the row)."""
+    below, upto = [], []
+    lt = le = len(cols)
+    for o in rows:  # as o grows, fewer columns stay under the pivot
+        while lt and o / cols[lt - 1] >= pivot:
+            lt -= 1
+        while le and o / cols[le - 1] > pivot:
+            le -= 1
+        below.append(lt)
+        upto.append(le)
+    return below, upto
 
 
 def side(interval: RatioInterval | None) -> Side:
