@@ -83,7 +83,7 @@ SLOW_MODULES = (
 
 
 # Modules that mostly wait (faults held for seconds, leases running out, toy runs), longest
-# first: under `make test` (`--dist loadfile`, three workers) worker gw0 runs these (~440 s)
+# first: under `make test` (`--dist loadfile`, three workers) worker gw0 runs these (~335 s alone)
 # while the other two run the modules that compute, so the waits fill the box instead of
 # stretching it.
 WAITING_MODULES = (
@@ -104,6 +104,7 @@ class _LaneScheduling(LoadFileScheduling):
         super()._assign_work_unit(node)
 
 
+@pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs a module alone, as it did
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Lanes for `--dist loadfile` (what `make test` uses); xdist's own scheduler otherwise."""
     return _LaneScheduling(config, log) if config.getoption("dist") == "loadfile" else None

@@ -24,7 +24,9 @@ def load_tool(name: str):
 
 netfleet = load_tool("netfleet")
 pg_ctl, sql = netfleet.pg_ctl, netfleet.sql
-DRIVER_LEASE_S = 10  # a killed driver's runs can be taken over within a test
+DRIVER_LEASE_S = 10  # outlives the tests' store outages: a live driver's runs stay its own
+# A driver the test kills: `resume` may take its runs this long after the kill (at most).
+KILLED_DRIVER_LEASE_S = 3
 
 
 def drive(nf, host: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -32,11 +34,11 @@ def drive(nf, host: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
     return nf.specfleet(host, *args, env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url), **kwargs)
 
 
-def drive_async(nf, host: str, *args: str) -> subprocess.Popen:
+def drive_async(nf, host: str, *args: str, lease_s: float = DRIVER_LEASE_S) -> subprocess.Popen:
     """A driver started in the background, with a short run-ownership lease."""
     return nf.popen(host, [str(netfleet.BIN / "specfleet"), *args],
                     env=nf.env(nf.host(host), SPECFLEET_DB=nf.db_url,
-                               SPECFLEET_LEASE_S=str(DRIVER_LEASE_S)),
+                               SPECFLEET_LEASE_S=f"{lease_s:g}"),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
