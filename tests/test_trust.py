@@ -353,7 +353,7 @@ def _compare(db_url: str, a: str, b: str, *flags: str) -> tuple[list[dict], str]
     as_json = runner.invoke(app, [*args, "--format", "json"])
     table = runner.invoke(app, args, env={"COLUMNS": "250"})
     assert as_json.exit_code == 0 and table.exit_code == 0, (as_json.output, table.output)
-    return json.loads(as_json.output), table.output
+    return json.loads(as_json.output)["cells"], table.output
 
 
 def test_compare_calls_no_regression_across_weights_config_or_token_limit(tmp_path):
