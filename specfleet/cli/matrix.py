@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from specfleet.cli.matrix_output import partial_note, print_outcome
 from specfleet.cli.options import (
     UTC_MINUTE,
     AddressOption,
@@ -44,7 +45,6 @@ from specfleet.report.results import render_matrix
 from specfleet.report.sessions import sessions_note
 from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
-from specfleet.store.rows import MatrixRow
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 from specfleet.store.values import utcnow
 from specfleet.userfiles import check_writable_dir, given_path
@@ -74,18 +74,6 @@ def show(
     for note in (partial_note(matrix), mixed):
         if note is not None:
             typer.echo(note, err=True)
-
-
-def partial_note(matrix: MatrixRow) -> str | None:
-    """Under the tables of a matrix not all done (running, failed, interrupted), on stderr:
-    the tables read its done runs only, and where the others are listed."""
-    done = matrix.counts.get("done", 0)
-    if done == matrix.total_runs:
-        return None
-    rest = counts_text({status: n for status, n in matrix.counts.items() if status != "done"})
-    return (f"matrix {matrix.id}: {matrix.status}; the tables read only its done runs, "
-            f"{done} of {matrix.total_runs} ({rest}; `specfleet matrix status {matrix.id}` "
-            "says more)")
 
 
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
@@ -156,48 +144,6 @@ def _refuse_live_owner(store, matrix) -> None:
         raise typer.Exit(1)
 
 
-def _print_outcome(store, outcome, fmt: str = "table", rate: Rate = "whole") -> None:
-    """The tables on stdout, alone in every format (`> x.md` holds markdown only); what the
-    run says (its status, failures, how to resume, the matrix id) on stderr."""
-    if outcome.owner is not None:
-        typer.echo(f"matrix {outcome.matrix_id}: driver {outcome.owner} still runs it "
-                   f"(its heartbeat lease is live); took 0 runs, skipped {outcome.skipped}",
-                   err=True)
-        return
-    if outcome.skipped:
-        typer.echo(f"skipped {counted(outcome.skipped, 'run')} a live driver still runs",
-                   err=True)
-    typer.echo(
-        f"matrix {outcome.matrix_id}: {outcome.status} ({outcome.done} done, "
-        f"{outcome.failed} failed, {outcome.interrupted} interrupted, {outcome.pending} "
-        f"pending this call; {outcome.wall_s:.1f} s)", err=True,
-    )
-    echo_tables(store, outcome.matrix_id, fmt, rate)
-    for line in failure_lines(store.runs(matrix=outcome.matrix_id)):
-        typer.echo(line, err=True)
-    if outcome.status != "done":
-        typer.echo(f"resume with: specfleet matrix resume {outcome.matrix_id}", err=True)
-    typer.echo(f"matrix id: {outcome.matrix_id}", err=True)
-
-
-def echo_tables(store, matrix_id: str, fmt: str, rate: Rate) -> None:
-    """A matrix's tables on stdout, once it has a done run, as `run`, `resume` and `bench`
-    print them (`-o`, `--rate`); the note of cells that mix sessions on stderr."""
-    if not store.get_matrix(matrix_id).counts.get("done"):
-        return
-    if (note := sessions_note(store, matrix_id)) is not None:
-        typer.echo(note, err=True)
-    typer.echo(render_matrix(store, matrix_id, fmt, rate=rate), nl=False)
-
-
-def failure_lines(rows) -> list[str]:
-    """Each distinct reason a run failed or was interrupted, once, with how many runs it hit."""
-    reasons = Counter((row.status, " ".join((row.error or "no reason stored").split()))
-                      for row in rows if row.status in ("failed", "interrupted"))
-    return [f"{n} run{'' if n == 1 else 's'} {status}: {reason}"
-            for (status, reason), n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
 # `--wait` of `run` and `resume`.
 WaitOption = Annotated[str, typer.Option(
     "--wait", help="How long the runs of a host that went away (unreachable, suspect, not in "
@@ -266,7 +212,7 @@ def run_spec(spec: MatrixSpec, *, address: str | None, embedded: bool, db: str |
         waiting = WaitingLines() if not options.progress else None
         outcome = run_matrix(store, matrix_id, view.workers, waiting, options=options,
                              machines=view.machines)
-        _print_outcome(store, outcome, fmt, rate)
+        print_outcome(store, outcome, fmt, rate)
         if report_dir is not None:
             _write_report(store, outcome.matrix_id, report_dir)
     return outcome
@@ -378,7 +324,7 @@ def resume_cmd(
                              WaitingLines() if no_progress else None,
                              options=scheduler_options(no_progress, quiet, wait),
                              machines=view.machines, suspect=view.suspects, requeue=True)
-        _print_outcome(store, outcome, fmt, rate)
+        print_outcome(store, outcome, fmt, rate)
     if outcome.status != "done":
         raise typer.Exit(1)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.matrix import partial_note
+from specfleet.cli.matrix_output import partial_note
 from specfleet.cli.options import DbOption, MatrixIdArgument
 from specfleet.report.record import write_record
 from specfleet.store.store import open_store

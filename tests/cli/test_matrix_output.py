@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
-from specfleet.cli.matrix import _print_outcome, planned_line, refuse_unrunnable_models
+from specfleet.cli.matrix import planned_line, refuse_unrunnable_models
+from specfleet.cli.matrix_output import print_outcome
 from specfleet.errors import UserError
 from specfleet.jobs.run import RunSpec, Target
 from specfleet.report.record import record_markdown
@@ -57,7 +58,7 @@ def outcome(status: str = "done") -> SimpleNamespace:
 def test_the_tables_alone_go_to_stdout_in_every_format(db_path, capsys, fmt) -> None:
     # With -o md or csv stdout began "matrix out-...: done (...)" and ended "matrix id: ...".
     with open_store(str(db_path)) as store:
-        _print_outcome(store, outcome("interrupted"), fmt)
+        print_outcome(store, outcome("interrupted"), fmt)
         tables = render_matrix(store, MATRIX_ID, fmt)
     said = capsys.readouterr()
     assert said.out == tables
