@@ -143,6 +143,14 @@ def check_context(loaded: LoadedModel, prompt_tokens: int, max_tokens: int,
                     f"{context} tokens; expected --max-tokens {context - prompt_tokens} or less")
 
 
+def refuse_seed_when_greedy(seed: int | None, temperature: float) -> None:
+    """`--seed` with `--temp 0` (`generate`, `job generate`): greedy draws nothing at random,
+    so the seed would go unused without a word."""
+    if seed is not None and temperature == 0:
+        raise UserError("--seed given with --temp 0 (greedy: nothing is drawn at random); "
+                        "expected --temp above 0 to sample with it (or no --seed)")
+
+
 def validate_request(request: GenerateRequest) -> None:
     """Check the bounds Typer does not (its min/max bound --max-tokens and --seed) before
     loading anything: the model load takes seconds."""
@@ -151,9 +159,7 @@ def validate_request(request: GenerateRequest) -> None:
     if not low <= request.temperature <= high:  # also refuses nan and inf
         raise UserError(f"--temp {request.temperature}: expected a number from {low:g} to "
                         f"{high:g} (0 is greedy)")
-    if request.seed is not None and request.temperature == 0:  # greedy draws nothing
-        raise UserError("--seed given with --temp 0 (greedy: nothing is drawn at random); "
-                        "expected --temp above 0 to sample with it (or no --seed)")
+    refuse_seed_when_greedy(request.seed, request.temperature)
     lookup_config(request.lookup, request.policy, "cpu")
     if request.db is not None:  # a mistyped URL is said before the model loads, not after
         from specfleet.store.engine import resolve_url

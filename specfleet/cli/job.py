@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
+from collections import defaultdict, deque
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +23,7 @@ from specfleet.cli.generate import (
     SeedOption,
     TempOption,
     parse_loop_guard,
+    refuse_seed_when_greedy,
 )
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
@@ -105,26 +106,14 @@ def generate(
     if policy == "plain":
         _refuse_lookup_flags(ctx, own)
     refuse_ngram_min_past_default(ngram_min, ngram_max, flag_given(ctx, "ngram_max"))
-    if seed is not None and temp == 0:  # as `generate` refuses it: greedy draws nothing
-        raise UserError("--seed given with --temp 0 (greedy: nothing is drawn at random); "
-                        "expected --temp above 0 to sample with it (or no --seed)")
-    options: dict[str, Any] = {"model": model, "target": target, "policy": policy,
-                               "lookup": options_for(policy, given), "temperature": temp,
-                               "seed": seed}
-    if max_tokens is not None:
-        options["max_tokens"] = max_tokens
-    if chat is not None:  # else the spec's: the template where the model has one
-        options["chat"] = chat
-    if (guard := parse_loop_guard(loop_guard)) is not None:  # `generate`'s, per prompt
-        options["loop_guard"] = dict(zip(("min_period", "max_period", "repeats"), guard,
-                                         strict=True))
+    refuse_seed_when_greedy(seed, temp)
+    options = _job_options(model=model, target=target, policy=policy,
+                           lookup=options_for(policy, given), temperature=temp, seed=seed,
+                           max_tokens=max_tokens, chat=chat, loop_guard=loop_guard)
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
     here = choose_fleet(address, embedded).embedded
     if here:  # this machine alone: an unknown model is said before Ray starts
-        refuse_hosts_outside_embedded([job.target.host], "--target")
-        refuse_model(job.model, job.target.engine, "--model")
-        _refuse_overruns(job, f"--prompts {STDIN}" if prompts == STDIN else prompts,
-                         max_tokens is not None)
+        _refuse_here(job, prompts, max_tokens is not None)
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
                       embedded=embedded)
@@ -138,6 +127,31 @@ def generate(
     typer.echo(f"job id: {job_id} ({status})", err=True)  # stdout holds the replies alone
     if status != "done":
         raise typer.Exit(1)
+
+
+def _job_options(*, max_tokens: int | None, chat: bool | None, loop_guard: str | None,
+                 **given: Any) -> dict[str, Any]:
+    """The `GenerateJobSpec` fields the flags set (`given` as they are); `--max-tokens` and
+    `--chat` only when given (else the spec's defaults), `--loop-guard` parsed as `generate`
+    parses it."""
+    options = dict(given)
+    if max_tokens is not None:
+        options["max_tokens"] = max_tokens
+    if chat is not None:  # else the spec's: the template where the model has one
+        options["chat"] = chat
+    if (guard := parse_loop_guard(loop_guard)) is not None:  # `generate`'s, per prompt
+        options["loop_guard"] = dict(zip(("min_period", "max_period", "repeats"), guard,
+                                         strict=True))
+    return options
+
+
+def _refuse_here(job, prompts: str, max_tokens_given: bool) -> None:
+    """On this machine alone, before Ray starts: a host that is not this one, a model it
+    cannot load, a prompt that overruns the model's context."""
+    refuse_hosts_outside_embedded([job.target.host], "--target")
+    refuse_model(job.model, job.target.engine, "--model")
+    _refuse_overruns(job, f"--prompts {STDIN}" if prompts == STDIN else prompts,
+                     max_tokens_given)
 
 
 def _run_job(store, view, job, chosen, name: str, no_progress: bool) -> tuple[str, str]:
@@ -412,23 +426,23 @@ class MachineTurns:
     most every 10 s): the command sat silent for as long as a matrix held the machine."""
 
     def __init__(self, leases, machines: dict[str, str], say=None) -> None:
-        from specfleet.cluster.progress import WaitingLines
+        from specfleet.cluster.progress import LeaseWait, WaitingLines
 
         self.leases, self.machines = leases, machines
         self.say = say or WaitingLines()
-        self.waiting_since: dict[str, float] = {}
+        self.waits: dict[str, LeaseWait] = defaultdict(LeaseWait)
 
     def take(self, host: str) -> bool:
         """Whether `host`'s machine is ours now; a refusal is said."""
-        from specfleet.cluster.progress import ProgressEvent, lease_wait_reason
+        from specfleet.cluster.progress import ProgressEvent
 
         machine = self.machines[host]
         if self.leases.acquire(machine):
-            self.waiting_since.pop(host, None)
+            self.waits[host].granted()
             return True
-        since = self.waiting_since.setdefault(host, time.monotonic())
-        reason = lease_wait_reason(self.leases.refused.get(machine, ""), time.monotonic() - since)
-        self.say(ProgressEvent(host, "", "leased", 0, 0, 0, "healthy", reason))
+        reason = self.waits[host].refused(self.leases.refused.get(machine, ""), time.monotonic())
+        if reason:
+            self.say(ProgressEvent(host, "", "leased", 0, 0, 0, "healthy", reason))
         return False
 
 

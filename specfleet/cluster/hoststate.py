@@ -32,7 +32,7 @@ from ray.exceptions import (
 )
 
 from specfleet.cluster.fleet import HEALTHY, SUSPECT, UNREACHABLE, Health
-from specfleet.cluster.progress import lease_wait_reason
+from specfleet.cluster.progress import LeaseWait
 from specfleet.jobs.run import RunResult, RunSpec
 
 # Errors that mean "the worker (or its node) went away": the run's fate is unknown.
@@ -104,8 +104,7 @@ class HostState:
     quiet_reason: str = ""  # why the worker's last quiet check said no (shown to the user)
     gave_up: str = ""  # set when the wait for quiet hit its bound: what the user is told
     machine_wait: str = ""  # its run waits for the machine lock: what the user was told last
-    lease_wait: str = ""  # its next run waits for another driver's lease: what was said last
-    lease_wait_since: float | None = None
+    lease_wait: LeaseWait = field(default_factory=LeaseWait)  # for another driver's lease
     done: int = 0
     failed: int = 0
     interrupted: int = 0
@@ -145,20 +144,6 @@ class HostState:
         self.heard_when_left = self.heard
         self.quiet_ref = None
         self.settle_until = 0.0
-
-    def lease_refused(self, refused: str, now: float) -> str:
-        """Its next run was refused the machine's lease again (`refused`: whose turn it is):
-        the reason to say now, or "" when it reads as it did (it changes once a second)."""
-        if self.lease_wait_since is None:
-            self.lease_wait_since = now
-        reason = lease_wait_reason(refused, int(now - self.lease_wait_since))  # whole seconds
-        if reason == self.lease_wait:
-            return ""
-        self.lease_wait = reason
-        return reason
-
-    def lease_granted(self) -> None:
-        self.lease_wait, self.lease_wait_since = "", None
 
     def settling(self, now: float) -> bool:
         return self.health == HEALTHY and now < self.settle_until

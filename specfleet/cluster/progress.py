@@ -91,6 +91,30 @@ def lease_wait_reason(refused: str, waited_s: float) -> str:
     return f"{refused}; waited {waited_s:.0f} s"
 
 
+@dataclass
+class LeaseWait:
+    """One host's wait for a machine another driver holds (`matrix run`'s scheduler, `job
+    calibrate`): since when, and the reason said last."""
+
+    said: str = ""
+    since: float | None = None
+
+    def refused(self, refused: str, now: float) -> str:
+        """Refused the machine's lease again (`refused`: whose turn it is): the reason to say
+        now, or "" when it reads as it did (its waited seconds change once a second)."""
+        if self.since is None:
+            self.since = now
+        reason = lease_wait_reason(refused, int(now - self.since))  # whole seconds
+        if reason == self.said:
+            return ""
+        self.said = reason
+        return reason
+
+    def granted(self) -> None:
+        """The lease is ours: the next wait is said from its start."""
+        self.said, self.since = "", None
+
+
 BAR_WIDTH = 20  # leaves an 80-column terminal room for the counts beside it
 
 

@@ -326,11 +326,12 @@ def _maybe_dispatch(ctx: _Ctx, host: HostState) -> None:
         return
     assert ctx.leases is not None  # made whenever there are hosts
     if not ctx.leases.acquire(host.machine):  # another driver's matrix holds the machine
-        reason = host.lease_refused(ctx.leases.refused.get(host.machine, ""), time.monotonic())
+        reason = host.lease_wait.refused(ctx.leases.refused.get(host.machine, ""),
+                                        time.monotonic())
         if reason:  # whose turn it is, and the waited seconds (once a second at most)
             _emit(ctx, host, host.queue[0].run_key, "leased", reason)
         return
-    host.lease_granted()  # its "running" ends the wait on bars and lines
+    host.lease_wait.granted()  # its "running" ends the wait on bars and lines
     spec = host.queue.popleft()
     try:
         ctx.writer.mark_running(spec.run_key)

@@ -35,4 +35,4 @@ def test_a_calibration_waiting_for_the_machine_says_who_holds_it_once_then_takes
     assert said.getvalue().splitlines() == [
         "h1: waiting for the machine: leased to matrix bench-77aa01, pid 4242 on ws-3 "
         "(another driver); waited 0 s"]
-    assert turns.waiting_since == {}  # its next wait starts from zero
+    assert turns.waits["h1"].since is None  # its next wait starts from zero
