@@ -134,7 +134,7 @@ class Views:
     async def matrices(self, request: Request) -> Response:
         return await self._page(
             request, partial(pages.matrices_page, self.store),
-            "matrices.html", {"page": params.page_number})
+            "matrices.html", {"page": params.page_number, "name": params.name_part})
 
     async def matrix(self, request: Request) -> Response:
         return await self._page(
@@ -209,6 +209,18 @@ class Views:
         return RedirectResponse("/matrices", status_code=307)
 
 
+# An error page's way back: the list the asked page belongs to (its first path segment).
+WAYS_BACK = {"jobs": ("/jobs", "the generation jobs"), "fleet": ("/fleet", "the fleet"),
+             "login": ("/login", "the login")}
+MATRICES_BACK = ("/matrices", "the matrices")
+
+
+def way_back(path: str) -> tuple[str, str]:
+    """Where an error page at `path` links back to, and what it calls that page: an unknown
+    job goes back to the jobs, not the matrices; anything else to the matrices."""
+    return WAYS_BACK.get(path.strip("/").split("/")[0], MATRICES_BACK)
+
+
 def _error_handlers(views: Views) -> dict:
     def answer(request: Request, status: int, message: str,
                headers: dict | None = None) -> Response:
@@ -222,7 +234,9 @@ def _error_handlers(views: Views) -> dict:
             return PlainTextResponse(f"error: {message}\n", status_code=status, headers=headers)
         # The token gate lets /static/ and /login through unasked: show them nothing stored.
         heading = HTTPStatus(status).phrase.capitalize()  # "Bad request", "Not found"
-        page = views.html("error.html", {"message": message, "heading": heading},
+        back_href, back_to = way_back(path)
+        page = views.html("error.html", {"message": message, "heading": heading,
+                                         "back_href": back_href, "back_to": back_to},
                           status=status, show_store=not is_open(path))
         page.headers.update(headers or {})
         return page

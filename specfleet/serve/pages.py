@@ -89,15 +89,23 @@ def last_page(page: int, total: int, per_page: int, what: str) -> int:
     return pages
 
 
-def matrices_page(store, page: int = 1, as_json: bool = False) -> dict:
-    """Every matrix, newest first, a page at a time."""
-    total = store.count_matrices()
-    pages = last_page(page, total, MATRICES_PER_PAGE, "matrices")
-    rows = store.list_matrices(limit=MATRICES_PER_PAGE, offset=(page - 1) * MATRICES_PER_PAGE)
+def matrices_page(store, page: int = 1, name: str | None = None,
+                  as_json: bool = False) -> dict:
+    """Every matrix (with `name`: those whose name holds it, case-insensitively), newest
+    first, a page at a time."""
+    total = store.count_matrices(name_contains=name)
+    what = "matrices" if name is None else f"matrices named like {name[:80]!r}"
+    pages = last_page(page, total, MATRICES_PER_PAGE, what)
+    rows = store.list_matrices(limit=MATRICES_PER_PAGE, offset=(page - 1) * MATRICES_PER_PAGE,
+                               name_contains=name)
     items = [{**progress(m), "name": m.name, "submitted_at": time_text(m.submitted_at)}
              for m in rows]
-    listed = {"matrices": items, "page": page, "pages": pages, "total": total}
-    return listed if as_json else {**listed, "compare_pair": compare_pair(items)}
+    listed = {"matrices": items, "page": page, "pages": pages, "total": total, "name": name}
+    if as_json:
+        return listed
+    # The pager's links keep the filter.
+    kept = "&" + urlencode({"name": name}) if name is not None else ""
+    return {**listed, "compare_pair": compare_pair(items), "kept_query": kept}
 
 
 def compare_pair(matrices: list[dict]) -> tuple[str, str]:

@@ -68,6 +68,12 @@ def text(value: str) -> str:
     return value
 
 
+def name_part(value: str) -> str | None:
+    if len(value) > MAX_TEXT_CHARS or "\x00" in value:
+        raise ValueError(f"expected at most {MAX_TEXT_CHARS} characters, none of them NUL")
+    return value or None  # an emptied form field: every matrix again
+
+
 def stored_id(value: str, what: str, lister: str) -> str:
     """A matrix or job id from a path, when the store could hold it.
 

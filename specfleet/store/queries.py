@@ -71,6 +71,15 @@ def _selected(name: str, now: datetime):
     return read_run_status(now).label("status") if name == "status" else getattr(Run, name)
 
 
+def _name_holds(part: str | None) -> list:
+    """WHERE a matrix's name holds `part` as typed (`%`, `_` and `\\` match themselves),
+    case-insensitively; no condition for None."""
+    if part is None:
+        return []
+    literal = part.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return [Matrix.name.ilike(f"%{literal}%", escape="\\")]
+
+
 def _in(column, value):
     if isinstance(value, str):
         return column == value
@@ -80,10 +89,12 @@ def _in(column, value):
 class StoreQueries:
     """Read methods of `Store` (mixed in; what they use of it: `base.StoreCore`)."""
 
-    def count_matrices(self: StoreCore) -> int:
-        """How many matrices the store holds."""
+    def count_matrices(self: StoreCore, name_contains: str | None = None) -> int:
+        """How many matrices the store holds (with `name_contains`: whose name holds it,
+        case-insensitively)."""
+        stmt = select(func.count()).select_from(Matrix).where(*_name_holds(name_contains))
         with self._connect() as conn:
-            return conn.execute(select(func.count()).select_from(Matrix)).scalar_one()
+            return conn.execute(stmt).scalar_one()
 
     def get_matrix(self: StoreCore, matrix_id: str) -> MatrixRow:
         """One matrix with its run counts per status; UnknownMatrix if there is none."""
@@ -133,15 +144,18 @@ class StoreQueries:
             return [_job_row(j, counts[j.id]) for j in jobs]
 
     def list_matrices(
-        self: StoreCore, limit: int | None = None, offset: int = 0
+        self: StoreCore, limit: int | None = None, offset: int = 0,
+        name_contains: str | None = None,
     ) -> list[MatrixRow]:
         """Matrices, newest first, with their run counts per status (`offset` skips the
-        newest ones: pages of `limit`)."""
+        newest ones: pages of `limit`; `name_contains`: only those whose name holds it,
+        case-insensitively)."""
         with self._read() as session:
-            stmt = (select(Matrix).order_by(Matrix.submitted_at.desc(), Matrix.id)
+            stmt = (select(Matrix).where(*_name_holds(name_contains))
+                    .order_by(Matrix.submitted_at.desc(), Matrix.id)
                     .limit(limit).offset(offset or None))
             matrices = session.scalars(stmt).all()
-            paged = limit is not None or offset
+            paged = limit is not None or offset or name_contains is not None
             counts = _status_counts(session, [m.id for m in matrices] if paged else None)
             return [_matrix_row(m, counts[m.id]) for m in matrices]
 

@@ -227,15 +227,28 @@ def test_fleet_page_without_a_fleet_says_so(client):
     assert client.get("/api/fleet").json()["hosts"] == []
 
 
-@pytest.mark.parametrize("path", [
-    "/matrices/nope", "/matrices/nope/runs", "/matrices/nope/spec.yaml", "/matrices/nope/parity",
-    "/matrices/nope/runs.csv", f"/compare?a={BASE}&b=nope",
-    "/history?model=m1&prompt=edit_fn&arm=gated", "/no/such/page", "/jobs/nope",
+@pytest.mark.parametrize(("path", "back"), [
+    *[(path, '<a id="back" href="/matrices">← back to the matrices</a>') for path in (
+        "/matrices/nope", "/matrices/nope/runs", "/matrices/nope/spec.yaml",
+        "/matrices/nope/parity", "/matrices/nope/runs.csv", f"/compare?a={BASE}&b=nope",
+        "/history?model=m1&prompt=edit_fn&arm=gated", "/no/such/page", "/jobsnope")],
+    # An unknown job's page went back to the matrices, a list it is not in.
+    *[(path, '<a id="back" href="/jobs">← back to the generation jobs</a>')
+      for path in ("/jobs/nope", "/jobs?page=2", f"/jobs/{JOB}?page=2")],
 ])
-def test_unknown_things_are_a_404_page_with_a_link_back(client, path):
+def test_unknown_things_are_a_404_page_with_a_link_back(client, path, back):
     response = client.get(path)
     assert response.status_code == 404
-    assert '<a id="back" href="/matrices">' in response.text
+    assert back in response.text
+
+
+@pytest.mark.parametrize(("path", "back"), [
+    ("/jobs?page=0", "/jobs"), (f"/jobs/{JOB}?page=x", "/jobs"), ("/fleet?x=1", "/fleet"),
+    ("/matrices?page=0", "/matrices"), ("/history?model=m1", "/matrices"),
+])
+def test_a_refused_page_links_back_to_the_list_it_belongs_to(client, path, back):
+    page = client.get(path, headers={"Accept": "text/html"})
+    assert page.status_code == 400 and f'<a id="back" href="{back}">' in page.text
 
 
 def test_an_unknown_download_names_the_ones_there_are(client):
