@@ -13,6 +13,7 @@ import typer
 
 from specfleet import jsontext
 from specfleet.cli.options import AddressOption, EmbeddedOption, refuse_twice
+from specfleet.cluster import noderecord
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
 from specfleet.settings import HOST, SELFTEST, expand_user, host_name_problem
@@ -24,6 +25,8 @@ app = typer.Typer(
 
 # Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 characters) under the temp dir.
 MAX_TEMP_DIR_CHARS = 107 - 63
+LOOPBACK = "127.0.0.1"
+STARTING_EXIT = 1  # `fleet status` while this machine's `fleet up` / `join` is starting
 
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
@@ -91,6 +94,40 @@ def _options(num_cpus, node_ip, engines, temp_dir):
     return NodeOptions(num_cpus, node_ip, check_engines(engines), temp_dir)
 
 
+def _keep_on_loopback(node_ip: str | None) -> None:
+    """A head whose `--node-ip` is loopback listens on loopback only (`fleet.bind_loopback`):
+    Ray moved it to this machine's network address, listening on every interface."""
+    from specfleet.cluster.fleet import bind_loopback, is_loopback
+
+    if node_ip is None or not is_loopback(node_ip):
+        return
+    if node_ip != LOOPBACK:  # Ray moves ::1 to 127.0.0.1, where the record would not say
+        raise UserError(f"--node-ip {node_ip}: Ray keeps a node on loopback at {LOOPBACK} "
+                        f"only; expected {LOOPBACK} for a fleet of this machine alone, or "
+                        "this host's network address, e.g. 192.168.1.11")
+    bind_loopback()
+
+
+def _refuse_loopback_head(head: str) -> None:
+    """Refuse HEAD on loopback where the head listens on loopback only (`fleet up --node-ip
+    127.0.0.1`): `ray start` dials a loopback HEAD at this machine's network address and
+    retried there for minutes."""
+    from ray._private.services import get_node_ip_address
+
+    from specfleet.cluster.fleet import is_loopback
+    from specfleet.cluster.reach import connect_error, host_port, join_host_port
+
+    host, port = host_port(head)
+    if not is_loopback(host) or connect_error(head, 3.0) is not None:
+        return  # not loopback, or nothing there: fleet_join says so
+    dialed = join_host_port(get_node_ip_address(), port)
+    if connect_error(dialed, 3.0) is not None:
+        raise UserError(f"HEAD {head}: that head listens on loopback only (`fleet up --node-ip "
+                        f"127.0.0.1`) and takes no other node: `ray start` dials a loopback "
+                        f"address at this machine's network address ({dialed}), where it does "
+                        "not answer; expected a head started with --node-ip a network address")
+
+
 def check_ip(node_ip: str) -> str:
     """`--node-ip`: an IPv4 or IPv6 address of this host (Ray binds and advertises it as
     given; on another machine's address, or a wildcard, `ray start` hangs or is unreachable)."""
@@ -131,8 +168,10 @@ def up_command(
     from specfleet.cluster.supervisor import supervise_here
 
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    done = fleet_up(_host_name(name, temp_dir), port=port, options=options,
-                    supervise=not supervise)
+    _keep_on_loopback(node_ip)
+    host = _host_name(name, temp_dir)
+    with noderecord.starting("fleet up", host):  # `fleet status` meanwhile says so
+        done = fleet_up(host, port=port, options=options, supervise=not supervise)
     typer.echo(f"head up at {done.address}; host {done.host} ({done.kind}) is in the fleet")
     if "dashboard" in done.ports:  # Ray's 8265, or a free port where a second head runs here
         typer.echo(f"dashboard at http://127.0.0.1:{done.ports['dashboard']} (this machine only)")
@@ -159,8 +198,10 @@ def join_command(
 
     check_address(head, "HEAD")
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    done = fleet_join(head, _host_name(name, temp_dir), options=options,
-                      supervise=not supervise)
+    _refuse_loopback_head(head)
+    host = _host_name(name, temp_dir)
+    with noderecord.starting("fleet join", host):
+        done = fleet_join(head, host, options=options, supervise=not supervise)
     typer.echo(f"host {done.host} ({done.kind}) joined the fleet at {done.address}")
     if supervise:
         supervise_here()
@@ -174,8 +215,14 @@ def status_command(
 ) -> None:
     """Hosts, kinds, targets, default policies, loaded models, busy/idle, health, versions."""
     from specfleet.cluster.fleet import disconnect, fleet_status
-    from specfleet.cluster.reach import connect_fleet, say_fleet
+    from specfleet.cluster.reach import choose_fleet, connect_fleet, say_fleet
 
+    mark = noderecord.starting_node()
+    if mark is not None and not embedded and choose_fleet(address).embedded:
+        # Its node record comes only after `ray start`: the embedded fleet is not what is meant.
+        typer.echo(f"fleet: {mark.what()}; `specfleet fleet status` shows the fleet once "
+                   "it is up", err=True)
+        raise typer.Exit(STARTING_EXIT)
     choice = connect_fleet(address, embedded)
     try:
         rows = fleet_status()
@@ -188,9 +235,14 @@ def status_command(
 @app.command("leave")
 def leave_command(name: NameOption = None, address: AddressOption = None) -> None:
     """Stop this host's worker and this host's own Ray node (nothing else of Ray)."""
+    from specfleet.cluster.fleet import bind_for
     from specfleet.cluster.membership import fleet_leave
 
-    host = fleet_leave(check_name(name), check_address(address))
+    check_name(name)
+    head = check_address(address) or noderecord.joined_fleet()
+    if head is not None:  # a loopback head is reached on loopback only
+        bind_for(head)
+    host = fleet_leave(name, address)
     typer.echo(f"host {host} left the fleet")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from specfleet.cluster.fleet import bind_loopback
+from specfleet.cluster.raystart import MULTINODE_SWITCH
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
@@ -40,7 +41,7 @@ FAST_HEALTH_CHECKS = {
     "health_check_timeout_ms": 500,
     "health_check_failure_threshold": 3,
 }
-_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", MULTINODE_SWITCH)
 
 
 class LocalFleet:

@@ -8,6 +8,7 @@ dir and the processes `ray start` left running. `fleet leave` stops exactly thos
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import signal
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -285,3 +287,82 @@ def stop_supervisor(record: NodeRecord) -> None:
             stop_processes([proc], grace_s=5.0)
     except psutil.Error:
         return
+
+
+STARTING_NAME = "fleet-node.starting"
+
+
+@dataclass(frozen=True)
+class Starting:
+    """A `fleet up` / `fleet join` on this machine still starting its node: from before `ray
+    start` until the command ends (its node record is written only once `ray start` is done).
+
+    Attributes:
+        command: `fleet up` or `fleet join`.
+        host: the host's fleet name.
+        pid: the command's process.
+        created: that process's start time (a recycled pid is another process).
+        since: when the command began (seconds since the epoch).
+    """
+
+    command: str
+    host: str
+    pid: int
+    created: float
+    since: float
+
+    def what(self) -> str:
+        """`specfleet fleet up` (host h1, pid 4242) is starting this machine's node since ..."""
+        when = time.strftime("%H:%M:%S", time.localtime(self.since))
+        ago = max(0, round(time.time() - self.since))
+        return (f"`specfleet {self.command}` (host {self.host}, pid {self.pid}) is starting "
+                f"this machine's node since {when} ({ago} s ago)")
+
+
+def starting_path() -> Path:
+    return record_path().with_name(STARTING_NAME)
+
+
+@contextlib.contextmanager
+def starting(command: str, host: str) -> Iterator[None]:
+    """Mark this process as starting this machine's node while the block runs (`Starting`).
+
+    Raises:
+        UserError: another live `fleet up` / `fleet join` here is starting one.
+    """
+    me = psutil.Process()
+    mark = Starting(command, host, me.pid, me.create_time(), time.time())
+    path = starting_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):  # a stale mark (its command killed) is replaced once
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            break
+        except FileExistsError:
+            other = starting_node()
+            if other is not None:
+                raise UserError(f"{other.what()}; expected it to finish (or Ctrl-C it) "
+                                f"before `specfleet {command}`") from None
+            path.unlink(missing_ok=True)
+    else:
+        raise UserError(f"{path}: cannot be replaced; expected to write it")
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(asdict(mark)) + "\n")
+    try:
+        yield
+    finally:
+        if starting_node() == mark:  # never another command's mark
+            path.unlink(missing_ok=True)
+
+
+def starting_node() -> Starting | None:
+    """The `Starting` mark of a command still running, or None (none, or its command gone:
+    killed before it could remove it, a recycled pid, a file that is no mark)."""
+    try:
+        mark = Starting(**json.loads(starting_path().read_text(encoding="utf-8")))
+        proc = psutil.Process(mark.pid)
+        alive = abs(proc.create_time() - mark.created) < 1e-3 and \
+            proc.status() != psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, TypeError, psutil.Error):
+        return None
+    return mark if alive else None

@@ -17,6 +17,8 @@ from specfleet.workers.actor import HOST_LABEL, KIND_LABEL, NO_IDLE_WORKERS, SLO
 
 DEFAULT_PORT = 6379
 DEFAULT_DASHBOARD_PORT = 8265
+# Ray's multi-node switch: off, Ray keeps a loopback node address (and binds loopback only).
+MULTINODE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 @dataclass(frozen=True)
@@ -165,16 +167,19 @@ def _node_args(
 
 
 def start_env(os_name: str | None = None, ports: dict[str, int] | None = None) -> dict[str, str]:
-    """Environment of `ray start`: token auth, no usage stats, no idle workers
-    (`NO_IDLE_WORKERS`, as Ray reads its settings from `RAY_` variables), the ports of the
-    parts no flag moves (`ports` from `choose_ports`), macOS multi-node opt-in."""
+    """Environment of `ray start`: this process's (its multi-node switch too: off for a
+    loopback head), token auth, no usage stats, no idle workers (`NO_IDLE_WORKERS`, as Ray
+    reads its settings from `RAY_` variables), the ports of the parts no flag moves (`ports`
+    from `choose_ports`), macOS multi-node opt-in."""
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0",
                **{f"RAY_{name}": str(on).lower() for name, on in NO_IDLE_WORKERS.items()})
     chosen = ports or {}
     env.update({part.variable: str(chosen[part.name]) for part in NODE_PARTS
                 if part.variable and part.name in chosen})
-    if (os_name or sys.platform) == "darwin":
-        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"  # Ray's opt-in for macOS clusters
+    # Ray's opt-in for macOS clusters, unless this process keeps Ray on loopback
+    # (`fleet.bind_loopback`: a head whose node address is loopback).
+    if (os_name or sys.platform) == "darwin" and env.get(MULTINODE_SWITCH) != "0":
+        env[MULTINODE_SWITCH] = "1"
     return env
 
 
