@@ -1,8 +1,9 @@
 """`specfleet job ...`: generation batches on one target, and the width-cost table per target.
 
 `job generate` runs a JSONL batch of prompts on one target of the fleet through the scheduler
-(one run per prompt, stored as a generation job) and prints each reply; `job list` and `job
-show` read the stored jobs back. `job calibrate`
+(one run per prompt, stored as a generation job) and prints each reply; `job resume` runs
+again the prompts of a job cut short that are not done; `job list` and `job show` read the
+stored jobs back. `job calibrate`
 measures the per-width verify cost table (docs/engine.md, "Verify cost per width") on every target and stores it per host.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -56,13 +57,14 @@ from specfleet.errors import UserError, describe_value
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import OWN_ARMS, Target
 from specfleet.jobs.spec import GenerateJobSpec
-from specfleet.settings import host_name_problem
-from specfleet.store.leases import new_driver_id
+from specfleet.settings import LEASE_S, host_name_problem
+from specfleet.store.leases import lease_live, new_driver_id
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
+from specfleet.store.values import utcnow
 from specfleet.userfiles import MAX_MODEL_LEN, STDIN
 
-app = typer.Typer(help="Generation batches (generate, list, show) and per-target calibration "
-                  "on the fleet.",
+app = typer.Typer(help="Generation batches (generate, resume, list, show) and per-target "
+                  "calibration on the fleet.",
                   no_args_is_help=True)
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -170,36 +172,48 @@ def _run_job(store, view, job, chosen, name: str, no_progress: bool) -> tuple[st
     view.record_hosts(store)
     driver_id = new_driver_id()  # its heartbeat keeps the job's lease and its runs' alive
     store.create_generation_job(name, chosen, job.model, runs, params, job_id, driver_id)
+    return job_id, _drive(store, runs, view, no_progress, job_id, driver_id)
+
+
+def _drive(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:
+    """Run the job's `runs` (stored, `pending`) as `driver_id`, which holds the job, and
+    finish it (`interrupted` when cut short); `job generate` and `job resume` alike.
+
+    Returns:
+        Its final status.
+    """
     status = "interrupted"  # unless every run was settled before the signal
     try:
         status = _dispatch(store, runs, view, no_progress, job_id, driver_id)
-        store.finish_generation_job(job_id, status)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: said with the job's id (no resume)
-        raise JobInterrupted(job_id, _finish_stopped(store, job_id, status)) from None
+        store.finish_generation_job(job_id, status, driver_id)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: said with the job's id and its resume
+        raise JobInterrupted(job_id, _finish_stopped(store, job_id, status, driver_id)) \
+            from None
     except BaseException:  # a store fault: the job no longer runs
         with contextlib.suppress(Exception):  # a store that failed says so in the raise
-            store.finish_generation_job(job_id, "interrupted")
+            store.finish_generation_job(job_id, "interrupted", driver_id)
         raise
-    return job_id, status
+    return status
 
 
 class JobInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped a generation job: the message names it, where its finished
-    replies are kept (a job has no resume; a bare "interrupted" left its id to `job list`)."""
+    """Ctrl-C or SIGTERM stopped a generation job: the message names it and the command
+    that runs the rest (a bare "interrupted" left its id to `job list`)."""
 
     def __init__(self, job_id: str, stored: bool) -> None:
-        shown = f"`specfleet job show {job_id}` prints the replies it finished"
-        super().__init__(f"job {job_id} interrupted; {shown}" if stored else
+        rest = (f"`specfleet job resume {job_id}` runs the prompts not done, `specfleet job "
+                f"show {job_id}` prints the replies it finished")
+        super().__init__(f"job {job_id} interrupted; {rest}" if stored else
                          f"job {job_id} interrupted before it could be marked so (it reads "
-                         f"interrupted once its lease runs out); {shown}")
+                         f"interrupted once its lease runs out); {rest}")
         self.job_id = job_id
 
 
-def _finish_stopped(store, job_id: str, status: str) -> bool:
+def _finish_stopped(store, job_id: str, status: str, driver_id: str) -> bool:
     """Store the job's status; False when that could not be done (a store fault, or a second
     Ctrl-C while the write waited: its lease ends it)."""
     try:
-        store.finish_generation_job(job_id, status)
+        store.finish_generation_job(job_id, status, driver_id)
     except (Exception, KeyboardInterrupt):  # noqa: BLE001 - best effort, said in the raise
         return False
     return True
@@ -249,11 +263,14 @@ def _job_name(prompts: str) -> str:
 def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:
     from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
 
-    tallies = dispatch_runs(store, runs, view.workers, options=SchedulerOptions(
+    dispatch_runs(store, runs, view.workers, options=SchedulerOptions(
         progress=not no_progress), machines=view.machines, owner=job_id, driver_id=driver_id)
-    if all(t.done == t.done + t.failed + t.interrupted + t.pending for t in tallies.values()):
+    # The job's runs as stored, not this call's alone: a resume keeps done ones and may
+    # leave a live driver's.
+    counts = store.get_generation_job(job_id).counts
+    if set(counts) <= {"done"}:
         return "done"
-    if any(t.interrupted or t.pending for t in tallies.values()):
+    if counts.keys() & {"pending", "running", "interrupted"}:
         return "interrupted"
     return "failed"
 
@@ -267,6 +284,121 @@ def _print_outputs(store, job_id: str) -> None:
         typer.echo(f"== {row.prompt_name}: {counted(row.generated_tokens or 0, 'token')}, "
                    f"{row.tok_per_s or 0:.1f} tok/s ({row.resolved_policy})")
         typer.echo(row.output_text or "")
+
+
+@app.command("resume")
+def resume(
+    job_id: JobIdArgument,
+    address: AddressOption = None,
+    embedded: EmbeddedOption = False,
+    db: DbOption = None,
+    no_progress: NoProgressOption = False,
+) -> None:
+    """Run again every prompt of a generation job that is not done (pending, interrupted or
+    failed) and that no live driver runs, on the job's target; done replies are kept. Prints
+    every reply of the job, as `job show` does. Exit 1 unless every prompt ends done; a job
+    whose prompts are all done says so and exits 0 without a fleet."""
+    LEASE_S.read()  # a malformed SPECFLEET_LEASE_S: one line, before the fleet
+    # Both flags, or a malformed address, even when every run is done and no fleet starts.
+    choose_fleet(address, embedded, joined=False)
+    with writing_store(db, existing=True) as store:  # a mistyped --db: not a new empty store
+        job = store.get_generation_job(job_id)  # unknown id: one line, before the fleet
+        _refuse_live_job_owner(job)
+        rows = store.runs(job=job_id, columns=("status",))
+        if rows and all(row.status == "done" for row in rows):  # no fleet for nothing
+            _finish_all_done(store, job, len(rows))
+            return
+        target = Target.model_validate({"host": job.host, "engine": job.engine,
+                                        "device": job.device})
+        here = choose_fleet(address, embedded).embedded
+        if here:  # before Ray starts, as `generate` checks them
+            refuse_hosts_outside_embedded([job.host], f"job {job_id}")
+            _refuse_vanished_model(job, target)
+        view = open_fleet(address, with_toy=job.engine == "toy", hosts=[job.host],
+                          embedded=embedded)
+        _refuse_target_gone(job, target, view)
+        if not here:
+            _refuse_vanished_model(job, target, view)
+        view.record_hosts(store)
+        status = _resume_claimed(store, view, job, rows, no_progress)
+        _print_outputs(store, job_id)
+    typer.echo(f"job id: {job_id} ({status})", err=True)
+    if status != "done":
+        raise typer.Exit(1)
+
+
+def _resume_claimed(store, view, job, rows, no_progress: bool) -> str:
+    """Claim the job (a live driver's runs are left to it), say what is resumed and kept,
+    run the re-queued runs.
+
+    Returns:
+        The job's final status.
+    """
+    driver_id = new_driver_id()
+    claim = store.claim_job(job.id, driver_id, LEASE_S.read())
+    if not claim.taken:  # another resume took it since `_refuse_live_job_owner` read it
+        _say_live_owner(job.id, claim.owner, claim.lease_until, claim.skipped)
+        raise typer.Exit(1)
+    typer.echo(resuming_line(job.id, rows), err=True)
+    return _drive(store, store.pending_job_runs(job.id), view, no_progress, job.id, driver_id)
+
+
+def resuming_line(job_id: str, rows) -> str:
+    """`job ID: resuming 2 of 3 prompts (1 pending, 1 interrupted); 1 done kept`, as
+    `matrix resume` says it of runs."""
+    left = Counter(row.status for row in rows if row.status != "done")
+    return (f"job {job_id}: resuming {sum(left.values())} of {counted(len(rows), 'prompt')} "
+            f"({counts_text(left)}); {len(rows) - sum(left.values())} done kept")
+
+
+def _refuse_live_job_owner(job) -> None:
+    """A second resume beside a live driver (or the `job generate` still running it): say
+    so and stop before starting the fleet, as `matrix resume` does."""
+    if job.status == "running" and lease_live(job.driver_id, job.lease_until, utcnow()):
+        left = sum(n for status, n in job.counts.items() if status != "done")
+        _say_live_owner(job.id, job.driver_id, job.lease_until, left)
+        raise typer.Exit(1)
+
+
+def _say_live_owner(job_id: str, owner, lease_until, left: int) -> None:
+    typer.echo(f"job {job_id}: driver {owner} still runs it (heartbeat lease until "
+               f"{lease_until:%H:%M:%S} UTC); took 0 prompts, skipped {left}", err=True)
+
+
+def _finish_all_done(store, job, runs: int) -> None:
+    """Every run done: nothing to resume. A job whose driver stopped after its last reply
+    but before finishing it read `interrupted` with every run done: it is finished `done`."""
+    every = "its one prompt is" if runs == 1 else f"all {runs} prompts are"
+    if job.status == "done":
+        typer.echo(f"job {job.id}: {every} done; nothing to resume", err=True)
+        return
+    store.finish_generation_job(job.id, "done")  # no live driver: `_refuse_live_job_owner`
+    typer.echo(f"job {job.id}: {every} done; it read {job.status} (its driver stopped "
+               "before finishing it), now done", err=True)
+
+
+def _refuse_vanished_model(job, target: Target, view=None) -> None:
+    """The job's model that its host cannot load now (its folder moved or deleted since):
+    one line, the runs left as they are, as `matrix resume` refuses it. Without `view`,
+    checked on this machine (before Ray starts); a host that does not answer is left to the
+    runs."""
+    if view is not None and target.host not in view.infos:
+        return
+    try:
+        refuse_model(job.model, target.engine, f"job {job.id}", view, target.host)
+    except UserError as err:
+        raise UserError(f"{err}; its prompts not done are left as they are: expected the "
+                        f"model back, then `specfleet job resume {job.id}`") from None
+
+
+def _refuse_target_gone(job, target: Target, view) -> None:
+    """The job's target not in this fleet: its runs would only stay pending."""
+    if target not in view.targets:
+        known = ", ".join(sorted(t.label for t in view.targets)) or "none"
+        raise UserError(f"job {job.id}: its target {target.label} is not in this fleet "
+                        f"(targets: {known}); its prompts not done are left as they are: "
+                        f"expected a fleet that has {job.host}, then `specfleet job resume "
+                        f"{job.id}`")
 
 
 @app.command("list")

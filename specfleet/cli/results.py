@@ -44,6 +44,7 @@ from specfleet.report.tables import check_pivot
 from specfleet.stats.changes import DEFAULT_FACTOR
 from specfleet.stats.history import changed_only, history_regressions
 from specfleet.stats.runs import CELL_FIELDS, Rate
+from specfleet.store.export import with_job_prompts
 from specfleet.store.store import open_store
 
 Many = list[str] | None
@@ -127,6 +128,8 @@ def results(
         columns = RUNS_TABLE_FIELDS if fmt in ("table", "markdown") else None
         runs = store.runs(columns=columns, newest=shown, **filters)
         total = store.count_runs(**filters) if len(runs) == shown else len(runs)
+        if columns is None:  # json, csv: every field
+            runs = with_job_prompts(store, runs)
         typer.echo(render_results(runs, fmt, rate=rate, of_total=total), nl=False)
 
 

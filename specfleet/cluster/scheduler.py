@@ -480,7 +480,9 @@ def _host_news(ctx: _Ctx, host: HostState, status: str, reason: str) -> None:
 
 def _run_words(ctx: _Ctx, spec: RunSpec) -> str:
     """`torch edit_fn graded rep 1` (the stored repeat, from 0, as `results` and `matrix
-    status` show it), host and model when they vary."""
+    status` show it), host and model when they vary; a generation job's run (no matrix),
+    which has no repeats, without `rep`: `torch line-2 auto`."""
     where = f"{spec.target.host}/{spec.target.engine}" if ctx.name_hosts else spec.target.engine
     model = f" {spec.model}" if ctx.name_models else ""
-    return f"{where}{model} {spec.prompt_name} {spec.arm} rep {spec.repeat}"
+    repeat = f" rep {spec.repeat}" if spec.matrix_id is not None else ""
+    return f"{where}{model} {spec.prompt_name} {spec.arm}{repeat}"

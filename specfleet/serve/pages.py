@@ -36,7 +36,7 @@ from specfleet.report.tables import grids_for, view_body
 from specfleet.serve import svg
 from specfleet.serve.params import BadParameter, NotFound
 from specfleet.stats.runs import CELL_FIELDS, ROW_FIELDS
-from specfleet.store.export import export_runs
+from specfleet.store.export import export_runs, with_job_prompts
 
 MATRICES_PER_PAGE = 50
 RUNS_PER_PAGE = 100
@@ -137,7 +137,8 @@ def job_page(store, job_id: str, page: int = 1, as_json: bool = False) -> dict:
     pages = last_page(page, total, RUNS_PER_PAGE, f"replies of {job_id}")
     shown = store.runs(job=job_id, limit=RUNS_PER_PAGE, offset=(page - 1) * RUNS_PER_PAGE)
     return {"job": {**_job_record(job), "params": job.params},
-            "runs": results_records(shown) if as_json else shown, "page": page,
+            "runs": results_records(with_job_prompts(store, shown)) if as_json else shown,
+            "page": page,
             "pages": pages, "total": total}
 
 

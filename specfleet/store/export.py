@@ -41,6 +41,26 @@ def export_runs(rows: Iterable[RunRow], fmt: str, out: str | Path | TextIO) -> i
     return len(records)
 
 
+def with_job_prompts(store, runs: list) -> list:
+    """The runs as records, each with `prompt_text` after its `prompt_name` when some are a
+    generation job's: a job's prompt lives in the user's batch (or standard input) alone,
+    and a reply named `line-2` did not say what it answered. A matrix's run gets null there
+    (its prompt is its matrix's, by name); runs of no job are left as they are."""
+    wanted = sorted({run.prompt_hash for run in runs if run.job_id is not None})
+    if not wanted:
+        return runs
+    texts = store.prompt_texts(wanted)
+    records = []
+    for run in runs:
+        record: dict = {}
+        for field in dataclasses.fields(run):
+            record[field.name] = getattr(run, field.name)
+            if field.name == "prompt_name":
+                record["prompt_text"] = texts.get(run.prompt_hash) if run.job_id else None
+        records.append(record)
+    return records
+
+
 def _record(row: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(row) and not isinstance(row, type):
         # Not `dataclasses.asdict`: its deep copy of every JSON value was most of an export.

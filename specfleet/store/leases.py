@@ -1,11 +1,11 @@
 """Run ownership: which driver runs a matrix and its runs, vouched for by a heartbeat lease.
 
-A driver (one `matrix run`, `resume` or `job generate` process) claims a matrix (or creates
-a generation job), marks each run it sends `running` under its id, and renews the leases of
-all of them every `lease_s / 4` seconds. `resume` claims only a matrix whose lease expired
-(its driver died or lost the store for longer than the lease) and takes only pending runs
-and runs whose lease expired; a matrix or job whose lease expired reads `interrupted`, never
-`running` forever.
+A driver (one `matrix run`, `resume`, `job generate` or `job resume` process) claims a
+matrix (or creates or claims a generation job), marks each run it sends `running` under its
+id, and renews the leases of all of them every `lease_s / 4` seconds. A resume claims only a
+matrix or job whose lease expired (its driver died or lost the store for longer than the
+lease) and takes only pending runs and runs whose lease expired; a matrix or job whose lease
+expired reads `interrupted`, never `running` forever.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, and_, case, func, not_, select, update
+from sqlalchemy.orm import Session
 
 from specfleet.settings import LEASE_S
 from specfleet.store.base import StoreCore
@@ -61,10 +62,28 @@ def reads_interrupted(status: str, lease_until: datetime | None, now: datetime) 
 
 def read_run_status(now: datetime) -> ColumnElement[str]:
     """`runs.status` as every read shows it (SQL): a `running` run whose lease ran out reads
-    `interrupted`, so a killed driver's runs (a `job generate` has no `resume`) never read
-    `running` forever. A run marked running without a lease reads as stored."""
+    `interrupted`, so a killed driver's runs never read `running` forever, resumed or not. A
+    run marked running without a lease reads as stored."""
     expired = and_(Run.status == "running", Run.lease_until <= now)
     return case((expired, "interrupted"), else_=Run.status)
+
+
+def _requeue(session: Session, owned: ColumnElement[bool], driver_id: str,
+             now: datetime) -> tuple[int, int]:
+    """Put the `owned` runs that are not done and that no other live driver holds back to
+    `pending`.
+
+    Returns:
+        (how many were re-queued, how many a live driver holds).
+    """
+    held = and_(Run.status == "running", Run.driver_id != driver_id, Run.lease_until > now)
+    skipped = session.scalar(select(func.count()).select_from(Run).where(owned, held))
+    requeued = session.execute(
+        update(Run).where(owned, Run.status != "done", not_(held))
+        .values(status="pending", error=None, started_at=None, finished_at=None,
+                driver_id=None, lease_until=None)
+    ).rowcount  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult
+    return requeued, skipped or 0
 
 
 class StoreLeases:
@@ -92,17 +111,30 @@ class StoreLeases:
             matrix.status, matrix.finished_at = "running", None
             if not requeue:
                 return Claim(True)
-            held = and_(Run.status == "running", Run.driver_id != driver_id,
-                        Run.lease_until > now)
-            skipped = session.scalar(select(func.count()).select_from(Run).where(
-                Run.matrix_id == matrix_id, held))
-            requeued = session.execute(
-                update(Run).where(Run.matrix_id == matrix_id, Run.status != "done",
-                                  not_(held))
-                .values(status="pending", error=None, started_at=None, finished_at=None,
-                        driver_id=None, lease_until=None)
-            ).rowcount  # type: ignore[attr-defined]  # an UPDATE gives a CursorResult
-            return Claim(True, requeued, skipped or 0)
+            return Claim(True, *_requeue(session, Run.matrix_id == matrix_id, driver_id, now))
+
+    def claim_job(self: StoreCore, job_id: str, driver_id: str, lease_s: float) -> Claim:
+        """Take a generation job unless a live driver holds it (`job resume`), and put every
+        run of it that is not done and not held by a live driver back to `pending`, as
+        `claim_matrix(..., requeue=True)` does for a matrix.
+
+        Raises:
+            UnknownMatrix: no such job.
+        """
+        now = utcnow()
+        with self._write() as session:
+            job = session.get(GenerationJob, job_id, with_for_update=True)
+            if job is None:
+                raise UnknownMatrix(f"no generation job {job_id!r} in {self.display_url}")
+            mine = Run.job_id == job_id
+            if job.status == "running" and job.driver_id not in (None, driver_id) \
+                    and lease_live(job.driver_id, job.lease_until, now):
+                left = session.scalar(select(func.count()).select_from(Run).where(
+                    mine, Run.status != "done"))
+                return Claim(False, 0, left or 0, job.driver_id, job.lease_until)
+            job.driver_id, job.lease_until = driver_id, now + timedelta(seconds=lease_s)
+            job.status, job.finished_at = "running", None
+            return Claim(True, *_requeue(session, mine, driver_id, now))
 
     def heartbeat(self: StoreCore, driver_id: str, lease_s: float) -> None:
         """Renew the leases of the driver's running matrices, generation jobs and runs."""
@@ -118,8 +150,8 @@ class StoreLeases:
         """Mark a run as started now by `driver_id`.
 
         Raises:
-            StoreConflict: the run is done, a live driver runs it, or its matrix is now
-                held by another driver (taken over after our lease ran out).
+            StoreConflict: the run is done, a live driver runs it, or its matrix or job is
+                now held by another driver (taken over after our lease ran out).
         """
         now = utcnow()
         with self._write() as session:
@@ -130,16 +162,17 @@ class StoreLeases:
                     and lease_live(run.driver_id, run.lease_until, now):
                 raise StoreConflict(f"run {run_key!r} is running under driver {run.driver_id}")
             until = now + timedelta(seconds=lease_s) if driver_id else None
-            if driver_id is not None and run.matrix_id is not None:
-                matrix = session.get(Matrix, run.matrix_id)
-                assert matrix is not None  # run.matrix_id is a foreign key to it
-                owner = matrix.driver_id
-                if owner not in (None, driver_id):
-                    raise StoreConflict(f"matrix {run.matrix_id!r} is now run by {owner}")
-                if owner == driver_id and matrix.status == "running":
+            parent = (session.get(Matrix, run.matrix_id) if run.matrix_id is not None else
+                      session.get(GenerationJob, run.job_id) if run.job_id is not None else None)
+            if driver_id is not None and parent is not None:
+                owner = parent.driver_id
+                if owner not in (None, driver_id):  # a resume took it over after our lease
+                    what = "matrix" if isinstance(parent, Matrix) else "generation job"
+                    raise StoreConflict(f"{what} {parent.id!r} is now run by {owner}")
+                if owner == driver_id and parent.status == "running":
                     # Its lease ends with its run's: else `matrix status` read the matrix
                     # interrupted and this run still running for the seconds between them.
-                    matrix.lease_until = until
+                    parent.lease_until = until
             run.status, run.error, run.started_at = "running", None, now
             run.driver_id = driver_id
             run.lease_until = until

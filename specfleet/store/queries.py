@@ -264,12 +264,20 @@ class StoreQueries:
         """
         StoreQueries.get_matrix(self, matrix_id)  # by class: a StoreCore does not list it
         wanted = Run.status.in_(list(statuses)) if statuses is not None else Run.status != "done"
-        stmt = (
-            select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)
-            .where(Run.matrix_id == matrix_id, wanted).order_by(Run.plan_order)
-        )
-        with self._read() as session:
-            return [run_spec(run, text) for run, text in session.execute(stmt)]
+        return _run_specs(self, Run.matrix_id == matrix_id, wanted)
+
+    def pending_job_runs(self: StoreCore, job_id: str) -> list[RunSpec]:
+        """The `pending` runs of a generation job, in the batch's order, as RunSpecs (what
+        `job resume` sends once `claim_job` re-queued them)."""
+        return _run_specs(self, Run.job_id == job_id, Run.status == "pending")
+
+
+def _run_specs(store: StoreCore, *where) -> list[RunSpec]:
+    """The runs matching `where`, in plan order, as RunSpecs with their prompts' text."""
+    stmt = (select(Run, Prompt.text).join(Prompt, Prompt.text_hash == Run.prompt_hash)
+            .where(*where).order_by(Run.plan_order))
+    with store._read() as session:
+        return [run_spec(run, text) for run, text in session.execute(stmt)]
 
 
 MAX_ID_HINT_CHARS = 200  # matrix ids are ~30 characters; past this nothing begins so

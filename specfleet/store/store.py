@@ -371,11 +371,17 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
         """
         return self._finish(Matrix, matrix_id, status, driver_id)
 
-    def finish_generation_job(self, job_id: str, status: str) -> None:
+    def finish_generation_job(self, job_id: str, status: str,
+                              driver_id: str | None = None) -> bool:
         """Set a generation job's final status and finish time; a job `interrupted` settles
-        its still-`running` runs in the same transaction, as a matrix does (a job has one
-        driver and no resume: they read `running` until their lease ran out)."""
-        self._finish(GenerationJob, job_id, status)
+        its still-`running` runs in the same transaction, as a matrix does (else they read
+        `running` until their lease ran out). With `driver_id`, as `finish_matrix`: only
+        while that driver holds the job, and only its runs are settled.
+
+        Returns:
+            Whether the status was set.
+        """
+        return self._finish(GenerationJob, job_id, status, driver_id)
 
     def _finish(self, model, ident: str, status: str, driver_id: str | None = None) -> bool:
         if status not in FINAL_MATRIX_STATUSES:

@@ -96,7 +96,8 @@ def test_a_second_ctrl_c_while_the_job_is_marked_still_names_it(tmp_path, monkey
         job_id = caught.job_id
         assert str(caught) == (
             f"job {job_id} interrupted before it could be marked so (it reads interrupted once "
-            f"its lease runs out); `specfleet job show {job_id}` prints the replies it finished")
+            f"its lease runs out); `specfleet job resume {job_id}` runs the prompts not done, "
+            f"`specfleet job show {job_id}` prints the replies it finished")
         assert store.get_generation_job(job_id).status == "running"  # until the lease ends
 
 
@@ -141,8 +142,9 @@ def test_ctrl_c_during_a_job_names_it_and_leaves_it_interrupted(tmp_path: Path) 
             process.wait(timeout=30)
     job_id = re.search(r"gen-batch-[0-9a-f]+", rest)
     assert process.returncode == 130 and job_id is not None, rest
-    assert rest.splitlines()[-1] == (f"interrupted: job {job_id[0]} interrupted; `specfleet job "
-                                     f"show {job_id[0]}` prints the replies it finished"), rest
+    assert rest.splitlines()[-1] == (
+        f"interrupted: job {job_id[0]} interrupted; `specfleet job resume {job_id[0]}` runs the "
+        f"prompts not done, `specfleet job show {job_id[0]}` prints the replies it finished"), rest
     assert "Traceback" not in rest
     with open_store(url, read_only=True) as store:
         assert store.get_generation_job(job_id[0]).status == "interrupted"
