@@ -32,7 +32,6 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from specfleet.cluster.raystart import MULTINODE_SWITCH
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.startfailures import (
     RAY_START_FAILURES,
@@ -96,6 +95,10 @@ class HostHealth:
 
 
 # ---- auth and binding ------------------------------------------------------------------
+
+
+# Ray's multi-node switch: off, Ray keeps a loopback node address (and binds loopback only).
+MULTINODE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def bind_loopback() -> None:

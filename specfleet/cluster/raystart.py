@@ -11,14 +11,13 @@ import sys
 from dataclasses import dataclass
 
 from specfleet.cluster import noderecord
+from specfleet.cluster.fleet import MULTINODE_SWITCH
 from specfleet.cluster.reach import host_port
 from specfleet.errors import UserError
 from specfleet.workers.actor import HOST_LABEL, KIND_LABEL, NO_IDLE_WORKERS, SLOT_RESOURCE
 
 DEFAULT_PORT = 6379
 DEFAULT_DASHBOARD_PORT = 8265
-# Ray's multi-node switch: off, Ray keeps a loopback node address (and binds loopback only).
-MULTINODE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 @dataclass(frozen=True)

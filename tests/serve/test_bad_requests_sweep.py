@@ -45,7 +45,7 @@ def test_a_body_on_a_get_is_a_400_not_ignored(client, path):
 def test_an_over_long_unknown_parameter_name_is_cut_in_the_error(client):
     response = client.get("/api/matrices?" + "x" * 5000)
     assert response.status_code == 400
-    assert response.json()["error"] == f"unknown query parameter {'x' * 80!r}; expected page"
+    assert response.json()["error"] == f"unknown query parameter {'x' * 80!r}; expected page, name"
 
 
 @pytest.mark.parametrize("path", ["/matrices/{}", "/api/matrices/{}/progress",
