@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from specfleet.cluster import noderecord
+from specfleet.cluster.fleet import MULTINODE_SWITCH
 
 BIN = Path(sys.executable).parent
 
@@ -51,8 +52,10 @@ def loopback(ip: str) -> bool:
 @pytest.mark.slow
 def test_a_loopback_head_listens_on_loopback_only(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    # A user's shell: not this worker's Ray settings (an embedded fleet earlier in this process
+    # turned Ray's multi-node switch off, which a join would inherit).
     env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_ADDRESS", "SPECFLEET_ADDRESS", "RAY_AUTH_TOKEN")} | {
+           if k not in ("RAY_ADDRESS", "SPECFLEET_ADDRESS", "RAY_AUTH_TOKEN", MULTINODE_SWITCH)} | {
         "RAY_AUTH_TOKEN_PATH": str(tmp_path / "auth_token"), "SPECFLEET_HOME": str(home),
         "SPECFLEET_RUNTIME_DIR": str(tmp_path / "run"), "SPECFLEET_SELFTEST": "0"}
     temp_dir = tempfile.mkdtemp(prefix="sflo-")  # Ray's socket paths stay under 108 bytes
