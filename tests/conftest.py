@@ -123,6 +123,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def _built_once(build):
+    """typer's `CliRunner.invoke` rebuilt the whole click command tree from the Typer app on
+    every call (~30 ms each, a sixth of `make test`'s in-process CLI time); the tree does
+    not change once the app is imported, so each app is built once and its command reused
+    (once per value of the one variable the build reads: typer's completion-test switch)."""
+    built: dict[tuple, tuple[object, object]] = {}  # key -> (app, command): app kept alive
+
+    def get_command(app):
+        key = (id(app), os.environ.get("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"))
+        if key not in built:
+            built[key] = (app, build(app))
+        return built[key][1]
+
+    return get_command
+
+
+def _build_each_app_once() -> None:
+    import typer.main
+    import typer.testing
+
+    typer.testing._get_command = _built_once(typer.main.get_command)  # type: ignore[attr-defined]
+
+
+_build_each_app_once()
+
+
 # SIGINT and SIGTERM as Python sets them for a command started from a terminal. A test that
 # left one ignored (the CLI's own exit path ignores both) made every later test's Ctrl-C check
 # on its xdist worker pass through, and the subprocesses those tests start inherit the ignored
