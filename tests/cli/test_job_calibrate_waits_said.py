@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from specfleet.cli.job import MachineTurns
+from specfleet.cli.job_calibrate import MachineTurns
 from specfleet.cluster.progress import WaitingLines
 
 
