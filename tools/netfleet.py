@@ -71,6 +71,7 @@ class NetFleet:
     root: str
     hosts: list[NetHost] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
+    host_env: dict[str, dict[str, str]] = field(default_factory=dict)  # one host's own settings
     db_url: str = ""  # a store for drivers (the tests serve PostgreSQL from the head)
     fast_health: bool = True  # False: Ray's shipped health checks, what `fleet up` gives users
     pg_root: str = ""  # the PostgreSQL of `start_postgres`: its folder and binaries
@@ -99,6 +100,7 @@ class NetFleet:
         if self.fast_health:
             env.update(FAST_HEALTH_ENV)
         env.update(self.extra_env)
+        env.update(self.host_env.get(host.name, {}))
         env.update(extra)
         return env
 
