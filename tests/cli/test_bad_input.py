@@ -331,9 +331,21 @@ def snapshot(root: Path) -> dict[str, str]:
     weights' hash a model load caches beside them before the library reads the folder)."""
     from specfleet.models.registry import HASH_FILE
 
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*"))
+    return {str(p.relative_to(root)): _digest(p) for p in sorted(root.rglob("*"))
             if p.is_file() and not p.name.endswith(("-wal", "-shm")) and p.name != HASH_FILE}
+
+
+_DIGESTS: dict[tuple, str] = {}  # a file read once while its inode, size and mtime stay
+
+
+def _digest(path: Path) -> str:
+    """A file's sha256, read again only when a write could have changed it (each case
+    snapshots the world twice: re-reading every file was a sixth of this module's time)."""
+    stat = path.stat()
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return _DIGESTS[key]
 
 
 def check_case(world, args: list[str], env: dict[str, str] | None = None,

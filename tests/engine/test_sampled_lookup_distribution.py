@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
-from scipy.stats import chi2_contingency, chisquare
 
 from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.loop import generate
@@ -48,6 +47,8 @@ def _homogeneity_p(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> float:
                     if counts[0][r] + counts[1][r] >= 10)
     table = np.array([[c[r] for r in common] + [n - sum(c[r] for r in common)]
                       for c, n in zip(counts, (len(a), len(b)), strict=True)])
+    from scipy.stats import chi2_contingency  # 1.5 s to import: every xdist worker collects this
+
     return float(chi2_contingency(table[:, table.sum(axis=0) > 0]).pvalue)
 
 
@@ -74,4 +75,6 @@ def test_lookups_first_token_follows_the_models_softmax():
     observed = [sum(reply[0] == token for reply in lookup) for token in likely]
     observed.append(SEEDS - sum(observed))
     expected = [*(SEEDS * probs[likely]), SEEDS * (1 - probs[likely].sum())]
+    from scipy.stats import chisquare
+
     assert chisquare(observed, expected).pvalue > LOOSE_P
