@@ -86,6 +86,24 @@ def _requeue(session: Session, owned: ColumnElement[bool], driver_id: str,
     return requeued, skipped or 0
 
 
+def _claim(session: Session, owner: Matrix | GenerationJob, owned: ColumnElement[bool],
+           driver_id: str, lease_s: float, requeue: bool) -> Claim:
+    """Take a matrix or generation job (`owner`, locked) unless a live driver holds it; with
+    `requeue`, put its `owned` runs that are not done and no live driver holds back to
+    `pending`."""
+    now = utcnow()
+    if owner.status == "running" and owner.driver_id not in (None, driver_id) \
+            and lease_live(owner.driver_id, owner.lease_until, now):
+        left = session.scalar(select(func.count()).select_from(Run).where(
+            owned, Run.status != "done"))
+        return Claim(False, 0, left or 0, owner.driver_id, owner.lease_until)
+    owner.driver_id, owner.lease_until = driver_id, now + timedelta(seconds=lease_s)
+    owner.status, owner.finished_at = "running", None
+    if not requeue:
+        return Claim(True)
+    return Claim(True, *_requeue(session, owned, driver_id, now))
+
+
 class StoreLeases:
     """Ownership writes of `Store` (mixed in; what they use of it: `base.StoreCore`)."""
 
@@ -97,21 +115,12 @@ class StoreLeases:
         Raises:
             UnknownMatrix: no such matrix.
         """
-        now = utcnow()
         with self._write() as session:
             matrix = session.get(Matrix, matrix_id, with_for_update=True)
             if matrix is None:
                 raise UnknownMatrix(f"no matrix {matrix_id!r} in {self.display_url}")
-            if matrix.status == "running" and matrix.driver_id not in (None, driver_id) \
-                    and lease_live(matrix.driver_id, matrix.lease_until, now):
-                left = session.scalar(select(func.count()).select_from(Run).where(
-                    Run.matrix_id == matrix_id, Run.status != "done"))
-                return Claim(False, 0, left or 0, matrix.driver_id, matrix.lease_until)
-            matrix.driver_id, matrix.lease_until = driver_id, now + timedelta(seconds=lease_s)
-            matrix.status, matrix.finished_at = "running", None
-            if not requeue:
-                return Claim(True)
-            return Claim(True, *_requeue(session, Run.matrix_id == matrix_id, driver_id, now))
+            return _claim(session, matrix, Run.matrix_id == matrix_id, driver_id, lease_s,
+                          requeue)
 
     def claim_job(self: StoreCore, job_id: str, driver_id: str, lease_s: float) -> Claim:
         """Take a generation job unless a live driver holds it (`job resume`), and put every
@@ -121,20 +130,11 @@ class StoreLeases:
         Raises:
             UnknownMatrix: no such job.
         """
-        now = utcnow()
         with self._write() as session:
             job = session.get(GenerationJob, job_id, with_for_update=True)
             if job is None:
                 raise UnknownMatrix(f"no generation job {job_id!r} in {self.display_url}")
-            mine = Run.job_id == job_id
-            if job.status == "running" and job.driver_id not in (None, driver_id) \
-                    and lease_live(job.driver_id, job.lease_until, now):
-                left = session.scalar(select(func.count()).select_from(Run).where(
-                    mine, Run.status != "done"))
-                return Claim(False, 0, left or 0, job.driver_id, job.lease_until)
-            job.driver_id, job.lease_until = driver_id, now + timedelta(seconds=lease_s)
-            job.status, job.finished_at = "running", None
-            return Claim(True, *_requeue(session, mine, driver_id, now))
+            return _claim(session, job, Run.job_id == job_id, driver_id, lease_s, requeue=True)
 
     def heartbeat(self: StoreCore, driver_id: str, lease_s: float) -> None:
         """Renew the leases of the driver's running matrices, generation jobs and runs."""
