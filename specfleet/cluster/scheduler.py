@@ -195,7 +195,8 @@ def dispatch_runs(
         runs: the runs, in the order each host should run them.
         workers, on_progress, options, machines, suspect: as `run_matrix`.
         owner: a label for the machine leases (the matrix or job id); a driver waiting for
-            a machine this call holds is told `matrix <owner>`, this pid and host.
+            a machine this call holds is told `matrix <owner>` (`job <owner>`), this pid and
+            host.
         driver_id: this driver's id in the store (default: a new one).
 
     Returns:
@@ -213,8 +214,7 @@ def dispatch_runs(
             hosts=hosts,
             opts=opts,
             notify=notify,
-            leases=locks.Leases(owner, opts.lease_s, opts.call_timeout_s, f"matrix {owner}")
-            if hosts else None,
+            leases=_leases(owner, opts, hosts) if hosts else None,
             name_hosts=len(hosts) > 1,
             name_models=len({s.model for h in hosts.values() for s in h.queue}) > 1,
             writer=writer,
@@ -388,9 +388,23 @@ def _say_wait(ctx: _Ctx, host: HostState, status: str, reason: str) -> None:
 
 
 def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:
-    """The result of a run cut loose will not come: it stays `interrupted` for `matrix resume`."""
+    """The result of a run cut loose will not come: it stays `interrupted` for `matrix
+    resume` (`job resume` for a generation job's run)."""
     _emit(ctx, host, flight.spec.run_key, "interrupted", f"its result is lost ({why}); "
-          "it stays interrupted for `matrix resume`", flight.spec, late=True)
+          f"it stays interrupted for `{_resumed_by(flight.spec)}`", flight.spec, late=True)
+
+
+def _leases(owner: str, opts: SchedulerOptions, hosts: dict[str, HostState]) -> locks.Leases:
+    """The machine leases of this call, named for a driver that waits on them: `matrix M`
+    or `job J` (whose runs have no matrix)."""
+    first = next(spec for host in hosts.values() for spec in host.queue)
+    kind = "matrix" if first.matrix_id is not None else "job"
+    return locks.Leases(owner, opts.lease_s, opts.call_timeout_s, f"{kind} {owner}")
+
+
+def _resumed_by(spec: RunSpec) -> str:
+    """The command that runs `spec` again once it is interrupted: a matrix's or a job's."""
+    return "matrix resume" if spec.matrix_id is not None else "job resume"
 
 
 def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult) -> None:
