@@ -16,7 +16,7 @@ from specfleet.cli.options import AddressOption, EmbeddedOption, refuse_twice
 from specfleet.cluster import noderecord
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
-from specfleet.settings import HOST, SELFTEST, expand_user, host_name_problem
+from specfleet.settings import HOST, SELFTEST, expand_user, host_name_problem, is_loopback
 from specfleet.userfiles import check_writable_dir, given_path
 
 app = typer.Typer(
@@ -95,9 +95,9 @@ def _options(num_cpus, node_ip, engines, temp_dir):
 
 
 def _keep_on_loopback(node_ip: str | None) -> None:
-    """A head whose `--node-ip` is loopback listens on loopback only (`fleet.bind_loopback`):
+    """A head whose `--node-ip` is loopback listens on loopback only (`raybind.bind_loopback`):
     Ray moved it to this machine's network address, listening on every interface."""
-    from specfleet.cluster.fleet import bind_loopback, is_loopback
+    from specfleet.cluster.raybind import bind_loopback
 
     if node_ip is None or not is_loopback(node_ip):
         return
@@ -114,7 +114,6 @@ def _refuse_loopback_head(head: str) -> None:
     retried there for minutes."""
     from ray._private.services import get_node_ip_address
 
-    from specfleet.cluster.fleet import is_loopback
     from specfleet.cluster.reach import connect_error, host_port, join_host_port
 
     host, port = host_port(head)
@@ -235,8 +234,8 @@ def status_command(
 @app.command("leave")
 def leave_command(name: NameOption = None, address: AddressOption = None) -> None:
     """Stop this host's worker and this host's own Ray node (nothing else of Ray)."""
-    from specfleet.cluster.fleet import bind_for
     from specfleet.cluster.membership import fleet_leave
+    from specfleet.cluster.raybind import bind_for
 
     check_name(name)
     head = check_address(address) or noderecord.joined_fleet()

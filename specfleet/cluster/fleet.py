@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from specfleet.cluster.raybind import bind_for, bind_loopback
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.startfailures import (
     RAY_START_FAILURES,
@@ -92,51 +91,6 @@ class HostHealth:
     state: Health
     reason: str = ""
     ping: dict = field(default_factory=dict)
-
-
-# ---- auth and binding ------------------------------------------------------------------
-
-
-# Ray's multi-node switch: off, Ray keeps a loopback node address (and binds loopback only).
-MULTINODE_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-
-
-def bind_loopback() -> None:
-    """Keep Ray on 127.0.0.1 (nothing listens on the network): the embedded fleet, and a head
-    whose node address is loopback (`fleet up --node-ip 127.0.0.1`), whose `ray start` and
-    supervisor inherit this process's environment. With its multi-node switch on, Ray
-    replaces a loopback node or head address by this machine's network address: that node
-    then listened on every interface, and a client dialed an address no loopback head
-    listens on."""
-    _set_multinode(False)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (an address, or a name) is this machine's loopback, as Ray reads it."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def bind_for(address: str) -> None:
-    """Tell this process's Ray how to reach the head at `address` (HOST:PORT): as given for
-    a loopback host (`bind_loopback`), else as a node of a multi-node cluster on macOS
-    (where Ray's switch is off by default: a Mac driver advertised 127.0.0.1 to remote
-    hosts)."""
-    if is_loopback(address.rpartition(":")[0].removeprefix("[").removesuffix("]")):
-        bind_loopback()
-    elif sys.platform == "darwin":
-        _set_multinode(True)
-
-
-def _set_multinode(enabled: bool) -> None:
-    os.environ[MULTINODE_SWITCH] = "1" if enabled else "0"
-    from ray._private import ray_constants
-
-    ray_constants.ENABLE_RAY_CLUSTER = enabled  # read at import; Ray resolves the node IP from it
 
 
 # ---- connect ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from specfleet.cluster.fleet import MULTINODE_SWITCH, bind_loopback
+from specfleet.cluster.raybind import MULTINODE_SWITCH, bind_loopback
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token, reload_auth
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.fleet import MULTINODE_SWITCH
+from specfleet.cluster.raybind import MULTINODE_SWITCH
 from specfleet.cluster.reach import host_port
 from specfleet.errors import UserError
 from specfleet.workers.actor import HOST_LABEL, KIND_LABEL, NO_IDLE_WORKERS, SLOT_RESOURCE
@@ -176,7 +176,7 @@ def start_env(os_name: str | None = None, ports: dict[str, int] | None = None) -
     env.update({part.variable: str(chosen[part.name]) for part in NODE_PARTS
                 if part.variable and part.name in chosen})
     # Ray's opt-in for macOS clusters, unless this process keeps Ray on loopback
-    # (`fleet.bind_loopback`: a head whose node address is loopback).
+    # (`raybind.bind_loopback`: a head whose node address is loopback).
     if (os_name or sys.platform) == "darwin" and env.get(MULTINODE_SWITCH) != "0":
         env[MULTINODE_SWITCH] = "1"
     return env

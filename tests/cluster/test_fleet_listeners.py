@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.fleet import MULTINODE_SWITCH
+from specfleet.cluster.raybind import MULTINODE_SWITCH
 
 BIN = Path(sys.executable).parent
 
