@@ -21,6 +21,8 @@ from rich.progress import (
 )
 from rich.table import Column
 
+from specfleet.jobs.run import RunSpec
+
 
 @dataclass(frozen=True)
 class ProgressEvent:
@@ -273,3 +275,18 @@ def fan_out(callbacks: Iterable[ProgressCallback | None]) -> ProgressCallback:
             cb(event)
 
     return call
+
+
+def run_words(spec: RunSpec, name_hosts: bool, name_models: bool) -> str:
+    """A run as progress lines name it: `torch edit_fn graded rep 1` (the stored repeat, from
+    0, as `results` and `matrix status` show it), host and model when they vary; a generation
+    job's run (no matrix), which has no repeats, without `rep`: `torch line-2 auto`."""
+    where = f"{spec.target.host}/{spec.target.engine}" if name_hosts else spec.target.engine
+    model = f" {spec.model}" if name_models else ""
+    repeat = f" rep {spec.repeat}" if spec.matrix_id is not None else ""
+    return f"{where}{model} {spec.prompt_name} {spec.arm}{repeat}"
+
+
+def resumed_by(spec: RunSpec) -> str:
+    """The command that runs `spec` again once it is interrupted: a matrix's or a job's."""
+    return "matrix resume" if spec.matrix_id is not None else "job resume"

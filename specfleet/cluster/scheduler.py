@@ -39,6 +39,8 @@ from specfleet.cluster.progress import (
     fan_out,
     machine_wait_reason,
     progress_for,
+    resumed_by,
+    run_words,
 )
 from specfleet.cluster.storewriter import StoreOutage, StoreWriter
 from specfleet.engine.config import needs_costs
@@ -391,7 +393,7 @@ def _late_loss(ctx: _Ctx, host: HostState, flight: InFlight, why: str) -> None:
     """The result of a run cut loose will not come: it stays `interrupted` for `matrix
     resume` (`job resume` for a generation job's run)."""
     _emit(ctx, host, flight.spec.run_key, "interrupted", f"its result is lost ({why}); "
-          f"it stays interrupted for `{_resumed_by(flight.spec)}`", flight.spec, late=True)
+          f"it stays interrupted for `{resumed_by(flight.spec)}`", flight.spec, late=True)
 
 
 def _leases(owner: str, opts: SchedulerOptions, hosts: dict[str, HostState]) -> locks.Leases:
@@ -400,11 +402,6 @@ def _leases(owner: str, opts: SchedulerOptions, hosts: dict[str, HostState]) -> 
     first = next(spec for host in hosts.values() for spec in host.queue)
     kind = "matrix" if first.matrix_id is not None else "job"
     return locks.Leases(owner, opts.lease_s, opts.call_timeout_s, f"{kind} {owner}")
-
-
-def _resumed_by(spec: RunSpec) -> str:
-    """The command that runs `spec` again once it is interrupted: a matrix's or a job's."""
-    return "matrix resume" if spec.matrix_id is not None else "job resume"
 
 
 def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult) -> None:
@@ -480,7 +477,7 @@ def _emit(ctx: _Ctx, host: HostState, run_key: str, status: str, reason: str = "
           spec: RunSpec | None = None, tok_per_s: float | None = None,
           late: bool = False) -> None:
     failed = host.failed + host.interrupted
-    words = _run_words(ctx, spec) if spec is not None else ""
+    words = run_words(spec, ctx.name_hosts, ctx.name_models) if spec is not None else ""
     event = ProgressEvent(host.name, run_key, status, host.done, failed, host.total, host.health,
                           reason, words, tok_per_s, late)
     ctx.notify(event)
@@ -490,13 +487,3 @@ def _host_news(ctx: _Ctx, host: HostState, status: str, reason: str) -> None:
     """A change of the host itself (`progress.HOST_NEWS`), e.g. `h2: unreachable: ...`."""
     assert status in HOST_NEWS
     _emit(ctx, host, "", status, reason)
-
-
-def _run_words(ctx: _Ctx, spec: RunSpec) -> str:
-    """`torch edit_fn graded rep 1` (the stored repeat, from 0, as `results` and `matrix
-    status` show it), host and model when they vary; a generation job's run (no matrix),
-    which has no repeats, without `rep`: `torch line-2 auto`."""
-    where = f"{spec.target.host}/{spec.target.engine}" if ctx.name_hosts else spec.target.engine
-    model = f" {spec.model}" if ctx.name_models else ""
-    repeat = f" rep {spec.repeat}" if spec.matrix_id is not None else ""
-    return f"{where}{model} {spec.prompt_name} {spec.arm}{repeat}"

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
-from specfleet.cluster.scheduler import _run_words
+from specfleet.cluster.progress import run_words
 from specfleet.jobs.run import Target
 from specfleet.store import open_store
 from tests.store.factory import HOST_B, PROMPTS, result, spec
@@ -77,12 +76,11 @@ def test_a_resume_beside_a_live_driver_takes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_job_run_is_said_without_a_repeat_and_a_matrix_run_with_it() -> None:
-    ctx = SimpleNamespace(name_hosts=False, name_models=False)
     toy = Target(host="h1", engine="toy", device="cpu")
     job_run = spec("k1", "auto", target=toy, prompt="story")
-    assert _run_words(ctx, job_run) == "toy story auto"  # type: ignore[arg-type]
+    assert run_words(job_run, name_hosts=False, name_models=False) == "toy story auto"
     matrix_run = job_run.model_copy(update={"matrix_id": "m-1", "repeat": 2})
-    assert _run_words(ctx, matrix_run) == "toy story auto rep 2"  # type: ignore[arg-type]
+    assert run_words(matrix_run, name_hosts=False, name_models=False) == "toy story auto rep 2"
 
 
 def test_results_json_gives_each_reply_of_a_job_its_prompt_text(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ from collections import deque
 
 from specfleet.cluster import scheduler
 from specfleet.cluster.hoststate import HostState
-from specfleet.cluster.scheduler import SchedulerOptions, _leases, _resumed_by
+from specfleet.cluster.progress import resumed_by
+from specfleet.cluster.scheduler import SchedulerOptions, _leases
 from specfleet.jobs.run import RunSpec, Target
 
 
@@ -18,8 +19,8 @@ def _spec(matrix_id: str | None) -> RunSpec:
 
 
 def test_a_lost_run_names_the_resume_of_what_it_belongs_to():
-    assert _resumed_by(_spec("nightly-1")) == "matrix resume"
-    assert _resumed_by(_spec(None)) == "job resume"
+    assert resumed_by(_spec("nightly-1")) == "matrix resume"
+    assert resumed_by(_spec(None)) == "job resume"
 
 
 def test_the_machine_leases_are_named_for_a_matrix_or_a_job(monkeypatch):
