@@ -26,7 +26,6 @@ app = typer.Typer(
 # Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 characters) under the temp dir.
 MAX_TEMP_DIR_CHARS = 107 - 63
 LOOPBACK = "127.0.0.1"
-STARTING_EXIT = 1  # `fleet status` while this machine's `fleet up` / `join` is starting
 
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
@@ -169,7 +168,7 @@ def up_command(
     options = _options(num_cpus, node_ip, engines, temp_dir)
     _keep_on_loopback(node_ip)
     host = _host_name(name, temp_dir)
-    with noderecord.starting("fleet up", host):  # `fleet status` meanwhile says so
+    with noderecord.starting("fleet up", host):  # fleet commands here meanwhile say so
         done = fleet_up(host, port=port, options=options, supervise=not supervise)
     typer.echo(f"head up at {done.address}; host {done.host} ({done.kind}) is in the fleet")
     if "dashboard" in done.ports:  # Ray's 8265, or a free port where a second head runs here
@@ -214,14 +213,8 @@ def status_command(
 ) -> None:
     """Hosts, kinds, targets, default policies, loaded models, busy/idle, health, versions."""
     from specfleet.cluster.fleet import disconnect, fleet_status
-    from specfleet.cluster.reach import choose_fleet, connect_fleet, say_fleet
+    from specfleet.cluster.reach import connect_fleet, say_fleet
 
-    mark = noderecord.starting_node()
-    if mark is not None and not embedded and choose_fleet(address).embedded:
-        # Its node record comes only after `ray start`: the embedded fleet is not what is meant.
-        typer.echo(f"fleet: {mark.what()}; `specfleet fleet status` shows the fleet once "
-                   "it is up", err=True)
-        raise typer.Exit(STARTING_EXIT)
     choice = connect_fleet(address, embedded)
     try:
         rows = fleet_status()

@@ -113,7 +113,7 @@ def _rejected_input(err: _click.exceptions.UsageError) -> object | None:
 class OneLineErrorsGroup(TyperGroup):
     """Turns user mistakes raised anywhere below (our own errors and usage mistakes such as
     a missing argument or an unknown option, the root's own options included) into ONE
-    stderr line and exit status 2."""
+    stderr line and exit status 2 (an error's own `exit_code` where it says another)."""
 
     def invoke(self, ctx):
         words = [*ctx._protected_args, *ctx.args]  # the group's invoke consumes them
@@ -123,7 +123,7 @@ class OneLineErrorsGroup(TyperGroup):
         except (UserError, ConfigError) as err:
             for line in getattr(err, "lines", None) or [str(err)]:  # several: `matrix validate`
                 typer.echo(f"error: {one_line(line)}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(getattr(err, "exit_code", 2)) from None
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (see `entry.main`)
             typer.echo(f"interrupted: {err}" if str(err) else "interrupted", err=True)
             raise typer.Exit(INTERRUPTED_EXIT) from None

@@ -218,12 +218,30 @@ class FleetView:
             store.upsert_host(info)
 
 
+class FleetStarting(UserError):
+    """This machine's `fleet up` / `fleet join` is still inside `ray start`: its node record
+    is not written yet, so a command would fall through to the embedded fleet, which is not
+    the fleet the user means. Exit 1: not a mistake, a moment too early."""
+
+    exit_code = 1
+
+
 def connect_fleet(address: str | None, embedded: bool = False) -> FleetChoice:
     """Resolve the fleet (`choose_fleet`), then connect to it or start the
-    embedded one. Errors name where the address came from."""
-    from specfleet.cluster import fleet, raytoken
+    embedded one. Errors name where the address came from.
+
+    Raises:
+        FleetStarting: the fleet resolved to the embedded one only because this machine's
+            `fleet up` / `fleet join` has not written its node record yet (`--embedded`
+            asks for the embedded fleet all the same).
+    """
+    from specfleet.cluster import fleet, noderecord, raytoken
 
     choice = choose_fleet(address, embedded)
+    mark = None if embedded or not choice.embedded else noderecord.starting_node()
+    if mark is not None:
+        raise FleetStarting(f"{mark.what()}; run this again once it is up (`specfleet fleet "
+                            "status` says when), or pass --embedded for a private fleet")
     if choice.address is not None:
         raytoken.ensure_token(create=False)  # a missing token is the likelier mistake: say it first
         check_reachable(choice.address, choice.source)

@@ -1,8 +1,10 @@
-"""`fleet status` while this machine's `fleet up` is still inside `ray start`: no node record
-yet, so status fell through to starting the embedded fleet (about 30 s on a loaded box, then
-a failure). The command starting a node marks itself (`noderecord.starting`), and status says
-so in one line at once; a second `up` meanwhile is refused. The mark here is held by another
-process, as `up` holds it, through the real files; no Ray starts."""
+"""Fleet commands while this machine's `fleet up` is still inside `ray start`: no node record
+yet, so `fleet status` fell through to starting the embedded fleet (about 30 s on a loaded
+box, then a failure), and `matrix run` ran the matrix on an embedded fleet beside the node
+being started. The command starting a node marks itself (`noderecord.starting`); every
+command that would fall through to the embedded fleet says so in one line at once (exit 1),
+`--embedded` still gets it; a second `up` meanwhile is refused. The mark here is held by
+another process, as `up` holds it, through the real files; no Ray starts."""
 
 from __future__ import annotations
 
@@ -18,6 +20,15 @@ from specfleet.cluster import noderecord
 from specfleet.errors import UserError
 
 BIN = Path(sys.executable).parent
+STARTING_ADVICE = ("; run this again once it is up (`specfleet fleet status` says when), or "
+                   "pass --embedded for a private fleet\n")
+TOY_MATRIX = """\
+name: toy
+models: ["script:1ms"]
+prompts: [{name: p, text: "one two"}]
+arms: [plain]
+targets: {engines: [toy]}
+"""
 HOLD = "from specfleet.cluster import noderecord; import time\n" \
        "with noderecord.starting('fleet up', 'h9'):\n    print('held', flush=True); time.sleep(60)"
 
@@ -45,10 +56,19 @@ def test_status_during_up_says_a_node_is_starting_instead_of_starting_the_embedd
         assert status.returncode == 1, status.stderr[-2000:]
         assert status.stdout == ""
         assert status.stderr.startswith(
-            f"fleet: `specfleet fleet up` (host h9, pid {holder.pid}) is starting this "
+            f"error: `specfleet fleet up` (host h9, pid {holder.pid}) is starting this "
             "machine's node since "), status.stderr
-        assert status.stderr.endswith("`specfleet fleet status` shows the fleet once it is up\n")
+        assert status.stderr.endswith(STARTING_ADVICE)
         assert status.stderr.count("\n") == 1
+        # A matrix went to an embedded fleet started beside the node being started.
+        matrix = tmp_path / "toy.yaml"
+        matrix.write_text(TOY_MATRIX)
+        run = subprocess.run([str(BIN / "specfleet"), "matrix", "run", str(matrix), "--db",
+                              f"sqlite:///{tmp_path / 'm.db'}", "--no-progress"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert (run.returncode, run.stdout) == (1, ""), run.stderr[-2000:]
+        assert run.stderr.startswith(f"error: `specfleet fleet up` (host h9, pid {holder.pid})")
+        assert run.stderr.endswith(STARTING_ADVICE) and run.stderr.count("\n") == 1
         # A second `up` meanwhile would race the first for the port and the record.
         monkeypatch.setenv("SPECFLEET_HOME", env["SPECFLEET_HOME"])
         with pytest.raises(UserError) as err, noderecord.starting("fleet up", "h8"):
@@ -84,3 +104,21 @@ def test_the_mark_is_gone_once_its_command_is_done_and_a_stale_one_is_replaced(
     assert noderecord.starting_node() is None
     with noderecord.starting("fleet up", "h3"):
         assert noderecord.starting_node().host == "h3"
+
+
+def test_embedded_asks_for_the_embedded_fleet_all_the_same(home, monkeypatch) -> None:
+    """The mark is read only when the fleet fell through to the embedded one: `--embedded`
+    connects (Ray's start stood in for here), an `--address` is tried as given."""
+    from specfleet.cluster import fleet, reach
+
+    connected: list[str | None] = []
+    monkeypatch.setattr(fleet, "connect", connected.append)
+    monkeypatch.delenv("SPECFLEET_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with noderecord.starting("fleet join", "h4"):
+        with pytest.raises(reach.FleetStarting) as err:
+            reach.connect_fleet(None)
+        assert err.value.exit_code == 1 and "`specfleet fleet join` (host h4" in str(err.value)
+        assert reach.connect_fleet(None, embedded=True).embedded
+    assert connected == [None]
+    assert reach.connect_fleet(None).embedded and connected == [None, None]  # mark gone
