@@ -25,7 +25,6 @@ app = typer.Typer(
 
 # Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 characters) under the temp dir.
 MAX_TEMP_DIR_CHARS = 107 - 63
-LOOPBACK = "127.0.0.1"
 
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
@@ -93,20 +92,6 @@ def _options(num_cpus, node_ip, engines, temp_dir):
     return NodeOptions(num_cpus, node_ip, check_engines(engines), temp_dir)
 
 
-def _keep_on_loopback(node_ip: str | None) -> None:
-    """A head whose `--node-ip` is loopback listens on loopback only (`raybind.bind_loopback`):
-    Ray moved it to this machine's network address, listening on every interface."""
-    from specfleet.cluster.raybind import bind_loopback
-
-    if node_ip is None or not is_loopback(node_ip):
-        return
-    if node_ip != LOOPBACK:  # Ray moves ::1 to 127.0.0.1, where the record would not say
-        raise UserError(f"--node-ip {node_ip}: Ray keeps a node on loopback at {LOOPBACK} "
-                        f"only; expected {LOOPBACK} for a fleet of this machine alone, or "
-                        "this host's network address, e.g. 192.168.1.11")
-    bind_loopback()
-
-
 def _refuse_loopback_head(head: str) -> None:
     """Refuse HEAD on loopback where the head listens on loopback only (`fleet up --node-ip
     127.0.0.1`): `ray start` dials a loopback HEAD at this machine's network address and
@@ -166,7 +151,6 @@ def up_command(
     from specfleet.cluster.supervisor import supervise_here
 
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    _keep_on_loopback(node_ip)
     host = _host_name(name, temp_dir)
     with noderecord.starting("fleet up", host):  # fleet commands here meanwhile say so
         done = fleet_up(host, port=port, options=options, supervise=not supervise)

@@ -33,6 +33,7 @@ from ray.exceptions import (
 
 from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import ray_connecting
+from specfleet.cluster.raybind import bind_loopback
 from specfleet.cluster.raystart import (
     DEFAULT_PORT,
     check_port_free,
@@ -54,7 +55,7 @@ from specfleet.cluster.reach import (
 )
 from specfleet.dirs import runtime_dir
 from specfleet.errors import UserError
-from specfleet.settings import HOME, check_worker_settings
+from specfleet.settings import HOME, check_worker_settings, is_loopback
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     start_worker,
@@ -159,6 +160,7 @@ def fleet_up(
     refuse_running_node(noderecord.load())
     check_port_free(port)
     opts = options or NodeOptions()
+    _keep_on_loopback(opts.node_ip)
     check_worker_settings()  # this host's worker inherits them: said before the node starts
     runtime_dir()  # the worker's machine lock lives there: refused before the head starts
     noderecord.check_writable()
@@ -181,6 +183,22 @@ def fleet_up(
         _remember(address, info.name, True, temp_dir, opts, port, ports)
         _start_supervised(address, info.name, opts.engines, "fleet up", temp_dir, supervise)
     return Membership(address, info.name, info.kind, ports)
+
+
+LOOPBACK = "127.0.0.1"  # the one loopback address Ray keeps a node on
+
+
+def _keep_on_loopback(node_ip: str | None) -> None:
+    """A head whose node address is loopback listens on loopback only (`raybind.bind_loopback`,
+    which `ray start` and the supervisor inherit): Ray moved it to this machine's network
+    address, listening on every interface."""
+    if node_ip is None or not is_loopback(node_ip):
+        return
+    if node_ip != LOOPBACK:  # Ray moves ::1 to 127.0.0.1, where the record would not say
+        raise UserError(f"--node-ip {node_ip}: Ray keeps a node on loopback at {LOOPBACK} "
+                        f"only; expected {LOOPBACK} for a fleet of this machine alone, or "
+                        "this host's network address, e.g. 192.168.1.11")
+    bind_loopback()
 
 
 def fleet_join(
