@@ -28,6 +28,7 @@ from specfleet.cli.job_calibrate import calibrate
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
     UTC_MINUTE,
+    WAIT_DEFAULT,
     AddressOption,
     DbOption,
     EmbeddedOption,
@@ -38,12 +39,15 @@ from specfleet.cli.options import (
     NgramMaxOption,
     NgramMinOption,
     NoProgressOption,
+    WaitOption,
     counts_text,
     echo_rows,
     flag_given,
     lookup_given,
+    parse_wait,
     refuse_hosts_outside_embedded,
     refuse_ngram_min_past_default,
+    say_suspects,
     with_policy_option_flags,
     writing_store,
 )
@@ -172,16 +176,18 @@ def _run_job(store, view, job, chosen, name: str, no_progress: bool) -> tuple[st
     return job_id, _drive(store, runs, view, no_progress, job_id, driver_id)
 
 
-def _drive(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:
+def _drive(store, runs, view, no_progress: bool, job_id: str, driver_id: str,
+           wait: str = WAIT_DEFAULT) -> str:
     """Run the job's `runs` (stored, `pending`) as `driver_id`, which holds the job, and
-    finish it (`interrupted` when cut short); `job generate` and `job resume` alike.
+    finish it (`interrupted` when cut short); `job generate` and `job resume` alike. A host
+    among `view.suspects` is waited for up to `wait` (`--wait`).
 
     Returns:
         Its final status.
     """
     status = "interrupted"  # unless every run was settled before the signal
     try:
-        status = _dispatch(store, runs, view, no_progress, job_id, driver_id)
+        status = _dispatch(store, runs, view, no_progress, job_id, driver_id, wait)
         store.finish_generation_job(job_id, status, driver_id)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: said with the job's id and its resume
         raise JobInterrupted(job_id, _finish_stopped(store, job_id, status, driver_id)) \
@@ -257,11 +263,13 @@ def _job_name(prompts: str) -> str:
     return "".join(ch if ch.isprintable() else "_" for ch in Path(prompts).stem)
 
 
-def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str) -> str:
+def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str,
+              wait: str) -> str:
     from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
 
-    dispatch_runs(store, runs, view.workers, options=SchedulerOptions(
-        progress=not no_progress), machines=view.machines, owner=job_id, driver_id=driver_id)
+    options = SchedulerOptions(progress=not no_progress, host_wait_s=parse_wait(wait))
+    dispatch_runs(store, runs, view.workers, options=options, machines=view.machines,
+                  owner=job_id, suspect=view.suspects, driver_id=driver_id)
     # The job's runs as stored, not this call's alone: a resume keeps done ones and may
     # leave a live driver's.
     counts = store.get_generation_job(job_id).counts
@@ -290,11 +298,14 @@ def resume(
     embedded: EmbeddedOption = False,
     db: DbOption = None,
     no_progress: NoProgressOption = False,
+    wait: WaitOption = WAIT_DEFAULT,
 ) -> None:
     """Run again every prompt of a generation job that is not done (pending, interrupted or
-    failed) and that no live driver runs, on the job's target; done replies are kept. Prints
-    every reply of the job, as `job show` does. Exit 1 unless every prompt ends done; a job
-    whose prompts are all done says so and exits 0 without a fleet."""
+    failed) and that no live driver runs, on the job's target; done replies are kept. A
+    target host that went away (its worker may come back) is waited for, up to --wait.
+    Prints every reply of the job, as `job show` does. Exit 1 unless every prompt ends done;
+    a job whose prompts are all done says so and exits 0 without a fleet."""
+    parse_wait(wait)  # a bad duration is one line, before the fleet
     LEASE_S.read()  # a malformed SPECFLEET_LEASE_S: one line, before the fleet
     # Both flags, or a malformed address, even when every run is done and no fleet starts.
     choose_fleet(address, embedded, joined=False)
@@ -313,20 +324,21 @@ def resume(
             _refuse_vanished_model(job, target)
         view = open_fleet(address, with_toy=job.engine == "toy", hosts=[job.host],
                           embedded=embedded)
-        _refuse_target_gone(job, target, view)
-        if not here:
-            _refuse_vanished_model(job, target, view)
+        if job.host not in view.suspects:  # a host away cannot be asked: waited for instead
+            _refuse_target_gone(job, target, view)
+            if not here:
+                _refuse_vanished_model(job, target, view)
         view.record_hosts(store)
-        status = _resume_claimed(store, view, job, rows, no_progress)
+        status = _resume_claimed(store, view, job, rows, no_progress, wait)
         _print_outputs(store, job_id)
     typer.echo(f"job id: {job_id} ({status})", err=True)
     if status != "done":
         raise typer.Exit(1)
 
 
-def _resume_claimed(store, view, job, rows, no_progress: bool) -> str:
-    """Claim the job (a live driver's runs are left to it), say what is resumed and kept,
-    run the re-queued runs.
+def _resume_claimed(store, view, job, rows, no_progress: bool, wait: str) -> str:
+    """Claim the job (a live driver's runs are left to it), say what is resumed and kept
+    (and the host waited for), run the re-queued runs.
 
     Returns:
         The job's final status.
@@ -337,7 +349,9 @@ def _resume_claimed(store, view, job, rows, no_progress: bool) -> str:
         _say_live_owner(job.id, claim.owner, claim.lease_until, claim.skipped)
         raise typer.Exit(1)
     typer.echo(resuming_line(job.id, rows), err=True)
-    return _drive(store, store.pending_job_runs(job.id), view, no_progress, job.id, driver_id)
+    say_suspects(view, wait)
+    return _drive(store, store.pending_job_runs(job.id), view, no_progress, job.id, driver_id,
+                  wait)
 
 
 def resuming_line(job_id: str, rows) -> str:

@@ -7,7 +7,6 @@ The scheduler developer owns `run`, `resume`, `status`, `list`, `validate` and `
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import typer
 from specfleet.cli.matrix_output import partial_note, print_outcome
 from specfleet.cli.options import (
     UTC_MINUTE,
+    WAIT_DEFAULT,
     AddressOption,
     DbOption,
     EmbeddedOption,
@@ -27,9 +27,12 @@ from specfleet.cli.options import (
     NoProgressOption,
     RateOption,
     RequireQuietOption,
+    WaitOption,
     counts_text,
     echo_rows,
+    parse_wait,
     refuse_hosts_outside_embedded,
+    say_suspects,
     writing_store,
 )
 from specfleet.cluster.progress import WaitingLines
@@ -79,38 +82,12 @@ def show(
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
 
 
-WAIT_DEFAULT = "2m"  # = SchedulerOptions.host_wait_s (ray-free here; a test keeps them equal)
-
-
 def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = WAIT_DEFAULT):
     """The scheduler's options from the flags `matrix run`, `resume` and `bench` share."""
     from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
                             host_wait_s=parse_wait(wait), store_retry_s=STORE_RETRY_S.read())
-
-
-# A host that stays away longer than this is not coming back for this call: `resume` later.
-MAX_WAIT_S = 7 * 24 * 3600
-
-
-def parse_wait(text: str) -> float:
-    """`--wait`: seconds, or a number with s, m or h (90s, 10m, 1h), at most a week."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text, flags=re.ASCII)
-    if match is None:
-        raise UserError(f"--wait {text!r}: expected a duration such as 90s, 10m or 1h")
-    seconds = float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
-    if seconds > MAX_WAIT_S:
-        raise UserError(one_line(f"--wait {text!r}: expected at most a week (168h); the runs "
-                                 "of a host away longer stay pending for `matrix resume`"))
-    return seconds
-
-
-def say_suspects(view, wait: str) -> None:
-    """Say which hosts a matrix waits for, and how long at most."""
-    if view.suspects:
-        typer.echo(f"waiting up to {wait} for {', '.join(view.suspects)} (not in the fleet "
-                   "now; their runs stay pending until they answer)", err=True)
 
 
 def say_absent(rows: list, view: FleetView) -> None:
@@ -142,12 +119,6 @@ def _refuse_live_owner(store, matrix) -> None:
                    f"lease until {matrix.lease_until:%H:%M:%S} UTC); took 0 runs, skipped {left}",
                    err=True)
         raise typer.Exit(1)
-
-
-# `--wait` of `run` and `resume`.
-WaitOption = Annotated[str, typer.Option(
-    "--wait", help="How long the runs of a host that went away (unreachable, suspect, not in "
-    "the fleet) wait for it to come back (90s, 10m, 1h); then they stay pending for `resume`.")]
 
 
 @app.command("run")

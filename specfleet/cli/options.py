@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
@@ -33,7 +34,7 @@ from specfleet.engine.kinds import (
     ModelEngine,
     choices_text,
 )
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 from specfleet.report.grid import OUTPUT_FORMATS, check_format
 from specfleet.stats.runs import Rate
 
@@ -266,3 +267,35 @@ FormatOption = Annotated[str, typer.Option(
 RateOption = Annotated[Rate, typer.Option(
     "--rate", help="The tok/s medians and speed-ups read: whole (the call, prefill included) "
     "or decode (after the first token); the other is printed beside.")]
+
+
+WAIT_DEFAULT = "2m"  # = SchedulerOptions.host_wait_s (ray-free here; a test keeps them equal)
+
+
+# A host that stays away longer than this is not coming back for this call: `resume` later.
+MAX_WAIT_S = 7 * 24 * 3600
+
+
+def parse_wait(text: str) -> float:
+    """`--wait`: seconds, or a number with s, m or h (90s, 10m, 1h), at most a week."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text, flags=re.ASCII)
+    if match is None:
+        raise UserError(f"--wait {text!r}: expected a duration such as 90s, 10m or 1h")
+    seconds = float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+    if seconds > MAX_WAIT_S:
+        raise UserError(one_line(f"--wait {text!r}: expected at most a week (168h); the runs "
+                                 "of a host away longer stay pending for a later `resume`"))
+    return seconds
+
+
+def say_suspects(view, wait: str) -> None:
+    """Say which hosts a matrix or job waits for, and how long at most."""
+    if view.suspects:
+        typer.echo(f"waiting up to {wait} for {', '.join(view.suspects)} (not in the fleet "
+                   "now; their runs stay pending until they answer)", err=True)
+
+
+# `--wait` of `matrix run`, `matrix resume` and `job resume`.
+WaitOption = Annotated[str, typer.Option(
+    "--wait", help="How long the runs of a host that went away (unreachable, suspect, not in "
+    "the fleet) wait for it to come back (90s, 10m, 1h); then they stay pending for `resume`.")]

@@ -444,6 +444,49 @@ def test_a_lost_host_goes_suspect_and_comes_back_on_rejoin(fleet: LocalFleet) ->
 
 
 @pytest.mark.slow
+def test_job_resume_waits_for_its_lost_host_and_runs_its_prompts_when_it_rejoins(
+    fleet: LocalFleet, tmp_path
+) -> None:
+    """`job resume` refused a job whose host had gone away (`not in this fleet`) though its
+    worker comes back when the host rejoins: as `matrix resume`, it now waits up to --wait."""
+    from specfleet.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    runs = [spec("h2", f"j{i}").model_copy(update={"prompt_name": f"line-{i}"})
+            for i in (1, 2)]
+    with open_store(url) as store:
+        job_id = store.create_generation_job("batch", runs[0].target, "script", runs,
+                                             driver_id="gone", lease_s=0.1)
+    fleet.remove_host("h2")
+    assert wait_for_health("h2", (SUSPECT,), timeout_s=TIMEOUT_S).state == SUSPECT
+    resume = subprocess.Popen([*SPECFLEET, "job", "resume", job_id, "--address", fleet.address,
+                               "--db", url, "--wait", "90s", "--no-progress"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = []
+        assert resume.stderr is not None
+        while not said or not said[-1].startswith("waiting up to"):
+            line = resume.stderr.readline()
+            assert line, f"job resume ended before it waited: {said}"
+            said.append(line.rstrip("\n"))
+            assert len(said) < 20, said
+        assert said[-2:] == [
+            f"job {job_id}: resuming 2 of 2 prompts (2 pending); 0 done kept",
+            "waiting up to 90s for h2 (not in the fleet now; their runs stay pending until "
+            "they answer)"], said
+        fleet.add_host("h2")
+        out, err = resume.communicate(timeout=150)
+    finally:
+        resume.kill()
+    assert resume.returncode == 0, err[-2000:]
+    assert err.splitlines()[-1] == f"job id: {job_id} (done)", err
+    assert out.startswith("== line-1: 20 tokens,"), out
+    with open_store(url, read_only=True) as store:
+        assert store.get_generation_job(job_id).counts == {"done": 2}
+    assert wait_for_health("h2", (HEALTHY,), timeout_s=90).state == HEALTHY
+
+
+@pytest.mark.slow
 def test_a_stopped_worker_is_dead_until_started_again(fleet: LocalFleet) -> None:
     handle = get_worker("h1")
     assert stop_worker("h1") is True

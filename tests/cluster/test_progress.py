@@ -114,7 +114,7 @@ def test_a_host_gone_silent_its_return_and_a_late_result_read_as_one_story(capsy
 
 
 def test_the_wait_default_is_the_schedulers():
-    from specfleet.cli.matrix import WAIT_DEFAULT, parse_wait
+    from specfleet.cli.options import WAIT_DEFAULT, parse_wait
     from specfleet.cluster.scheduler import SchedulerOptions
 
     assert parse_wait(WAIT_DEFAULT) == SchedulerOptions().host_wait_s

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from specfleet.cli.matrix import parse_wait
+from specfleet.cli.options import parse_wait
 from specfleet.cluster import noderecord, supervisor
 from specfleet.errors import UserError
 
