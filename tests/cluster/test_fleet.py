@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 import ray
@@ -514,17 +513,20 @@ def wait_until_busy(host: str) -> None:
 def test_the_embedded_fleet_starts_with_one_worker_for_this_machine(tmp_path) -> None:
     token = tmp_path / "auth_token"
     joined_nowhere(tmp_path)  # --embedded wins over the fleet this machine joined
-    done = cli(
-        "fleet",
-        "status",
-        "--json",
-        "--embedded",
-        env={"RAY_AUTH_TOKEN_PATH": str(token), "SPECFLEET_HOST": "solo",
-             "SPECFLEET_HOME": str(tmp_path)},
-        unset=("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "SPECFLEET_ADDRESS", "RAY_ADDRESS"),
-        timeout=180,
-    )
+    # Ray puts the driver's current folder on the workers' sys.path: run from the folder
+    # above a clone, its `specfleet/` shadowed the install and every worker died starting
+    # (`module 'specfleet' has no attribute '__version__'`, a 60-line traceback).
+    (tmp_path / "specfleet").mkdir()
+    child_env = {k: v for k, v in os.environ.items()
+                 if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "SPECFLEET_ADDRESS",
+                              "RAY_ADDRESS")}
+    done = subprocess.run(
+        [*SPECFLEET, "fleet", "status", "--json", "--embedded"], cwd=tmp_path,
+        env=child_env | {"RAY_AUTH_TOKEN_PATH": str(token), "SPECFLEET_HOST": "solo",
+                         "SPECFLEET_HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
     assert "fleet: embedded (this machine only)" in done.stderr.splitlines()
     (row,) = json.loads(done.stdout)
     assert row["host"] == "solo" and row["health"] == HEALTHY
@@ -622,19 +624,6 @@ def test_a_silent_worker_is_unreachable_only_when_its_node_takes_no_connection(m
 
     monkeypatch.setattr(fleet_mod.socket, "create_connection", no_route)
     assert fleet_mod.probe_node("10.0.0.9", 1) == "is unreachable: no route to host"
-
-
-def test_workers_start_from_a_folder_holding_a_specfleet_folder(tmp_path) -> None:
-    # Ray puts the driver's current folder on the workers' sys.path: run from the folder
-    # above a clone, its `specfleet/` shadowed the install and every worker died starting
-    # (`module 'specfleet' has no attribute '__version__'`, a 60-line traceback).
-    (tmp_path / "specfleet").mkdir()
-    command = [str(Path(sys.executable).parent / "specfleet"), "bench", "-m", "script:1ms",
-               "-p", "story", "-a", "plain", "-r", "1", "-n", "4", "-e", "toy", "--embedded",
-               "--no-progress", "--db", str(tmp_path / "s.db")]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
 
 
 def test_a_ray_head_answers_the_http2_greeting_a_web_server_or_a_silent_port_does_not(fleet):
