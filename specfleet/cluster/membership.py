@@ -213,6 +213,12 @@ def fleet_join(
     """
     refuse_running_node(noderecord.load(), joining_as=name)
     opts = options or NodeOptions()
+    if opts.node_ip is not None and is_loopback(opts.node_ip):
+        # Ray moved it to this machine's network address, where the record did not say.
+        raise UserError(f"--node-ip {opts.node_ip}: a joining node on loopback is one the "
+                        "fleet's other hosts cannot reach; expected this host's network "
+                        "address, e.g. 192.168.1.11 (a fleet of one machine: `fleet up "
+                        f"--node-ip {LOOPBACK}` alone)")
     check_worker_settings()
     runtime_dir()
     noderecord.check_writable()

@@ -6,6 +6,7 @@ start` is stood in for: the command and environment it would get are read, nothi
 
 from __future__ import annotations
 
+import re
 import socket
 
 import pytest
@@ -31,8 +32,7 @@ def ray_start(home, monkeypatch) -> list[tuple[list[str], dict[str, str]]]:
         raise _Stood("ray start stood in for")
 
     monkeypatch.setattr(membership, "_ray_start", stand_in)
-    monkeypatch.delenv(MULTINODE_SWITCH, raising=False)  # a Python caller's own environment
-    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)  # Linux's default
     return started
 
 
@@ -66,3 +66,15 @@ def test_a_head_on_a_network_address_keeps_the_switch_as_it_was(ray_start) -> No
         membership.fleet_up("h1", port=free_port(), options=options, supervise=False)
     ((cmd, env),) = ray_start
     assert "--node-ip-address=10.0.0.7" in cmd and MULTINODE_SWITCH not in env
+
+
+@pytest.mark.parametrize("node_ip", ["127.0.0.1", "::1"])
+def test_a_joining_node_on_loopback_is_refused_before_the_head_is_asked(ray_start,
+                                                                        node_ip) -> None:
+    """Ray moved such a node to this machine's network address, where its record did not
+    say; the head (port 1, nothing there) is never dialed."""
+    options = membership.NodeOptions(node_ip=node_ip, engines=["toy"])
+    with pytest.raises(UserError, match=rf"^--node-ip {re.escape(node_ip)}: a joining node on "
+                                        "loopback is one the fleet's other hosts cannot reach"):
+        membership.fleet_join("127.0.0.1:1", "h2", options=options, supervise=False)
+    assert ray_start == []
