@@ -82,7 +82,7 @@ def fleet(tmp_path_factory):
     # Own run-lock file: other developers' workers on this machine must not make ours noisy.
     lock = str(tmp_path_factory.mktemp("lock") / "active-run.lock")
     kwargs = {"memory_budget_gb": 2.0, "sample_period_s": 1.0, "run_lock_path": lock}
-    with LocalFleet([HOST], worker_kwargs=kwargs) as local:
+    with LocalFleet([HOST], worker_kwargs=kwargs, first_host_on_head=True) as local:
         local.handles = local.start_workers()
         yield local
 

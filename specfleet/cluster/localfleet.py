@@ -2,7 +2,8 @@
 
 For tests and `bench/scheduler.py`: each "host" is a real raylet labelled
 `specfleet.host=<name>` with one `specfleet_slot`, so worker actors land exactly as on a
-real fleet, and removing / re-adding a node is a host leaving and rejoining. Token auth is
+real fleet, and removing / re-adding a node is a host leaving and rejoining (a fleet whose
+first host sits on the head node, `first_host_on_head`, starts one node fewer). Token auth is
 on (a throwaway token file), everything binds to 127.0.0.1, health checks are fast.
 
     with LocalFleet(["h1", "h2"]) as fleet:
@@ -54,6 +55,8 @@ class LocalFleet:
         distinct_machines: give each host's worker its own machine id (`sim-<host>`), so a
             scheduler treats the hosts as separate machines; by default they report this
             machine's real id (they do share its cores).
+        first_host_on_head: the first host's label and slot go on the head node (one Ray
+            node, its agents and their start fewer; that host cannot be removed).
     """
 
     def __init__(
@@ -64,8 +67,10 @@ class LocalFleet:
         cpus_per_host: int = 1,
         worker_kwargs: dict | None = None,
         distinct_machines: bool = False,
+        first_host_on_head: bool = False,
     ) -> None:
         self.hosts = list(hosts)
+        self.first_host_on_head = first_host_on_head and bool(self.hosts)
         self.kind = kind
         self.cpus_per_host = cpus_per_host
         self.worker_kwargs = worker_kwargs
@@ -91,28 +96,35 @@ class LocalFleet:
         enable_token_auth()
         ensure_token(create=True)
         bind_loopback()
-        self.cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "include_dashboard": False,
-                            "_system_config": {**FAST_HEALTH_CHECKS, **NO_IDLE_WORKERS}},
-        )
-        for host in self.hosts:
+        head_args = {"num_cpus": 1, "include_dashboard": False,
+                     "_system_config": {**FAST_HEALTH_CHECKS, **NO_IDLE_WORKERS}}
+        if self.first_host_on_head:
+            head_args |= self._host_node_args(self.hosts[0])
+            head_args["num_cpus"] = 1 + self.cpus_per_host  # the head's own CPU kept
+        self.cluster = Cluster(initialize_head=True, head_node_args=head_args)
+        if self.first_host_on_head:
+            self._nodes[self.hosts[0]] = self.cluster.head_node
+        for host in self.hosts[1 if self.first_host_on_head else 0:]:
             self.add_host(host)
         ray.init(address=self.cluster.address, **DRIVER_OPTIONS)
         return self
 
+    def _host_node_args(self, host: str) -> dict[str, Any]:
+        return {"num_cpus": self.cpus_per_host,
+                "labels": {HOST_LABEL: host, KIND_LABEL: self.kind},
+                "resources": {SLOT_RESOURCE: 1}}
+
     def add_host(self, host: str) -> Any:
         """Add (or re-add) the node standing for `host`."""
-        node = self.cluster.add_node(
-            num_cpus=self.cpus_per_host,
-            labels={HOST_LABEL: host, KIND_LABEL: self.kind},
-            resources={SLOT_RESOURCE: 1},
-        )
+        node = self.cluster.add_node(**self._host_node_args(host))
         self._nodes[host] = node
         return node
 
     def remove_host(self, host: str) -> None:
         """Kill the node of `host` at once (a host lost without notice)."""
+        if self._nodes[host] is self.cluster.head_node:
+            raise ValueError(f"{host} is on the head node (first_host_on_head): it cannot be "
+                             "removed")
         self.cluster.remove_node(self._nodes.pop(host), allow_graceful=False)
 
     def start_workers(self, timeout_s: float = 120.0) -> dict[str, Any]:

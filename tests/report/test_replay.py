@@ -21,7 +21,8 @@ def test_store_run_spec_rebuilds_the_run(store) -> None:
 
 
 def test_divergence_replayed_by_the_hosts_actor(store) -> None:
-    with LocalFleet(["h2"], worker_kwargs={"sample_period_s": 3600.0}) as fleet:
+    with LocalFleet(["h2"], worker_kwargs={"sample_period_s": 3600.0},
+                    first_host_on_head=True) as fleet:
         workers = fleet.start_workers()
         report = check_parity(store, DEMO_ID, worker_replayer(store, workers))
     (diverged,) = [a for a in report.arms if a.verdict != "identical"]

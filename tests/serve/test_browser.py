@@ -64,7 +64,7 @@ def _start_fleet(kwargs: dict) -> LocalFleet:
     """Ray gives a raylet 30 s to register, which a shared 2-core box under a load of 20+
     sometimes misses: one more try for that one failure."""
     for attempt in (1, 2):
-        local = LocalFleet([HOST], worker_kwargs=kwargs)
+        local = LocalFleet([HOST], worker_kwargs=kwargs, first_host_on_head=True)
         try:
             return local.start()
         except Exception as err:
