@@ -16,7 +16,7 @@ from specfleet.cli.options import AddressOption, EmbeddedOption, refuse_twice
 from specfleet.cluster import noderecord
 from specfleet.cluster.reach import check_address
 from specfleet.errors import UserError
-from specfleet.settings import HOST, SELFTEST, expand_user, host_name_problem, is_loopback
+from specfleet.settings import HOST, SELFTEST, expand_user, host_name_problem
 from specfleet.userfiles import check_writable_dir, given_path
 
 app = typer.Typer(
@@ -92,25 +92,6 @@ def _options(num_cpus, node_ip, engines, temp_dir):
     return NodeOptions(num_cpus, node_ip, check_engines(engines), temp_dir)
 
 
-def _refuse_loopback_head(head: str) -> None:
-    """Refuse HEAD on loopback where the head listens on loopback only (`fleet up --node-ip
-    127.0.0.1`): `ray start` dials a loopback HEAD at this machine's network address and
-    retried there for minutes."""
-    from ray._private.services import get_node_ip_address
-
-    from specfleet.cluster.reach import connect_error, host_port, join_host_port
-
-    host, port = host_port(head)
-    if not is_loopback(host) or connect_error(head, 3.0) is not None:
-        return  # not loopback, or nothing there: fleet_join says so
-    dialed = join_host_port(get_node_ip_address(), port)
-    if connect_error(dialed, 3.0) is not None:
-        raise UserError(f"HEAD {head}: that head listens on loopback only (`fleet up --node-ip "
-                        f"127.0.0.1`) and takes no other node: `ray start` dials a loopback "
-                        f"address at this machine's network address ({dialed}), where it does "
-                        "not answer; expected a head started with --node-ip a network address")
-
-
 def check_ip(node_ip: str) -> str:
     """`--node-ip`: an IPv4 or IPv6 address of this host (Ray binds and advertises it as
     given; on another machine's address, or a wildcard, `ray start` hangs or is unreachable)."""
@@ -180,7 +161,6 @@ def join_command(
 
     check_address(head, "HEAD")
     options = _options(num_cpus, node_ip, engines, temp_dir)
-    _refuse_loopback_head(head)
     host = _host_name(name, temp_dir)
     with noderecord.starting("fleet join", host):
         done = fleet_join(head, host, options=options, supervise=not supervise)

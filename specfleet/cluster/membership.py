@@ -50,6 +50,7 @@ from specfleet.cluster.reach import (
     RAY_CLUSTER_FILE,
     connect_error,
     head_client,
+    host_port,
     join_host_port,
     token_refused,
 )
@@ -201,6 +202,21 @@ def _keep_on_loopback(node_ip: str | None) -> None:
     bind_loopback()
 
 
+def _refuse_loopback_head(head: str) -> None:
+    """Refuse HEAD on loopback where the head listens on loopback only (`fleet up --node-ip
+    127.0.0.1`): `ray start` dials a loopback HEAD at this machine's network address and
+    retried there for minutes."""
+    host, port = host_port(head)
+    if not is_loopback(host) or connect_error(head, 3.0) is not None:
+        return  # not loopback, or nothing there: said where the head is asked
+    dialed = join_host_port(_this_ip(), port)
+    if connect_error(dialed, 3.0) is not None:
+        raise UserError(f"HEAD {head}: that head listens on loopback only (`fleet up --node-ip "
+                        f"127.0.0.1`) and takes no other node: `ray start` dials a loopback "
+                        f"address at this machine's network address ({dialed}), where it does "
+                        "not answer; expected a head started with --node-ip a network address")
+
+
 def fleet_join(
     head: str, name: str, *, options: NodeOptions | None = None, supervise: bool = True
 ) -> Membership:
@@ -219,6 +235,7 @@ def fleet_join(
                         "fleet's other hosts cannot reach; expected this host's network "
                         "address, e.g. 192.168.1.11 (a fleet of one machine: `fleet up "
                         f"--node-ip {LOOPBACK}` alone)")
+    _refuse_loopback_head(head)
     check_worker_settings()
     runtime_dir()
     noderecord.check_writable()

@@ -1,6 +1,7 @@
-"""`membership.fleet_up` called from Python (not through `fleet up`) with a loopback node
-address: only the CLI turned Ray's multi-node switch off, so a Python caller's head was moved
-to this machine's network address and listened on every interface. The listeners themselves
+"""`membership.fleet_up` / `fleet_join` called from Python (not through the CLI) with loopback
+addresses: only the CLI turned Ray's multi-node switch off, so a Python caller's head was moved
+to this machine's network address and listened on every interface, and only the CLI refused a
+join to a head on loopback only (Ray's `ray start` retried it for minutes). The listeners themselves
 are proven through the CLI in tests/cluster/test_fleet_listeners.py (real Ray); here `ray
 start` is stood in for: the command and environment it would get are read, nothing starts."""
 
@@ -77,4 +78,18 @@ def test_a_joining_node_on_loopback_is_refused_before_the_head_is_asked(ray_star
     with pytest.raises(UserError, match=rf"^--node-ip {re.escape(node_ip)}: a joining node on "
                                         "loopback is one the fleet's other hosts cannot reach"):
         membership.fleet_join("127.0.0.1:1", "h2", options=options, supervise=False)
+    assert ray_start == []
+
+
+def test_a_join_to_a_head_on_loopback_only_is_refused_from_python_too(ray_start) -> None:
+    """`ray start --address 127.0.0.1:PORT` dials this machine's network address, where such a
+    head does not answer, and retried there for minutes (a listener on loopback stands in for
+    the head: only whether something answers where is read)."""
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        address = f"127.0.0.1:{head.getsockname()[1]}"
+        with pytest.raises(UserError, match=rf"^HEAD {address}: that head listens on loopback "
+                                            "only"):
+            membership.fleet_join(address, "h2", supervise=False)
     assert ray_start == []
