@@ -265,11 +265,14 @@ def _job_name(prompts: str) -> str:
 
 def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str,
               wait: str) -> str:
+    from specfleet.cluster.progress import WaitingLines
     from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
 
     options = SchedulerOptions(progress=not no_progress, host_wait_s=parse_wait(wait))
-    dispatch_runs(store, runs, view.workers, options=options, machines=view.machines,
-                  owner=job_id, suspect=view.suspects, driver_id=driver_id)
+    # Without bars a wait and a give-up are still said, as `matrix run --no-progress` says them.
+    dispatch_runs(store, runs, view.workers, WaitingLines() if no_progress else None,
+                  options=options, machines=view.machines, owner=job_id,
+                  suspect=view.suspects, driver_id=driver_id)
     # The job's runs as stored, not this call's alone: a resume keeps done ones and may
     # leave a live driver's.
     counts = store.get_generation_job(job_id).counts

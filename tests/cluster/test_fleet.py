@@ -458,6 +458,15 @@ def test_job_resume_waits_for_its_lost_host_and_runs_its_prompts_when_it_rejoins
                                              driver_id="gone", lease_s=0.1)
     fleet.remove_host("h2")
     assert wait_for_health("h2", (SUSPECT,), timeout_s=TIMEOUT_S).state == SUSPECT
+    # Past --wait the prompts stay pending for a later resume.
+    short = cli("job", "resume", job_id, "--address", fleet.address, "--db", url, "--wait",
+                "1s", "--no-progress", timeout=120)
+    assert short.returncode == 1, short.stderr[-2000:]
+    assert re.search(r"h2: gave up: suspect for \d+ s, longer than --wait 1 s; 2 of its runs "
+                     r"stay pending", short.stderr), short.stderr
+    assert short.stderr.splitlines()[-1] == f"job id: {job_id} (interrupted)", short.stderr
+    with open_store(url, read_only=True) as store:
+        assert store.get_generation_job(job_id).counts == {"pending": 2}
     resume = subprocess.Popen([*SPECFLEET, "job", "resume", job_id, "--address", fleet.address,
                                "--db", url, "--wait", "90s", "--no-progress"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
