@@ -283,10 +283,16 @@ def run_words(spec: RunSpec, name_hosts: bool, name_models: bool) -> str:
     job's run (no matrix), which has no repeats, without `rep`: `torch line-2 auto`."""
     where = f"{spec.target.host}/{spec.target.engine}" if name_hosts else spec.target.engine
     model = f" {spec.model}" if name_models else ""
-    repeat = f" rep {spec.repeat}" if spec.matrix_id is not None else ""
+    repeat = f" rep {spec.repeat}" if owner_kind(spec) == "matrix" else ""
     return f"{where}{model} {spec.prompt_name} {spec.arm}{repeat}"
+
+
+def owner_kind(spec: RunSpec) -> str:
+    """What a run belongs to, as lines name it: "matrix", or "job" (a generation job's runs
+    have no matrix)."""
+    return "matrix" if spec.matrix_id is not None else "job"
 
 
 def resumed_by(spec: RunSpec) -> str:
     """The command that runs `spec` again once it is interrupted: a matrix's or a job's."""
-    return "matrix resume" if spec.matrix_id is not None else "job resume"
+    return f"{owner_kind(spec)} resume"

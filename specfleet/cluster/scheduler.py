@@ -38,6 +38,7 @@ from specfleet.cluster.progress import (
     busy_worker_reason,
     fan_out,
     machine_wait_reason,
+    owner_kind,
     progress_for,
     resumed_by,
     run_words,
@@ -400,8 +401,8 @@ def _leases(owner: str, opts: SchedulerOptions, hosts: dict[str, HostState]) -> 
     """The machine leases of this call, named for a driver that waits on them: `matrix M`
     or `job J` (whose runs have no matrix)."""
     first = next(spec for host in hosts.values() for spec in host.queue)
-    kind = "matrix" if first.matrix_id is not None else "job"
-    return locks.Leases(owner, opts.lease_s, opts.call_timeout_s, f"{kind} {owner}")
+    return locks.Leases(owner, opts.lease_s, opts.call_timeout_s,
+                        f"{owner_kind(first)} {owner}")
 
 
 def _store_late(ctx: _Ctx, host: HostState, flight: InFlight, result: RunResult) -> None:
