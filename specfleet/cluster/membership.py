@@ -33,7 +33,7 @@ from ray.exceptions import (
 
 from specfleet.cluster import noderecord
 from specfleet.cluster.fleet import ray_connecting
-from specfleet.cluster.raybind import bind_loopback
+from specfleet.cluster.loopback import keep_on_loopback, refuse_loopback_join, this_ip
 from specfleet.cluster.raystart import (
     DEFAULT_PORT,
     check_port_free,
@@ -50,13 +50,12 @@ from specfleet.cluster.reach import (
     RAY_CLUSTER_FILE,
     connect_error,
     head_client,
-    host_port,
     join_host_port,
     token_refused,
 )
 from specfleet.dirs import runtime_dir
 from specfleet.errors import UserError
-from specfleet.settings import HOME, check_worker_settings, is_loopback
+from specfleet.settings import HOME, check_worker_settings
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
     start_worker,
@@ -161,7 +160,7 @@ def fleet_up(
     refuse_running_node(noderecord.load())
     check_port_free(port)
     opts = options or NodeOptions()
-    _keep_on_loopback(opts.node_ip)
+    keep_on_loopback(opts.node_ip)
     check_worker_settings()  # this host's worker inherits them: said before the node starts
     runtime_dir()  # the worker's machine lock lives there: refused before the head starts
     noderecord.check_writable()
@@ -177,44 +176,13 @@ def fleet_up(
     ports = choose_ports(head=True, gcs_port=port)
     cmd = up_command(info.name, info.kind, port=port, ports=ports, num_cpus=opts.num_cpus,
                      node_ip=node_ip, temp_dir=temp_dir)
-    address = join_host_port(node_ip or _this_ip(), port)
+    address = join_host_port(node_ip or this_ip(), port)
     starting = noderecord.NodeRecord(address, info.name, True, temp_dir)
     with _stopped_if_interrupted(starting):
         _ray_start_or_stop(cmd, ports, starting, noderecord.load())
         _remember(address, info.name, True, temp_dir, opts, port, ports)
         _start_supervised(address, info.name, opts.engines, "fleet up", temp_dir, supervise)
     return Membership(address, info.name, info.kind, ports)
-
-
-LOOPBACK = "127.0.0.1"  # the one loopback address Ray keeps a node on
-
-
-def _keep_on_loopback(node_ip: str | None) -> None:
-    """A head whose node address is loopback listens on loopback only (`raybind.bind_loopback`,
-    which `ray start` and the supervisor inherit): Ray moved it to this machine's network
-    address, listening on every interface."""
-    if node_ip is None or not is_loopback(node_ip):
-        return
-    if node_ip != LOOPBACK:  # Ray moves ::1 to 127.0.0.1, where the record would not say
-        raise UserError(f"--node-ip {node_ip}: Ray keeps a node on loopback at {LOOPBACK} "
-                        f"only; expected {LOOPBACK} for a fleet of this machine alone, or "
-                        "this host's network address, e.g. 192.168.1.11")
-    bind_loopback()
-
-
-def _refuse_loopback_head(head: str) -> None:
-    """Refuse HEAD on loopback where the head listens on loopback only (`fleet up --node-ip
-    127.0.0.1`): `ray start` dials a loopback HEAD at this machine's network address and
-    retried there for minutes."""
-    host, port = host_port(head)
-    if not is_loopback(host) or connect_error(head, 3.0) is not None:
-        return  # not loopback, or nothing there: said where the head is asked
-    dialed = join_host_port(_this_ip(), port)
-    if connect_error(dialed, 3.0) is not None:
-        raise UserError(f"HEAD {head}: that head listens on loopback only (`fleet up --node-ip "
-                        f"127.0.0.1`) and takes no other node: `ray start` dials a loopback "
-                        f"address at this machine's network address ({dialed}), where it does "
-                        "not answer; expected a head started with --node-ip a network address")
 
 
 def fleet_join(
@@ -229,13 +197,7 @@ def fleet_join(
     """
     refuse_running_node(noderecord.load(), joining_as=name)
     opts = options or NodeOptions()
-    if opts.node_ip is not None and is_loopback(opts.node_ip):
-        # Ray moved it to this machine's network address, where the record did not say.
-        raise UserError(f"--node-ip {opts.node_ip}: a joining node on loopback is one the "
-                        "fleet's other hosts cannot reach; expected this host's network "
-                        "address, e.g. 192.168.1.11 (a fleet of one machine: `fleet up "
-                        f"--node-ip {LOOPBACK}` alone)")
-    _refuse_loopback_head(head)
+    refuse_loopback_join(head, opts.node_ip)
     check_worker_settings()
     runtime_dir()
     noderecord.check_writable()
@@ -507,12 +469,6 @@ def _ray_start(cmd: list[str], ports: dict[str, int],
     if done.returncode != 0:
         raise UserError(start_failure(cmd, done.stderr or done.stdout or
                                       f"exit status {done.returncode}", record))
-
-
-def _this_ip() -> str:
-    from ray._private.services import get_node_ip_address
-
-    return get_node_ip_address()
 
 
 def _line(err: BaseException) -> str:
