@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from collections.abc import MutableMapping
 from typing import Annotated, NoReturn
 
 import typer
@@ -113,7 +114,30 @@ def _rejected_input(err: _click.exceptions.UsageError) -> object | None:
 class OneLineErrorsGroup(TyperGroup):
     """Turns user mistakes raised anywhere below (our own errors and usage mistakes such as
     a missing argument or an unknown option, the root's own options included) into ONE
-    stderr line and exit status 2 (an error's own `exit_code` where it says another)."""
+    stderr line and exit status 2 (an error's own `exit_code` where it says another).
+    As the root, it builds a command from its module (`COMMANDS`) when it is first asked
+    for; reading `commands` whole builds them all."""
+
+    @property
+    def commands(self) -> MutableMapping[str, _click.Command]:
+        for name in COMMANDS:
+            self._command_built(name)
+        return self._built
+
+    @commands.setter
+    def commands(self, value) -> None:
+        self._built: MutableMapping[str, _click.Command] = dict(value)
+
+    def get_command(self, ctx, cmd_name: str) -> _click.Command | None:
+        return self._command_built(cmd_name)
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def _command_built(self, name: str) -> _click.Command | None:
+        if name not in self._built and name in COMMANDS:
+            self._built.update(_module_commands(COMMANDS[name]))
+        return self._built.get(name)
 
     def invoke(self, ctx):
         words = [*ctx._protected_args, *ctx.args]  # the group's invoke consumes them
@@ -217,34 +241,43 @@ def _root(
 ) -> None:
     """Prompt-lookup speculative decoding across a fleet, with every measurement kept."""
 
-# (module, attribute): each module under specfleet/cli/ owns one noun.
-# A module exposing `app` becomes a group; one exposing `register(app)` adds top-level commands.
-SUBCOMMANDS: list[str] = [
-    "generate",
-    "calibrate",
-    "models",
-    "db",
-    "matrix",
-    "bench",
-    "job",
-    "results",
-    "parity",
-    "report",
-    "fleet",
-    "serve",
-    "replay",
-    "selftest",
-]
+# Each command of the root -> the module under specfleet/cli/ that declares it: a module
+# exposing `app` is the group of that name, one exposing `register(app)` adds top-level
+# commands. A module is imported only when one of its commands runs (or the root's help
+# lists them all), so a command starts in the time its own imports take, not every noun's
+# (`specfleet fleet status` no longer loads SQLAlchemy, numpy and pydantic first).
+COMMANDS: dict[str, str] = {
+    "generate": "generate",
+    "calibrate": "calibrate",
+    "bench": "bench",
+    "results": "results",
+    "history": "results",
+    "compare": "results",
+    "parity": "parity",
+    "report": "report",
+    "serve": "serve",
+    "replay": "replay",
+    "selftest": "selftest",
+    "models": "models",
+    "db": "db",
+    "matrix": "matrix",
+    "job": "job",
+    "fleet": "fleet",
+}
 
 
-def _load_subcommands() -> None:
-    for name in SUBCOMMANDS:
-        module = importlib.import_module(f"specfleet.cli.{name}")
-        if hasattr(module, "register"):
-            module.register(app)
-        else:
-            plain_help(module.app)
-            app.add_typer(module.app, name=name.replace("_", "-"))
+def _module_commands(module_name: str) -> dict[str, _click.Command]:
+    """The click commands one module under specfleet/cli/ declares, by name."""
+    module = importlib.import_module(f"specfleet.cli.{module_name}")
+    holder = typer.Typer(rich_markup_mode=None)  # click's help layout (`plain_help`)
+    holder.callback()(lambda: None)  # a group, even around a module's single command
+    if hasattr(module, "register"):
+        module.register(holder)
+    else:
+        holder.add_typer(module.app, name=module_name.replace("_", "-"))
+    built = typer.main.get_command(holder)
+    assert isinstance(built, TyperGroup)
+    return dict(built.commands)
 
 
 def plain_help(group: typer.Typer) -> None:
@@ -255,7 +288,4 @@ def plain_help(group: typer.Typer) -> None:
 
 
 plain_help(app)
-
-
-_load_subcommands()
 

@@ -34,9 +34,9 @@ from specfleet.engine.kinds import (
     ModelEngine,
     choices_text,
 )
+from specfleet.engine.stats import Rate
 from specfleet.errors import UserError, one_line
 from specfleet.report.grid import OUTPUT_FORMATS, check_format
-from specfleet.stats.runs import Rate
 
 # The store's times are UTC: said, as the web view heads them, lest they read as local.
 UTC_MINUTE = "%Y-%m-%d %H:%M UTC"

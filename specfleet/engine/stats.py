@@ -14,6 +14,10 @@ from specfleet.engine.config import ConfigError
 from specfleet.engine.governor import GovernorState
 from specfleet.errors import whole_number
 
+# Which tok/s a table reads: the whole call (prefill included, the reference's figure) or the
+# generation after the first token (a slow prefill cannot hide how fast a reply lands).
+Rate = Literal["whole", "decode"]
+
 RoundKind = Literal["pipelined", "sync", "verify", "drain"]
 
 

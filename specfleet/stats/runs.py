@@ -16,15 +16,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, make_dataclass, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from specfleet.engine.stats import COUNTER_FIELDS as ENGINE_COUNTERS
-from specfleet.engine.stats import PromptLookupStats, decode_tok_per_s, prompt_tok_per_s
+from specfleet.engine.stats import PromptLookupStats, Rate, decode_tok_per_s, prompt_tok_per_s
 from specfleet.jobs.run import CellValue, RunResult
-
-# Which tok/s a table reads: the whole call (prefill included, the reference's figure) or the
-# generation after the first token (a slow prefill cannot hide how fast a reply lands).
-Rate = Literal["whole", "decode"]
 
 COUNTER_FIELDS: tuple[str, ...] = (*ENGINE_COUNTERS, "generated_tokens")
 
