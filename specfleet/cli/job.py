@@ -40,6 +40,7 @@ from specfleet.cli.options import (
     NgramMinOption,
     NoProgressOption,
     WaitOption,
+    check_driver_settings,
     counts_text,
     echo_rows,
     flag_given,
@@ -114,6 +115,7 @@ def generate(
                            lookup=options_for(policy, given), temperature=temp, seed=seed,
                            max_tokens=max_tokens, chat=chat, loop_guard=loop_guard)
     job = load_generate_job(prompts, **options)  # every mistake is one line, before the fleet
+    check_driver_settings()
     here = choose_fleet(address, embedded).embedded
     if here:  # this machine alone: an unknown model is said before Ray starts
         _refuse_here(job, prompts, max_tokens is not None)
@@ -309,7 +311,7 @@ def resume(
     Prints every reply of the job, as `job show` does. Exit 1 unless every prompt ends done;
     a job whose prompts are all done says so and exits 0 without a fleet."""
     parse_wait(wait)  # a bad duration is one line, before the fleet
-    LEASE_S.read()  # a malformed SPECFLEET_LEASE_S: one line, before the fleet
+    check_driver_settings()
     # Both flags, or a malformed address, even when every run is done and no fleet starts.
     choose_fleet(address, embedded, joined=False)
     with writing_store(db, existing=True) as store:  # a mistyped --db: not a new empty store

@@ -28,6 +28,7 @@ from specfleet.cli.options import (
     RateOption,
     RequireQuietOption,
     WaitOption,
+    check_driver_settings,
     counts_text,
     echo_rows,
     parse_wait,
@@ -46,11 +47,10 @@ from specfleet.jobs.spec_files import MatrixProblems, check_matrix_file, load_ma
 from specfleet.jobs.userinput import Problems
 from specfleet.report.results import render_matrix
 from specfleet.report.sessions import sessions_note
-from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.stats.runs import Rate
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 from specfleet.store.values import utcnow
-from specfleet.userfiles import check_writable_dir, given_path
+from specfleet.userfiles import given_path
 
 MATRIX_FILE_HELP = ("A matrix YAML file, or a packaged matrix's name "
                     f"({', '.join(packaged_names(matrices_dir()))}).")
@@ -87,7 +87,7 @@ def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = WAIT_D
     from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
 
     return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
-                            host_wait_s=parse_wait(wait), store_retry_s=STORE_RETRY_S.read())
+                            host_wait_s=parse_wait(wait))
 
 
 def say_absent(rows: list, view: FleetView) -> None:
@@ -99,15 +99,6 @@ def say_absent(rows: list, view: FleetView) -> None:
         typer.echo(f"{host}: not in this fleet (hosts: {', '.join(view.fleet_hosts) or 'none'}); "
                    f"its {counted(left[host], 'run')} not done {stay} pending until a resume "
                    f"in a fleet that has {host}", err=True)
-
-
-def check_driver_settings(report_dir: Path | None = None) -> None:
-    """What a driver will need later, checked before the fleet starts: its environment and
-    a writable report folder."""
-    LEASE_S.read()
-    STORE_RETRY_S.read()
-    if report_dir is not None:
-        check_writable_dir(report_dir, "--report-dir")
 
 
 def _refuse_live_owner(store, matrix) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -37,6 +38,8 @@ from specfleet.engine.kinds import (
 from specfleet.engine.stats import Rate
 from specfleet.errors import UserError, one_line
 from specfleet.report.grid import OUTPUT_FORMATS, check_format
+from specfleet.settings import LEASE_S, STORE_RETRY_S
+from specfleet.userfiles import check_writable_dir
 
 # The store's times are UTC: said, as the web view heads them, lest they read as local.
 UTC_MINUTE = "%Y-%m-%d %H:%M UTC"
@@ -299,3 +302,13 @@ def say_suspects(view, wait: str) -> None:
 WaitOption = Annotated[str, typer.Option(
     "--wait", help="How long the runs of a host that went away (unreachable, suspect, not in "
     "the fleet) wait for it to come back (90s, 10m, 1h); then they stay pending for `resume`.")]
+
+
+def check_driver_settings(report_dir: Path | None = None) -> None:
+    """What a driver (`matrix run` / `resume`, `job generate` / `resume`, `parity run`) will
+    need later, checked before the fleet starts: its environment (the run lease, the store
+    retry) and a writable report folder."""
+    LEASE_S.read()
+    STORE_RETRY_S.read()
+    if report_dir is not None:
+        check_writable_dir(report_dir, "--report-dir")

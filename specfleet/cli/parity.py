@@ -20,6 +20,7 @@ from specfleet.cli.options import (
     DbOption,
     EmbeddedOption,
     FormatOption,
+    check_driver_settings,
     not_blank,
     writing_store,
 )
@@ -215,6 +216,7 @@ def _run_then_check(file: str, report, *, baseline: str | None, address: str | N
     from specfleet.cli.matrix import check_before_fleet
 
     spec = load_parity_spec(file)  # before a store is made
+    check_driver_settings()
     checked = check_before_fleet(spec, address, embedded)  # as `matrix run` checks it
     check_store_before_fleet(db)
     if baseline is not None:  # an unknown baseline (or store) fails before anything runs

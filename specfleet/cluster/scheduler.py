@@ -80,8 +80,8 @@ class SchedulerOptions:
     settle_max_s: float = 60.0
     lease_s: float = 120.0  # machine lease; renewed while a run is in flight
     store_lease_s: float | None = None  # run ownership lease (None: SPECFLEET_LEASE_S or 60 s)
-    # How long a store write retries an unreachable store (the CLI reads SPECFLEET_STORE_RETRY_S).
-    store_retry_s: float = STORE_RETRY_S.default_s
+    # How long a store write retries an unreachable store (None: SPECFLEET_STORE_RETRY_S, 300 s unset).
+    store_retry_s: float | None = None
     require_quiet: bool = False  # wait for a quiet, unthrottled host before each run
     quiet_wait_s: float = 120.0  # then run anyway, saying so (the result is flagged)
     progress: bool = True  # rich progress bars on stderr
@@ -164,7 +164,7 @@ def _last_writes(store, matrix_id: str, workers: dict[str, Any],
     """The hosts' load samples and the matrix's final status, stored; they wait out a store
     outage like every result write did."""
     healthy = {h: workers[h] for h, t in tallies.items() if t.health == "healthy"}
-    writer = StoreWriter(store, driver_id, _lease_s(opts), opts.store_retry_s,
+    writer = StoreWriter(store, driver_id, _lease_s(opts), _store_retry_s(opts),
                          _store_waiting(on_progress or (lambda event: None)))
     try:
         store_load_samples(store, matrix_id, healthy, opts.call_timeout_s, writer.retry)
@@ -177,6 +177,10 @@ def _last_writes(store, matrix_id: str, workers: dict[str, Any],
 
 def _lease_s(opts: SchedulerOptions) -> float:
     return opts.store_lease_s if opts.store_lease_s is not None else LEASE_S.read()
+
+
+def _store_retry_s(opts: SchedulerOptions) -> float:
+    return opts.store_retry_s if opts.store_retry_s is not None else STORE_RETRY_S.read()
 
 
 def dispatch_runs(
@@ -211,7 +215,7 @@ def dispatch_runs(
     with bars:
         notify = fan_out([bars.update, lines.update if lines else None, on_progress])
         writer = StoreWriter(store, driver_id or new_driver_id(), _lease_s(opts),
-                             opts.store_retry_s, _store_waiting(notify))
+                             _store_retry_s(opts), _store_waiting(notify))
         ctx = _Ctx(
             store=store,
             hosts=hosts,

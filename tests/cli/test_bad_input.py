@@ -281,6 +281,19 @@ ENVS = {
                             cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
     "SPECFLEET_STORE_RETRY_S -5": ({"SPECFLEET_STORE_RETRY_S": "-5"},
                                    cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
+    # A driver's settings, read before the fleet: `job generate` and `parity run` read them
+    # only once the embedded fleet was up, and the job's retry ignored the variable.
+    "SPECFLEET_LEASE_S nan, job generate on the embedded fleet": (
+        {"SPECFLEET_LEASE_S": "nan", "SPECFLEET_HOST": "badhost"},
+        cmd("job", "generate", "--prompts", "{tmp}/batch.jsonl", "--target", "badhost/toy",
+            "--model", "script:1ms", "--embedded", "--db", "{tmp}/lease-job.db")),
+    "SPECFLEET_STORE_RETRY_S -5, job generate on the embedded fleet": (
+        {"SPECFLEET_STORE_RETRY_S": "-5", "SPECFLEET_HOST": "badhost"},
+        cmd("job", "generate", "--prompts", "{tmp}/batch.jsonl", "--target", "badhost/toy",
+            "--model", "script:1ms", "--embedded", "--db", "{tmp}/retry-job.db")),
+    "SPECFLEET_STORE_RETRY_S -5, parity run on the embedded fleet": (
+        {"SPECFLEET_STORE_RETRY_S": "-5"},
+        cmd("parity", "run", "{tmp}/good.yaml", "--embedded", "--db", "{tmp}/retry-parity.db")),
     # Read by the embedded fleet's worker: it failed every run after the fleet started.
     "SPECFLEET_THREADS abc, embedded fleet": (
         {"SPECFLEET_THREADS": "abc"},

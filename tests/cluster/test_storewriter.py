@@ -15,6 +15,7 @@ from specfleet.cluster import scheduler
 from specfleet.cluster.hoststate import HostState
 from specfleet.cluster.outcome import finish_matrix
 from specfleet.cluster.storewriter import StoreOutage, StoreWriter
+from specfleet.settings import STORE_RETRY_S
 
 
 class FlakyStore:
@@ -178,3 +179,13 @@ def test_a_long_store_path_is_cut_before_the_reason_is():
     assert line.startswith("--db: cannot write the SQLite file /srv/results/team-a")
     assert line.endswith("fleet.db now (database is locked: another process held its write "
                          "lock for 60 s)")
+
+
+def test_every_driver_retries_as_long_as_the_variable_says_unless_its_options_say(monkeypatch):
+    # `job generate` and `parity run` built their options without reading it, so only `matrix`
+    # drivers honoured SPECFLEET_STORE_RETRY_S.
+    monkeypatch.delenv("SPECFLEET_STORE_RETRY_S", raising=False)
+    assert scheduler._store_retry_s(scheduler.SchedulerOptions()) == STORE_RETRY_S.default_s
+    monkeypatch.setenv("SPECFLEET_STORE_RETRY_S", "7")
+    assert scheduler._store_retry_s(scheduler.SchedulerOptions()) == 7.0
+    assert scheduler._store_retry_s(scheduler.SchedulerOptions(store_retry_s=2.0)) == 2.0
