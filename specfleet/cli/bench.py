@@ -25,6 +25,7 @@ from specfleet.cli.options import (
     NoProgressOption,
     RateOption,
     RequireQuietOption,
+    check_driver_settings,
     split_list,
 )
 from specfleet.configs import packaged_names, prompts_dir
@@ -213,6 +214,7 @@ def bench_command(
     if not spec.speedups:  # no flag turns speed-ups off, so bench needs plain
         raise UserError(f"{BENCH_NAME}: --arms: add plain: bench measures speed-ups over it "
                         f"(e.g. --arms plain,{','.join(given['--arms'])})")
+    check_driver_settings()  # as `matrix run`: a malformed variable before the fleet
     try:
         outcome = run_spec(spec, address=address, embedded=embedded, db=db,
                            options=scheduler_options(no_progress, require_quiet), fmt=fmt,

@@ -291,6 +291,10 @@ ENVS = {
         {"SPECFLEET_STORE_RETRY_S": "-5", "SPECFLEET_HOST": "badhost"},
         cmd("job", "generate", "--prompts", "{tmp}/batch.jsonl", "--target", "badhost/toy",
             "--model", "script:1ms", "--embedded", "--db", "{tmp}/retry-job.db")),
+    "SPECFLEET_LEASE_S nan, bench on the embedded fleet": (
+        {"SPECFLEET_LEASE_S": "nan"},
+        cmd("bench", "-m", "script:1ms", "-p", "story", "-e", "toy", "--embedded", "--db",
+            "{tmp}/lease-bench.db")),
     "SPECFLEET_STORE_RETRY_S -5, parity run on the embedded fleet": (
         {"SPECFLEET_STORE_RETRY_S": "-5"},
         cmd("parity", "run", "{tmp}/good.yaml", "--embedded", "--db", "{tmp}/retry-parity.db")),
