@@ -12,6 +12,7 @@ import contextlib
 import re
 import secrets
 import sqlite3
+import sys
 import traceback
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -57,15 +58,13 @@ from specfleet.store.values import utcnow
 
 FINAL_MATRIX_STATUSES = ("done", "failed", "interrupted", "cancelled")
 
-try:  # psycopg is the `postgres` extra; SQLite-only installs run without it
-    import psycopg
-
-    _DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg.Error)
-except ImportError:  # pragma: no cover
-    _DRIVER_ERRORS = (sqlite3.Error,)
 
 
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (DBAPIError, *_DRIVER_ERRORS)
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """The errors a store's connection raises: psycopg's only once a PostgreSQL store loaded
+    it (the `postgres` extra; importing it for every SQLite command cost ~60 ms)."""
+    psycopg = sys.modules.get("psycopg")
+    return (DBAPIError, sqlite3.Error, *((psycopg.Error,) if psycopg is not None else ()))
 
 
 def open_store(url: str | None = None, *, read_only: bool = False,
@@ -171,7 +170,7 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None,
     there is said as a failed read."""
     try:
         yield
-    except _CONNECTION_ERRORS as err:
+    except _connection_errors() as err:
         _close_refused(engine, url)
         if isinstance(err, IntegrityError | sqlite3.IntegrityError):
             raise  # a constraint the caller broke, never a connection problem

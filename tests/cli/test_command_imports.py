@@ -60,3 +60,13 @@ def test_the_root_help_still_lists_every_command_and_a_typo_is_still_answered() 
         assert f"  {name} " in output, name
     status, _, output = _modules_after(["fleeet"])
     assert status == 2 and "Did you mean 'fleet'" in output, output
+
+
+def test_a_sqlite_store_command_leaves_postgresqls_driver_unloaded(tmp_path) -> None:
+    from specfleet.store import open_store
+
+    with open_store(str(tmp_path / "s.db")):
+        pass
+    status, modules, output = _modules_after(["matrix", "list", "--db", str(tmp_path / "s.db")])
+    assert status == 0 and "sqlalchemy" in modules, output
+    assert "psycopg" not in modules
