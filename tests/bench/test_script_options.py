@@ -11,9 +11,10 @@ import pytest
 
 from bench import cli_args
 
-SCRIPTS = ("conditions", "cuda_check", "families", "fewrow_layout", "forwards", "loop_overhead",
-           "near_tie_tolerance", "occurrence_support", "peers", "policies", "policies_oracle",
-           "policy_variants", "prose_ab", "rollback", "scheduler", "serve", "store", "warmup")
+SCRIPTS = ("cli_startup", "conditions", "cuda_check", "families", "fewrow_layout", "forwards",
+           "loop_overhead", "near_tie_tolerance", "occurrence_support", "peers", "policies",
+           "policies_oracle", "policy_variants", "prose_ab", "rollback", "scheduler", "serve",
+           "store", "warmup")
 
 
 class Parsed(Exception):
@@ -51,6 +52,7 @@ def test_every_option_is_explained(name: str, monkeypatch) -> None:
     ("families", ["nosuch"], "argument FAMILY: invalid choice: 'nosuch'"),
     ("fewrow_layout", ["--prompts", "story"], "argument --prompts: expected NAME:TOKENS,..."),
     ("loop_overhead", ["--repeats", "-1"], "argument --repeats: expected a whole number"),
+    ("cli_startup", ["--repeats", "0"], "argument --repeats: expected a whole number"),
     ("near_tie_tolerance", ["/nonexistent.json", "0,0.1"],
      "argument replies: no file /nonexistent.json"),
     ("occurrence_support", ["--replies", "x.json", "--weights", "1,x"],
