@@ -17,6 +17,7 @@ from specfleet.cli.options import (
     EmbeddedOption,
     MaxWidthOption,
     ModelAliasOption,
+    check_driver_settings,
     refuse_hosts_outside_embedded,
     writing_store,
 )
@@ -55,6 +56,7 @@ def calibrate(
                         f"{describe_value(model)} ({len(model)} characters)")
     # Every table it measures is stored: one too narrow failed each later calibrated run.
     check_stored_width(max_width, " (each table is stored)")
+    check_driver_settings()  # its tables' writes retry as a driver's results do
     if choose_fleet(address, embedded).embedded:  # this machine alone: before Ray starts
         if host is not None:
             refuse_hosts_outside_embedded([host], "--host")
@@ -121,12 +123,19 @@ def _calibrate_all(
     import ray
 
     from specfleet.cluster.locks import Leases
+    from specfleet.cluster.progress import store_waiting
+    from specfleet.cluster.storewriter import StoreWriter
+    from specfleet.settings import LEASE_S, STORE_RETRY_S
+    from specfleet.store.leases import new_driver_id
 
     queues: dict[str, deque[Target]] = {}
     for target in targets:
         queues.setdefault(target.host, deque()).append(target)
     leases = Leases("calibrate", CALIBRATE_TIMEOUT_S, 10.0, "specfleet job calibrate")
     turns = MachineTurns(leases, view.machines)
+    # A table measured for minutes is not lost to a store outage at its write.
+    writer = StoreWriter(store, new_driver_id(), LEASE_S.read(), STORE_RETRY_S.read(),
+                         store_waiting(turns.say))
     inflight: dict[Any, tuple[Target, float]] = {}
     failures = 0
     try:
@@ -142,7 +151,7 @@ def _calibrate_all(
             ready = ray.wait(list(inflight), num_returns=1, timeout=1.0)[0] if inflight else []
             for ref in ready:
                 target, _ = inflight.pop(ref)
-                failures += not _store_costs(store, ref, target, model)
+                failures += not _store_costs(writer, _measured(ref, target), target, model)
                 if not queues[target.host]:
                     leases.release(view.machines[target.host])
             failures += _drop_overdue(inflight)
@@ -189,16 +198,27 @@ def _drop_overdue(inflight: dict[Any, tuple[Target, float]]) -> int:
     return len(overdue)
 
 
-def _store_costs(store, ref, target: Target, model: str) -> bool:
+def _measured(ref: Any, target: Target) -> dict | None:
+    """The worker's calibration, or None when it failed (said)."""
     import ray
 
     try:
-        costs = ray.get(ref, timeout=60)
+        return ray.get(ref, timeout=60)
     except Exception as err:  # noqa: BLE001 - one target's failure does not stop the rest
         message = " ".join(str(getattr(err, "cause", None) or err).split())[:300]
         typer.echo(f"{target.label}: calibration failed: {message}", err=True)
+        return None
+
+
+def _store_costs(writer: Any, costs: dict | None, target: Target, model: str) -> bool:
+    """Store a measured table (retried while the store is unreachable, `StoreWriter`) and
+    print it; False when there was none or the store stayed away (said)."""
+    if costs is None:
         return False
-    store.record_calibration(target, model, costs)
+    lost = writer.record_calibration(target, model, costs)
+    if lost is not None:
+        typer.echo(f"{target.label} {model}: measured, but could not store it: {lost}", err=True)
+        return False
     table = costs["costs"]
     flagged = f"; not monotone at widths {table['flagged']}" if table["flagged"] else ""
     typer.echo(f"{target.label} {model}: pipelined step {table['pipelined_ms']:.3f} ms; "

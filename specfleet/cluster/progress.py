@@ -259,6 +259,15 @@ def host_line(event: ProgressEvent) -> str:
     return f"{event.host}: {event.reason}"
 
 
+def store_waiting(notify: ProgressCallback) -> Callable[[str], None]:
+    """A `StoreWriter`'s `on_wait`: each retry of an unreachable store as a `store` event
+    (a line, or the progress bars' `store` row)."""
+    def say(reason: str) -> None:
+        notify(ProgressEvent(STORE_LINE, "", "waiting", 0, 0, 0, "healthy", reason))
+
+    return say
+
+
 def progress_for(totals: dict[str, int], enabled: bool) -> tuple[HostProgress, RunLines | None]:
     """Bars on a terminal, plain lines without one (stderr), nothing when not `enabled`."""
     if enabled and not sys.stderr.isatty():

@@ -32,7 +32,6 @@ from specfleet.cluster.hoststate import HostState, HostTally, InFlight, store_lo
 from specfleet.cluster.outcome import MatrixOutcome, RunInterrupted, finish_matrix, finish_stopped
 from specfleet.cluster.progress import (
     HOST_NEWS,
-    STORE_LINE,
     ProgressCallback,
     ProgressEvent,
     busy_worker_reason,
@@ -42,6 +41,7 @@ from specfleet.cluster.progress import (
     progress_for,
     resumed_by,
     run_words,
+    store_waiting,
 )
 from specfleet.cluster.storewriter import StoreOutage, StoreWriter
 from specfleet.engine.config import needs_costs
@@ -165,7 +165,7 @@ def _last_writes(store, matrix_id: str, workers: dict[str, Any],
     outage like every result write did."""
     healthy = {h: workers[h] for h, t in tallies.items() if t.health == "healthy"}
     writer = StoreWriter(store, driver_id, _lease_s(opts), _store_retry_s(opts),
-                         _store_waiting(on_progress or (lambda event: None)))
+                         store_waiting(on_progress or (lambda event: None)))
     try:
         store_load_samples(store, matrix_id, healthy, opts.call_timeout_s, writer.retry)
         return finish_matrix(writer, matrix_id, tallies, time.monotonic() - started,
@@ -215,7 +215,7 @@ def dispatch_runs(
     with bars:
         notify = fan_out([bars.update, lines.update if lines else None, on_progress])
         writer = StoreWriter(store, driver_id or new_driver_id(), _lease_s(opts),
-                             _store_retry_s(opts), _store_waiting(notify))
+                             _store_retry_s(opts), store_waiting(notify))
         ctx = _Ctx(
             store=store,
             hosts=hosts,
@@ -239,13 +239,6 @@ def dispatch_runs(
             if ctx.leases is not None:
                 ctx.leases.release_all()
     return {name: host.tally() for name, host in hosts.items()}
-
-
-def _store_waiting(notify: ProgressCallback):
-    def say(reason: str) -> None:
-        notify(ProgressEvent(STORE_LINE, "", "waiting", 0, 0, 0, "healthy", reason))
-
-    return say
 
 
 def _abandon(ctx: _Ctx, reason: str) -> None:

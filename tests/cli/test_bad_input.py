@@ -281,8 +281,9 @@ ENVS = {
                             cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
     "SPECFLEET_STORE_RETRY_S -5": ({"SPECFLEET_STORE_RETRY_S": "-5"},
                                    cmd("matrix", "run", "{tmp}/good.yaml", "--db", "{db}")),
-    # A driver's settings, read before the fleet: `job generate` and `parity run` read them
-    # only once the embedded fleet was up, and the job's retry ignored the variable.
+    # A driver's settings, read before the fleet: `job generate`, `parity run` and `bench`
+    # read them only once the embedded fleet was up; `job generate` and `job calibrate`
+    # ignored the retry.
     "SPECFLEET_LEASE_S nan, job generate on the embedded fleet": (
         {"SPECFLEET_LEASE_S": "nan", "SPECFLEET_HOST": "badhost"},
         cmd("job", "generate", "--prompts", "{tmp}/batch.jsonl", "--target", "badhost/toy",
@@ -291,6 +292,10 @@ ENVS = {
         {"SPECFLEET_STORE_RETRY_S": "-5", "SPECFLEET_HOST": "badhost"},
         cmd("job", "generate", "--prompts", "{tmp}/batch.jsonl", "--target", "badhost/toy",
             "--model", "script:1ms", "--embedded", "--db", "{tmp}/retry-job.db")),
+    "SPECFLEET_STORE_RETRY_S -5, job calibrate on the embedded fleet": (
+        {"SPECFLEET_STORE_RETRY_S": "-5"},
+        cmd("job", "calibrate", "--model", "script:1ms", "--engine", "toy", "--embedded",
+            "--db", "{tmp}/retry-calibrate.db")),
     "SPECFLEET_LEASE_S nan, bench on the embedded fleet": (
         {"SPECFLEET_LEASE_S": "nan"},
         cmd("bench", "-m", "script:1ms", "-p", "story", "-e", "toy", "--embedded", "--db",

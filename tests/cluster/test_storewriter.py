@@ -189,3 +189,26 @@ def test_every_driver_retries_as_long_as_the_variable_says_unless_its_options_sa
     monkeypatch.setenv("SPECFLEET_STORE_RETRY_S", "7")
     assert scheduler._store_retry_s(scheduler.SchedulerOptions()) == 7.0
     assert scheduler._store_retry_s(scheduler.SchedulerOptions(store_retry_s=2.0)) == 2.0
+
+
+TABLE = {"costs": {"pipelined_ms": 1.0, "n": 3, "ratio": [1.0, 1.1], "flagged": []}}
+
+
+@pytest.mark.parametrize(("down", "retry_s", "stored"), [(2, 30.0, True), (10_000, 0.3, False)])
+def test_job_calibrate_waits_out_an_outage_before_it_gives_up_a_measured_table(
+        down, retry_s, stored, monkeypatch, capsys):
+    """`job calibrate` wrote each table unretried: a store outage at that moment ended the
+    command and lost every table still to come."""
+    from specfleet.cli.job_calibrate import _store_costs
+    from specfleet.cluster import storewriter
+
+    monkeypatch.setattr(storewriter, "FIRST_BACKOFF_S", 0.01)
+    store, said = FlakyStore(record_calibration=down), []
+    target = SimpleNamespace(label="h1/torch/cpu")
+    assert _store_costs(writer_for(store, retry_s, said), TABLE, target, "m") is stored
+    assert (store.finished == [("calibration", "m")]) is stored
+    assert said and all(line.startswith("store unreachable") for line in said)
+    out, err = capsys.readouterr()
+    assert ("h1/torch/cpu m: pipelined step 1.000 ms" in out) is stored
+    assert ("h1/torch/cpu m: measured, but could not store it: the store stayed unreachable"
+            in err) is not stored
