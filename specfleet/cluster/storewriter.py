@@ -169,12 +169,14 @@ class StoreWriter:
 
     def _outage(self, what: str, err: BaseException, waited_s: float, tries: int) -> StoreOutage:
         kept = len(self.journal.pending())
+        # "0 finished results are kept in ... and are written back" named a folder to no end.
+        journaled = (f"{counted(kept, 'finished result')} {'is' if kept == 1 else 'are'} kept in "
+                     f"{self.journal.dir} and written back by the next `specfleet matrix "
+                     "resume`, `specfleet db upgrade` or any command that stores runs on this "
+                     "store") if kept else "no finished result waits in its journal"
         return StoreOutage(
             f"the store stayed unreachable for {waited_s:.0f} s ({counted(tries, 'try', 'tries')}"
-            f"; could not {what}: {_short(err, FINAL_LIMIT)}); {counted(kept, 'finished result')} "
-            f"{'is' if kept == 1 else 'are'} kept in "
-            f"{self.journal.dir} and are written back by the next `specfleet matrix resume`, "
-            "`specfleet db upgrade` or any command that stores runs on this store"
+            f"; could not {what}: {_short(err, FINAL_LIMIT)}); {journaled}"
         )
 
 

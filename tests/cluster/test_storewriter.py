@@ -212,3 +212,5 @@ def test_job_calibrate_waits_out_an_outage_before_it_gives_up_a_measured_table(
     assert ("h1/torch/cpu m: pipelined step 1.000 ms" in out) is stored
     assert ("h1/torch/cpu m: measured, but could not store it: the store stayed unreachable"
             in err) is not stored
+    assert ("no finished result waits in its journal" in err) is not stored
+    assert "0 finished results" not in err
