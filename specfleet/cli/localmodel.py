@@ -114,9 +114,13 @@ def say(line: str) -> None:
 
 def store_table(store: Any, loaded: LoadedModel, costs: Any, settings: Any,
                 measure_s: float) -> str:
-    """Store a measured table for this host in the open `store`; returns where (for the
-    message)."""
+    """Store a measured table for this host in the open `store`, retried while the store is
+    unreachable as a driver's writes are (`StoreWriter`: each wait said, `StoreOutage` past
+    `SPECFLEET_STORE_RETRY_S`); returns where (for the message)."""
+    from specfleet.cluster.storewriter import StoreWriter
     from specfleet.jobs.run import Target
+    from specfleet.settings import LEASE_S, STORE_RETRY_S
+    from specfleet.store.leases import new_driver_id
     from specfleet.workers.hardware import detect_host
 
     info = detect_host()
@@ -126,7 +130,11 @@ def store_table(store: Any, loaded: LoadedModel, costs: Any, settings: Any,
         "versions": dict(info.versions), "measure_s": round(measure_s, 2),
     }
     target = Target(host=info.name, engine=costs.engine, device=costs.device)
-    store.record_calibration(target, loaded.alias, calibration)
+    # No run is leased: the lease is never renewed, any value does.
+    writer = StoreWriter(store, new_driver_id(), LEASE_S.default_s, STORE_RETRY_S.read(),
+                         lambda reason: say(f"store: {reason}"))
+    writer.retry("store the measured width-cost table", store.record_calibration, target,
+                 loaded.alias, calibration)
     return str(store.display_url)
 
 
@@ -134,9 +142,11 @@ def stored_or_measured_costs(loaded: LoadedModel, db: str | None = None) -> tupl
     """The newest stored table of this host, engine, device, model and weights; when there
     is none, one measured with the quick settings, stored, and said so on stderr."""
     from specfleet.engine.widthcosts import QUICK, measure_width_costs
+    from specfleet.settings import STORE_RETRY_S
     from specfleet.workers.hardware import detect_host
     from specfleet.workers.machinelock import holding_this_machine
 
+    STORE_RETRY_S.read()  # the table's write retries this long: a malformed value before measuring
     runner = loaded.runner
     fingerprint = detect_host().fingerprint
     with writing_store(db) as store:

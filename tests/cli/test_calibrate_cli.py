@@ -132,3 +132,40 @@ def test_a_table_measured_on_a_busy_host_is_flagged(measured, monkeypatch):
     monkeypatch.setattr(calibrate.ForeignCpuMeter, "check",
                         lambda *_, **__: QuietCheck(True, 0.0, 0.5, ""))
     assert "busy host" not in invoke("--quick", "--max-width", "2").stderr
+
+
+def test_a_store_outage_at_the_write_is_waited_out_and_the_table_stored(measured, monkeypatch,
+                                                                         tmp_path):
+    # The write was not retried: a store that blinked at that moment lost the table.
+    from sqlalchemy.exc import OperationalError
+
+    from specfleet.cluster import storewriter
+    from specfleet.store import open_store
+    from specfleet.store.series import StoreSeries
+
+    monkeypatch.setattr(storewriter, "FIRST_BACKOFF_S", 0.01)
+    record, refusals = StoreSeries.record_calibration, [2]
+
+    def blinking(self, *args, **kwargs):
+        if refusals[0]:
+            refusals[0] -= 1
+            raise OperationalError("INSERT", {}, Exception("connection refused"))
+        return record(self, *args, **kwargs)
+
+    monkeypatch.setattr(StoreSeries, "record_calibration", blinking)
+    db = tmp_path / "c.db"
+    result = invoke("--quick", "--max-width", "2", "--store", "--db", str(db))
+    assert result.exit_code == 0, result.output
+    waits = [line for line in result.stderr.splitlines() if line.startswith("store: ")]
+    assert len(waits) == 2 and "store unreachable (" in waits[0], result.stderr
+    assert "calibrate: stored in" in result.stderr
+    with open_store(str(db)) as store:
+        assert [r.ratio for r in store.latest_calibration("torch", "cpu", MODEL)] == [1.0, 1.5]
+
+
+def test_a_malformed_store_retry_is_said_before_minutes_of_measuring(measured, monkeypatch,
+                                                                     tmp_path):
+    monkeypatch.setenv("SPECFLEET_STORE_RETRY_S", "soon")
+    result = invoke("--quick", "--max-width", "2", "--store", "--db", str(tmp_path / "c.db"))
+    assert result.exit_code == 2 and measured == [], result.output
+    assert result.stderr.startswith("error: SPECFLEET_STORE_RETRY_S: expected seconds"), result.stderr
