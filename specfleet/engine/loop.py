@@ -34,6 +34,7 @@ from specfleet.engine.stats import (
     PromptLookupStats,
     RoundKind,
     RoundTrace,
+    StopReason,
     Timings,
     loop_guard_fires,
 )
@@ -43,7 +44,6 @@ from specfleet.settings import FORCE_SYNC
 ALLOCATOR_CLEAR_EVERY = 256  # generated tokens between allocator-cache clears (non-semantic)
 NO_DRAFT: tuple[int, ...] = ()  # a round without proposals (shared: drafts are only read)
 
-StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
 StepKind = Literal["prefill"] | RoundKind  # what a `Round` reports: the prefill or a round
 TokensCallback = Callable[[Sequence[int]], None]  # every token emitted so far
 

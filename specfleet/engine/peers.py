@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from specfleet.engine.kinds import MODEL_ENGINES, ModelEngine
-from specfleet.engine.loop import StopReason
-from specfleet.engine.stats import Timings, loop_guard_fires
+from specfleet.engine.stats import StopReason, Timings, loop_guard_fires
 from specfleet.errors import UserError
 
 Peer = Literal["hf", "hf-lookup", "mlx-lm", "llama.cpp", "llama.cpp-lookup"]

@@ -21,12 +21,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from specfleet.engine.config import ConfigError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,6 @@ def apply_repetition_penalty(
 
 def _filtered_probs(logits: np.ndarray, config: SamplerConfig) -> np.ndarray:
     """Softmax at the temperature with top-k and top-p filters (zeros outside the set)."""
-    import numpy as np  # where rows are sampled: see `HostSampler`
     # Shifted before dividing: a tiny temperature (1e-320) would overflow logits to inf,
     # and inf - inf is nan; shifted, the maxima stay 0 and every other logit tends to -inf.
     with np.errstate(over="ignore"):  # an overflow here is exactly the -inf it tends to
@@ -121,10 +118,6 @@ class HostSampler:
     """Samples one host logits row at a time; holds the seeded RNG of one generation."""
 
     def __init__(self, config: SamplerConfig) -> None:
-        # numpy only where rows are sampled: the run contract imports this module (through
-        # the loop's `StopReason`), so every CLI command did, `fleet status` included.
-        import numpy as np
-
         self.config = config
         self.rng = np.random.default_rng(config.seed)
 
@@ -138,8 +131,6 @@ class HostSampler:
         Returns:
             The chosen token id (greedy: lowest id among the maxima).
         """
-        import numpy as np  # imported by __init__ already: a dict lookup
-
         config = self.config
         logits = np.array(row, dtype=np.float64)
         apply_repetition_penalty(

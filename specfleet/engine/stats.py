@@ -19,6 +19,9 @@ from specfleet.errors import whole_number
 Rate = Literal["whole", "decode"]
 
 RoundKind = Literal["pipelined", "sync", "verify", "drain"]
+# Why a reply ended; its own module, not the loop's: the run contract and the peers name it,
+# and importing the loop for it loaded numpy into every CLI command.
+StopReason = Literal["eos", "max_tokens", "loop_guard", "cancelled"]
 
 
 @dataclass

@@ -15,9 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from specfleet.engine.config import LookupOptions, PolicyChoice
 from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import Device, Engine
-from specfleet.engine.loop import StopReason
 from specfleet.engine.peers import Peer
-from specfleet.engine.stats import COUNTER_FIELDS, LOOP_GUARD_MAX
+from specfleet.engine.stats import COUNTER_FIELDS, LOOP_GUARD_MAX, StopReason
 
 # Our arms: plain decoding, a policy choice (auto or a named policy), or fixed (non-adaptive).
 OwnArm = Literal["plain", PolicyChoice, "fixed"]
