@@ -124,9 +124,7 @@ def _calibrate_all(
 
     from specfleet.cluster.locks import Leases
     from specfleet.cluster.progress import store_waiting
-    from specfleet.cluster.storewriter import StoreWriter
-    from specfleet.settings import LEASE_S, STORE_RETRY_S
-    from specfleet.store.leases import new_driver_id
+    from specfleet.cluster.storewriter import table_writer
 
     queues: dict[str, deque[Target]] = {}
     for target in targets:
@@ -134,8 +132,7 @@ def _calibrate_all(
     leases = Leases("calibrate", CALIBRATE_TIMEOUT_S, 10.0, "specfleet job calibrate")
     turns = MachineTurns(leases, view.machines)
     # A table measured for minutes is not lost to a store outage at its write.
-    writer = StoreWriter(store, new_driver_id(), LEASE_S.read(), STORE_RETRY_S.read(),
-                         store_waiting(turns.say))
+    writer = table_writer(store, store_waiting(turns.say))
     inflight: dict[Any, tuple[Target, float]] = {}
     failures = 0
     try:

@@ -117,10 +117,8 @@ def store_table(store: Any, loaded: LoadedModel, costs: Any, settings: Any,
     """Store a measured table for this host in the open `store`, retried while the store is
     unreachable as a driver's writes are (`StoreWriter`: each wait said, `StoreOutage` past
     `SPECFLEET_STORE_RETRY_S`); returns where (for the message)."""
-    from specfleet.cluster.storewriter import StoreWriter
+    from specfleet.cluster.storewriter import table_writer
     from specfleet.jobs.run import Target
-    from specfleet.settings import LEASE_S, STORE_RETRY_S
-    from specfleet.store.leases import new_driver_id
     from specfleet.workers.hardware import detect_host
 
     info = detect_host()
@@ -130,9 +128,7 @@ def store_table(store: Any, loaded: LoadedModel, costs: Any, settings: Any,
         "versions": dict(info.versions), "measure_s": round(measure_s, 2),
     }
     target = Target(host=info.name, engine=costs.engine, device=costs.device)
-    # No run is leased: the lease is never renewed, any value does.
-    writer = StoreWriter(store, new_driver_id(), LEASE_S.default_s, STORE_RETRY_S.read(),
-                         lambda reason: say(f"store: {reason}"))
+    writer = table_writer(store, lambda reason: say(f"store: {reason}"))
     writer.retry("store the measured width-cost table", store.record_calibration, target,
                  loaded.alias, calibration)
     return str(store.display_url)

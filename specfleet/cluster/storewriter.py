@@ -23,8 +23,10 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import RunResult, Target
+from specfleet.settings import LEASE_S, STORE_RETRY_S
 from specfleet.store.errors import StoreConflict, StoreUnreachable
 from specfleet.store.journal import Journal, JournalError
+from specfleet.store.leases import new_driver_id
 
 T = TypeVar("T")
 FIRST_BACKOFF_S = 0.5
@@ -178,6 +180,13 @@ class StoreWriter:
             f"the store stayed unreachable for {waited_s:.0f} s ({counted(tries, 'try', 'tries')}"
             f"; could not {what}: {_short(err, FINAL_LIMIT)}); {journaled}"
         )
+
+
+def table_writer(store: Any, on_wait: Callable[[str], None]) -> StoreWriter:
+    """A writer for width-cost tables written outside a matrix (`calibrate --store`, `job
+    calibrate`, `generate`'s measured table): retried for `SPECFLEET_STORE_RETRY_S`; no run
+    is leased, so its lease is never renewed."""
+    return StoreWriter(store, new_driver_id(), LEASE_S.default_s, STORE_RETRY_S.read(), on_wait)
 
 
 def _short(err: BaseException | None, limit: int = 160) -> str:
