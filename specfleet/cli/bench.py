@@ -26,6 +26,7 @@ from specfleet.cli.options import (
     RateOption,
     RequireQuietOption,
     check_driver_settings,
+    scheduler_options,
     split_list,
 )
 from specfleet.configs import packaged_names, prompts_dir
@@ -194,7 +195,7 @@ def bench_command(
     lost), 2 for a bad flag, 130 after Ctrl-C (the runs done so far stay stored: `matrix
     resume ID` runs the rest).
     """
-    from specfleet.cli.matrix import run_spec, scheduler_options
+    from specfleet.cli.matrix import run_spec
     from specfleet.jobs.spec_files import parse_matrix_spec
     from specfleet.jobs.userinput import Problems, one_line_of
 

@@ -49,6 +49,7 @@ from specfleet.cli.options import (
     refuse_hosts_outside_embedded,
     refuse_ngram_min_past_default,
     say_suspects,
+    scheduler_options,
     with_policy_option_flags,
     writing_store,
 )
@@ -268,9 +269,9 @@ def _job_name(prompts: str) -> str:
 def _dispatch(store, runs, view, no_progress: bool, job_id: str, driver_id: str,
               wait: str) -> str:
     from specfleet.cluster.progress import WaitingLines
-    from specfleet.cluster.scheduler import SchedulerOptions, dispatch_runs
+    from specfleet.cluster.scheduler import dispatch_runs
 
-    options = SchedulerOptions(progress=not no_progress, host_wait_s=parse_wait(wait))
+    options = scheduler_options(no_progress, wait=wait)
     # Without bars a wait and a give-up are still said, as `matrix run --no-progress` says them.
     dispatch_runs(store, runs, view.workers, WaitingLines() if no_progress else None,
                   options=options, machines=view.machines, owner=job_id,

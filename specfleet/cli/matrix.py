@@ -34,6 +34,7 @@ from specfleet.cli.options import (
     parse_wait,
     refuse_hosts_outside_embedded,
     say_suspects,
+    scheduler_options,
     writing_store,
 )
 from specfleet.cluster.progress import WaitingLines
@@ -80,14 +81,6 @@ def show(
 
 
 # ---- run, resume, status, list, validate, schema (scheduler developer) -------------------
-
-
-def scheduler_options(no_progress: bool, require_quiet: bool, wait: str = WAIT_DEFAULT):
-    """The scheduler's options from the flags `matrix run`, `resume` and `bench` share."""
-    from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
-
-    return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
-                            host_wait_s=parse_wait(wait))
 
 
 def say_absent(rows: list, view: FleetView) -> None:

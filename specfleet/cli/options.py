@@ -304,6 +304,16 @@ WaitOption = Annotated[str, typer.Option(
     "the fleet) wait for it to come back (90s, 10m, 1h); then they stay pending for `resume`.")]
 
 
+def scheduler_options(no_progress: bool, require_quiet: bool = False,
+                      wait: str = WAIT_DEFAULT) -> Any:
+    """The scheduler's options from the flags every driver shares (`matrix run` / `resume`,
+    `bench`, `job generate` / `resume`, `parity run`)."""
+    from specfleet.cluster.scheduler import SchedulerOptions  # imports ray: only when running
+
+    return SchedulerOptions(progress=not no_progress, require_quiet=require_quiet,
+                            host_wait_s=parse_wait(wait))
+
+
 def check_driver_settings(report_dir: Path | None = None) -> None:
     """What a driver (`matrix run` / `resume`, `job generate` / `resume`, `parity run`) will
     need later, checked before the fleet starts: its environment (the run lease, the store

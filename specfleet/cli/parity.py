@@ -22,6 +22,7 @@ from specfleet.cli.options import (
     FormatOption,
     check_driver_settings,
     not_blank,
+    scheduler_options,
     writing_store,
 )
 from specfleet.cluster.forensics import worker_replayer
@@ -249,13 +250,13 @@ def plan_parity(spec, view, checked) -> tuple[str, list]:
 def run_parity_matrix(store, spec, view, matrix_id: str, runs: list,
                       progress: bool = True) -> None:
     """Store the planned parity matrix and run it."""
-    from specfleet.cluster.scheduler import SchedulerOptions, run_matrix
+    from specfleet.cluster.scheduler import run_matrix
 
     for change in getattr(spec, "overridden", []):
         typer.echo(f"parity: {change}", err=True)
     store.create_matrix(spec.name, spec.model_dump(mode="json"), runs, matrix_id)
     typer.echo(f"parity matrix {matrix_id}: {counted(len(runs), 'run')}", err=True)
-    run_matrix(store, matrix_id, view.workers, options=SchedulerOptions(progress=progress),
+    run_matrix(store, matrix_id, view.workers, options=scheduler_options(not progress),
                machines=view.machines)
 
 
