@@ -213,6 +213,9 @@ class Journal:
                 driver_id = path.read_text()
             except OSError:  # another command took it meanwhile
                 continue
+            except UnicodeDecodeError:  # no note of ours (a damaged file): kept, not read
+                _set_aside(path)
+                continue
             store.end_leases(driver_id)
             path.unlink(missing_ok=True)
             stopped += 1

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import make_url
 
 from specfleet.store import open_store
-from specfleet.store.journal import CONFLICT_SUFFIX, Journal, JournalError
+from specfleet.store.journal import CONFLICT_SUFFIX, STOPPED_SUFFIX, Journal, JournalError
 from tests.store.factory import grid, result
 
 
@@ -68,6 +68,25 @@ def test_a_driver_that_stopped_on_an_outage_has_its_leases_ended_on_write_back(
         assert not store.claim_matrix(other, "resume", 30.0).taken
     with open_store(store_url) as store:
         assert store.written_back.line() == ""  # the note is used once
+
+
+def test_a_stopped_note_that_is_not_text_is_set_aside(tmp_path, monkeypatch) -> None:
+    """A damaged note (bytes no driver id is made of) was a UnicodeDecodeError traceback in
+    every writing command on that store (`db upgrade`, `matrix run`); it is kept apart as a
+    conflict, and the results beside it are written back."""
+    monkeypatch.setenv("SPECFLEET_JOURNAL_DIR", str(tmp_path / "journal"))
+    runs = grid(repeats=1)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        store.create_matrix("demo", {}, runs)
+        journal = Journal(store.url)
+        journal.write(result(runs[0]))
+        journal.note_stopped("gone")
+    (note,) = journal.dir.glob(f"*{STOPPED_SUFFIX}")
+    note.write_bytes(b"\xff\xfe")
+    with open_store(url) as store:
+        assert (store.written_back.written, store.written_back.stopped) == (1, 0)
+    assert [p.suffix for p in journal.dir.iterdir()] == [CONFLICT_SUFFIX]
 
 
 def test_an_entry_another_driver_stores_meanwhile_is_skipped(tmp_path) -> None:
