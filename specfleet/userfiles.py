@@ -354,7 +354,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
 
 
 def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
-    _refuse_yaml11_reading(node)
+    _refuse_yaml11_reading(loader, node)
     digits = node.value.lstrip("+-").replace("_", "")
     if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit() and digits.strip("0"):
         raise yaml.constructor.ConstructorError(  # YAML 1.2 (and a person) read `017` as 17
@@ -370,13 +370,32 @@ def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
         ) from None
 
 
-def _refuse_yaml11_reading(node: yaml.ScalarNode) -> None:
-    """Refuse YAML 1.1's base-60 numbers (`1:10` is 70), which YAML 1.2 and a reader take
-    for text: a time or a ratio silently read as another number."""
-    if ":" in node.value and node.tag in (_INT_TAG, _FLOAT_TAG):
+def _refuse_yaml11_reading(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> None:
+    """Refuse YAML 1.1's base-60 numbers (`1:10` is 70), digits grouped with '_' (`1_0` is
+    10) and binary ones (`0b11` is 3), which YAML 1.2 and a reader take for text: a typo
+    silently read as another number."""
+    if node.tag not in (_INT_TAG, _FLOAT_TAG):
+        return
+    if ":" in node.value:
         raise yaml.constructor.ConstructorError(
             None, None, f"{node.value!r} reads as a base-60 number in YAML 1.1; expected a "
             "plain number, or quotes around it for text", node.start_mark)
+    if "_" in node.value or node.value.lstrip("+-").startswith("0b"):
+        number = _yaml11_number(loader, node)
+        if number is not None:  # else the type's own refusal says it is no number at all
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value!r} reads as the number {number} in YAML 1.1; "
+                "expected a plain number (no '_', no 0b), or quotes around it for text",
+                node.start_mark)
+
+
+def _yaml11_number(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int | float | None:
+    """What YAML 1.1 reads `node` as; None where it reads no number (`0x_`)."""
+    try:
+        return (loader.construct_yaml_int(node) if node.tag == _INT_TAG
+                else loader.construct_yaml_float(node))
+    except (ValueError, IndexError):
+        return None
 
 
 def _not_a(node: yaml.Node, noun: str, expected: str) -> yaml.constructor.ConstructorError:
@@ -404,7 +423,7 @@ _UniqueKeyLoader.add_constructor(_INT_TAG, _construct_int)
 
 
 def _construct_float(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> float:
-    _refuse_yaml11_reading(node)
+    _refuse_yaml11_reading(loader, node)
     return loader.construct_yaml_float(node)
 
 
@@ -490,5 +509,11 @@ def read_yaml(path: Path, label: str, expected: str | None = None) -> Any:
         if err.context == _ONE_DOCUMENT:  # PyYAML's problem reads "but found another document"
             problem = "a second document starts here; expected one document (no '---' after it)"
         raise UserError(f"{label}: {where}YAML syntax error: {problem}") from None
+    except yaml.reader.ReaderError as err:  # its own text spans lines and names no line
+        line = text.count("\n", 0, err.position) + 1
+        column = err.position - (text.rfind("\n", 0, err.position) + 1) + 1
+        raise UserError(f"{label}: line {line}, column {column}: character U+{err.character:04X} "
+                        "(a control character) is not allowed in YAML; expected printable text "
+                        "(in double quotes, an escape such as \\x01 writes it)") from None
     except yaml.YAMLError as err:
         raise UserError(f"{label}: YAML syntax error: {err}") from None

@@ -317,9 +317,25 @@ def test_numbers_yaml_11_and_a_reader_disagree_on_are_refused(tmp_path: Path) ->
         ("temperature: 0:30.5", "'0:30.5' reads as a base-60 number"),
         ("seed: 017", "'017' reads as an octal number in YAML 1.1; expected a number without "
          "a leading zero, or quotes around it for text"),
-        ("seed: -0_17", "'-0_17' reads as an octal number"),
+        ("seed: -0_17", "'-0_17' reads as the number -15 in YAML 1.1"),
+        # And `1_0` as 10, `0b11` as 3: YAML 1.2 and a reader see text (a typo, often).
+        ("repeats: 1_0", "line 6, column 10: YAML syntax error: '1_0' reads as the number 10 in "
+         "YAML 1.1; expected a plain number (no '_', no 0b), or quotes around it for text"),
+        ("repeats: 0b11", "'0b11' reads as the number 3 in YAML 1.1"),
+        ("temperature: 0_0.5", "'0_0.5' reads as the number 0.5 in YAML 1.1"),
     ]:
         (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, GOOD + field)))
+        assert said in line, line
+
+
+def test_a_control_character_is_one_line_naming_where(tmp_path: Path) -> None:
+    # PyYAML's own text spanned two lines and named `<unicode string>` and a byte offset.
+    for text, said in [
+        (GOOD.replace("name: ", "name: t\x01", 1), "line 1, column 8: character U+0001 (a "
+         "control character) is not allowed in YAML; expected printable text"),
+        (GOOD + "seed: 1\x1b\n", "line 6, column 8: character U+001B"),
+    ]:
+        (line,) = error_lines(invoke("matrix", "validate", write(tmp_path, text)))
         assert said in line, line
 
 
