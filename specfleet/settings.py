@@ -348,8 +348,12 @@ def check_worker_settings() -> None:
         raise UserError(f"{CONDITIONS_ROOT.name}: {root} is no folder; expected a tree laid out "
                         f"like / (sys/..., proc/meminfo), or {CONDITIONS_ROOT.name} unset for /")
     log = TOY_RUN_LOG.read()
-    if log is not None and (os.path.isdir(log) or not os.path.isdir(os.path.dirname(log))):
-        problem = "is a folder" if os.path.isdir(log) else "is in no folder that exists"
+    if log is not None and (os.path.exists(log) and not os.path.isfile(log)
+                            or not os.path.isdir(os.path.dirname(log))):
+        # A named pipe held every run until the timeout; a device (/dev/full) failed each.
+        problem = ("is a folder" if os.path.isdir(log) else
+                   "is no regular file (a named pipe or a device)" if os.path.exists(log) else
+                   "is in no folder that exists")
         raise UserError(f"{TOY_RUN_LOG.name}: {log} {problem}; expected a file to append run "
                         f"keys to in an existing folder, or {TOY_RUN_LOG.name} unset")
 

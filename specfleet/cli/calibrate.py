@@ -90,12 +90,13 @@ def _settings(quick: bool, max_width: int, **given: int | None) -> Any:
 
 
 def _check_store(db: str | None, max_width: int) -> None:
-    from specfleet.settings import STORE_RETRY_S
+    from specfleet.settings import HOST, STORE_RETRY_S
     from specfleet.store.engine import resolve_url, store_source
     from specfleet.store.store import check_writable_store
 
     check_stored_width(max_width)
     STORE_RETRY_S.read()  # how long the table's write retries: a malformed value said first
+    HOST.read()  # the table is stored under this host's name
     check_writable_store(resolve_url(db), store_source(db))
 
 

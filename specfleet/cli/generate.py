@@ -160,6 +160,10 @@ def validate_request(request: GenerateRequest) -> None:
         raise UserError(f"--temp {request.temperature}: expected a number from {low:g} to "
                         f"{high:g} (0 is greedy)")
     refuse_seed_when_greedy(request.seed, request.temperature)
+    if request.use_lookup and request.policy_given and not request.lookup.get("adaptive", True):
+        raise UserError(f"--prompt-lookup-policy {request.policy} given with "  # else unused
+                        "--prompt-lookup-no-adaptive (every round drafts max-draft tokens: no "
+                        "policy decides); expected one of them")
     lookup_config(request.lookup, request.policy, "cpu")
     if request.db is not None:  # a mistyped URL is said before the model loads, not after
         from specfleet.store.engine import resolve_url

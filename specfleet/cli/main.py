@@ -277,7 +277,38 @@ def _module_commands(module_name: str) -> dict[str, _click.Command]:
         holder.add_typer(module.app, name=module_name.replace("_", "-"))
     built = typer.main.get_command(holder)
     assert isinstance(built, TyperGroup)
+    for command in built.commands.values():
+        _plain_numbers_only(command)
     return dict(built.commands)
+
+
+def _plain_numbers_only(command: _click.Command) -> None:
+    """Refuse a number written with '_' (`--factor 1_1`) or as 0b/0o/0x on every numeric
+    option and argument of `command` and its subcommands: Python's int() and pydantic read
+    `1_1` as 11, a typo silently turned into a verdict's threshold."""
+    for param in command.params:
+        descriptor = getattr(param, "type_descriptor", None)
+        if descriptor is not None and descriptor.annotation in (int, float):
+            param.process_value = _checking_digits(param.process_value)  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        _plain_numbers_only(sub)
+
+
+_PLAIN_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*|\s*[-+]?(inf|nan|infinity)\s*",
+                           re.IGNORECASE)
+
+
+def _checking_digits(process_value):
+    def checked(ctx: _click.Context, value):
+        for given in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(given, str) and not _PLAIN_NUMBER.fullmatch(given) and (
+                    "_" in given or re.match(r"\s*[-+]?0[bBoOxX]", given)):
+                how = "digits grouped with '_'" if "_" in given else "a base prefix"
+                raise _click.exceptions.BadParameter(
+                    f"{given!r} is no plain number ({how}); expected digits only, such as 10 "
+                    "or 1.5", ctx=ctx)
+        return process_value(ctx, value)
+    return checked
 
 
 def plain_help(group: typer.Typer) -> None:

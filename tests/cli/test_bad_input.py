@@ -1381,6 +1381,10 @@ NAMED = {
     "run: SPECFLEET_TOY_RUN_LOG a folder": (
         {"SPECFLEET_TOY_RUN_LOG": "{here}"}, NO_FILES, run_args("{tmp}/good.yaml"),
         ["SPECFLEET_TOY_RUN_LOG: {here} is a folder; expected a file to append run keys to"]),
+    "run: SPECFLEET_TOY_RUN_LOG a named pipe": (  # every run waited on it until a timeout
+        {"SPECFLEET_TOY_RUN_LOG": "{here}/log"}, files(log="fifo"), run_args("{tmp}/good.yaml"),
+        ["SPECFLEET_TOY_RUN_LOG: {here}/log is no regular file (a named pipe or a device); "
+         "expected a file to append run keys to"]),
     "run: SPECFLEET_TOY_RUN_LOG relative": (  # the worker appends from its own folder
         {"SPECFLEET_TOY_RUN_LOG": "runs.log"}, NO_FILES, run_args("{tmp}/good.yaml"),
         ["SPECFLEET_TOY_RUN_LOG: 'runs.log' is not an absolute path"]),

@@ -65,7 +65,7 @@ def test_a_costs_name_past_a_file_names_bytes_is_one_line(world, name, size):  #
 
 @pytest.mark.parametrize("lookup", [
     [], ["--prompt-lookup"], ["--prompt-lookup", "--prompt-lookup-policy", "gated"],
-    ["--prompt-lookup", "--prompt-lookup-policy", "calibrated", "--prompt-lookup-no-adaptive"],
+    ["--prompt-lookup", "--prompt-lookup-no-adaptive"],
 ])
 def test_a_store_no_policy_of_the_reply_reads_is_refused(world, lookup) -> None:  # noqa: F811
     # The reply ran and the store went unread: a mistyped --db (or a missing one) unsaid.
@@ -73,6 +73,27 @@ def test_a_store_no_policy_of_the_reply_reads_is_refused(world, lookup) -> None:
             "error: --db: only the calibrated policy reads the store (its width-cost table), "
             "and this reply would not; expected --prompt-lookup --prompt-lookup-policy "
             "calibrated beside --db, or no --db")
+
+
+@pytest.mark.parametrize("policy", ["calibrated", "gated", "auto"])
+def test_a_policy_beside_a_fixed_draft_length_is_refused(world, policy) -> None:  # noqa: F811
+    # The policy went unused without a word (no table read or measured, exit 0), and beside
+    # --db the refusal asked for the very flags given.
+    for db in ([], ["--db", "{tmp}/typo.db"]):
+        refused(world, [*GENERATE, "--prompt-lookup", "--prompt-lookup-policy", policy,
+                        "--prompt-lookup-no-adaptive", *db],
+                f"error: --prompt-lookup-policy {policy} given with --prompt-lookup-no-adaptive "
+                "(every round drafts max-draft tokens: no policy decides); expected one of them")
+
+
+def test_calibrate_store_reads_the_host_name_before_measuring(world) -> None:  # noqa: F811
+    # The table is stored under this host's name: a bad SPECFLEET_HOST was said after the
+    # whole measurement, its table printed and the exit 2.
+    result = check_case(world, ["calibrate", "-m", "smollm2-135m", "--quick", "--store",
+                                "--db", f"{world[0]}/calibrate-host.db"],
+                        {"SPECFLEET_HOST": "bad host!"})
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: SPECFLEET_HOST: expected a host name"), result.stderr
 
 
 @pytest.mark.parametrize(("model", "said"), [
@@ -95,3 +116,18 @@ def test_a_model_name_past_a_file_names_bytes_is_one_line(world, model) -> None:
     refused(world, ["matrix", "validate", str(path)], f"models[0]: model '{model[:30]}")
     refused(world, ["bench", "-m", model, "-p", "story", "--embedded", "--db", "{db}"],
             f"model '{model[:30]}")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    # Read as 11 by int(): `compare` passed at a 11x threshold where 1.1 failed it.
+    (["compare", "{mid}", "{mid}", "--factor", "1_1", "--db", "{db}"],
+     "'--factor': '1_1' is no plain number (digits grouped with '_'); expected digits only"),
+    (["results", "--limit", "1_0", "--db", "{db}"], "'--limit': '1_0' is no plain number"),
+    (["serve", "--port", "80_80"], "'--port': '80_80' is no plain number"),
+    ([*GENERATE, "-n", "0b11"], "'0b11' is no plain number (a base prefix)"),
+    (["bench", "-m", "script:1ms", "-e", "toy", "-p", "story", "-r", "0x3", "--db", "{db}"],
+     "'0x3' is no plain number (a base prefix)"),
+])
+@pytest.mark.timeout(60)  # unrefused, `serve` would serve on port 8080 until stopped
+def test_a_number_written_another_way_than_digits_is_refused(world, args, said):  # noqa: F811
+    refused(world, args, said)
