@@ -38,6 +38,7 @@ from specfleet import jsontext
 from specfleet.errors import UserError
 from specfleet.serve import pages, params
 from specfleet.serve.auth import OPEN_PREFIX, Login, TokenGate, is_open
+from specfleet.serve.body import WholeBody
 from specfleet.serve.fleetpage import FleetReader, fleet_page
 from specfleet.serve.params import NotFound
 from specfleet.store.errors import StoreDamaged, StoreUnreachable
@@ -331,8 +332,10 @@ def create_app(store: Store, fleet: FleetReader | None = None,
         Route("/api/compare", v.compare, methods=get),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    # SecurityHeaders outermost: a refusal carries the same headers as a page.
-    middleware = [Middleware(SecurityHeaders), Middleware(TokenGate, token=token)]
+    # SecurityHeaders outermost: a refusal carries the same headers as a page. WholeBody
+    # before any answer, the token gate's refusals too: see body.py.
+    middleware = [Middleware(SecurityHeaders), Middleware(WholeBody),
+                  Middleware(TokenGate, token=token)]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(v), middleware=middleware,
                     lifespan=_lifespan(fleet))
     app.router.redirect_slashes = False
