@@ -23,6 +23,7 @@ from specfleet.store.engine import (
 from specfleet.store.journal import Journal
 from specfleet.store.migrate import (
     check_known,
+    check_tables,
     current_revision,
     head_revision,
     is_newer,
@@ -91,6 +92,8 @@ def _read_revision(url, source: str) -> str:
         rev = current_revision(conn)
         if rev is None or (rev not in known_revisions() and not is_newer(rev)):
             check_known(rev, conn, url, source)  # another application's tables, a bad stamp
+        if rev == head_revision():  # behind head, its tables are an older revision's
+            check_tables(conn)
     engine.dispose()
     remove_empty_side_files(url)
     return _describe(rev, upgrade_command(url, source))

@@ -15,6 +15,7 @@ from specfleet.store.errors import StoreDamaged, StoreUnreachable
 from specfleet.store.sidefiles import no_room_for_side_files
 
 _BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "')
+_UNDEFINED_TABLE_OR_COLUMN = ("42P01", "42703")  # PostgreSQL's SQLSTATEs
 
 
 def translate_error(err: BaseException, url: URL, source: str,
@@ -35,6 +36,8 @@ def translate_error(err: BaseException, url: URL, source: str,
                          "privileges")
     if refuses_writes(err):  # else a write was a traceback, an upgrade blamed on the tables
         return read_only_server(source, url, first)
+    if sqlstate(err) in _UNDEFINED_TABLE_OR_COLUMN:  # before "does not exist": a database's too
+        return tables_do_not_match(source, where, first)
     if "password authentication failed" in low or "authentication" in low:
         return UserError(f"{source}: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:
@@ -58,10 +61,8 @@ def _sqlite_error(low: str, first: str, path: str, source: str,
         return UserError(f"{source}: cannot write the SQLite file {path} ({first})")
     if "not a database" in low or "malformed" in low or "corrupt" in low:
         return StoreDamaged(f"{source}: {path} is not a usable SQLite database ({first})")
-    if "no such table" in low or "no such column" in low:  # PostgreSQL: "does not exist"
-        return StoreDamaged(f"{source}: {path}: its tables do not match its schema revision "
-                         f"({first}); expected the store as specfleet left it (restore it from "
-                         "a backup)")
+    if "no such table" in low or "no such column" in low:  # PostgreSQL: its SQLSTATE
+        return tables_do_not_match(source, path, first)
     if "disk is full" in low:
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first}); "
                                 "expected free space on its disk")
@@ -76,6 +77,14 @@ def _sqlite_error(low: str, first: str, path: str, source: str,
     if "disk i/o" in low:
         return StoreUnreachable(f"{source}: cannot {verb} the SQLite file {path} now ({first})")
     return None
+
+
+def tables_do_not_match(source: str, where: str, first: str) -> StoreDamaged:
+    """The refusal of a store whose tables lack what its schema stamp says (`first`: the
+    database's words naming the table or column)."""
+    return StoreDamaged(f"{source}: {where}: its tables do not match its schema revision "
+                        f"({first}); expected the store as specfleet left it (restore it from "
+                        "a backup)")
 
 
 def sqlstate(err: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""What the store refuses: conflicts and unknown ids."""
+"""What the store refuses: conflicts, unknown ids, and a store not as specfleet left it."""
 
 from __future__ import annotations
 
@@ -28,3 +28,14 @@ class StoreUnreachable(UserError):
 class StoreDamaged(UserError):
     """The store is not what specfleet left (not a database, tables not of its revision):
     restored from a backup, not retried."""
+
+
+class UnreadableValue(ValueError):
+    """A stored value of another type than its column's (a hand edit: SQLite keeps whatever
+    is written), found as rows are read; the store says it as `StoreDamaged`, naming the
+    store."""
+
+    @classmethod
+    def not_a_number(cls, column: str, run_key: str, value: object) -> UnreadableValue:
+        return cls(f"runs.{column} of run {run_key!r} holds {type(value).__name__} "
+                   f"{value!r:.40}, not a number")

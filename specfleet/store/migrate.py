@@ -20,13 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, inspect, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from specfleet.errors import UserError, one_line
 from specfleet.store.dberrors import lacks_privilege, refuses_writes, sqlstate
 from specfleet.store.engine import WRITE_OPTION, display_url, upgrade_command
+from specfleet.store.tables import Base
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -181,7 +182,16 @@ def upgrade(engine: Engine, url: URL, source: str,
                     f"{source}: {display_url(url)} says revision {rev or 'none'} but its tables "
                     f"do not match it ({one_line(str(err.orig))}); nothing was changed; expected "
                     "a store as specfleet left it") from None
+        check_tables(conn)  # a head stamp over a table or column dropped by hand: rolled back
     return rev
+
+
+def check_tables(conn: Connection) -> None:
+    """Select no row of each table this code's head has, naming every column: a table or
+    column dropped under a head stamp fails here as any read of it would (`connection_errors`
+    says it in one line), not only once a command reads that column."""
+    for table in Base.metadata.sorted_tables:
+        conn.execute(select(*table.columns).limit(0))
 
 
 def _take_upgrade_lock(conn: Connection, url: URL, on_wait: Callable[[str], None]) -> None:

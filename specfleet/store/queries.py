@@ -9,15 +9,26 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
+from itertools import chain
+from operator import itemgetter
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, Select, func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from specfleet.jobs.run import RunSpec
 from specfleet.store.base import StoreCore
-from specfleet.store.errors import UnknownMatrix, UnknownRun
+from specfleet.store.errors import UnknownMatrix, UnknownRun, UnreadableValue
 from specfleet.store.leases import read_run_status, reads_interrupted
-from specfleet.store.rows import HostRow, JobRow, MatrixRow, RunRow, run_fields_row
+from specfleet.store.rows import (
+    NUMBER_FIELDS,
+    NUMBER_TYPES,
+    HostRow,
+    JobRow,
+    MatrixRow,
+    RunRow,
+    run_fields_row,
+)
 from specfleet.store.tables import GenerationJob, Host, Matrix, Prompt, Run
 from specfleet.store.values import naive_utc, run_spec, utcnow
 
@@ -216,7 +227,9 @@ class StoreQueries:
         )
         row_type = RunRow if columns is None else run_fields_row(names)
         with self._connect() as conn:
-            return [row_type(*row) for row in conn.execute(stmt)]
+            rows = conn.execute(stmt).all()
+            _check_numbers(conn, stmt, rows, names)
+            return [row_type(*row) for row in rows]
 
     def run_keys_beginning(self: StoreCore, prefix: str, most: int = 2) -> list[str]:
         """Up to `most` stored run keys that begin with `prefix` (`matrix status` shows 12
@@ -270,6 +283,24 @@ class StoreQueries:
         """The `pending` runs of a generation job, in the batch's order, as RunSpecs (what
         `job resume` sends once `claim_job` re-queued them)."""
         return _run_specs(self, Run.job_id == job_id, Run.status == "pending")
+
+
+def _check_numbers(conn: Connection, stmt: Select, rows: Sequence[Any],
+                   names: tuple[str, ...]) -> None:
+    """Raise UnreadableValue for the first number column of `rows` (read by `stmt`) holding
+    anything else, naming its run. One pass of C over the types of their values (~1% of
+    reading whole rows); the run is looked up only once one is found."""
+    at = [i for i, name in enumerate(names) if name in NUMBER_FIELDS]
+    if not at:
+        return
+    values = map(itemgetter(*at), rows)  # a tuple per row, or one value for one column
+    if set(map(type, chain.from_iterable(values) if len(at) > 1 else values)) <= NUMBER_TYPES:
+        return
+    index, column = next((i, c) for i, row in enumerate(rows) for c in at
+                         if type(row[c]) not in NUMBER_TYPES)
+    run_key = rows[index][names.index("run_key")] if "run_key" in names else (
+        conn.execute(stmt.with_only_columns(Run.run_key)).all()[index][0])
+    raise UnreadableValue.not_a_number(names[column], run_key, rows[index][column])
 
 
 def _run_specs(store: StoreCore, *where) -> list[RunSpec]:

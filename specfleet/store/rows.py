@@ -21,6 +21,13 @@ _RunColumns: Any = make_dataclass(
 )
 
 
+# The `runs` columns of numbers (counts, times, rates): SQLite hands back whatever a hand
+# edit wrote there (text, a blob), so reads check them (`queries._check_numbers`).
+NUMBER_FIELDS = frozenset(column.name for column in Run.__table__.columns
+                          if column.type.python_type in (int, float))
+NUMBER_TYPES = frozenset({int, float, type(None)})
+
+
 @dataclass(frozen=True)
 class RunRow(_RunColumns):
     """One stored run, everything planned and measured: one field per `runs` column

@@ -40,7 +40,7 @@ from specfleet.store.engine import (
     resolve_url,
     store_source,
 )
-from specfleet.store.errors import StoreConflict, StoreDamaged, UnknownMatrix
+from specfleet.store.errors import StoreConflict, StoreDamaged, UnknownMatrix, UnreadableValue
 from specfleet.store.journal import Journal, WriteBack, check_journal_root
 from specfleet.store.leases import StoreLeases
 from specfleet.store.migrate import (
@@ -178,7 +178,7 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None,
         if user_error is None:
             raise
         raise user_error from None
-    except ValueError as err:  # a JSON or datetime column the store did not write (hand-edited)
+    except ValueError as err:  # a JSON, time or number column a hand edit left unreadable
         _close_refused(engine, url)
         if not _unreadable_value(err):
             raise
@@ -200,7 +200,9 @@ def _close_refused(engine: Engine | None, url: URL) -> None:
 
 def _unreadable_value(err: ValueError) -> bool:
     """Whether `err` was raised turning a stored value into Python (SQLAlchemy's result
-    processors), not by the code reading the rows."""
+    processors, the store's row checks), not by the code reading the rows."""
+    if isinstance(err, UnreadableValue):
+        return True
     return any(frame.name.endswith("_apply_processors") or "sqlalchemy/engine/_processors" in
                frame.filename for frame in traceback.extract_tb(err.__traceback__))
 

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 import specfleet
 from specfleet.engine.config import LookupOptions
 from specfleet.jobs.run import LoopGuard, RunResult, RunSpec, Target
-from specfleet.store.errors import StoreConflict, UnknownRun
+from specfleet.store.errors import StoreConflict, UnknownRun, UnreadableValue
+from specfleet.store.rows import NUMBER_TYPES
 from specfleet.store.tables import Run
 
 # Keep each statement's bound parameters well under SQLite's limit.
@@ -138,8 +139,14 @@ def apply_result(run: Run, result: RunResult, digest: str, now: datetime) -> Non
     run.lease_until = None  # settled: nobody needs to vouch for it any more
 
 
+_SPEC_NUMBERS = ("repeat", "max_tokens", "temperature", "seed")
+
+
 def run_spec(run: Run, prompt_text: str) -> RunSpec:
     """Rebuild the RunSpec of a stored run (to dispatch it again)."""
+    for name in _SPEC_NUMBERS:  # a hand edit's text there: the store's one line, as `runs`
+        if type(value := getattr(run, name)) not in NUMBER_TYPES:
+            raise UnreadableValue.not_a_number(name, run.run_key, value)
     return RunSpec(
         run_key=run.run_key, matrix_id=run.matrix_id,
         target=Target(host=run.host, engine=run.engine, device=run.device),
