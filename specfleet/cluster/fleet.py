@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -230,7 +232,8 @@ def ray_connecting() -> Iterator[None]:
 def ray_prints_to_stderr() -> None:
     """Send what Ray's driver prints by itself, from a thread at any moment (`(raylet) The node
     ... has been marked dead ...` while a host is lost), to stderr: Ray writes it to stdout,
-    where it broke the JSON of `fleet status --json`."""
+    where it broke the JSON of `fleet status --json`. The raylet's messages (a node marked
+    dead, a worker died) become one plain line each (`raylet_line`)."""
     from ray._private import worker as ray_worker
 
     rays_own = getattr(ray_worker, "print_to_stdstream", None)
@@ -238,10 +241,32 @@ def ray_prints_to_stderr() -> None:
         return  # a Ray without it (its test says so), or redirected by an earlier connect
 
     def to_stderr(data: dict, ignore_prefix: bool) -> None:
-        rays_own({**data, "is_err": True}, ignore_prefix)
+        if data.get("pid") != "raylet":
+            rays_own({**data, "is_err": True}, ignore_prefix)
+            return
+        for message in data.get("lines", []):
+            sys.stderr.write(f"ray: {raylet_line(message)}\n")
+        sys.stderr.flush()
 
     # Ray's error listener looks the function up in its module at each message.
     ray_worker.print_to_stdstream = to_stderr
+
+
+# "Worker PID: 23080 Worker exit type: SYSTEM_ERROR Worker exit detail: ... Some common causes"
+_WORKER_FIELD = re.compile(r"Worker (PID|exit type|exit detail): (.*?)"
+                           r"(?= Worker [\w ]+?:| Some common causes|$)")
+
+
+def raylet_line(message: str) -> str:
+    """One of the raylet's messages as one line: its first sentence, and for a worker that
+    died its pid and how it exited; not Ray's coloured paragraph of ids and common causes."""
+    text = " ".join(message.split())
+    first = re.split(r"(?<=\.) ", text, maxsplit=1)[0]
+    worker = dict(_WORKER_FIELD.findall(text))
+    if "PID" in worker:
+        first = (f"{first.rstrip('.')} (pid {worker['PID']}, "
+                 f"{worker.get('exit type', 'exit unknown')}: {worker.get('exit detail', '')})")
+    return first[:400]
 
 
 @contextlib.contextmanager
