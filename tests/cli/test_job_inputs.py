@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from specfleet.cli.main import app
 from specfleet.workers.hardware import default_host_name
+from tests.weights import EMPTY_SAFETENSORS
 
 # A tokenizer.json of whole words (`tokenizers` reads it; "hi" is one token).
 WORD_TOKENIZER = ('{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], '
@@ -42,7 +43,7 @@ def test_a_prompt_filling_the_context_alone_is_not_told_to_lower_max_tokens(
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 4}')
-    (model / "w.safetensors").write_text("")
+    (model / "w.safetensors").write_bytes(EMPTY_SAFETENSORS)
     (model / "tokenizer.json").write_text(WORD_TOKENIZER)
     args = ("--target", f"{default_host_name()}/torch", "--model", str(model))
     said = _refused(tmp_path, '{"prompt": "hi hi hi hi"}\n', *args, "--max-tokens", "1")

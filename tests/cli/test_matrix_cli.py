@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from specfleet.cli.main import app
 from specfleet.store import open_store
 from tests.cluster.raycluster import start_fleet, workers
+from tests.weights import EMPTY_SAFETENSORS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -122,7 +123,7 @@ def test_validate_in_a_fleet_asks_the_hosts_its_runs_go_to(fleet, tmp_path, monk
     def folder(name: str, context: int) -> str:
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(f'{{"max_position_embeddings": {context}}}')
-        (tmp_path / name / "model.safetensors").write_bytes(b"")  # what a load reads
+        (tmp_path / name / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
         (tmp_path / name / "tokenizer.json").write_text("{}")
         return str(tmp_path / name)
 

@@ -16,6 +16,7 @@ from specfleet.cluster.modelcheck import check_here, host_asks, host_lines
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import MatrixSpec
 from specfleet.workers.loaded import ModelCheck, check_model
+from tests.weights import EMPTY_SAFETENSORS
 
 
 def model_folder(root: Path, context: int) -> Path:
@@ -23,7 +24,7 @@ def model_folder(root: Path, context: int) -> Path:
     holds what a load reads (stand-ins: nothing here loads it)."""
     root.mkdir(parents=True)
     (root / "config.json").write_text(json.dumps({"max_position_embeddings": context}))
-    (root / "model.safetensors").write_bytes(b"")
+    (root / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     (root / "tokenizer.json").write_text("{}")
     return root
 

@@ -10,6 +10,7 @@ import json
 from specfleet.cluster.modelcheck import check_here
 from specfleet.engine.runners import folders
 from specfleet.jobs.spec import MatrixSpec
+from tests.weights import EMPTY_SAFETENSORS
 
 
 def test_a_folder_one_open_engine_cannot_load_is_an_error(tmp_path, monkeypatch) -> None:
@@ -18,7 +19,7 @@ def test_a_folder_one_open_engine_cannot_load_is_an_error(tmp_path, monkeypatch)
     monkeypatch.setenv("SPECFLEET_HOME", str(tmp_path / "home"))
     (tmp_path / "config.json").write_text(json.dumps(
         {"model_type": "llama", "quantization": {"group_size": 32, "bits": 4}}))
-    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     (tmp_path / "tokenizer.json").write_text("{}")
     matrix = {"name": "m", "models": [str(tmp_path)], "prompts": [{"name": "p", "text": "hi"}],
               "arms": ["plain"], "max_tokens": 12}

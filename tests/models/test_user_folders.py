@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from specfleet.cli.main import app
 from specfleet.engine.runners.folders import folder_problem, lift_rope_keys, mlx_config_overrides
+from tests.weights import EMPTY_SAFETENSORS
 
 PROMPT = "the quick brown fox jumps over the lazy dog. " * 3
 
@@ -130,7 +131,7 @@ def test_an_mlx_quantized_folder_given_to_torch_is_named_so(tmp_path):
     # torch's refusal read "weights of other shapes than the config.json describes".
     (tmp_path / "config.json").write_text(json.dumps(
         {"model_type": "llama", "quantization": {"group_size": 32, "bits": 4}}))
-    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     (tmp_path / "tokenizer.json").write_text("{}")
     assert folder_problem(tmp_path, "torch") == (
         f"{tmp_path} holds MLX-quantized weights (4-bit), which only the mlx engine loads; "

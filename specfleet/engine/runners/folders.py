@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,33 @@ def folder_problem(folder: Path, engine: str) -> str | None:
             lift_rope_keys(config)
         except ValueError as err:
             return f"{folder / 'config.json'}: {err}"
-    return json_files_problem(folder)
+    return json_files_problem(folder) or safetensors_problem(folder)
+
+
+# safetensors' own bound on a header (its JSON index of tensors); real ones are KB to MB.
+MAX_SAFETENSORS_HEADER = 100_000_000
+
+
+def safetensors_problem(folder: Path) -> str | None:
+    """Why one of the folder's *.safetensors files is no safetensors file (its 8-byte header
+    length past the file, or a header that is no JSON object), read without loading a
+    tensor: such a folder failed every run of a stored matrix; None when each one is."""
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with path.open("rb") as weights:
+                size = os.fstat(weights.fileno()).st_size
+                length = int.from_bytes(weights.read(8), "little") if size >= 8 else -1
+                fits = 0 < length <= min(size - 8, MAX_SAFETENSORS_HEADER)
+                header = weights.read(length) if fits else b""
+        except OSError as err:
+            return f"{path}: cannot read ({err.strerror}); expected the model's weights"
+        if not fits or not isinstance(json_object(header)[0], dict):
+            said = (f"its header of {length} bytes is no JSON object" if fits else
+                    f"its first 8 bytes give a header of {max(length, 0)} bytes in a file of "
+                    f"{size}")
+            return (f"{path} is no safetensors file ({said}); expected the model's weights as "
+                    "safetensors writes them")
+    return None
 
 
 def json_files_problem(folder: Path) -> str | None:

@@ -6,13 +6,21 @@ import json
 
 import pytest
 
-from specfleet.engine.runners.folders import folder_problem, json_files_problem, knows_model_type
+from specfleet.engine.runners.folders import (
+    folder_problem,
+    json_files_problem,
+    knows_model_type,
+    safetensors_problem,
+)
+
+EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"  # a header of no tensors
 
 
 def folder(tmp_path, *files: str, model_type: str | None = "llama"):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     for name in files:  # a JSON file holds an object (`json_files_problem` reads it)
-        (tmp_path / name).write_bytes(b"{}" if name.endswith(".json") else b"")
+        (tmp_path / name).write_bytes(b"{}" if name.endswith(".json") else
+                                      EMPTY_SAFETENSORS if name.endswith(".safetensors") else b"")
     return tmp_path
 
 
@@ -53,3 +61,19 @@ def test_an_architecture_is_known_by_the_engines_own_library() -> None:
     assert knows_model_type("mlx", "mistral")  # mlx-lm maps it onto its llama module
     assert not knows_model_type("torch", "wibble") and not knows_model_type("mlx", "wibble")
     assert not knows_model_type("mlx", "xlm-roberta")  # no module name has a hyphen
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (b"", "its first 8 bytes give a header of 0 bytes in a file of 0"),
+    (bytes(range(200)), "its first 8 bytes give a header of 506097522914230528 bytes in a "
+                        "file of 200"),  # random bytes: 'header too large' in every run
+    ((5).to_bytes(8, "little") + b"[1,2]", "its header of 5 bytes is no JSON object"),
+])
+def test_weights_that_are_no_safetensors_file_are_named(tmp_path, content, said) -> None:
+    # Found only by the load: a stored matrix of failed runs from `bench` and `matrix run`.
+    tmp = folder(tmp_path, "model.safetensors", "tokenizer.json")
+    assert safetensors_problem(tmp) is None
+    (tmp / "model-00002-of-00002.safetensors").write_bytes(content)
+    assert folder_problem(tmp, "torch") == folder_problem(tmp, "mlx") == (
+        f"{tmp}/model-00002-of-00002.safetensors is no safetensors file ({said}); expected the "
+        "model's weights as safetensors writes them")
