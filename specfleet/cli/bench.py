@@ -137,6 +137,8 @@ def in_flag_terms(message: str, given: dict[str, list[str]]) -> str:
     index = int(found[2]) if found[2] is not None else None
     where = flag if index is None or index >= len(items) else f"{flag} {shlex.quote(items[index])}"
     rest = message[found.end():].replace("targets.engines", FLAG_OF_FIELD["targets.engines"])
+    # No matrix file here: a --model folder counts from the current folder (`bench_spec`).
+    rest = rest.replace("a folder counts from the matrix file's", "a folder counts from the current one")
     return f"{BENCH_NAME}: {where}: {rest}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, NoReturn
 
 import typer
@@ -92,4 +93,6 @@ def missing_files(model: ResolvedModel) -> str | None:
     if folder is None or bundled_source(model.source) is not None or \
             model.source.startswith("hf:"):
         return None
-    return "no config.json there" if folder.is_dir() else "no such folder"
+    if folder.is_dir():
+        return "no config.json there"
+    return "not a folder" if os.path.lexists(folder) else "no such folder"  # /dev/null, a FIFO

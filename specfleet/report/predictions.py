@@ -94,6 +94,8 @@ class Prediction:
 
 
 COSTS_EXPECTED = "a YAML width-cost table (name, ratio: [cost of width 1, 2, ...])"
+# What `--costs` reads as a file's name, in any case (JSON: what `calibrate --json` writes).
+COST_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 # What `calibrate` and the packaged tables write; `ratio` alone is required.
 COST_FILE_FIELDS = ("name", "host", "engine", "device", "pipelined_ms", "ratio")
 # The rest of what `calibrate --json` writes (how the table was measured): read, not used.
@@ -119,7 +121,8 @@ def load_cost_file(path: Path) -> CostTable:
     unknown = [str(k) for k in data if k not in COST_FILE_FIELDS + CALIBRATE_JSON_FIELDS]
     if unknown:
         raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
-                        f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]}")
+                        f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]} (or "
+                        "what `calibrate --json` writes beside them)")
     costs = _ratio(path, data.get("ratio"))
     for field in ("name", "host", "engine", "device"):  # the name is shown in the title
         if field in data and not isinstance(data[field], str):
@@ -201,7 +204,7 @@ def cost_source(spec: str):
     path = Path(spec)
     # A host name has no slash and no .yaml: such a value is a file, missing or not (its
     # reader names a missing file, a folder or a pipe in one line).
-    if "/" in spec or path.suffix in (".yaml", ".yml", ".json"):  # JSON: `calibrate --json`
+    if "/" in spec or path.suffix.lower() in COST_FILE_SUFFIXES:
         table = load_cost_file(path)
         return lambda store, cell: table
     packaged = packaged_cost(spec)
@@ -224,7 +227,7 @@ def cost_source(spec: str):
 def _no_table(spec: str, host: str, what: str) -> UserError:
     """Why `--costs SPEC` (or no `--costs`) found no table for `what` (a model on a target)."""
     if spec and os.path.isfile(spec):  # "no YAML file" would deny the file beside it
-        return UserError(f"--costs {spec}: a name without '/', .yaml or .yml is read as a host "
+        return UserError(f"--costs {spec}: a name without '/', .yaml, .yml or .json is read as a host "
                          "or a packaged table, and no such one has a table; expected "
                          f"./{spec} to read the file of that name")
     said = (f"--costs {spec}: no YAML file, packaged table or stored calibration of host "

@@ -82,7 +82,11 @@ def test_a_costs_name_that_is_a_file_here_is_not_denied(db, tmp_path, monkeypatc
     outcome = invoke("replay", matrix_id(db), "--costs", "mytable", "--db", db)
     assert outcome.exit_code == 2, outcome.output
     assert outcome.stderr == (
-        "error: --costs mytable: a name without '/', .yaml or .yml is read as a host or a packaged "
+        "error: --costs mytable: a name without '/', .yaml, .yml or .json is read as a host or a "
+        "packaged "
         "table, and no such one has a table; expected ./mytable to read the file of that "
         "name\n")
     assert invoke("replay", matrix_id(db), "--costs", "./mytable", "--db", db).exit_code == 0
+    # A file name's suffix in capitals is still a file's (it was looked up as a host).
+    (tmp_path / "T.JSON").write_text('{"ratio": [1.0, 1.2]}\n')
+    assert invoke("replay", matrix_id(db), "--costs", "T.JSON", "--db", db).exit_code == 0

@@ -131,3 +131,12 @@ def test_a_model_name_past_a_file_names_bytes_is_one_line(world, model) -> None:
 @pytest.mark.timeout(60)  # unrefused, `serve` would serve on port 8080 until stopped
 def test_a_number_written_another_way_than_digits_is_refused(world, args, said):  # noqa: F811
     refused(world, args, said)
+
+
+def test_bench_says_a_bare_folder_counts_from_the_current_one(world, tmp_path, monkeypatch):  # noqa: F811
+    # bench has no matrix file, yet it said "(a folder counts from the matrix file's)".
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    refused(world, ["bench", "-m", "adir", "-p", "story", "-e", "torch", "--db", "{db}"],
+            "error: bench: --model adir: 'adir' is no alias but a folder here; expected ./adir "
+            "(a folder counts from the current one) or an alias")

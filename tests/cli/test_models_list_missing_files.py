@@ -15,8 +15,10 @@ def test_a_folder_without_weights_or_config_says_what_it_lacks(tmp_path: Path,
     (tmp_path / "bare").mkdir()
     (tmp_path / "bare" / "config.json").write_text('{"model_type": "llama"}')
     (tmp_path / "empty").mkdir()
+    (tmp_path / "afile").write_text("not a model\n")  # was said "no such folder"
     (tmp_path / "models.yaml").write_text(
-        "models:\n  bare:\n    torch: bare\n  empty:\n    mlx: empty\n  gone:\n    mlx: gone\n")
+        "models:\n  bare:\n    torch: bare\n  empty:\n    mlx: empty\n  gone:\n    mlx: gone\n"
+        "  file:\n    mlx: afile\n")
     monkeypatch.setenv("SPECFLEET_MODELS", str(tmp_path / "models.yaml"))
     result = CliRunner().invoke(app, ["models", "list"])
     assert result.exit_code == 0, result.output
@@ -26,4 +28,5 @@ def test_a_folder_without_weights_or_config_says_what_it_lacks(tmp_path: Path,
                                      "model's *.safetensors beside its config.json)"],
         ["empty", "mlx", "no", "-", f"{tmp_path / 'empty'} (no config.json there)"],
         ["gone", "mlx", "no", "-", f"{tmp_path / 'gone'} (no such folder)"],
+        ["file", "mlx", "no", "-", f"{tmp_path / 'afile'} (not a folder)"],
     ]

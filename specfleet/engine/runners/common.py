@@ -30,8 +30,9 @@ def encode_with_template(
         raise UserError("--prompt is empty: give some text to continue")
     templated = chat and getattr(tokenizer, "chat_template", None)
     if system is not None and not templated:
-        raise UserError("--system-prompt needs the chat template (this model has none, "
-                        "or --no-chat was given)")
+        why = "--no-chat was given" if not chat else "this model has none"
+        raise UserError(f"--system-prompt needs the chat template, and {why}; expected no "
+                        "--system-prompt (or a model with a chat template, without --no-chat)")
     if templated:
         turns = [{"role": "system", "content": system}] if system is not None else []
         ids = tokenizer.apply_chat_template(
