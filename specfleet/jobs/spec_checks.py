@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,8 +22,9 @@ from specfleet.engine.config import (
     PromptLookupConfig,
     candidate_policies,
 )
-from specfleet.engine.kinds import Engine
+from specfleet.engine.kinds import ENGINE_DEVICES, ENGINES, MODEL_ENGINES, Engine, choices_text
 from specfleet.engine.peers import PeerKind, peer_kind
+from specfleet.engine.runners.toy import ToyRunner
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import (
     ARM_OPTIONS,
@@ -31,6 +32,7 @@ from specfleet.jobs.spec import (
     ArmSpec,
     MatrixSpec,
     TargetSelector,
+    TokenLimit,
 )
 from specfleet.userfiles import MAX_MODEL_LEN, kind_of, read_text
 
@@ -83,6 +85,7 @@ def matrix_problems(spec: MatrixSpec, label: str, prompt_dir: Path,
          lambda: _check_prompts(spec, label, prompt_dir, beside, left_out)),
         (("arms",), lambda: _check_arms(spec, label, left_out)),
         (("max_tokens",), lambda: _check_max_tokens(spec, label, left_out)),
+        (("prompts",), lambda: _check_prompt_limits(spec, label, left_out)),
         (("loop_guard",), lambda: _check_loop_guard(spec, label)),
         (("seed", "temperature"), lambda: _check_seed(spec, label)),
         (("targets",), lambda: _check_targets(spec.targets, f"{label}: targets", ("targets",),
@@ -179,6 +182,30 @@ def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None, where: s
             yield (f"{where}: {field} [{', '.join(mine)}] share none with the matrix's "
                    f"{field} [{', '.join(matrix)}], so the prompt would never run; "
                    f"expected {field} among the matrix's")
+    yield from _check_prompt_pairs(spec.targets, own, where, loc, left_out)
+
+
+def _check_prompt_pairs(matrix: TargetSelector, own: TargetSelector, where: str, loc: Loc,
+                        left_out: LeftOut) -> Iterator[str]:
+    """A prompt's engines and devices with the matrix's (each list of the two selectors that
+    names any: what both name) must pair: `matrix.engines [torch]` and the prompt's
+    `devices [metal]` select no target, though each selector alone does."""
+    lists = [(*loc, "engines"), (*loc, "devices"), ("targets", "engines"), ("targets", "devices")]
+    if any(left_out.touches(place) for place in lists):
+        return
+    engines = _common(own.engines, matrix.engines)
+    devices = _common(own.devices, matrix.devices)
+    if not (engines and devices) or _pair(engines, devices):
+        return  # none shared is said field by field above
+    if _pair(own.engines or ENGINES, own.devices) and _pair(matrix.engines or ENGINES,
+                                                             matrix.devices):
+        yield (f"{where}: with the matrix's targets, {_no_target(engines, devices)}, so the "
+               "prompt would never run; expected a device one of its engines runs on")
+
+
+def _common(mine: list[T], matrix: list[T]) -> list[T]:
+    """What a prompt's list and the matrix's both select (an empty list selects all)."""
+    return [value for value in mine if not matrix or value in matrix] if mine else matrix
 
 
 def _check_targets(selector: TargetSelector, where: str, loc: Loc,
@@ -186,6 +213,47 @@ def _check_targets(selector: TargetSelector, where: str, loc: Loc,
     for field, values in selector.lists():
         yield from _twice(left_out.numbered((*loc, field), values), f"{where}.{field}",
                           field.removesuffix("s"))
+    if not left_out.touches((*loc, "engines")) and not left_out.touches((*loc, "devices")):
+        yield from _check_pairs(selector.engines, selector.devices, where)
+
+
+def devices_of(engine: Engine) -> tuple[str, ...]:
+    """The devices `engine` runs on: its runner's (`ENGINE_DEVICES`; the toy runners' own)."""
+    return (ToyRunner.device,) if engine == "toy" else ENGINE_DEVICES[engine]
+
+
+def _pair(engines: Iterable[Engine], devices: Sequence[str]) -> bool:
+    """Whether an engine of `engines` runs on a device of `devices` (none listed: any)."""
+    return any(not devices or set(devices_of(engine)) & set(devices) for engine in engines)
+
+
+def _no_target(engines: Sequence[Engine], devices: Sequence[str]) -> str:
+    runs = "; ".join(f"{engine} runs on {choices_text(devices_of(engine))}"
+                     for engine in dict.fromkeys(engines))
+    return (f"no target matches (engines in [{', '.join(engines)}]; devices in "
+            f"[{', '.join(devices)}]): {runs}")
+
+
+def _check_pairs(engines: Sequence[Engine], devices: Sequence[str], where: str) -> Iterator[str]:
+    """A selector that lists engines and devices: each engine must run on a device listed and
+    each device serve an engine listed, as a target is an engine on a device it runs on;
+    `matrix run` would say "no target matches" only once the fleet started."""
+    if not (engines and devices):
+        return
+    if not _pair(engines, devices):
+        yield (f"{where}: {_no_target(engines, devices)}; expected a device one of the "
+               "engines runs on")
+        return
+    for i, engine in enumerate(engines):
+        if not _pair([engine], devices):
+            yield (f"{where}.engines[{i}]: {engine} runs on "
+                   f"{choices_text(devices_of(engine))}, none of devices [{', '.join(devices)}], "
+                   f"so it would never run; expected one of its devices listed, or drop {engine}")
+    for i, device in enumerate(devices):
+        if not _pair(engines, [device]):
+            yield (f"{where}.devices[{i}]: no engine of [{', '.join(engines)}] runs on "
+                   f"{device}, so it would never be used; expected a device one of them runs "
+                   f"on, or drop {device}")
 
 
 def _refuse_odd_namesake(folder: Path, name: str, where: str) -> None:
@@ -200,7 +268,8 @@ def _check_prompt_file(path: Path, where: str) -> None:
     """The file must be UTF-8 text without NUL (a binary file would fail every run later)."""
     text = read_text(path, f"{where}: {path}", expected="a prompt text file")
     if not text.strip():
-        raise UserError(f"{where}: {path} is empty")
+        what = "is blank (whitespace only)" if text else "is empty"
+        raise UserError(f"{where}: {path}: {what}; expected the prompt's text")
 
 
 def _missing_prompt(prompt_dir: Path, name: str) -> str:
@@ -304,15 +373,55 @@ def _option_named(err: ConfigError, given: dict[str, Any]) -> str:
 
 
 def _check_max_tokens(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:
-    # Each engine named needs a limit; with one left out, none named may mean only that one.
-    every: list[Engine | None] = [] if left_out.touches(("targets", "engines")) else [None]
+    # Each engine named needs a limit; with one left out, none named may mean only that one
+    # (and a limit for an engine not named may be for it).
+    unknown = left_out.touches(("targets", "engines"))
+    every: list[Engine | None] = [] if unknown else [None]
     engines: list[Engine | None] = list(spec.targets.engines) or every
-    for engine in engines:
-        limit = spec.max_tokens.for_engine(engine) if engine else spec.max_tokens.default
-        if limit is None:
-            needed = f"'default' or '{engine}'" if engine else "'default'"
-            yield (f"{label}: max_tokens: give {needed} (a limit for every engine the "
-                   "matrix may run on)")
+    where = f"{label}: max_tokens"
+    lines = [_give_limit(where, [engine] if engine else [], "matrix") for engine in engines
+             if (spec.max_tokens.for_engine(engine) if engine else spec.max_tokens.default)
+             is None]
+    runs = _engines_run(spec)
+    never = "" if unknown else _never_run(spec.max_tokens, runs, "matrix")
+    if never:
+        lines = lines or [_give_limit(where, runs, "matrix")]
+        lines[-1] += never
+    yield from lines
+
+
+def _check_prompt_limits(spec: MatrixSpec, label: str, left_out: LeftOut) -> Iterator[str]:
+    """A prompt's own `max_tokens` for an engine it never runs on would be passed over: the
+    matrix's rule, for the engines the prompt runs on."""
+    if left_out.touches(("targets", "engines")):
+        return  # the engine left out may be the limit's
+    for i, prompt in left_out.numbered(("prompts",), spec.prompts):
+        own = prompt.targets.engines if prompt.targets else []
+        if prompt.max_tokens is None or left_out.touches(("prompts", i, "targets", "engines")):
+            continue
+        whom = "prompt" if own else "matrix"
+        runs = [engine for engine in _engines_run(spec) if not own or engine in own]
+        never = _never_run(prompt.max_tokens, runs, whom)
+        if runs and never:  # no engine shared: `_check_prompt_targets` says so
+            yield _give_limit(f"{label}: prompts[{i}].max_tokens", runs, whom) + never
+
+
+def _engines_run(spec: MatrixSpec) -> list[Engine]:
+    """The engines a matrix may run on: those named, else every model engine (a toy target
+    exists only where a matrix names toy)."""
+    return list(spec.targets.engines) or list(MODEL_ENGINES)
+
+
+def _give_limit(where: str, engines: list[Engine], whom: str) -> str:
+    needed = choices_text(("'default'", *(f"'{engine}'" for engine in engines)))
+    return f"{where}: give {needed} (a limit for every engine the {whom} may run on)"
+
+
+def _never_run(limit: TokenLimit, runs: list[Engine], whom: str) -> str:
+    """`; the matrix never runs on mlx` for each engine `limit` names outside `runs`."""
+    never = tuple(engine for engine in ENGINES
+                  if getattr(limit, engine) is not None and engine not in runs)
+    return f"; the {whom} never runs on {choices_text(never)}" if never else ""
 
 
 def _check_loop_guard(spec: MatrixSpec, label: str) -> Iterator[str]:
