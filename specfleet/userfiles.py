@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import yaml
 
 from specfleet.errors import UserError, describe_value
+from specfleet.settings import expand_user
 
 _KINDS = (
     (stat.S_ISREG, "a file"),
@@ -120,6 +121,44 @@ def given_path(text: str, label: str, expected: str) -> Path:
             raise UserError(f"{label} {text!r}: a trailing '/' names a folder, but {path} is "
                             f"{kind_of(mode)}; expected {expected}")
     return path
+
+
+def output_folder(text: str, label: str, purpose: str) -> Path:
+    """A folder the user names to write into (`report --out`), of which only the last is made:
+    a typo higher up would otherwise make a whole tree from `/`. A leading `~` or `~USER` is
+    expanded, as in `--db` and the `SPECFLEET_*` paths, where the shell left it (quoted).
+
+    Args:
+        text: the path as given.
+        label: the flag that gave it (`--out`).
+        purpose: what the folder is for (`a folder to write the record in`).
+
+    Returns:
+        The folder's path; it may not exist yet, but the folder it goes in does.
+
+    Raises:
+        UserError: blank, an unknown `~USER`, a file in the way, or a folder above it missing.
+    """
+    if text.startswith("~"):
+        home = str(expand_user(text, label))
+        text = os.path.join(home, "") if text.endswith("/") else home  # the '/' checked below
+    path = given_path(text, label, "a folder path")
+    check_last_folder_only(path, label, purpose)
+    return path
+
+
+def check_last_folder_only(path: Path, label: str, purpose: str) -> None:
+    """Refuse a folder to be made whose own folder does not exist (a typo higher up would
+    make a whole tree), or with a file in the way (`check_folder_path`).
+
+    Raises:
+        UserError: `label PATH: its folder ... does not exist; expected PURPOSE, inside an
+            existing one`.
+    """
+    existing = check_folder_path(path, label)
+    if existing not in (path, path.parent):
+        raise UserError(f"{label} {path}: its folder {path.parent} does not exist; expected "
+                        f"{purpose}, inside an existing one")
 
 
 def refuse_unreachable(path: Path, label: str) -> None:

@@ -51,7 +51,7 @@ from specfleet.report.sessions import sessions_note
 from specfleet.stats.runs import Rate
 from specfleet.store.store import check_store_before_fleet, new_matrix_id, open_store
 from specfleet.store.values import utcnow
-from specfleet.userfiles import given_path
+from specfleet.userfiles import output_folder
 
 MATRIX_FILE_HELP = ("A matrix YAML file, or a packaged matrix's name "
                     f"({', '.join(packaged_names(matrices_dir()))}).")
@@ -125,8 +125,8 @@ def run(
     Exit status 0 when every run is done, 1 when some failed or were interrupted.
     """
     spec = load_matrix_spec(file)  # the file's mistakes in one line, before anything else
-    reports = None if report_dir is None else given_path(report_dir, "--report-dir",
-                                                          "a folder path")
+    reports = None if report_dir is None else output_folder(
+        report_dir, "--report-dir", "a folder to write the records in")
     check_driver_settings(reports)
     outcome = run_spec(spec, address=address, embedded=embedded, db=db,
                        options=scheduler_options(no_progress, require_quiet or spec.require_quiet, wait),

@@ -11,18 +11,19 @@ from specfleet.cli.matrix_output import partial_note
 from specfleet.cli.options import DbOption, MatrixIdArgument
 from specfleet.report.record import write_record
 from specfleet.store.store import open_store
-from specfleet.userfiles import check_writable_dir, given_path
+from specfleet.userfiles import check_writable_dir, output_folder
 
 
 def report(
     matrix_id: MatrixIdArgument,
     out: Annotated[str | None, typer.Option(
-        "--out", help="Folder for the record (default: reports/MATRIX_ID).")] = None,
+        "--out", help="Folder for the record, made if missing inside an existing one "
+        "(default: reports/MATRIX_ID).")] = None,
     db: DbOption = None,
 ) -> None:
     """Write the benchmark record of a matrix: markdown, PNG plots, raw runs as CSV."""
     target = Path("reports") / matrix_id if out is None else \
-        given_path(out, "--out", "a folder path")
+        output_folder(out, "--out", "a folder to write the record in")
     check_writable_dir(target, "--out")
     with open_store(db, read_only=True) as store:
         files = write_record(store, matrix_id, target)

@@ -273,6 +273,14 @@ def _counted(r) -> tuple[str, str, str]:
             f"{r.proposed or 0}/{r.accepted or 0}", str(r.shadow_confirmations or 0))
 
 
+def _heading_tail(matrix_id: str) -> str:
+    return f" (`{matrix_id}`)"  # how a folder's markdown is known for this matrix's record
+
+
+def _plot_line(name: str) -> str:
+    return f"![{name}]({name})"  # how that markdown names each plot of its own
+
+
 def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     """The whole record as markdown text."""
     matrix = load_matrix(store, matrix_id)
@@ -281,7 +289,7 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     finished = (f"finished {matrix.finished_at:%Y-%m-%d %H:%M} UTC" if matrix.finished_at
                 else "not finished")
     lines = [
-        f"# Benchmark record: {md_text(matrix.name)} (`{matrix_id}`)", "",
+        f"# Benchmark record: {md_text(matrix.name)}{_heading_tail(matrix_id)}", "",
         f"Submitted {matrix.submitted_at:%Y-%m-%d %H:%M} UTC, {finished}; status "
         f"{matrix.status}; specfleet {matrix.specfleet_version}; spec sha256 "
         f"`{matrix.spec_hash[:12]}`; runs by status: {json.dumps(matrix.counts)}.", "",
@@ -298,7 +306,7 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     ceiling = ceiling_grid(store, runs)
     tail = [*([ceiling] if ceiling else []), *parity_grid(store, matrix_id),
             load_grid(store, matrix_id, runs), conditions_grid(runs, sessions_note(store, matrix_id))]
-    plots = ["## Plots", ""] + [f"![{name}]({name})" for name in plot_names] + [""]
+    plots = ["## Plots", ""] + [_plot_line(name) for name in plot_names] + [""]
     left = not_done_grid(sorted(store.runs(matrix=matrix_id), key=lambda r: r.plan_order))
     return "\n".join([
         *lines, to_markdown(body, level=2), "## Results", "",
@@ -308,21 +316,63 @@ def record_markdown(store, matrix_id: str, plot_names: list[str]) -> str:
     ])
 
 
-def _refuse_another_record(out: Path, matrix_id: str) -> None:
-    """A folder holding another matrix's record: its runs.csv and plots share their names with
-    this one's, so writing here would leave its markdown showing this matrix's plots."""
+def _earlier_lines(out: Path, matrix_id: str) -> set[str] | None:
+    """The lines of this matrix's earlier markdown in `out`, known by its heading; None when
+    `out` holds none."""
+    try:
+        with (out / f"{matrix_id}.md").open(encoding="utf-8") as handle:
+            if not next(handle, "").rstrip().endswith(_heading_tail(matrix_id)):
+                return None
+            return {line.strip() for line in handle}
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _is_own(path: Path, matrix_id: str, earlier: set[str] | None) -> bool:
+    """Whether `path` belongs to this matrix's earlier record, whose markdown's lines are
+    `earlier`: that markdown itself, a plot it shows, or a `runs.csv` of this matrix's runs."""
+    if earlier is None:
+        return False
+    if path.name == "runs.csv":
+        return _csv_matrix(path) in (matrix_id, "")
+    return path.suffix == ".md" or _plot_line(path.name) in earlier
+
+
+def _csv_matrix(path: Path) -> str | None:
+    """The matrix whose runs `path` lists ("" for a record's CSV of no runs); None when it is
+    no record's CSV."""
     import csv
 
     try:
-        with (out / "runs.csv").open(newline="", encoding="utf-8") as handle:
-            first = next(csv.DictReader(handle), None)
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            first = next(reader, None)
+            columns = reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error):
-        return  # nothing there, or not a record's file: replaced as before
-    other = (first or {}).get("matrix_id")
+        return None
+    if "matrix_id" not in columns:
+        return None
+    return (first.get("matrix_id") or None) if first else ""
+
+
+def _refuse_others_files(out: Path, matrix_id: str, finals: list[Path]) -> None:
+    """Refuse, before any is written, a folder holding a file the record would replace that is
+    not this matrix's own earlier record: another matrix's record (its markdown would show this
+    one's plots), or files of the user's own that merely share a name (`runs.csv`, a PNG)."""
+    there = [path for path in finals if path.exists()]
+    if not there:
+        return
+    other = _csv_matrix(out / "runs.csv")
     if other and other != matrix_id:
         raise UserError(f"{out}: holds the record of matrix {other!r} (runs.csv, plots of the "
                         "same names); expected an empty folder or this matrix's own, e.g. "
                         f"{out.parent / matrix_id}")  # beside it, as reports/ID
+    earlier = _earlier_lines(out, matrix_id)
+    stranger = next((path for path in there if not _is_own(path, matrix_id, earlier)), None)
+    if stranger is not None:
+        raise UserError(f"{stranger}: already there and not part of matrix {matrix_id}'s record, "
+                        "which would replace it; expected an empty folder, a new one, or the "
+                        "folder of this matrix's own record")
 
 
 def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
@@ -333,7 +383,8 @@ def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     as it was (a new `out_dir` is removed again), never a record missing some of its files.
 
     Raises:
-        UserError: an unknown matrix id, or a file that cannot be written.
+        UserError: an unknown matrix id, a file that cannot be written, or one in `out_dir`
+            the record would replace that is not this matrix's own earlier record.
     """
     matrix = load_matrix(store, matrix_id)
     out = Path(out_dir)
@@ -342,7 +393,7 @@ def write_record(store, matrix_id: str, out_dir: str | Path) -> RecordFiles:
     finals = [markdown, csv_path, *plot_files(view, out)]
     for path in finals:  # before any is written
         check_output_file(path)
-    _refuse_another_record(out, matrix_id)
+    _refuse_others_files(out, matrix_id, finals)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{matrix_id}.partial-", dir=out))

@@ -599,6 +599,17 @@ NAMED = {
     "validate: --local with --address": (
         {}, NO_FILES, ["matrix", "validate", "{tmp}/good.yaml", "--local", "--address",
                        "127.0.0.1:1"], ["--local and --address: give one of them"]),
+    "run: --report-dir under a folder that does not exist": (  # the whole tree was made
+        {}, NO_FILES, run_args("{tmp}/good.yaml", "--report-dir", "{here}/no/such/reports"),
+        ["--report-dir {here}/no/such/reports: its folder {here}/no/such does not exist; "
+         "expected a folder to write the records in, inside an existing one"]),
+    "run: --report-dir of an unknown user's home": (  # a folder named `~x` was made here
+        {}, NO_FILES, run_args("{tmp}/good.yaml", "--report-dir", f"~{NO_USER}/reports"),
+        [f"no home folder for ~{NO_USER}"]),
+    "run: SPECFLEET_JOURNAL_DIR under a folder that does not exist": (  # made from / down
+        {"SPECFLEET_JOURNAL_DIR": "{here}/no/such/journal"}, NO_FILES, run_args("{tmp}/good.yaml"),
+        ["SPECFLEET_JOURNAL_DIR {here}/no/such/journal: its folder {here}/no/such does not "
+         "exist; expected a folder for the journal, inside an existing one"]),
     "run: --report-dir a named pipe": (
         {}, files(r="fifo"), run_args("{tmp}/good.yaml", "--report-dir", "{here}/r"),
         ["--report-dir: {here}/r is a named pipe (FIFO), not a folder; expected a folder"]),
