@@ -28,7 +28,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import RunResult
 from specfleet.settings import JOURNAL_DIR
-from specfleet.userfiles import check_writable_dir
+from specfleet.userfiles import check_last_folder_only, check_writable_dir
 
 SUFFIX = ".json"
 CONFLICT_SUFFIX = ".conflict"  # the store holds a different result: kept for a person to see
@@ -53,8 +53,10 @@ def check_journal_root() -> None:
     Raises:
         UserError: naming the variable (or the default folder) and what is expected.
     """
-    label = JOURNAL_DIR.name if JOURNAL_DIR.read() else "the journal folder"
-    check_writable_dir(journal_root(), label)
+    named = JOURNAL_DIR.read()
+    if named is not None:  # made on first use, but not a whole tree under a typo
+        check_last_folder_only(named, JOURNAL_DIR.name, "a folder for the journal")
+    check_writable_dir(journal_root(), JOURNAL_DIR.name if named else "the journal folder")
 
 
 def store_key(url: URL) -> str:
