@@ -11,14 +11,9 @@ token file, is logged into as a person would.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -37,6 +32,7 @@ from specfleet.store import open_store
 from tests.engine.conftest import bundled_model  # noqa: F401 (the fetched bundled model)
 from tests.serve import seed
 from tests.serve.browser import full_page_screenshot, start_chromium
+from tests.serve.serving import serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -115,52 +111,11 @@ def db_url(fleet, bundled_model, tmp_path_factory):  # noqa: F811
     return url
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _serving(args: list[str], log: Path, started: list | None = None):
-    """`specfleet serve ARGS` as a real process on a free loopback port, its stderr in `log`;
-    yields the base URL once it listens (the process appended to `started`)."""
-    port = _free_port()
-    cli = Path(sys.executable).with_name("specfleet")
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [str(cli), "serve", "--port", str(port), *args], stdout=subprocess.DEVNULL,
-            stderr=err, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    if started is not None:
-        started.append(proc)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"specfleet serve exited: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail(f"specfleet serve did not listen within 90 s: {log.read_text()}")
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def server(db_url, fleet, tmp_path_factory):
     """`specfleet serve` as a real process; its stderr goes to a log file."""
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with _serving(["--db", db_url, "--address", fleet.address, "--matrix", "first"],
+    with serving(["--db", db_url, "--address", fleet.address, "--matrix", "first"],
                   log) as base:
         yield base, log
 
@@ -171,7 +126,7 @@ def guarded_server(seeded_url, tmp_path_factory):
     folder = tmp_path_factory.mktemp("guarded")
     (folder / "token").write_text(TOKEN + "\n")
     (folder / "token").chmod(0o600)
-    with _serving(["--db", seeded_url, "--token-file", str(folder / "token")],
+    with serving(["--db", seeded_url, "--token-file", str(folder / "token")],
                   folder / "serve.log") as base:
         yield base, folder / "serve.log"
 
@@ -306,7 +261,7 @@ def test_a_sigterm_after_the_fleet_page_stops_the_view_without_a_stack_dump(
     # Ray's core, connecting for the fleet page, replaced the server's SIGTERM handler with
     # its own: systemd's stop printed "*** SIGTERM received ... epoll_wait" and a stack.
     log, started = tmp_path / "serve.log", []
-    with _serving(["--db", seeded_url, "--address", fleet.address], log, started) as base:
+    with serving(["--db", seeded_url, "--address", fleet.address], log, started) as base:
         with urllib.request.urlopen(f"{base}/api/fleet", timeout=60) as answer:
             assert json.load(answer)["hosts"], "the fleet page read no host"
         time.sleep(0.5)  # the connect's thread hands the handlers back on the server's loop

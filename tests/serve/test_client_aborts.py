@@ -4,10 +4,7 @@ one line, and the view keeps answering."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +16,7 @@ from specfleet.serve import create_app
 from specfleet.serve.body import MAX_BODY_BYTES
 from specfleet.store.readonly import open_read_only
 from tests.serve.seed import LOOPBACK_URL
+from tests.serve.serving import serving
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,39 +27,9 @@ CHUNKED = b"Transfer-Encoding: chunked\r\n"
 @pytest.fixture(scope="module")
 def served(seeded_url, tmp_path_factory):
     """`specfleet serve` as a real process on a free loopback port: its port and stderr file."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     log = tmp_path_factory.mktemp("aborts") / "serve.log"
-    cli = Path(sys.executable).with_name("specfleet")
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [str(cli), "serve", "--port", str(port), "--db", seeded_url],
-            stdout=subprocess.DEVNULL, stderr=err,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    try:
-        _wait_listening(proc, port, log)
-        yield port, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _wait_listening(proc: subprocess.Popen, port: int, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"specfleet serve exited: {log.read_text()[-2000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()  # sends nothing
-            return
-        except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"specfleet serve did not listen within 60 s: {log.read_text()}")
+    with serving(["--db", seeded_url], log) as base:
+        yield int(base.rsplit(":", 1)[1]), log
 
 
 def _request(method: str, path: str, headers: bytes) -> bytes:

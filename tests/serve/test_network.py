@@ -9,16 +9,15 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.serve.seed import BASE
+from tests.serve.serving import stop, wait_listening
 
 if "netfleet" not in sys.modules:  # tests/cluster/test_netfleet.py loads it the same way
     _spec = importlib.util.spec_from_file_location(
@@ -51,26 +50,12 @@ def shared_view(seeded_url):
             proc = fleet.popen(host, [str(netfleet.BIN / "specfleet"), "serve", "--host",
                                       host.ip, "--db", seeded_url], env=env,
                                stdout=subprocess.DEVNULL, stderr=err)
-        _wait_listening(proc, host.ip, log)
+        wait_listening(proc, host.ip, PORT, log)
         yield f"http://{host.ip}:{PORT}", log, token
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=20)
+            stop(proc)
         assert not netfleet.destroy(fleet)
-
-
-def _wait_listening(proc: subprocess.Popen, ip: str, log: Path) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"specfleet serve exited: {log.read_text()[-2000:]}")
-        try:
-            socket.create_connection((ip, PORT), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    pytest.fail(f"specfleet serve did not listen within 90 s: {log.read_text()}")
 
 
 def test_a_view_on_the_network_needs_the_fleets_token(shared_view):
