@@ -182,6 +182,12 @@ def _check_prompt_targets(spec: MatrixSpec, own: TargetSelector | None, where: s
             yield (f"{where}: {field} [{', '.join(mine)}] share none with the matrix's "
                    f"{field} [{', '.join(matrix)}], so the prompt would never run; "
                    f"expected {field} among the matrix's")
+        elif field == "engines" and mine and not matrix and not set(mine) & set(MODEL_ENGINES):
+            # A matrix naming no engine runs the model engines only: toy only when named.
+            yield (f"{where}: engines [{', '.join(mine)}]: the matrix names no engine, so it "
+                   f"runs on {' and '.join(MODEL_ENGINES)} only, and the prompt would never "
+                   f"run; expected one of those, or [{', '.join(mine)}] in the matrix's "
+                   "targets.engines")
     yield from _check_prompt_pairs(spec.targets, own, where, loc, left_out)
 
 

@@ -121,3 +121,14 @@ def test_engines_and_devices_that_pair_pass(tmp_path: Path, targets: str) -> Non
     if "toy" not in targets:
         text = text.replace('"script:1ms"', "smollm2-135m")
     assert "ok:" in accepted(tmp_path, text)
+
+
+def test_a_prompt_for_toy_in_a_matrix_naming_no_engine_is_refused(tmp_path: Path) -> None:
+    # A matrix naming no engine runs mlx and torch only: the toy prompt planned no run, ok.
+    text = ("name: t\nmodels: [smollm2-135m]\nmax_tokens: 4\narms: [plain]\n"
+            "prompts: [{name: p, text: a, targets: {engines: [toy]}}]\n")
+    assert refused(tmp_path, text) == (
+        "prompts[0].targets: engines [toy]: the matrix names no engine, so it runs on mlx and "
+        "torch only, and the prompt would never run; expected one of those, or [toy] in the "
+        "matrix's targets.engines")
+    accepted(tmp_path, text.replace("[toy]", "[torch]"))
