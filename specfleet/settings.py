@@ -344,8 +344,11 @@ def check_worker_settings() -> None:
     """
     THREADS.read()
     root = CONDITIONS_ROOT.read()
-    if root is not None and not os.path.isdir(root):
-        raise UserError(f"{CONDITIONS_ROOT.name}: {root} is no folder; expected a tree laid out "
+    # An empty folder read as a host whose every reading is missing, its runs stored as quiet.
+    if root is not None and not any(os.path.isdir(os.path.join(root, top))
+                                    for top in ("proc", "sys")):
+        problem = "holds neither proc/ nor sys/" if os.path.isdir(root) else "is no folder"
+        raise UserError(f"{CONDITIONS_ROOT.name}: {root} {problem}; expected a tree laid out "
                         f"like / (sys/..., proc/meminfo), or {CONDITIONS_ROOT.name} unset for /")
     log = TOY_RUN_LOG.read()
     if log is not None and (os.path.exists(log) and not os.path.isfile(log)

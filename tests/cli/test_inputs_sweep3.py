@@ -46,6 +46,11 @@ def test_a_conditions_root_that_is_no_folder_is_refused(world, root, said):  # n
 
 def test_a_conditions_root_folder_passes(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(CONDITIONS_ROOT.name, str(tmp_path))
+    # Empty, it passed: every reading missing, the runs stored as if on a quiet host.
+    with pytest.raises(UserError, match=f"{tmp_path} holds neither proc/ nor sys/; expected a "
+                                        r"tree laid out like / \(sys/\.\.\., proc/meminfo\)"):
+        check_worker_settings()
+    (tmp_path / "proc").mkdir()
     check_worker_settings()
     monkeypatch.setenv(CONDITIONS_ROOT.name, " ")
     with pytest.raises(UserError, match="is blank"):
