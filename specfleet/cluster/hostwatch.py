@@ -225,6 +225,9 @@ def _lost(ctx: WatchCtx, host: HostState, flight: InFlight, err: Exception) -> N
         else f"worker lost: {_one_line(err)}"
     ctx.interrupt(host, flight.spec, why)
     host.mark_suspect()  # a detached worker with max_restarts=-1 may come back
+    # Said, or its "back: ... suspect" line came of a state never announced.
+    ctx.host_news(host, SUSPECT, "suspect: its worker was lost during a run, which is "
+                  f"interrupted; waiting up to {ctx.opts.host_wait_s:g} s for it (--wait)")
     if isinstance(err, WORKER_LOST):  # it may have finished first: its host keeps the result
         flight.cut_at, flight.ref, flight.heard_when_lost = time.monotonic(), None, host.heard
         host.inflight = flight

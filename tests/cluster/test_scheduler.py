@@ -186,11 +186,17 @@ def test_a_worker_process_lost_mid_run_is_interrupted_and_the_host_comes_back(fl
     plan = {"alpha": [("script:1ms", "plain", 6), ("exit", "plain", 6),
                       ("script:1ms", "plain", 6), ("script:1ms", "graded", 6)]}
     matrix_id, runs = new_matrix(store, "exit", plan)
-    outcome = run_matrix(store, matrix_id, fleet.handles,
+    events: list = []
+    outcome = run_matrix(store, matrix_id, fleet.handles, events.append,
                          options=replace(FAST, host_wait_s=60.0))
     assert (outcome.done, outcome.interrupted, outcome.pending) == (3, 1, 0)
     assert outcome.hosts["alpha"].health == "healthy"  # answered a ping again after restart
     assert statuses(store, matrix_id)[runs[1].run_key] == "interrupted"
+    # Said as it went suspect, then back: the "back ... suspect" line stood alone before.
+    news = [(e.status, e.reason) for e in events if e.status in ("suspect", "back")]
+    assert [status for status, _ in news] == ["suspect", "back"], news
+    assert news[0][1] == ("suspect: its worker was lost during a run, which is interrupted; "
+                          "waiting up to 60 s for it (--wait)")
 
 
 def test_require_quiet_waits_for_quiet_then_runs_anyway_flagged_noisy(fleet, store):
