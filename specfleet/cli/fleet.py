@@ -188,8 +188,13 @@ def status_command(
     typer.echo(jsontext.dumps(rows, indent=1) if as_json else render_status(rows))
 
 
+LeaveAddressOption = Annotated[str | None, typer.Option(
+    "--address", help="The head HOST:PORT, where it moved since this machine joined; default "
+    "the fleet this machine joined (no variable is read).")]
+
+
 @app.command("leave")
-def leave_command(name: NameOption = None, address: AddressOption = None) -> None:
+def leave_command(name: NameOption = None, address: LeaveAddressOption = None) -> None:
     """Stop this host's worker and this host's own Ray node (nothing else of Ray)."""
     from specfleet.cluster.membership import fleet_leave
     from specfleet.cluster.raybind import bind_for
