@@ -279,7 +279,19 @@ def _module_commands(module_name: str) -> dict[str, _click.Command]:
     assert isinstance(built, TyperGroup)
     for command in built.commands.values():
         _plain_numbers_only(command)
+        _list_metavars(command)
     return dict(built.commands)
+
+
+def _list_metavars(command: _click.Command) -> None:
+    """`--engine <engine,...>` in help, not typer's `<list[str]>`: a list option takes
+    comma-separated values (or is repeated), which its help text names."""
+    for param in command.params:
+        descriptor = getattr(param, "type_descriptor", None)
+        if descriptor is not None and descriptor.annotation == list[str] and param.metavar is None:
+            param.metavar = f"<{(param.name or 'value').replace('_', '-')},...>"
+    for sub in getattr(command, "commands", {}).values():
+        _list_metavars(sub)
 
 
 def _plain_numbers_only(command: _click.Command) -> None:

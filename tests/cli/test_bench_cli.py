@@ -127,7 +127,7 @@ def test_help_shows_what_an_omitted_list_flag_stands_for() -> None:
     shown = " ".join(CliRunner().invoke(app, ["bench", "-h"], terminal_width=200).stdout.split())
     for flag, default in (("--model", DEFAULT_MODELS), ("--prompt", DEFAULT_PROMPTS),
                           ("--arms", DEFAULT_ARMS)):
-        start = shown.index(f"{flag} <list[str]>")
+        start = shown.index(f"{flag} <{flag[2:]},...>")
         assert f"[default: {','.join(default)}]" in shown[start:shown.index(" -", start + 10)]
     assert DEFAULT_MODELS == ("smollm2-135m",) and DEFAULT_ARMS == ("plain", "auto")
     assert DEFAULT_PROMPTS == ("edit_fn", "story")

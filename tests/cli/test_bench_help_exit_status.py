@@ -25,5 +25,5 @@ def test_help_names_every_exit_status() -> None:
 def test_help_says_what_an_omitted_engine_stands_for() -> None:
     # --engine alone among the list flags showed no default.
     shown = bench_help()
-    start = shown.index("--engine <list[str]>")
+    start = shown.index("--engine <engine,...>")
     assert "default: each engine the fleet runs a model on" in shown[start:start + 200]

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from typer.testing import CliRunner
 
-from specfleet.cli.main import COMMANDS, _module_commands
+from specfleet.cli.main import COMMANDS, _module_commands, app
 
 # Not one of these is needed to say the version or to start a fleet command (the store's
 # commands still import the store, and `fleet status` Ray, when they run).
@@ -70,3 +71,10 @@ def test_a_sqlite_store_command_leaves_postgresqls_driver_unloaded(tmp_path) -> 
     status, modules, output = _modules_after(["matrix", "list", "--db", str(tmp_path / "s.db")])
     assert status == 0 and "sqlalchemy" in modules, output
     assert "psycopg" not in modules
+
+
+def test_a_list_option_shows_its_comma_list_not_a_python_type() -> None:
+    # `-e, --engine <list[str]>` in every list option's help (bench, results, selftest).
+    for args in (["bench", "-h"], ["results", "-h"], ["selftest", "-h"]):
+        shown = CliRunner().invoke(app, args, terminal_width=200).stdout
+        assert "list[str]" not in shown and "--engine <engine,...>" in shown, shown

@@ -12,8 +12,9 @@ from specfleet.cli.main import app
 SHARED = ("--db", "--embedded", "--require-quiet", "--no-progress", "--format", "--rate",
           "--max-width", "--engine")
 # `--address` means something else where the fallback differs (parity replays locally,
-# serve's fleet page shows none); `--engine` is a filter on the fleet commands.
-OWN_MEANING = {"--address": {"parity", "serve"},
+# serve's fleet page shows none, leave reads no variable); `--engine` is a filter on the fleet
+# commands.
+OWN_MEANING = {"--address": {"parity", "serve", "fleet leave"},
                "--engine": {"bench", "results", "selftest", "job calibrate"}}
 
 
