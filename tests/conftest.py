@@ -80,6 +80,7 @@ SLOW_MODULES = (
     "tests/engine/runners/test_torch.py", "tests/cluster/test_modelcheck.py",
     "tests/cluster/test_locks.py", "tests/cli/test_interrupt_cli.py",
     "tests/cluster/test_fleet_listeners.py", "tests/cli/test_job_resume_fleet.py",
+    "tests/cli/test_stderr_reader_gone.py",
 )
 
 

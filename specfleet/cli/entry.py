@@ -7,11 +7,15 @@ exception it raises) is sent again a moment later rather than lost. Once
 the command has finished (or said `interrupted`), further signals are ignored while the
 process exits. Standard output that is closed, or that fails a write (a full disk,
 `> /dev/full`), is one line and exit status 1, not a traceback or a reply silently lost.
+Standard error whose reader goes away mid-command (`2>&1 >out | head -3`) is sent to
+/dev/null from then on: the command goes on and stores what it runs (progress is all it
+loses), where the broken pipe ended a driver without a word and left its matrix `running`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import sys
@@ -64,6 +68,7 @@ def main() -> None:
         if sys.stdout is None:  # started with `>&-`: every line would vanish, exit status 0
             _fail("standard output is closed; expected it open (`> /dev/null` discards it)")
         _escape_what_cannot_be_encoded()
+        _stderr_outlives_its_reader()
         from specfleet.cli.main import app
     except KeyboardInterrupt:
         _fail("interrupted", INTERRUPTED_EXIT)
@@ -95,6 +100,47 @@ def _escape_what_cannot_be_encoded() -> None:
         if reconfigure is not None and encoding != "utf8":
             with contextlib.suppress(ValueError, OSError):
                 reconfigure(errors="backslashreplace")
+
+
+class _Stderr(io.TextIOWrapper):
+    """Standard error, which a broken pipe turns into /dev/null. The file's own write stays
+    C code (a Python-level raw write let a Ctrl-C land after the bytes went out and before
+    the buffer knew: the line was written twice)."""
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except BrokenPipeError:  # its reader is gone: nobody reads progress any more
+            _to_devnull(self.fileno())
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except BrokenPipeError:
+            _to_devnull(self.fileno())
+            super().flush()  # what the pipe refused goes to /dev/null
+
+
+def _to_devnull(fd: int) -> None:
+    """Point `fd` at /dev/null: every later write to it vanishes, Ray's and C code's too."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+def _stderr_outlives_its_reader() -> None:
+    """Put `sys.stderr` on `_Stderr`, with its encoding, errors and line buffering."""
+    stream = sys.stderr
+    if stream is None or not hasattr(stream, "fileno"):
+        return
+    try:
+        raw = io.FileIO(stream.fileno(), "w", closefd=False)
+    except (OSError, ValueError):  # no file descriptor behind it (an embedding host's)
+        return
+    stream.flush()
+    sys.stderr = _Stderr(io.BufferedWriter(raw), encoding=stream.encoding,
+                         errors=stream.errors, line_buffering=True)
 
 
 def _stdout_failed(err: OSError) -> bool:
