@@ -29,16 +29,35 @@ _DROPPED: list[int] = []
 RESEND_S = 0.05  # a signal that landed in a finalizer is sent again after this
 
 
+_RAISED: list[int] = []  # the last stopping signal raised as KeyboardInterrupt
+
+
 def _terminate(signum, frame) -> None:
     """SIGTERM (and SIGHUP, and Ctrl-C) stop a command exactly as Ctrl-C does."""
     if _in_finalizer(frame):  # its KeyboardInterrupt would be dropped ("Exception ignored")
-        _DROPPED.append(signum)
-        timer = threading.Timer(RESEND_S, os.kill, (os.getpid(), signum))
-        timer.daemon = True
-        timer.start()
+        _send_again(signum)
         return
     _DROPPED.clear()  # raised now: what the command does with it is its own (serve exits 0)
+    _RAISED[:] = [signum]
     raise KeyboardInterrupt
+
+
+def _send_again(signum: int) -> None:
+    """Send `signum` again in a moment: its KeyboardInterrupt could not stop the command."""
+    _DROPPED.append(signum)
+    timer = threading.Timer(RESEND_S, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
+def _dropped_stop(unraisable) -> None:
+    """`sys.unraisablehook`: a KeyboardInterrupt of ours that Python dropped where no frame
+    says so (a weakref callback, importlib's module-lock `cb` while the commands import) is
+    sent again, not printed as "Exception ignored" with the command running on to exit 0."""
+    if unraisable.exc_type is KeyboardInterrupt and _RAISED:
+        _send_again(_RAISED[0])
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _in_finalizer(frame) -> bool:
@@ -62,6 +81,7 @@ def stopping_signals() -> tuple[int, ...]:
 def main() -> None:
     """Console entry point."""
     try:
+        sys.unraisablehook = _dropped_stop
         for stopping in (signal.SIGINT, *stopping_signals()):
             if signal.getsignal(stopping) is not signal.SIG_IGN:  # `cmd &` in a script
                 signal.signal(stopping, _terminate)

@@ -294,6 +294,32 @@ def test_a_stop_that_lands_in_a_finalizer_still_stops_the_command() -> None:
     assert (done.returncode, done.stderr) == (INTERRUPTED_EXIT, "went on\ninterrupted\n")
 
 
+def test_a_stop_dropped_in_a_weakref_callback_still_stops_the_command() -> None:
+    # Python drops an exception raised in a weakref callback too (importlib's module-lock
+    # `cb` while the commands import, ~0.15 s in): "Exception ignored in: <function
+    # _get_module_lock.<locals>.cb>" and a Ctrl-C'd command ran on to exit 0.
+    code = textwrap.dedent("""
+        import os, signal, sys, time, weakref
+        import typer.main
+        class Collected:
+            pass
+        def cb(ref):
+            os.kill(os.getpid(), signal.SIGINT); time.sleep(0.01)
+        def build(app):
+            gone = Collected()
+            keep = weakref.ref(gone, cb)
+            del gone  # its callback runs at once: the signal lands there
+            sys.stderr.write("went on\\n"); sys.stderr.flush(); time.sleep(60)
+        typer.main.get_command = build
+        from specfleet.cli.entry import main
+        sys.argv[0] = "specfleet"
+        main()
+    """)
+    done = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True,
+                          text=True, timeout=30)
+    assert (done.returncode, done.stderr) == (INTERRUPTED_EXIT, "went on\ninterrupted\n")
+
+
 def test_a_reply_a_stream_cannot_encode_is_escaped_not_a_traceback(tmp_path) -> None:
     # PYTHONIOENCODING=latin-1 and an emoji in a stored name: a UnicodeEncodeError traceback.
     from specfleet.store import open_store
