@@ -32,8 +32,8 @@ from ray.exceptions import (
 )
 
 from specfleet.cluster import noderecord
-from specfleet.cluster.fleet import ray_connecting
 from specfleet.cluster.loopback import keep_on_loopback, refuse_loopback_join, this_ip
+from specfleet.cluster.rayinit import ray_connecting
 from specfleet.cluster.raystart import (
     DEFAULT_PORT,
     check_port_free,

@@ -20,6 +20,7 @@ from ray.exceptions import RayActorError
 
 from specfleet.cli.fleet import render_status
 from specfleet.cluster import fleet as fleet_mod
+from specfleet.cluster import rayinit
 from specfleet.cluster.fleet import (
     DEAD,
     HEALTHY,
@@ -210,7 +211,7 @@ def test_a_signal_while_ray_starts_is_held_then_raised_as_ctrl_c(signum) -> None
     before = {sig: signal.signal(sig, ours) for sig in (signal.SIGINT, signal.SIGTERM)}
     finished = []
     try:
-        with pytest.raises(KeyboardInterrupt), fleet_mod.signals_held_while_ray_starts():
+        with pytest.raises(KeyboardInterrupt), rayinit.signals_held_while_ray_starts():
             ray_utils.set_sigterm_handler(lambda sig, _frame: sys.exit(sig))  # what Ray does
             os.kill(os.getpid(), getattr(signal, signum))
             time.sleep(0.05)  # the handler runs between bytecodes
@@ -228,7 +229,7 @@ def test_a_second_signal_while_ray_starts_stops_at_once() -> None:
     import signal
 
     finished = []
-    with pytest.raises(KeyboardInterrupt), fleet_mod.signals_held_while_ray_starts():
+    with pytest.raises(KeyboardInterrupt), rayinit.signals_held_while_ray_starts():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)
         finished.append("held")
@@ -245,7 +246,7 @@ def test_nothing_is_held_once_ray_has_started() -> None:
     # left (the test read that handler back when it came after one that had changed it).
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with fleet_mod.signals_held_while_ray_starts():
+        with rayinit.signals_held_while_ray_starts():
             pass
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         with pytest.raises(KeyboardInterrupt):  # the default Ctrl-C handler is back
@@ -263,7 +264,7 @@ def test_a_cut_short_ray_init_leaves_no_process_of_ours(tmp_path) -> None:
     # test process may hold a Ray cluster of other tests.
     code = textwrap.dedent("""
         import subprocess, sys, time
-        from specfleet.cluster.fleet import stop_what_a_cut_short_init_started
+        from specfleet.cluster.rayinit import stop_what_a_cut_short_init_started
         grand = "import subprocess, time; subprocess.Popen(['sleep', '120']); time.sleep(120)"
         child = subprocess.Popen([sys.executable, "-c", grand])
         import psutil

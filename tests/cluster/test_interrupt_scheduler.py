@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from specfleet.cluster import scheduler
-from specfleet.cluster.fleet import signals_held_while_ray_starts
 from specfleet.cluster.hoststate import HostState, InFlight
 from specfleet.cluster.outcome import RunInterrupted
+from specfleet.cluster.rayinit import signals_held_while_ray_starts
 from specfleet.cluster.scheduler import run_matrix
 from specfleet.store import open_store
 from tests.store.factory import grid, result

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ray._private import worker as ray_worker
 
-from specfleet.cluster.fleet import ray_connecting
+from specfleet.cluster.rayinit import ray_connecting
 
 NODE_DEAD = {"lines": ["The node with node id: 5d93 has been marked dead"], "pid": "raylet",
              "is_err": False}
