@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet import userfiles
+from specfleet import yamlfiles
 from specfleet.errors import UserError
 from specfleet.userfiles import (
     MAX_TEXT_BYTES,
@@ -16,8 +16,8 @@ from specfleet.userfiles import (
     check_writable_dir,
     given_path,
     read_text,
-    read_yaml,
 )
+from specfleet.yamlfiles import read_yaml
 
 
 def refusal(call, *args) -> str:
@@ -85,7 +85,7 @@ def test_read_text_reads_a_bounded_amount(tmp_path):
 def test_read_yaml_counts_values_as_it_reads(tmp_path, monkeypatch):
     # 50 MB of list items took 4 minutes and ended in a MemoryError traceback: the values
     # were counted only once the whole file was read.
-    monkeypatch.setattr(userfiles, "MAX_NODES", 10)
+    monkeypatch.setattr(yamlfiles, "MAX_NODES", 10)
     path = tmp_path / "m.yaml"
     path.write_text("name: x\nitems:\n" + "- a\n" * 30)
     assert refusal(read_yaml, path, "m.yaml") == (

@@ -25,7 +25,8 @@ from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import MatrixSpec, ParitySpec
 from specfleet.jobs.spec_checks import LeftOut, Loc, matrix_problems
 from specfleet.jobs.userinput import Problems, check_plain_data, one_line_of, problem_lines
-from specfleet.userfiles import given_path, read_text, read_yaml
+from specfleet.userfiles import given_path, read_text
+from specfleet.yamlfiles import read_yaml
 
 
 def read_prompt_text(path: Path, label: str | None = None) -> str:

@@ -4,7 +4,7 @@
 `problem_lines` turns a pydantic `ValidationError` into `field.path[2].name: what is
 expected, got what` lines, and `one_line_of` (`validation_message`) says several problems of
 one file or flag in the one line every command but `matrix validate` prints.
-`userfiles.read_yaml` parses the file.
+`yamlfiles.read_yaml` parses the file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from specfleet.errors import UserError, describe_value, is_utf8
-from specfleet.userfiles import MAX_DEPTH, MAX_NODES
+from specfleet.yamlfiles import MAX_DEPTH, MAX_NODES
 
 
 def check_plain_data(data: Any, label: str) -> None:

@@ -39,9 +39,9 @@ from specfleet.userfiles import (
     kind_of,
     name_problem,
     read_text,
-    read_yaml,
     refuse_unreachable,
 )
+from specfleet.yamlfiles import read_yaml
 
 HASH_FILE = ".specfleet-weights.json"
 

@@ -34,7 +34,8 @@ from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.engine.widthcosts import WidthCosts
 from specfleet.errors import UserError, describe_value
 from specfleet.settings import host_name_problem
-from specfleet.userfiles import name_problem, read_yaml
+from specfleet.userfiles import name_problem
+from specfleet.yamlfiles import read_yaml
 
 # The counters a replay reproduces (all of them).
 COUNTER_NAMES = tuple(COUNTER_FIELDS)
