@@ -278,43 +278,33 @@ def _module_commands(module_name: str) -> dict[str, _click.Command]:
     built = typer.main.get_command(holder)
     assert isinstance(built, TyperGroup)
     for command in built.commands.values():
-        _plain_numbers_only(command)
-        _list_metavars(command)
+        _tidy_params(command)
     return dict(built.commands)
 
 
-def _list_metavars(command: _click.Command) -> None:
-    """`--engine <engine,...>` in help, not typer's `<list[str]>`: a list option takes
-    comma-separated values (or is repeated), which its help text names."""
+def _tidy_params(command: _click.Command) -> None:
+    """On every option and argument of `command` and its subcommands: a number written with
+    '_' (`--factor 1_1`) or a base prefix (0b, 0o, 0x) is refused, where Python's int() and
+    pydantic read `1_1` as 11, a typo silently turned into a verdict's threshold; a list
+    option shows `<engine,...>` in help (it takes comma-separated values), not typer's
+    `<list[str]>`."""
     for param in command.params:
-        descriptor = getattr(param, "type_descriptor", None)
-        if descriptor is not None and descriptor.annotation == list[str] and param.metavar is None:
+        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        if annotation in (int, float):
+            param.process_value = _checking_digits(param.process_value)  # type: ignore[method-assign]
+        elif annotation == list[str] and param.metavar is None:
             param.metavar = f"<{(param.name or 'value').replace('_', '-')},...>"
     for sub in getattr(command, "commands", {}).values():
-        _list_metavars(sub)
+        _tidy_params(sub)
 
 
-def _plain_numbers_only(command: _click.Command) -> None:
-    """Refuse a number written with '_' (`--factor 1_1`) or as 0b/0o/0x on every numeric
-    option and argument of `command` and its subcommands: Python's int() and pydantic read
-    `1_1` as 11, a typo silently turned into a verdict's threshold."""
-    for param in command.params:
-        descriptor = getattr(param, "type_descriptor", None)
-        if descriptor is not None and descriptor.annotation in (int, float):
-            param.process_value = _checking_digits(param.process_value)  # type: ignore[method-assign]
-    for sub in getattr(command, "commands", {}).values():
-        _plain_numbers_only(sub)
-
-
-_PLAIN_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*|\s*[-+]?(inf|nan|infinity)\s*",
-                           re.IGNORECASE)
+_NOT_PLAIN = re.compile(r"\s*[-+]?0[bBoOxX]")  # a base prefix; '_' is found by `in`
 
 
 def _checking_digits(process_value):
     def checked(ctx: _click.Context, value):
         for given in value if isinstance(value, list | tuple) else [value]:
-            if isinstance(given, str) and not _PLAIN_NUMBER.fullmatch(given) and (
-                    "_" in given or re.match(r"\s*[-+]?0[bBoOxX]", given)):
+            if isinstance(given, str) and ("_" in given or _NOT_PLAIN.match(given)):
                 how = "digits grouped with '_'" if "_" in given else "a base prefix"
                 raise _click.exceptions.BadParameter(
                     f"{given!r} is no plain number ({how}); expected digits only, such as 10 "
