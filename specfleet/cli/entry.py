@@ -2,8 +2,8 @@
 
 Importing every subcommand takes about half a second; a Ctrl-C (or SIGTERM, or SIGHUP: the
 terminal closed) in that time ends in the same one line and exit status as one during a
-command, not a traceback; one that lands in a finalizer (`__del__`, where Python drops the
-exception it raises) is sent again a moment later rather than lost. Once
+command, not a traceback; one that lands in a finalizer (`__del__` or a weakref callback,
+where Python drops the exception it raises) is sent again a moment later rather than lost. Once
 the command has finished (or said `interrupted`), further signals are ignored while the
 process exits. Standard output that is closed, or that fails a write (a full disk,
 `> /dev/full`), is one line and exit status 1, not a traceback or a reply silently lost.
@@ -33,10 +33,8 @@ _RAISED: list[int] = []  # the last stopping signal raised as KeyboardInterrupt
 
 
 def _terminate(signum, frame) -> None:
-    """SIGTERM (and SIGHUP, and Ctrl-C) stop a command exactly as Ctrl-C does."""
-    if _in_finalizer(frame):  # its KeyboardInterrupt would be dropped ("Exception ignored")
-        _send_again(signum)
-        return
+    """SIGTERM (and SIGHUP, and Ctrl-C) stop a command exactly as Ctrl-C does (raised in a
+    `__del__` or a weakref callback, where Python drops it, `_dropped_stop` sends it again)."""
     _DROPPED.clear()  # raised now: what the command does with it is its own (serve exits 0)
     _RAISED[:] = [signum]
     raise KeyboardInterrupt
@@ -51,22 +49,13 @@ def _send_again(signum: int) -> None:
 
 
 def _dropped_stop(unraisable) -> None:
-    """`sys.unraisablehook`: a KeyboardInterrupt of ours that Python dropped where no frame
-    says so (a weakref callback, importlib's module-lock `cb` while the commands import) is
-    sent again, not printed as "Exception ignored" with the command running on to exit 0."""
+    """`sys.unraisablehook`: a KeyboardInterrupt of ours that Python dropped (raised in a
+    `__del__` or a weakref callback: importlib's module-lock `cb` while the commands import)
+    is sent again, not printed as "Exception ignored" with the command running on to exit 0."""
     if unraisable.exc_type is KeyboardInterrupt and _RAISED:
         _send_again(_RAISED[0])
         return
     sys.__unraisablehook__(unraisable)
-
-
-def _in_finalizer(frame) -> bool:
-    """Whether `frame` runs inside a `__del__` (an exception raised there is dropped)."""
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
 
 
 def stopping_signals() -> tuple[int, ...]:
