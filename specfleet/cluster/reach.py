@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specfleet.engine.kinds import ENGINE_DEVICES
 from specfleet.errors import UserError, one_line
 from specfleet.jobs.run import Target
 from specfleet.settings import ADDRESS, check_worker_settings
@@ -421,7 +422,7 @@ def _targets(host: str, info: dict, with_toy: bool) -> list[Target]:
         if f"{engine}/{device}" not in failed
     ]
     if with_toy:
-        targets.append(Target(host=host, engine="toy", device="cpu"))
+        targets.append(Target(host=host, engine="toy", device=ENGINE_DEVICES["toy"][0]))
     return targets
 
 

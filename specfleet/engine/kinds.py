@@ -18,10 +18,11 @@ ENGINES: tuple[Engine, ...] = get_args(Engine)
 DEVICES: tuple[Device, ...] = get_args(Device)
 DEVICE_CHOICES: tuple[DeviceChoice, ...] = get_args(DeviceChoice)
 # The devices each engine's runner can use (besides "auto"): a new device is added here and
-# in `Device`, then resolved by the runner that can use it.
-ENGINE_DEVICES: dict[ModelEngine, tuple[Device, ...]] = {
+# in `Device`, then resolved by the runner that can use it. The toy runners compute on the CPU.
+ENGINE_DEVICES: dict[Engine, tuple[Device, ...]] = {
     "torch": ("cpu", "cuda", "mps"),
     "mlx": ("cpu", "metal", "cuda"),
+    "toy": ("cpu",),
 }
 
 

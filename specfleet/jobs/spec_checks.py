@@ -24,7 +24,6 @@ from specfleet.engine.config import (
 )
 from specfleet.engine.kinds import ENGINE_DEVICES, ENGINES, MODEL_ENGINES, Engine, choices_text
 from specfleet.engine.peers import PeerKind, peer_kind
-from specfleet.engine.runners.toy import ToyRunner
 from specfleet.errors import UserError, describe_value
 from specfleet.jobs.spec import (
     ARM_OPTIONS,
@@ -223,18 +222,13 @@ def _check_targets(selector: TargetSelector, where: str, loc: Loc,
         yield from _check_pairs(selector.engines, selector.devices, where)
 
 
-def devices_of(engine: Engine) -> tuple[str, ...]:
-    """The devices `engine` runs on: its runner's (`ENGINE_DEVICES`; the toy runners' own)."""
-    return (ToyRunner.device,) if engine == "toy" else ENGINE_DEVICES[engine]
-
-
 def _pair(engines: Iterable[Engine], devices: Sequence[str]) -> bool:
     """Whether an engine of `engines` runs on a device of `devices` (none listed: any)."""
-    return any(not devices or set(devices_of(engine)) & set(devices) for engine in engines)
+    return any(not devices or set(ENGINE_DEVICES[engine]) & set(devices) for engine in engines)
 
 
 def _no_target(engines: Sequence[Engine], devices: Sequence[str]) -> str:
-    runs = "; ".join(f"{engine} runs on {choices_text(devices_of(engine))}"
+    runs = "; ".join(f"{engine} runs on {choices_text(ENGINE_DEVICES[engine])}"
                      for engine in dict.fromkeys(engines))
     return (f"no target matches (engines in [{', '.join(engines)}]; devices in "
             f"[{', '.join(devices)}]): {runs}")
@@ -253,7 +247,7 @@ def _check_pairs(engines: Sequence[Engine], devices: Sequence[str], where: str) 
     for i, engine in enumerate(engines):
         if not _pair([engine], devices):
             yield (f"{where}.engines[{i}]: {engine} runs on "
-                   f"{choices_text(devices_of(engine))}, none of devices [{', '.join(devices)}], "
+                   f"{choices_text(ENGINE_DEVICES[engine])}, none of devices [{', '.join(devices)}], "
                    f"so it would never run; expected one of its devices listed, or drop {engine}")
     for i, device in enumerate(devices):
         if not _pair(engines, [device]):
