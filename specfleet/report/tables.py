@@ -258,9 +258,10 @@ def noisy_summary(view: MatrixView) -> str | None:
 
 
 PIVOT_NOTE = "Each target: plain tok/s · speed-up ±spread · acceptance rate · parity vs plain."
-# As the pivot table shows them: the speed-up with its verdict, interval, spread and repeats.
+# As the pivot table shows them: the speed-up with its verdict, interval, spread and repeats,
+# and the marks beside it (LOOP, THROTTLED: the speed-up may not hold).
 PIVOT_FIELDS = ("plain_tok_per_s", "speedup", "verdict", "speedup_low", "speedup_high",
-                "spread", "n", "acceptance_rate", "parity")
+                "spread", "n", "acceptance_rate", "parity", "loop", "throttled")
 
 
 def pivot_cols(view: MatrixView, targets: tuple[str, ...], model: str, prompt: str,
@@ -367,6 +368,8 @@ def pivot_record(view: MatrixView, targets: tuple[str, ...], model: str, prompt:
             "n": cell.n if cell else None,
             "acceptance_rate": accepted,
             "parity": cell.parity if cell else None,
+            "loop": cell.loop if cell else None,
+            "throttled": cell.throttled if cell else None,
         }
     if not per_target:
         return None
