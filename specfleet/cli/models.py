@@ -9,7 +9,7 @@ import typer
 
 from specfleet.engine.runners.folders import weights_problem
 from specfleet.errors import UserError
-from specfleet.models.bundled import BUNDLED, COMPLETE_MARKER, bundled_dir, fetch_bundled
+from specfleet.models.bundled import BUNDLED, bundled_dir, fetch_bundled, fetched
 from specfleet.models.registry import (
     ResolvedModel,
     bundled_source,
@@ -40,7 +40,7 @@ def fetch_command(
         refuse_unbundled(alias, sources)
     for name in sorted({found[0].alias for found in bundled if found is not None}):
         target = bundled_dir(alias=name)
-        if force or not (target / COMPLETE_MARKER).is_file():  # a finished fetch writes nothing
+        if force or not fetched(name):  # a finished fetch writes nothing
             check_writable_dir(target.parent, HOME.name)
         typer.echo(fetch_bundled(name, force=force).message)
 

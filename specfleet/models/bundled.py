@@ -91,6 +91,8 @@ BUNDLED_ALIAS = "smollm2-135m"  # what a bare `bundled` source names, and `make 
 # Layout under SPECFLEET_HOME/models/ALIAS/: the GGUF, the float32 HF folder (torch and MLX
 # both load it) and, where built, the exact 4-bit MLX form; `.complete` marks a finished fetch.
 BUNDLED_FOLDERS = {"bundled": "hf", "bundled-q4": "mlx-q4"}  # source kind -> folder
+# Source kind -> the engines that load its folder: the 4-bit form is MLX's quantization.
+BUNDLED_ENGINES = {"bundled": ("mlx", "torch"), "bundled-q4": ("mlx",)}
 GGUF_FOLDER = "gguf"  # the checked GGUF itself (the llama.cpp peers run it)
 COMPLETE_MARKER = ".complete"
 
@@ -106,6 +108,16 @@ class FetchResult:
 
 def bundled_dir(home: Path | None = None, alias: str = BUNDLED_ALIAS) -> Path:
     return (home or specfleet_home()) / "models" / alias
+
+
+def fetched(alias: str, home: Path | None = None) -> bool:
+    """A finished fetch of `alias` is on disk: its marker and every folder it made (a folder
+    removed by hand after the fetch is a fetch to do again, not one to trust)."""
+    model, target = BUNDLED[alias], bundled_dir(home, alias)
+    folders = [GGUF_FOLDER, BUNDLED_FOLDERS["bundled"]]
+    if model.mlx_q4:
+        folders.append(BUNDLED_FOLDERS["bundled-q4"])
+    return (target / COMPLETE_MARKER).is_file() and all((target / f).is_dir() for f in folders)
 
 
 def fetch_bundled(
@@ -124,7 +136,7 @@ def fetch_bundled(
     if alias not in BUNDLED:
         raise UserError(f"no bundled model {alias!r}; bundled: {', '.join(BUNDLED)}")
     model, target = BUNDLED[alias], bundled_dir(home, alias)
-    if (target / COMPLETE_MARKER).is_file() and not force:
+    if fetched(alias, home) and not force:
         return FetchResult(target, False, f"{alias} already fetched at {target}")
     target.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename at the end: nothing is left half-written.

@@ -26,11 +26,12 @@ from specfleet.errors import UserError, describe_value
 from specfleet.models.bundled import (
     BUNDLED,
     BUNDLED_ALIAS,
+    BUNDLED_ENGINES,
     BUNDLED_FOLDERS,
-    COMPLETE_MARKER,
     GGUF_FOLDER,
     BundledGguf,
     bundled_dir,
+    fetched,
 )
 from specfleet.settings import MODELS, expand_user
 from specfleet.userfiles import (
@@ -187,6 +188,11 @@ def _check_entry_field(label: str, where: str, key: object, value: object) -> No
                         f"{describe_value(value)}")
     elif value.startswith("hf:"):
         check_hf_id(value, f"{label}: {where}:")
+    elif key not in BUNDLED_ENGINES.get(value.partition(":")[0], MODEL_ENGINES):
+        kind = value.partition(":")[0]
+        raise UserError(f"{label}: {where}: {kind} is a form only "
+                        f"{' and '.join(BUNDLED_ENGINES[kind])} loads; expected bundled[:NAME] "
+                        f"for {key}")
 
 
 def resolve_model(
@@ -278,9 +284,8 @@ def list_models() -> list[ResolvedModel]:
 def _locate(alias: str, engine: str, source: str, measure: bool = True) -> ResolvedModel:
     folder: Path | None
     if (bundled := bundled_source(source)) is not None:
-        root = bundled_dir(alias=bundled[0].alias)
-        folder = root / bundled[1]
-        present = (root / COMPLETE_MARKER).is_file() and folder.is_dir()
+        folder = bundled_dir(alias=bundled[0].alias) / bundled[1]
+        present = fetched(bundled[0].alias)
     elif source.startswith("hf:"):
         folder = _hf_cached(source[3:])
         present = folder is not None
@@ -329,6 +334,11 @@ def _missing_hint(alias: str, source: str) -> str:
             f"model {alias!r}: {source[3:]} is not in the local Hugging Face cache "
             f"(fill it with `hf download {source[3:]}` on a connected machine)"
         )
+    config = local_path(source) / "config.json"
+    with contextlib.suppress(OSError):  # a name that is there but no file: say what it is
+        if config.exists() and not config.is_file():
+            return (f"model {alias!r}: {config} is {kind_of(config.stat().st_mode)}, not a "
+                    "file; expected the model's config.json")
     return f"model {alias!r}: {local_path(source)} holds no model (expected a folder with config.json)"
 
 

@@ -305,7 +305,10 @@ def load_model(resolved: Any, engine: str, device: str) -> LoadedModel:
 
 def _said(err: BaseException) -> str:
     """The library's own words: its message's first line, and the next where the first ends
-    in a colon (mlx-lm names the weights the model lacks there, one a line)."""
+    in a colon (mlx-lm names the weights the model lacks there, one a line); a KeyError's
+    bare key said as the key a file lacks."""
+    if isinstance(err, KeyError) and len(err.args) == 1:  # str() is the bare key: 'added_tokens'
+        return f"a file of it lacks the key {err.args[0]!r}"
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     if not lines:
         return type(err).__name__

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
-from specfleet.models.bundled import COMPLETE_MARKER, bundled_dir
+from specfleet.models.bundled import BUNDLED_FOLDERS, COMPLETE_MARKER, GGUF_FOLDER, bundled_dir
 
 
 @pytest.mark.torch
@@ -18,7 +18,8 @@ def test_generate_on_a_damaged_bundled_model_says_to_fetch_it_again(tmp_path, mo
     monkeypatch.delenv("SPECFLEET_MODELS", raising=False)  # the packaged aliases
     root = bundled_dir(tmp_path, "smollm2-135m")
     folder = root / "hf"
-    folder.mkdir(parents=True)
+    for name in (GGUF_FOLDER, *BUNDLED_FOLDERS.values()):  # a whole fetch's folders
+        (root / name).mkdir(parents=True)
     (root / COMPLETE_MARKER).write_text("done\n")
     (folder / "config.json").write_text(json.dumps(
         {"model_type": "llama", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 16,

@@ -68,11 +68,24 @@ class TokenizerText:
     """Text <-> ids through `self.tokenizer`, the same on every real runner."""
 
     tokenizer: Any
+    vocab_size: int
 
     def encode_prompt(self, text: str, chat: bool = True, system: str | None = None) -> list[int]:
         """Token ids of `text`; with `chat`, wrapped in the chat template plus generation prompt
-        (after the `system` turn when given)."""
-        return encode_with_template(self.tokenizer, text, chat, system)
+        (after the `system` turn when given).
+
+        Raises:
+            UserError: an id past the model's vocabulary (a tokenizer of another model: torch
+                would fail in its embedding, MLX read past the table and reply garbage).
+        """
+        ids = encode_with_template(self.tokenizer, text, chat, system)
+        beyond = max(ids, default=-1)
+        if beyond >= self.vocab_size:
+            raise UserError(f"the prompt holds token id {beyond}, past this model's vocabulary "
+                            f"of {self.vocab_size} ids (its tokenizer and its weights come from "
+                            "different models); expected a tokenizer that matches config.json's "
+                            "vocab_size")
+        return ids
 
     def decode(self, ids) -> str:
         """The text of `ids`, special tokens dropped."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specfleet.engine.kinds import MODEL_ENGINES
-from specfleet.userfiles import json_object
+from specfleet.userfiles import json_object, kind_of
 
 # What a model's weights are stored in (the registry sizes and hashes these files).
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".npz")
@@ -31,7 +31,16 @@ JSON_OBJECT_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_conf
 
 
 def weights_problem(folder: Path) -> str | None:
-    """`holds no weights; expected ...` for a model folder without weight files, else None."""
+    """`holds no weights; expected ...` for a model folder without weight files, or what one
+    of its weight names is when that is no file (a named pipe would hang the first read);
+    else None."""
+    for path in sorted(p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern)):
+        if not path.is_file():
+            try:
+                kind = kind_of(path.stat().st_mode)
+            except OSError:  # a link to nothing
+                kind = "a link to nothing"
+            return f"holds {path.name}, {kind}, not a file; expected the model's weights"
     if _holds(folder, WEIGHT_PATTERNS):
         return None
     return "holds no weights; expected the model's *.safetensors beside its config.json"

@@ -107,6 +107,7 @@ class MlxRunner(TokenizerText):
             ValueError: the library refuses the folder (no weights, a damaged weights file,
                 a config field it cannot use, a chat template that does not render).
         """
+        from huggingface_hub.errors import StrictDataclassError
         from mlx_lm import load as mlx_load
 
         from specfleet.engine.runners.folders import mlx_config_overrides
@@ -119,8 +120,10 @@ class MlxRunner(TokenizerText):
             model, tokenizer = mlx_load(str(path), model_config=mlx_config_overrides(Path(path)))
         # MLX's reader refusing a damaged weights file; a config field mlx-lm or transformers
         # cannot use (no heads, a vocabulary past int32, an unknown dtype) or one its
-        # ModelArgs requires and config.json lacks (a TypeError).
-        except (RuntimeError, ArithmeticError, AttributeError, TypeError) as err:
+        # ModelArgs requires and config.json lacks (a TypeError); a field of the wrong type
+        # that transformers' config classes check when mlx-lm loads the tokenizer.
+        except (StrictDataclassError, RuntimeError, ArithmeticError, AttributeError,
+                TypeError) as err:
             raise ValueError(" ".join(str(err).split()) or type(err).__name__) from None
         check_chat_template(tokenizer)
         if resolved == "cpu":
