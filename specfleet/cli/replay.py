@@ -65,14 +65,21 @@ def replay_command(
         # Every name was checked against POLICIES above.
         predictions = predict(store, runs, cast("list[Policy]", policies), costs_for, oracle)
         mismatches, earlier = check_counters(runs)
-    if not predictions:
-        raise UserError(f"RUN_OR_MATRIX {ident}: no cell has a done greedy plain run to replay")
-    typer.echo(format_predictions(predictions, costs_name))
-    if oracle:
-        typer.echo("\n" + format_bounds(predictions, costs_name))
-    say_cells_left_out(runs, predictions)
-    checked = sum(1 for r in runs if stored_lookup(r) is not None) - earlier  # no plain, peer
-    say_counters(checked, earlier, mismatches)
+    lookup_runs = sum(1 for r in runs if stored_lookup(r) is not None)  # no plain, no peer
+    if not predictions and not lookup_runs:
+        raise UserError(f"RUN_OR_MATRIX {ident}: no cell has a done greedy plain run to replay "
+                        "and no lookup run to check; expected a matrix or job with greedy "
+                        "runs of plain and of a policy")
+    if predictions:
+        typer.echo(format_predictions(predictions, costs_name))
+        if oracle:
+            typer.echo("\n" + format_bounds(predictions, costs_name))
+        say_cells_left_out(runs, predictions)
+    else:  # a job of one policy: its counters are still checked
+        typer.echo(f"replay: no prediction for {ident}: no cell has a done greedy plain run "
+                   "keeping its token ids (a generation job runs one policy; a matrix with a "
+                   "plain arm has them)", err=True)
+    say_counters(lookup_runs - earlier, earlier, mismatches)
     if mismatches:
         raise typer.Exit(1)
 

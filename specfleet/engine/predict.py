@@ -37,6 +37,11 @@ class Replayed:
     cost_steps: float
 
 
+class ReplayDiffers(ValueError):
+    """The loop over a stored reply emitted another one: the reply, its stop reason and its
+    token limit do not belong together (not a greedy run, or a stored value edited)."""
+
+
 def replay_runner(
     prompt: Sequence[int], reply: Sequence[int], ended_on_eos: bool, refeeds: bool = False
 ) -> ScriptModel:
@@ -102,7 +107,7 @@ def replay(
         trace=True, pipeline=pipeline,
     )
     if generation.tokens != list(reply):
-        raise ValueError("the replayed reply differs from the stored one (not a greedy run?)")
+        raise ReplayDiffers("the replayed reply differs from the stored one (not a greedy run?)")
     return Replayed(generation, trace_cost(generation.trace, costs, pipeline))
 
 

@@ -29,7 +29,7 @@ from specfleet.engine.config import PromptLookupConfig, default_max_draft, polic
 from specfleet.engine.governor import Policy
 from specfleet.engine.kinds import DEVICES, ENGINES, steps_overlap_host
 from specfleet.engine.oracle import OracleSchedule, oracle
-from specfleet.engine.predict import predicted_speedup, replay
+from specfleet.engine.predict import ReplayDiffers, predicted_speedup, replay
 from specfleet.engine.stats import COUNTER_FIELDS
 from specfleet.engine.widthcosts import WidthCosts
 from specfleet.errors import UserError, describe_value
@@ -50,6 +50,17 @@ class CostTable:
     host: str | None = None  # where it was measured; a run's own measurement compares only there
     # Whether the loop pipelines on that host (`steps_overlap_host`); None: not said.
     pipelines: bool | None = None
+    # The engine, device and model it was measured with, where it says (None: not said).
+    engine: str | None = None
+    device: str | None = None
+    model: str | None = None
+
+    def measured_where(self, cell: tuple) -> bool:
+        """The table was measured where this cell's runs ran (its host, and its engine,
+        device and model where it says them): only then are those runs a check of it."""
+        host, *ran = cell[:4]
+        said = (self.engine, self.device, self.model)
+        return self.host == host and all(s is None or s == r for s, r in zip(said, ran, strict=True))
 
 
 @dataclass(frozen=True)
@@ -109,45 +120,53 @@ MAX_COST_STEPS = 1000.0
 MIN_COST_STEPS = 0.1
 # The shortest prefix of a run key (32 hex digits) replay reads as the whole key.
 MIN_RUN_KEY_PREFIX = 8
+# Past any tokenizer's vocabulary (the largest hold ~262k ids): a larger stored id is a hand
+# edit, and the replay's model would build rows that wide.
+MAX_TOKEN_ID = 2**22
+GUARD_KEYS = ("min_period", "max_period", "repeats")
 
 
-def load_cost_file(path: Path) -> CostTable:
-    """A YAML table (`name`, `ratio: [cost of width 1, 2, ...]`); one-line errors."""
-    data = read_yaml(path, f"--costs {path}", expected=COSTS_EXPECTED)
+def load_cost_file(path: Path, given: str | None = None) -> CostTable:
+    """A YAML table (`name`, `ratio: [cost of width 1, 2, ...]`); one-line errors, naming
+    the file as `given` (what the user typed: `./apple-m4pro`, not `apple-m4pro`)."""
+    shown = given or str(path)
+    data = read_yaml(path, f"--costs {shown}", expected=COSTS_EXPECTED)
     if data is None:
-        raise UserError(f"--costs {path}: the file is empty; expected {COSTS_EXPECTED}")
+        raise UserError(f"--costs {shown}: the file is empty; expected {COSTS_EXPECTED}")
     if not isinstance(data, dict):
-        raise UserError(f"--costs {path}: expected a mapping of fields at the top level "
+        raise UserError(f"--costs {shown}: expected a mapping of fields at the top level "
                         f"(name, ratio: [...]), got {describe_value(data)}")
     unknown = [str(k) for k in data if k not in COST_FILE_FIELDS + CALIBRATE_JSON_FIELDS]
     if unknown:
-        raise UserError(f"--costs {path}: unknown field {unknown[0]!r}; expected "
+        raise UserError(f"--costs {shown}: unknown field {unknown[0]!r}; expected "
                         f"{', '.join(COST_FILE_FIELDS[:-1])} or {COST_FILE_FIELDS[-1]} (or "
                         "what `calibrate --json` writes beside them)")
-    costs = _ratio(path, data.get("ratio"))
+    costs = _ratio(shown, data.get("ratio"))
     for field in ("name", "host", "engine", "device"):  # the name is shown in the title
         if field in data and not isinstance(data[field], str):
-            raise UserError(f"--costs {path}: field {field!r} must be text, got "
+            raise UserError(f"--costs {shown}: field {field!r} must be text, got "
                             f"{describe_value(data[field])}")
     if "name" in data and (problem := name_problem(data["name"])):  # shown in the title
-        raise UserError(f"--costs {path}: field 'name': {problem}; expected the table's title "
+        raise UserError(f"--costs {shown}: field 'name': {problem}; expected the table's title "
                         "in printable characters (or no name: the file's own)")
     if "host" in data and (problem := host_name_problem(data["host"])):  # matched to runs'
-        raise UserError(f"--costs {path}: field 'host': {problem}")
+        raise UserError(f"--costs {shown}: field 'host': {problem}")
     for field, known in (("engine", ENGINES), ("device", DEVICES)):
         if field in data and data[field] not in known:  # a table of no engine we know
-            raise UserError(f"--costs {path}: field {field!r} is {data[field]!r}; expected one "
+            raise UserError(f"--costs {shown}: field {field!r} is {data[field]!r}; expected one "
                             f"of {', '.join(known)}")
     step = data.get("pipelined_ms")  # not used here, but a table that says -1 ms is not one
     if step is not None and _positive(step) is None:
-        raise UserError(f"--costs {path}: field 'pipelined_ms' must be a positive number of "
+        raise UserError(f"--costs {shown}: field 'pipelined_ms' must be a positive number of "
                         f"milliseconds, got {describe_value(step)}")
     pipelines = (steps_overlap_host(data["engine"], data["device"])
                  if "engine" in data and "device" in data else None)
-    return CostTable(str(data.get("name") or path.stem), costs, data.get("host"), pipelines)
+    model = data.get("model") if isinstance(data.get("model"), str) else None
+    return CostTable(str(data.get("name") or path.stem), costs, data.get("host"), pipelines,
+                     data.get("engine"), data.get("device"), model)
 
 
-def _ratio(path: Path, ratio: object) -> tuple[float, ...]:
+def _ratio(shown: str, ratio: object) -> tuple[float, ...]:
     """The table's `ratio` field as costs, each within MIN_COST_STEPS..MAX_COST_STEPS."""
     costs = [c if c is None or c <= MAX_COST_STEPS else None
              for c in map(_positive, ratio)] if isinstance(ratio, list) else []
@@ -158,13 +177,13 @@ def _ratio(path: Path, ratio: object) -> tuple[float, ...]:
             bad = f", got {len(costs)}"
         else:
             bad = f"; ratio[{costs.index(None)}] is {describe_value(ratio[costs.index(None)])}"
-        raise UserError(f"--costs {path}: field 'ratio' must be a list of at least two positive "
+        raise UserError(f"--costs {shown}: field 'ratio' must be a list of at least two positive "
                         f"costs (widths 1, 2, ... in pipelined steps, each at most "
                         f"{MAX_COST_STEPS:g}){bad}")
     checked = tuple(c for c in costs if c is not None)
     tiny = next((i for i, c in enumerate(checked) if c < MIN_COST_STEPS), None)
     if tiny is not None:
-        raise UserError(f"--costs {path}: ratio[{tiny}] is {checked[tiny]:g}, under "
+        raise UserError(f"--costs {shown}: ratio[{tiny}] is {checked[tiny]:g}, under "
                         f"{MIN_COST_STEPS:g} of a pipelined step; expected each width's cost in "
                         "pipelined one-token steps (width 1 about 1), not in seconds")
     return checked
@@ -206,7 +225,7 @@ def cost_source(spec: str):
     # A host name has no slash and no .yaml: such a value is a file, missing or not (its
     # reader names a missing file, a folder or a pipe in one line).
     if "/" in spec or path.suffix.lower() in COST_FILE_SUFFIXES:
-        table = load_cost_file(path)
+        table = load_cost_file(path, spec)
         return lambda store, cell: table
     packaged = packaged_cost(spec)
     if packaged is not None:
@@ -220,7 +239,8 @@ def cost_source(spec: str):
         if not rows or any(r.ratio is None for r in rows):
             raise _no_table(spec, host, f"{model} on {engine}/{device}")
         return CostTable(f"{host} {rows[0].measured_at:%Y-%m-%d %H:%M} n={rows[0].n}",
-                         tuple(r.ratio for r in rows), host, steps_overlap_host(engine, device))
+                         tuple(r.ratio for r in rows), host, steps_overlap_host(engine, device),
+                         engine, device, model)
 
     return stored
 
@@ -268,7 +288,28 @@ def stored_runs(store, ident: str) -> list:
     if not any(r.prompt_token_ids for r in greedy):
         raise UserError(f"RUN_OR_MATRIX {ident}: no done greedy run keeps its prompt token ids "
                         "(runs stored before specfleet replay existed); run it again")
-    return [r for r in greedy if r.prompt_token_ids and r.token_ids]
+    kept = [r for r in greedy if r.prompt_token_ids and r.token_ids]
+    for run in kept:
+        if problem := _replay_values_problem(run):
+            raise store.damaged(problem)
+    return kept
+
+
+def _replay_values_problem(run) -> str | None:
+    """What in a run's stored reply or loop guard is not as specfleet stores them (a hand
+    edit: a traceback deep inside the replay, or a model as wide as the largest id)."""
+    for column in ("prompt_token_ids", "token_ids"):
+        ids = getattr(run, column)
+        bad = next((t for t in ids if type(t) is not int or not 0 <= t < MAX_TOKEN_ID), None) \
+            if isinstance(ids, list) else ids
+        if bad is not None:
+            return f"runs.{column} of run {run.run_key!r} holds {bad!r:.40}, not a token id"
+    guard = run.loop_guard
+    if guard and not (isinstance(guard, dict) and sorted(guard) == sorted(GUARD_KEYS)
+                      and all(type(v) is int and v > 0 for v in guard.values())):
+        return (f"runs.loop_guard of run {run.run_key!r} holds {guard!r:.60}, not counts "
+                f"{', '.join(GUARD_KEYS)}")
+    return None
 
 
 def whole_run_key(store, ident: str) -> str:
@@ -303,7 +344,7 @@ def _cell(run) -> tuple[str, str, str, str, str]:
 
 def _guard(run) -> tuple[int, int, int] | None:
     g = run.loop_guard
-    return (g["min_period"], g["max_period"], g["repeats"]) if g else None
+    return (g["min_period"], g["max_period"], g["repeats"]) if g else None  # GUARD_KEYS
 
 
 def _replay(run, reply_run, lookup: PromptLookupConfig | None, costs: Sequence[float],
@@ -311,10 +352,17 @@ def _replay(run, reply_run, lookup: PromptLookupConfig | None, costs: Sequence[f
     """`run`'s loop over `reply_run`'s reply: re-feeding as its model did, pipelining as
     `pipeline` says (None: as the run did; runs stored before it was kept pipelined)."""
     config = run.engine_config or {}
-    return replay(run.prompt_token_ids, reply_run.token_ids, stop_reason=reply_run.stop_reason,
-                  max_tokens=run.max_tokens, lookup=lookup, costs=costs, loop_guard=_guard(run),
-                  refeeds=_refeeds(run),
-                  pipeline=config.get("pipelines", True) if pipeline is None else pipeline)
+    try:
+        return replay(run.prompt_token_ids, reply_run.token_ids,
+                      stop_reason=reply_run.stop_reason, max_tokens=run.max_tokens,
+                      lookup=lookup, costs=costs, loop_guard=_guard(run), refeeds=_refeeds(run),
+                      pipeline=config.get("pipelines", True) if pipeline is None else pipeline)
+    except ReplayDiffers:  # its stored columns disagree: a hand edit, or another store's run
+        raise UserError(
+            f"run {reply_run.run_key}: its stored reply ({len(reply_run.token_ids)} tokens, "
+            f"stop reason {reply_run.stop_reason}) is not what greedy decoding under its "
+            f"stored settings (max_tokens {run.max_tokens}) emits; expected the store as "
+            "specfleet wrote it (restore it from a backup)") from None
 
 
 def _refeeds(run) -> bool:
@@ -437,7 +485,8 @@ def predict(store, runs: Sequence, policies: Sequence[Policy], costs_for,
             out.append(Prediction(
                 cell, policy, {n: getattr(stats, n) for n in COUNTER_NAMES}, done.cost_steps,
                 plain_steps, predicted_speedup(plain_steps, done.cost_steps, prefill),
-                # Another host's table predicts that host: this one's runs are no check of it.
-                _measured(arms, policy) if table.host == cell[0] else None, bounds.get(policy),
+                # Another host's (or target's) table predicts there: these runs are no check.
+                _measured(arms, policy) if table.measured_where(cell) else None,
+                bounds.get(policy),
             ))
     return out

@@ -16,7 +16,7 @@ def format_predictions(predictions: Sequence[Prediction], costs_name: str) -> st
     extra = (" efficiency |", "---|") if any(p.bound for p in predictions) else ("", "")
     lines = [f"Predicted speed-up over plain under {md_text(costs_name)} (whole call, prefill in "
              "pipelined steps from each cell's plain run; measured and error only where the "
-             "table is the runs' own host's)", "",
+             "table was measured on the runs' own host, engine, device and model)", "",
              "| model | target | prompt | policy | rounds | drafted | proposed | accepted | "
              "steps / plain | predicted | measured | error |" + extra[0],
              "|---|---|---|---|---|---|---|---|---|---|---|---|" + extra[1]]

@@ -30,6 +30,12 @@ class StoreDamaged(UserError):
     restored from a backup, not retried."""
 
 
+def damaged_value(source: str, url: str, what: str) -> StoreDamaged:
+    """The one line for a stored value specfleet did not write: `what` names it and why."""
+    return StoreDamaged(f"{source} {url}: a stored value cannot be read ({what}); expected "
+                        "the store as specfleet wrote it (restore it from a backup)")
+
+
 class UnreadableValue(ValueError):
     """A stored value of another type than its column's (a hand edit: SQLite keeps whatever
     is written), found as rows are read; the store says it as `StoreDamaged`, naming the

@@ -40,7 +40,13 @@ from specfleet.store.engine import (
     resolve_url,
     store_source,
 )
-from specfleet.store.errors import StoreConflict, StoreDamaged, UnknownMatrix, UnreadableValue
+from specfleet.store.errors import (
+    StoreConflict,
+    StoreDamaged,
+    UnknownMatrix,
+    UnreadableValue,
+    damaged_value,
+)
 from specfleet.store.journal import Journal, WriteBack, check_journal_root
 from specfleet.store.leases import StoreLeases
 from specfleet.store.migrate import (
@@ -182,9 +188,7 @@ def connection_errors(url: URL, source: str, engine: Engine | None = None,
         _close_refused(engine, url)
         if not _unreadable_value(err):
             raise
-        raise StoreDamaged(f"{source} {display_url(url)}: a stored value cannot be read "
-                        f"({one_line(str(err))}); expected the store as specfleet wrote it "
-                        "(restore it from a backup)") from None
+        raise damaged_value(source, display_url(url), one_line(str(err))) from None
     except BaseException:
         _close_refused(engine, url)
         raise
@@ -227,6 +231,11 @@ class Store(StoreQueries, StoreSeries, StoreLeases):
     @property
     def display_url(self) -> str:
         return display_url(self.url)
+
+    def damaged(self, what: str) -> StoreDamaged:
+        """The one line for a value read from this store that specfleet did not write (a
+        hand edit), found where it is used: `what` names it and why."""
+        return damaged_value(self.source, self.display_url, what)
 
     def close(self) -> None:
         """Release every pooled connection, and the empty side files a SQLite read leaves."""

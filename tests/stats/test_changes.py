@@ -102,3 +102,13 @@ def test_history_flags_each_step() -> None:
     ])
     assert [(s.before, s.after, s.change.changed) for s in steps] == [
         ("m1", "m2", False), ("m2", "m3", True)]
+
+
+def test_a_ratio_exactly_at_the_factor_is_within_it() -> None:
+    # asv's rule and the help's "only beyond this ratio": 0.8x under --factor 1.25 read as
+    # a regression.
+    before = [100.0, 100.0, 100.0]
+    assert detect_change(before, [80.0, 80.0, 80.0], factor=1.25).verdict == "within noise"
+    assert detect_change(before, [125.0, 125.0, 125.0], factor=1.25).verdict == "within noise"
+    assert detect_change(before, [79.0, 79.0, 79.0], factor=1.25).verdict == "slower"
+    assert detect_change(before, [126.0, 126.0, 126.0], factor=1.25).verdict == "faster"
