@@ -54,7 +54,8 @@ def runtime_dir() -> Path:
 
     Raises:
         UserError: the path exists but is a link, not a directory, or not ours; or the
-            variable names a folder of ours that others may enter (its mode is left alone).
+            variable names a folder of ours that others may enter (its mode is left alone);
+            or it cannot be made or written.
     """
     uid = os.getuid()
     given = RUNTIME_DIR.read()
@@ -67,7 +68,10 @@ def runtime_dir() -> Path:
     except FileExistsError:
         pass
     except OSError as err:
-        raise UserError(f"cannot create the runtime directory {path} ({err.strerror})") from None
+        where = f"{RUNTIME_DIR.name} {path}" if given else f"the runtime directory {path}"
+        advice = "a path whose folder exists" if given else f"{RUNTIME_DIR.name} set elsewhere"
+        raise UserError(f"{where}: cannot be created ({err.strerror}); expected "
+                        f"{advice}") from None
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
         advice = ("expected a folder of your own, or a path not there yet" if given else
@@ -82,4 +86,8 @@ def runtime_dir() -> Path:
                             "yet")
     elif mode != 0o700:
         os.chmod(path, 0o700)
+    if not os.access(path, os.W_OK):  # a read-only mount (permission bits say nothing to root)
+        raise UserError(f"{label} cannot be written (a read-only file system?); expected a "
+                        f"folder this user can write" + ("" if given else
+                                                         f", or {RUNTIME_DIR.name} set"))
     return path

@@ -352,11 +352,16 @@ def check_worker_settings() -> None:
                         f"like / (sys/..., proc/meminfo), or {CONDITIONS_ROOT.name} unset for /")
     log = TOY_RUN_LOG.read()
     if log is not None and (os.path.exists(log) and not os.path.isfile(log)
-                            or not os.path.isdir(os.path.dirname(log))):
-        # A named pipe held every run until the timeout; a device (/dev/full) failed each.
+                            or not os.path.isdir(os.path.dirname(log))
+                            or not os.access(log if os.path.exists(log) else
+                                             os.path.dirname(log), os.W_OK)):
+        # A named pipe held every run until the timeout; a device (/dev/full) failed each,
+        # as a read-only mount did.
         problem = ("is a folder" if os.path.isdir(log) else
-                   "is no regular file (a named pipe or a device)" if os.path.exists(log) else
-                   "is in no folder that exists")
+                   "is no regular file (a named pipe or a device)" if os.path.exists(log)
+                   and not os.path.isfile(log) else
+                   "is in no folder that exists" if not os.path.isdir(os.path.dirname(log)) else
+                   "cannot be written (a read-only file system?)")
         raise UserError(f"{TOY_RUN_LOG.name}: {log} {problem}; expected a file to append run "
                         f"keys to in an existing folder, or {TOY_RUN_LOG.name} unset")
 

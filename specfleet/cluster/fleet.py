@@ -32,6 +32,7 @@ from specfleet.cluster.rayinit import ray_connecting, stop_what_a_cut_short_init
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.startfailures import (
     RAY_START_FAILURES,
+    check_ray_dir_room,
     embedded_start_failed,
     load_text,
     session_logs,
@@ -135,6 +136,7 @@ def _start_embedded(
     from specfleet.dirs import runtime_dir
 
     ray_dir = _private_ray_dir(runtime_dir() / "ray")
+    check_ray_dir_room(ray_dir)
     with stop_what_a_cut_short_init_started(), ray_connecting():
         try:
             _init_embedded(info, num_cpus, ray_dir)

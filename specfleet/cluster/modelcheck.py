@@ -22,6 +22,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.plan import plan_runs, prompt_texts
 from specfleet.jobs.run import Target
 from specfleet.jobs.spec import MatrixSpec
+from specfleet.settings import names_a_setting
 from specfleet.workers.loaded import ModelCheck, check_model, sure_overruns
 
 CHECK_TIMEOUT_S = 60.0  # for every host together: resolving reads folders, never weights
@@ -78,7 +79,10 @@ def check_here(spec: MatrixSpec, label: str) -> ModelReport:
             where = f"models[{i}]" if shared else f"models[{i}]: {engine}"
             alone = f"; or run it on {' and '.join(runs_on)} alone (targets.engines)" \
                 if runs_on and not spec.targets.engines else ""
-            _file(report, check, f"{label}: {where}: {check.problem}{alone}")
+            # A setting's problem (SPECFLEET_MODELS, SPECFLEET_HOME) is no fault of the file.
+            said = check.problem if names_a_setting(check.problem) else \
+                f"{label}: {where}: {check.problem}{alone}"
+            _file(report, check, said)
     if not report.errors and not report.missing:
         report.errors.extend(prompt_overruns(spec, label))
     return report

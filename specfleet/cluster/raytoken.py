@@ -6,12 +6,13 @@ head's token file (or `RAY_AUTH_TOKEN`). See docs/fleet.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
 
 from specfleet.errors import UserError
-from specfleet.userfiles import read_text
+from specfleet.userfiles import check_folder_path, read_text
 
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
 
@@ -41,16 +42,41 @@ def ensure_token(create: bool) -> Path | None:
                 f"no Ray token at {path}: copy the head's token file there (mode 600) "
                 "or set RAY_AUTH_TOKEN"
             )
-        import secrets
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))  # 256 bits, the format `ray get-auth-token` writes
+        _write_new_token(path)
     if stat.S_IMODE(path.stat().st_mode) != 0o600:
         path.chmod(0o600)  # Ray writes 0644; the token is the only key to the cluster
     reload_auth()
     return path
+
+
+def _write_new_token(path: Path) -> None:
+    """A new token at `path`, whole or not at all: written beside it, then linked into place
+    (a full disk left an empty token file that refused every later start until removed by
+    hand; a token another process linked first is kept)."""
+    import secrets
+    import tempfile
+
+    named = "RAY_AUTH_TOKEN_PATH" if os.environ.get("RAY_AUTH_TOKEN_PATH") else \
+        "the Ray token file"
+    check_folder_path(path.parent, f"{named} {path}")  # a file in the way ($HOME a file)
+    temp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".auth_token-", dir=path.parent)  # mode 0600
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))  # 256 bits, the format `ray get-auth-token` writes
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(temp, path)
+    except OSError as err:
+        raise UserError(f"{named} {path}: cannot be created ({err.strerror}); expected a "
+                        "folder you can write for it (or set RAY_AUTH_TOKEN_PATH or "
+                        "RAY_AUTH_TOKEN)") from None
+    finally:
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
 
 def _check_token_file(path: Path) -> None:

@@ -10,8 +10,27 @@ from specfleet.errors import UserError
 from specfleet.settings import logical_cpus
 
 # How Ray says its processes did not start: the node did not register in 30 s (a machine
-# too busy), or its GCS did not come up (a port or socket problem as often as load).
-RAY_START_FAILURES = ("The current node timed out during startup", "Failed to start GCS")
+# too busy), its GCS did not come up (a port or socket problem as often as load), or the
+# file a process writes its port in never came (its folder's file system full, say).
+RAY_START_FAILURES = ("The current node timed out during startup", "Failed to start GCS",
+                      "Timed out waiting for file")
+# Free space the embedded Ray's session folder needs (its logs and socket files take a few
+# MB; with less, Ray waited 31 s for a port file that could not be written).
+RAY_DIR_MIN_FREE_MB = 64
+
+
+def check_ray_dir_room(ray_dir: str) -> None:
+    """Refuse, before Ray starts, a session folder on a file system with too little room."""
+    import shutil
+
+    folder = Path(ray_dir)
+    while not folder.exists() and folder != folder.parent:  # Ray makes it: ask its parent
+        folder = folder.parent
+    free_mb = shutil.disk_usage(folder).free / 2**20
+    if free_mb < RAY_DIR_MIN_FREE_MB:
+        raise UserError(f"the embedded fleet's Ray folder {ray_dir}: {free_mb:.1f} MB free; "
+                        f"expected at least {RAY_DIR_MIN_FREE_MB} MB there for its session "
+                        "files (free some, or set SPECFLEET_RUNTIME_DIR on another file system)")
 
 
 def embedded_start_failed(err: BaseException, ray_dir: str) -> UserError:

@@ -77,7 +77,12 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
     if not raw:
         path = default_db_path()
         if create_dir and not path.parent.is_dir():
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
+            try:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
+            except OSError as err:  # $HOME a file, or on a read-only mount
+                raise UserError(f"--db not given: the default store's folder {path.parent} "
+                                f"cannot be made ({err.strerror}); expected --db or "
+                                f"{DB.name} naming a store you can write") from None
         return URL.create("sqlite", database=str(path))
     if raw != raw.strip():  # a pasted space would silently make a second, empty store
         raise UserError(f"{source}: {display_raw(raw)!r} starts or ends with whitespace; "
@@ -261,6 +266,7 @@ def check_readable(url: URL, source: str) -> None:
             raise UserError(f"nothing stored yet: the default store {path} does not exist; a "
                             "writing command (`specfleet matrix run`, `bench`, `job generate`) "
                             "creates it, or name another with --db or $SPECFLEET_DB")
+        check_store_folder(url, source)  # nothing could create it there: say that instead
         raise UserError(f"{source}: no store at {path}; {upgrade_command(url, source)} or a "
                         "writing command (`specfleet matrix run`) creates one")
     if not path.is_file():

@@ -26,8 +26,9 @@ import psutil
 import specfleet
 from specfleet.engine.config import resolve_policy
 from specfleet.engine.kinds import MODEL_ENGINES
+from specfleet.errors import UserError
 from specfleet.jobs.run import Target
-from specfleet.settings import HOST
+from specfleet.settings import HOST, HOST_NAME_EXPECTED, host_name_problem
 
 VERSIONED_PACKAGES: tuple[str, ...] = ("ray", "mlx", "mlx-lm", "torch", "transformers")
 _PROBE_TIMEOUT_S = 5.0
@@ -149,9 +150,18 @@ def default_host_name() -> str:
     """`SPECFLEET_HOST`, else the short host name (lower case).
 
     Raises:
-        UserError: `SPECFLEET_HOST` is not a fleet name (a Ray label value and a store key).
+        UserError: `SPECFLEET_HOST` is not a fleet name (a Ray label value and a store key),
+            or it is unset and the machine's host name is none (`x-`, `bad!host`).
     """
-    return HOST.read() or socket.gethostname().split(".")[0].lower()
+    given = HOST.read()
+    if given:
+        return given
+    name = socket.gethostname().split(".")[0].lower()
+    if host_name_problem(name):
+        raise UserError(f"this machine's host name {name!r} cannot name a fleet host (a Ray "
+                        f"label value and a store key); expected {HOST.name} set to "
+                        f"{HOST_NAME_EXPECTED}")
+    return name
 
 
 def host_kind(os_name: str, arch: str, gpu: str | None) -> str:

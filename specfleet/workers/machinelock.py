@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from specfleet.dirs import runtime_dir
+from specfleet.errors import UserError
 
 POLL_S = 0.05  # how often a waiting run asks again (and looks at its cancel flag)
 
@@ -57,7 +58,12 @@ class MachineLock:
         """Wait until this process holds the lock; False if `cancelled()` turned true first.
         `on_wait` is told who holds it (`held_by`) once, when the first try finds it held."""
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        self._fd = os.open(self.path, flags, 0o600)
+        try:
+            self._fd = os.open(self.path, flags, 0o600)
+        except OSError as err:  # a folder or a link in its place, a full or read-only disk
+            raise UserError(f"the machine lock {self.path}: cannot be opened ({err.strerror}); "
+                            "expected a file specfleet makes there (remove what is in its "
+                            "place)") from None
         start = time.monotonic()
         try:
             while True:
