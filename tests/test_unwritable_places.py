@@ -153,3 +153,16 @@ def test_a_setting_at_fault_is_not_said_as_the_matrix_files_fault(tmp_path, monk
     assert result.stderr.splitlines() == [
         f"error: SPECFLEET_MODELS {tmp_path / 'nope.yaml'}: no such file; expected a YAML "
         "mapping 'models:' of alias -> sources (as the packaged models.yaml)"]
+
+
+def test_the_default_journal_folder_that_cannot_be_made_names_its_variable(tmp_path,
+                                                                          monkeypatch):
+    from specfleet.store.journal import check_journal_root
+
+    (tmp_path / "home").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPECFLEET_JOURNAL_DIR", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    with pytest.raises(UserError, match=r"^the journal folder \(SPECFLEET_JOURNAL_DIR moves "
+                                        r"it\): .*/home is a file, not a folder"):
+        check_journal_root()

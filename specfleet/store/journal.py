@@ -56,7 +56,8 @@ def check_journal_root() -> None:
     named = JOURNAL_DIR.read()
     if named is not None:  # made on first use, but not a whole tree under a typo
         check_last_folder_only(named, JOURNAL_DIR.name, "a folder for the journal")
-    check_writable_dir(journal_root(), JOURNAL_DIR.name if named else "the journal folder")
+    check_writable_dir(journal_root(), JOURNAL_DIR.name if named else
+                      f"the journal folder ({JOURNAL_DIR.name} moves it)")
 
 
 def store_key(url: URL) -> str:
