@@ -80,8 +80,8 @@ def check_here(spec: MatrixSpec, label: str) -> ModelReport:
             alone = f"; or run it on {' and '.join(runs_on)} alone (targets.engines)" \
                 if runs_on and not spec.targets.engines else ""
             # A setting's problem (SPECFLEET_MODELS, SPECFLEET_HOME) is no fault of the file.
-            said = check.problem if names_a_setting(check.problem) else \
-                f"{label}: {where}: {check.problem}{alone}"
+            problem = check.problem or ""  # every check in `failing` has one
+            said = problem if names_a_setting(problem) else f"{label}: {where}: {problem}{alone}"
             _file(report, check, said)
     if not report.errors and not report.missing:
         report.errors.extend(prompt_overruns(spec, label))
