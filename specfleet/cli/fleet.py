@@ -6,7 +6,9 @@ See docs/fleet.md for the ports to open and the security model.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,8 +25,9 @@ app = typer.Typer(
     help="Start, join, inspect and leave the fleet (a Ray cluster).", no_args_is_help=True
 )
 
-# Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 characters) under the temp dir.
-MAX_TEMP_DIR_CHARS = 107 - 63
+# Ray puts `session_<date>_<pid>/sockets/plasma_store` (63 bytes) under the temp dir, and an
+# AF_UNIX path holds 107 bytes: the limit counts bytes (a multi-byte name has more).
+MAX_TEMP_DIR_BYTES = 107 - 63
 
 NameOption = Annotated[
     str | None, typer.Option("--name", help="This host's fleet name (default: host name).")
@@ -79,17 +82,31 @@ def check_engines(engines: str | None) -> list[str] | None:
 def _options(num_cpus, node_ip, engines, temp_dir):
     from specfleet.cluster.membership import NodeOptions
 
-    if temp_dir is not None:
-        given_path(temp_dir, "--temp-dir", "a folder path")
-    if temp_dir is not None and len(temp_dir) > MAX_TEMP_DIR_CHARS:
-        raise UserError(f"--temp-dir {temp_dir!r}: {len(temp_dir)} characters; expected at "
-                        f"most {MAX_TEMP_DIR_CHARS} (Ray's socket paths inside it are limited "
-                        "to 107 bytes)")
-    if temp_dir is not None:
-        check_writable_dir(expand_user(temp_dir, "--temp-dir"), "--temp-dir")
+    folder = None if temp_dir is None else check_temp_dir(temp_dir)
     if node_ip is not None:
         check_ip(node_ip)
-    return NodeOptions(num_cpus, node_ip, check_engines(engines), temp_dir)
+    return NodeOptions(num_cpus, node_ip, check_engines(engines), folder)
+
+
+def check_temp_dir(text: str) -> str:
+    """`--temp-dir` as Ray takes it: `~` expanded and a relative path made absolute from the
+    current folder (`ray start` refused both, after it had begun), short enough in bytes for
+    Ray's socket paths inside it, and writable."""
+    given_path(text, "--temp-dir", "a folder path")
+    path = os.path.abspath(expand_user(text, "--temp-dir"))
+    if len(os.fsencode(path)) > MAX_TEMP_DIR_BYTES:
+        shown = repr(text) if path == text else f"{text!r} ({path})"
+        raise UserError(f"--temp-dir {shown}: {_size(path)}; expected at most "
+                        f"{MAX_TEMP_DIR_BYTES} bytes (Ray's socket paths inside it are limited "
+                        "to 107 bytes)")
+    check_writable_dir(Path(path), "--temp-dir")
+    return path
+
+
+def _size(path: str) -> str:
+    """`62 characters`, or `44 characters, 88 bytes` where a character takes more than one."""
+    size = len(os.fsencode(path))
+    return f"{len(path)} characters" + ("" if size == len(path) else f", {size} bytes")
 
 
 def check_ip(node_ip: str) -> str:
@@ -260,9 +277,9 @@ def _host_name(name: str | None, temp_dir: str | None) -> str:
 
     host = check_name(name) or _default_name()
     default = str(default_temp_dir(host))
-    if temp_dir is None and len(default) > MAX_TEMP_DIR_CHARS:
-        raise UserError(f"host name {host!r}: its Ray temp dir {default} is {len(default)} "
-                        f"characters; expected at most {MAX_TEMP_DIR_CHARS} (Ray's socket paths "
+    if temp_dir is None and len(os.fsencode(default)) > MAX_TEMP_DIR_BYTES:
+        raise UserError(f"host name {host!r}: its Ray temp dir {default} is {_size(default)}; "
+                        f"expected at most {MAX_TEMP_DIR_BYTES} bytes (Ray's socket paths "
                         "inside it are limited to 107 bytes): a shorter --name, or --temp-dir "
                         "a shorter folder")
     return host

@@ -133,7 +133,7 @@ def serve(
     except ImportError as err:
         raise UserError(f"specfleet serve needs the `serve` extra ({err.name} is missing): "
                         f"{extra_install('serve')}") from None
-    from specfleet.cluster.reach import connect_error
+    from specfleet.cluster.reach import NO_HTTP2, connect_error, speaks_http2
     from specfleet.serve.fleetpage import REACH_TIMEOUT_S, FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only
 
@@ -146,10 +146,13 @@ def serve(
     if matrix is not None:
         store.get_matrix(matrix)  # an unknown id: one line, before listening
     check_free(host, port)
+    # A warning, not a refusal: the store's pages serve without the fleet.
     if address and (unreachable := connect_error(address, REACH_TIMEOUT_S)):
-        # A warning, not a refusal: the store's pages serve without the fleet.
         typer.echo(f"warning: fleet {address}: no Ray head answers there ({unreachable}); the "
                    "fleet page will say so", err=True)
+    elif address and speaks_http2(address, REACH_TIMEOUT_S) is False:  # a web server there
+        typer.echo(f"warning: fleet {address}: what answers there is not a Ray head "
+                   f"({NO_HTTP2}); the fleet page will say so", err=True)
     # Loopback is open to every account on the machine, not only to its owner's.
     login = (f"needs a token: {token_from}" if token
              else "open to every account on this machine: --token-file asks for one")

@@ -5,7 +5,13 @@ anything starts."""
 from __future__ import annotations
 
 from specfleet.cluster.raybind import bind_loopback
-from specfleet.cluster.reach import connect_error, host_port, join_host_port
+from specfleet.cluster.reach import (
+    connect_error,
+    host_port,
+    join_host_port,
+    not_a_head,
+    speaks_http2,
+)
 from specfleet.errors import UserError
 from specfleet.settings import is_loopback
 
@@ -43,7 +49,8 @@ def refuse_loopback_join(head: str, node_ip: str | None) -> None:
         UserError: a joining node on loopback (the fleet's other hosts could not reach it, and
             Ray moved it to the network address its record did not name), or HEAD on a head
             that listens on loopback only (`fleet up --node-ip 127.0.0.1`: `ray start` dials
-            a loopback HEAD at this machine's network address, and retried there for minutes).
+            a loopback HEAD at this machine's network address, and retried there for minutes),
+            or a loopback HEAD where what answers is no Ray head (a web server: no head at all).
     """
     if node_ip is not None and is_loopback(node_ip):
         raise UserError(f"--node-ip {node_ip}: a joining node on loopback is one the "
@@ -53,6 +60,8 @@ def refuse_loopback_join(head: str, node_ip: str | None) -> None:
     host, port = host_port(head)
     if not is_loopback(host) or connect_error(head, 3.0) is not None:
         return  # not loopback, or nothing there: said where the head is asked
+    if speaks_http2(head) is False:  # no head there to listen on loopback only
+        raise not_a_head(head, "HEAD")
     dialed = join_host_port(this_ip(), port)
     if connect_error(dialed, 3.0) is not None:
         raise UserError(f"HEAD {head}: that head listens on loopback only (`fleet up --node-ip "

@@ -29,6 +29,7 @@ from ray.exceptions import (
     AuthenticationError,
     GetTimeoutError,
     RayActorError,
+    RpcError,
 )
 
 from specfleet.cluster import noderecord
@@ -47,14 +48,17 @@ from specfleet.cluster.raystart import (
 )
 from specfleet.cluster.raytoken import enable_token_auth, ensure_token
 from specfleet.cluster.reach import (
+    JOINED,
     RAY_CLUSTER_FILE,
+    check_address,
     connect_error,
     head_client,
     join_host_port,
+    not_a_head,
     token_refused,
 )
 from specfleet.dirs import runtime_dir
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 from specfleet.settings import HOME, check_worker_settings
 from specfleet.workers.actor import (
     DRIVER_OPTIONS,
@@ -321,8 +325,9 @@ def fleet_leave(name: str | None = None, address: str | None = None) -> str:
     the node's own temp dir) are stopped; other Ray clusters of this user keep running.
 
     Raises:
-        UserError: this machine has no node started by `fleet up` / `fleet join`, or `name`
-            is not the host it recorded.
+        UserError: this machine has no node started by `fleet up` / `fleet join`, `name` is
+            not the host it recorded, the head's address is malformed, or what answers there
+            is no Ray head (`address`) or refuses this machine's token: before anything stops.
     """
     record = noderecord.load()
     if record is None:
@@ -334,21 +339,49 @@ def fleet_leave(name: str | None = None, address: str | None = None) -> str:
         raise UserError(f"--name {name}: this machine is host {record.host} of the fleet at "
                         f"{record.address}, and leave stops only this host's own worker and "
                         f"node; expected --name {record.host}, or no --name")
-    host = record.host
-    noderecord.stop_supervisor(record)
+    head, source = (address, "--address") if address is not None else (record.address, JOINED)
+    check_address(head, source)
     enable_token_auth()
+    answers = _head_answers(head, source)  # asked before the supervisor or the node stops
+    noderecord.stop_supervisor(record)
     try:
-        _stop_own_worker(address or record.address, host)
+        if answers:
+            _stop_own_worker(head, record.host)
     finally:
         noderecord.stop_processes(noderecord.own_processes(record))
         noderecord.forget()
-    return host
+    return record.host
+
+
+def _head_answers(address: str, source: str) -> bool:
+    """Whether a Ray head answers at `address` and takes this machine's token, so `leave` can
+    stop this host's worker there. Nothing listening is a head gone, its worker with it
+    (False). Anything else listening (a web server, the dashboard's port) held `ray.init`
+    for ever with signals held. At `--address` either is a mistake, said in one line; at the
+    recorded address the node is left all the same (best effort: False), as before.
+
+    Raises:
+        UserError: `--address` is no Ray head, or its head refuses this machine's token.
+    """
+    if connect_error(address, 2.0) is not None:
+        return False
+    try:
+        head_client(address)
+    except AuthenticationError:
+        if source == JOINED:
+            return False
+        raise token_refused(address, source) from None
+    except RpcError as err:
+        if source == JOINED:
+            return False
+        raise not_a_head(address, source, one_line(str(err))) from None
+    return True
 
 
 def _stop_own_worker(address: str, host: str) -> None:
-    """Kill this host's worker for good (best effort: an unreachable head is no error)."""
+    """Kill this host's worker for good (best effort: a head gone since it answered is no
+    error)."""
     try:
-        _check_reachable(address, timeout_s=2.0)
         with ray_connecting():
             ray.init(address=address, **DRIVER_OPTIONS)
         stop_worker(host)

@@ -328,8 +328,11 @@ def starting(command: str, host: str) -> Iterator[None]:
     """Mark this process as starting this machine's node while the block runs (`Starting`).
 
     Raises:
-        UserError: another live `fleet up` / `fleet join` here is starting one.
+        UserError: `SPECFLEET_HOME` cannot be written (`check_writable`: said before the mark
+            is made there, or a traceback), or another live `fleet up` / `fleet join` here is
+            starting one.
     """
+    check_writable()
     me = psutil.Process()
     mark = Starting(command, host, me.pid, me.create_time(), time.time())
     path = starting_path()

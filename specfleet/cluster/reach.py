@@ -280,6 +280,7 @@ HEAD_ANSWER_MS = 5000  # how long a listener gets to answer as a Ray head
 # A client's HTTP/2 greeting: the connection preface, then an empty SETTINGS frame.
 _HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 _SETTINGS_FRAME = 4
+NO_HTTP2 = "it answers no HTTP/2 greeting, as a Ray head's GCS (gRPC) does"
 
 
 def speaks_http2(address: str, timeout_s: float = 2.0) -> bool | None:
@@ -310,7 +311,7 @@ def head_client(address: str) -> Any:
     from ray.exceptions import RpcError
 
     if speaks_http2(address) is False:
-        raise RpcError("it answers no HTTP/2 greeting, as a Ray head's GCS (gRPC) does")
+        raise RpcError(NO_HTTP2)
     with quiet_stderr():
         return InnerGcsClient.standalone(address, None, HEAD_ANSWER_MS)
 
@@ -328,9 +329,14 @@ def check_token(address: str, source: str = "--address") -> None:
     except AuthenticationError:
         raise token_refused(address, source) from None
     except RpcError as err:  # something listens there, but it is no Ray head (a web server)
-        raise UserError(f"{address} (from {source}): what answers there is not a Ray head "
-                        f"({one_line(str(err))}); expected the HOST:PORT `specfleet fleet up` "
-                        "printed") from None
+        raise not_a_head(address, source, one_line(str(err))) from None
+
+
+def not_a_head(address: str, source: str, why: str = NO_HTTP2) -> UserError:
+    """The one line for a listener at `address` that is no Ray head (a web server, the
+    dashboard's port), `source` naming where the address came from."""
+    return UserError(f"{address} (from {source}): what answers there is not a Ray head ({why}); "
+                     "expected the HOST:PORT `specfleet fleet up` printed")
 
 
 def token_refused(address: str, source: str) -> UserError:

@@ -11,7 +11,7 @@ import tempfile
 import pytest
 from typer.testing import CliRunner
 
-from specfleet.cli.fleet import MAX_TEMP_DIR_CHARS
+from specfleet.cli.fleet import MAX_TEMP_DIR_BYTES
 from specfleet.cli.main import app
 
 LONG = "h" + "x" * 42
@@ -29,7 +29,7 @@ def test_a_name_too_long_for_the_default_temp_dir_is_refused_before_anything_sta
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == (
         f"error: host name '{LONG}': its Ray temp dir /tmp/ray-specfleet-{LONG} is 62 "
-        f"characters; expected at most {MAX_TEMP_DIR_CHARS} (Ray's socket paths inside it are "
+        f"characters; expected at most {MAX_TEMP_DIR_BYTES} bytes (Ray's socket paths inside it are "
         "limited to 107 bytes): a shorter --name, or --temp-dir a shorter folder\n")
 
 
