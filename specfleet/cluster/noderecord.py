@@ -106,7 +106,7 @@ def load() -> NodeRecord | None:
         if not stat.S_ISREG(path.stat().st_mode):  # a FIFO there blocked every command
             raise _unreadable(path, "not a regular file")
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file on its way ($HOME one): none
         return None
     except OSError as err:
         raise _unreadable(path, err.strerror or type(err).__name__) from None

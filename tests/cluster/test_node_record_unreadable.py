@@ -97,3 +97,12 @@ def test_a_home_where_no_record_can_be_written_is_refused_before_ray_starts(
             membership.fleet_join(f"127.0.0.1:{port}", "h1", supervise=False)
     assert str(err.value).startswith("$SPECFLEET_HOME /proc/specfleet-test-home: cannot "
                                      "create /proc/specfleet-test-home"), str(err.value)
+
+
+def test_a_home_that_is_a_file_holds_no_record(tmp_path, monkeypatch) -> None:
+    # "record ... is unreadable (Not a directory) ... delete the file": there was no file.
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "afile"))
+    monkeypatch.delenv("SPECFLEET_HOME", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert noderecord.load() is None
