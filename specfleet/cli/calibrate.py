@@ -69,12 +69,17 @@ def calibrate_command(
     if store:  # a store that cannot take the table is said before minutes of measuring
         _check_store(db, max_width)
     check_context(settings, model, engine)
+    from specfleet.workers.hardware import default_host_name
+
+    # Named in the JSON, so `replay --costs FILE` checks this host's runs against it; a
+    # host name that is none is said before minutes of measuring.
+    host = default_host_name() if as_json else ""
     loaded = load_model(model, engine, device)
     # Opened (a server reached) before minutes of measuring for it.
     with writing_store(db) if store else nullcontext() as kept:
         costs, measure_s = _measure(loaded, settings, warm_up)
         try:
-            print_table(loaded, costs, measure_s, as_json)  # first: a failed store loses nothing
+            print_table(loaded, costs, measure_s, as_json, host)  # first: a failed store loses nothing
         finally:  # and a closed or full stdout (`| less` quit early) loses no stored table
             if kept is not None:
                 say(f"calibrate: stored in {store_table(kept, loaded, costs, settings, measure_s)}")
@@ -117,9 +122,12 @@ def _measure(loaded: Any, settings: Any, warm_up: bool) -> tuple[Any, float]:
     return costs, measure_s
 
 
-def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool) -> None:
+def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool, host: str = "") -> None:
+    """The table as text, or with `as_json` one JSON object naming the model and `host` (a
+    file `replay --costs` reads as measured there)."""
     if as_json:
-        typer.echo(jsontext.dumps({"model": loaded.alias, **dataclasses.asdict(costs)}))
+        typer.echo(jsontext.dumps({"model": loaded.alias, "host": host,
+                                   **dataclasses.asdict(costs)}))
         return
     typer.echo(f"model={loaded.alias} path={loaded.path} measured in {measure_s:.1f} s")
     typer.echo(costs.format_table())

@@ -70,7 +70,7 @@ def speedup_text(cell: CellView | None) -> str:
     if cell is None or not cell.rates:
         return DASH
     if cell.arm == PLAIN:
-        return f"1.00x {spread_text(cell)}" + _throttled(cell)
+        return " ".join(["1.00x", spread_text(cell), *verdict_marks(cell)])  # LOOP, THROTTLED
     if cell.speedup is None:
         return DASH
     parts = [ratio_text(cell.speedup, cell.verdict in ("gain", "loss")), spread_text(cell),
@@ -88,10 +88,6 @@ def verdict_marks(cell: CellView) -> list[str]:
     if cell.throttled:
         marks.append("THROTTLED")
     return marks
-
-
-def _throttled(cell: CellView | None) -> str:
-    return " THROTTLED" if cell is not None and cell.throttled else ""
 
 
 def spread_text(cell: CellView) -> str:
@@ -127,7 +123,7 @@ def plain_grid(view: MatrixView, target: str) -> Grid:
             continue
         text = [
             DASH if c is None or not c.rates
-            else f"{c.median_tok_per_s:.1f} {spread_text(c)}" + _throttled(c)
+            else " ".join([f"{c.median_tok_per_s:.1f}", spread_text(c), *verdict_marks(c)])
             for c in cells
         ]
         rows.append((model, *text))

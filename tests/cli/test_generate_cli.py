@@ -330,6 +330,28 @@ def test_loop_guard_stops_plain_and_lookup_at_the_same_token(bundled_model):
 
 @pytest.mark.slow
 @pytest.mark.torch
+def test_calibrate_json_names_its_host_so_replay_checks_that_hosts_runs(
+    bundled_model, tmp_path, monkeypatch
+):
+    # Without `host` a saved `calibrate --json` never filled replay's measured column.
+    from specfleet.report.predictions import load_cost_file
+
+    monkeypatch.setenv("SPECFLEET_HOST", "vm-1")
+    result = invoke(
+        "calibrate", "-m", MODEL, "--engine", "torch", "--device", "cpu", "--max-width", "2",
+        "--prompt-len", "8", "--rounds", "1", "--steps", "2", "--reps", "1", "--no-warm-up",
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    (tmp_path / "t.json").write_text(result.stdout)
+    table = load_cost_file(tmp_path / "t.json")
+    assert (table.host, table.engine, table.device, table.model) == (
+        "vm-1", "torch", "cpu", MODEL)
+    assert table.measured_where(("vm-1", "torch", "cpu", MODEL, "p"))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
 def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
     bundled_model, tmp_path, monkeypatch
 ):
