@@ -36,12 +36,16 @@ class PathRow:
         margin: top-1 logit minus top-2 logit.
         gap: logit of this path's own token minus logit of the other path's token.
         width: tokens fed in the forward that produced the row (1 = plain one-token step).
+        lead: the row's best logit minus the better of the two competing tokens' (0 when one
+            of them is the best): above the near-tie margin, the replay reproduced neither
+            reply (a model changed since the run, or a bug), whatever their gap.
     """
 
     top2: tuple[tuple[int, float], tuple[int, float]]
     margin: float
     gap: float
     width: int
+    lead: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,8 @@ def _path_row(logits: list[float], own: int, other: int, width: int) -> PathRow:
     best = top2(logits)
     own_logit = logits[own] if own < len(logits) else float("-inf")
     other_logit = logits[other] if other < len(logits) else float("-inf")
-    return PathRow(best, best[0][1] - best[1][1], own_logit - other_logit, width)
+    return PathRow(best, best[0][1] - best[1][1], own_logit - other_logit, width,
+                   best[0][1] - max(own_logit, other_logit))
 
 
 def replay_margins(
@@ -174,9 +179,12 @@ def _competing(logits: list[float], own: int, other: int,
 
 
 def classify(margins: RowMargins, threshold: float = NEAR_TIE_LOGIT_MARGIN) -> Verdict:
-    """`near-tie` when the competing tokens are within `threshold` logits on both paths,
-    else `suspect` (a flip no rounding explains)."""
-    return "near-tie" if max(abs(margins.a.gap), abs(margins.b.gap)) < threshold else "suspect"
+    """`near-tie` when the competing tokens are within `threshold` logits of each other and
+    of the row's best on both paths, else `suspect` (a flip no rounding explains, or a replay
+    whose best token is a third one: it reproduced neither reply)."""
+    paths = (margins.a, margins.b)
+    close = max(abs(p.gap) for p in paths) < threshold and max(p.lead for p in paths) < threshold
+    return "near-tie" if close else "suspect"
 
 
 def replay_divergence(
@@ -213,7 +221,7 @@ def margins_from_dict(data: dict) -> RowMargins:
     def path(p: dict) -> PathRow:
         (i1, l1), (i2, l2) = p["top2"]
         return PathRow(((int(i1), float(l1)), (int(i2), float(l2))), float(p["margin"]),
-                       float(p["gap"]), int(p["width"]))
+                       float(p["gap"]), int(p["width"]), float(p.get("lead", 0.0)))
 
     return RowMargins(int(data["row"]), int(data["token_a"]), int(data["token_b"]),
                       path(data["a"]), path(data["b"]))

@@ -28,10 +28,15 @@ def forensics_text(item: ArmParity, replays_tried: bool = True) -> str:
             return "not replayed here (`specfleet parity ID` replays it on its target)"
         return "not replayed: no worker for this host here (pass --address HEAD)"
     m, r = item.replay.margins, item.replay
+    worst = max((m.a, m.b), key=lambda path: path.lead)
+    # A third token ahead of both: the replay reproduced neither reply (said, not hidden).
+    ahead = (f"; the replay's best token (id {worst.top2[0][0]}) leads both by "
+             f"{worst.lead:.4f}: neither reply reproduced"
+             if worst.lead > 0 else "")
     return (
         f"plain {r.text_a!r} vs {item.arm} {r.text_b!r}; gap {m.a.gap:+.4f} on plain's path "
         f"(top-2 margin {m.a.margin:.4f}), {m.b.gap:+.4f} on a width-{m.b.width} verify "
-        f"(margin {m.b.margin:.4f})"
+        f"(margin {m.b.margin:.4f}){ahead}"
     )
 
 
@@ -42,7 +47,8 @@ def arm_grid(report: ParityReport) -> Grid:
         rows.append((item.target, item.model, item.prompt, item.arm, item.verdict, where,
                      item.excerpt or DASH, forensics_text(item, report.replays_tried)))
     note = (
-        f"near-tie: the two competing tokens are within {report.threshold} logits on both "
+        f"near-tie: the two competing tokens are within {report.threshold} logits of each other "
+        f"and of the row's best on both "
         f"paths (a verify row rounded a near-tie the other way, docs/engine.md 'Parity and near-ties'); suspect: anything "
         f"else; unverified: the divergence could not be replayed on its target."
     )

@@ -143,6 +143,31 @@ def test_whole_logit_flip_is_suspect() -> None:
     assert classify(margins) == "suspect"
 
 
+def third_token_model(context: tuple[int, ...], width: int) -> list[float]:
+    """Where the stored replies part (3 against 4), this model's best is token 5 by whole
+    logits on both paths, 3 and 4 level far below: a model other than the runs'."""
+    if len(context) == 2 + 4:
+        row = [0.0] * VOCAB
+        row[3], row[4], row[5] = 1.0, 1.0, 11.0
+        return row
+    return _one_hot((context[-1] + 1) % 5)
+
+
+def test_a_replay_whose_best_is_a_third_token_is_suspect_not_a_near_tie() -> None:
+    # The stored tokens' gap was 0 on both paths, so it passed as a near-tie (parity exit 0)
+    # though the replay reproduced neither reply.
+    plain = [2, 3, 4, 0, 3, 4]
+    spec = [2, 3, 4, 0, 4, 0]
+    margins = replay_margins(WidthToy(third_token_model), PROMPT, plain, spec, 4)
+    assert (margins.a.gap, margins.b.gap) == (0.0, 0.0)
+    assert (margins.a.lead, margins.b.lead) == (10.0, 10.0)
+    assert classify(margins) == "suspect"
+    assert classify(margins_from_dict(replay_divergence(
+        WidthToy(third_token_model), PROMPT, plain, spec, 4)["margins"])) == "suspect"
+    near = replay_margins(WidthToy(near_tie_model), PROMPT, plain, spec, 4)
+    assert (near.a.lead, near.b.lead) == (0.0, 0.0)  # one of the two is the row's best
+
+
 def test_one_path_ended_compares_against_runner_up() -> None:
     plain = [2, 3, 4, 0]
     spec = [2, 3, 4, 0, 5]
