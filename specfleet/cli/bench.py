@@ -201,8 +201,9 @@ def bench_command(
     from specfleet.jobs.spec_files import parse_matrix_spec
     from specfleet.jobs.userinput import Problems, one_line_of
 
-    given = {"--model": split_list("--model", model or list(DEFAULT_MODELS)),
-             "--prompt": split_list("--prompt", prompt or list(DEFAULT_PROMPTS)),
+    # A model folder or prompt file whose name holds a comma is one item (it was split).
+    given = {"--model": split_list("--model", model or list(DEFAULT_MODELS), os.path.exists),
+             "--prompt": split_list("--prompt", prompt or list(DEFAULT_PROMPTS), os.path.exists),
              "--arms": split_list("--arms", arms or list(DEFAULT_ARMS)),
              "--engine": split_list("--engine", engine)}
     data = bench_spec_data(given["--model"], given["--prompt"], given["--arms"], repeats,

@@ -119,7 +119,7 @@ def generate(
     check_driver_settings()
     here = choose_fleet(address, embedded).embedded
     if here:  # this machine alone: an unknown model is said before Ray starts
-        _refuse_here(job, prompts, max_tokens is not None)
+        _refuse_here(job, prompts, max_tokens is not None, chat_given=chat is True)
     check_store_before_fleet(db)
     view = open_fleet(address, with_toy=job.target.engine == "toy", hosts=[job.target.host],
                       embedded=embedded)
@@ -151,11 +151,20 @@ def _job_options(*, max_tokens: int | None, chat: bool | None, loop_guard: str |
     return options
 
 
-def _refuse_here(job, prompts: str, max_tokens_given: bool) -> None:
+def _refuse_here(job, prompts: str, max_tokens_given: bool, chat_given: bool = False) -> None:
     """On this machine alone, before Ray starts: a host that is not this one, a model it
-    cannot load, a prompt that overruns the model's context."""
+    cannot load, `--chat` for a model without a chat template (its runs would encode plain
+    text, as `generate` refuses), a prompt that overruns the model's context."""
     refuse_hosts_outside_embedded([job.target.host], "--target")
     refuse_model(job.model, job.target.engine, "--model")
+    if chat_given and job.target.engine != "toy":
+        from specfleet.engine.runners.folders import has_chat_template
+        from specfleet.models.registry import resolve_model
+
+        folder = resolve_model(job.model, job.target.engine, measure=False).path
+        if folder is not None and not has_chat_template(folder):
+            raise UserError("--chat needs the chat template (this model has none); expected "
+                            "no --chat (the prompts as plain text)")
     _refuse_overruns(job, f"--prompts {STDIN}" if prompts == STDIN else prompts,
                      max_tokens_given)
 

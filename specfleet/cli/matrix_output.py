@@ -55,8 +55,10 @@ def print_outcome(store, outcome, fmt: str = "table", rate: Rate = "whole") -> N
 
 def echo_tables(store, matrix_id: str, fmt: str, rate: Rate) -> None:
     """A matrix's tables on stdout, once it has a done run, as `run`, `resume` and `bench`
-    print them (`-o`, `--rate`); the note of cells that mix sessions on stderr."""
-    if not store.get_matrix(matrix_id).counts.get("done"):
+    print them (`-o`, `--rate`); the note of cells that mix sessions on stderr. JSON and CSV
+    are printed with no done run too (no cells, the header), as `matrix show` prints them:
+    a script reading stdout gets a document, not nothing."""
+    if not store.get_matrix(matrix_id).counts.get("done") and fmt not in ("json", "csv"):
         return
     if (note := sessions_note(store, matrix_id)) is not None:
         typer.echo(note, err=True)

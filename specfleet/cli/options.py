@@ -191,9 +191,12 @@ def with_policy_option_flags(command: Callable[..., None]) -> Callable[..., None
     return command
 
 
-def split_list(flag: str, values: list[str] | None) -> list[str]:
-    """`-p a,b -p c` -> [a, b, c]; an empty item is a one-line mistake naming the flag."""
-    items = [item.strip() for value in values or [] for item in value.split(",")]
+def split_list(flag: str, values: list[str] | None,
+               keep_whole: Callable[[str], bool] = lambda value: False) -> list[str]:
+    """`-p a,b -p c` -> [a, b, c]; an empty item is a one-line mistake naming the flag. A
+    value `keep_whole` accepts is one item, commas and all (a file path that exists)."""
+    items = [item.strip() for value in values or []
+             for item in ([value] if keep_whole(value) else value.split(","))]
     if any(not item for item in items):
         raise UserError(f"{flag}: an empty name in {','.join(values or [])!r}; expected "
                         "comma-separated names")

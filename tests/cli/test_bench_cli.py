@@ -163,3 +163,21 @@ def test_a_broken_models_file_is_the_settings_mistake_not_the_models(tmp_path, m
                            "--embedded", "--db", str(tmp_path / "s.db")])
     assert line.startswith(f"error: SPECFLEET_MODELS {models}: not UTF-8 text"), line
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_prompt_file_whose_name_holds_a_comma_is_one_item(tmp_path) -> None:
+    # `-p my,file.txt` was read as `my` and `file.txt`: "--prompt file.txt: no such file".
+    import os
+
+    from specfleet.cli.options import split_list
+
+    named = tmp_path / "my,file.txt"
+    named.write_text("hello\n")
+    assert split_list("--prompt", [str(named), "a,b"], os.path.exists) == [str(named), "a", "b"]
+    assert split_list("--prompt", [str(tmp_path / "no,such")], os.path.exists) == [
+        str(tmp_path / "no"), "such"]
+    # bench takes it whole: the next mistake said is the arm's, not "no such file".
+    result = CliRunner().invoke(app, ["bench", "-m", "script:1ms", "-e", "toy", "--embedded",
+                                      "-p", str(named), "-a", "nosuch"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: bench: --arms nosuch: expected one of"), result.stderr

@@ -196,3 +196,20 @@ def test_resume_refuses_a_model_folder_gone_before_the_fleet_starts(tmp_path,
     with open_store(url, read_only=True) as store:
         assert [r.status for r in store.runs(matrix="gone-1")] == ["interrupted"]
         assert store.get_matrix("gone-1").status == "interrupted"
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_with_no_done_run_json_and_csv_are_still_a_document(db_path, capsys, fmt):
+    # `bench -o json | jq` got empty input when every run failed; `matrix show` printed the
+    # empty document. A table says nothing on stdout: its failure lines are on stderr.
+    from specfleet.cli.matrix_output import echo_tables
+
+    with open_store(str(db_path)) as store:
+        echo_tables(store, UNFINISHED_ID, fmt, "whole")
+    out = capsys.readouterr().out
+    if fmt == "json":
+        assert json.loads(out)["cells"] == []
+    elif fmt == "csv":
+        assert out.startswith("target,model,prompt,arm,") and len(out.splitlines()) == 1
+    else:
+        assert out == ""

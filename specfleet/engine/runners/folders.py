@@ -106,6 +106,18 @@ def safetensors_problem(folder: Path) -> str | None:
     return None
 
 
+def has_chat_template(folder: Path) -> bool:
+    """Whether the folder's tokenizer carries a chat template (`chat_template.jinja`, or the
+    key in tokenizer_config.json), read without loading it."""
+    if (folder / "chat_template.jinja").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
+
+
 def json_files_problem(folder: Path) -> str | None:
     """Why one of the folder's `JSON_OBJECT_FILES` is no JSON object, naming it; None when
     each one there is."""
