@@ -10,12 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet.cli.calibrate import check_stored_width, narrowest_stored_width
+from specfleet.cli.calibrate import check_stored_width
 from specfleet.cli.options import (
-    MAX_WIDTH_LIMIT,
     AddressOption,
     DbOption,
     EmbeddedOption,
+    MaxWidthOption,
     ModelAliasOption,
     check_driver_settings,
     refuse_hosts_outside_embedded,
@@ -31,12 +31,6 @@ from specfleet.store.store import check_store_before_fleet
 from specfleet.userfiles import MAX_MODEL_LEN
 
 CALIBRATE_TIMEOUT_S = 1800.0
-# Not `calibrate`'s 1..65: every table here is stored, so a table too narrow for the
-# calibrated policy is refused (`check_stored_width`, its one line), and the help says so.
-StoredMaxWidthOption = Annotated[int, typer.Option(
-    "--max-width", max=MAX_WIDTH_LIMIT,
-    help=f"Widest verify block measured: at least {narrowest_stored_width()}, as each table "
-         "is stored.")]
 
 
 def calibrate(
@@ -44,7 +38,7 @@ def calibrate(
     engine: Annotated[Engine | None, typer.Option(
         "--engine", help=f"Only this engine ({choices_text(ENGINES)}).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
-    max_width: StoredMaxWidthOption = 33,
+    max_width: MaxWidthOption = 33,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter rounds.")] = False,
     address: AddressOption = None,
     embedded: EmbeddedOption = False,

@@ -147,7 +147,9 @@ DeviceOption = Annotated[DeviceChoice, typer.Option(
 # A verify block is at most max-draft proposals plus the bonus row.
 MAX_WIDTH_LIMIT = MAX_DRAFT_LIMIT + 1
 MaxWidthOption = Annotated[int, typer.Option(
-    "--max-width", min=1, max=MAX_WIDTH_LIMIT, help="Widest verify block measured.")]
+    "--max-width", min=1, max=MAX_WIDTH_LIMIT,
+    help="Widest verify block measured (at least 2 for a table that is stored: the calibrated "
+         "policy reads widths 1-2).")]
 
 # Prompt-lookup settings; `lookup_given` gathers them by `LookupOptions` field name. Bounds
 # are `PromptLookupConfig.validate`'s, whose errors name the flag (`LOOKUP_FLAG_PREFIX`).
