@@ -3,8 +3,9 @@
 `up` / `join` wrap `ray start` with specfleet's settings: token auth, the dashboard on
 127.0.0.1, labels `specfleet.host` / `specfleet.kind`, one `specfleet_slot`, and on macOS the
 multi-node opt-in plus an explicit node IP. `join` first compares this host's Python and Ray
-versions with the head's (read from the head's GCS, as Ray itself does) and says what to
-install when they differ: Ray refuses mismatched nodes with a much longer message. Each node
+versions with the head's (read from the head's GCS, as Ray itself does: `headversions.py`)
+and says what to install when they differ: Ray refuses mismatched nodes with a much longer
+message. Each node
 gets its own Ray temp dir and is recorded (`noderecord.py`), so `leave` stops exactly this
 host's node and every command follows the fleet this machine joined.
 """
@@ -12,9 +13,7 @@ host's node and every command follows the fleet this machine joined.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from ray.exceptions import (
 )
 
 from specfleet.cluster import noderecord
+from specfleet.cluster.headversions import check_versions, local_versions, read_head_versions
 from specfleet.cluster.loopback import keep_on_loopback, refuse_loopback_join, this_ip
 from specfleet.cluster.rayinit import ray_connecting
 from specfleet.cluster.raystart import (
@@ -72,7 +72,6 @@ from specfleet.workers.hardware import detect_host
 # or compiling bytecode for the first time.
 WORKER_READY_S = 300.0
 UNAVAILABLE_RETRY_S = 0.5  # a restarting worker is placed again within seconds
-_READ_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -84,55 +83,6 @@ class Membership:
     host: str
     kind: str
     ports: dict[str, int] = field(default_factory=dict)
-
-
-def local_versions() -> dict[str, str]:
-    """This interpreter's Python (patch level) and Ray versions."""
-    return {"python": platform.python_version(), "ray": ray.__version__}
-
-
-def read_head_versions(address: str) -> dict[str, str]:
-    """The head's Python and Ray versions, from the cluster metadata in its GCS.
-
-    Raises:
-        UserError: the head cannot be reached or read.
-    """
-    _check_reachable(address)
-    try:
-        raw = head_client(address).internal_kv_get(
-            b"CLUSTER_METADATA", namespace=b"cluster", timeout=_READ_TIMEOUT_S
-        )
-        meta = json.loads(raw.decode())
-    except AuthenticationError:  # the address is right: the token is what to fix
-        raise token_refused(address, "HEAD") from None
-    except Exception as err:  # any failure here means: cannot read the head
-        raise UserError(f"cannot read versions from head {address}: {_line(err)}; expected "
-                        "the HOST:PORT `specfleet fleet up` printed on the head") from None
-    return {"python": meta["python_version"], "ray": meta["ray_version"]}
-
-
-def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
-    err = connect_error(address, timeout_s)
-    if err is not None:
-        waited = f" (no answer in {timeout_s:g} s)" if isinstance(err, TimeoutError) else ""
-        raise UserError(f"cannot reach the head at {address}: {_line(err)}{waited}; expected "
-                        "the HOST:PORT `specfleet fleet up` printed on the head, reachable from "
-                        "here") from None
-
-
-def check_versions(head: dict[str, str], local: dict[str, str]) -> None:
-    """Raise one line naming what to install when Python or Ray differ from the head's."""
-    fixes = []
-    if head["python"] != local["python"]:
-        fixes.append(f"Python {head['python']} (this host has {local['python']})")
-    if head["ray"] != local["ray"]:
-        fixes.append(f"ray[default]=={head['ray']} (this host has {local['ray']})")
-    if fixes:
-        raise UserError(
-            "this host does not match the head: install "
-            + " and ".join(fixes)
-            + ", then run `specfleet fleet join` again"
-        )
 
 
 @dataclass(frozen=True)
@@ -502,8 +452,3 @@ def _ray_start(cmd: list[str], ports: dict[str, int],
     if done.returncode != 0:
         raise UserError(start_failure(cmd, done.stderr or done.stdout or
                                       f"exit status {done.returncode}", record))
-
-
-def _line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else type(err).__name__

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from ray.exceptions import AuthenticationError
 
-from specfleet.cluster import membership
+from specfleet.cluster import headversions, membership
 from specfleet.errors import UserError
 
 
@@ -22,8 +22,8 @@ def test_join_with_a_token_the_head_refuses_names_the_token(monkeypatch, tmp_pat
         raise AuthenticationError("RPC error: InvalidAuthToken: Authentication token is "
                                   "missing or incorrect.")
 
-    monkeypatch.setattr(membership, "connect_error", lambda address, timeout_s: None)
-    monkeypatch.setattr(membership, "head_client", refusing_client)
+    monkeypatch.setattr(headversions, "connect_error", lambda address, timeout_s: None)
+    monkeypatch.setattr(headversions, "head_client", refusing_client)
     with pytest.raises(UserError) as err:
         membership.read_head_versions("10.0.0.1:6379")
     assert str(err.value) == (f"10.0.0.1:6379 (from HEAD): the Ray head there refuses the "
