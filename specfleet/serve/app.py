@@ -38,7 +38,7 @@ from specfleet import jsontext
 from specfleet.errors import UserError
 from specfleet.serve import pages, params
 from specfleet.serve.auth import OPEN_PREFIX, Login, TokenGate, is_open
-from specfleet.serve.body import WholeBody
+from specfleet.serve.body import HttpMiddleware, WholeBody
 from specfleet.serve.fleetpage import FleetReader, fleet_page
 from specfleet.serve.params import NotFound
 from specfleet.store.errors import StoreDamaged, StoreUnreachable
@@ -364,16 +364,10 @@ def security_headers(path: str) -> dict[str, str]:
     return headers if path.startswith(OPEN_PREFIX) else {**headers, "Cache-Control": "no-store"}
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """ASGI middleware: `security_headers` on every response, and the server time."""
 
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope, receive, send) -> None:
         started = time.perf_counter()
 
         async def send_with_headers(message):

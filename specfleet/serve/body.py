@@ -14,20 +14,31 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 MAX_BODY_BYTES = 64 * 1024  # the one body the view reads is the login form (4 KiB at most)
 
 
-class WholeBody:
+class HttpMiddleware:
+    """ASGI middleware that acts on HTTP requests (`http`); any other scope (the server's
+    lifespan) passes through untouched."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def http(self, scope, receive, send) -> None:
+        raise NotImplementedError
+
+
+class WholeBody(HttpMiddleware):
     """ASGI middleware: the app gets the request once its body is read, as one message.
 
     A client gone before the body's end gets no answer and leaves no line in the log; a body
     over `MAX_BODY_BYTES` is read to its end and refused with a 413.
     """
 
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope, receive, send) -> None:
         read = await _read_body(receive)
         if read is None:  # gone, or uvicorn refused the body itself: no one to answer
             return
