@@ -198,26 +198,9 @@ def bench_command(
     resume ID` runs the rest).
     """
     from specfleet.cli.matrix import run_spec
-    from specfleet.jobs.spec_files import parse_matrix_spec
-    from specfleet.jobs.userinput import Problems, one_line_of
 
-    # A model folder or prompt file whose name holds a comma is one item (it was split).
-    given = {"--model": split_list("--model", model or list(DEFAULT_MODELS), os.path.exists),
-             "--prompt": split_list("--prompt", prompt or list(DEFAULT_PROMPTS), os.path.exists),
-             "--arms": split_list("--arms", arms or list(DEFAULT_ARMS)),
-             "--engine": split_list("--engine", engine)}
-    data = bench_spec_data(given["--model"], given["--prompt"], given["--arms"], repeats,
-                           max_tokens, given["--engine"])
-    try:
-        spec = parse_matrix_spec(data, BENCH_NAME, Path.cwd(), prompts_dir())
-    except Problems as err:  # no file to validate: every mistake, each in flag terms
-        lines = [in_flag_terms(line, given) for line in err.lines]
-        raise UserError(one_line_of(BENCH_NAME, lines, most=len(lines))) from None
-    except UserError as err:
-        raise UserError(in_flag_terms(str(err), given)) from None
-    if not spec.speedups:  # no flag turns speed-ups off, so bench needs plain
-        raise UserError(f"{BENCH_NAME}: --arms: add plain: bench measures speed-ups over it "
-                        f"(e.g. --arms plain,{','.join(given['--arms'])})")
+    spec, given = _sweep_spec({"--model": model, "--prompt": prompt, "--arms": arms,
+                               "--engine": engine}, repeats, max_tokens)
     check_driver_settings()  # as `matrix run`: a malformed variable before the fleet
     try:
         outcome = run_spec(spec, address=address, embedded=embedded, db=db,
@@ -230,6 +213,35 @@ def bench_command(
         raise UserError(said) from None
     if outcome.status != "done":
         raise typer.Exit(1)
+
+
+def _sweep_spec(flags: dict[str, Many], repeats: int,
+                max_tokens: int) -> tuple[Any, dict[str, list[str]]]:
+    """The matrix spec the flags describe, each mistake said in the flags' terms; with the
+    flags' lists as read (defaults filled in) for the messages of the run after."""
+    from specfleet.jobs.spec_files import parse_matrix_spec
+    from specfleet.jobs.userinput import Problems, one_line_of
+
+    # A model folder or prompt file whose name holds a comma is one item (it was split).
+    given = {"--model": split_list("--model", flags["--model"] or list(DEFAULT_MODELS),
+                                   os.path.exists),
+             "--prompt": split_list("--prompt", flags["--prompt"] or list(DEFAULT_PROMPTS),
+                                    os.path.exists),
+             "--arms": split_list("--arms", flags["--arms"] or list(DEFAULT_ARMS)),
+             "--engine": split_list("--engine", flags["--engine"])}
+    data = bench_spec_data(given["--model"], given["--prompt"], given["--arms"], repeats,
+                           max_tokens, given["--engine"])
+    try:
+        spec = parse_matrix_spec(data, BENCH_NAME, Path.cwd(), prompts_dir())
+    except Problems as err:  # no file to validate: every mistake, each in flag terms
+        lines = [in_flag_terms(line, given) for line in err.lines]
+        raise UserError(one_line_of(BENCH_NAME, lines, most=len(lines))) from None
+    except UserError as err:
+        raise UserError(in_flag_terms(str(err), given)) from None
+    if not spec.speedups:  # no flag turns speed-ups off, so bench needs plain
+        raise UserError(f"{BENCH_NAME}: --arms: add plain: bench measures speed-ups over it "
+                        f"(e.g. --arms plain,{','.join(given['--arms'])})")
+    return spec, given
 
 
 def register(app: typer.Typer) -> None:

@@ -133,8 +133,7 @@ def serve(
     except ImportError as err:
         raise UserError(f"specfleet serve needs the `serve` extra ({err.name} is missing): "
                         f"{extra_install('serve')}") from None
-    from specfleet.cluster.reach import NO_HTTP2, connect_error, speaks_http2
-    from specfleet.serve.fleetpage import REACH_TIMEOUT_S, FleetReader, fleet_address
+    from specfleet.serve.fleetpage import FleetReader, fleet_address
     from specfleet.store.readonly import open_read_only
 
     if not host.strip():  # the socket layer reads '' as every address, the URL as http://:PORT
@@ -146,17 +145,39 @@ def serve(
     if matrix is not None:
         store.get_matrix(matrix)  # an unknown id: one line, before listening
     check_free(host, port)
-    # A warning, not a refusal: the store's pages serve without the fleet.
-    if address and (unreachable := connect_error(address, REACH_TIMEOUT_S)):
+    if address:
+        _warn_of_fleet(address)
+    _say_listening(host, port, store.display_url, address, token_from if token else None, matrix)
+    app = create_app(store, FleetReader(address) if address else None, token)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning",
+                    server_header=False)  # a stranger learns nothing of the software
+    finally:
+        store.close()
+
+
+def _warn_of_fleet(address: str) -> None:
+    """A warning, not a refusal, where no Ray head answers at `address`: the store's pages
+    serve without the fleet."""
+    from specfleet.cluster.reach import NO_HTTP2, connect_error, speaks_http2
+    from specfleet.serve.fleetpage import REACH_TIMEOUT_S
+
+    if unreachable := connect_error(address, REACH_TIMEOUT_S):
         typer.echo(f"warning: fleet {address}: no Ray head answers there ({unreachable}); the "
                    "fleet page will say so", err=True)
-    elif address and speaks_http2(address, REACH_TIMEOUT_S) is False:  # a web server there
+    elif speaks_http2(address, REACH_TIMEOUT_S) is False:  # a web server there
         typer.echo(f"warning: fleet {address}: what answers there is not a Ray head "
                    f"({NO_HTTP2}); the fleet page will say so", err=True)
+
+
+def _say_listening(host: str, port: int, store_url: str, address: str | None,
+                   token_from: str | None, matrix: str | None) -> None:
+    """Where the view listens, what it serves and who may read it (`token_from`: where its
+    token came from; None: no token), on stderr."""
     # Loopback is open to every account on the machine, not only to its owner's.
-    login = (f"needs a token: {token_from}" if token
+    login = (f"needs a token: {token_from}" if token_from is not None
              else "open to every account on this machine: --token-file asks for one")
-    typer.echo(f"specfleet serve: {url_of(host, port)} (store {store.display_url}, read-only; "
+    typer.echo(f"specfleet serve: {url_of(host, port)} (store {store_url}, read-only; "
                f"fleet {address or 'none'}; {login})", err=True)
     if not is_loopback(host):
         typer.echo(f"note: --host {host}: plain HTTP, the token and the pages cross the network "
@@ -164,12 +185,6 @@ def serve(
                    "proxy instead", err=True)
     if matrix is not None:
         typer.echo(f"matrix {matrix}: {url_of(host, port, f'/matrices/{matrix}')}", err=True)
-    app = create_app(store, FleetReader(address) if address else None, token)
-    try:
-        uvicorn.run(app, host=host, port=port, log_level="warning",
-                    server_header=False)  # a stranger learns nothing of the software
-    finally:
-        store.close()
 
 
 def register(app: typer.Typer) -> None:
