@@ -92,12 +92,18 @@ def lookup_config(
         raise UserError(f"{LOOKUP_FLAG_PREFIX}{err}") from None  # it names the bound
 
 
+def chat_without_template(prompt: str) -> UserError:
+    """`--chat` for a model without a chat template (`generate`, `job generate`): its prompt
+    would be encoded as plain text, as if --chat were not given."""
+    return UserError(f"--chat needs the chat template (this model has none); expected no "
+                     f"--chat (the {prompt} as plain text)")
+
+
 def encode(runner: Any, text: str, chat: bool | None, system: str | None = None) -> list[int]:
     """Token ids of the prompt; `chat=None` applies the chat template where there is one."""
     if chat and not getattr(getattr(runner, "tokenizer", None), "chat_template", None):
         # Else the runner would quietly encode plain text, as if --chat were not given.
-        raise UserError("--chat needs the chat template (this model has none); expected no "
-                        "--chat (the prompt as plain text)")
+        raise chat_without_template("prompt")
     chat = True if chat is None else chat
     if system is None:
         ids = list(runner.encode_prompt(text, chat=chat))

@@ -21,6 +21,7 @@ from specfleet.cli.generate import (
     LoopGuardOption,
     SeedOption,
     TempOption,
+    chat_without_template,
     parse_loop_guard,
     refuse_seed_when_greedy,
 )
@@ -163,8 +164,7 @@ def _refuse_here(job, prompts: str, max_tokens_given: bool, chat_given: bool = F
 
         folder = resolve_model(job.model, job.target.engine, measure=False).path
         if folder is not None and not has_chat_template(folder):
-            raise UserError("--chat needs the chat template (this model has none); expected "
-                            "no --chat (the prompts as plain text)")
+            raise chat_without_template("prompts")
     _refuse_overruns(job, f"--prompts {STDIN}" if prompts == STDIN else prompts,
                      max_tokens_given)
 

@@ -49,6 +49,11 @@ def ensure_token(create: bool) -> Path | None:
     return path
 
 
+def _token_file_name() -> str:
+    """What names the token file in messages: the variable that set it, else what it is."""
+    return "RAY_AUTH_TOKEN_PATH" if os.environ.get("RAY_AUTH_TOKEN_PATH") else "the Ray token file"
+
+
 def _write_new_token(path: Path) -> None:
     """A new token at `path`, whole or not at all: written beside it, then linked into place
     (a full disk left an empty token file that refused every later start until removed by
@@ -56,8 +61,7 @@ def _write_new_token(path: Path) -> None:
     import secrets
     import tempfile
 
-    named = "RAY_AUTH_TOKEN_PATH" if os.environ.get("RAY_AUTH_TOKEN_PATH") else \
-        "the Ray token file"
+    named = _token_file_name()
     check_folder_path(path.parent, f"{named} {path}")  # a file in the way ($HOME a file)
     temp = None
     try:
@@ -82,8 +86,7 @@ def _write_new_token(path: Path) -> None:
 def _check_token_file(path: Path) -> None:
     """A token file that is a folder, a pipe or binary would be chmodded, or hang or break
     Ray's own read: refuse it in one line first."""
-    named = "RAY_AUTH_TOKEN_PATH" if os.environ.get("RAY_AUTH_TOKEN_PATH") else \
-        "the Ray token file"
+    named = _token_file_name()
     expected = "the head's token file (one line of text, mode 600)"
     if not read_text(path, f"{named} {path}", expected).strip():
         raise UserError(f"{named} {path}: is empty; expected {expected}")
