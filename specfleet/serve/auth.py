@@ -174,7 +174,8 @@ def _unauthorized(why: str = REFUSED) -> Response:
 
 
 class Login:
-    """`GET /login` (the form) and `POST /login` (check the token, set the cookie, go back).
+    """`GET /login` (the form) and `POST /login` (check the token, set the cookie, go back; a
+    wrong token goes back to the form, which says so).
 
     Args:
         token: the view's token (None: an open view, where both just go to the page asked).
@@ -188,9 +189,13 @@ class Login:
         return await (self.submit if request.method == "POST" else self.form)(request)
 
     async def form(self, request: Request) -> Response:
-        target = local_path(params.parse(request.query_params, {"next": str}).get("next"))
+        asked = params.parse(request.query_params, {"next": str, "wrong": params.flag})
+        target = local_path(asked.get("next"))
         if self.token is None:
             return RedirectResponse(target, status_code=303)
+        if asked.get("wrong"):  # where a refused POST sends the browser (`submit`)
+            return self.render("login.html", {"next": target, "error": "Wrong token."},
+                               status=401)
         return self.render("login.html", {"next": target, "error": None})
 
     async def submit(self, request: Request) -> Response:
@@ -200,8 +205,9 @@ class Login:
         if self.token is None:
             return RedirectResponse(target, status_code=303)
         if not _same(fields.get("token", "").strip(), self.token):
-            return self.render("login.html", {"next": target, "error": "Wrong token."},
-                               status=401)
+            # Post/Redirect/Get: a page answered to a POST makes Back ask to send it again.
+            query = urlencode({"next": target, "wrong": 1})
+            return RedirectResponse(f"{LOGIN_PATH}?{query}", status_code=303)
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(cookie_name(self.token), session_value(self.token), httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")

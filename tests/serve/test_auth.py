@@ -81,9 +81,16 @@ def test_login_sets_a_cookie_derived_from_the_token_that_then_opens_the_view(web
     assert f'name="next" value="/matrices/{BASE}"' in form.text
     assert BASE + " " not in form.text and "read-only" not in form.text  # no store, no nav
 
+    # A wrong token goes back to the form (Post/Redirect/Get), which answers 401 and says so.
     refused = _login(web, WRONG, f"/matrices/{BASE}")
-    assert refused.status_code == 401 and "Wrong token." in refused.text
+    assert refused.status_code == 303
+    asked = quote(f"/matrices/{BASE}", safe="")
+    assert refused.headers["location"] == f"/login?next={asked}&wrong=1"
     assert "set-cookie" not in refused.headers and not web.cookies
+    told = web.get(refused.headers["location"])
+    assert told.status_code == 401 and "Wrong token." in told.text
+    assert f'name="next" value="/matrices/{BASE}"' in told.text
+    assert "Wrong token." not in form.text
 
     done = _login(web, TOKEN, f"/matrices/{BASE}")
     assert done.status_code == 303 and done.headers["location"] == f"/matrices/{BASE}"

@@ -105,7 +105,8 @@ def test_a_history_of_nothing_stored_names_the_query_parameter_not_a_flag(client
 
 @pytest.mark.parametrize(("query", "says"), [
     ("next=/fleet&next=/matrices", "query parameter 'next' given twice; expected it once"),
-    (f"token={TOKEN}", "unknown query parameter 'token'; expected next"),
+    (f"token={TOKEN}", "unknown query parameter 'token'; expected next, wrong"),
+    ("wrong=yes", "query parameter wrong='yes': expected 1, 0, true or false"),
 ])
 def test_the_login_page_checks_its_query(guarded, query, says):
     response = guarded.get(f"/login?{query}")

@@ -191,6 +191,8 @@ def test_browse_matrices_matrix_and_history(server, browser, db_url, tmp_path):
     points = [len(p.find_elements(By.CSS_SELECTOR, "g.point")) for p in plots]
     assert points == [len(_history_json(db_url))] * 2 == [2, 2]
     full_page_screenshot(browser, tmp_path / "history.png")
+    # Nothing failed to load on the way (an icon asked for and not found, a blocked script).
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
 def test_injected_texts_render_as_text(server, browser, tmp_path):
@@ -309,6 +311,11 @@ def test_a_token_guarded_view_asks_for_it_once(guarded_server, browser, tmp_path
     assert cookie["value"] == session_value(TOKEN)
     assert browser.execute_script("return document.cookie") == ""  # out of scripts' reach
     full_page_screenshot(browser, tmp_path / "matrix-after-login.png")
+    # Back from the page: the form that said "Wrong token." again, not "Confirm Form
+    # Resubmission" (a refused POST redirects to a GET).
+    browser.back()
+    assert browser.current_url == f"{base}/login?next=%2Fmatrices%2F{seed.BASE}&wrong=1"
+    assert browser.find_element(By.ID, "login-error").text == "Wrong token."
     browser.get(f"{base}/matrices")  # the other pages and the API answer now
     assert browser.find_elements(By.CSS_SELECTOR, "a.matrix-link")
     browser.get(f"{base}/api/matrices/{seed.LIVE}/progress")
