@@ -32,9 +32,11 @@ def choices_text(values: tuple[str, ...]) -> str:
 
 
 def steps_overlap_host(engine: str, device: str) -> bool:
-    """Whether a submitted decode step computes while the host goes on: yes on a GPU and on
+    """Whether a submitted decode step computes while the host goes on: yes on CUDA and on
     MLX (its own stream thread, on the CPU too); no for torch on the CPU, whose forward
-    returns only when computed. Where steps do not overlap, pipelining hides nothing and only
-    delays every match that appears while a step is in flight by a token, so the round loop
-    does not pipeline there (docs/engine.md, "The round loop")."""
-    return not (engine == "torch" and device == "cpu")
+    returns only when computed, nor on MPS, where the token read (`.tolist()`) commits and
+    waits for the whole stream, the step submitted before it included. Where steps do not
+    overlap, pipelining hides nothing and only delays every match that appears while a step
+    is in flight by a token, so the round loop does not pipeline there (docs/engine.md, "The
+    round loop")."""
+    return not (engine == "torch" and device in ("cpu", "mps"))

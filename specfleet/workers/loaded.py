@@ -373,8 +373,11 @@ def _empty_device_caches(engine: str) -> None:
     import sys
 
     torch = sys.modules.get("torch")  # only when the engine already imported it
-    if engine == "torch" and torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if engine == "torch" and torch is not None:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        if torch.backends.mps.is_available():  # Apple Silicon: unified memory, like GB10
+            torch.mps.empty_cache()
     mx = sys.modules.get("mlx.core")
     if engine == "mlx" and mx is not None:
         mx.clear_cache()

@@ -99,7 +99,7 @@ def test_trace_cost_prices_each_round_kind():
     assert trace_cost([trace("sync", 1)], (0.97, 1.5), pipeline=False) == pytest.approx(0.97)
 
 
-def test_torch_on_a_cpu_never_pipelines_and_meets_a_match_at_once():
+def test_torch_on_a_cpu_or_mps_never_pipelines_and_meets_a_match_at_once():
     """Its forward returns only when computed: pipelining there hides nothing and would
     verify a match that appears while a step is in flight one token late."""
     prompt = list(range(1, 21))
@@ -114,6 +114,12 @@ def test_torch_on_a_cpu_never_pipelines_and_meets_a_match_at_once():
     class TorchScript(ScriptModel):
         engine = "torch"
 
+    class TorchMpsScript(TorchScript):  # its token read waits for the whole MPS stream
+        device = "mps"
+
+    class TorchCudaScript(TorchScript):
+        device = "cuda"
+
     overlapping, on_cpu = run(ScriptModel), run(TorchScript)
     assert on_cpu.tokens == overlapping.tokens == reply
     assert {"pipelined", "drain"} <= {t.kind for t in overlapping.trace}
@@ -121,6 +127,8 @@ def test_torch_on_a_cpu_never_pipelines_and_meets_a_match_at_once():
     # The match on (5, 6) is verified the round it appears, not after a drain.
     assert on_cpu.stats.rounds < overlapping.stats.rounds
     assert "pipelined" in {t.kind for t in run(TorchScript, pipeline=True).trace}
+    assert [t.kind for t in run(TorchMpsScript).trace] == [t.kind for t in on_cpu.trace]
+    assert [t.kind for t in run(TorchCudaScript).trace] == [t.kind for t in overlapping.trace]
 
 
 def test_plain_replay_is_one_step_per_decode_round_and_the_speedup_formula():

@@ -331,14 +331,18 @@ class TorchRunner(TokenizerText):
         return int(self._cache.get_seq_length(first))
 
     def clear_allocator_cache(self) -> None:
-        if self._gpu:
-            torch.cuda.empty_cache()
-        elif self.device == "mps":
-            torch.mps.empty_cache()
+        """Nothing: torch's caching allocators reuse freed blocks, and emptying one waits for
+        the device (CUDA's `empty_cache` synchronizes), stalling the pipelined steps the loop
+        calls this between. A model's memory is returned when it is evicted
+        (`workers/loaded.py`)."""
 
     def peak_memory(self) -> tuple[float, str]:
         if self._gpu:
             return torch.cuda.max_memory_allocated() / 1e9, f"{self.device} peak allocated"
+        if self.device == "mps":  # its buffers are not in the process's RSS
+            # MPS keeps no peak; its allocator keeps freed blocks, so what it holds now is
+            # about its peak (nothing empties it during a reply).
+            return torch.mps.driver_allocated_memory() / 1e9, "mps allocated"
         return process_peak_rss()
 
 

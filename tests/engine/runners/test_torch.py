@@ -188,3 +188,32 @@ def test_a_folder_transformers_cannot_read_is_refused_in_one_line(bundled_model,
     with pytest.raises(ValueError) as err:
         TorchRunner.load(folder)
     assert said in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_loop_never_empties_torchs_device_cache_and_mps_memory_is_its_allocators(
+        monkeypatch):
+    """CUDA's `empty_cache` waits for the device: between pipelined steps it is a stall.
+    MPS buffers are not in the process's RSS, so its peak is what its allocator holds."""
+    from types import SimpleNamespace
+
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append("cuda"))
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append("mps"))
+    for device in ("cuda", "mps"):
+        TorchRunner.clear_allocator_cache(SimpleNamespace(_gpu=device == "cuda", device=device))
+    assert emptied == []
+
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 3_500_000_000)
+    on_mps = SimpleNamespace(_gpu=False, device="mps")
+    assert TorchRunner.peak_memory(on_mps) == (3.5, "mps allocated")
+
+
+def test_an_evicted_torch_model_returns_its_mps_memory_too(monkeypatch):
+    from specfleet.workers.loaded import _empty_device_caches
+
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append("mps"))
+    _empty_device_caches("torch")
+    assert emptied == ["mps"]
