@@ -26,7 +26,7 @@ from specfleet.cli.options import (
     writing_store,
 )
 from specfleet.cluster.forensics import worker_replayer
-from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN
+from specfleet.engine.forensics import BF16_STEPS, NEAR_TIE_LOGIT_MARGIN
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.spec_files import load_parity_spec
@@ -150,7 +150,8 @@ def parity(
         "--baseline", callback=not_blank(MATRIX_ID),
         help="Matrix whose identical replies must stay identical; it must hold every pair.")] = None,
     near_tie: Annotated[float, typer.Option(
-        "--near-tie", help="Logit gap below which a divergence is a near-tie flip.")
+        "--near-tie", help="Logit gap below which a divergence is a near-tie flip (on "
+        f"bfloat16 logits at least {BF16_STEPS} bf16 steps at their magnitude).")
     ] = NEAR_TIE_LOGIT_MARGIN,
     fmt: FormatOption = "table",
     address: Annotated[str | None, typer.Option(

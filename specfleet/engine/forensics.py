@@ -9,6 +9,7 @@ block, so the kernel that made the flip is the one measured. Plain Python over `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
@@ -21,6 +22,9 @@ from specfleet.engine.runners.base import Runner
 # disagree by ~1e-4, bf16 logits of magnitude 16-32 move in steps of 0.125: 0.25 covers both
 # with room, while a real bug (wrong cache trim, wrong token) leaves gaps of whole logits.
 NEAR_TIE_LOGIT_MARGIN = 0.25
+# On bfloat16 logits the margin is at least this many bf16 steps at the rows' magnitude: from
+# 32 on a step is 0.25 or more, so a one-step flip would otherwise read as a suspect.
+BF16_STEPS = 2.5
 # Width of a default verify block: max_draft 7 proposals + the last emitted token.
 DEFAULT_VERIFY_WIDTH = 8
 
@@ -178,12 +182,32 @@ def _competing(logits: list[float], own: int, other: int,
     return own, other
 
 
+def is_bfloat16(value: float) -> bool:
+    """Whether `value` is a bfloat16 number: a float32 whose low 16 bits are zero."""
+    if not math.isfinite(value) or float(np.float32(value)) != value:
+        return False
+    return int(np.array(value, dtype=np.float32).view(np.uint32)) & 0xFFFF == 0
+
+
+def tie_margin(margins: RowMargins, threshold: float = NEAR_TIE_LOGIT_MARGIN) -> float:
+    """The near-tie margin at these rows: `threshold`, or where every top-2 logit of both
+    paths is a bfloat16 number (a bf16 model's logits), `BF16_STEPS` bf16 steps at the
+    largest one's magnitude where that is wider (below a step a bf16 row resolves nothing)."""
+    logits = [logit for path in (margins.a, margins.b) for _, logit in path.top2]
+    if not all(is_bfloat16(logit) for logit in logits):
+        return threshold
+    top = max(abs(logit) for logit in logits)
+    step = 2.0 ** (math.floor(math.log2(top)) - 7) if top > 0 else 0.0  # 8 significant bits
+    return max(threshold, BF16_STEPS * step)
+
+
 def classify(margins: RowMargins, threshold: float = NEAR_TIE_LOGIT_MARGIN) -> Verdict:
-    """`near-tie` when the competing tokens are within `threshold` logits of each other and
-    of the row's best on both paths, else `suspect` (a flip no rounding explains, or a replay
-    whose best token is a third one: it reproduced neither reply)."""
-    paths = (margins.a, margins.b)
-    close = max(abs(p.gap) for p in paths) < threshold and max(p.lead for p in paths) < threshold
+    """`near-tie` when the competing tokens are within the margin (`tie_margin`: `threshold`,
+    wider on bfloat16 rows) of each other and of the row's best on both paths, else
+    `suspect` (a flip no rounding explains, or a replay whose best token is a third one: it
+    reproduced neither reply)."""
+    paths, margin = (margins.a, margins.b), tie_margin(margins, threshold)
+    close = max(abs(p.gap) for p in paths) < margin and max(p.lead for p in paths) < margin
     return "near-tie" if close else "suspect"
 
 

@@ -3,7 +3,7 @@ targets, and (optionally) against a baseline matrix.
 
 A divergence is replayed on the target (`Replayer`) to read the top-2 logits of both paths
 at the first differing token, then classified `near-tie` (the competing tokens are within
-`NEAR_TIE_LOGIT_MARGIN` logits of each other and of the row's best on both paths: a verify row rounded a near-tie the other way,
+`NEAR_TIE_LOGIT_MARGIN` logits, wider on bfloat16 rows, of each other and of the row's best on both paths: a verify row rounded a near-tie the other way,
 docs/engine.md "Parity and near-ties") or `suspect` (anything else). A divergence that could not be replayed is
 `unverified`. Verdicts compare each cell's first repetition, as the reference record does.
 A peer arm (`engine/peers.py`: another library's decoding) that differs from our plain is

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 
 from specfleet import jsontext
+from specfleet.engine.forensics import BF16_STEPS
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.parity import PEER_DIFFERS, ArmParity, ParityReport
@@ -47,7 +48,8 @@ def arm_grid(report: ParityReport) -> Grid:
         rows.append((item.target, item.model, item.prompt, item.arm, item.verdict, where,
                      item.excerpt or DASH, forensics_text(item, report.replays_tried)))
     note = (
-        f"near-tie: the two competing tokens are within {report.threshold} logits of each other "
+        f"near-tie: the two competing tokens are within {report.threshold} logits (on "
+        f"bfloat16 logits at least {BF16_STEPS} bf16 steps at their magnitude) of each other "
         f"and of the row's best on both "
         f"paths (a verify row rounded a near-tie the other way, docs/engine.md 'Parity and near-ties'); suspect: anything "
         f"else; unverified: the divergence could not be replayed on its target."

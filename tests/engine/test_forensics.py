@@ -8,12 +8,16 @@ import pytest
 
 from specfleet.engine.forensics import (
     NEAR_TIE_LOGIT_MARGIN,
+    PathRow,
+    RowMargins,
     classify,
     first_divergence,
+    is_bfloat16,
     logits_at,
     margins_from_dict,
     replay_divergence,
     replay_margins,
+    tie_margin,
     top2,
 )
 
@@ -131,6 +135,32 @@ def test_near_tie_flip_is_classified_near_tie() -> None:
     assert (margins.a.width, margins.b.width) == (1, 4)
     assert classify(margins) == "near-tie"
     assert classify(margins, threshold=0.005) == "suspect"
+
+
+def _flip(high: float, low: float) -> RowMargins:
+    """Token 3 leads token 4 by high - low on the plain path, and trails it so on the other."""
+    return RowMargins(4, 3, 4, PathRow(((3, high), (4, low)), high - low, high - low, 1),
+                      PathRow(((4, high), (3, low)), high - low, high - low, 8))
+
+
+@pytest.mark.parametrize(("high", "low", "verdict"), [
+    (40.0, 39.75, "near-tie"),  # bf16 rows at 32-64: one step is 0.25
+    (40.0, 39.5, "near-tie"),  # two steps
+    (40.0, 39.0, "suspect"),  # four steps: more than any rounding
+    (40.0001, 39.7501, "suspect"),  # float32 rows: the margin stays 0.25
+    (7.0, 6.75, "suspect"),  # bf16 at 4-8: a step is 1/32, so 0.25 is eight of them
+])
+def test_a_one_step_flip_on_bfloat16_logits_is_a_near_tie(high, low, verdict) -> None:
+    assert classify(_flip(high, low)) == verdict
+
+
+def test_the_bfloat16_margin_follows_the_rows_magnitude() -> None:
+    assert [is_bfloat16(v) for v in (1.0, 39.75, -0.375, 1.0001, float("nan"), float("-inf"))] \
+        == [True, True, True, False, False, False]
+    assert tie_margin(_flip(20.0, 19.875)) == pytest.approx(2.5 * 0.125)
+    assert tie_margin(_flip(100.0, 99.5)) == pytest.approx(2.5 * 0.5)
+    assert tie_margin(_flip(3.0, 2.5)) == NEAR_TIE_LOGIT_MARGIN  # wider than 2.5 steps there
+    assert tie_margin(_flip(40.0, 39.75), threshold=2.0) == 2.0  # a wider --near-tie stands
 
 
 def test_whole_logit_flip_is_suspect() -> None:
