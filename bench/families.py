@@ -20,7 +20,7 @@ from bench.cli_args import BenchParser, positive_int, run_main  # noqa: E402
 from specfleet.engine.loop import generate  # noqa: E402
 from specfleet.engine.runners.tiny_torch import TINY_FAMILIES, tiny_runner  # noqa: E402
 from specfleet.engine.runners.torch_rollback import RecurrentRollback  # noqa: E402
-from tests.engine.runners.test_families_torch import (  # noqa: E402
+from tests.engine.runners.family_cases import (  # noqa: E402
     POLICIES,
     PROMPT_SEEDS,
     REPLY_TOKENS,

@@ -101,3 +101,17 @@ def test_the_oracle_tables_are_found_from_any_folder(tmp_path, monkeypatch) -> N
     monkeypatch.chdir(tmp_path)
     names = [policies_oracle.table_ratio(spec)[0] for spec in policies_oracle.TABLES]
     assert "vm-torch-smollm2-135m" in names and "vm-mlx-smollm2-135m" in names
+
+
+def test_the_cuda_check_imports_without_pytest() -> None:
+    """A GPU host runs bench/cuda_check.py with only the torch extra installed: nothing it
+    imports (the family prompts it borrows from the tests included) may need pytest."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; sys.modules['pytest'] = None; sys.path.insert(0, 'bench'); "
+            "import cuda_check, bench.families")
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from specfleet.engine.config import PromptLookupConfig
 from specfleet.engine.loop import generate
 from specfleet.engine.runners.base import CacheRollbackError, UnsupportedModelError
 from specfleet.engine.runners.common import IdsOnlyTokenizer
@@ -34,6 +33,13 @@ from specfleet.engine.runners.torch_rollback import (
     recurrent_rollback_here,
 )
 from specfleet.engine.runners.toy import lcg_tokens
+from tests.engine.runners.family_cases import (
+    POLICIES,
+    PROMPT_SEEDS,
+    PROMPT_TOKENS,
+    REPLY_TOKENS,
+    copy_heavy_prompt,
+)
 
 FAMILIES = tuple(TINY_FAMILIES)
 RECORDS = recurrent_rollback_here() == "record"  # transformers 5.25+
@@ -47,38 +53,13 @@ CASES = [pytest.param(name, None, id=name) for name in FAMILIES] + [
 _RUNS_HERE = RECORDED_MODEL_TYPES if RECORDS else REFEED_MODEL_TYPES
 LOOKUP_CASES = [case for case in CASES if TINY_FAMILIES[case.values[0]].model_type
                 not in RECORDED_MODEL_TYPES - _RUNS_HERE]
-# Width w costs 0.5 + 0.02 (w - 1) plain steps: so cheap that calibrated drafts from its
-# prior on, re-feeds priced in, and long blocks once proposals land.
-CHEAP_COSTS = tuple(0.5 + 0.02 * i for i in range(17))
-POLICIES = {
-    "graded": PromptLookupConfig(policy="graded"),
-    "gated": PromptLookupConfig(policy="gated"),
-    "calibrated": PromptLookupConfig(policy="calibrated", costs=CHEAP_COSTS, max_draft=12),
-    "fixed": PromptLookupConfig(adaptive=False, max_draft=4),
-}
-PROMPT_SEEDS = (2, 3)
 # Where seeds 2 and 3 draft nothing, or no draft is rejected (so no rollback would run): the
 # tiny model's reply leaves its own continuation at once (bench/families.py shows all).
 FAMILY_PROMPT_SEEDS = {"mamba": (4, 5), "zamba2": (5, 11), "lfm2_moe": (7, 8)}
-PROMPT_TOKENS = 24
-REPLY_TOKENS = 40
 BLOCK = 12  # wider than the sliding window (8)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def copy_heavy_prompt(runner: TorchRunner, seed: int) -> list[int]:
-    """Seeded LCG start `s`, the model's own greedy continuation `r` of it: the prompt is
-    r[2:16] with one token changed, then s, then r[:4]. Lookup finds r[2:4] and proposes the
-    continuation with its edit: some proposals land, the edit is rejected."""
-    start = lcg_tokens(seed, 6, TINY_VOCAB)
-    own = generate(runner, start, max_tokens=16).tokens
-    copy = list(own[2:16])
-    copy[7] = (copy[7] + 1 + seed) % TINY_VOCAB
-    prompt = copy + start + own[:4]
-    assert len(prompt) == PROMPT_TOKENS
-    return prompt
 
 
 class _Family:
