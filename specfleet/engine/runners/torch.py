@@ -208,8 +208,11 @@ class TorchRunner(TokenizerText):
         try:
             with _quiet_load_report():
                 # With output_loading_info it returns (model, what loaded), which it does not type.
+                # Straight onto the device: loaded on the CPU and then moved, a GB10's or a
+                # Mac's unified memory would hold the weights twice at once.
                 loaded: Any = AutoModelForCausalLM.from_pretrained(
-                    str(path), dtype=dtype, output_loading_info=True)
+                    str(path), dtype=dtype, output_loading_info=True,
+                    device_map=torch_device(resolved))
             tokenizer = AutoTokenizer.from_pretrained(str(path))
         except refusals as err:
             raise ValueError(_refusal_text(err)) from None

@@ -217,3 +217,20 @@ def test_an_evicted_torch_model_returns_its_mps_memory_too(monkeypatch):
     monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append("mps"))
     _empty_device_caches("torch")
     assert emptied == ["mps"]
+
+
+def test_weights_load_straight_onto_the_runners_device(bundled_model, monkeypatch):
+    """Not loaded on the CPU and then moved: on a GB10's or a Mac's unified memory that would
+    hold the weights twice at once."""
+    from transformers import AutoModelForCausalLM
+
+    real, asked = AutoModelForCausalLM.from_pretrained, []
+
+    def recording(*args, **kwargs):
+        asked.append(kwargs.get("device_map"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", recording)
+    runner = TorchRunner.load(bundled_model.torch.path, "cpu")
+    assert asked == [torch.device("cpu")]
+    assert {p.device for p in runner.model.parameters()} == {torch.device("cpu")}
