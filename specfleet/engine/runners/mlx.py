@@ -91,6 +91,7 @@ class MlxRunner(TokenizerText):
                                   getattr(tokenizer, "eos_token_id", None))
         # Our own stream, as mlx-lm's generation_stream: lazy steps queue behind each other.
         self._stream = mx.new_thread_local_stream(mx.cpu if device == "cpu" else mx.gpu)
+        wire_recommended()
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> MlxRunner:
@@ -222,6 +223,15 @@ class MlxRunner(TokenizerText):
     def stream(self) -> mx.ThreadLocalStream:
         """The runner's stream (its device's): where a peer on this model runs too."""
         return self._stream
+
+
+def wire_recommended() -> None:
+    """Let MLX keep up to the device's recommended working set wired (resident), as mlx-lm
+    does around each generation (`wired_limit`): on Metal our arms then run as its peer arm
+    does, weights never paged out; a device that recommends no size (the CPU) is left as is."""
+    size = mx.device_info().get("max_recommended_working_set_size")
+    if size:
+        mx.set_wired_limit(size)
 
 
 def _vocab_size(model) -> int:

@@ -94,3 +94,17 @@ def test_a_folder_mlx_lm_cannot_read_is_refused_in_one_line(bundled_model, tmp_p
     with pytest.raises(ValueError) as err:
         MlxRunner.load(folder, "cpu")
     assert said in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_runner_on_metal_wires_the_recommended_working_set_as_mlx_lm_does(
+        bundled_model, monkeypatch):
+    """mlx-lm wires weights up to the device's recommended working set while it generates;
+    our arms on the same model must run alike. The CPU recommends no size: nothing is set."""
+    wired = []
+    monkeypatch.setattr(mx, "set_wired_limit", lambda size: wired.append(size) or 0)
+    MlxRunner.load(bundled_model.mlx.path, "cpu")
+    assert wired == []
+    metal = {**mx.device_info(), "max_recommended_working_set_size": 5 << 30}
+    monkeypatch.setattr(mx, "device_info", lambda: metal)  # what a Mac's GPU reports
+    MlxRunner.load(bundled_model.mlx.path, "cpu")
+    assert wired == [5 << 30]
