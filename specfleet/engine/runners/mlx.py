@@ -230,7 +230,7 @@ def wire_recommended() -> None:
     does around each generation (`wired_limit`): on Metal our arms then run as its peer arm
     does, weights never paged out; a device that recommends no size (the CPU) is left as is."""
     size = mx.device_info().get("max_recommended_working_set_size")
-    if size:
+    if isinstance(size, int) and size > 0:
         mx.set_wired_limit(size)
 
 
