@@ -14,8 +14,10 @@ from specfleet.store.engine import display_url
 from specfleet.store.errors import StoreDamaged, StoreUnreachable
 from specfleet.store.sidefiles import no_room_for_side_files
 
-_BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "')
+# libpq's and psycopg's words for an option it cannot take (psycopg: `bad value for X: 'v'`)
+_BAD_PG_OPTION = re.compile(r'invalid connection option|invalid \w+ value: "|bad value for ')
 _UNDEFINED_TABLE_OR_COLUMN = ("42P01", "42703")  # PostgreSQL's SQLSTATEs
+_GAVE_UP_WAITING = ("55P03", "57014")  # lock_not_available (lock_timeout), query_canceled
 
 
 def translate_error(err: BaseException, url: URL, source: str,
@@ -38,6 +40,14 @@ def translate_error(err: BaseException, url: URL, source: str,
         return read_only_server(source, url, first)
     if sqlstate(err) in _UNDEFINED_TABLE_OR_COLUMN:  # before "does not exist": a database's too
         return tables_do_not_match(source, where, first)
+    if sqlstate(err) in _GAVE_UP_WAITING:  # "canceling statement due to lock timeout"
+        return StoreUnreachable(f"{source}: cannot use PostgreSQL at {where} now ({first}: "
+                                "another session held a lock, or the statement ran past "
+                                "statement_timeout); expected that session to finish")
+    if "no password supplied" in low:  # libpq's `fe_sendauth`: the server asked for one
+        return UserError(f"{source}: PostgreSQL at {where} asks for a password and none was "
+                         f"given ({first}); expected USER:PASSWORD in the URL, or PGPASSWORD "
+                         "or ~/.pgpass")
     if "password authentication failed" in low or "authentication" in low:
         return UserError(f"{source}: PostgreSQL refused the credentials for {where} ({first})")
     if "does not exist" in low:

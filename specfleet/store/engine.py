@@ -114,6 +114,10 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         hint = f" {_ESCAPES}" if tail.count("@") > 1 else ""
         raise UserError(f"{source}: cannot parse {shown!r}; expected {' or '.join(_SCHEMES)}"
                         f"{hint}") from None
+    if twice := next((key for key, value in parsed.query.items() if isinstance(value, tuple)),
+                     None):  # SQLAlchemy keeps both as a tuple, which libpq reads as one text
+        raise UserError(f"{source}: {display_raw(raw)}: the option {twice!r} is given twice; "
+                        "expected it once")
     return _refuse_fragment(raw, _check_driver(parsed, source), source)
 
 
@@ -337,12 +341,29 @@ def make_engine(url: URL, read_only: bool = False) -> Engine:
     """
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, read_only)
-    connect_args = {"connect_timeout": 10, "application_name": "specfleet"}
-    if read_only:
-        connect_args["options"] = "-c default_transaction_read_only=on"
+    # Defaults only: a connect_timeout or application_name in the URL is the user's to set.
+    defaults = {"connect_timeout": 10, "application_name": "specfleet"}
+    connect_args = {key: value for key, value in defaults.items() if key not in url.query}
     # NaN and Infinity in a JSON column as null, as `_sqlite_engine` writes them.
-    return create_engine(url, pool_pre_ping=True, connect_args=connect_args,
-                         json_serializer=jsontext.dumps)
+    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args,
+                           json_serializer=jsontext.dumps)
+    event.listen(engine, "connect",
+                 lambda dbapi_conn, _record: _postgres_session(dbapi_conn, read_only))
+    return engine
+
+
+def _postgres_session(dbapi_conn, read_only: bool) -> None:
+    """Set a new PostgreSQL session up as SET commands, never as libpq `options` (those would
+    replace the URL's `options=` and PGOPTIONS, a search_path among them): read-only where
+    asked, and a lock wait bounded at BUSY_TIMEOUT_S (as SQLite's) unless the URL, the role or
+    the database sets one; else a write behind another session's lock waits for ever."""
+    with dbapi_conn.cursor() as cur:
+        if read_only:
+            cur.execute("SET default_transaction_read_only = on")
+        cur.execute("SHOW lock_timeout")
+        if cur.fetchone()[0] == "0":
+            cur.execute(f"SET lock_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    dbapi_conn.commit()  # SET in a transaction rolled back would be undone
 
 
 def read_only_url(url: URL) -> URL:

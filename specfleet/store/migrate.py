@@ -86,16 +86,20 @@ def check_known(rev: str | None, conn: Connection, url: URL, source: str) -> Non
     """Refuse another application's database and a revision newer than this code (`source`:
     what named the store, `--db` or `SPECFLEET_DB`)."""
     if rev is None:
-        tables = sorted(set(inspect(conn).get_table_names()) - {"alembic_version"})
-        if not tables:
+        found = inspect(conn)
+        # A view's name is taken as a table's is: one named `hosts` would fail the upgrade.
+        held = {"tables": sorted(set(found.get_table_names()) - {"alembic_version"}),
+                "views": sorted(found.get_view_names())}
+        if not any(held.values()):
             return
         # Each statement sees what is committed when it starts (PostgreSQL's READ COMMITTED):
         # tables another opener just created came with their revision, read again here.
         rev = current_revision(conn)
         if rev is None:  # another application's database: never add our tables to it
-            shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+            shown = ", ".join(f"{kind} {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}"
+                              for kind, names in held.items() if names)
             raise UserError(
-                f"{source}: {display_url(url)} is not a specfleet store (it holds tables {shown} "
+                f"{source}: {display_url(url)} is not a specfleet store (it holds {shown} "
                 f"and no specfleet schema revision); point {source} at an empty database or a "
                 "specfleet store"
             )

@@ -16,6 +16,7 @@ from specfleet.store.engine import (
     BUSY_TIMEOUT_S,
     check_readable,
     display_url,
+    make_engine,
     read_only_url,
     resolve_url,
     store_source,
@@ -52,10 +53,7 @@ def open_read_only(url: str | None = None) -> Store:
 
 def _read_only_engine(url: URL, source: str) -> Engine:
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, connect_args={
-            "connect_timeout": 10, "application_name": "specfleet-read-only",
-            "options": "-c default_transaction_read_only=on",
-        })
+        return make_engine(url, read_only=True)
     # The rule every read follows: a store in a folder we cannot write is read as immutable.
     engine = create_engine(read_only_url(url),
                            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False})
