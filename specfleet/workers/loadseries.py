@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
-from specfleet.workers.hardware import probe_output
+from specfleet.workers.conditions.nvidia import read_utilization
+from specfleet.workers.conditions.sample import run_tool
 from specfleet.workers.quiet import ForeignCpuMeter
 
 LOAD_SAMPLE_PERIOD_S = 5.0
@@ -44,11 +45,8 @@ def load_average() -> tuple[float, float, float]:
 
 def gpu_utilization() -> float | None:
     """Utilisation of the first NVIDIA GPU in percent, None when there is none."""
-    out = probe_output(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"])
-    try:
-        return float(out.splitlines()[0]) if out.strip() else None
-    except ValueError:
-        return None
+    util = read_utilization(run_tool)
+    return util[min(util)] if util else None
 
 
 def sample_load() -> LoadReading:

@@ -16,6 +16,7 @@ from specfleet.workers.conditions.judge import (
 )
 from specfleet.workers.conditions.model import (
     UNREADABLE_READING,
+    CpuCap,
     GpuReading,
     HostConditions,
     ThermalZone,
@@ -26,6 +27,7 @@ from specfleet.workers.conditions.sample import conditions_root, sample_conditio
 
 __all__ = [
     "CLOCK_FRACTION_FLAG",
+    "CpuCap",
     "GpuReading",
     "HostConditions",
     "MemoryCheck",

@@ -3,12 +3,14 @@ check before a model loads.
 
 A reading is **throttled** when any of these holds (each rule names itself in the reason):
 
-* clocks: a CPU's policy ceiling (`scaling_max_freq`) is below `CLOCK_FRACTION_FLAG` of its
-  hardware maximum, or a busy NVIDIA GPU (no `gpu_idle` reason) runs its SM clock below
-  `CLOCK_FRACTION_FLAG` of its maximum. An idle CPU or GPU clocking down is not throttling.
-* thermal state not nominal: macOS CPU_Speed_Limit below 100 or a thermal / performance
-  warning level recorded; a Linux thermal zone at or above its lowest passive / hot /
-  critical trip point; an NVIDIA GPU with a thermal or hardware slowdown reason active.
+* clocks: a CPU core's policy ceiling (`scaling_max_freq`) is below `CLOCK_FRACTION_FLAG`
+  of that core's own hardware maximum, or a busy NVIDIA GPU (no `gpu_idle` reason) runs its
+  SM clock below `CLOCK_FRACTION_FLAG` of its maximum. An idle CPU or GPU clocking down is
+  not throttling; nor is a GPU whose reasons are unknown (N/A): the rule is skipped.
+* thermal state not nominal: macOS CPU_Speed_Limit below 100, a thermal / performance
+  warning level recorded, or thermal pressure at `THERMAL_PRESSURE_FLAG` (moderate) or
+  above; a Linux thermal zone at or above its lowest passive / hot / critical trip point;
+  an NVIDIA GPU with a thermal or hardware slowdown reason active.
 * power: a Mac on battery, or in Low Power Mode.
 """
 
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specfleet.workers.conditions.model import HostConditions
+from specfleet.workers.conditions.model import HostConditions, thermal_pressure_name
 
 CLOCK_FRACTION_FLAG = 0.9  # clocks below 90% of their maximum count as throttled
+# macOS thermal pressure from "moderate" (1) up: Apple Silicon already lowers clocks there.
+THERMAL_PRESSURE_FLAG = 1
 # NVML reasons that mean the GPU is slowed down by heat or by a hardware brake.
 GPU_SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                         "hw_power_brake_slowdown")
@@ -42,9 +46,13 @@ class Throttle:
 
 def _clock_reasons(c: HostConditions) -> list[str]:
     out = []
-    if c.cpu_limit_mhz and c.cpu_max_mhz and c.cpu_limit_mhz < CLOCK_FRACTION_FLAG * c.cpu_max_mhz:
-        out.append(f"CPU clock capped at {c.cpu_limit_mhz:.0f} of {c.cpu_max_mhz:.0f} MHz")
+    cap = c.cpu_cap  # each core against its own max: big.LITTLE cores differ
+    if cap is not None and cap.limit_mhz < CLOCK_FRACTION_FLAG * cap.max_mhz:
+        out.append(f"CPU clock capped at {cap.limit_mhz:.0f} of {cap.max_mhz:.0f} MHz "
+                   f"(cpu{cap.cpu})")
     for gpu in c.gpus:
+        if gpu.throttle_reasons is None:
+            continue  # idle or not is unknown: an idle GPU's low clock is no throttling
         busy = "gpu_idle" not in gpu.throttle_reasons
         now, top = gpu.sm_clock_mhz, gpu.sm_clock_max_mhz
         if busy and now and top and now < CLOCK_FRACTION_FLAG * top:
@@ -60,12 +68,15 @@ def _thermal_reasons(c: HostConditions) -> list[str]:
         out.append(f"thermal warning level {c.thermal_warning_level}")
     if c.performance_warning_level is not None:
         out.append(f"performance warning level {c.performance_warning_level}")
+    level = c.thermal_pressure_level
+    if level is not None and level >= THERMAL_PRESSURE_FLAG:
+        out.append(f"thermal pressure {thermal_pressure_name(level)}")
     for zone in c.thermal_zones:
         if zone.trip_c is not None and zone.temp_c >= zone.trip_c:
             out.append(f"thermal zone {zone.name} at {zone.temp_c:.1f} °C "
                        f"({zone.trip_type} trip {zone.trip_c:.1f} °C)")
     for gpu in c.gpus:
-        slow = [r for r in gpu.throttle_reasons if r in GPU_SLOWDOWN_REASONS]
+        slow = [r for r in gpu.throttle_reasons or () if r in GPU_SLOWDOWN_REASONS]
         if slow:
             out.append(f"GPU {gpu.index} {', '.join(slow)}")
     return out

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from statistics import fmean
 
-from specfleet.workers.conditions.model import HostConditions, ThermalZone
+from specfleet.workers.conditions.model import CpuCap, HostConditions, ThermalZone
 
 CPU_DIR = "sys/devices/system/cpu"
 THERMAL_DIR = "sys/class/thermal"
@@ -91,21 +91,34 @@ def _cpu_dirs(root: Path) -> list[Path]:
     return [p for p in cpus if p.is_dir()]
 
 
+def worst_cap(cpus: dict[int, dict[str, float | str]]) -> CpuCap | None:
+    """The core whose ceiling is lowest against its own hardware max (cores of a big.LITTLE
+    CPU differ: GB10's Cortex-A725 cores top out below its Cortex-X925 cores)."""
+    pairs = [(float(c["limit_mhz"]) / float(c["max_mhz"]), n, c) for n, c in cpus.items()
+             if c.get("limit_mhz") and c.get("max_mhz")]
+    if not pairs:
+        return None
+    _, cpu, worst = min(pairs, key=lambda p: (p[0], p[1]))
+    return CpuCap(cpu, float(worst["limit_mhz"]), float(worst["max_mhz"]))
+
+
 def read_cpufreq(root: Path) -> dict:
-    """Governor (cpu0), mean current MHz, hardware max MHz and the lowest policy ceiling."""
+    """Governor (cpu0), mean current MHz, highest hardware max MHz, lowest policy ceiling,
+    and the core whose ceiling is furthest below its own max (`worst_cap`)."""
     dirs = _cpu_dirs(root)
     if not dirs:
         return {"missing": {"cpufreq": f"no cpufreq under {root / CPU_DIR} (VM or no driver)"}}
-    cpus = [parse_cpufreq(_read_files(d, _CPUFREQ_FILES)) for d in dirs]
+    cpus = {int(d.parent.name[3:]): parse_cpufreq(_read_files(d, _CPUFREQ_FILES)) for d in dirs}
     # The MHz keys always hold floats (only "governor" is text); float() narrows the type.
-    current = [float(c["cur_mhz"]) for c in cpus if "cur_mhz" in c]
-    maxima = [c["max_mhz"] for c in cpus if "max_mhz" in c]
-    limits = [c["limit_mhz"] for c in cpus if "limit_mhz" in c]
+    current = [float(c["cur_mhz"]) for c in cpus.values() if "cur_mhz" in c]
+    maxima = [c["max_mhz"] for c in cpus.values() if "max_mhz" in c]
+    limits = [c["limit_mhz"] for c in cpus.values() if "limit_mhz" in c]
     return {
-        "cpu_governor": cpus[0].get("governor"),
+        "cpu_governor": cpus[min(cpus)].get("governor"),
         "cpu_mhz": round(fmean(current), 1) if current else None,
         "cpu_max_mhz": max(maxima) if maxima else None,
         "cpu_limit_mhz": min(limits) if limits else None,
+        "cpu_cap": worst_cap(cpus),
     }
 
 

@@ -1,9 +1,11 @@
-"""macOS conditions from `pmset` and `vm_stat` (no root needed for any of them).
+"""macOS conditions from `pmset`, `notifyutil` and `vm_stat` (no root needed for any of them).
 
 `pmset -g batt` gives the power source, `pmset -g` the Low Power Mode setting
-(`lowpowermode`), `pmset -g therm` the CPU speed limit and thermal / performance warning
-levels, `vm_stat` the free pages and `sysctl -n hw.memsize` the installed memory.
-`powermetrics` is not used: every sampler of it needs root.
+(`lowpowermode 1`, or `powermode 1` where the Mac also has High Power Mode), `pmset -g therm`
+the CPU speed limit and thermal / performance warning levels (Apple Silicon prints no
+CPU_Speed_Limit: unknown there), `notifyutil -g com.apple.system.thermalpressurelevel` the
+thermal pressure level, `vm_stat` the free pages and `sysctl -n hw.memsize` the installed
+memory. `powermetrics` is not used: every sampler of it needs root.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ Runner = Callable[[list[str]], str | None]  # stdout of a command, None when it 
 PMSET_BATT = ["pmset", "-g", "batt"]
 PMSET_SETTINGS = ["pmset", "-g"]
 PMSET_THERM = ["pmset", "-g", "therm"]
+THERMAL_PRESSURE = ["notifyutil", "-g", "com.apple.system.thermalpressurelevel"]
 VM_STAT = ["vm_stat"]
 SYSCTL_MEMSIZE = ["sysctl", "-n", "hw.memsize"]
 _AVAILABLE_PAGES = ("Pages free", "Pages inactive", "Pages speculative")
@@ -36,15 +39,20 @@ def parse_pmset_batt(text: str) -> dict:
 
 
 def parse_pmset_low_power(text: str) -> bool | None:
-    """`pmset -g` (current settings) -> whether Low Power Mode is on; None if not listed."""
-    match = re.search(r"^\s*(?:lowpowermode|powermode)\s+(\d+)", text, re.MULTILINE)
-    return None if match is None else match.group(1) != "0"
+    """`pmset -g` (current settings) -> whether Low Power Mode is on; None if not listed.
+
+    `lowpowermode` is 0 or 1; `powermode` (Macs with High Power Mode) is 0 automatic,
+    1 low power, 2 high power: only a 1 of either is Low Power Mode.
+    """
+    modes = re.findall(r"^\s*(?:lowpowermode|powermode)\s+(\d+)", text, re.MULTILINE)
+    return None if not modes else "1" in modes
 
 
 def parse_pmset_therm(text: str) -> dict:
     """`pmset -g therm` -> CPU speed limit (percent) and the recorded warning levels.
 
-    "No thermal warning level has been recorded" is the nominal state (level None).
+    "No thermal warning level has been recorded" is the nominal state (level None). Without
+    a CPU_Speed_Limit line (Apple Silicon prints only notes) the limit is left out: unknown.
     """
     out: dict = {}
     limit = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
@@ -55,6 +63,13 @@ def parse_pmset_therm(text: str) -> dict:
         if level and not re.search(rf"No {kind} warning level", text, re.IGNORECASE):
             out[f"{kind}_warning_level"] = int(level.group(1))
     return out
+
+
+def parse_thermal_pressure(text: str) -> int | None:
+    """`notifyutil -g com.apple.system.thermalpressurelevel` -> the level (0 nominal, 1
+    moderate, 2 heavy, 3 trapping, 4 sleeping); None when the output holds none."""
+    level = re.search(r"thermalpressurelevel\s+(\d+)\s*$", text.strip())
+    return None if level is None else int(level.group(1))
 
 
 def parse_vm_stat(text: str) -> float | None:
@@ -76,10 +91,16 @@ def read_macos(reading: HostConditions, run: Runner) -> HostConditions:
             parts["missing"][" ".join(cmd)] = "command failed"
         else:
             parts.update(parse(text))
+    if "cpu_speed_limit_pct" not in parts:  # unknown, not 100: Apple Silicon prints only notes
+        parts["missing"]["CPU speed limit"] = "`pmset -g therm` gives no CPU_Speed_Limit"
     settings = run(PMSET_SETTINGS)
     parts["low_power_mode"] = parse_pmset_low_power(settings) if settings else None
     if parts["low_power_mode"] is None:
-        parts["missing"]["low power mode"] = "`pmset -g` lists no lowpowermode"
+        parts["missing"]["low power mode"] = "`pmset -g` lists no lowpowermode or powermode"
+    pressure = run(THERMAL_PRESSURE)
+    parts["thermal_pressure_level"] = parse_thermal_pressure(pressure) if pressure else None
+    if parts["thermal_pressure_level"] is None:
+        parts["missing"]["thermal pressure"] = f"`{' '.join(THERMAL_PRESSURE)}` gave no level"
     vm = run(VM_STAT)
     available = parse_vm_stat(vm) if vm else None
     if available is None:

@@ -24,7 +24,9 @@ class GpuReading:
     power_w: float | None = None
     power_cap_w: float | None = None
     temperature_c: float | None = None
-    throttle_reasons: tuple[str, ...] = ()  # active clock-event reasons, NVML names
+    # Active clock-event reasons, NVML names; None when the driver did not say (N/A, an
+    # NVML error): unknown, not "none active".
+    throttle_reasons: tuple[str, ...] | None = ()
     memory_used_mb: float | None = None
     memory_free_mb: float | None = None  # None on unified-memory GPUs (GB10 reports N/A)
 
@@ -40,6 +42,16 @@ class ThermalZone:
 
 
 @dataclass(frozen=True)
+class CpuCap:
+    """The Linux core whose policy ceiling (`scaling_max_freq`) is furthest below its own
+    hardware maximum (`cpuinfo_max_freq`): cores of a big.LITTLE CPU have different ones."""
+
+    cpu: int
+    limit_mhz: float
+    max_mhz: float
+
+
+@dataclass(frozen=True)
 class HostConditions:
     """One reading of a host's conditions (see the module docstring).
 
@@ -52,9 +64,14 @@ class HostConditions:
         cpu_speed_limit_pct: macOS `pmset -g therm` CPU_Speed_Limit (100 = not limited).
         thermal_warning_level / performance_warning_level: macOS `pmset -g therm` levels
             (None when none has been recorded, which is the nominal state).
+        thermal_pressure_level: macOS thermal pressure (`notifyutil -g
+            com.apple.system.thermalpressurelevel`): 0 nominal, 1 moderate, 2 heavy,
+            3 trapping, 4 sleeping.
         cpu_governor: Linux cpufreq scaling governor of cpu0.
-        cpu_mhz: current frequency, mean over cores; cpu_max_mhz: hardware maximum;
-        cpu_limit_mhz: the policy's ceiling (`scaling_max_freq`), lowest over cores.
+        cpu_mhz: current frequency, mean over cores; cpu_max_mhz: hardware maximum, highest
+        over cores; cpu_limit_mhz: the policy's ceiling (`scaling_max_freq`), lowest over
+        cores; cpu_cap: the core furthest below its own maximum (what the clock rule
+        judges; None in readings stored before it existed).
         thermal_zones: Linux thermal zones.
         mem_available_gb: memory a new model can use (Linux MemAvailable; macOS free +
             inactive + speculative pages); mem_total_gb: installed memory.
@@ -72,10 +89,12 @@ class HostConditions:
     cpu_speed_limit_pct: float | None = None
     thermal_warning_level: int | None = None
     performance_warning_level: int | None = None
+    thermal_pressure_level: int | None = None
     cpu_governor: str | None = None
     cpu_mhz: float | None = None
     cpu_max_mhz: float | None = None
     cpu_limit_mhz: float | None = None
+    cpu_cap: CpuCap | None = None
     thermal_zones: tuple[ThermalZone, ...] = ()
     mem_available_gb: float | None = None
     mem_total_gb: float | None = None
@@ -99,11 +118,37 @@ class HostConditions:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["thermal_zones"] = tuple(ThermalZone(**z) for z in data.get("thermal_zones", ()))
-        values["gpus"] = tuple(
-            GpuReading(**{**g, "throttle_reasons": tuple(g.get("throttle_reasons", ()))})
-            for g in data.get("gpus", ())
-        )
+        values["cpu_cap"] = CpuCap(**data["cpu_cap"]) if data.get("cpu_cap") else None
+        values["gpus"] = tuple(GpuReading(**{**g, "throttle_reasons": _reasons(g)})
+                               for g in data.get("gpus", ()))
         return cls(**values)
+
+
+def _reasons(gpu: dict) -> tuple[str, ...] | None:
+    reasons = gpu.get("throttle_reasons", ())
+    return None if reasons is None else tuple(reasons)
+
+
+THERMAL_PRESSURE_NAMES = ("nominal", "moderate", "heavy", "trapping", "sleeping")
+
+
+def thermal_pressure_name(level: int) -> str:
+    """macOS's name of a thermal pressure level (`OSThermalPressureLevel`)."""
+    return THERMAL_PRESSURE_NAMES[level] if 0 <= level < len(THERMAL_PRESSURE_NAMES) else str(level)
+
+
+def _cpu_clocks(reading: HostConditions) -> str:
+    cap = reading.cpu_cap
+    shown: tuple[float | None, ...]
+    if cap is None:  # stored before per-core caps: the lowest ceiling of any core, as then
+        shown, labels = (reading.cpu_mhz, reading.cpu_limit_mhz, reading.cpu_max_mhz), "now/cap/max"
+    else:  # a big.LITTLE CPU's small cores run below the big ones' max: no cap
+        shown, labels = (reading.cpu_mhz, reading.cpu_max_mhz), "now/max"
+    clocks = "/".join(f"{v:.0f}" for v in shown if v is not None)
+    text = f"CPU {reading.cpu_governor or '?'} {clocks} MHz ({labels})"
+    if cap is not None and cap.limit_mhz < cap.max_mhz:
+        text += f", cpu{cap.cpu} capped at {cap.limit_mhz:.0f} of {cap.max_mhz:.0f} MHz"
+    return text
 
 
 def summary(reading: HostConditions) -> str:
@@ -116,10 +161,10 @@ def summary(reading: HostConditions) -> str:
         parts.append(f"Low Power Mode {'on' if reading.low_power_mode else 'off'}")
     if reading.cpu_speed_limit_pct is not None:
         parts.append(f"CPU speed limit {reading.cpu_speed_limit_pct:.0f}%")
+    if reading.thermal_pressure_level is not None:
+        parts.append(f"thermal pressure {thermal_pressure_name(reading.thermal_pressure_level)}")
     if reading.cpu_governor or reading.cpu_max_mhz:
-        clocks = "/".join(f"{v:.0f}" for v in (reading.cpu_mhz, reading.cpu_limit_mhz,
-                                               reading.cpu_max_mhz) if v is not None)
-        parts.append(f"CPU {reading.cpu_governor or '?'} {clocks} MHz (now/cap/max)".strip())
+        parts.append(_cpu_clocks(reading))
     if reading.thermal_zones:
         hottest = max(reading.thermal_zones, key=lambda z: z.temp_c)
         parts.append(f"hottest zone {hottest.name} {hottest.temp_c:.0f} °C")

@@ -3,7 +3,8 @@ falling back to `nvidia-smi --query-gpu ... --format=csv,noheader,nounits`.
 
 Fields per GPU: SM clock now and its maximum, power draw and cap, temperature, the active
 clock-event (throttle) reasons and memory used / free. "[N/A]" / "[Not Supported]" (GB10's
-unified memory, for one) become None.
+unified memory, for one) become None; reasons the driver does not give are None (unknown),
+never "none active". `read_utilization` reads each GPU's utilization for the quiet check.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Callable
+from typing import TypeVar
 
 from specfleet.workers.conditions.model import GpuReading, HostConditions
 
@@ -34,6 +36,8 @@ SMI_FIELDS = (
 )
 SMI_QUERY = ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}",
              "--format=csv,noheader,nounits"]
+UTIL_QUERY = ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits"]
+T = TypeVar("T")
 
 
 def throttle_reasons(mask: int) -> tuple[str, ...]:
@@ -57,8 +61,8 @@ def parse_nvidia_smi(text: str) -> tuple[GpuReading, ...]:
         cols = [c.strip() for c in line.split(",")]
         if len(cols) != len(SMI_FIELDS) or not cols[0].isdigit():
             continue
-        mask = cols[7]
-        reasons = throttle_reasons(int(mask, 16)) if mask.lower().startswith("0x") else ()
+        mask = cols[7]  # "[N/A]" / "[Not Supported]": unknown
+        reasons = throttle_reasons(int(mask, 16)) if mask.lower().startswith("0x") else None
         gpus.append(GpuReading(
             index=int(cols[0]), name=cols[1], sm_clock_mhz=_number(cols[2]),
             sm_clock_max_mhz=_number(cols[3]), power_w=_number(cols[4]),
@@ -98,14 +102,35 @@ def _nvml_gpu(index: int) -> GpuReading:
         power_cap_w=_nvml_value(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle, scale=1000.0),
         temperature_c=_nvml_value(pynvml.nvmlDeviceGetTemperature, handle,
                                   pynvml.NVML_TEMPERATURE_GPU),
-        throttle_reasons=throttle_reasons(int(mask)) if mask is not None else (),
+        throttle_reasons=throttle_reasons(int(mask)) if mask is not None else None,
         memory_used_mb=memory.used / 2**20 if memory else None,
         memory_free_mb=memory.free / 2**20 if memory else None,
     )
 
 
-def read_nvml() -> tuple[GpuReading, ...] | str:
-    """Every GPU through NVML, or why NVML could not be used."""
+def parse_utilization(text: str) -> dict[int, float]:
+    """`UTIL_QUERY`'s CSV lines ("index, percent") -> {GPU index: utilization %}; N/A left out."""
+    out = {}
+    for line in text.splitlines():
+        index, _, util = (c.strip() for c in line.partition(","))
+        value = _number(util)
+        if index.isdigit() and value is not None:
+            out[int(index)] = value
+    return out
+
+
+def _nvml_util(index: int) -> tuple[int, float | None]:
+    import pynvml
+
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return index, float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    except pynvml.NVMLError:
+        return index, None  # not supported, or the GPU fell off the bus
+
+
+def _each_gpu(read: Callable[[int], T]) -> tuple[T, ...] | str:
+    """`read(index)` of every GPU through NVML, or why NVML could not be used."""
     try:
         import pynvml
     except ImportError:
@@ -115,21 +140,41 @@ def read_nvml() -> tuple[GpuReading, ...] | str:
     except pynvml.NVMLError as err:
         return f"NVML: {err}"
     try:
-        return tuple(_nvml_gpu(i) for i in range(pynvml.nvmlDeviceGetCount()))
+        return tuple(read(i) for i in range(pynvml.nvmlDeviceGetCount()))
+    except pynvml.NVMLError as err:
+        return f"NVML: {err}"
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+
+
+def read_nvml() -> tuple[GpuReading, ...] | str:
+    """Every GPU through NVML, or why NVML could not be used."""
+    return _each_gpu(_nvml_gpu)
+
+
+def read_utilization(run: Runner) -> dict[int, float]:
+    """Each NVIDIA GPU's utilization now (% of the driver's last sample period, 1/6 to 1 s,
+    in which a kernel ran): NVML, else nvidia-smi; {} where none is readable."""
+    if not shutil.which("nvidia-smi"):
+        return {}  # no NVIDIA driver here
+    nvml = _each_gpu(_nvml_util)
+    if not isinstance(nvml, str):
+        return {index: util for index, util in nvml if util is not None}
+    text = run(UTIL_QUERY)
+    return parse_utilization(text) if text else {}
 
 
 def read_nvidia(reading: HostConditions, run: Runner) -> HostConditions:
     """`reading` with its GPUs from NVML, else nvidia-smi; nothing when neither exists."""
     if not shutil.which("nvidia-smi"):
         return reading  # the driver installs nvidia-smi beside NVML: no NVIDIA GPU here
-    nvml = read_nvml()
-    if not isinstance(nvml, str):
-        return reading.merged(gpus=nvml, gpu_source="nvml")
-    text = run(SMI_QUERY)
-    gpus = parse_nvidia_smi(text) if text else ()
-    if not gpus:
-        return reading.merged(missing={"gpu": f"{nvml}; nvidia-smi gave no GPU rows"})
-    return reading.merged(gpus=gpus, gpu_source="nvidia-smi")
+    gpus, source = read_nvml(), "nvml"
+    if isinstance(gpus, str):
+        text = run(SMI_QUERY)
+        why, gpus, source = gpus, (parse_nvidia_smi(text) if text else ()), "nvidia-smi"
+        if not gpus:
+            return reading.merged(missing={"gpu": f"{why}; nvidia-smi gave no GPU rows"})
+    unknown = {f"GPU {g.index} throttle reasons": f"{source} does not report them"
+               for g in gpus if g.throttle_reasons is None}
+    return reading.merged(gpus=gpus, gpu_source=source, missing=unknown)

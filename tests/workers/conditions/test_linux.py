@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.workers.conditions import HostConditions, judge, sample_conditions
+from specfleet.workers.conditions import (
+    CpuCap,
+    HostConditions,
+    judge,
+    sample_conditions,
+    stored_summary,
+    summary,
+)
 from specfleet.workers.conditions.linux import (
     parse_cpufreq,
     parse_meminfo,
@@ -47,7 +54,46 @@ def test_a_fixture_tree_reads_like_a_host_and_a_capped_cpu_is_throttled() -> Non
                                                                                2000.0)
     assert [z.name for z in reading.thermal_zones] == ["x86_pkg_temp", "acpitz"]
     assert reading.mem_available_gb == 20.0 and not reading.missing
-    assert judge(reading).reasons == ("CPU clock capped at 2000 of 3400 MHz",)
+    assert reading.cpu_cap == CpuCap(1, 2000.0, 3400.0)
+    assert judge(reading).reasons == ("CPU clock capped at 2000 of 3400 MHz (cpu1)",)
+    assert "CPU performance 3100/3400 MHz (now/max), cpu1 capped at 2000 of 3400 MHz" in (
+        summary(reading))
+    assert HostConditions.from_dict(reading.to_dict()) == reading
+
+
+def _big_little(root: Path) -> Path:
+    """A GB10's cpufreq: cpu0-9 Cortex-A725 (max 2808 MHz), cpu10-19 Cortex-X925 (3900)."""
+    for cpu in range(20):
+        khz = "3900000\n" if cpu >= 10 else "2808000\n"
+        files = {"cpuinfo_max_freq": khz, "scaling_max_freq": khz, "scaling_cur_freq": khz,
+                 "scaling_governor": "performance\n"}
+        folder = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        folder.mkdir(parents=True)
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    return folder.parent.parent
+
+
+def test_a_big_little_cpu_is_judged_core_by_core(tmp_path: Path) -> None:
+    cpus = _big_little(tmp_path)
+    blank = HostConditions(at=0.0, platform="linux")
+    uncapped = read_linux(blank, tmp_path)
+    assert (uncapped.cpu_max_mhz, uncapped.cpu_limit_mhz) == (3900.0, 2808.0)  # as stored before
+    assert uncapped.cpu_cap == CpuCap(0, 2808.0, 2808.0) and not judge(uncapped).throttled
+    assert summary(uncapped).startswith("CPU performance 3354/3900 MHz (now/max) (")  # no cap
+    (cpus / "cpu12/cpufreq/scaling_max_freq").write_text("3000000\n")
+    capped = read_linux(blank, tmp_path)
+    assert judge(capped).reasons == ("CPU clock capped at 3000 of 3900 MHz (cpu12)",)
+
+
+def test_a_reading_stored_before_per_core_caps_still_reads() -> None:
+    old = {"at": 0.0, "platform": "linux", "cpu_governor": "performance", "cpu_mhz": 3100.0,
+           "cpu_max_mhz": 3400.0, "cpu_limit_mhz": 2000.0, "gpus": [
+               {"index": 0, "name": "NVIDIA GB10", "throttle_reasons": ["gpu_idle"]}]}
+    reading = HostConditions.from_dict(old)
+    assert reading.cpu_cap is None and reading.gpus[0].throttle_reasons == ("gpu_idle",)
+    assert stored_summary({"before": old}, "before").startswith(
+        "CPU performance 3100/2000/3400 MHz (now/cap/max)")
 
 
 def test_a_hot_zone_is_throttled_until_it_cools(tmp_path: Path) -> None:

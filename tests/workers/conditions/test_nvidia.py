@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
-from specfleet.workers.conditions import HostConditions, check_memory, judge
+import pytest
+
+from specfleet.workers.conditions import HostConditions, check_memory, judge, nvidia
 from specfleet.workers.conditions.nvidia import (
     SMI_QUERY,
+    UTIL_QUERY,
     parse_nvidia_smi,
+    parse_utilization,
+    read_nvidia,
     read_nvml,
+    read_utilization,
     throttle_reasons,
 )
 from tests.workers.conditions.conftest import fixture
@@ -55,3 +62,65 @@ def test_nvml_is_imported_only_when_a_reading_asks_for_it() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert isinstance(read_nvml(), str | tuple)  # no GPU here: the reason NVML gave
+
+
+def test_reasons_nvidia_smi_gives_as_na_are_unknown_and_an_idle_clock_is_no_throttling(
+        monkeypatch) -> None:
+    text = fixture("nvidia_smi_gb10_no_reasons.csv")  # "[Not Supported]" in the reasons column
+    (gb10,) = parse_nvidia_smi(text)
+    assert gb10.throttle_reasons is None and gb10.sm_clock_mhz == 208.0
+    monkeypatch.setattr(nvidia.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(nvidia, "read_nvml", lambda: "nvidia-ml-py is not installed")
+    reading = read_nvidia(HostConditions(at=0.0, platform="linux"),
+                          lambda cmd: text if cmd == SMI_QUERY else None)
+    assert reading.missing == {"GPU 0 throttle reasons": "nvidia-smi does not report them"}
+    assert not judge(reading).throttled
+    assert HostConditions.from_dict(reading.to_dict()) == reading
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def _not_supported(*_):
+    raise _NVMLError("Not Supported")
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch) -> types.ModuleType:
+    """A GB10 through NVML that idles at 208 of 3003 MHz and reports no clock-event reasons."""
+    nvml = types.ModuleType("pynvml")
+    nvml.__dict__.update(
+        NVMLError=_NVMLError, NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA GB10",
+        nvmlDeviceGetMemoryInfo=_not_supported, nvmlDeviceGetEnforcedPowerLimit=_not_supported,
+        nvmlDeviceGetCurrentClocksEventReasons=_not_supported,
+        nvmlDeviceGetClockInfo=lambda h, c: 208, nvmlDeviceGetMaxClockInfo=lambda h, c: 3003,
+        nvmlDeviceGetPowerUsage=lambda h: 4000, nvmlDeviceGetTemperature=lambda h, t: 40,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=87, memory=30),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(nvidia.shutil, "which", lambda name: f"/usr/bin/{name}")
+    return nvml
+
+
+def test_reasons_nvml_does_not_support_are_unknown_not_busy(fake_nvml) -> None:
+    reading = read_nvidia(HostConditions(at=0.0, platform="linux"), lambda cmd: None)
+    (gb10,) = reading.gpus
+    assert gb10.throttle_reasons is None and (gb10.sm_clock_mhz, gb10.power_w) == (208.0, 4.0)
+    assert reading.missing == {"GPU 0 throttle reasons": "nvml does not report them"}
+    assert not judge(reading).throttled
+    fake_nvml.nvmlDeviceGetCount = _not_supported  # an NVML error is a reason, not a crash
+    assert read_nvml() == "NVML: Not Supported"
+
+
+def test_utilization_through_nvml_else_nvidia_smi(fake_nvml) -> None:
+    assert read_utilization(lambda cmd: None) == {0: 87.0}
+    fake_nvml.nvmlDeviceGetUtilizationRates = _not_supported
+    assert read_utilization(lambda cmd: None) == {}
+    fake_nvml.nvmlInit = _not_supported  # NVML unusable: nvidia-smi's CSV instead
+    smi = {tuple(UTIL_QUERY): "0, 3\n1, [N/A]\n2, 95\n"}
+    assert read_utilization(lambda cmd: smi.get(tuple(cmd))) == {0: 3.0, 2: 95.0}
+    assert read_utilization(lambda cmd: None) == {}  # nvidia-smi failed: no reading
+    assert parse_utilization("garbage\n") == {}
