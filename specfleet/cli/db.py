@@ -1,12 +1,16 @@
-"""`specfleet db`: create/upgrade the result store's schema and show its revision."""
+"""`specfleet db`: create/upgrade the result store's schema, show its revision, back it up."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from specfleet.cli.options import DbOption
+from specfleet.errors import UserError
+from specfleet.jobs.resolve import counted
+from specfleet.store.backup import back_up, backup_target, postgres_refusal
 from specfleet.store.engine import (
     check_readable,
     check_store_folder,
@@ -33,7 +37,8 @@ from specfleet.store.migrate import (
 from specfleet.store.sidefiles import remove_unfinished_store
 from specfleet.store.store import Store, connection_errors, refuse_foreign_sqlite
 
-app = typer.Typer(help="The result store: schema upgrade and current revision.", no_args_is_help=True)
+app = typer.Typer(help="The result store: schema upgrade, current revision and backups.",
+                  no_args_is_help=True)
 
 
 def _remove_unfinished(made) -> None:
@@ -79,6 +84,35 @@ def current_cmd(db: DbOption = None) -> None:
     """Show the database's schema revision and URL (password hidden); changes nothing."""
     url = resolve_url(db, create_dir=False)  # a read: the default folder stays unmade
     typer.echo(f"url: {display_url(url)}\nrevision: {_read_revision(url, store_source(db))}")
+
+
+@app.command("backup")
+def backup_cmd(
+    file: Annotated[str, typer.Argument(
+        metavar="FILE", help="The new file to write the copy to (never replaced).")],
+    db: DbOption = None,
+) -> None:
+    """Copy a SQLite store to FILE as one moment of it, while others may write to it (a
+    PostgreSQL store: pg_dump, named in the refusal)."""
+    url, source = resolve_url(db, create_dir=False), store_source(db)
+    if url.get_backend_name() != "sqlite":
+        raise postgres_refusal(url, source)
+    target = backup_target(file)
+    check_readable(url, source)
+    engine = make_engine(url, read_only=True)
+    with connection_errors(url, source, engine, reading=True), engine.connect() as conn:
+        rev = current_revision(conn)
+        check_known(rev, conn, url, source)  # another application's file, a newer schema
+    engine.dispose()
+    if rev is None:
+        remove_empty_side_files(url)
+        raise UserError(f"{source}: {display_url(url)} holds no specfleet store yet; nothing "
+                        "to back up")
+    done = back_up(url, source, target, rev)
+    remove_empty_side_files(url)
+    typer.echo(f"{display_url(url)}: backed up to {done.path} (revision {done.revision}, "
+               f"{counted(done.matrices, 'matrix', 'matrices')}, {counted(done.runs, 'run')}, "
+               f"{done.size_bytes / 1e6:.1f} MB; SQLite's quick_check ok)")
 
 
 def _read_revision(url, source: str) -> str:
