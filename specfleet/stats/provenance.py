@@ -3,7 +3,8 @@ slow-down a regression (issue 7 provenance), and `history` names between two poi
 
 Power mode and clocks come from the host conditions read before the run
 (`workers/conditions`): power mode = power source, Low Power Mode, CPU governor; clocks =
-the clock ceilings (CPU hardware max and policy cap, each GPU's max SM clock and power cap),
+the clock ceilings (CPU hardware max and policy cap, a core capped below its own max, each
+GPU's max SM clock and power cap),
 not the momentary clocks. A run stored without conditions leaves these two out.
 """
 
@@ -35,6 +36,13 @@ def _conditions_parts(run) -> dict[str, str]:
     before = (getattr(run, "conditions", None) or {}).get("before") or {}
     power = {k: before.get(k) for k in ("power_source", "low_power_mode", "cpu_governor")}
     clocks = {k: before.get(k) for k in ("cpu_max_mhz", "cpu_limit_mhz")}
+    # A core capped below its own max (on a big.LITTLE CPU the lowest ceiling above is a
+    # small core's max, which no cap moves); only a real cap is named, so an uncapped run
+    # reads as one stored before the field existed.
+    cap = before.get("cpu_cap") or {}
+    if cap.get("limit_mhz") is not None and cap.get("max_mhz") is not None \
+            and cap["limit_mhz"] < cap["max_mhz"]:
+        clocks["cpu_cap"] = cap
     clocks["gpus"] = [[g.get("name"), g.get("sm_clock_max_mhz"), g.get("power_cap_w")]
                       for g in before.get("gpus", [])]
     parts = {}

@@ -35,6 +35,19 @@ def test_a_change_of_power_mode_or_clock_cap_is_named_and_unknown_is_not() -> No
     assert differences([unknown], [saving]) == []  # nothing recorded on one side
 
 
+def test_a_big_core_capped_on_a_big_little_cpu_is_a_clocks_difference() -> None:
+    """GB10: the lowest ceiling is a small core's own max whatever the big cores do, so the
+    capped core itself is compared; an uncapped one reads as a run stored before it was."""
+    from specfleet.workers.conditions import CpuCap
+
+    clocks = dict(cpu_governor="performance", cpu_max_mhz=3900.0, cpu_limit_mhz=2800.0)
+    free = run(**clocks, cpu_cap=CpuCap(12, 2800.0, 2800.0))
+    capped = run(**clocks, cpu_cap=CpuCap(0, 3000.0, 3900.0))
+    before_the_field = run(**clocks)
+    assert differences([free], [capped]) == ["clocks"]
+    assert differences([free], [before_the_field]) == []
+
+
 def test_a_throttled_plain_run_marks_the_cell_and_its_speedups() -> None:
     plain = [run("plain", 0), run("plain", 1, power_source="battery")]
     graded = [run("graded", 0), run("graded", 1)]
