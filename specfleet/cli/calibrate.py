@@ -131,9 +131,10 @@ def print_table(loaded: Any, costs: Any, measure_s: float, as_json: bool, host: 
         return
     typer.echo(f"model={loaded.alias} path={loaded.path} measured in {measure_s:.1f} s")
     typer.echo(costs.format_table())
-    if costs.flagged:
-        typer.echo(f"not monotone within its spread after re-measuring: widths "
-                   f"{', '.join(map(str, costs.flagged))}")
+    if costs.flagged:  # judged on the re-measure's rounds alone (`widthcosts.falling`)
+        typer.echo(f"not monotone: widths {', '.join(map(str, costs.flagged))} (in the "
+                   "re-measure's own rounds each one's highest ratio lay below the previous "
+                   f"measured width's lowest; min and max above are over all {costs.n} rounds)")
 
 
 def narrowest_stored_width() -> int:

@@ -5,9 +5,17 @@ warm-up, allocator growth and background load fall on every width alike: each ro
 from a fresh prefill, times half of its pipelined steps, one sample of every width in an
 order rotated by one per round, then the other half of the steps. A width's cost is the
 median over rounds of (its sync time / that round's pipelined step), reported with the
-lowest and highest per-round ratio and n. A table in which a width's whole range lies below
-the previous width's is re-measured once with as many rounds again; a width that still does
-so is flagged (kernel switches make some real tables fall, spec 7.6 at width 8).
+lowest and highest per-round ratio and n: a range over rounds, not an interval (it holds the
+width's true median with probability 1 - 2 / 2^n: 75% at the quick settings' 3 rounds, 98% at 7).
+
+A width falls when, in one pass of `rounds` rounds, its highest ratio lies below the previous
+measured width's lowest. A pass in which some width falls is followed by another pass of as
+many rounds (`remeasure` of them at most), judged on its own rounds alone: the flags are the
+widths the last pass finds falling, so a re-measure confirms a fall, clears one, or finds one
+the first pass missed (kernel switches make some real tables fall, spec 7.6 at width 8). The
+table itself is over every round of every pass. Judging the pooled rounds instead would only
+widen each range: a re-measure could clear a flag but never confirm one, and more rounds
+would make the check less sensitive; a pass of fixed size keeps one level throughout.
 
 Backend-neutral: everything goes through the `Runner` protocol, so the same function
 measures MLX, torch and the toy runners, and the fleet can store the table per host.
@@ -45,7 +53,8 @@ class CalibrationSettings:
         rounds: rotating rounds; each gives one ratio per width.
         steps: pipelined steps per round (half before the widths, half after).
         reps: synchronous verifies per width per round (their upper median is the sample).
-        remeasure: extra passes of `rounds` rounds while the table is not monotone.
+        remeasure: extra passes of `rounds` rounds while the latest pass finds a width
+            falling; each pass is judged on its own rounds.
         every_width: measure every width; False measures widths 1..DENSE_WIDTHS and a sparse
             grid above them (`measured_widths`) and interpolates the widths between.
     """
@@ -120,10 +129,10 @@ class WidthCosts:
         pipelined_ms: one pipelined one-token step (median over rounds).
         sync_ms: synchronous verify time for widths 1..max_width (index 0 = width 1).
         ratio: median per-round sync / pipelined per width (the cost in pipelined steps).
-        ratio_lo: lowest per-round ratio per width.
+        ratio_lo: lowest per-round ratio per width (a range over rounds, not an interval).
         ratio_hi: highest per-round ratio per width.
-        n: rounds behind each ratio.
-        flagged: widths whose whole range lies below the previous width's after re-measuring.
+        n: rounds behind each ratio (every pass's).
+        flagged: widths the last pass found falling on its own rounds (`falling`).
         method: how it was measured.
     """
 
@@ -149,7 +158,7 @@ class WidthCosts:
             f"engine={self.engine} device={self.device} prompt_len={self.prompt_len} "
             f"n={self.n} method={self.method}",
             f"pipelined step: {self.pipelined_ms:.3f} ms",
-            f"{'width':>5} {'sync ms':>10} {'ratio':>7} {'low':>7} {'high':>7}",
+            f"{'width':>5} {'sync ms':>10} {'ratio':>7} {'min':>7} {'max':>7}",
         ]
         for i, width in enumerate(self.widths):
             flag = "  not monotone" if width in self.flagged else ""
@@ -157,6 +166,8 @@ class WidthCosts:
                 f"{width:>5} {self.sync_ms[i]:>10.3f} {self.ratio[i]:>7.2f} "
                 f"{self.ratio_lo[i]:>7.2f} {self.ratio_hi[i]:>7.2f}{flag}"
             )
+        lines.append(f"ratio: median over the {self.n} rounds; min, max: its lowest and highest "
+                     "round (a range, not an interval)")
         return "\n".join(lines)
 
 
@@ -241,12 +252,30 @@ def _round(
     return step_s / settings.steps, sync_s
 
 
-def _table(
-    runner: Runner, settings: CalibrationSettings, rounds: list[tuple[float, dict[int, float]]]
-) -> WidthCosts:
+Rounds = list[tuple[float, dict[int, float]]]  # (seconds per pipelined step, {width: sync s})
+
+
+def _columns(settings: CalibrationSettings, rounds: Rounds) -> list[tuple[float, ...]]:
+    """Per measured width, its ratio in each of `rounds`."""
     widths = measured_widths(settings.max_width, settings.every_width)
     per_round = [[sync[w] / step if step > 0 else 0.0 for w in widths] for step, sync in rounds]
-    columns = list(zip(*per_round, strict=True))
+    return list(zip(*per_round, strict=True))
+
+
+def falling(settings: CalibrationSettings, rounds: Rounds) -> tuple[int, ...]:
+    """The measured widths `non_monotone` over `rounds` alone: each one's highest ratio in
+    them below the previous measured width's lowest. Called on one pass's rounds, never on
+    rounds pooled over passes (whose ranges only widen: a flag could never be confirmed)."""
+    columns = _columns(settings, rounds)
+    return non_monotone([min(c) for c in columns], [max(c) for c in columns],
+                        measured_widths(settings.max_width, settings.every_width))
+
+
+def _table(
+    runner: Runner, settings: CalibrationSettings, rounds: Rounds, flagged: tuple[int, ...]
+) -> WidthCosts:
+    widths = measured_widths(settings.max_width, settings.every_width)
+    columns = _columns(settings, rounds)
     lo = [min(c) for c in columns]
     hi = [max(c) for c in columns]
 
@@ -264,7 +293,7 @@ def _table(
         ratio_lo=every(lo),
         ratio_hi=every(hi),
         n=len(rounds),
-        flagged=non_monotone(lo, hi, widths),
+        flagged=flagged,
         method=METHOD if dense else f"{METHOD}, widths {_ranges(settings)} measured, the rest "
                                      "interpolated",
     )
@@ -303,20 +332,22 @@ def measure_width_costs(
     started_s = time.perf_counter()
     if warm_up:
         _round(runner, prompt, settings, 0, clock)
-    rounds: list[tuple[float, dict[int, float]]] = []
-    passes = 1
-    while True:
+    rounds: Rounds = []
+    flagged: tuple[int, ...] = ()
+    for passes in range(1, settings.remeasure + 2):
+        fresh: Rounds = []
         for _ in range(settings.rounds):
-            rounds.append(_round(runner, prompt, settings, len(rounds), clock))
+            fresh.append(_round(runner, prompt, settings, len(rounds) + len(fresh), clock))
             if progress is not None:
-                progress(f"calibrate: round {len(rounds)}/{settings.rounds * passes} "
-                         f"(widths {_ranges(settings)}), "
+                progress(f"calibrate: round {len(rounds) + len(fresh)}/"
+                         f"{settings.rounds * passes} (widths {_ranges(settings)}), "
                          f"{time.perf_counter() - started_s:.1f} s")
-        table = _table(runner, settings, rounds)
-        if not table.flagged or passes > settings.remeasure:
+        rounds += fresh
+        flagged = falling(settings, fresh)  # this pass's own rounds (module docstring)
+        if not flagged or passes > settings.remeasure:
             break
-        passes += 1
         if progress is not None:
-            progress(f"calibrate: widths {list(table.flagged)} not monotone; re-measuring")
+            progress(f"calibrate: widths {list(flagged)} not monotone in this pass; "
+                     "re-measuring (the next pass is judged on its own)")
     runner.clear_allocator_cache()
-    return table
+    return _table(runner, settings, rounds, flagged)

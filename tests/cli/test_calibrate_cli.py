@@ -3,6 +3,7 @@ measuring stubbed: what is refused before minutes of measuring, and a table neve
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -172,3 +173,17 @@ def test_a_malformed_store_retry_is_said_before_minutes_of_measuring(measured, m
     result = invoke("--quick", "--max-width", "2", "--store", "--db", str(tmp_path / "c.db"))
     assert result.exit_code == 2 and measured == [], result.output
     assert result.stderr.startswith("error: SPECFLEET_STORE_RETRY_S: expected seconds"), result.stderr
+
+
+def test_a_flagged_width_is_said_as_judged_on_the_re_measure_alone(capsys):
+    # It said "not monotone within its spread", beside min and max over all rounds that
+    # overlap where the re-measure's own rounds fell.
+    flagged = dataclasses.replace(TABLE, n=6, flagged=(2,))
+    loaded = SimpleNamespace(alias=MODEL, path="/models/smollm2")
+    calibrate.print_table(loaded, flagged, 1.0, as_json=False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == ("ratio: median over the 6 rounds; min, max: its lowest and highest "
+                       "round (a range, not an interval)")
+    assert out[-1] == ("not monotone: widths 2 (in the re-measure's own rounds each one's "
+                       "highest ratio lay below the previous measured width's lowest; min "
+                       "and max above are over all 6 rounds)")
