@@ -385,9 +385,14 @@ def stored_lookup(run) -> PromptLookupConfig | None:
 def check_counters(runs: Sequence) -> tuple[list[str], int]:
     """Replay every stored lookup run on its own reply: one line per counter that differs,
     and how many runs an earlier revision of their policy made (not compared: today's rule
-    drafts differently by design)."""
+    drafts differently by design). Every run's `generated_tokens` must also be its stored
+    reply's length (plain and peers included)."""
     mismatches, earlier = [], 0
     for run in runs:
+        # tok/s, decode tok/s and tokens per forward all divide by it: it must be the reply's.
+        if run.token_ids is not None and run.generated_tokens != len(run.token_ids):
+            mismatches.append(f"{run.run_key}: generated_tokens stored {run.generated_tokens}, "
+                              f"its stored reply holds {len(run.token_ids)} tokens")
         lookup = stored_lookup(run)
         if lookup is None:
             continue

@@ -77,6 +77,19 @@ def test_a_job_of_one_policy_has_its_counters_checked(stored, tmp_path):
     assert "jobrun-0: proposed replayed" in result.stderr
 
 
+@pytest.mark.parametrize("run_key", ["copy-plain", "copy-graded"])
+def test_a_token_count_that_is_not_its_replys_length_is_a_counter_that_differs(
+        stored, tmp_path, run_key):
+    """tok/s, decode tok/s and tokens per forward divide by `generated_tokens`: an edited
+    count changed every rate shown while replay said "0 differ"."""
+    path = edited(stored, tmp_path, "update runs set generated_tokens = generated_tokens - 1 "
+                                    f"where run_key = '{run_key}'")
+    result = replay(path, stored["matrix"], "--costs", "apple-m4pro")
+    assert result.exit_code == 1, result.output
+    assert f"{run_key}: generated_tokens stored 39, its stored reply holds 40 tokens" in \
+        result.stderr
+
+
 def test_a_table_of_another_target_is_no_check_of_these_runs(stored, tmp_path):
     # A file naming the runs' host filled "measured" and "error" from toy runs for an MLX
     # table of another model.
