@@ -390,9 +390,10 @@ def check_counters(runs: Sequence) -> tuple[list[str], int]:
     mismatches, earlier = [], 0
     for run in runs:
         # tok/s, decode tok/s and tokens per forward all divide by it: it must be the reply's.
-        if run.token_ids is not None and run.generated_tokens != len(run.token_ids):
-            mismatches.append(f"{run.run_key}: generated_tokens stored {run.generated_tokens}, "
-                              f"its stored reply holds {len(run.token_ids)} tokens")
+        ids, count = getattr(run, "token_ids", None), getattr(run, "generated_tokens", None)
+        if ids is not None and count is not None and count != len(ids):
+            mismatches.append(f"{run.run_key}: generated_tokens stored {count}, its stored "
+                              f"reply holds {len(ids)} tokens")
         lookup = stored_lookup(run)
         if lookup is None:
             continue
