@@ -22,7 +22,7 @@ from specfleet.report.results import (
     check_stored_values,
     limit_text,
 )
-from specfleet.report.tables import DASH, interval_text, pct, ratio_text
+from specfleet.report.tables import DASH, interval_text, pct, ratio_places, ratio_text
 from specfleet.settings import host_name_problem
 from specfleet.stats.changes import DEFAULT_FACTOR, ChangeTest
 from specfleet.stats.history import (
@@ -33,7 +33,7 @@ from specfleet.stats.history import (
     compare_rows,
     history_rows,
 )
-from specfleet.stats.interval import RULE, no_verdict_text, side
+from specfleet.stats.interval import MIN_REPEATS, RULE, no_verdict_text, side
 from specfleet.stats.provenance import HOST_STATES, THROTTLED_HOST
 
 
@@ -132,13 +132,24 @@ def change_text(change: ChangeTest | None) -> str:
         return DASH
     interval = change.interval
     if interval is None:
-        return f"{no_verdict_text(min(change.n_before, change.n_after))} {change.ratio:.2f}x"
+        n = min(change.n_before, change.n_after)
+        if n >= MIN_REPEATS:
+            # Enough repeats and still no interval: a repeat was not measured (0 tok/s),
+            # which counts toward no n; `n=3, no verdict` would belie the rule.
+            return "no verdict (a repeat not measured: 0 tok/s)"
+        return f"{no_verdict_text(n)} {change.ratio:.2f}x"
     beyond_noise = side(interval) in ("above", "below")
     # Beyond noise but inside --factor: not "within noise", which its interval would belie.
     verdict = ("CHANGED" if change.changed else "within --factor" if beyond_noise
                else "within noise")
-    return (f"{verdict} {ratio_text(change.ratio, change.changed)} "
+    return (f"{verdict} {ratio_text(change.ratio, beyond_noise)} "
             f"({interval_text(interval.low, interval.high, interval.coverage)})")
+
+
+def history_speedup_text(speedup: float) -> str:
+    """A point's speed-up over plain: its verdict is not stored with the point, and the
+    matrix's tables may call it a gain, so it reads 1.00x only when it is exactly 1x."""
+    return ratio_text(speedup, speedup != 1.0)
 
 
 def _differs_text(row: HistoryRow) -> str:
@@ -166,7 +177,8 @@ def history_grid(rows: list[HistoryRow], title: str, factor: float = DEFAULT_FAC
         (r.target, limit_text(r.max_tokens, r.temperature), r.matrix_id,
          r.submitted_at, str(len(r.values)),
          f"{r.median_tok_per_s:.2f} {pct(r.spread)}",
-         DASH if r.speedup is None else f"{r.speedup:.2f}x" + (" LOOP" if r.loop else ""),
+         DASH if r.speedup is None else history_speedup_text(r.speedup)
+         + (" LOOP" if r.loop else ""),
          change_text(r.change) + _differs_text(r))
         for r in rows
     )
@@ -239,6 +251,12 @@ def changed_cells(rows: list[CompareRow]) -> list[CompareRow]:
     return [r for r in rows if r.verdict in CHANGED_VERDICTS]
 
 
+def _ratio_b_a(row: CompareRow) -> str:
+    """`0.800`; beside a change beyond noise (a regression) never `1.000` (`0.9996`)."""
+    beyond_noise = side(row.change.interval) in ("above", "below")
+    return f"{row.ratio:.{ratio_places(row.ratio, off_one=beyond_noise, least=3)}f}"
+
+
 def compare_grid(rows: list[CompareRow], a: str, b: str, factor: float = DEFAULT_FACTOR,
                  only_changed: bool = False) -> Grid:
     """The compare table: ratio B/A per cell, the test, the verdict (mixed provenance named);
@@ -246,7 +264,7 @@ def compare_grid(rows: list[CompareRow], a: str, b: str, factor: float = DEFAULT
     shown = changed_cells(rows) if only_changed else rows
     lines = tuple(
         (r.target, r.model, r.prompt, r.arm, f"{r.median_a:.2f}", f"{r.median_b:.2f}",
-         f"{r.ratio:.3f}", change_text(r.change), compare_verdict_text(r))
+         _ratio_b_a(r), change_text(r.change), compare_verdict_text(r))
         for r in shown
     )
     headers = ("target", "model", "prompt", "arm", f"{a} tok/s", f"{b} tok/s", "B/A", "test",

@@ -20,7 +20,13 @@ from specfleet.report.parity_tables import cross_grid, summary_line, uncompared_
 from specfleet.report.plots import plot_files, write_plots
 from specfleet.report.results import limit_layers, pivot_layers_grid
 from specfleet.report.sessions import sessions_note
-from specfleet.report.tables import DASH, grids_for, interval_text, verdict_marks
+from specfleet.report.tables import (
+    DASH,
+    cell_ratio_text,
+    grids_for,
+    interval_text,
+    verdict_marks,
+)
 from specfleet.stats.ceiling import DecodeCeiling, decode_ceilings
 from specfleet.stats.cells import LOOP_SHARE_FLAG, SPREAD_FLAG
 from specfleet.stats.interval import RULE, no_verdict_text
@@ -223,7 +229,7 @@ def interval_grid(view) -> Grid:
         marks = verdict_marks(c)
         if c.no_verdict_n is not None:
             marks = [no_verdict_text(c.no_verdict_n), *marks]
-        rows.append((c.target, c.model, c.prompt, c.arm, f"{c.speedup:.2f}x", interval,
+        rows.append((c.target, c.model, c.prompt, c.arm, cell_ratio_text(c), interval,
                      " ".join(marks) or DASH, f"{c.n}/{plain.n if plain else 0}"))
     return Grid("Speed-up intervals", ("target", "model", "prompt", "arm", "speed-up",
                                        "interval", "verdict", "repeats arm/plain"),

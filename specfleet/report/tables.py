@@ -21,8 +21,8 @@ from specfleet.errors import UserError
 from specfleet.jobs.plan import arm_runs_on
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, md_text, to_csv, to_markdown, to_rich
-from specfleet.stats.cells import SPREAD_FLAG
-from specfleet.stats.interval import RULE, RatioInterval, no_verdict_text, side
+from specfleet.stats.cells import SPREAD_FLAG, PeerHeadline
+from specfleet.stats.interval import MIN_REPEATS, RULE, RatioInterval, no_verdict_text, side
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
 PIVOTS = (None, "target")
@@ -43,10 +43,10 @@ def pct(value: float | None) -> str:
     return DASH if value is None else f"±{value * 100:.1f}%"
 
 
-def _places(*ratios: float, off_one: bool) -> int:
-    """Decimals for ratios: 2, or where a verdict says they are not 1x (`off_one`) as many as
-    keep each from reading 1.00, up to five."""
-    for places in range(2, 5):
+def ratio_places(*ratios: float, off_one: bool, least: int = 2) -> int:
+    """Decimals for ratios: `least`, or where a verdict says they are not 1x (`off_one`) as
+    many as keep each from reading 1.00, up to five."""
+    for places in range(least, 5):
         if not off_one or all(f"{r:.{places}f}" != f"{1:.{places}f}" for r in ratios):
             return places
     return 5
@@ -54,14 +54,21 @@ def _places(*ratios: float, off_one: bool) -> int:
 
 def ratio_text(ratio: float, off_one: bool = False) -> str:
     """`1.39x`; with `off_one` (a verdict says it is not 1x) never `1.00x` (`0.996x loss`)."""
-    return f"{ratio:.{_places(ratio, off_one=off_one)}f}x"
+    return f"{ratio:.{ratio_places(ratio, off_one=off_one)}f}x"
+
+
+def cell_ratio_text(cell: CellView) -> str:
+    """A cell's speed-up (`–` without one), never `1.00x` beside its gain or loss."""
+    if cell.speedup is None:
+        return DASH
+    return ratio_text(cell.speedup, cell.verdict in ("gain", "loss"))
 
 
 def interval_text(low: float, high: float, coverage: float) -> str:
     """`90% interval 0.89-1.21x`: a ratio's interval and its exact coverage; one that
     excludes 1x never reads as if it held it (`0.994-0.998x`, not `0.99-1.00x`)."""
     beyond = side(RatioInterval(low, high, coverage)) in ("above", "below")
-    places = _places(low, high, off_one=beyond)
+    places = ratio_places(low, high, off_one=beyond)
     return f"{coverage:.0%} interval {low:.{places}f}-{high:.{places}f}x"
 
 
@@ -73,8 +80,7 @@ def speedup_text(cell: CellView | None) -> str:
         return " ".join(["1.00x", spread_text(cell), *verdict_marks(cell)])  # LOOP, THROTTLED
     if cell.speedup is None:
         return DASH
-    parts = [ratio_text(cell.speedup, cell.verdict in ("gain", "loss")), spread_text(cell),
-             *verdict_marks(cell)]
+    parts = [cell_ratio_text(cell), spread_text(cell), *verdict_marks(cell)]
     if cell.parity:
         parts.append("=" if cell.parity == "identical" else "≠")
     return " ".join(parts)
@@ -153,7 +159,8 @@ COUNTERS_LEGEND = (
     "accepted; tpf = tokens per decode forward; shadow conf. = a paused loop's probes that "
     "came true (its way back to drafting); vs plain = the reply identical to plain's or "
     "where it diverges; median [rates] = median tok/s [each repeat's]; decode / prompt tok/s "
-    "= after the first token / the prefill, medians over every repeat.")
+    "= after the first token / the prefill, medians over the repeats that have that rate "
+    "(– none: a one-token reply has no decode rate).")
 
 
 def counters_grid(view: MatrixView, target: str) -> Grid:
@@ -201,8 +208,10 @@ def legend(rate: str = "whole") -> str:
 
 
 def _beside_text(cell: CellView) -> str:
-    """Median decode-only and prompt (prefill) tok/s, beside whichever rate leads."""
-    return f"{cell.median_decode_tok_per_s:.1f} / {cell.median_prompt_tok_per_s:.1f}"
+    """Median decode-only and prompt (prefill) tok/s, beside whichever rate leads; 0 is
+    none measured (the view's stand-in for no median), shown `–`."""
+    return " / ".join(f"{rate:.1f}" if rate else DASH
+                      for rate in (cell.median_decode_tok_per_s, cell.median_prompt_tok_per_s))
 
 
 def headline(view: MatrixView, target: str) -> list[str]:
@@ -214,33 +223,41 @@ def headline(view: MatrixView, target: str) -> list[str]:
         if item.target != target:
             continue
         if item.geomean_speedup is not None:
+            # Every cell a gain (or every one a loss): their mean is no 1.00x either.
+            one_way = item.cells > 0 and item.cells in (item.gains, item.losses)
             lines.append(
-                f"Headline {item.arm}: {item.geomean_speedup:.2f}x geometric mean over "
-                f"{counted(item.cells, 'cell')} ({counted(item.gains, 'gain')}, "
+                f"Headline {item.arm}: {ratio_text(item.geomean_speedup, one_way)} geometric "
+                f"mean over {counted(item.cells, 'cell')} ({counted(item.gains, 'gain')}, "
                 f"{counted(item.losses, 'loss', 'losses')}, "
                 f"{item.within_noise} within noise{_no_verdict_count(item)})"
             )
         looped = [c for c in view.cells if c.target == target and c.arm == item.arm and c.loop
                   and c.speedup is not None]
         if looped:
-            apart = ", ".join(f"{c.model}/{c.prompt} {c.speedup:.2f}x" for c in looped)
+            apart = ", ".join(f"{c.model}/{c.prompt} {cell_ratio_text(c)}" for c in looped)
             lines.append(f"Kept out of the {item.arm} headline (replies loop): {apart}")
     return lines
 
 
 def _no_verdict_count(item) -> str:
-    return f", {item.no_verdict} under 3 repeats: no verdict" if item.no_verdict else ""
+    return (f", {item.no_verdict} under {MIN_REPEATS} repeats: no verdict" if item.no_verdict
+            else "")
 
 
 def peer_headline(view: MatrixView, target: str) -> list[str]:
-    """`Against peers: graded 1.18x hf-lookup ...`: our best arm over the best peer arm
-    (`stats.cells.versus_peers`); nothing when the target ran no peer arm."""
-    return [
-        f"Against peers: {item.ours} {item.ratio:.2f}x {item.peer} (geometric-mean speed-ups "
-        f"over plain: {item.ours} {item.ours_speedup:.2f}x, {item.peer} "
-        f"{item.peer_speedup:.2f}x)"
-        for item in view.versus_peers if item.target == target
-    ]
+    """`Against peers: graded 1.18x hf-lookup ...`: our best arm over the best peer arm, over
+    the cells both measured (`stats.cells.versus_peers`), or that they share none; nothing
+    when the target ran no peer arm."""
+    return [_peer_line(item) for item in view.versus_peers if item.target == target]
+
+
+def _peer_line(item: PeerHeadline) -> str:
+    if item.ratio is None:
+        return (f"Against peers: {item.ours} and {item.peer} measured no cell in common: no "
+                "ratio (each headline above is over its own cells)")
+    return (f"Against peers: {item.ours} {item.ratio:.2f}x {item.peer} (geometric-mean "
+            f"speed-ups over plain on the {counted(item.cells, 'cell')} both measured: "
+            f"{item.ours} {item.ours_speedup:.2f}x, {item.peer} {item.peer_speedup:.2f}x)")
 
 
 def noisy_summary(view: MatrixView) -> str | None:
@@ -428,5 +445,7 @@ def view_body(view: MatrixView) -> dict[str, Any]:
     body["cells"] = [cell_record(c) for c in view.cells]
     body["headline"] = {t: [*headline(view, t), *peer_headline(view, t)]
                         for t in view.targets}
-    body["headlines"] = [asdict(h) for h in view.headlines]
+    # A headline's cell ratios are its cells' speed-ups, each already in "cells".
+    body["headlines"] = [{k: v for k, v in asdict(h).items() if k != "ratios"}
+                         for h in view.headlines]
     return body

@@ -8,7 +8,12 @@ import math
 from dataclasses import dataclass
 
 from specfleet.jobs.resolve import counted
-from specfleet.report.history import HistoryRow, change_text, settings_changed
+from specfleet.report.history import (
+    HistoryRow,
+    change_text,
+    history_speedup_text,
+    settings_changed,
+)
 from specfleet.report.plots import WITHIN_NOISE_FILL, neutral_fill
 from specfleet.report.tables import interval_text, speedup_text
 from specfleet.stats.view import PLAIN, CellView, MatrixView
@@ -181,7 +186,8 @@ def _round_ticks(lo: float, hi: float, most: int = 8) -> list[tuple[float, int]]
 
 def _point_title(row: HistoryRow) -> str:
     values = ", ".join(f"{v:.2f}" for v in row.values)
-    speedup = "" if row.speedup is None else f"; speed-up {row.speedup:.2f}x"
+    speedup = ("" if row.speedup is None else
+               f"; speed-up {history_speedup_text(row.speedup)}")
     differs = f"; differs from previous in {', '.join(row.differs)}" if row.differs else ""
     return (f"{row.matrix_id} ({row.submitted_at} UTC): median {row.median_tok_per_s:.2f} "
             f"tok/s [{values}]{speedup}; change vs previous: {change_text(row.change)}{differs}")

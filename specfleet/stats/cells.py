@@ -2,7 +2,8 @@
 
 Pure Python over plain rows (see `runs.py` for the accepted shapes). Definitions:
 
-* Cell statistics use the `done` runs of a cell: median, min, max tok/s, n, and the relative
+* Cell statistics use the `done` runs of a cell that have a rate (0 tok/s is not measured:
+  a one-token reply has no decode rate): median, min, max tok/s, n, and the relative
   spread `(max - min) / median` (0 for one run). A spread above `SPREAD_FLAG` (5%) is flagged.
 * Speed-up of an arm = median arm tok/s / median plain tok/s on the same target, model and
   prompt (whole call including prefill, as the reference record), over the repeats that
@@ -19,7 +20,8 @@ Pure Python over plain rows (see `runs.py` for the accepted shapes). Definitions
   character index.
 * The headline is, per target and arm, the geometric mean of the non-looping speed-ups.
 * Against peers (`engine/peers.py`): per target, our best headline arm (plain counted as 1x)
-  over the best peer arm's headline (`versus_peers`).
+  against the best peer arm's, both geometric means taken over the cells both measured
+  (`versus_peers`): each headline's own cells may differ (a peer that failed on a prompt).
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ ParityStatus = Literal["identical", "diverged", "missing"]
 
 @dataclass(frozen=True)
 class CellStats:
-    """tok/s statistics of one cell over its `done` runs (repeat order in `values`)."""
+    """tok/s statistics of one cell over its `done` runs that have a rate (a run at 0 tok/s
+    is not measured), `values` in repeat order."""
 
     key: CellKey
-    n: int
+    n: int  # measured repeats: the values' count
     n_failed: int
     values: tuple[float, ...]
     median_tok_per_s: float | None
@@ -94,6 +97,8 @@ class Headline:
     within_noise: int
     looping_excluded: int
     no_verdict: int = 0  # cells with fewer than MIN_REPEATS repeats a side
+    # (model, prompt, speed-up) of each cell averaged: `versus_peers` pairs arms on these.
+    ratios: tuple[tuple[str, str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,23 +137,30 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _measured_median(values: Iterable[float]) -> float | None:
+    return _median([v for v in values if measured([v])])
+
+
 def _cell(key: CellKey, rows: list[Row], rate: Rate = "whole") -> CellStats:
     done = [r for r in rows if r.done]
-    values = tuple(r.rate(rate) for r in done)
+    # A done run at 0 tok/s has no rate (a one-token reply under `--rate decode`): it counts
+    # toward no median, spread or n, as in a speed-up (`interval.measured`).
+    timed = [r for r in done if measured([r.rate(rate)])]
+    values = tuple(r.rate(rate) for r in timed)
     spread = relative_spread(values) if values else None
     loop = statistics.median(r.loop_share for r in done) if done else 0.0
     return CellStats(
-        key=key, n=len(done), n_failed=len(rows) - len(done), values=values,
+        key=key, n=len(timed), n_failed=len(rows) - len(done), values=values,
         median_tok_per_s=statistics.median(values) if values else None,
         min_tok_per_s=min(values) if values else None,
         max_tok_per_s=max(values) if values else None,
         spread=spread, spread_flag=spread is not None and spread > SPREAD_FLAG,
         loop_share=loop, looping=loop > LOOP_SHARE_FLAG,
-        noisy_runs=sum(r.noisy for r in done),
+        noisy_runs=sum(r.noisy for r in timed),  # "2 of n" in the noisy line
         counters=done[0].counters if done else None,
         throttled_runs=sum(r.throttled for r in done),
-        median_decode_tok_per_s=_median([r.decode_tok_per_s for r in done]),
-        median_prompt_tok_per_s=_median([r.prompt_tok_per_s for r in done]),
+        median_decode_tok_per_s=_measured_median(r.decode_tok_per_s for r in done),
+        median_prompt_tok_per_s=_measured_median(r.prompt_tok_per_s for r in done),
         shown=done[0].shown if done else CellValues(),
     )
 
@@ -161,7 +173,8 @@ def cell_stats(runs: Iterable[Any], rate: Rate = "whole") -> list[CellStats]:
         rate: which tok/s the medians, spreads and speed-ups read ("whole" or "decode").
 
     Returns:
-        One `CellStats` per cell; cells whose runs all failed have n = 0 and None medians.
+        One `CellStats` per cell; cells whose runs all failed, or have no rate, have n = 0
+        and None medians.
     """
     return [_cell(key, rows, rate) for key, rows in group_by_cell(to_rows(runs)).items()]
 
@@ -173,7 +186,7 @@ def noise_verdict(interval: RatioInterval | None) -> Verdict:
 
 def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
     """Speed-up over plain of every non-plain cell that has a measured plain partner, over
-    the repeats of each side that have a rate (0 tok/s is not measured, `interval.measured`).
+    the repeats of each side that have a rate (the cells' `values`: 0 tok/s is not measured).
 
     Args:
         cells: from `cell_stats`.
@@ -185,15 +198,11 @@ def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
     out = []
     for key, cell in by_key.items():
         plain = by_key.get(key.with_arm("plain"))
+        # With no repeat measured on a side, no speed-up (not a 0.00x the interval calls a
+        # gain, nor a cell the headline counts unaveraged).
         if key.arm == "plain" or plain is None or not cell.n or not plain.n:
             continue
-        # 0 tok/s is "not measured" (a one-token reply has no decode rate): such a repeat
-        # is no repeat of the rate; with none measured, no speed-up (not a 0.00x the
-        # interval calls a gain, nor a cell the headline counts unaveraged).
-        arm_values = [v for v in cell.values if measured([v])]
-        plain_values = [v for v in plain.values if measured([v])]
-        if not (arm_values and plain_values):
-            continue
+        arm_values, plain_values = cell.values, plain.values
         arm_median, plain_median = statistics.median(arm_values), statistics.median(plain_values)
         interval = ratio_interval(plain_values, arm_values)
         out.append(SpeedUp(
@@ -235,6 +244,7 @@ def headline(ups: Iterable[SpeedUp]) -> list[Headline]:
             cells=len(kept), gains=verdicts.count("gain"), losses=verdicts.count("loss"),
             within_noise=verdicts.count("within noise"), looping_excluded=len(group) - len(kept),
             no_verdict=verdicts.count("no verdict"),
+            ratios=tuple((u.key.model, u.key.prompt, u.ratio) for u in kept),
         ))
     return out
 
@@ -376,23 +386,28 @@ def summarize(runs: Iterable[Any]) -> MatrixSummary:
 
 @dataclass(frozen=True)
 class PeerHeadline:
-    """Our best arm on a target against the best peer arm there (`engine/peers.py`): each
-    arm's headline geometric-mean speed-up over our plain, plain itself 1x on our side."""
+    """Our best arm on a target against the best peer arm there (`engine/peers.py`), both
+    arms' geometric-mean speed-ups over our plain taken over the `cells` both measured
+    (neither failed nor looping), plain itself 1x on our side; None where they share none."""
 
     target: str
     ours: str
-    ours_speedup: float
+    ours_speedup: float | None
     peer: str
-    peer_speedup: float
+    peer_speedup: float | None
+    cells: int = 0
 
     @property
-    def ratio(self) -> float:
+    def ratio(self) -> float | None:
         """How many times faster our best arm is than the best peer (below 1: slower)."""
+        if self.ours_speedup is None or self.peer_speedup is None:
+            return None
         return self.ours_speedup / self.peer_speedup
 
 
 def versus_peers(headlines: Iterable[Headline]) -> list[PeerHeadline]:
-    """Per target with a peer headline: our best headline arm (or plain) over the best peer.
+    """Per target with a peer headline: our best headline arm (or plain) against the best
+    peer's, over the cells both measured (a geometric mean over other cells is no comparison).
 
     Args:
         headlines: from `headline`.
@@ -400,15 +415,28 @@ def versus_peers(headlines: Iterable[Headline]) -> list[PeerHeadline]:
     Returns:
         One `PeerHeadline` per target that has a peer arm's headline, sorted by target.
     """
-    ours: dict[str, tuple[float, str]] = {}
-    peers: dict[str, tuple[float, str]] = {}
+    ours: dict[str, Headline] = {}
+    peers: dict[str, Headline] = {}
     for item in headlines:
         if item.geomean_speedup is not None:
             side = peers if is_peer(item.arm) else ours
-            side[item.target] = max(side.get(item.target, (0.0, "")),
-                                    (item.geomean_speedup, item.arm))
+            best = side.get(item.target)
+            if best is None or _by_speedup(item) > _by_speedup(best):
+                side[item.target] = item
     out = []
-    for target, (peer_speedup, peer) in sorted(peers.items()):
-        speedup, arm = max(ours.get(target, (0.0, "")), (1.0, "plain"))
-        out.append(PeerHeadline(target, arm, speedup, peer, peer_speedup))
+    for target, peer in sorted(peers.items()):
+        theirs = {(model, prompt): r for model, prompt, r in peer.ratios}
+        head = ours.get(target)
+        if head is None or _by_speedup(head) < (1.0, "plain"):
+            # Plain is 1x wherever the peer has a speed-up: it is that speed-up's baseline.
+            arm, mine = "plain", dict.fromkeys(theirs, 1.0)
+        else:
+            arm, mine = head.arm, {(model, prompt): r for model, prompt, r in head.ratios}
+        both = [cell for cell in theirs if cell in mine]
+        out.append(PeerHeadline(target, arm, geomean([mine[c] for c in both]), peer.arm,
+                                geomean([theirs[c] for c in both]), len(both)))
     return out
+
+
+def _by_speedup(item: Headline) -> tuple[float, str]:
+    return item.geomean_speedup or 0.0, item.arm

@@ -244,7 +244,8 @@ def test_our_best_arm_against_the_best_peer_per_target() -> None:
     from specfleet.stats.cells import Headline, versus_peers
 
     def head(target: str, arm: str, geomean: float | None) -> Headline:
-        return Headline(target, arm, geomean, 1, 0, 0, 1, 0)
+        ratios = () if geomean is None else (("m", "p", geomean),)  # one cell, both arms
+        return Headline(target, arm, geomean, 1, 0, 0, 1, 0, ratios=ratios)
 
     found = versus_peers([
         head("a/torch/cpu", "graded", 1.5), head("a/torch/cpu", "gated", 1.2),
@@ -255,6 +256,7 @@ def test_our_best_arm_against_the_best_peer_per_target() -> None:
     assert [(p.target, p.ours, p.peer) for p in found] == [
         ("a/torch/cpu", "graded", "hf-lookup"), ("b/torch/cpu", "plain", "hf-lookup")]
     assert found[0].ratio == pytest.approx(1.2) and found[1].ratio == pytest.approx(1 / 1.6)
+    assert [p.cells for p in found] == [1, 1]
 
 
 def test_parity_of_runs_sampled_without_a_seed_is_no_verdict() -> None:
