@@ -177,7 +177,9 @@ def bench_command(
         "--prompt", "-p", "Packaged prompt names (story, edit_fn, ...) or files",
         DEFAULT_PROMPTS)] = None,
     arms: Annotated[Many, _many("--arms", "-a", arms_help(), DEFAULT_ARMS)] = None,
-    repeats: Annotated[int, typer.Option("--repeats", "-r", help="Repeats of every cell.")] = 3,
+    repeats: Annotated[int, typer.Option(
+        "--repeats", "-r", help="Repeats of every cell (5: the fewest whose verdicts hold "
+        "whatever the two sides' spreads).")] = 5,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="New-token limit of every reply.")] = DEFAULT_MAX_TOKENS,
     engine: Annotated[Many, _many(

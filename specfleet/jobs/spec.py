@@ -6,7 +6,7 @@ A matrix file reads like the reference harness's cases:
     models: [smollm2-135m]
     prompts: [edit_fn, {name: story, max_tokens: 800}, {name: hi, text: "Say hi."}]
     arms: [plain, graded, {arm: gated, max_draft: 4}]
-    repeats: 3
+    repeats: 5
     max_tokens: {default: 400, mlx: 64}
     targets: {engines: [torch, mlx]}
 
@@ -270,7 +270,7 @@ class MatrixSpec(_Strict):
     arms: list[Annotated[ArmSpec, BeforeValidator(
         _name_to_arm, json_schema_input_type=Arm | ArmSpec)]] = Field(
         min_length=1, description=f"{', '.join(ARMS)}; or {{arm, options}}.")
-    repeats: int = Field(3, ge=1, le=MAX_REPEATS, description="Repetitions of every cell.")
+    repeats: int = Field(5, ge=1, le=MAX_REPEATS, description="Repetitions of every cell (5: the fewest whose verdicts hold whatever the two sides' spreads, docs/trust.md).")
     max_tokens: TokenLimitField = Field(
         TokenLimit(default=256), description="New-token limit: N or {default, mlx, torch}.")
     temperature: float = Field(0.0, ge=TEMPERATURE_RANGE[0], le=TEMPERATURE_RANGE[1],

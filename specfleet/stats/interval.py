@@ -17,9 +17,18 @@ over before), is judged here, from the repeats of both sides:
   beside: from 10 repeats a side, or 6 against 14, repeats that fall in two host states can
   put the medians' ratio outside the rank interval (0.86x next to 1.01-1.02x), and a "gain"
   must never read below 1x. Widening only raises the coverage, so `coverage` is then a floor.
-* At 3 repeats a side (the default, `jobs/spec.py`) k = 1 and the coverage is exactly 90%
-  (2 of the 20 orderings are the extreme ones): the interval runs from the smallest ratio to
-  the largest, so a gain needs every arm repeat faster than every plain repeat. A wide spread
+* Unequal spreads. The rank interval's level assumes one noise shape on both sides; when
+  one side is much noisier than the other it falls (at 3 repeats a side, down to 75%: the
+  three noisy repeats all land beyond a steady median one time in eight each way). From
+  `ROBUST_REPEATS` (5) repeats a side k is also bounded by the sign tests: were one side's
+  repeats all alike, the k-th ratio is the other side's ceil(k / count)-th order statistic,
+  which must lie beyond that side's median with probability at most 5% each way
+  (`_sign_depth`). `coverage` is then the lowest of the three, and the level holds at both
+  ends (one noise shape; one side steady); measured between them, at least 89% at 5 to 20
+  repeats a side (docs/trust.md). At 5 a side k = 5 either way (90.5%).
+* At 3 repeats a side k = 1 and the coverage is exactly 90% under one noise shape (2 of the
+  20 orderings are the extreme ones): the interval runs from the smallest ratio to the
+  largest, so a gain needs every arm repeat faster than every plain repeat. A wide spread
   on either side widens the interval; plain's spread alone decides nothing.
 * "above" (a gain, faster) when the whole interval lies above 1; "below" (a loss, slower)
   when it lies below 1; otherwise "within noise". With fewer than `MIN_REPEATS` (3) repeats
@@ -45,6 +54,7 @@ from typing import Literal
 
 CONFIDENCE = 0.90  # the stated level: an interval covers the true ratio at least this often
 MIN_REPEATS = 3  # per side; fewer give no verdict
+ROBUST_REPEATS = 5  # per side; from here the level holds whatever the two sides' spreads
 # Steps (smaller side squared times the larger) up to which U's orderings are counted
 # exactly: 100 a side takes 0.2 s; `results --cells` pools thousands (hours to count).
 EXACT_WORK = 1_000_000
@@ -56,7 +66,9 @@ RULE = (
     f"gain or loss (faster or slower) only when the {CONFIDENCE:.0%} interval on the ratio of "
     f"medians excludes 1x, else within noise (the interval: from the k-th smallest to the k-th "
     f"largest ratio of a repeat over a repeat of the other side, distribution-free; at 3 "
-    f"repeats a side the smallest to the largest); no verdict under {MIN_REPEATS} repeats a side"
+    f"repeats a side the smallest to the largest, its level assuming both sides equally noisy; "
+    f"from {ROBUST_REPEATS} a side it holds whatever their spreads); no verdict under "
+    f"{MIN_REPEATS} repeats a side"
 )
 
 
@@ -90,38 +102,95 @@ def _u_counts(m: int, n: int) -> tuple[int, ...]:
 
 @functools.cache
 def _rank(m: int, n: int) -> tuple[int, float]:
-    """k and the interval's coverage 1 - 2 P(U < k); k = 0 when no interval reaches
-    `CONFIDENCE`. Exact up to `EXACT_WORK`, the normal approximation past it."""
+    """k and the interval's coverage, the lower of the scale shift's and the sign tests' (see
+    the module docstring); k = 0 when no interval reaches `CONFIDENCE`."""
     m, n = min(m, n), max(m, n)  # U's distribution is the same either way round
-    if m * m * n > EXACT_WORK:
-        return _rank_normal(m, n)
-    counts, total = _u_counts(m, n), math.comb(m + n, m)
-    limit = (1 - Fraction(str(CONFIDENCE))) * total  # exact: 2 of 20 is within 10%
-    k = tail = 0
-    while k < len(counts) // 2 and 2 * (tail + counts[k]) <= limit:
-        tail += counts[k]
+    robust = m >= ROBUST_REPEATS  # else k = the shift's alone: one noise shape assumed
+    k = _rank_shift(m, n, most=min(_sign_depth(m) * n, _sign_depth(n) * m) if robust else m * n)
+    if k == 0:
+        return 0, 0.0
+    # Were all of one side's repeats equal, the k-th ratio is the other side's
+    # ceil(k / this side's count)-th order statistic: a sign test on the other side.
+    shift = 1 - 2 * _u_below(m, n, k)
+    if not robust:
+        return k, shift
+    return k, min(shift, _sign_coverage(m, -(-k // n)), _sign_coverage(n, -(-k // m)))
+
+
+def _rank_shift(m: int, n: int, most: int) -> int:
+    """The largest k <= `most` with 2 P(U < k) <= 1 - CONFIDENCE (m <= n): counted exactly
+    up to `EXACT_WORK`, else from the normal approximation, the k it picks checked against
+    the counted tail where that can be counted (`_u_below`)."""
+    if most <= 0:
+        return 0
+    if m * m * n <= EXACT_WORK:
+        counts, total = _u_counts(m, n), math.comb(m + n, m)
+        limit = (1 - Fraction(str(CONFIDENCE))) * total  # exact: 2 of 20 is within 10%
+        k = tail = 0
+        while k < min(len(counts) // 2, most) and 2 * (tail + counts[k]) <= limit:
+            tail += counts[k]
+            k += 1
+        return k
+    mean, sd = m * n / 2, math.sqrt(m * n * (m + n + 1) / 12)
+    k = min(most, math.floor(mean + 0.5 + sd * NormalDist().inv_cdf((1 - CONFIDENCE) / 2)))
+    while k > 0 and 2 * _u_below(m, n, k) > 1 - CONFIDENCE:
+        k -= 1
+    while k < most and 2 * _u_below(m, n, k + 1) <= 1 - CONFIDENCE:
         k += 1
-    return k, 1 - 2 * tail / total
+    return k
 
 
-def _rank_normal(m: int, n: int) -> tuple[int, float]:
-    """`_rank` from U's normal approximation (mean mn/2, variance mn(m + n + 1)/12), with
-    continuity correction and the Edgeworth term of U's kurtosis: its coverage is within
-    0.01% of the exact one where both were counted."""
+def _u_below(m: int, n: int, k: int) -> float:
+    """P(U < k) for m <= n: counted exactly (the Gaussian binomial's first k coefficients,
+    m x k steps) up to `EXACT_WORK` steps, else U's normal approximation (mean mn/2, variance
+    mn(m + n + 1)/12) with continuity correction and the Edgeworth term of U's kurtosis,
+    within 0.01% of the exact tail where both were counted (balanced sizes); the counted tail
+    is what keeps a lopsided pair (3 repeats against 100,000) at its stated level."""
+    if k <= 0:
+        return 0.0
+    if m * m * n <= EXACT_WORK:
+        return sum(_u_counts(m, n)[:k]) / math.comb(m + n, m)
+    if m * k <= EXACT_WORK:
+        return sum(_u_counts_below(m, n, k)) / math.comb(m + n, m)
     mean, sd = m * n / 2, math.sqrt(m * n * (m + n + 1) / 12)
     kurtosis = -6 * (m * m + n * n + m * n + m + n) / (5 * m * n * (m + n + 1))
     z = NormalDist()
+    x = (k - 0.5 - mean) / sd
+    return z.cdf(x) - z.pdf(x) * kurtosis / 24 * (x**3 - 3 * x)
 
-    def below(k: int) -> float:  # P(U < k)
-        x = (k - 0.5 - mean) / sd
-        return z.cdf(x) - z.pdf(x) * kurtosis / 24 * (x**3 - 3 * x)
 
-    k = math.floor(mean + 0.5 + sd * z.inv_cdf((1 - CONFIDENCE) / 2))
-    while k > 0 and 2 * below(k) > 1 - CONFIDENCE:
-        k -= 1
-    while 2 * below(k + 1) <= 1 - CONFIDENCE:
-        k += 1
-    return k, 1 - 2 * below(k)
+@functools.cache
+def _u_counts_below(m: int, n: int, k: int) -> tuple[int, ...]:
+    """`_u_counts(m, n)[:k]`, from the same recurrence cut at k terms (each term depends on
+    lower ones only)."""
+    poly = [1] + [0] * (k - 1)
+    for i in range(1, m + 1):
+        for u in range(k - 1, n + i - 1, -1):  # times (1 - q^(n+i))
+            poly[u] -= poly[u - n - i]
+        for u in range(i, k):  # over (1 - q^i): running sums i apart
+            poly[u] += poly[u - i]
+    return tuple(poly)
+
+
+@functools.cache
+def _sign_depth(count: int) -> int:
+    """The deepest j for which `count` repeats' j-th smallest (or largest) value lies beyond
+    their median with probability at most (1 - CONFIDENCE) / 2: 0 under 5 repeats (at 3, all
+    three lie above it one time in 8)."""
+    low, high = 0, count  # the coverage falls as j grows: the last j that holds, by halves
+    while low < high:
+        j = (low + high + 1) // 2
+        low, high = (j, high) if _sign_coverage(count, j) >= CONFIDENCE - 1e-12 else (low, j - 1)
+    return low
+
+
+@functools.cache
+def _sign_coverage(count: int, j: int) -> float:
+    """1 - 2 P(Binomial(count, 1/2) < j): how often the j-th smallest and the j-th largest of
+    `count` repeats hold their median between them."""
+    if count <= 2000:
+        return 1 - 2 * sum(math.comb(count, i) for i in range(j)) / 2**count
+    return 1 - 2 * NormalDist(count / 2, math.sqrt(count) / 2).cdf(j - 0.5)
 
 
 def measured(values: Sequence[float]) -> bool:

@@ -287,11 +287,11 @@ def test_the_summary_leaves_out_a_model_without_a_source_for_an_engine(tmp_path:
 
 
 def test_the_summary_of_a_uniform_matrix_is_one_count(tmp_path: Path) -> None:
-    assert _summary(tmp_path, GOOD) == ("1 model x 1 prompt x 2 arms x 3 repeats = 6 runs per "
+    assert _summary(tmp_path, GOOD) == ("1 model x 1 prompt x 2 arms x 5 repeats = 10 runs per "
                                         "target")
     hosts = GOOD.replace('text: "hello hello"}',
                          'text: "hello hello", targets: {hosts: [a]}}, {name: q, text: hi}')
-    assert _summary(tmp_path, hosts) == ("1 model x 2 prompts x 2 arms x 3 repeats = up to 12 "
+    assert _summary(tmp_path, hosts) == ("1 model x 2 prompts x 2 arms x 5 repeats = up to 20 "
                                          "runs per target")
 
 

@@ -44,7 +44,7 @@ def test_good_file_loads_with_shorthands_and_defaults(configs: Path) -> None:
     spec = load_matrix_spec(write(configs, GOOD))
     assert spec.arm_names() == ["plain", "graded", "gated"]
     assert [p.name for p in spec.prompts] == ["edit_fn", "story"]
-    assert (spec.repeats, spec.temperature, spec.chat, spec.loop_guard) == (3, 0.0, True, None)
+    assert (spec.repeats, spec.temperature, spec.chat, spec.loop_guard) == (5, 0.0, True, None)
     assert Path(spec.prompt_dir) == (configs / "prompts").resolve()
 
 
@@ -239,7 +239,7 @@ def test_parity_spec_forces_greedy_single_repeat(configs: Path) -> None:
     path = write(configs, GOOD + "temperature: 0.7\nseed: 5\n")
     spec = load_parity_spec(path)
     assert (spec.repeats, spec.temperature, spec.seed) == (1, 0.0, None)
-    assert spec.overridden == ["repeats 3 -> 1", "temperature 0.7 -> 0", "seed 5 -> none"]
+    assert spec.overridden == ["repeats 5 -> 1", "temperature 0.7 -> 0", "seed 5 -> none"]
     assert isinstance(spec, MatrixSpec) and spec.label == str(path)  # messages name the file
 
 
