@@ -13,7 +13,7 @@ from specfleet.engine.kinds import DEVICES, ENGINES
 from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import ARMS
-from specfleet.report.build import load_matrix
+from specfleet.report.build import load_matrix, stored_plan_order
 from specfleet.report.coverage import Coverage, cell_keys
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
 from specfleet.report.results import (
@@ -35,6 +35,7 @@ from specfleet.stats.history import (
 )
 from specfleet.stats.interval import MIN_REPEATS, RULE, no_verdict_text, side
 from specfleet.stats.provenance import HOST_STATES, THROTTLED_HOST
+from specfleet.stats.runs import CellKey
 
 
 def test_note(factor: float = DEFAULT_FACTOR) -> str:
@@ -230,7 +231,10 @@ def compare(store, a: str, b: str, allow_mixed: bool = False,
     load_matrix(store, b)
     runs_a = store.runs(matrix=a, status="done", columns=COMPARE_FIELDS)
     runs_b = store.runs(matrix=b, status="done", columns=COMPARE_FIELDS)
-    return compare_rows(runs_a, runs_b, allow_mixed, factor)
+    order = stored_plan_order(store, b)  # as every table lists cells: B's plan, plain first
+    return sorted(compare_rows(runs_a, runs_b, allow_mixed, factor),
+                  key=lambda row: order.cell_rank(CellKey(row.target, row.model, row.prompt,
+                                                          row.arm)))
 
 
 def compare_verdict_text(row: CompareRow) -> str:
