@@ -73,8 +73,8 @@ def test_specfleet_is_imported_from_the_wheel(installed) -> None:
 def test_the_packaged_demo_validates_and_models_list(installed) -> None:
     demo = run(installed, "matrix", "validate", "demo")
     assert demo.returncode == 0, demo.stderr
-    assert demo.stdout.startswith("demo: ok: 1 model x 2 prompts x 3 arms x 3 repeats: 18 runs "
-                                  "per torch target, 6 per mlx target")
+    assert demo.stdout.startswith("demo: ok: 1 model x 2 prompts x 3 arms x 5 repeats: 30 runs "
+                                  "per torch target, 10 per mlx target")
     models = run(installed, "models", "list")
     assert models.returncode == 0, models.stderr
     assert re.search(r"^smollm2-135m\s+torch\s+yes", models.stdout, re.MULTILINE), models.stdout

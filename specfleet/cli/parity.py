@@ -32,7 +32,12 @@ from specfleet.jobs.resolve import counted
 from specfleet.jobs.spec_files import load_parity_spec
 from specfleet.report.history import same_matrix
 from specfleet.report.parity import check_parity
-from specfleet.report.parity_tables import baseline_gap_text, coverage_gap_text, render_parity
+from specfleet.report.parity_tables import (
+    baseline_gap_text,
+    coverage_gap_text,
+    plain_repeats_text,
+    render_parity,
+)
 from specfleet.store.store import check_store_before_fleet, open_store
 
 
@@ -137,6 +142,9 @@ def verdict_failures(report, allow_unverified: bool) -> list[str]:
     if (unverified := report.count("unverified")) and not allow_unverified:
         reasons.append(f"{counted(unverified, 'divergence')} from plain not replayed "
                        "(unverified; --allow-unverified passes it)")
+    if report.plain_differs:  # no reply to hold the arms to
+        reasons.append(f"{plain_repeats_text(report.plain_differs[0])} (greedy plain decoding "
+                       "is not deterministic on that target)")
     return reasons
 
 

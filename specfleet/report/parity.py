@@ -1,11 +1,15 @@
-"""Greedy parity of a matrix: every arm against plain on the same target, plain across
-targets, and (optionally) against a baseline matrix.
+"""Greedy parity of a matrix: every arm against plain on the same target, plain's repetitions
+against each other, plain across targets, and (optionally) against a baseline matrix.
 
+Every done repetition of an arm is compared with plain's first; the first that differs is
+the arm's divergence (its repetition said), and only that pair is replayed.
 A divergence is replayed on the target (`Replayer`) to read the top-2 logits of both paths
 at the first differing token, then classified `near-tie` (the competing tokens are within
 `NEAR_TIE_LOGIT_MARGIN` logits, wider on bfloat16 rows, of each other and of the row's best on both paths: a verify row rounded a near-tie the other way,
 docs/engine.md "Parity and near-ties") or `suspect` (anything else). A divergence that could not be replayed is
-`unverified`. Verdicts compare each cell's first repetition, as the reference record does.
+`unverified`. Plain's repetitions are compared with plain's first: greedy decoding replies
+alike every time, so a plain whose repetitions differ (`PlainDiffers`: not deterministic on
+that target, no reply to hold the arms to) fails the check, never replayed.
 A peer arm (`engine/peers.py`: another library's decoding) that differs from our plain is
 `peer differs`: reported where it differs, never replayed, never a failure or a regression.
 A planned pair without a done run on one side (failed, interrupted, never run) is
@@ -18,15 +22,17 @@ lacks (another target name, a cell it never ran) is no evidence, and fails the c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from specfleet.engine.forensics import NEAR_TIE_LOGIT_MARGIN, Replay, Replayer, classify
 from specfleet.engine.peers import is_peer
 from specfleet.report.build import done_runs, load_matrix, plan_order
 from specfleet.report.coverage import Coverage, cell_keys, parity_coverage
-from specfleet.stats.cells import cross_target_parity
-from specfleet.stats.runs import CellKey, draws_anew
-from specfleet.stats.view import PLAIN, MatrixView, group_runs, parity_of
+from specfleet.stats.cells import compare_replies, cross_target_parity
+from specfleet.stats.runs import CellKey, draws_anew, to_row
+from specfleet.stats.view import PLAIN, MatrixView, group_runs
 
 Verdict = str  # "identical" | "near-tie" | "suspect" | "unverified" | PEER_DIFFERS
 PEER_DIFFERS = "peer differs"
@@ -38,7 +44,8 @@ EXCERPT_FROM_CHARS = 12
 
 @dataclass(frozen=True)
 class ArmParity:
-    """One arm against plain on one target, model and prompt."""
+    """One arm's every repetition against plain's first on one target, model and prompt; the
+    verdict, indices and replay are of the first repetition that differs (`repeat`)."""
 
     target: str
     model: str
@@ -49,6 +56,22 @@ class ArmParity:
     char: int | None = None
     replay: Replay | None = None
     excerpt: str | None = None  # both replies' text at the first differing character
+    repeat: int | None = None  # the arm's repetition that differs first (None: none does)
+    replies: int = 0  # the arm's replies compared with plain's first
+
+
+@dataclass(frozen=True)
+class PlainDiffers:
+    """Plain's repetitions on one target, model and prompt that differ from its first: greedy
+    plain decoding is not deterministic there (a failure: no reply to hold the arms to)."""
+
+    target: str
+    model: str
+    prompt: str
+    repeat: int  # the first repetition that differs from plain's first
+    token: int | None
+    char: int | None
+    excerpt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,15 +126,23 @@ class ParityReport:
     baseline_coverage: Coverage | None = None  # of those pairs, found in the baseline
     baseline_missing: tuple[CellKey, ...] = ()  # pairs the baseline lacks
     baseline_targets: tuple[str, ...] = ()  # targets with done runs in the baseline
+    plain_differs: tuple[PlainDiffers, ...] = ()  # plain cells whose repetitions differ
+    plain_replies: int = 0  # plain's replies compared (with its own first)
 
     def count(self, verdict: Verdict) -> int:
         return sum(a.verdict == verdict for a in self.arms)
 
+    @property
+    def replies(self) -> int:
+        """Every reply compared: each arm's repetitions and plain's."""
+        return sum(a.replies for a in self.arms) + self.plain_replies
+
     def failed(self, allow_unverified: bool = False) -> bool:
-        """True when CI should fail: a suspect divergence, a regression, a planned pair
-        left uncompared (failed or missing arm or plain run) or missing from the baseline,
-        or (unless allowed) a divergence nobody could replay."""
-        bad = self.count("suspect") + len(self.regressions)
+        """True when CI should fail: a suspect divergence, a regression, a plain whose
+        repetitions differ, a planned pair left uncompared (failed or missing arm or plain
+        run) or missing from the baseline, or (unless allowed) a divergence nobody could
+        replay."""
+        bad = self.count("suspect") + len(self.regressions) + len(self.plain_differs)
         if any(c is not None and not c.complete
                for c in (self.coverage, self.baseline_coverage)):
             return True
@@ -139,10 +170,19 @@ def unseeded_sampling(*runs) -> str | None:
     return None
 
 
-def _classify(key: CellKey, plain, run, replayer, threshold) -> ArmParity:
-    verdict, token, char = parity_of(run, plain)
-    if verdict == "identical":
-        return ArmParity(*key, "identical")
+def first_differing(reference, runs: Sequence) -> tuple[Any, int | None, int | None] | None:
+    """The first of `runs` (in repeat order) whose reply differs from `reference`'s, with the
+    first differing token and character (None each where unknown); None when all agree."""
+    ref = to_row(reference)  # normalized once: every repetition is held to it
+    for run in runs:
+        verdict = compare_replies(ref, to_row(run))
+        if verdict.status != "identical":  # neither tokens nor text ("missing"): no match
+            return run, verdict.token_index, verdict.char_index
+    return None
+
+
+def _classify(key: CellKey, plain, run, token, char, replayer, threshold) -> ArmParity:
+    """The first pair that differs (`run` against `plain` at `token`, `char`), classified."""
     excerpt = divergence_excerpt(plain.output_text, run.output_text, char, key.arm)
     if is_peer(key.arm):  # another library's decoding: information, not our failure
         return ArmParity(*key, PEER_DIFFERS, token, char, excerpt=excerpt)
@@ -156,14 +196,37 @@ def _classify(key: CellKey, plain, run, replayer, threshold) -> ArmParity:
 
 def arm_parity(groups: dict[CellKey, list], replayer: Replayer | None,
                threshold: float) -> list[ArmParity]:
-    """Each arm's first repetition against plain's first repetition on the same target."""
+    """Each arm's every done repetition against plain's first on the same target (`groups`:
+    done runs by cell, in repeat order); the first that differs is classified (one replay a
+    cell), its repetition said."""
     out = []
     for key, runs in groups.items():
         plain = groups.get(key.with_arm(PLAIN))
-        if key.arm == PLAIN or not plain or unseeded_sampling(plain[0], runs[0]):
+        if key.arm == PLAIN or not plain or unseeded_sampling(plain[0], *runs):
             continue
-        out.append(_classify(key, plain[0], runs[0], replayer, threshold))
+        found = first_differing(plain[0], runs)
+        item = (ArmParity(*key, "identical") if found is None
+                else replace(_classify(key, plain[0], *found, replayer, threshold),
+                             repeat=found[0].repeat))
+        out.append(replace(item, replies=len(runs)))
     return out
+
+
+def plain_repeats(groups: dict[CellKey, list]) -> tuple[list[PlainDiffers], int]:
+    """Each plain cell's repetitions against its first (`groups` as `arm_parity`'s): those
+    that differ, and how many plain replies were compared (sampled without a seed: none)."""
+    differ, replies = [], 0
+    for key, runs in groups.items():
+        if key.arm != PLAIN or unseeded_sampling(*runs):
+            continue
+        replies += len(runs)
+        found = first_differing(runs[0], runs[1:])
+        if found is not None:
+            run, token, char = found
+            excerpt = divergence_excerpt(runs[0].output_text, run.output_text, char,
+                                         f"plain repeat {run.repeat}")
+            differ.append(PlainDiffers(*key[:3], run.repeat, token, char, excerpt))
+    return differ, replies
 
 
 def _side_gap(runs: list, side: str) -> str | None:
@@ -232,11 +295,11 @@ def regressions(groups: dict[CellKey, list], baseline: dict[CellKey, list],
             continue
         if unseeded_sampling(runs[0], plain[0], then_runs[0], then_plain[0]):
             continue  # no reply to hold it to: not compared (said by the coverage)
-        if parity_of(then_runs[0], then_plain[0])[0] != "identical":
+        # Every repetition, as `arm_parity`: identical there is each one identical.
+        if first_differing(then_plain[0], then_runs) is not None:
             continue
-        verdict, token, char = parity_of(runs[0], plain[0])
-        if verdict != "identical":
-            out.append(Regression(*key, baseline_id, token, char))
+        if (found := first_differing(plain[0], runs)) is not None:
+            out.append(Regression(*key, baseline_id, *found[1:]))
     return out
 
 
@@ -284,6 +347,7 @@ def check_parity(
     order = plan_order(all_runs)  # as the tables list the arms, a failed first repeat aside
     arms = tuple(sorted(arm_parity(groups, replayer, threshold), key=lambda a: order.cell_rank(
         CellKey(a.target, a.model, a.prompt, a.arm))))
+    plain_differs, plain_replies = plain_repeats(groups)
     report = ParityReport(
         matrix_id=matrix_id,
         threshold=threshold,
@@ -293,6 +357,8 @@ def check_parity(
         uncompared=tuple(uncompared_pairs(
             all_runs, {CellKey(a.target, a.model, a.prompt, a.arm) for a in arms})),
         replays_tried=replayer is not None,
+        plain_differs=tuple(plain_differs),
+        plain_replies=plain_replies,
     )
     if baseline_id is None:
         return report

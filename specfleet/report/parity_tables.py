@@ -8,15 +8,18 @@ from specfleet import jsontext
 from specfleet.engine.forensics import BF16_STEPS
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, to_csv, to_markdown, to_rich
-from specfleet.report.parity import PEER_DIFFERS, ArmParity, ParityReport
+from specfleet.report.parity import PEER_DIFFERS, ArmParity, ParityReport, PlainDiffers
 
 DASH = "–"
 NOT_COMPARED = "not compared"  # a planned pair's CSV verdict when a side has no done run
+PLAIN_REPEATS_DIFFER = "plain repeats differ"  # a plain cell's CSV verdict when they do
 
 
-def where_text(token: int | None, char: int | None) -> str:
+def where_text(token: int | None, char: int | None, repeat: int | None = None) -> str:
+    """`token 5 (char 9)`, with ` in repeat 2` where the repetition that differs is known."""
     char_text = f" (char {char})" if char is not None else ""
-    return f"token {token}{char_text}" if token is not None else f"char {char}"
+    where = f"token {token}{char_text}" if token is not None else f"char {char}"
+    return where + (f" in repeat {repeat}" if repeat is not None else "")
 
 
 def forensics_text(item: ArmParity, replays_tried: bool = True) -> str:
@@ -44,7 +47,8 @@ def forensics_text(item: ArmParity, replays_tried: bool = True) -> str:
 def arm_grid(report: ParityReport) -> Grid:
     rows = []
     for item in report.arms:
-        where = DASH if item.verdict == "identical" else where_text(item.token, item.char)
+        where = (DASH if item.verdict == "identical"
+                 else where_text(item.token, item.char, item.repeat))
         rows.append((item.target, item.model, item.prompt, item.arm, item.verdict, where,
                      item.excerpt or DASH, forensics_text(item, report.replays_tried)))
     note = (
@@ -54,7 +58,8 @@ def arm_grid(report: ParityReport) -> Grid:
         f"paths (a verify row rounded a near-tie the other way, docs/engine.md 'Parity and near-ties'); suspect: anything "
         f"else; unverified: the divergence could not be replayed on its target."
     )
-    return Grid("Parity against plain on the same target (first repetition)",
+    return Grid("Parity against plain on the same target (every repetition against plain's "
+                "first)",
                 ("target", "model", "prompt", "arm", "verdict", "first divergence",
                  "text there", "forensics"),
                 tuple(rows), (summary_line(report), note), left_cols=8)
@@ -65,6 +70,21 @@ def uncompared_grid(report: ParityReport) -> Grid:
     return Grid("Pairs not compared (no pair of done runs to hold together: no evidence, the "
                 "check fails)",
                 ("target", "model", "prompt", "arm", "why"), rows, left_cols=5)
+
+
+def plain_repeats_text(item: PlainDiffers) -> str:
+    """`plain repeats differ at token 7 (char 30) in repeat 1 on h/torch/cpu m p`."""
+    return (f"{PLAIN_REPEATS_DIFFER} at {where_text(item.token, item.char, item.repeat)} on "
+            f"{item.target} {item.model} {item.prompt}")
+
+
+def plain_differs_grid(report: ParityReport) -> Grid:
+    rows = tuple((d.target, d.model, d.prompt, where_text(d.token, d.char, d.repeat),
+                  d.excerpt or DASH) for d in report.plain_differs)
+    return Grid("Plain replies that differ between repetitions (greedy plain decoding is not "
+                "deterministic on that target: no reply to hold the arms to; the check fails)",
+                ("target", "model", "prompt", "differs from plain's first at", "text there"),
+                rows, left_cols=5)
 
 
 def cross_grid(report: ParityReport) -> Grid:
@@ -91,7 +111,13 @@ def summary_line(report: ParityReport) -> str:
                        for v in ("identical", "near-tie", "suspect", "unverified"))
     if report.count(PEER_DIFFERS):  # reported, passes: another library decoded these
         counts += f", {report.count(PEER_DIFFERS)} {PEER_DIFFERS} (a peer arm; passes)"
-    line = f"Parity of {report.matrix_id}: {counts}"
+    replies = counted(report.replies, "reply", "replies")
+    line = f"Parity of {report.matrix_id} (every repetition, {replies} compared): {counts}"
+    if report.plain_differs:  # fails: greedy plain itself replied two ways
+        first, rest = report.plain_differs[0], len(report.plain_differs) - 1
+        more = f" and on {counted(rest, 'more cell')}" if rest else ""
+        line += (f"; {plain_repeats_text(first)}{more} (greedy plain decoding is not "
+                 "deterministic there; fails)")
     if report.baseline_id is not None:
         line += f"; {counted(len(report.regressions), 'regression')} against {report.baseline_id}"
         if (found := report.baseline_coverage) is not None:
@@ -146,11 +172,13 @@ def _csv_field(value):
 
 def render_parity(report: ParityReport, fmt: str = "table") -> str:
     """The parity report in `fmt`: "table", "markdown", "json" or "csv" (one row per planned
-    pair)."""
+    pair, and one per plain whose repetitions differ)."""
     check_format(fmt)
     if fmt == "csv":  # a row per planned pair: those not compared read `not compared`, why
         records = [asdict(arm) for arm in report.arms] + [
-            {**asdict(u), "verdict": NOT_COMPARED} for u in report.uncompared]
+            {**asdict(u), "verdict": NOT_COMPARED} for u in report.uncompared] + [
+            {**asdict(d), "arm": "plain", "verdict": PLAIN_REPEATS_DIFFER}
+            for d in report.plain_differs]
         headers = [f.name for f in fields(ArmParity)] + ["why"]  # the same columns when none
         return to_csv(headers, [[_csv_field(r.get(h)) for h in headers] for r in records])
     if fmt == "json":
@@ -158,6 +186,8 @@ def render_parity(report: ParityReport, fmt: str = "table") -> str:
         body["summary"] = summary_line(report)
         return jsontext.dumps(body, indent=2) + "\n"
     grids = [arm_grid(report)]
+    if report.plain_differs:
+        grids.append(plain_differs_grid(report))
     if report.uncompared:
         grids.append(uncompared_grid(report))
     if report.cross:

@@ -16,7 +16,13 @@ from specfleet.errors import UserError
 from specfleet.report.build import done_runs, load_matrix, matrix_view, stored_plan_order
 from specfleet.report.grid import Grid, md_text, to_markdown
 from specfleet.report.parity import PEER_DIFFERS, ArmParity, check_parity, error_line
-from specfleet.report.parity_tables import cross_grid, summary_line, uncompared_grid, where_text
+from specfleet.report.parity_tables import (
+    cross_grid,
+    plain_differs_grid,
+    summary_line,
+    uncompared_grid,
+    where_text,
+)
 from specfleet.report.plots import plot_files, write_plots
 from specfleet.report.results import limit_layers, pivot_layers_grid
 from specfleet.report.sessions import sessions_note
@@ -48,8 +54,9 @@ METHOD = (
     f"{RULE}.",
     f"- A cell whose median loop share exceeds {LOOP_SHARE_FLAG} loops (its reply is mostly a "
     "repeated cycle prompt lookup copies for free): marked LOOP, kept out of the headline.",
-    "- Counters and parity come from each cell's first repetition; parity compares token ids "
-    "with plain's on the same target (first differing token and character).",
+    "- Counters come from each cell's first repetition; parity compares every repetition's "
+    "token ids with plain's first on the same target, and plain's repetitions with each other "
+    "(the first repetition that differs: its first differing token and character).",
 )
 
 
@@ -195,20 +202,23 @@ def _parity_text(item: ArmParity) -> str:
         return "identical"
     # A peer's reply is another library's decoding: information, never our divergence.
     differs = PEER_DIFFERS if item.verdict == PEER_DIFFERS else "diverges"
-    return f"{differs} at {where_text(item.token, item.char)}"
+    return f"{differs} at {where_text(item.token, item.char, item.repeat)}"
 
 
 def parity_grid(store, matrix_id: str) -> list[Grid]:
-    """Arm-vs-plain verdicts, counted as `specfleet parity ID --no-replay` counts them, and the
-    planned pairs not compared with why (its forensics need a replay on the target)."""
+    """Arm-vs-plain verdicts over every repetition, counted as `specfleet parity ID --no-replay`
+    counts them, the plains whose repetitions differ and the planned pairs not compared with
+    why (its forensics need a replay on the target)."""
     report = check_parity(store, matrix_id)
     rows = tuple((a.target, a.model, a.prompt, a.arm, _parity_text(a)) for a in report.arms)
     note = "Forensics (competing tokens, logit margins, near-tie or suspect): `specfleet parity ID`."
-    # A pair not compared is no evidence, which `parity` fails: counted as it counts them,
-    # and each named with why.
-    notes = (summary_line(report), note) if report.uncompared else (note,)
-    grids = [Grid("Parity against plain (first repetition)",
+    # A pair not compared, or a plain that replied two ways, is what `parity` fails: counted
+    # as it counts them, and each named.
+    notes = ((summary_line(report), note) if report.uncompared or report.plain_differs
+             else (note,))
+    grids = [Grid("Parity against plain (every repetition against plain's first)",
                   ("target", "model", "prompt", "arm", "verdict"), rows, notes, left_cols=5)]
+    grids += [plain_differs_grid(report)] if report.plain_differs else []
     grids += [uncompared_grid(report)] if report.uncompared else []
     return grids + ([cross_grid(report)] if report.cross else [])
 

@@ -6,7 +6,8 @@ speed-up with its spread beside it. Markers (explained under every table):
 `within noise` it holds 1x (the rule: `stats/interval.py`), `n=1, no verdict` an arm with fewer
 than 3 repeats a side (plain, the baseline, shows its spread), `LOOP` replies loop (kept out
 of the headline), `THROTTLED` a run of the cell or of its plain ran on a throttled host,
-`=` identical to plain, `≠` diverged from plain.
+`=` every repetition identical to plain's first, `≠` one diverged (kept out of the headline,
+a peer arm's aside; on plain, its own repetitions differ).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from specfleet.errors import UserError
 from specfleet.jobs.plan import arm_runs_on
 from specfleet.jobs.resolve import counted
 from specfleet.report.grid import Grid, check_format, md_text, to_csv, to_markdown, to_rich
-from specfleet.stats.cells import SPREAD_FLAG, PeerHeadline
+from specfleet.report.parity_tables import where_text
+from specfleet.stats.cells import SPREAD_FLAG, PeerHeadline, diverged_from_plain
 from specfleet.stats.interval import MIN_REPEATS, RULE, RatioInterval, no_verdict_text, side
 from specfleet.stats.view import PLAIN, CellView, MatrixView
 
@@ -35,7 +37,8 @@ LEGEND = (
     f"('n=1, no verdict', n the smaller side's repeats); LOOP = replies loop (kept out of the headline); THROTTLED = a run "
     f"of the cell or of its plain ran on a throttled host "
     f"(clocks capped, thermal state not nominal, on battery or Low Power Mode); "
-    f"= identical to plain, ≠ diverged."
+    f"= every repetition's reply identical to plain's first, ≠ one diverged (kept out of the "
+    f"headline unless a peer arm's; on plain: its own repetitions differ)."
 )
 
 
@@ -76,8 +79,9 @@ def speedup_text(cell: CellView | None) -> str:
     """"1.39x ±1.2% =" plus the markers that apply."""
     if cell is None or not cell.rates:
         return DASH
-    if cell.arm == PLAIN:
-        return " ".join(["1.00x", spread_text(cell), *verdict_marks(cell)])  # LOOP, THROTTLED
+    if cell.arm == PLAIN:  # LOOP, THROTTLED; ≠ where its own repetitions differ
+        differ = ["≠"] if cell.parity == "diverged" else []
+        return " ".join(["1.00x", spread_text(cell), *verdict_marks(cell), *differ])
     if cell.speedup is None:
         return DASH
     parts = [cell_ratio_text(cell), spread_text(cell), *verdict_marks(cell)]
@@ -107,12 +111,18 @@ def spread_text(cell: CellView) -> str:
 
 
 def parity_text(cell: CellView) -> str:
+    """An arm's replies against plain's first: `identical` (every repetition), or where the
+    first that differs diverges (`diverges at token 5 (char 9) in repeat 2`)."""
     if cell.parity is None:  # only an arm's cell asks: no verdict (the parity line says why)
         return "not compared"
     if cell.parity == "identical":
         return "identical"
-    char = f" (char {cell.diverge_char})" if cell.diverge_char is not None else ""
-    return f"diverges at token {cell.diverge_token}{char}"
+    return f"diverges at {divergence_text(cell)}"
+
+
+def divergence_text(cell: CellView) -> str:
+    """`token 5 (char 9) in repeat 2`: where a cell's first differing repetition diverges."""
+    return where_text(cell.diverge_token, cell.diverge_char, cell.diverge_repeat)
 
 
 def rates_text(cell: CellView) -> str:
@@ -157,14 +167,16 @@ COUNTERS_LEGEND = (
     "tok = tokens generated; rounds/drafted/paused = decode-loop rounds / those that verified "
     "a draft / those the policy drafted nothing in; prop/acc = draft tokens proposed / "
     "accepted; tpf = tokens per decode forward; shadow conf. = a paused loop's probes that "
-    "came true (its way back to drafting); vs plain = the reply identical to plain's or "
-    "where it diverges; median [rates] = median tok/s [each repeat's]; decode / prompt tok/s "
-    "= after the first token / the prefill, medians over the repeats that have that rate "
-    "(– none: a one-token reply has no decode rate).")
+    "came true (its way back to drafting); vs plain = every repetition's reply identical to "
+    "plain's first, or where the first that differs diverges (plain's row: where its own "
+    "repetitions differ from its first, – when they agree); median [rates] = median tok/s "
+    "[each repeat's]; decode / prompt tok/s = after the first token / the prefill, medians "
+    "over the repeats that have that rate (– none: a one-token reply has no decode rate).")
 
 
 def counters_grid(view: MatrixView, target: str) -> Grid:
-    """Counters of the first repetition and parity, one row per model, prompt and arm."""
+    """Counters of the first repetition and parity of every repetition, one row per model,
+    prompt and arm."""
     headers = ("Model / prompt", "arm", "tok", "rounds/drafted/paused", "prop/acc", "acc rate",
                "tpf", "shadow conf.", "vs plain", "median [rates]", "decode / prompt tok/s")
     rows = []
@@ -178,8 +190,8 @@ def counters_grid(view: MatrixView, target: str) -> Grid:
                 rows.append((f"{model} {prompt}" if first else "", arm, *_counter_cols(cell),
                              _beside_text(cell)))
                 first = False
-    return Grid(f"Counters and parity (first repetition) — {target}", headers, tuple(rows),
-                (COUNTERS_LEGEND,))
+    return Grid(f"Counters (first repetition) and parity (every repetition) — {target}",
+                headers, tuple(rows), (COUNTERS_LEGEND,))
 
 
 def _counter_cols(cell: CellView) -> tuple[str, ...]:
@@ -187,7 +199,8 @@ def _counter_cols(cell: CellView) -> tuple[str, ...]:
     tok = str(c.generated_tokens)
     loop = " LOOP" if cell.loop else ""
     if cell.arm == PLAIN:
-        return (tok, DASH, DASH, DASH, DASH, DASH, DASH, rates_text(cell) + loop)
+        differ = f"repeats differ at {divergence_text(cell)}" if cell.parity == "diverged" else DASH
+        return (tok, DASH, DASH, DASH, DASH, DASH, differ, rates_text(cell) + loop)
     if not c.counted:  # a peer arm: no rounds or drafts to show (transformers exposes none)
         return (tok, DASH, DASH, DASH, DASH, DASH, parity_text(cell), rates_text(cell) + loop)
     return (
@@ -215,8 +228,8 @@ def _beside_text(cell: CellView) -> str:
 
 
 def headline(view: MatrixView, target: str) -> list[str]:
-    """One line per lookup arm: geometric-mean speed-up over cells that do not loop (from
-    `stats/cells.py`); looping cells are listed apart, never averaged in."""
+    """One line per lookup arm: geometric-mean speed-up over cells that neither loop nor
+    diverge from plain (from `stats/cells.py`); those are listed apart, never averaged in."""
     lines = []
     order = {arm: i for i, arm in enumerate(view.arms)}
     for item in sorted(view.headlines, key=lambda h: order.get(h.arm, len(order))):
@@ -236,6 +249,12 @@ def headline(view: MatrixView, target: str) -> list[str]:
         if looped:
             apart = ", ".join(f"{c.model}/{c.prompt} {cell_ratio_text(c)}" for c in looped)
             lines.append(f"Kept out of the {item.arm} headline (replies loop): {apart}")
+        diverged = [c for c in view.cells if c.target == target and c.arm == item.arm
+                    and not c.loop and c.speedup is not None
+                    and diverged_from_plain(c.arm, c.parity)]
+        if diverged:
+            apart = ", ".join(f"{c.model}/{c.prompt} {cell_ratio_text(c)}" for c in diverged)
+            lines.append(f"Kept out of the {item.arm} headline (reply ≠ plain): {apart}")
     return lines
 
 
@@ -302,19 +321,28 @@ def _pivot_text(view: MatrixView, target: str, model: str, prompt: str, arm: str
 
 
 def parity_summary(view: MatrixView, why_not_compared: tuple[str, ...] = ()) -> str:
-    """One line: how many arm replies equal plain's, how many of ours diverged (and where to
-    get the forensics), how many were not compared and why (`why_not_compared`: each such
-    cell's reason, as `parity` words it; where they differ or are not given, `parity` is
-    named instead), and how many peer replies differ (information, not a failure)."""
-    compared = [c for c in view.cells if c.parity is not None]
+    """One line: how many replies were compared (every repetition), how many arm cells equal
+    plain's, how many of ours diverged (and where to get the forensics), on how many cells
+    plain's own repetitions differ, how many were not compared and why (`why_not_compared`:
+    each such cell's reason, as `parity` words it; where they differ or are not given,
+    `parity` is named instead), and how many peer replies differ (information, not a
+    failure)."""
+    compared = [c for c in view.cells if c.parity is not None and c.arm != PLAIN]
     identical = sum(c.parity == "identical" for c in compared)
     diverged = sum(c.parity == "diverged" and not is_peer(c.arm) for c in compared)
     peers_differ = sum(c.parity == "diverged" and is_peer(c.arm) for c in compared)
+    plains_differ = sum(c.arm == PLAIN and c.parity == "diverged" for c in view.cells)
     # Each cell in a view has a done run: an arm's without a verdict was not compared.
     not_compared = sum(c.arm != PLAIN and c.parity is None for c in view.cells)
-    line = f"Parity vs plain (first repetition): {identical} identical, {diverged} diverged"
+    replies = counted(sum(c.parity_replies for c in view.cells), "reply", "replies")
+    line = (f"Parity vs plain (every repetition, {replies} compared): {identical} identical, "
+            f"{diverged} diverged")
     if diverged:
         line += f"; `specfleet parity {view.matrix_id}` replays each divergence (near-tie or suspect)"
+    if plains_differ:
+        line += (f"; plain's own repetitions differ on {counted(plains_differ, 'cell')} (greedy "
+                 f"plain decoding is not deterministic there: `specfleet parity "
+                 f"{view.matrix_id}` fails)")
     if not_compared:
         one_why = len(why_not_compared) == not_compared and len(set(why_not_compared)) == 1
         line += (f"; {not_compared} not compared: {why_not_compared[0]}" if one_why else

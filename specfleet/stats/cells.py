@@ -14,11 +14,17 @@ Pure Python over plain rows (see `runs.py` for the accepted shapes). Definitions
 * A cell loops when the median `loop_share` of its runs exceeds `LOOP_SHARE_FLAG` (0.2): its
   reply is mostly a repeated cycle, which prompt lookup copies for free. A speed-up whose arm
   or plain cell loops is kept out of the headline and returned apart, never dropped.
-* Parity compares the first `done` repetition of each arm with plain's on the same target:
-  identical token ids, or the first differing token index (the shorter length when one
-  reply is a prefix of the other) and, given both decoded texts, the first differing
-  character index.
-* The headline is, per target and arm, the geometric mean of the non-looping speed-ups.
+* Parity compares every `done` repetition of each arm with plain's first on the same target
+  (within the arm run's own matrix), and plain's repetitions with plain's first (greedy
+  decoding, or sampling with one seed, replies alike every time): identical token ids, or,
+  for the first repetition that differs, the first differing token index (the shorter length
+  when one reply is a prefix of the other) and, given both decoded texts, the first differing
+  character index. A cell is identical only when every repetition is.
+* A speed-up whose arm's replies are not plain's (parity "diverged", a peer arm's aside: its
+  differing reply is another library's decoding) measured another reply: kept out of the
+  headline and returned apart, as a looping one.
+* The headline is, per target and arm, the geometric mean of the speed-ups of the cells that
+  neither loop nor diverge from plain.
 * Against peers (`engine/peers.py`): per target, our best headline arm (plain counted as 1x)
   against the best peer arm's, both geometric means taken over the cells both measured
   (`versus_peers`): each headline's own cells may differ (a peer that failed on a prompt).
@@ -82,11 +88,13 @@ class SpeedUp:
     n: int  # measured repeats of the smaller side (arm or plain)
     spread_flag: bool  # the arm's or plain's spread exceeds SPREAD_FLAG
     looping: bool  # the arm's or plain's replies loop
+    diverged: bool = False  # a repetition of the (non-peer) arm replied otherwise than plain
 
 
 @dataclass(frozen=True)
 class Headline:
-    """Geometric-mean speed-up of one arm on one target over its non-looping cells."""
+    """Geometric-mean speed-up of one arm on one target over its cells that neither loop nor
+    diverge from plain (`diverged_from_plain`); those are counted apart."""
 
     target: str
     arm: str
@@ -97,13 +105,16 @@ class Headline:
     within_noise: int
     looping_excluded: int
     no_verdict: int = 0  # cells with fewer than MIN_REPEATS repeats a side
+    diverged_excluded: int = 0  # cells (not looping) whose replies are not plain's
     # (model, prompt, speed-up) of each cell averaged: `versus_peers` pairs arms on these.
     ratios: tuple[tuple[str, str, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class ParityVerdict:
-    """One reply compared with a reference reply (plain on the same target, or another target)."""
+    """A cell's replies compared with a reference reply: an arm's every repetition with plain's
+    first on the same target, plain's with its own first, or one target's plain with another's.
+    The indices are the first differing repetition's (`repeat`)."""
 
     key: CellKey
     reference: CellKey
@@ -112,17 +123,21 @@ class ParityVerdict:
     char_index: int | None = None
     reference_token: int | None = None
     candidate_token: int | None = None
+    repeat: int | None = None  # the candidate's repetition that differs first (None: none)
+    replies: int = 0  # the cell's replies compared with the reference
 
 
 @dataclass(frozen=True)
 class MatrixSummary:
-    """Everything the tables print; looping speed-ups are apart from the headline ones."""
+    """Everything the tables print; looping speed-ups, and those of replies not plain's, are
+    apart from the headline ones."""
 
     cells: tuple[CellStats, ...]
     speedups: tuple[SpeedUp, ...]
     looping: tuple[SpeedUp, ...]
     headline: tuple[Headline, ...]
     parity: tuple[ParityVerdict, ...]
+    diverged: tuple[SpeedUp, ...] = ()  # not looping, the arm's replies not plain's
 
 
 def relative_spread(values: Sequence[float]) -> float:
@@ -184,16 +199,26 @@ def noise_verdict(interval: RatioInterval | None) -> Verdict:
     return _VERDICTS[side(interval)]
 
 
-def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
+def diverged_from_plain(arm: str, status: str | None) -> bool:
+    """Whether a cell's parity `status` says its arm replied otherwise than plain: a speed-up
+    of another reply, kept out of the headline. A peer arm's differing reply is another
+    library's decoding (information), and plain is the reference itself."""
+    return status == "diverged" and arm != "plain" and not is_peer(arm)
+
+
+def speedups(cells: Iterable[CellStats],
+             parity: Iterable[ParityVerdict] = ()) -> list[SpeedUp]:
     """Speed-up over plain of every non-plain cell that has a measured plain partner, over
     the repeats of each side that have a rate (the cells' `values`: 0 tok/s is not measured).
 
     Args:
         cells: from `cell_stats`.
+        parity: from `parity_verdicts`: marks the speed-ups whose replies are not plain's.
 
     Returns:
-        Speed-ups in cell order (looping ones included, flagged).
+        Speed-ups in cell order (looping and diverged ones included, flagged).
     """
+    status = {v.key: v.status for v in parity}
     by_key = {c.key: c for c in cells}
     out = []
     for key, cell in by_key.items():
@@ -211,6 +236,7 @@ def speedups(cells: Iterable[CellStats]) -> list[SpeedUp]:
             verdict=noise_verdict(interval), n=min(len(arm_values), len(plain_values)),
             spread_flag=cell.spread_flag or plain.spread_flag,
             looping=cell.looping or plain.looping,
+            diverged=diverged_from_plain(key.arm, status.get(key)),
         ))
     return out
 
@@ -224,10 +250,11 @@ def geomean(values: Sequence[float]) -> float | None:
 
 
 def headline(ups: Iterable[SpeedUp]) -> list[Headline]:
-    """Per (target, arm): geomean speed-up and verdict counts over non-looping cells.
+    """Per (target, arm): geomean speed-up and verdict counts over the cells that neither loop
+    nor diverge from plain.
 
     Args:
-        ups: from `speedups`, looping ones included (they are counted, not averaged).
+        ups: from `speedups`, looping and diverged ones included (counted, not averaged).
 
     Returns:
         Headlines sorted by target, then arm.
@@ -237,13 +264,15 @@ def headline(ups: Iterable[SpeedUp]) -> list[Headline]:
         groups.setdefault((up.key.target, up.key.arm), []).append(up)
     out = []
     for (target, arm), group in sorted(groups.items()):
-        kept = [u for u in group if not u.looping]
+        kept = [u for u in group if not (u.looping or u.diverged)]
         verdicts = [u.verdict for u in kept]
+        looping = sum(u.looping for u in group)
         out.append(Headline(
             target=target, arm=arm, geomean_speedup=geomean([u.ratio for u in kept]),
             cells=len(kept), gains=verdicts.count("gain"), losses=verdicts.count("loss"),
-            within_noise=verdicts.count("within noise"), looping_excluded=len(group) - len(kept),
+            within_noise=verdicts.count("within noise"), looping_excluded=looping,
             no_verdict=verdicts.count("no verdict"),
+            diverged_excluded=len(group) - len(kept) - looping,
             ratios=tuple((u.key.model, u.key.prompt, u.ratio) for u in kept),
         ))
     return out
@@ -251,6 +280,8 @@ def headline(ups: Iterable[SpeedUp]) -> list[Headline]:
 
 def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
     """Index of the first difference; the shorter length when one is a prefix; None if equal."""
+    if type(a) is type(b) and a == b:  # one C-level comparison: most replies are alike
+        return None
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
@@ -295,32 +326,48 @@ def _first_done(rows: list[Row]) -> Row | None:
 
 
 def parity_verdicts(runs: Iterable[Any]) -> list[ParityVerdict]:
-    """Each non-plain arm's first done repetition against plain's on the same target.
+    """Every done repetition of each arm against plain's first on the same target, and
+    plain's repetitions against plain's first (greedy plain decoding replies alike each time).
 
     Args:
         runs: runs in any shape `runs.to_rows` accepts.
 
     Returns:
-        One verdict per non-plain cell; "missing" when either side has no done run, or was
-        sampled without a seed (each run draws anew: nothing to compare).
+        One verdict per cell, plain's included: "identical" when every repetition compared
+        is, else "diverged" at the first that differs (`repeat`); "missing" when either side
+        has no done run, or was sampled without a seed (each run draws anew: nothing to
+        compare).
     """
     cells = group_by_cell(to_rows(runs))
-    out = []
-    for key, rows in cells.items():
-        if key.arm == "plain":
+    return [_cell_parity(key, rows, cells.get(key.with_arm("plain"), []))
+            for key, rows in cells.items()]
+
+
+def _cell_parity(key: CellKey, rows: Sequence[Row], plains: Sequence[Row]) -> ParityVerdict:
+    """One cell's done repetitions (`rows`, in repeat order) against plain's first done one
+    (of `plains`, plain's runs on the same target, model and prompt; for plain, `rows`)."""
+    # Plain's reply from each run's own matrix: `results --cells` pools matrices whose
+    # max_tokens differ, and a reply cut at 16 tokens is no parity check of one at 40.
+    firsts: dict[str | None, Row] = {}
+    for plain in plains:
+        if plain.done:
+            firsts.setdefault(plain.matrix_id, plain)
+    fallback = _first_done(list(plains))
+    first_differing, replies = None, 0
+    for row in rows:
+        reference = firsts.get(row.matrix_id, fallback)
+        if not row.done or reference is None or reference.draws_anew or row.draws_anew:
             continue
-        plain_key = key.with_arm("plain")
-        arm = _first_done(rows)
-        plains = cells.get(plain_key, [])
-        # Plain's reply from the arm's own matrix: `results --cells` pools matrices whose
-        # max_tokens differ, and a reply cut at 16 tokens is no parity check of one at 40.
-        same = [r for r in plains if arm is not None and r.matrix_id == arm.matrix_id]
-        plain = _first_done(same) or _first_done(plains)
-        if plain is None or arm is None or plain.draws_anew or arm.draws_anew:
-            out.append(ParityVerdict(key, plain_key, "missing"))
-        else:
-            out.append(compare_replies(plain, arm))
-    return out
+        verdict = compare_replies(reference, row)
+        if verdict.status == "missing":
+            continue
+        replies += 1
+        if first_differing is None and verdict.status == "diverged":
+            first_differing = replace(verdict, repeat=row.repeat)
+    if not replies:
+        return ParityVerdict(key, key.with_arm("plain"), "missing")
+    found = first_differing or ParityVerdict(key, key.with_arm("plain"), "identical")
+    return replace(found, replies=replies)
 
 
 def cross_target_parity(runs: Iterable[Any]) -> list[ParityVerdict]:
@@ -370,17 +417,20 @@ def summarize(runs: Iterable[Any]) -> MatrixSummary:
         runs: runs in any shape `runs.to_rows` accepts.
 
     Returns:
-        Cells, non-looping speed-ups, looping speed-ups (apart), headlines and parity.
+        Cells, the headline's speed-ups, looping ones and (not looping) those whose replies
+        are not plain's (each apart), headlines and parity.
     """
     rows = to_rows(runs)
     cells = cell_stats(rows)
-    ups = speedups(cells)
+    parity = parity_verdicts(rows)
+    ups = speedups(cells, parity)
     return MatrixSummary(
         cells=tuple(cells),
-        speedups=tuple(u for u in ups if not u.looping),
+        speedups=tuple(u for u in ups if not (u.looping or u.diverged)),
         looping=tuple(u for u in ups if u.looping),
         headline=tuple(headline(ups)),
-        parity=tuple(parity_verdicts(rows)),
+        parity=tuple(parity),
+        diverged=tuple(u for u in ups if u.diverged and not u.looping),
     )
 
 
@@ -388,7 +438,8 @@ def summarize(runs: Iterable[Any]) -> MatrixSummary:
 class PeerHeadline:
     """Our best arm on a target against the best peer arm there (`engine/peers.py`), both
     arms' geometric-mean speed-ups over our plain taken over the `cells` both measured
-    (neither failed nor looping), plain itself 1x on our side; None where they share none."""
+    (neither failed nor looping, ours not diverged from plain: each headline's cells), plain
+    itself 1x on our side; None where they share none."""
 
     target: str
     ours: str

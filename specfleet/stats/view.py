@@ -22,7 +22,6 @@ from specfleet.stats.runs import (
     Counters,
     Rate,
     target_label,
-    to_row,
     to_rows,
 )
 
@@ -47,8 +46,12 @@ class CellView:
             verdict (`n=1, no verdict`); None otherwise.
         spread_flag: spread above `SPREAD_FLAG`.
         loop: replies loop (loop share above the threshold); kept out of headlines.
-        parity: "identical", "diverged" or None (plain, or nothing to compare).
-        diverge_token / diverge_char: first differing token / character against plain.
+        parity: "identical", "diverged" or None (nothing to compare): an arm's every
+            repetition against plain's first, plain's against its own first
+            (`cells.parity_verdicts`); a diverged arm, a peer's aside, is kept out of headlines.
+        diverge_token / diverge_char / diverge_repeat: where the first repetition that
+            differs diverges (token, character) and which repetition it is.
+        parity_replies: the replies of this cell compared.
         noisy_runs: repetitions the worker flagged as run on a busy host.
         throttled_runs: repetitions the worker flagged as run on a throttled host.
         throttled: a run of this cell, or of its plain partner, ran throttled (marked
@@ -76,6 +79,8 @@ class CellView:
     parity: str | None = None
     diverge_token: int | None = None
     diverge_char: int | None = None
+    diverge_repeat: int | None = None
+    parity_replies: int = 0
     counters: Counters = field(default_factory=Counters)
     noisy_runs: int = 0
     median_decode_tok_per_s: float = 0.0  # generation after the first token
@@ -139,16 +144,6 @@ def counters_of(counters: Counters | None) -> Counters:
     return counters if counters is not None else Counters()
 
 
-def parity_of(run, plain) -> tuple[str | None, int | None, int | None]:
-    """(verdict, token index, char index) of one arm run against plain's."""
-    if plain is None or run.arm == PLAIN:
-        return None, None, None
-    verdict = cellstats.compare_replies(to_row(plain), to_row(run))
-    if verdict.status == "identical":
-        return "identical", None, None
-    return "diverged", verdict.token_index, verdict.char_index
-
-
 def cell_view(stats, speedup, parity, plain=None) -> CellView:
     """One cell from `cells.py`'s statistics, speed-up and parity verdict (None: none), and
     its plain partner's statistics (a throttled plain run marks the speed-up too)."""
@@ -172,6 +167,8 @@ def cell_view(stats, speedup, parity, plain=None) -> CellView:
         ("diverged" if diverged else "identical"),
         diverge_token=parity.token_index if diverged else None,
         diverge_char=parity.char_index if diverged else None,
+        diverge_repeat=parity.repeat if diverged else None,
+        parity_replies=parity.replies if parity is not None else 0,
         counters=counters_of(stats.counters),
         noisy_runs=stats.noisy_runs,
         median_decode_tok_per_s=stats.median_decode_tok_per_s or 0.0,
@@ -194,9 +191,10 @@ def view_of_runs(matrix_id: str, name: str, runs: list, rate: Rate = "whole") ->
     picks the tok/s its medians and speed-ups read (see `cells.cell_stats`)."""
     rows = to_rows(runs)
     stats = [s for s in cellstats.cell_stats(rows, rate) if s.n]
-    ups = cellstats.speedups(stats)
+    verdicts = cellstats.parity_verdicts(rows)
+    ups = cellstats.speedups(stats, verdicts)
     by_up = {u.key: u for u in ups}
-    by_parity = {v.key: v for v in cellstats.parity_verdicts(rows)}
+    by_parity = {v.key: v for v in verdicts}
     by_key = {s.key: s for s in stats}
     cells = tuple(cell_view(s, by_up.get(s.key), by_parity.get(s.key),
                             by_key.get(s.key.with_arm(PLAIN))) for s in stats)

@@ -44,6 +44,8 @@ LOCK_SAY_S = 5.0  # a writer waiting this long for another's write lock says so,
 # Execution option that makes a SQLite transaction begin with BEGIN IMMEDIATE.
 WRITE_OPTION = "specfleet_write"
 _SCHEMES = ("sqlite:///PATH", "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB")
+# Query keys SQLAlchemy's psycopg dialect takes more than once: a multi-host URL's hosts.
+_MULTI_HOST_KEYS = ("host", "port")
 _ESCAPES = ("(an '@', ':', '/', '?' or '#' in the user name, password or database name is "
             "written %40, %3A, %2F, %3F or %23)")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
@@ -114,7 +116,8 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         hint = f" {_ESCAPES}" if tail.count("@") > 1 else ""
         raise UserError(f"{source}: cannot parse {shown!r}; expected {' or '.join(_SCHEMES)}"
                         f"{hint}") from None
-    if twice := next((key for key, value in parsed.query.items() if isinstance(value, tuple)),
+    if twice := next((key for key, value in parsed.query.items()
+                      if isinstance(value, tuple) and key not in _MULTI_HOST_KEYS),
                      None):  # SQLAlchemy keeps both as a tuple, which libpq reads as one text
         raise UserError(f"{source}: {display_raw(raw)}: the option {twice!r} is given twice; "
                         "expected it once")

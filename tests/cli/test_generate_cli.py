@@ -366,8 +366,9 @@ def test_calibrate_stores_a_table_that_the_calibrated_policy_then_uses(
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert re.fullmatch(r"pipelined step: \d+\.\d{3} ms", lines[2])
-    rows = [line.split() for line in lines[4:]]
+    rows = [line.split() for line in lines[4:] if line[:1] == " " or line[:1].isdigit()]
     assert [row[0] for row in rows] == ["1", "2", "3"]
+    assert lines[-1].startswith("ratio: median over the 2 rounds; min, max:")  # not an interval
     # sync ms, ratio, lowest and highest round: lowest <= ratio <= highest.
     assert all(float(r[1]) > 0 and float(r[3]) <= float(r[2]) <= float(r[4]) for r in rows)
     assert "calibrate: round 2/" in result.stderr and "stored in" in result.stderr

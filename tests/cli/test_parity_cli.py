@@ -29,7 +29,8 @@ def test_suspect_divergence_exits_1_with_forensics(db_path) -> None:  # noqa: F8
 def test_clean_matrix_exits_0(db_path) -> None:  # noqa: F811
     result = invoke(db_path, MIXED_ID)
     assert result.exit_code == 0, result.output
-    assert "Parity of mixed-000003: 1 identical, 0 near-tie, 0 suspect" in result.output
+    assert ("Parity of mixed-000003 (every repetition, 6 replies compared): 1 identical, 0 "
+            "near-tie, 0 suspect") in result.output
 
 
 def test_unreplayed_divergence_fails_unless_allowed(db_path) -> None:  # noqa: F811

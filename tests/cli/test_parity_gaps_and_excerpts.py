@@ -85,8 +85,8 @@ def test_no_replay_says_so_and_shows_the_text_at_the_divergence(db_path) -> None
     result = invoke(db_path, DEMO_ID, "-o", "markdown")
     assert result.exit_code == 1, result.output
     row = next(line for line in result.stdout.splitlines() if "| unverified |" in line)
-    assert "| token 5 (char 5) | after 'hello': plain ' world hell' vs graded 'Zworld hell' |" \
-        in row
+    assert ("| token 5 (char 5) in repeat 0 | after 'hello': plain ' world hell' vs graded "
+            "'Zworld hell' |") in row
     assert "not replayed here (`specfleet parity ID` replays it on its target)" in row
     assert "no worker for this host" not in result.stdout
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.jobs.run import RunSpec, Target
+from tests.store.factory import grid, result
 
 H1 = Target(host="h1", engine="toy", device="cpu")
 H2 = Target(host="h2", engine="toy", device="cpu")
@@ -103,3 +104,20 @@ def mixed_seeds() -> list[Seed]:
         Seed(H1, "script", "copy", "plain", tuple(PLAIN_RATES), prompt_text=text),
         Seed(H1, "script", "copy", "graded", (120.0, 121.0, 119.0), prompt_text=text),
     ]
+
+
+def repeats_matrix(store, matrix_id: str, changed: dict[tuple[str, str, int], list[int]],
+                   arms=("plain", "graded", "gated", "hf-lookup")) -> str:
+    """A done greedy matrix (`tests.store.factory`: 3 repeats of `edit_fn` and `story` on one
+    target, every reply [5, 6, 7] `efg`, plain 10 tok/s, graded 20, gated 15, hf-lookup 12),
+    with the replies of (prompt, arm, repeat) in `changed` replaced (tokens, and a text of
+    their characters)."""
+    rates = {"plain": 10.0, "graded": 20.0, "gated": 15.0, "hf-lookup": 12.0}
+    runs = grid(arms=arms, repeats=3, prompts=("edit_fn", "story"), prefix=matrix_id)
+    store.create_matrix(matrix_id, {"name": matrix_id}, runs, matrix_id=matrix_id)
+    for run in runs:
+        tokens = changed.get((run.prompt_name, run.arm, run.repeat), [5, 6, 7])
+        store.record_result(result(run, rates[run.arm] + run.repeat / 10).model_copy(
+            update={"token_ids": tokens, "output_text": "".join(chr(96 + t) for t in tokens)}))
+    store.finish_matrix(matrix_id, "done")
+    return matrix_id

@@ -39,9 +39,10 @@ def test_an_unseeded_pair_is_said_not_compared_and_why(tmp_path: Path) -> None:
     try:
         for fmt in ("table", "markdown"):
             text = render_matrix(store, "samp-000001", fmt)
-            assert _parity_line(text) == ("Parity vs plain (first repetition): 0 identical, "
-                                          f"0 diverged; 1 not compared: {UNSEEDED}.")
-        counters = render_matrix(store, "samp-000001").split("Counters and parity")[1]
+            assert _parity_line(text) == (
+                "Parity vs plain (every repetition, 0 replies compared): 0 identical, "
+                f"0 diverged; 1 not compared: {UNSEEDED}.")
+        counters = render_matrix(store, "samp-000001").split("Counters (first repetition)")[1]
         graded = [line for line in counters.splitlines() if " graded " in line]
         assert len(graded) == 1 and " not compared " in graded[0]  # its "vs plain" column
     finally:
@@ -53,7 +54,8 @@ def test_reasons_that_differ_point_at_parity(tmp_path: Path) -> None:
     store = _store(tmp_path, prompts=("edit_fn", "story"), failed_plain="story")
     try:
         assert _parity_line(render_matrix(store, "samp-000001")) == (
-            "Parity vs plain (first repetition): 0 identical, 0 diverged; 2 not compared "
+            "Parity vs plain (every repetition, 0 replies compared): 0 identical, 0 diverged; "
+            "2 not compared "
             "(`specfleet parity samp-000001` says why).")
     finally:
         store.close()

@@ -105,8 +105,8 @@ def test_unknown_baseline_is_a_user_error(store) -> None:
 def test_render_table_and_json(store, worker) -> None:
     report = check_parity(store, AFTER_ID, worker_replayer(store, {}, worker), DEMO_ID)
     text = render_parity(report)
-    assert "Parity of after-000002: 8 identical, 0 near-tie, 1 suspect, 0 unverified; " \
-           "1 regression against demo-000001" in text
+    assert "Parity of after-000002 (every repetition, 42 replies compared): 8 identical, " \
+           "0 near-tie, 1 suspect, 0 unverified; 1 regression against demo-000001" in text
     assert "plain ' ' vs gated 'Q'; gap +10.0000" in text
     assert "Regressions against baseline demo-000001" in text
     # Against itself nothing regressed: the summary says 0, with no empty table below it.

@@ -26,12 +26,13 @@ def test_record_sections_plots_and_csv(store, tmp_path) -> None:
     for heading in ("# Benchmark record: demo (`demo-000001`)", "## Method", "## Environment",
                     "## Prompts", "### Plain decoding, tok/s (median) — h1/toy/cpu",
                     "### Prompt lookup over plain — h2/toy/cpu", "### Across targets",
-                    "## Parity against plain (first repetition)",
+                    "## Parity against plain (every repetition against plain's first)",
                     "## Plain replies across targets", "## Load average over the run",
                     "## Plots", "## Raw per-run data (plan order)"):
         assert heading in text, heading
     assert "| script | graded | 1.50x ±2.7% gain = | 1.50x ±2.7% gain = |" in text
-    assert "| h2/toy/cpu | script | copy | graded | diverges at token 5 (char 5) |" in text
+    assert ("| h2/toy/cpu | script | copy | graded | diverges at token 5 (char 5) in repeat 0 |"
+            in text)
     assert "| copy | 79cc5fcbf139 |" in text
     assert "| h1 | linux-cpu | Linux x86_64 | Xeon | 24 GB |" in text
     assert "| h1 | 3 | 2.00 | 1.00–3.00 |" in text  # the worker's load series  # sha256 of the prompt text, shortened

@@ -56,11 +56,12 @@ def _section(text: str, heading: str, end: str) -> str:
 def test_a_peer_that_differs_reads_peer_differs_and_the_pairs_are_counted(store) -> None:
     parity = _section(record_markdown(store, MATRIX, []), "## Parity against plain", "## Load")
     where = "spark1/torch/cuda | m1 | story"
-    assert f"| {where} | hf-lookup | peer differs at token 1 (char 1) |" in parity
+    assert f"| {where} | hf-lookup | peer differs at token 1 (char 1) in repeat 0 |" in parity
     assert f"| {where} | graded | identical |" in parity
     # `specfleet parity`'s own summary line: the same counts, and how many pairs it compared
-    assert ("Parity of part-000001: 4 identical, 0 near-tie, 0 suspect, 0 unverified, "
-            "1 peer differs (a peer arm; passes); 5 of 6 pairs compared") in parity
+    assert ("Parity of part-000001 (every repetition, 19 replies compared): 4 identical, "
+            "0 near-tie, 0 suspect, 0 unverified, 1 peer differs (a peer arm; passes); 5 of 6 "
+            "pairs compared") in parity
     assert f"| {where} | fixed | fixed failed: fixed broke |" in parity
 
 

@@ -36,24 +36,28 @@ def test_table_shows_speedups_markers_and_headline(store) -> None:
     assert "Kept out of the graded headline (replies loop): constant/copy 4.00x" in text
     h2 = text.split("Prompt lookup over plain — h2/toy/cpu")[1]
     assert "1.50x ±2.7% gain ≠" in _line(h2.split("Headline")[0], "graded")
-    assert "diverges at token 5 (char 5)" in h2
-    assert ("Parity vs plain (first repetition): 8 identical, 1 diverged; `specfleet parity "
-            "demo-000001` replays each divergence") in text
+    assert "diverges at token 5 (char 5) in repeat 0" in h2
+    # h2 copy graded's replies are not plain's: apart from its headline, as a looping cell
+    assert "Kept out of the graded headline (reply ≠ plain): script/copy 1.50x" in h2
+    assert ("Parity vs plain (every repetition, 42 replies compared): 8 identical, 1 diverged; "
+            "`specfleet parity demo-000001` replays each divergence") in text
 
 
 def test_the_parity_line_counts_a_peer_s_different_reply_apart_from_ours() -> None:
     # llama.cpp decodes 4-bit blocks: its reply differing is information, not a divergence
     # of ours to replay; our own arms' divergences still point at the forensics.
-    cells = [SimpleNamespace(arm=arm, parity=parity) for arm, parity in (
+    cells = [SimpleNamespace(arm=arm, parity=parity, parity_replies=1) for arm, parity in (
         ("plain", None), ("calibrated", "identical"), ("hf-lookup", "identical"),
         ("llama.cpp", "diverged"), ("llama.cpp-lookup", "diverged"))]
     view = SimpleNamespace(matrix_id="bench-1", cells=cells)
     assert parity_summary(view) == (
-        "Parity vs plain (first repetition): 2 identical, 0 diverged; 2 peer replies differ "
+        "Parity vs plain (every repetition, 5 replies compared): 2 identical, 0 diverged; 2 "
+        "peer replies differ "
         "(another library's decoding: information, not a failure).")
-    cells.append(SimpleNamespace(arm="graded", parity="diverged"))
+    cells.append(SimpleNamespace(arm="graded", parity="diverged", parity_replies=1))
     assert parity_summary(view).startswith(
-        "Parity vs plain (first repetition): 2 identical, 1 diverged; `specfleet parity bench-1` "
+        "Parity vs plain (every repetition, 6 replies compared): 2 identical, 1 diverged; "
+        "`specfleet parity bench-1` "
         "replays each divergence (near-tie or suspect); 2 peer replies differ")
 
 
@@ -63,7 +67,7 @@ def test_plain_and_counters_tables(store) -> None:
     assert re.search(r"script +100\.0 ±2\.0% +100\.0 ±2\.0%\n", plain), plain
     # A looping plain cell is marked as its speed-ups are (it was unmarked).
     assert re.search(r"constant +50\.0 ±0\.0% LOOP +–\n", plain), plain
-    counters = text.split("Counters and parity (first repetition) — h1/toy/cpu")[1]
+    counters = text.split("Counters (first repetition) and parity (every repetition) — h1/toy/cpu")[1]
     row = _line(counters.split("Plain decoding")[0], "graded", "15/11")
     assert "4/3/0" in row and "0.7333" in row and "3.7500" in row and "identical" in row
     assert "150.00 [150.00, 152.00, 148.00]" in row

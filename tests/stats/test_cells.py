@@ -160,7 +160,7 @@ def test_parity_token_and_character_index() -> None:
     assert (fixed.reference_token, fixed.candidate_token) == (7, None)
 
 
-def test_parity_uses_first_done_repetition_and_reports_missing() -> None:
+def test_parity_skips_a_failed_repetition_and_reports_missing() -> None:
     rows = (runs("plain", [10.0], token_ids=[1, 2])
             + [dict(target=T, model="m", prompt="p", arm="graded", repeat=0, status="failed",
                     token_ids=[9])]
@@ -168,7 +168,8 @@ def test_parity_uses_first_done_repetition_and_reports_missing() -> None:
                     token_ids=[1, 2])]
             + runs("gated", [10.0], prompt="q", token_ids=[1]))
     verdicts = {(v.key.prompt, v.key.arm): v.status for v in parity_verdicts(rows)}
-    assert verdicts == {("p", "graded"): "identical", ("q", "gated"): "missing"}
+    assert verdicts == {("p", "graded"): "identical", ("p", "plain"): "identical",
+                        ("q", "gated"): "missing"}
 
 
 def test_parity_pairs_an_arm_with_plain_of_its_own_matrix() -> None:
@@ -178,13 +179,14 @@ def test_parity_pairs_an_arm_with_plain_of_its_own_matrix() -> None:
     rows = (runs("plain", [10.0], token_ids=long, matrix_id="b")
             + runs("plain", [10.0], token_ids=short, matrix_id="a")
             + runs("graded", [12.0], token_ids=short, matrix_id="a"))
-    (verdict,) = parity_verdicts(rows)
-    assert verdict.status == "identical"
+    # Each plain reply is held to its own matrix's first too: pooled plains are no pair.
+    assert {v.key.arm: v.status for v in parity_verdicts(rows)} == {
+        "graded": "identical", "plain": "identical"}
 
 
 def test_parity_by_text_when_token_ids_are_absent() -> None:
     rows = runs("plain", [1.0], output_text="abcdef") + runs("gated", [1.0], output_text="abcxef")
-    (verdict,) = parity_verdicts(rows)
+    (verdict,) = [v for v in parity_verdicts(rows) if v.key.arm == "gated"]
     assert (verdict.status, verdict.token_index, verdict.char_index) == ("diverged", None, 3)
 
 
@@ -264,7 +266,8 @@ def test_parity_of_runs_sampled_without_a_seed_is_no_verdict() -> None:
     # draws anew: nothing to compare. A seeded pair is compared draw for draw.
     unseeded = (runs("plain", [1.0], token_ids=[1, 2], temperature=0.8)
                 + runs("graded", [1.0], token_ids=[3, 2], temperature=0.8))
-    assert [v.status for v in parity_verdicts(unseeded)] == ["missing"]
+    assert [v.status for v in parity_verdicts(unseeded)] == ["missing", "missing"]
     seeded = (runs("plain", [1.0], token_ids=[1, 2], temperature=0.8, seed=3)
               + runs("graded", [1.0], token_ids=[3, 2], temperature=0.8, seed=3))
-    assert [v.status for v in parity_verdicts(seeded)] == ["diverged"]
+    assert {v.key.arm: v.status for v in parity_verdicts(seeded)} == {
+        "graded": "diverged", "plain": "identical"}

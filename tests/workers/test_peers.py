@@ -86,7 +86,7 @@ def test_hf_and_hf_lookup_run_on_our_loaded_model_and_reply_as_our_plain(worker,
     assert by_arm["hf"].token_ids == by_arm["plain"].token_ids
     view = view_of_runs("m-peers", "peers", stored)
     parity = {c.arm: c.parity for c in view.cells}
-    assert parity == {"plain": None, "hf": "identical", "hf-lookup": "identical"}
+    assert parity == {"plain": "identical", "hf": "identical", "hf-lookup": "identical"}
     assert all(c.speedup and c.speedup > 0 for c in view.cells if c.arm != "plain")
     (loaded,) = worker.status()["loaded_models"]  # one model held for all three arms
     assert loaded["runs"] == 3 and loaded["warmed_peers"] == ["hf-lookup:4:2", "hf:None:None"]
