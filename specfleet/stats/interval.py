@@ -133,6 +133,8 @@ def _rank_shift(m: int, n: int, most: int) -> int:
         return k
     mean, sd = m * n / 2, math.sqrt(m * n * (m + n + 1) / 12)
     k = min(most, math.floor(mean + 0.5 + sd * NormalDist().inv_cdf((1 - CONFIDENCE) / 2)))
+    if m * (k + 2) <= EXACT_WORK:  # the approximate k and its neighbours, counted once
+        _u_counts_below(m, n, k + 2)
     while k > 0 and 2 * _u_below(m, n, k) > 1 - CONFIDENCE:
         k -= 1
     while k < most and 2 * _u_below(m, n, k + 1) <= 1 - CONFIDENCE:
@@ -159,17 +161,22 @@ def _u_below(m: int, n: int, k: int) -> float:
     return z.cdf(x) - z.pdf(x) * kurtosis / 24 * (x**3 - 3 * x)
 
 
-@functools.cache
+_COUNTED: dict[tuple[int, int], tuple[int, ...]] = {}  # (m, n): the longest head counted
+
+
 def _u_counts_below(m: int, n: int, k: int) -> tuple[int, ...]:
     """`_u_counts(m, n)[:k]`, from the same recurrence cut at k terms (each term depends on
-    lower ones only)."""
-    poly = [1] + [0] * (k - 1)
-    for i in range(1, m + 1):
-        for u in range(k - 1, n + i - 1, -1):  # times (1 - q^(n+i))
-            poly[u] -= poly[u - n - i]
-        for u in range(i, k):  # over (1 - q^i): running sums i apart
-            poly[u] += poly[u - i]
-    return tuple(poly)
+    lower ones only); a head counted once serves every shorter one (m x k steps each)."""
+    counted = _COUNTED.get((m, n), ())
+    if len(counted) < k:
+        poly = [1] + [0] * (k - 1)
+        for i in range(1, m + 1):
+            for u in range(k - 1, n + i - 1, -1):  # times (1 - q^(n+i))
+                poly[u] -= poly[u - n - i]
+            for u in range(i, k):  # over (1 - q^i): running sums i apart
+                poly[u] += poly[u - i]
+        counted = _COUNTED[m, n] = tuple(poly)
+    return counted[:k]
 
 
 @functools.cache

@@ -32,9 +32,10 @@ def _sign_bound(m: int, n: int) -> int:
     """k past which a steady side lets the other's order statistic miss its median more
     than 5% of the time each way (the binomial's tail, counted)."""
     def deepest(count: int) -> int:
-        j, tail = 0, 0
-        while 20 * (tail + math.comb(count, j)) <= 2**count:  # 2 P(B < j + 1) <= 0.1
-            tail += math.comb(count, j)
+        j, tail, term, whole = 0, 0, 1, 2**count  # term: C(count, j), stepped, not recounted
+        while 20 * (tail + term) <= whole:  # 2 P(B < j + 1) <= 0.1
+            tail += term
+            term = term * (count - j) // (j + 1)
             j += 1
         return j
     return min(deepest(m) * n, deepest(n) * m)
