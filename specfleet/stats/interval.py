@@ -90,7 +90,12 @@ def no_verdict_text(n: int) -> str:
 def _u_counts(m: int, n: int) -> tuple[int, ...]:
     """How many of the C(m + n, m) orderings of m + n distinct values give each U = 0..m*n:
     the coefficients of the Gaussian binomial prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i)."""
-    size = m * n + 1
+    return _gaussian_head(m, n, m * n + 1)
+
+
+def _gaussian_head(m: int, n: int, size: int) -> tuple[int, ...]:
+    """The first `size` coefficients of `_u_counts`' product (each depends on lower ones only,
+    so a head is counted in m x size steps)."""
     poly = [1] + [0] * (size - 1)
     for i in range(1, m + 1):
         for u in range(size - 1, n + i - 1, -1):  # times (1 - q^(n+i))
@@ -165,17 +170,11 @@ _COUNTED: dict[tuple[int, int], tuple[int, ...]] = {}  # (m, n): the longest hea
 
 
 def _u_counts_below(m: int, n: int, k: int) -> tuple[int, ...]:
-    """`_u_counts(m, n)[:k]`, from the same recurrence cut at k terms (each term depends on
-    lower ones only); a head counted once serves every shorter one (m x k steps each)."""
+    """`_u_counts(m, n)[:k]` without the rest (`_gaussian_head`); a head counted once serves
+    every shorter one."""
     counted = _COUNTED.get((m, n), ())
     if len(counted) < k:
-        poly = [1] + [0] * (k - 1)
-        for i in range(1, m + 1):
-            for u in range(k - 1, n + i - 1, -1):  # times (1 - q^(n+i))
-                poly[u] -= poly[u - n - i]
-            for u in range(i, k):  # over (1 - q^i): running sums i apart
-                poly[u] += poly[u - i]
-        counted = _COUNTED[m, n] = tuple(poly)
+        counted = _COUNTED[m, n] = _gaussian_head(m, n, k)
     return counted[:k]
 
 
