@@ -18,8 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specfleet import jsontext
-from specfleet.cli.generate_io import ReplyStream, footer_lines, read_prompt
+from specfleet.cli.generate_io import ReplyStream, print_result, read_prompt
 from specfleet.cli.localmodel import DEFAULT_ENGINE, load_model, say, stored_or_measured_costs
 from specfleet.cli.options import (
     LOOKUP_FLAG_PREFIX,
@@ -357,47 +356,6 @@ def result_dict(
         "device": loaded.runner.device,
         "trace": [dataclasses.asdict(row) for row in (result.trace or [])],
     }
-
-
-def trace_line(row: dict[str, Any]) -> str:
-    """One round of `--trace` as `key=value` pairs."""
-    policy = row.get("policy")
-    fields = {key: value for key, value in row.items() if key != "policy"}
-    text = " ".join(f"{key}={value}" for key, value in fields.items())
-    if policy:  # the governor's state; its own `policy` key names it
-        text += " governor=" + ",".join(f"{key}={value}" for key, value in policy.items())
-    return f"[Trace] {text}"
-
-
-def print_result(
-    result: dict[str, Any], *, as_json: bool, trace: bool, stream: ReplyStream | None = None
-) -> None:
-    """Print the reply (the rest of it when it was streamed) and the footer.
-
-    Args:
-        result: the `--json` object.
-        as_json: print the object whole, nothing else.
-        trace: print the round-by-round trace on stderr.
-        stream: what was streamed already; None prints the whole reply here.
-    """
-    if as_json:
-        if not trace:
-            result = {key: value for key, value in result.items() if key != "trace"}
-        typer.echo(jsontext.dumps(result))
-        return
-    if stream is not None:
-        stream.finish(result["text"])
-    else:
-        typer.echo(result["text"])
-    if trace:
-        for row in result["trace"]:
-            typer.echo(trace_line(row), err=True)
-    for line in footer_lines(result):
-        typer.echo(line)
-    if result["summary_line"] is not None:
-        typer.echo(result["summary_line"], err=True)
-    if result["stop_reason"] == "loop_guard":
-        typer.echo("[Loop guard] the reply repeated itself; stopped", err=True)
 
 
 # `generate`'s own options (the --prompt-lookup-* ones are shared: cli/options.py).

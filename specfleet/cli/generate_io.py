@@ -1,5 +1,6 @@
 """What `specfleet generate` reads and prints: the prompt (a file, a packaged prompt or
-stdin), the reply streamed as its tokens are decided, and the footer of rates and memory.
+stdin), the reply streamed as its tokens are decided, and the footer of rates and memory
+(`print_result`; with --json the object whole, with --trace each round on stderr).
 
 The footer follows mlx-lm: the whole call as the reference prints it, then the prompt
 (prefill) and generation (decode) rates apart, then peak memory.
@@ -15,6 +16,7 @@ from typing import Any, BinaryIO
 
 import typer
 
+from specfleet import jsontext
 from specfleet.errors import UserError
 from specfleet.jobs.spec_files import without_final_newline
 from specfleet.userfiles import STDIN, given_path, read_stream, read_text, standard_input
@@ -134,3 +136,43 @@ def footer_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"[Peak memory] {result['peak_memory_gb']:.3f} GB ({result['memory_kind']})")
     return lines
 
+
+def trace_line(row: dict[str, Any]) -> str:
+    """One round of `--trace` as `key=value` pairs."""
+    policy = row.get("policy")
+    fields = {key: value for key, value in row.items() if key != "policy"}
+    text = " ".join(f"{key}={value}" for key, value in fields.items())
+    if policy:  # the governor's state; its own `policy` key names it
+        text += " governor=" + ",".join(f"{key}={value}" for key, value in policy.items())
+    return f"[Trace] {text}"
+
+
+def print_result(
+    result: dict[str, Any], *, as_json: bool, trace: bool, stream: ReplyStream | None = None
+) -> None:
+    """Print the reply (the rest of it when it was streamed) and the footer.
+
+    Args:
+        result: the `--json` object.
+        as_json: print the object whole, nothing else.
+        trace: print the round-by-round trace on stderr.
+        stream: what was streamed already; None prints the whole reply here.
+    """
+    if as_json:
+        if not trace:
+            result = {key: value for key, value in result.items() if key != "trace"}
+        typer.echo(jsontext.dumps(result))
+        return
+    if stream is not None:
+        stream.finish(result["text"])
+    else:
+        typer.echo(result["text"])
+    if trace:
+        for row in result["trace"]:
+            typer.echo(trace_line(row), err=True)
+    for line in footer_lines(result):
+        typer.echo(line)
+    if result["summary_line"] is not None:
+        typer.echo(result["summary_line"], err=True)
+    if result["stop_reason"] == "loop_guard":
+        typer.echo("[Loop guard] the reply repeated itself; stopped", err=True)

@@ -70,7 +70,7 @@ def test_the_engine_hands_the_stream_every_round() -> None:
 
 def test_a_trace_line_names_the_governor_state_once():
     # It printed `policy=policy=gated,...`: the state's own `policy` key under a `policy=`.
-    from specfleet.cli.generate import trace_line
+    from specfleet.cli.generate_io import trace_line
 
     line = trace_line({"round": 3, "kind": "verify", "policy": {"policy": "gated", "ema": 1.5}})
     assert line == "[Trace] round=3 kind=verify governor=policy=gated,ema=1.5"
