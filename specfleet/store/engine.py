@@ -77,34 +77,47 @@ def resolve_url(url: str | None = None, create_dir: bool = True) -> URL:
         raise UserError(f"{source}: {raw!r} is blank; expected {' or '.join(_SCHEMES)} or a "
                         "SQLite file path")
     if not raw:
-        path = default_db_path()
-        if create_dir and not path.parent.is_dir():
-            try:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
-            except OSError as err:  # $HOME a file, or on a read-only mount
-                raise UserError(f"--db not given: the default store's folder {path.parent} "
-                                f"cannot be made ({err.strerror}); expected --db or "
-                                f"{DB.name} naming a store you can write") from None
-        return URL.create("sqlite", database=str(path))
+        return _default_store_url(create_dir)
     if raw != raw.strip():  # a pasted space would silently make a second, empty store
         raise UserError(f"{source}: {display_raw(raw)!r} starts or ends with whitespace; "
                         f"expected {' or '.join(_SCHEMES)} or a SQLite file path without it")
     if "\x00" in raw:  # a file path's ValueError was a traceback
         raise UserError(f"{source}: contains a NUL character; expected {' or '.join(_SCHEMES)} "
                         "or a SQLite file path")
-    if "://" not in raw:
-        if scheme := _SCHEME_NO_SLASHES.match(raw):  # not the rest: it may hold a password
-            raise UserError(f"{source}: starts with {scheme[0]!r} but no '//' follows; expected "
-                            f"{' or '.join(_SCHEMES)} (a file of that name: ./{scheme[0]}...)")
-        if raw.endswith("/"):  # Path() drops it: `x.db/` read or made the file x.db
-            raise UserError(f"{source} {display_raw(raw)!r}: a trailing '/' names a folder; "
-                            "expected a SQLite file path")
+    return _database_url(raw, source) if "://" in raw else _file_url(raw, source)
+
+
+def _default_store_url(create_dir: bool) -> URL:
+    """The default SQLite file, its folder made (mode 0700) when asked."""
+    path = default_db_path()
+    if create_dir and not path.parent.is_dir():
         try:
-            resolved = expand_user(raw, source).resolve()
-        except (RuntimeError, OSError) as err:  # a link loop: RuntimeError before Python 3.13
-            raise UserError(f"{source}: {display_raw(raw)}: cannot be followed ({err}); "
-                            "expected a SQLite file path") from None
-        return _check_file_name(URL.create("sqlite", database=str(resolved)), source)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are private
+        except OSError as err:  # $HOME a file, or on a read-only mount
+            raise UserError(f"--db not given: the default store's folder {path.parent} "
+                            f"cannot be made ({err.strerror}); expected --db or "
+                            f"{DB.name} naming a store you can write") from None
+    return URL.create("sqlite", database=str(path))
+
+
+def _file_url(raw: str, source: str) -> URL:
+    """A SQLite file path given without a scheme."""
+    if scheme := _SCHEME_NO_SLASHES.match(raw):  # not the rest: it may hold a password
+        raise UserError(f"{source}: starts with {scheme[0]!r} but no '//' follows; expected "
+                        f"{' or '.join(_SCHEMES)} (a file of that name: ./{scheme[0]}...)")
+    if raw.endswith("/"):  # Path() drops it: `x.db/` read or made the file x.db
+        raise UserError(f"{source} {display_raw(raw)!r}: a trailing '/' names a folder; "
+                        "expected a SQLite file path")
+    try:
+        resolved = expand_user(raw, source).resolve()
+    except (RuntimeError, OSError) as err:  # a link loop: RuntimeError before Python 3.13
+        raise UserError(f"{source}: {display_raw(raw)}: cannot be followed ({err}); "
+                        "expected a SQLite file path") from None
+    return _check_file_name(URL.create("sqlite", database=str(resolved)), source)
+
+
+def _database_url(raw: str, source: str) -> URL:
+    """A URL with a scheme: parsed, its driver, options and fragment checked."""
     tail = raw.split("://", 1)[1]
     if tail.split("?", 1)[0].count("@") > 1:  # else read as host `cret@h`: the password shown
         raise UserError(f"{source}: {display_raw(raw)}: more than one '@' before the host; "
