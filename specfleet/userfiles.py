@@ -314,6 +314,15 @@ def check_writable_dir(path: Path, flag: str) -> None:
         os.rmdir(probe)
 
 
+def sync_folder(folder: Path) -> None:
+    """fsync a folder: a name just made or renamed in it survives a crash or a power loss."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def check_output_file(path: Path) -> None:
     """Refuse a file to be written whose name is taken by anything but a file (a folder, a
     named pipe that would block the write, a link that leads nowhere), before any is written.

@@ -17,13 +17,14 @@ from pathlib import Path
 from sqlalchemy.engine import URL
 
 from specfleet.errors import UserError, one_line
+from specfleet.settings import expand_user
 from specfleet.store.engine import (
     BUSY_TIMEOUT_S,
     SECRET_QUERY_KEYS,
     display_url,
     read_only_url,
 )
-from specfleet.userfiles import check_last_folder_only, given_path
+from specfleet.userfiles import check_last_folder_only, given_path, sync_folder
 
 PARTIAL_PREFIX = ".specfleet-backup-"  # the copy in the making, beside the target
 
@@ -52,7 +53,8 @@ def backup_target(text: str) -> Path:
     Raises:
         UserError: blank, a file or anything else already there, or its folder missing.
     """
-    path = given_path(os.path.expanduser(text), "FILE", "a new file path")
+    typed = str(expand_user(text, "FILE")) if text.startswith("~") else text  # a blank stays one
+    path = given_path(typed, "FILE", "a new file path")
     if os.path.lexists(path):  # a file, a folder, a link: a backup never replaces anything
         raise UserError(f"FILE {path}: already exists; expected a new file name (a backup "
                         "never replaces a file)")
@@ -77,7 +79,7 @@ def back_up(url: URL, source: str, target: Path, revision: str | None) -> Backup
     try:
         counts = _copy(url, partial)
         os.link(partial, target)  # fails, and replaces nothing, where a file appeared since
-        _sync_folder(target.parent)
+        sync_folder(target.parent)  # a power loss after "backed up" keeps the name
     except FileExistsError:
         raise UserError(f"FILE {target}: already exists (made while the backup ran); "
                         "expected a new file name") from None
@@ -113,15 +115,6 @@ def _copy(url: URL, partial: Path) -> tuple[int, int]:
     with open(partial, "rb+") as written:
         os.fsync(written.fileno())
     return matrices, runs
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the new name durable: a power loss after the command said "backed up" keeps it."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def postgres_refusal(url: URL, source: str) -> UserError:

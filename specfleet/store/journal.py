@@ -28,7 +28,7 @@ from specfleet.errors import UserError
 from specfleet.jobs.resolve import counted
 from specfleet.jobs.run import RunResult
 from specfleet.settings import JOURNAL_DIR
-from specfleet.userfiles import check_last_folder_only, check_writable_dir
+from specfleet.userfiles import check_last_folder_only, check_writable_dir, sync_folder
 
 SUFFIX = ".json"
 CONFLICT_SUFFIX = ".conflict"  # the store holds a different result: kept for a person to see
@@ -142,11 +142,7 @@ class Journal:
         finally:
             os.close(fd)
         os.replace(tmp, final)
-        dir_fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself survives a crash
-        finally:
-            os.close(dir_fd)
+        sync_folder(self.dir)  # the rename itself survives a crash
 
     def note_stopped(self, driver_id: str) -> None:
         """This driver stops on a store outage: the next write-back ends its leases, which
